@@ -1,0 +1,392 @@
+//===- Importer.cpp - GraphDesc → orrery dialect ---------------------------===//
+//
+// A straight walk over the loaded graph: weights and constants first, then
+// one op per node in order. ONNX op types map to dialect mnemonics by name
+// (`LayerNormalization` → `orrery.layer_normalization`); an op type without a
+// registered op becomes `orrery.onnx_op`, keeping its type and domain.
+//
+//===----------------------------------------------------------------------===//
+
+#include "orrery/Import/Importer.h"
+#include "orrery/Dialect/OrreryDialect.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Shard/IR/ShardDialect.h"
+#include "mlir/Dialect/Shard/IR/ShardOps.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinAttributes.h"
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/Verifier.h"
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/ADT/StringMap.h"
+
+using namespace mlir;
+
+namespace orrery {
+namespace {
+
+/// "LayerNormalization" → "layer_normalization", "LRN" → "lrn",
+/// "GRU" → "gru", "MatMul" → "matmul", "PRelu" → "prelu".
+std::string mnemonicFor(llvm::StringRef opType) {
+  static const llvm::StringMap<std::string> special = {
+      {"MatMul", "matmul"}, {"PRelu", "prelu"}, {"LRN", "lrn"},
+      {"GRU", "gru"},       {"RNN", "rnn"},     {"LSTM", "lstm"},
+      {"ArgMax", "arg_max"}, {"ArgMin", "arg_min"}, {"ReduceL2", "reduce_l2"}};
+  auto it = special.find(opType);
+  if (it != special.end())
+    return it->second;
+  std::string out;
+  for (size_t i = 0; i < opType.size(); ++i) {
+    char c = opType[i];
+    if (llvm::isUpper(c) && i > 0 && !llvm::isUpper(opType[i - 1]))
+      out += '_';
+    out += llvm::toLower(c);
+  }
+  return out;
+}
+
+class Importer {
+public:
+  Importer(MLIRContext &ctx, const onnx::ModelDesc &model)
+      : ctx(ctx), model(model), builder(&ctx) {}
+
+  FailureOr<OwningOpRef<ModuleOp>> run();
+  std::string error;
+
+private:
+  MLIRContext &ctx;
+  const onnx::ModelDesc &model;
+  OpBuilder builder;
+  /// Values by ONNX name, one map per nested graph (innermost last).
+  std::vector<llvm::StringMap<Value>> scopes;
+
+  Value lookup(llvm::StringRef name) {
+    for (auto it = scopes.rbegin(); it != scopes.rend(); ++it) {
+      auto found = it->find(name);
+      if (found != it->end())
+        return found->second;
+    }
+    return {};
+  }
+  FailureOr<Type> elementType(onnx::ElemType t, llvm::StringRef what);
+  FailureOr<RankedTensorType> tensorType(const onnx::ValueDesc &v);
+  FailureOr<Attribute> denseValues(const onnx::ValueDesc &v);
+  LogicalResult importGraph(const onnx::GraphDesc &g);
+  LogicalResult importNode(const onnx::GraphDesc &g, const onnx::NodeDesc &n);
+  Location locFor(llvm::StringRef name) {
+    return NameLoc::get(StringAttr::get(&ctx, name),
+                        FileLineColLoc::get(&ctx, model.path, 0, 0));
+  }
+  LogicalResult fail(const std::string &msg) {
+    error = msg;
+    return failure();
+  }
+};
+
+FailureOr<Type> Importer::elementType(onnx::ElemType t, llvm::StringRef what) {
+  using E = onnx::ElemType;
+  switch (t) {
+  case E::Float: return Type(builder.getF32Type());
+  case E::Float16: return Type(builder.getF16Type());
+  case E::BFloat16: return Type(builder.getBF16Type());
+  case E::Double: return Type(builder.getF64Type());
+  case E::Int64: return Type(builder.getI64Type());
+  case E::Int32: return Type(builder.getI32Type());
+  case E::Int16: return Type(builder.getIntegerType(16));
+  case E::Int8: return Type(builder.getIntegerType(8));
+  case E::Bool: return Type(builder.getI1Type());
+  case E::UInt8: return Type(builder.getIntegerType(8, false));
+  case E::UInt16: return Type(builder.getIntegerType(16, false));
+  case E::UInt32: return Type(builder.getIntegerType(32, false));
+  case E::UInt64: return Type(builder.getIntegerType(64, false));
+  default:
+    (void)fail(model.path + ": value '" + what.str() + "' has element type " +
+               onnx::elemTypeName(t) + ", which the orrery dialect cannot hold");
+    return failure();
+  }
+}
+
+FailureOr<RankedTensorType> Importer::tensorType(const onnx::ValueDesc &v) {
+  FailureOr<Type> elem = elementType(v.type, v.name);
+  if (failed(elem))
+    return failure();
+  return RankedTensorType::get(v.shape, *elem);
+}
+
+FailureOr<Attribute> Importer::denseValues(const onnx::ValueDesc &v) {
+  FailureOr<RankedTensorType> type = tensorType(v);
+  if (failed(type))
+    return failure();
+  Type elem = type->getElementType();
+  SmallVector<Attribute> attrs;
+  attrs.reserve(v.values.size());
+  for (double x : v.values) {
+    if (auto f = dyn_cast<FloatType>(elem))
+      attrs.push_back(FloatAttr::get(f, x));
+    else
+      attrs.push_back(IntegerAttr::get(elem, APInt(elem.getIntOrFloatBitWidth(),
+                                                   (uint64_t)(int64_t)x,
+                                                   /*isSigned=*/true, /*implicitTrunc=*/true)));
+  }
+  return Attribute(DenseElementsAttr::get(*type, attrs));
+}
+
+LogicalResult Importer::importGraph(const onnx::GraphDesc &g) {
+  for (const std::string &name : g.weights) {
+    const onnx::ValueDesc &v = g.values.at(name);
+    FailureOr<RankedTensorType> type = tensorType(v);
+    if (failed(type))
+      return failure();
+    auto w = builder.create<WeightOp>(locFor(name), *type, name,
+                                      v.kind == onnx::ValueKind::Param);
+    scopes.back()[name] = w;
+  }
+  for (const std::string &name : g.constants) {
+    FailureOr<Attribute> attr = denseValues(g.values.at(name));
+    if (failed(attr))
+      return failure();
+    auto c = builder.create<ConstantOp>(locFor(name), cast<TypedAttr>(*attr).getType(),
+                                         cast<ElementsAttr>(*attr));
+    scopes.back()[name] = c;
+  }
+  for (const onnx::NodeDesc &n : g.nodes)
+    if (failed(importNode(g, n)))
+      return failure();
+  return success();
+}
+
+LogicalResult Importer::importNode(const onnx::GraphDesc &g,
+                                   const onnx::NodeDesc &n) {
+  Location loc = locFor(n.name);
+  SmallVector<Value> operands;
+  for (const std::string &in : n.inputs) {
+    if (in.empty()) {
+      operands.push_back(builder.create<NoneOp>(loc, builder.getNoneType()));
+      continue;
+    }
+    Value v = lookup(in);
+    if (!v)
+      return fail(model.path + ": node '" + n.name + "' (" + n.opType +
+                  "): value '" + in + "' was not imported");
+    operands.push_back(v);
+  }
+  SmallVector<Type> resultTypes;
+  for (const std::string &out : n.outputs) {
+    if (out.empty()) {
+      resultTypes.push_back(builder.getNoneType());
+      continue;
+    }
+    FailureOr<RankedTensorType> t = tensorType(g.values.at(out));
+    if (failed(t))
+      return failure();
+    resultTypes.push_back(*t);
+  }
+
+  std::string name = "orrery." + mnemonicFor(n.opType);
+  bool known = n.domain.empty() &&
+               RegisteredOperationName::lookup(name, &ctx).has_value() &&
+               name != "orrery.onnx_op" && name != "orrery.weight" &&
+               name != "orrery.constant" && name != "orrery.none" &&
+               name != "orrery.yield";
+  // Absent optional outputs only exist for onnx_op (any type); drop trailing
+  // ones for dialect ops.
+  if (known)
+    while (!resultTypes.empty() && isa<NoneType>(resultTypes.back()))
+      resultTypes.pop_back();
+  for (Type t : resultTypes)
+    if (known && isa<NoneType>(t))
+      known = false;
+  OperationState state(loc, known ? name : "orrery.onnx_op");
+  state.addOperands(operands);
+  state.addTypes(resultTypes);
+  if (!known) {
+    state.addAttribute("op_type", builder.getStringAttr(n.opType));
+    state.addAttribute("domain", builder.getStringAttr(n.domain));
+  }
+  std::vector<const onnx::AttrDesc *> graphs;
+  for (const onnx::AttrDesc &a : n.attrs) {
+    using K = onnx::AttrDesc::Kind;
+    Attribute attr;
+    switch (a.kind) {
+    case K::Int: attr = builder.getI64IntegerAttr(a.i); break;
+    case K::Float: attr = builder.getF32FloatAttr(float(a.f)); break;
+    case K::String: attr = builder.getStringAttr(a.s); break;
+    case K::Ints: attr = builder.getDenseI64ArrayAttr(a.ints); break;
+    case K::Floats: {
+      SmallVector<float> fs(a.floats.begin(), a.floats.end());
+      attr = builder.getDenseF32ArrayAttr(fs);
+      break;
+    }
+    case K::Strings: {
+      SmallVector<StringRef> ss(a.strings.begin(), a.strings.end());
+      attr = builder.getStrArrayAttr(ss);
+      break;
+    }
+    case K::Tensor:
+      if ((int64_t)a.tensor.values.size() == a.tensor.numElements()) {
+        FailureOr<Attribute> d = denseValues(a.tensor);
+        if (failed(d))
+          return failure();
+        attr = *d;
+      }
+      break;
+    case K::Graph: graphs.push_back(&a); break;
+    }
+    if (attr) {
+      // Attribute names that clash with onnx_op's own are renamed.
+      std::string key = (!known && (a.name == "op_type" || a.name == "domain"))
+                            ? "onnx." + a.name : a.name;
+      state.addAttribute(key, attr);
+    }
+  }
+  bool controlFlow = known && (n.opType == "If" || n.opType == "Loop" ||
+                               n.opType == "Scan");
+  if (!controlFlow && !graphs.empty())
+    return fail(model.path + ": node '" + n.name + "' (" + n.opType +
+                "): subgraph attributes are only supported on If, Loop and Scan");
+  if (controlFlow) {
+    // If: then, else. Loop/Scan: body.
+    std::vector<const onnx::GraphDesc *> bodies;
+    if (n.opType == "If") {
+      const onnx::GraphDesc *thenG = nullptr, *elseG = nullptr;
+      for (const onnx::AttrDesc *a : graphs)
+        (a->name == "then_branch" ? thenG : elseG) = a->graph.get();
+      bodies = {thenG, elseG};
+    } else {
+      for (const onnx::AttrDesc *a : graphs)
+        bodies.push_back(a->graph.get());
+    }
+    for (size_t i = 0; i < bodies.size(); ++i)
+      state.addRegion();
+    Operation *op = builder.create(state);
+    OpBuilder::InsertionGuard guard(builder);
+    for (size_t i = 0; i < bodies.size(); ++i) {
+      const onnx::GraphDesc *body = bodies[i];
+      if (!body)
+        return fail(model.path + ": node '" + n.name + "': missing body");
+      Block *block = new Block();
+      op->getRegion(i).push_back(block);
+      scopes.emplace_back();
+      for (const std::string &in : body->inputs) {
+        FailureOr<RankedTensorType> t = tensorType(body->values.at(in));
+        if (failed(t))
+          return failure();
+        scopes.back()[in] = block->addArgument(*t, loc);
+      }
+      builder.setInsertionPointToStart(block);
+      if (failed(importGraph(*body)))
+        return failure();
+      SmallVector<Value> results;
+      for (const std::string &out : body->outputs)
+        results.push_back(lookup(out));
+      builder.create<YieldOp>(loc, results);
+      scopes.pop_back();
+    }
+    for (size_t i = 0; i < n.outputs.size(); ++i)
+      scopes.back()[n.outputs[i]] = op->getResult(i);
+    return success();
+  }
+  Operation *op = builder.create(state);
+  for (size_t i = 0; i < n.outputs.size() && i < op->getNumResults(); ++i)
+    if (!n.outputs[i].empty())
+      scopes.back()[n.outputs[i]] = op->getResult(i);
+  return success();
+}
+
+FailureOr<OwningOpRef<ModuleOp>> Importer::run() {
+  OwningOpRef<ModuleOp> module = ModuleOp::create(locFor(model.path));
+  module->getOperation()->setAttr("orrery.source", builder.getStringAttr(model.path));
+  module->getOperation()->setAttr("orrery.opset", builder.getI64IntegerAttr(model.opsetVersion));
+  module->getOperation()->setAttr("orrery.ir_version", builder.getI64IntegerAttr(model.irVersion));
+  if (!model.producer.empty())
+    module->getOperation()->setAttr("orrery.producer", builder.getStringAttr(model.producer));
+  SmallVector<NamedAttribute> dims;
+  for (const auto &[sym, value] : model.boundDims)
+    dims.push_back(builder.getNamedAttr(sym, builder.getI64IntegerAttr(value)));
+  if (!dims.empty())
+    module->getOperation()->setAttr("orrery.dims", builder.getDictionaryAttr(dims));
+
+  const onnx::GraphDesc &g = model.graph;
+  SmallVector<Type> inputs, outputs;
+  for (const std::string &in : g.inputs) {
+    FailureOr<RankedTensorType> t = tensorType(g.values.at(in));
+    if (failed(t))
+      return failure();
+    inputs.push_back(*t);
+  }
+  for (const std::string &out : g.outputs) {
+    FailureOr<RankedTensorType> t = tensorType(g.values.at(out));
+    if (failed(t))
+      return failure();
+    outputs.push_back(*t);
+  }
+  builder.setInsertionPointToEnd(module->getBody());
+  auto func = builder.create<func::FuncOp>(locFor("main"), "main",
+                                           builder.getFunctionType(inputs, outputs));
+  Block *entry = func.addEntryBlock();
+  scopes.emplace_back();
+  for (size_t i = 0; i < g.inputs.size(); ++i) {
+    scopes.back()[g.inputs[i]] = entry->getArgument(i);
+    func.setArgAttr(i, "orrery.name", builder.getStringAttr(g.inputs[i]));
+  }
+  for (size_t i = 0; i < g.outputs.size(); ++i)
+    func.setResultAttr(i, "orrery.name", builder.getStringAttr(g.outputs[i]));
+  builder.setInsertionPointToStart(entry);
+  if (failed(importGraph(g)))
+    return failure();
+  SmallVector<Value> results;
+  for (const std::string &out : g.outputs) {
+    Value v = lookup(out);
+    if (!v) {
+      // A graph output that folded to a constant or is a weight.
+      auto it = g.values.find(out);
+      if (it == g.values.end() || it->second.kind != onnx::ValueKind::Constant)
+        return fail(model.path + ": graph output '" + out + "' was not imported");
+      FailureOr<Attribute> attr = denseValues(it->second);
+      if (failed(attr))
+        return failure();
+      v = builder.create<ConstantOp>(locFor(out), cast<TypedAttr>(*attr).getType(),
+                                      cast<ElementsAttr>(*attr));
+    }
+    results.push_back(v);
+  }
+  builder.create<func::ReturnOp>(locFor("main"), results);
+
+  // The verifier's diagnostics become the one-line error.
+  std::string diag;
+  ScopedDiagnosticHandler handler(&ctx, [&](Diagnostic &d) {
+    if (diag.empty())
+      diag = d.str();
+    return success();
+  });
+  if (failed(verify(*module)))
+    return fail(model.path + ": imported module does not verify: " + diag);
+  return std::move(module);
+}
+
+} // namespace
+
+void registerOrreryDialects(MLIRContext &context) {
+  context.loadDialect<OrreryDialect, func::FuncDialect, shard::ShardDialect>();
+}
+
+llvm::Expected<OwningOpRef<ModuleOp>>
+importModel(MLIRContext &context, const onnx::ModelDesc &model) {
+  registerOrreryDialects(context);
+  Importer importer(context, model);
+  FailureOr<OwningOpRef<ModuleOp>> module = importer.run();
+  if (failed(module))
+    return llvm::createStringError(llvm::inconvertibleErrorCode(), importer.error);
+  return std::move(*module);
+}
+
+llvm::Expected<OwningOpRef<ModuleOp>>
+importOnnxFile(MLIRContext &context, const std::string &path,
+               const onnx::LoadOptions &options) {
+  onnx::LoadResult loaded = onnx::loadOnnxModel(path, options);
+  if (!loaded.model)
+    return llvm::createStringError(llvm::inconvertibleErrorCode(), loaded.error);
+  return importModel(context, *loaded.model);
+}
+
+} // namespace orrery

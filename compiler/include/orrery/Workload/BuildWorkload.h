@@ -1,0 +1,22 @@
+//===- BuildWorkload.h - outlined module → Workload -----------------------===//
+#ifndef ORRERY_WORKLOAD_BUILDWORKLOAD_H
+#define ORRERY_WORKLOAD_BUILDWORKLOAD_H
+
+#include "orrery/CostModel/Workload.h"
+
+#include "mlir/IR/BuiltinOps.h"
+#include "llvm/Support/Error.h"
+
+namespace orrery {
+
+/// Counts the ops of an imported module by op name (onnx_op by its ONNX
+/// type), walking into control-flow bodies. Call before outlining.
+std::map<std::string, int64_t> opHistogram(mlir::ModuleOp module);
+
+/// Reads the layer sequence of a module that `orrery-outline-layers` has
+/// run on: @main's calls in order, each callee a layer kind.
+llvm::Expected<Workload> buildWorkload(mlir::ModuleOp module);
+
+} // namespace orrery
+
+#endif // ORRERY_WORKLOAD_BUILDWORKLOAD_H

@@ -1,0 +1,132 @@
+//===- GraphDesc.h - a loaded ONNX graph as plain structs -----------------===//
+//
+// The only interface of the ONNX/protobuf island (compiled with exceptions):
+// plain structs and an error string, no ONNX or LLVM types. Everything here
+// is already shape-inferred, with symbolic dims bound and exporter shape
+// subgraphs folded to constants.
+//
+//===----------------------------------------------------------------------===//
+#ifndef ORRERY_ONNX_GRAPHDESC_H
+#define ORRERY_ONNX_GRAPHDESC_H
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace orrery::onnx {
+
+/// Element types, named as ONNX's TensorProto.DataType.
+enum class ElemType {
+  Undefined, Float, UInt8, Int8, UInt16, Int16, Int32, Int64, String, Bool,
+  Float16, Double, UInt32, UInt64, BFloat16
+};
+
+/// What a value is, for the planner.
+enum class ValueKind {
+  Input,    ///< a graph input fed with data (tokens, pixels, a state)
+  Param,    ///< a trainable weight
+  Buffer,   ///< a weight that is not trained (BatchNorm running statistics)
+  Constant, ///< a small constant whose values are known
+  Computed  ///< the output of a node
+};
+
+/// A tensor value: static shape, element type, and values when constant.
+struct ValueDesc {
+  std::string name;
+  ElemType type = ElemType::Undefined;
+  std::vector<int64_t> shape;
+  ValueKind kind = ValueKind::Computed;
+  /// The values of a Constant, in row-major order; empty otherwise.
+  std::vector<double> values;
+  int64_t numElements() const {
+    int64_t n = 1;
+    for (int64_t d : shape)
+      n *= d;
+    return n;
+  }
+};
+
+struct GraphDesc;
+
+/// One ONNX attribute; only the fields of its kind are set.
+struct AttrDesc {
+  enum class Kind { Int, Float, String, Ints, Floats, Strings, Tensor, Graph };
+  std::string name;
+  Kind kind = Kind::Int;
+  int64_t i = 0;
+  double f = 0;
+  std::string s;
+  std::vector<int64_t> ints;
+  std::vector<double> floats;
+  std::vector<std::string> strings;
+  /// For Kind::Tensor: its type, shape and (when small) values.
+  ValueDesc tensor;
+  /// For Kind::Graph: the processed subgraph (If branches, Loop/Scan bodies).
+  std::shared_ptr<GraphDesc> graph;
+};
+
+/// One node that survives folding, in topological order.
+struct NodeDesc {
+  std::string name;
+  std::string opType;
+  std::string domain;
+  /// Value names; "" marks an absent optional input.
+  std::vector<std::string> inputs;
+  std::vector<std::string> outputs;
+  std::vector<AttrDesc> attrs;
+};
+
+/// A graph or subgraph. Subgraphs may use values of enclosing graphs.
+struct GraphDesc {
+  std::string name;
+  /// Values fed from outside: model inputs, or a body's block arguments.
+  std::vector<std::string> inputs;
+  std::vector<std::string> outputs;
+  std::vector<NodeDesc> nodes;
+  /// Every value this graph defines (inputs, weights, constants, node outputs).
+  std::map<std::string, ValueDesc> values;
+  /// Weights (Param and Buffer) in first-seen order, for a stable import.
+  std::vector<std::string> weights;
+  /// Constants that nodes of this graph use, in first-seen order.
+  std::vector<std::string> constants;
+};
+
+/// A loaded model.
+struct ModelDesc {
+  std::string path;
+  int64_t irVersion = 0;
+  int64_t opsetVersion = 0; ///< of the default ONNX domain
+  std::string producer;
+  GraphDesc graph;
+  /// Symbolic dims and the values they were bound to.
+  std::map<std::string, int64_t> boundDims;
+};
+
+struct LoadOptions {
+  /// Values for symbolic dims (`--dim batch=8`).
+  std::map<std::string, int64_t> dims;
+};
+
+/// The model, or a one-line error naming the offending thing.
+struct LoadResult {
+  std::unique_ptr<ModelDesc> model;
+  std::string error;
+};
+
+/// Loads a binary .onnx file. Never opens external-data files; never throws.
+LoadResult loadOnnxModel(const std::string &path, const LoadOptions &options);
+/// Loads from bytes in memory; `path` is used in messages only.
+LoadResult loadOnnxModelFromBytes(const std::string &bytes,
+                                  const std::string &path,
+                                  const LoadOptions &options);
+
+/// "float32", "int64", ... as in numpy.
+const char *elemTypeName(ElemType type);
+/// Bytes per element (Bool and 8-bit types: 1).
+int64_t elemTypeBytes(ElemType type);
+
+} // namespace orrery::onnx
+
+#endif // ORRERY_ONNX_GRAPHDESC_H

@@ -1,0 +1,752 @@
+//===- OnnxLoader.cpp - ONNX protobuf → GraphDesc --------------------------===//
+//
+// The exceptions island: protobuf and ONNX code live here and nowhere else.
+// Every exception is caught at loadOnnxModelFromBytes and becomes a one-line
+// error naming the file and the offending node or value.
+//
+// Steps: parse → check versions → bind symbolic dims → ONNX shape inference
+// (opset ≤ 17) → our own pass in node order: fold small constants, infer
+// shapes with our rules (ONNX's result where we have none), classify weights,
+// inline If branches whose condition folds → drop dead nodes.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Inference.h"
+#include "orrery/Onnx/GraphDesc.h"
+
+#include "onnx/defs/schema.h"
+#include "onnx/onnx_pb.h"
+#include "onnx/shape_inference/implementation.h"
+
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+namespace orrery::onnx {
+using detail::describe;
+using detail::LoadError;
+
+const char *elemTypeName(ElemType type) {
+  switch (type) {
+  case ElemType::Float: return "float32";
+  case ElemType::UInt8: return "uint8";
+  case ElemType::Int8: return "int8";
+  case ElemType::UInt16: return "uint16";
+  case ElemType::Int16: return "int16";
+  case ElemType::Int32: return "int32";
+  case ElemType::Int64: return "int64";
+  case ElemType::String: return "string";
+  case ElemType::Bool: return "bool";
+  case ElemType::Float16: return "float16";
+  case ElemType::Double: return "float64";
+  case ElemType::UInt32: return "uint32";
+  case ElemType::UInt64: return "uint64";
+  case ElemType::BFloat16: return "bfloat16";
+  default: return "undefined";
+  }
+}
+
+int64_t elemTypeBytes(ElemType type) {
+  switch (type) {
+  case ElemType::Float16: case ElemType::BFloat16: case ElemType::Int16:
+  case ElemType::UInt16: return 2;
+  case ElemType::Float: case ElemType::Int32: case ElemType::UInt32: return 4;
+  case ElemType::Double: case ElemType::Int64: case ElemType::UInt64: return 8;
+  default: return 1;
+  }
+}
+
+namespace {
+
+constexpr int64_t kMinIr = 3, kMaxIr = 10, kMinOpset = 7, kMaxOpset = 21;
+/// Float constants up to this many elements keep their values (scalars such
+/// as epsilon); larger ones are buffers.
+constexpr int64_t kMaxConstantElements = 4096;
+
+bool isFloat(ElemType t) {
+  return t == ElemType::Float || t == ElemType::Float16 ||
+         t == ElemType::BFloat16 || t == ElemType::Double;
+}
+
+ElemType toElemType(int32_t t) {
+  if (t < 0 || t > 16 || t == 14 || t == 15)
+    return ElemType::Undefined;
+  return static_cast<ElemType>(t);
+}
+
+double halfToDouble(uint16_t h, bool bf16) {
+  if (bf16) {
+    uint32_t bits = uint32_t(h) << 16;
+    float f;
+    std::memcpy(&f, &bits, 4);
+    return f;
+  }
+  int sign = h >> 15, exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
+  double v = exp == 0 ? std::ldexp(mant, -24)
+             : exp == 31 ? (mant ? NAN : INFINITY)
+                         : std::ldexp(mant + 1024, exp - 25);
+  return sign ? -v : v;
+}
+
+/// Values of a TensorProto; false when they live in external data.
+bool readValues(const ::onnx::TensorProto &t, int64_t count,
+                std::vector<double> &out, const std::string &what) {
+  if (t.data_location() == ::onnx::TensorProto::EXTERNAL)
+    return false;
+  out.clear();
+  ElemType type = toElemType(t.data_type());
+  if (t.has_raw_data()) {
+    const std::string &raw = t.raw_data();
+    int64_t size = elemTypeBytes(type);
+    if ((int64_t)raw.size() != count * size)
+      throw LoadError(what + " has " + std::to_string(raw.size()) +
+                      " bytes of data for " + std::to_string(count) +
+                      " elements of " + elemTypeName(type));
+    const char *p = raw.data();
+    for (int64_t i = 0; i < count; ++i, p += size) {
+      switch (type) {
+      case ElemType::Float: { float f; std::memcpy(&f, p, 4); out.push_back(f); break; }
+      case ElemType::Double: { double d; std::memcpy(&d, p, 8); out.push_back(d); break; }
+      case ElemType::Int64: { int64_t v; std::memcpy(&v, p, 8); out.push_back(double(v)); break; }
+      case ElemType::UInt64: { uint64_t v; std::memcpy(&v, p, 8); out.push_back(double(v)); break; }
+      case ElemType::Int32: { int32_t v; std::memcpy(&v, p, 4); out.push_back(v); break; }
+      case ElemType::UInt32: { uint32_t v; std::memcpy(&v, p, 4); out.push_back(v); break; }
+      case ElemType::Int16: { int16_t v; std::memcpy(&v, p, 2); out.push_back(v); break; }
+      case ElemType::UInt16: { uint16_t v; std::memcpy(&v, p, 2); out.push_back(v); break; }
+      case ElemType::Float16: case ElemType::BFloat16: {
+        uint16_t v; std::memcpy(&v, p, 2);
+        out.push_back(halfToDouble(v, type == ElemType::BFloat16)); break; }
+      case ElemType::Int8: out.push_back(int8_t(*p)); break;
+      default: out.push_back(uint8_t(*p)); break;
+      }
+    }
+    return true;
+  }
+  auto take = [&](const auto &field) {
+    for (auto v : field) out.push_back(double(v));
+  };
+  switch (type) {
+  case ElemType::Float: take(t.float_data()); break;
+  case ElemType::Double: take(t.double_data()); break;
+  case ElemType::Int64: take(t.int64_data()); break;
+  case ElemType::UInt64: case ElemType::UInt32: take(t.uint64_data()); break;
+  case ElemType::Float16: case ElemType::BFloat16:
+    for (int32_t v : t.int32_data())
+      out.push_back(halfToDouble(uint16_t(v), type == ElemType::BFloat16));
+    break;
+  default: take(t.int32_data()); break;
+  }
+  if ((int64_t)out.size() != count)
+    throw LoadError(what + " has " + std::to_string(out.size()) +
+                    " values for " + std::to_string(count) + " elements");
+  return true;
+}
+
+ValueDesc tensorDesc(const ::onnx::TensorProto &t, const std::string &what) {
+  ValueDesc v;
+  v.name = t.name();
+  v.type = toElemType(t.data_type());
+  if (v.type == ElemType::Undefined)
+    throw LoadError(what + " has unknown element type " +
+                    std::to_string(t.data_type()));
+  for (int64_t d : t.dims()) {
+    if (d < 0)
+      throw LoadError(what + " has a negative dimension");
+    v.shape.push_back(d);
+  }
+  return v;
+}
+
+/// A chain of graphs, innermost first: subgraphs see enclosing values.
+struct Scope {
+  GraphDesc *graph;
+  Scope *parent;
+  const ValueDesc *lookup(const std::string &name) const {
+    for (const Scope *s = this; s; s = s->parent) {
+      auto it = s->graph->values.find(name);
+      if (it != s->graph->values.end())
+        return &it->second;
+    }
+    return nullptr;
+  }
+};
+
+class Loader {
+public:
+  Loader(const LoadOptions &options, ModelDesc &model)
+      : options(options), model(model) {}
+
+  void run(::onnx::ModelProto &proto);
+
+private:
+  const LoadOptions &options;
+  ModelDesc &model;
+  /// Shapes ONNX inferred, by value name; used where we have no rule.
+  std::map<std::string, ValueDesc> onnxInferred;
+  std::set<std::string> bnStatistics;
+  std::set<std::string> initializerNames;
+
+  void collectBnStatistics(const ::onnx::GraphProto &g);
+  void addInitializers(const ::onnx::GraphProto &g, GraphDesc &out);
+  void processNodes(const ::onnx::GraphProto &g, GraphDesc &out, Scope &scope,
+                    const std::string &prefix);
+  void processNode(const ::onnx::NodeProto &n, GraphDesc &out, Scope &scope,
+                   const std::string &prefix);
+  std::shared_ptr<GraphDesc> processSubgraph(const ::onnx::GraphProto &g,
+                                             Scope &scope,
+                                             const std::vector<ValueDesc> &args,
+                                             const NodeDesc &owner);
+  NodeDesc convertNode(const ::onnx::NodeProto &n, const std::string &prefix);
+  void addValue(GraphDesc &out, ValueDesc v);
+};
+
+void Loader::addValue(GraphDesc &out, ValueDesc v) {
+  std::string name = v.name;
+  out.values[name] = std::move(v);
+}
+
+void Loader::collectBnStatistics(const ::onnx::GraphProto &g) {
+  for (const auto &n : g.node()) {
+    if (n.op_type() == "BatchNormalization")
+      for (int i = 3; i < n.input_size() && i < 5; ++i)
+        bnStatistics.insert(n.input(i));
+    for (const auto &a : n.attribute()) {
+      if (a.has_g())
+        collectBnStatistics(a.g());
+      for (const auto &sg : a.graphs())
+        collectBnStatistics(sg);
+    }
+  }
+}
+
+void Loader::addInitializers(const ::onnx::GraphProto &g, GraphDesc &out) {
+  for (const auto &t : g.initializer()) {
+    std::string what = "initializer '" + t.name() + "'";
+    if (t.name().empty())
+      throw LoadError("an initializer has no name");
+    ValueDesc v = tensorDesc(t, what);
+    initializerNames.insert(t.name());
+    if (isFloat(v.type)) {
+      v.kind = bnStatistics.count(t.name()) ? ValueKind::Buffer : ValueKind::Param;
+    } else if (v.numElements() <= detail::kMaxFoldElements &&
+               readValues(t, v.numElements(), v.values, what)) {
+      v.kind = ValueKind::Constant;
+    } else {
+      // Large integer tables (or integers in external data) are buffers.
+      v.kind = ValueKind::Buffer;
+    }
+    addValue(out, std::move(v));
+  }
+}
+
+NodeDesc Loader::convertNode(const ::onnx::NodeProto &n,
+                             const std::string &prefix) {
+  NodeDesc node;
+  node.opType = n.op_type();
+  node.domain = n.domain() == "ai.onnx" ? "" : n.domain();
+  node.name = n.name().empty()
+                  ? prefix + n.op_type() + "_" +
+                        (n.output_size() ? n.output(0) : std::string("?"))
+                  : n.name();
+  node.inputs.assign(n.input().begin(), n.input().end());
+  node.outputs.assign(n.output().begin(), n.output().end());
+  if (node.opType.empty())
+    throw LoadError(describe(node) + ": node has no op_type");
+  for (const auto &a : n.attribute()) {
+    AttrDesc d;
+    d.name = a.name();
+    using AP = ::onnx::AttributeProto;
+    switch (a.type()) {
+    case AP::INT: d.kind = AttrDesc::Kind::Int; d.i = a.i(); break;
+    case AP::FLOAT: d.kind = AttrDesc::Kind::Float; d.f = a.f(); break;
+    case AP::STRING: d.kind = AttrDesc::Kind::String; d.s = a.s(); break;
+    case AP::INTS: d.kind = AttrDesc::Kind::Ints; d.ints.assign(a.ints().begin(), a.ints().end()); break;
+    case AP::FLOATS: d.kind = AttrDesc::Kind::Floats; d.floats.assign(a.floats().begin(), a.floats().end()); break;
+    case AP::STRINGS: d.kind = AttrDesc::Kind::Strings; d.strings.assign(a.strings().begin(), a.strings().end()); break;
+    case AP::TENSOR: {
+      d.kind = AttrDesc::Kind::Tensor;
+      std::string what = describe(node) + " attribute '" + a.name() + "'";
+      d.tensor = tensorDesc(a.t(), what);
+      if (d.tensor.numElements() <= kMaxConstantElements &&
+          !readValues(a.t(), d.tensor.numElements(), d.tensor.values, what))
+        d.tensor.values.clear();
+      break;
+    }
+    case AP::GRAPH: d.kind = AttrDesc::Kind::Graph; break; // filled later
+    case AP::UNDEFINED:
+      // Old exporters leave the type unset; infer it from the filled field.
+      if (a.has_i()) { d.kind = AttrDesc::Kind::Int; d.i = a.i(); }
+      else if (a.has_f()) { d.kind = AttrDesc::Kind::Float; d.f = a.f(); }
+      else if (a.has_s()) { d.kind = AttrDesc::Kind::String; d.s = a.s(); }
+      else if (a.ints_size()) { d.kind = AttrDesc::Kind::Ints; d.ints.assign(a.ints().begin(), a.ints().end()); }
+      else if (a.floats_size()) { d.kind = AttrDesc::Kind::Floats; d.floats.assign(a.floats().begin(), a.floats().end()); }
+      else continue;
+      break;
+    default:
+      continue; // sparse tensors, type protos: no bearing on cost
+    }
+    node.attrs.push_back(std::move(d));
+  }
+  return node;
+}
+
+std::shared_ptr<GraphDesc>
+Loader::processSubgraph(const ::onnx::GraphProto &g, Scope &scope,
+                        const std::vector<ValueDesc> &args,
+                        const NodeDesc &owner) {
+  auto sub = std::make_shared<GraphDesc>();
+  sub->name = g.name();
+  if ((size_t)g.input_size() != args.size())
+    throw LoadError(describe(owner) + ": body '" + g.name() + "' takes " +
+                    std::to_string(g.input_size()) + " inputs, expected " +
+                    std::to_string(args.size()));
+  for (int i = 0; i < g.input_size(); ++i) {
+    ValueDesc v = args[i];
+    v.name = g.input(i).name();
+    v.kind = ValueKind::Input;
+    v.values.clear();
+    sub->inputs.push_back(v.name);
+    addValue(*sub, std::move(v));
+  }
+  addInitializers(g, *sub);
+  Scope inner{sub.get(), &scope};
+  processNodes(g, *sub, inner, owner.name + "/");
+  for (const auto &o : g.output()) {
+    if (!inner.lookup(o.name()))
+      throw LoadError(describe(owner) + ": body output '" + o.name() +
+                      "' is never defined");
+    sub->outputs.push_back(o.name());
+  }
+  return sub;
+}
+
+void Loader::processNodes(const ::onnx::GraphProto &g, GraphDesc &out,
+                          Scope &scope, const std::string &prefix) {
+  for (const auto &n : g.node())
+    processNode(n, out, scope, prefix);
+}
+
+void Loader::processNode(const ::onnx::NodeProto &n, GraphDesc &out,
+                         Scope &scope, const std::string &prefix) {
+  NodeDesc node = convertNode(n, prefix);
+  std::vector<const ValueDesc *> inputs;
+  for (const std::string &name : node.inputs) {
+    if (name.empty()) {
+      inputs.push_back(nullptr);
+      continue;
+    }
+    const ValueDesc *v = scope.lookup(name);
+    if (!v)
+      throw LoadError(describe(node) + ": uses undefined value '" + name + "'");
+    inputs.push_back(v);
+  }
+  while (!inputs.empty() && !inputs.back()) {
+    inputs.pop_back();
+    node.inputs.pop_back();
+  }
+  for (const std::string &o : node.outputs)
+    if (!o.empty() && out.values.count(o))
+      throw LoadError(describe(node) + ": redefines value '" + o + "'");
+
+  const bool defaultDomain = node.domain.empty();
+
+  // Constants: small ones keep their values, large float ones are buffers.
+  if (defaultDomain && node.opType == "Constant") {
+    if (node.outputs.size() != 1 || node.attrs.empty())
+      throw LoadError(describe(node) + ": needs one output and one value attribute");
+    const AttrDesc &a = node.attrs[0];
+    ValueDesc v;
+    v.name = node.outputs[0];
+    if (a.name == "value" && a.kind == AttrDesc::Kind::Tensor) {
+      v.type = a.tensor.type;
+      v.shape = a.tensor.shape;
+      v.values = a.tensor.values;
+    } else if (a.name == "value_float") { v.type = ElemType::Float; v.values = {a.f}; }
+    else if (a.name == "value_int") { v.type = ElemType::Int64; v.values = {double(a.i)}; }
+    else if (a.name == "value_floats") { v.type = ElemType::Float; v.shape = {(int64_t)a.floats.size()}; v.values = a.floats; }
+    else if (a.name == "value_ints") {
+      v.type = ElemType::Int64; v.shape = {(int64_t)a.ints.size()};
+      for (int64_t i : a.ints) v.values.push_back(double(i));
+    } else
+      throw LoadError(describe(node) + ": unsupported constant attribute '" + a.name + "'");
+    v.kind = (int64_t)v.values.size() == v.numElements() ? ValueKind::Constant
+                                                          : ValueKind::Buffer;
+    if (v.kind == ValueKind::Buffer)
+      out.weights.push_back(v.name);
+    addValue(out, std::move(v));
+    return;
+  }
+
+  // A weight placeholder: ConstantOfShape fed directly by an initializer (the
+  // way ONNX's "light" test models strip their weights).
+  if (defaultDomain && node.opType == "ConstantOfShape" && !node.inputs.empty() &&
+      initializerNames.count(node.inputs[0])) {
+    std::vector<ValueDesc> outs;
+    detail::inferNode(node, model.opsetVersion, inputs, outs);
+    if (isFloat(outs[0].type)) {
+      outs[0].kind = ValueKind::Param;
+      outs[0].values.clear();
+      addValue(out, std::move(outs[0]));
+      return;
+    }
+  }
+
+  // If: a constant condition inlines the taken branch; otherwise both
+  // branches are kept as subgraphs.
+  if (defaultDomain && node.opType == "If") {
+    const ::onnx::GraphProto *thenG = nullptr, *elseG = nullptr;
+    for (const auto &a : n.attribute()) {
+      if (a.name() == "then_branch") thenG = &a.g();
+      if (a.name() == "else_branch") elseG = &a.g();
+    }
+    if (!thenG || !elseG || inputs.empty() || !inputs[0])
+      throw LoadError(describe(node) + ": needs a condition and two branches");
+    const ValueDesc &cond = *inputs[0];
+    if (cond.kind == ValueKind::Constant && cond.values.size() == 1) {
+      const ::onnx::GraphProto &taken = cond.values[0] != 0 ? *thenG : *elseG;
+      addInitializers(taken, out);
+      processNodes(taken, out, scope, node.name + "/");
+      if ((size_t)taken.output_size() != node.outputs.size())
+        throw LoadError(describe(node) + ": branch output count differs");
+      for (size_t i = 0; i < node.outputs.size(); ++i) {
+        const ValueDesc *src = scope.lookup(taken.output(i).name());
+        if (!src)
+          throw LoadError(describe(node) + ": branch output '" +
+                          taken.output(i).name() + "' is never defined");
+        ValueDesc alias = *src;
+        alias.name = node.outputs[i];
+        if (alias.kind == ValueKind::Param || alias.kind == ValueKind::Buffer ||
+            alias.kind == ValueKind::Input || alias.kind == ValueKind::Computed) {
+          // Keep the dataflow with an Identity node.
+          NodeDesc id;
+          id.name = node.name + "/output_" + std::to_string(i);
+          id.opType = "Identity";
+          id.inputs = {src->name};
+          id.outputs = {alias.name};
+          alias.kind = ValueKind::Computed;
+          out.nodes.push_back(id);
+        }
+        addValue(out, std::move(alias));
+      }
+      return;
+    }
+    for (AttrDesc &a : node.attrs) {
+      if (a.kind != AttrDesc::Kind::Graph) continue;
+      a.graph = processSubgraph(a.name == "then_branch" ? *thenG : *elseG,
+                                scope, {}, node);
+    }
+    const GraphDesc *thenD = nullptr;
+    for (AttrDesc &a : node.attrs)
+      if (a.name == "then_branch") thenD = a.graph.get();
+    if (!thenD || thenD->outputs.size() != node.outputs.size())
+      throw LoadError(describe(node) + ": branch output count differs");
+    Scope thenScope{const_cast<GraphDesc *>(thenD), &scope};
+    for (size_t i = 0; i < node.outputs.size(); ++i) {
+      ValueDesc v = *thenScope.lookup(thenD->outputs[i]);
+      v.name = node.outputs[i];
+      v.kind = ValueKind::Computed;
+      v.values.clear();
+      addValue(out, std::move(v));
+    }
+    out.nodes.push_back(std::move(node));
+    return;
+  }
+
+  // Loop and Scan keep their bodies; shapes come from the body.
+  if (defaultDomain && (node.opType == "Loop" || node.opType == "Scan")) {
+    const ::onnx::GraphProto *body = nullptr;
+    for (const auto &a : n.attribute())
+      if (a.name() == "body") body = &a.g();
+    if (!body)
+      throw LoadError(describe(node) + ": has no body");
+    std::vector<ValueDesc> args;
+    int64_t trip = -1;
+    size_t numState = 0, numScanIn = 0;
+    if (node.opType == "Loop") {
+      if (inputs.size() < 2)
+        throw LoadError(describe(node) + ": needs a trip count and a condition");
+      if (inputs[0] && inputs[0]->kind == ValueKind::Constant && !inputs[0]->values.empty())
+        trip = (int64_t)inputs[0]->values[0];
+      ValueDesc iter; iter.type = ElemType::Int64;
+      ValueDesc cond; cond.type = ElemType::Bool;
+      args = {iter, cond};
+      for (size_t i = 2; i < inputs.size(); ++i) {
+        if (!inputs[i]) throw LoadError(describe(node) + ": empty loop-carried input");
+        args.push_back(*inputs[i]);
+      }
+      numState = inputs.size() - 2;
+    } else {
+      numScanIn = detail::attrInt(node, "num_scan_inputs", 0);
+      if (numScanIn > inputs.size())
+        throw LoadError(describe(node) + ": num_scan_inputs exceeds its inputs");
+      numState = inputs.size() - numScanIn;
+      for (size_t i = 0; i < inputs.size(); ++i) {
+        if (!inputs[i]) throw LoadError(describe(node) + ": empty scan input");
+        ValueDesc v = *inputs[i];
+        if (i >= numState) {
+          if (v.shape.empty()) throw LoadError(describe(node) + ": scan input is a scalar");
+          trip = v.shape[0];
+          v.shape.erase(v.shape.begin());
+        }
+        args.push_back(v);
+      }
+    }
+    auto sub = processSubgraph(*body, scope, args, node);
+    for (AttrDesc &a : node.attrs)
+      if (a.name == "body") a.graph = sub;
+    Scope bodyScope{sub.get(), &scope};
+    size_t firstOut = node.opType == "Loop" ? 1 : 0; // Loop's body returns cond first
+    for (size_t i = 0; i < node.outputs.size(); ++i) {
+      size_t bi = firstOut + i;
+      if (bi >= sub->outputs.size())
+        throw LoadError(describe(node) + ": body has too few outputs");
+      ValueDesc v = *bodyScope.lookup(sub->outputs[bi]);
+      v.name = node.outputs[i];
+      v.kind = ValueKind::Computed;
+      v.values.clear();
+      if (i >= numState) {
+        if (trip < 0)
+          throw LoadError(describe(node) + ": trip count is not a constant, so "
+                          "the shape of output '" + v.name + "' is unknown");
+        v.shape.insert(v.shape.begin(), trip);
+      }
+      addValue(out, std::move(v));
+    }
+    out.nodes.push_back(std::move(node));
+    return;
+  }
+
+  std::vector<ValueDesc> outs;
+  bool inferred = false;
+  if (defaultDomain)
+    inferred = detail::inferNode(node, model.opsetVersion, inputs, outs);
+  if (!inferred) {
+    outs.clear();
+    for (const std::string &o : node.outputs) {
+      auto it = onnxInferred.find(o);
+      if (o.empty()) { outs.emplace_back(); continue; }
+      if (it == onnxInferred.end())
+        throw LoadError(describe(node) + ": cannot infer the shape of output '" +
+                        o + "'" + (defaultDomain ? "" : " (domain '" + node.domain + "')"));
+      outs.push_back(it->second);
+    }
+  }
+  bool allConstant = true;
+  for (size_t i = 0; i < outs.size(); ++i) {
+    if (node.outputs[i].empty()) continue;
+    outs[i].name = node.outputs[i];
+    if (outs[i].kind != ValueKind::Constant) {
+      outs[i].kind = ValueKind::Computed;
+      allConstant = false;
+    }
+  }
+  for (size_t i = 0; i < outs.size(); ++i)
+    if (!node.outputs[i].empty())
+      addValue(out, std::move(outs[i]));
+  if (!allConstant)
+    out.nodes.push_back(std::move(node));
+}
+
+/// Keeps the nodes whose outputs reach the graph outputs; records the
+/// weights and constants the kept nodes use. Returns names used from
+/// enclosing scopes.
+void pruneGraph(GraphDesc &g, std::set<std::string> &usedOutside) {
+  std::set<std::string> live(g.outputs.begin(), g.outputs.end());
+  std::vector<bool> keep(g.nodes.size(), false);
+  std::vector<std::set<std::string>> nodeUses(g.nodes.size());
+  for (size_t i = g.nodes.size(); i-- > 0;) {
+    NodeDesc &n = g.nodes[i];
+    bool needed = false;
+    for (const std::string &o : n.outputs)
+      needed |= !o.empty() && live.count(o);
+    if (!needed) continue;
+    keep[i] = true;
+    for (const std::string &in : n.inputs)
+      if (!in.empty()) { live.insert(in); nodeUses[i].insert(in); }
+    for (AttrDesc &a : n.attrs)
+      if (a.graph) {
+        std::set<std::string> inner;
+        pruneGraph(*a.graph, inner);
+        for (const std::string &s : inner) { live.insert(s); nodeUses[i].insert(s); }
+      }
+  }
+  std::vector<NodeDesc> kept;
+  std::set<std::string> seen;
+  auto note = [&](const std::string &name) {
+    auto it = g.values.find(name);
+    if (it == g.values.end()) { usedOutside.insert(name); return; }
+    if (!seen.insert(name).second) return;
+    if (it->second.kind == ValueKind::Param || it->second.kind == ValueKind::Buffer)
+      g.weights.push_back(name);
+    else if (it->second.kind == ValueKind::Constant)
+      g.constants.push_back(name);
+  };
+  g.weights.clear();
+  g.constants.clear();
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    if (!keep[i]) continue;
+    for (const std::string &in : g.nodes[i].inputs) if (!in.empty()) note(in);
+    for (const std::string &in : nodeUses[i]) note(in);
+    kept.push_back(std::move(g.nodes[i]));
+  }
+  for (const std::string &o : g.outputs) note(o);
+  g.nodes = std::move(kept);
+}
+
+void Loader::run(::onnx::ModelProto &proto) {
+  model.irVersion = proto.ir_version();
+  model.producer = proto.producer_name();
+  if (model.irVersion < kMinIr || model.irVersion > kMaxIr)
+    throw LoadError("unsupported IR version " + std::to_string(model.irVersion) +
+                    " (supported: " + std::to_string(kMinIr) + " to " +
+                    std::to_string(kMaxIr) + ")");
+  for (const auto &o : proto.opset_import())
+    if (o.domain().empty() || o.domain() == "ai.onnx")
+      model.opsetVersion = o.version();
+  if (model.opsetVersion == 0 && model.irVersion <= 3)
+    model.opsetVersion = kMinOpset; // IR 3 files may omit opset_import
+  if (model.opsetVersion < kMinOpset || model.opsetVersion > kMaxOpset)
+    throw LoadError("unsupported opset " + std::to_string(model.opsetVersion) +
+                    " (supported: " + std::to_string(kMinOpset) + " to " +
+                    std::to_string(kMaxOpset) + ")");
+  if (!proto.has_graph() || proto.graph().node_size() == 0)
+    throw LoadError("the model has no graph nodes");
+
+  ::onnx::GraphProto &g = *proto.mutable_graph();
+  std::set<std::string> inits;
+  for (const auto &t : g.initializer())
+    inits.insert(t.name());
+
+  // Bind symbolic dims of the graph inputs; name every unbound one.
+  std::vector<std::string> unbound;
+  for (auto &input : *g.mutable_input()) {
+    if (inits.count(input.name()) || !input.type().has_tensor_type())
+      continue;
+    auto *shape = input.mutable_type()->mutable_tensor_type()->mutable_shape();
+    for (int i = 0; i < shape->dim_size(); ++i) {
+      auto *dim = shape->mutable_dim(i);
+      if (dim->has_dim_value()) continue;
+      std::string sym = dim->has_dim_param() ? dim->dim_param() : "";
+      auto it = options.dims.find(sym);
+      if (!sym.empty() && it != options.dims.end()) {
+        dim->set_dim_value(it->second);
+        model.boundDims[sym] = it->second;
+      } else {
+        std::string where = "'" + input.name() + "' dim " + std::to_string(i);
+        unbound.push_back(sym.empty() ? "(unnamed) in " + where : sym + " in " + where);
+      }
+    }
+  }
+  if (!unbound.empty()) {
+    std::string msg = "unbound symbolic dims: ";
+    for (size_t i = 0; i < unbound.size(); ++i)
+      msg += (i ? ", " : "") + unbound[i];
+    throw LoadError(msg + "; bind each with --dim NAME=VALUE");
+  }
+
+  // ONNX's shape inference for whatever our rules do not cover. It knows
+  // opsets up to 17; on newer models it may skip nodes, which is fine.
+  if (model.opsetVersion <= 17) {
+    try {
+      ::onnx::ShapeInferenceOptions opts(false, 0, true);
+      ::onnx::shape_inference::InferShapes(proto, ::onnx::OpSchemaRegistry::Instance(), opts);
+    } catch (const std::exception &) {
+      // Our own rules still run; a node neither covers is reported below.
+    }
+    for (const auto &vi : g.value_info()) {
+      if (!vi.type().has_tensor_type()) continue;
+      const auto &tt = vi.type().tensor_type();
+      if (!tt.has_shape()) continue;
+      ValueDesc v;
+      v.name = vi.name();
+      v.type = toElemType(tt.elem_type());
+      bool complete = v.type != ElemType::Undefined;
+      for (const auto &d : tt.shape().dim()) {
+        if (!d.has_dim_value()) { complete = false; break; }
+        v.shape.push_back(d.dim_value());
+      }
+      if (complete) onnxInferred[v.name] = v;
+    }
+  }
+
+  GraphDesc &out = model.graph;
+  out.name = g.name();
+  collectBnStatistics(g);
+  addInitializers(g, out);
+  for (const auto &input : g.input()) {
+    if (inits.count(input.name())) continue;
+    if (!input.type().has_tensor_type())
+      throw LoadError("graph input '" + input.name() + "' is not a tensor");
+    ValueDesc v;
+    v.name = input.name();
+    v.kind = ValueKind::Input;
+    v.type = toElemType(input.type().tensor_type().elem_type());
+    if (v.type == ElemType::Undefined)
+      throw LoadError("graph input '" + input.name() + "' has no element type");
+    for (const auto &d : input.type().tensor_type().shape().dim())
+      v.shape.push_back(d.dim_value());
+    out.inputs.push_back(v.name);
+    addValue(out, std::move(v));
+  }
+  Scope scope{&out, nullptr};
+  processNodes(g, out, scope, "");
+  for (const auto &o : g.output()) {
+    if (!out.values.count(o.name()))
+      throw LoadError("graph output '" + o.name() + "' is never defined");
+    out.outputs.push_back(o.name());
+  }
+  std::set<std::string> outside;
+  pruneGraph(out, outside);
+}
+
+} // namespace
+
+LoadResult loadOnnxModelFromBytes(const std::string &bytes,
+                                  const std::string &path,
+                                  const LoadOptions &options) {
+  LoadResult result;
+  if (bytes.empty()) {
+    result.error = path + ": empty file";
+    return result;
+  }
+  try {
+    ::onnx::ModelProto proto;
+    if (bytes.size() > size_t(INT32_MAX) ||
+        !proto.ParseFromArray(bytes.data(), int(bytes.size()))) {
+      result.error = path + ": not a valid ONNX protobuf (truncated or corrupt)";
+      return result;
+    }
+    auto model = std::make_unique<ModelDesc>();
+    model->path = path;
+    Loader(options, *model).run(proto);
+    result.model = std::move(model);
+  } catch (const LoadError &e) {
+    result.error = path + ": " + e.what();
+  } catch (const std::exception &e) {
+    result.error = path + ": " + e.what();
+  } catch (...) {
+    result.error = path + ": unknown error while loading";
+  }
+  return result;
+}
+
+LoadResult loadOnnxModel(const std::string &path, const LoadOptions &options) {
+  std::ifstream file(path, std::ios::binary);
+  if (!file) {
+    LoadResult r;
+    r.error = path + ": cannot open file: " + std::strerror(errno);
+    return r;
+  }
+  std::ostringstream buf;
+  buf << file.rdbuf();
+  if (file.bad()) {
+    LoadResult r;
+    r.error = path + ": cannot read file";
+    return r;
+  }
+  return loadOnnxModelFromBytes(buf.str(), path, options);
+}
+
+} // namespace orrery::onnx

@@ -1,0 +1,35 @@
+//===- Workload.cpp - totals over layers ----------------------------------===//
+#include "orrery/CostModel/Workload.h"
+
+namespace orrery {
+
+template <typename F> static int64_t sumOverLayers(const Workload &w, F field) {
+  int64_t total = 0;
+  for (const LayerKind &k : w.kinds)
+    total += k.count * field(k);
+  return total;
+}
+
+int64_t Workload::totalOps() const {
+  int64_t n = 0;
+  for (const auto &[name, count] : opHistogram)
+    n += count;
+  return n;
+}
+int64_t Workload::parameters() const {
+  return sumOverLayers(*this, [](const LayerKind &k) { return k.parameters; });
+}
+int64_t Workload::buffers() const {
+  return sumOverLayers(*this, [](const LayerKind &k) { return k.buffers; });
+}
+int64_t Workload::forwardFlops() const {
+  return sumOverLayers(*this, [](const LayerKind &k) { return k.forwardFlops; });
+}
+int64_t Workload::backwardFlops() const {
+  return sumOverLayers(*this, [](const LayerKind &k) { return k.backwardFlops; });
+}
+int64_t Workload::savedActivationBytes() const {
+  return sumOverLayers(*this, [](const LayerKind &k) { return k.savedActivationBytes; });
+}
+
+} // namespace orrery

@@ -1,0 +1,60 @@
+//===- OrreryDialect.h - the orrery dialect ------------------------------===//
+#ifndef ORRERY_DIALECT_ORRERYDIALECT_H
+#define ORRERY_DIALECT_ORRERYDIALECT_H
+
+#include "mlir/Bytecode/BytecodeOpInterface.h"
+#include "mlir/IR/BuiltinTypes.h"
+#include "mlir/IR/Dialect.h"
+#include "mlir/IR/OpDefinition.h"
+#include "mlir/IR/OpImplementation.h"
+#include "mlir/Interfaces/ControlFlowInterfaces.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
+
+#include "orrery/Dialect/OrreryDialect.h.inc"
+
+namespace orrery {
+namespace detail {
+// Shared pieces of the cost interface and the verifiers; see OrreryCost.cpp.
+int64_t defaultForwardFlops(mlir::Operation *op);
+int64_t defaultBackwardFlops(mlir::Operation *op);
+int64_t defaultBytesRead(mlir::Operation *op);
+int64_t defaultBytesWritten(mlir::Operation *op);
+void defaultSavedForBackward(mlir::Operation *op,
+                             llvm::SmallVectorImpl<mlir::Value> &saved);
+int64_t perOutputElementFlops(mlir::Operation *op, int64_t flopsPerElement);
+int64_t inputElementFlops(mlir::Operation *op);
+int64_t poolFlops(mlir::Operation *op);
+int64_t recurrentFlops(mlir::Operation *op, int64_t gates, bool backward);
+int64_t recurrentGateBytes(mlir::Operation *op, int64_t gates);
+void saveActivationOperands(mlir::Operation *op,
+                            llvm::SmallVectorImpl<mlir::Value> &saved);
+void saveNonConstantPairOperands(mlir::Operation *op,
+                                 llvm::SmallVectorImpl<mlir::Value> &saved);
+void saveFirstOperand(mlir::Operation *op,
+                      llvm::SmallVectorImpl<mlir::Value> &saved);
+mlir::LogicalResult verifyArity(mlir::Operation *op, int minIn, int maxIn,
+                                int minOut, int maxOut);
+mlir::LogicalResult verifyBroadcast(mlir::Operation *op);
+mlir::LogicalResult verifyMatMul(mlir::Operation *op);
+mlir::LogicalResult verifyConv(mlir::Operation *op);
+} // namespace detail
+
+/// Elements of a ranked tensor type; 0 for anything else.
+int64_t numElements(mlir::Type type);
+/// Bytes of a ranked tensor type (sub-byte elements round up to a byte).
+int64_t tensorBytes(mlir::Type type);
+/// True when `value` is an activation: not a weight, a constant or `none`.
+/// A function argument is a weight when it carries the `orrery.weight`
+/// argument attribute that layer outlining sets.
+bool isActivation(mlir::Value value);
+/// True when `value` is a weight (an `orrery.weight` or an outlined weight
+/// argument).
+bool isWeight(mlir::Value value);
+} // namespace orrery
+
+#include "orrery/Dialect/CostOpInterface.h.inc"
+
+#define GET_OP_CLASSES
+#include "orrery/Dialect/OrreryOps.h.inc"
+
+#endif // ORRERY_DIALECT_ORRERYDIALECT_H
