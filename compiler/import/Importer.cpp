@@ -1,4 +1,5 @@
-//===- Importer.cpp - GraphDesc → orrery dialect ---------------------------===//
+//===- Importer.cpp - GraphDesc → orrery dialect
+//---------------------------===//
 //
 // A straight walk over the loaded graph: weights and constants first, then
 // one op per node in order. ONNX op types map to dialect mnemonics by name
@@ -29,8 +30,8 @@ namespace {
 /// "GRU" → "gru", "MatMul" → "matmul", "PRelu" → "prelu".
 std::string mnemonicFor(llvm::StringRef opType) {
   static const llvm::StringMap<std::string> special = {
-      {"MatMul", "matmul"}, {"PRelu", "prelu"}, {"LRN", "lrn"},
-      {"GRU", "gru"},       {"RNN", "rnn"},     {"LSTM", "lstm"},
+      {"MatMul", "matmul"},  {"PRelu", "prelu"},    {"LRN", "lrn"},
+      {"GRU", "gru"},        {"RNN", "rnn"},        {"LSTM", "lstm"},
       {"ArgMax", "arg_max"}, {"ArgMin", "arg_min"}, {"ReduceL2", "reduce_l2"}};
   auto it = special.find(opType);
   if (it != special.end())
@@ -86,22 +87,36 @@ private:
 FailureOr<Type> Importer::elementType(onnx::ElemType t, llvm::StringRef what) {
   using E = onnx::ElemType;
   switch (t) {
-  case E::Float: return Type(builder.getF32Type());
-  case E::Float16: return Type(builder.getF16Type());
-  case E::BFloat16: return Type(builder.getBF16Type());
-  case E::Double: return Type(builder.getF64Type());
-  case E::Int64: return Type(builder.getI64Type());
-  case E::Int32: return Type(builder.getI32Type());
-  case E::Int16: return Type(builder.getIntegerType(16));
-  case E::Int8: return Type(builder.getIntegerType(8));
-  case E::Bool: return Type(builder.getI1Type());
-  case E::UInt8: return Type(builder.getIntegerType(8, false));
-  case E::UInt16: return Type(builder.getIntegerType(16, false));
-  case E::UInt32: return Type(builder.getIntegerType(32, false));
-  case E::UInt64: return Type(builder.getIntegerType(64, false));
+  case E::Float:
+    return Type(builder.getF32Type());
+  case E::Float16:
+    return Type(builder.getF16Type());
+  case E::BFloat16:
+    return Type(builder.getBF16Type());
+  case E::Double:
+    return Type(builder.getF64Type());
+  case E::Int64:
+    return Type(builder.getI64Type());
+  case E::Int32:
+    return Type(builder.getI32Type());
+  case E::Int16:
+    return Type(builder.getIntegerType(16));
+  case E::Int8:
+    return Type(builder.getIntegerType(8));
+  case E::Bool:
+    return Type(builder.getI1Type());
+  case E::UInt8:
+    return Type(builder.getIntegerType(8, false));
+  case E::UInt16:
+    return Type(builder.getIntegerType(16, false));
+  case E::UInt32:
+    return Type(builder.getIntegerType(32, false));
+  case E::UInt64:
+    return Type(builder.getIntegerType(64, false));
   default:
     (void)fail(model.path + ": value '" + what.str() + "' has element type " +
-               onnx::elemTypeName(t) + ", which the orrery dialect cannot hold");
+               onnx::elemTypeName(t) +
+               ", which the orrery dialect cannot hold");
     return failure();
   }
 }
@@ -124,9 +139,9 @@ FailureOr<Attribute> Importer::denseValues(const onnx::ValueDesc &v) {
     if (auto f = dyn_cast<FloatType>(elem))
       attrs.push_back(FloatAttr::get(f, x));
     else
-      attrs.push_back(IntegerAttr::get(elem, APInt(elem.getIntOrFloatBitWidth(),
-                                                   (uint64_t)(int64_t)x,
-                                                   /*isSigned=*/true, /*implicitTrunc=*/true)));
+      attrs.push_back(IntegerAttr::get(
+          elem, APInt(elem.getIntOrFloatBitWidth(), (uint64_t)(int64_t)x,
+                      /*isSigned=*/true, /*implicitTrunc=*/true)));
   }
   return Attribute(DenseElementsAttr::get(*type, attrs));
 }
@@ -137,16 +152,17 @@ LogicalResult Importer::importGraph(const onnx::GraphDesc &g) {
     FailureOr<RankedTensorType> type = tensorType(v);
     if (failed(type))
       return failure();
-    auto w = builder.create<WeightOp>(locFor(name), *type, name,
-                                      v.kind == onnx::ValueKind::Param);
+    auto w = WeightOp::create(builder, locFor(name), *type, name,
+                              v.kind == onnx::ValueKind::Param);
     scopes.back()[name] = w;
   }
   for (const std::string &name : g.constants) {
     FailureOr<Attribute> attr = denseValues(g.values.at(name));
     if (failed(attr))
       return failure();
-    auto c = builder.create<ConstantOp>(locFor(name), cast<TypedAttr>(*attr).getType(),
-                                         cast<ElementsAttr>(*attr));
+    auto c = ConstantOp::create(builder, locFor(name),
+                                cast<TypedAttr>(*attr).getType(),
+                                cast<ElementsAttr>(*attr));
     scopes.back()[name] = c;
   }
   for (const onnx::NodeDesc &n : g.nodes)
@@ -161,7 +177,7 @@ LogicalResult Importer::importNode(const onnx::GraphDesc &g,
   SmallVector<Value> operands;
   for (const std::string &in : n.inputs) {
     if (in.empty()) {
-      operands.push_back(builder.create<NoneOp>(loc, builder.getNoneType()));
+      operands.push_back(NoneOp::create(builder, loc, builder.getNoneType()));
       continue;
     }
     Value v = lookup(in);
@@ -208,10 +224,18 @@ LogicalResult Importer::importNode(const onnx::GraphDesc &g,
     using K = onnx::AttrDesc::Kind;
     Attribute attr;
     switch (a.kind) {
-    case K::Int: attr = builder.getI64IntegerAttr(a.i); break;
-    case K::Float: attr = builder.getF32FloatAttr(float(a.f)); break;
-    case K::String: attr = builder.getStringAttr(a.s); break;
-    case K::Ints: attr = builder.getDenseI64ArrayAttr(a.ints); break;
+    case K::Int:
+      attr = builder.getI64IntegerAttr(a.i);
+      break;
+    case K::Float:
+      attr = builder.getF32FloatAttr(float(a.f));
+      break;
+    case K::String:
+      attr = builder.getStringAttr(a.s);
+      break;
+    case K::Ints:
+      attr = builder.getDenseI64ArrayAttr(a.ints);
+      break;
     case K::Floats: {
       SmallVector<float> fs(a.floats.begin(), a.floats.end());
       attr = builder.getDenseF32ArrayAttr(fs);
@@ -230,20 +254,24 @@ LogicalResult Importer::importNode(const onnx::GraphDesc &g,
         attr = *d;
       }
       break;
-    case K::Graph: graphs.push_back(&a); break;
+    case K::Graph:
+      graphs.push_back(&a);
+      break;
     }
     if (attr) {
       // Attribute names that clash with onnx_op's own are renamed.
       std::string key = (!known && (a.name == "op_type" || a.name == "domain"))
-                            ? "onnx." + a.name : a.name;
+                            ? "onnx." + a.name
+                            : a.name;
       state.addAttribute(key, attr);
     }
   }
-  bool controlFlow = known && (n.opType == "If" || n.opType == "Loop" ||
-                               n.opType == "Scan");
+  bool controlFlow =
+      known && (n.opType == "If" || n.opType == "Loop" || n.opType == "Scan");
   if (!controlFlow && !graphs.empty())
-    return fail(model.path + ": node '" + n.name + "' (" + n.opType +
-                "): subgraph attributes are only supported on If, Loop and Scan");
+    return fail(
+        model.path + ": node '" + n.name + "' (" + n.opType +
+        "): subgraph attributes are only supported on If, Loop and Scan");
   if (controlFlow) {
     // If: then, else. Loop/Scan: body.
     std::vector<const onnx::GraphDesc *> bodies;
@@ -279,7 +307,7 @@ LogicalResult Importer::importNode(const onnx::GraphDesc &g,
       SmallVector<Value> results;
       for (const std::string &out : body->outputs)
         results.push_back(lookup(out));
-      builder.create<YieldOp>(loc, results);
+      YieldOp::create(builder, loc, results);
       scopes.pop_back();
     }
     for (size_t i = 0; i < n.outputs.size(); ++i)
@@ -295,16 +323,21 @@ LogicalResult Importer::importNode(const onnx::GraphDesc &g,
 
 FailureOr<OwningOpRef<ModuleOp>> Importer::run() {
   OwningOpRef<ModuleOp> module = ModuleOp::create(locFor(model.path));
-  module->getOperation()->setAttr("orrery.source", builder.getStringAttr(model.path));
-  module->getOperation()->setAttr("orrery.opset", builder.getI64IntegerAttr(model.opsetVersion));
-  module->getOperation()->setAttr("orrery.ir_version", builder.getI64IntegerAttr(model.irVersion));
+  module->getOperation()->setAttr("orrery.source",
+                                  builder.getStringAttr(model.path));
+  module->getOperation()->setAttr(
+      "orrery.opset", builder.getI64IntegerAttr(model.opsetVersion));
+  module->getOperation()->setAttr("orrery.ir_version",
+                                  builder.getI64IntegerAttr(model.irVersion));
   if (!model.producer.empty())
-    module->getOperation()->setAttr("orrery.producer", builder.getStringAttr(model.producer));
+    module->getOperation()->setAttr("orrery.producer",
+                                    builder.getStringAttr(model.producer));
   SmallVector<NamedAttribute> dims;
   for (const auto &[sym, value] : model.boundDims)
     dims.push_back(builder.getNamedAttr(sym, builder.getI64IntegerAttr(value)));
   if (!dims.empty())
-    module->getOperation()->setAttr("orrery.dims", builder.getDictionaryAttr(dims));
+    module->getOperation()->setAttr("orrery.dims",
+                                    builder.getDictionaryAttr(dims));
 
   const onnx::GraphDesc &g = model.graph;
   SmallVector<Type> inputs, outputs;
@@ -321,8 +354,8 @@ FailureOr<OwningOpRef<ModuleOp>> Importer::run() {
     outputs.push_back(*t);
   }
   builder.setInsertionPointToEnd(module->getBody());
-  auto func = builder.create<func::FuncOp>(locFor("main"), "main",
-                                           builder.getFunctionType(inputs, outputs));
+  auto func = func::FuncOp::create(builder, locFor("main"), "main",
+                                   builder.getFunctionType(inputs, outputs));
   Block *entry = func.addEntryBlock();
   scopes.emplace_back();
   for (size_t i = 0; i < g.inputs.size(); ++i) {
@@ -341,16 +374,18 @@ FailureOr<OwningOpRef<ModuleOp>> Importer::run() {
       // A graph output that folded to a constant or is a weight.
       auto it = g.values.find(out);
       if (it == g.values.end() || it->second.kind != onnx::ValueKind::Constant)
-        return fail(model.path + ": graph output '" + out + "' was not imported");
+        return fail(model.path + ": graph output '" + out +
+                    "' was not imported");
       FailureOr<Attribute> attr = denseValues(it->second);
       if (failed(attr))
         return failure();
-      v = builder.create<ConstantOp>(locFor(out), cast<TypedAttr>(*attr).getType(),
-                                      cast<ElementsAttr>(*attr));
+      v = ConstantOp::create(builder, locFor(out),
+                             cast<TypedAttr>(*attr).getType(),
+                             cast<ElementsAttr>(*attr));
     }
     results.push_back(v);
   }
-  builder.create<func::ReturnOp>(locFor("main"), results);
+  func::ReturnOp::create(builder, locFor("main"), results);
 
   // The verifier's diagnostics become the one-line error.
   std::string diag;
@@ -376,7 +411,8 @@ importModel(MLIRContext &context, const onnx::ModelDesc &model) {
   Importer importer(context, model);
   FailureOr<OwningOpRef<ModuleOp>> module = importer.run();
   if (failed(module))
-    return llvm::createStringError(llvm::inconvertibleErrorCode(), importer.error);
+    return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                   importer.error);
   return std::move(*module);
 }
 
@@ -385,7 +421,8 @@ importOnnxFile(MLIRContext &context, const std::string &path,
                const onnx::LoadOptions &options) {
   onnx::LoadResult loaded = onnx::loadOnnxModel(path, options);
   if (!loaded.model)
-    return llvm::createStringError(llvm::inconvertibleErrorCode(), loaded.error);
+    return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                   loaded.error);
   return importModel(context, *loaded.model);
 }
 

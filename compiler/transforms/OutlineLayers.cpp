@@ -40,7 +40,8 @@ bool isValueOp(Operation *op) { return isa<WeightOp, ConstantOp, NoneOp>(op); }
 bool isContraction(Operation *op) {
   bool found = false;
   op->walk([&](Operation *inner) {
-    if (isa<MatMulOp, GemmOp, ConvOp, ConvTransposeOp, LSTMOp, GRUOp, RNNOp>(inner))
+    if (isa<MatMulOp, GemmOp, ConvOp, ConvTransposeOp, LSTMOp, GRUOp, RNNOp>(
+            inner))
       found = true;
   });
   return found;
@@ -97,15 +98,17 @@ private:
 };
 
 uint64_t Outliner::signature(Operation *op) {
-  llvm::hash_code h = llvm::hash_combine(op->getName().getAsOpaquePointer(),
-                                         op->getAttrDictionary().getAsOpaquePointer());
+  llvm::hash_code h =
+      llvm::hash_combine(op->getName().getAsOpaquePointer(),
+                         op->getAttrDictionary().getAsOpaquePointer());
   for (Type t : op->getResultTypes())
     h = llvm::hash_combine(h, t.getAsOpaquePointer());
   for (Value v : op->getOperands()) {
     h = llvm::hash_combine(h, v.getType().getAsOpaquePointer());
     Operation *def = v.getDefiningOp();
     if (isa_and_nonnull<ConstantOp>(def))
-      h = llvm::hash_combine(h, 2, cast<ConstantOp>(def).getValue().getAsOpaquePointer());
+      h = llvm::hash_combine(
+          h, 2, cast<ConstantOp>(def).getValue().getAsOpaquePointer());
     else
       h = llvm::hash_combine(h, isWeight(v) ? 1 : 0);
   }
@@ -138,7 +141,8 @@ void Outliner::computeCutWidths() {
       if (!top)
         continue;
       auto it = position.find(top);
-      last = std::max<int64_t>(last, it == position.end() ? int64_t(n) : int64_t(it->second));
+      last = std::max<int64_t>(
+          last, it == position.end() ? int64_t(n) : int64_t(it->second));
     }
     return last;
   };
@@ -162,7 +166,8 @@ Instance Outliner::canonicalize(size_t start, size_t length) {
   llvm::DenseMap<Value, int64_t> externalIndex;
   auto inInstance = [&](Operation *top) {
     auto it = position.find(top);
-    return it != position.end() && it->second >= start && it->second < start + length;
+    return it != position.end() && it->second >= start &&
+           it->second < start + length;
   };
   for (size_t t = 0; t < length; ++t) {
     Operation *op = seq[start + t];
@@ -186,9 +191,11 @@ Instance Outliner::canonicalize(size_t start, size_t length) {
           code.kind = OperandCode::Constant;
           code.a = int64_t(reinterpret_cast<intptr_t>(
               def->getAttrDictionary().getAsOpaquePointer()));
-          code.b = int64_t(reinterpret_cast<intptr_t>(v.getType().getAsOpaquePointer()));
+          code.b = int64_t(
+              reinterpret_cast<intptr_t>(v.getType().getAsOpaquePointer()));
         } else {
-          auto [it, inserted] = externalIndex.try_emplace(v, inst.externals.size());
+          auto [it, inserted] =
+              externalIndex.try_emplace(v, inst.externals.size());
           if (inserted) {
             inst.externals.push_back(v);
             inst.externalIsWeight.push_back(isWeight(v));
@@ -246,10 +253,14 @@ std::string Outliner::labelFor(const Instance &inst, bool repeated, size_t lo) {
         embedding |= g->getNumOperands() > 0 && isWeight(g->getOperand(0));
     });
   if (repeated) {
-    if (softmax && contraction) return "transformer_layer";
-    if (recurrent) return "recurrent_block";
-    if (conv) return "conv_block";
-    if (contraction) return "mlp_block";
+    if (softmax && contraction)
+      return "transformer_layer";
+    if (recurrent)
+      return "recurrent_block";
+    if (conv)
+      return "conv_block";
+    if (contraction)
+      return "mlp_block";
     return "block";
   }
   if (lo == 0)
@@ -308,8 +319,9 @@ void Outliner::search(size_t lo, size_t hi) {
           hasHeavy = heavy[t];
         if (!hasHeavy)
           continue;
-        bool better = count > best.count ||
-                      (count == best.count && cutWidth[phi] <= cutWidth[best.phase]);
+        bool better =
+            count > best.count ||
+            (count == best.count && cutWidth[phi] <= cutWidth[best.phase]);
         if (better)
           best = {p, phi, count};
       }
@@ -320,8 +332,10 @@ void Outliner::search(size_t lo, size_t hi) {
   std::stable_sort(candidates.begin(), candidates.end(),
                    [](const Candidate &x, const Candidate &y) {
                      size_t sx = x.period * x.count, sy = y.period * y.count;
-                     if (sx != sy) return sx > sy;
-                     if (x.period != y.period) return x.period < y.period;
+                     if (sx != sy)
+                       return sx > sy;
+                     if (x.period != y.period)
+                       return x.period < y.period;
                      return x.phase < y.phase;
                    });
   for (const Candidate &c : candidates) {
@@ -406,10 +420,17 @@ void canonicalizeOrder(Block &body) {
     return def ? body.findAncestorOpInBlock(*def) : nullptr;
   };
   for (Operation *op : original) {
-    if (isa<ConstantOp, NoneOp>(op)) { source[op] = Source::Constant; continue; }
-    if (isa<WeightOp>(op)) { source[op] = Source::Weight; continue; }
-    Source s = op->getNumOperands() && !op->getNumRegions() ? Source::Constant
-                                                             : Source::Activation;
+    if (isa<ConstantOp, NoneOp>(op)) {
+      source[op] = Source::Constant;
+      continue;
+    }
+    if (isa<WeightOp>(op)) {
+      source[op] = Source::Weight;
+      continue;
+    }
+    Source s = op->getNumOperands() && !op->getNumRegions()
+                   ? Source::Constant
+                   : Source::Activation;
     for (Value v : op->getOperands()) {
       Operation *def = definingTop(v);
       Source d = def ? source.lookup(def) : Source::Activation;
@@ -444,8 +465,9 @@ void canonicalizeOrder(Block &body) {
       stack.push_back({op, true});
       op->walk([&](Operation *inner) {
         for (Value v : inner->getOperands())
-          if (Operation *def = definingTop(v);
-              def && def != op && !emitted.count(def) && source[def] == Source::Weight)
+          if (Operation *def = definingTop(v); def && def != op &&
+                                               !emitted.count(def) &&
+                                               source[def] == Source::Weight)
             stack.push_back({def, false});
       });
     }
@@ -478,10 +500,12 @@ LogicalResult Outliner::run(ModuleOp module) {
   computeCutWidths();
   if (getenv("ORRERY_DEBUG_OUTLINE"))
     for (size_t i = 0; i < seq.size(); ++i)
-      llvm::errs() << i << " " << seq[i]->getName() << " " << seq[i]->getResultTypes() << " w" << cutWidth[i] << "\n";
+      llvm::errs() << i << " " << seq[i]->getName() << " "
+                   << seq[i]->getResultTypes() << " w" << cutWidth[i] << "\n";
   search(0, seq.size());
-  std::sort(segments.begin(), segments.end(),
-            [](const Segment &a, const Segment &b) { return a.start < b.start; });
+  std::sort(
+      segments.begin(), segments.end(),
+      [](const Segment &a, const Segment &b) { return a.start < b.start; });
 
   // Canonical forms of every instance, taken before the IR changes.
   std::vector<Instance> segmentInstances;
@@ -492,7 +516,8 @@ LogicalResult Outliner::run(ModuleOp module) {
   SymbolTable symbols(module);
   OpBuilder builder(module.getContext());
   std::vector<func::FuncOp> funcs(kindExemplar.size());
-  std::vector<SmallVector<std::pair<size_t, unsigned>>> outputs(kindExemplar.size());
+  std::vector<SmallVector<std::pair<size_t, unsigned>>> outputs(
+      kindExemplar.size());
   for (size_t k = 0; k < kindExemplar.size(); ++k) {
     const Instance &inst = kindExemplar[k];
     SmallVector<Type> argTypes, resultTypes;
@@ -505,8 +530,9 @@ LogicalResult Outliner::run(ModuleOp module) {
           resultTypes.push_back(seq[inst.start + t]->getResult(r).getType());
         }
     builder.setInsertionPointToEnd(module.getBody());
-    auto func = builder.create<func::FuncOp>(
-        main.getLoc(), kindLabel[k], builder.getFunctionType(argTypes, resultTypes));
+    auto func =
+        func::FuncOp::create(builder, main.getLoc(), kindLabel[k],
+                             builder.getFunctionType(argTypes, resultTypes));
     func.setPrivate();
     symbols.insert(func); // renames on a clash: transformer_layer_0, ...
     Block *entry = func.addEntryBlock();
@@ -536,7 +562,7 @@ LogicalResult Outliner::run(ModuleOp module) {
     SmallVector<Value> results;
     for (auto [t, r] : outputs[k])
       results.push_back(map.lookup(seq[inst.start + t]->getResult(r)));
-    builder.create<func::ReturnOp>(main.getLoc(), results);
+    func::ReturnOp::create(builder, main.getLoc(), results);
     funcs[k] = func;
   }
 
@@ -552,7 +578,8 @@ LogicalResult Outliner::run(ModuleOp module) {
       args.push_back(replaced.lookup(v) ? replaced.lookup(v) : v);
     Operation *lastOp = seq[s.start + s.length - 1];
     builder.setInsertionPointAfter(lastOp);
-    auto call = builder.create<func::CallOp>(lastOp->getLoc(), funcs[s.kind], args);
+    auto call =
+        func::CallOp::create(builder, lastOp->getLoc(), funcs[s.kind], args);
     for (size_t i = 0; i < outputs[s.kind].size(); ++i) {
       auto [t, r] = outputs[s.kind][i];
       Value old = seq[s.start + t]->getResult(r);

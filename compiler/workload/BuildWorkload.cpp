@@ -20,7 +20,8 @@ static std::string histogramKey(Operation *op) {
 std::map<std::string, int64_t> opHistogram(ModuleOp module) {
   std::map<std::string, int64_t> hist;
   module.walk([&](Operation *op) {
-    if (isa<CostOpInterface>(op) && !isa<WeightOp, ConstantOp, NoneOp, YieldOp>(op))
+    if (isa<CostOpInterface>(op) &&
+        !isa<WeightOp, ConstantOp, NoneOp, YieldOp>(op))
       hist[histogramKey(op)]++;
   });
   return hist;
@@ -78,8 +79,10 @@ llvm::Expected<Workload> buildWorkload(ModuleOp module) {
     auto callee = module.lookupSymbol<func::FuncOp>(call.getCallee());
     if (!callee)
       return llvm::createStringError(llvm::inconvertibleErrorCode(),
-                                     "call to unknown function @" + call.getCallee().str());
-    auto [it, inserted] = kindIndex.try_emplace(callee.getSymName().str(), w.kinds.size());
+                                     "call to unknown function @" +
+                                         call.getCallee().str());
+    auto [it, inserted] =
+        kindIndex.try_emplace(callee.getSymName().str(), w.kinds.size());
     if (inserted)
       w.kinds.push_back(measureKind(callee));
     LayerKind &kind = w.kinds[it->second];
@@ -91,7 +94,8 @@ llvm::Expected<Workload> buildWorkload(ModuleOp module) {
         auto weight = arg.getDefiningOp<WeightOp>();
         if (!weight || !countedWeights.insert(arg).second)
           continue;
-        (weight.getTrainable() ? kind.parameters : kind.buffers) += numElements(arg.getType());
+        (weight.getTrainable() ? kind.parameters : kind.buffers) +=
+            numElements(arg.getType());
       }
     } else {
       for (Value arg : call.getOperands())
@@ -104,8 +108,9 @@ llvm::Expected<Workload> buildWorkload(ModuleOp module) {
       w.layers.push_back({it->second, 1});
   }
   if (w.kinds.empty())
-    return llvm::createStringError(llvm::inconvertibleErrorCode(),
-                                   "@main has no layers: run orrery-outline-layers first");
+    return llvm::createStringError(
+        llvm::inconvertibleErrorCode(),
+        "@main has no layers: run orrery-outline-layers first");
   return w;
 }
 

@@ -23,13 +23,16 @@ int64_t Workload::buffers() const {
   return sumOverLayers(*this, [](const LayerKind &k) { return k.buffers; });
 }
 int64_t Workload::forwardFlops() const {
-  return sumOverLayers(*this, [](const LayerKind &k) { return k.forwardFlops; });
+  return sumOverLayers(*this,
+                       [](const LayerKind &k) { return k.forwardFlops; });
 }
 int64_t Workload::backwardFlops() const {
-  return sumOverLayers(*this, [](const LayerKind &k) { return k.backwardFlops; });
+  return sumOverLayers(*this,
+                       [](const LayerKind &k) { return k.backwardFlops; });
 }
 int64_t Workload::savedActivationBytes() const {
-  return sumOverLayers(*this, [](const LayerKind &k) { return k.savedActivationBytes; });
+  return sumOverLayers(
+      *this, [](const LayerKind &k) { return k.savedActivationBytes; });
 }
 
 } // namespace orrery

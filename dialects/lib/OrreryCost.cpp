@@ -96,7 +96,8 @@ int64_t orrery::detail::defaultBytesWritten(Operation *op) {
   return bytes;
 }
 
-void orrery::detail::defaultSavedForBackward(Operation *, SmallVectorImpl<Value> &) {}
+void orrery::detail::defaultSavedForBackward(Operation *,
+                                             SmallVectorImpl<Value> &) {}
 
 int64_t orrery::detail::perOutputElementFlops(Operation *op, int64_t flops) {
   return flops * firstResultElements(op);
@@ -115,14 +116,14 @@ int64_t orrery::detail::poolFlops(Operation *op) {
 }
 
 void orrery::detail::saveActivationOperands(Operation *op,
-                                    SmallVectorImpl<Value> &saved) {
+                                            SmallVectorImpl<Value> &saved) {
   for (Value v : op->getOperands())
     if (isActivation(v))
       saved.push_back(v);
 }
 
-void orrery::detail::saveNonConstantPairOperands(Operation *op,
-                                         SmallVectorImpl<Value> &saved) {
+void orrery::detail::saveNonConstantPairOperands(
+    Operation *op, SmallVectorImpl<Value> &saved) {
   // x * c needs nothing of x for its gradient when c is a constant; x * w
   // and x * y need each activation operand.
   bool anyConstant = llvm::any_of(op->getOperands(), [](Value v) {
@@ -132,14 +133,16 @@ void orrery::detail::saveNonConstantPairOperands(Operation *op,
     saveActivationOperands(op, saved);
 }
 
-void orrery::detail::saveFirstOperand(Operation *op, SmallVectorImpl<Value> &saved) {
+void orrery::detail::saveFirstOperand(Operation *op,
+                                      SmallVectorImpl<Value> &saved) {
   if (op->getNumOperands() && isActivation(op->getOperand(0)))
     saved.push_back(op->getOperand(0));
 }
 
 // ONNX LSTM/GRU/RNN: X [seq, batch, input], W [dirs, gates·H, input],
 // R [dirs, gates·H, H].
-int64_t orrery::detail::recurrentFlops(Operation *op, int64_t gates, bool backward) {
+int64_t orrery::detail::recurrentFlops(Operation *op, int64_t gates,
+                                       bool backward) {
   ArrayRef<int64_t> x = shapeOf(op->getOperand(0));
   ArrayRef<int64_t> w = shapeOf(op->getOperand(1));
   if (x.size() != 3 || w.size() != 3 || gates == 0)
@@ -150,8 +153,8 @@ int64_t orrery::detail::recurrentFlops(Operation *op, int64_t gates, bool backwa
     std::swap(seq, batch);
   int64_t projections = gates * 2 * hidden * (input + hidden);
   int64_t elementwise = gates * 4 * hidden;
-  int64_t perStep = backward ? 2 * projections + elementwise
-                             : projections + elementwise;
+  int64_t perStep =
+      backward ? 2 * projections + elementwise : projections + elementwise;
   return seq * dirs * batch * perStep;
 }
 
@@ -183,13 +186,13 @@ int64_t CostOpInterface::getSavedActivationBytes() {
 //===----------------------------------------------------------------------===//
 
 LogicalResult orrery::detail::verifyArity(Operation *op, int minIn, int maxIn,
-                                  int minOut, int maxOut) {
+                                          int minOut, int maxOut) {
   int in = op->getNumOperands(), out = op->getNumResults();
   if (in < minIn || (maxIn >= 0 && in > maxIn))
-    return op->emitOpError() << "takes " << minIn << " to "
-                             << (maxIn < 0 ? std::string("any number of")
-                                           : std::to_string(maxIn))
-                             << " operands, got " << in;
+    return op->emitOpError()
+           << "takes " << minIn << " to "
+           << (maxIn < 0 ? std::string("any number of") : std::to_string(maxIn))
+           << " operands, got " << in;
   if (out < minOut || (maxOut >= 0 && out > maxOut))
     return op->emitOpError() << "gives " << minOut << " to "
                              << (maxOut < 0 ? std::string("any number of")
@@ -226,8 +229,8 @@ LogicalResult orrery::detail::verifyMatMul(Operation *op) {
     return op->emitOpError() << "operands must be ranked tensors of rank >= 1";
   int64_t k1 = a.back(), k2 = b.size() == 1 ? b[0] : b[b.size() - 2];
   if (k1 != k2)
-    return op->emitOpError() << "contraction dimensions differ: " << k1
-                             << " vs " << k2;
+    return op->emitOpError()
+           << "contraction dimensions differ: " << k1 << " vs " << k2;
   return success();
 }
 
@@ -238,9 +241,9 @@ LogicalResult orrery::detail::verifyConv(Operation *op) {
     return op->emitOpError() << "input and weight must have the same rank >= 3";
   int64_t group = intAttr(op, "group", 1);
   if (group <= 0 || x[1] != w[1] * group)
-    return op->emitOpError() << "input channels " << x[1]
-                             << " differ from weight channels " << w[1]
-                             << " times group " << group;
+    return op->emitOpError()
+           << "input channels " << x[1] << " differ from weight channels "
+           << w[1] << " times group " << group;
   return success();
 }
 
@@ -325,10 +328,10 @@ void ConvTransposeOp::getSavedForBackward(SmallVectorImpl<Value> &saved) {
 
 #define ORRERY_NORM_COST(OP, FLOPS)                                            \
   int64_t OP::getForwardFlops() {                                              \
-    return orrery::detail::perOutputElementFlops(*this, FLOPS);                        \
+    return orrery::detail::perOutputElementFlops(*this, FLOPS);                \
   }                                                                            \
   void OP::getSavedForBackward(SmallVectorImpl<Value> &saved) {                \
-    orrery::detail::saveFirstOperand(*this, saved);                                    \
+    orrery::detail::saveFirstOperand(*this, saved);                            \
   }
 ORRERY_NORM_COST(BatchNormalizationOp, 8)
 ORRERY_NORM_COST(LayerNormalizationOp, 8)
@@ -368,6 +371,11 @@ int64_t ResizeOp::getForwardFlops() {
 int64_t WeightOp::getParameterCount() {
   return getTrainable() ? numElements(getType()) : 0;
 }
+
+// Values without computation move no bytes of their own.
+int64_t WeightOp::getBytesWritten() { return 0; }
+int64_t ConstantOp::getBytesWritten() { return 0; }
+int64_t NoneOp::getBytesWritten() { return 0; }
 
 int64_t OnnxOp::getForwardFlops() { return 0; }
 int64_t OnnxOp::getBackwardFlops() { return 0; }

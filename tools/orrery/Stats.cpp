@@ -25,9 +25,14 @@ static std::string withUnit(double v, const char *unit) {
   return buf;
 }
 
+/// Binary units: MiB below a GiB, GiB above.
 static std::string mib(double bytes) {
   char buf[64];
-  std::snprintf(buf, sizeof buf, "%.2f MiB", bytes / (1024.0 * 1024.0));
+  double m = bytes / (1024.0 * 1024.0);
+  if (m >= 1024)
+    std::snprintf(buf, sizeof buf, "%.2f GiB", m / 1024);
+  else
+    std::snprintf(buf, sizeof buf, "%.2f MiB", m);
   return buf;
 }
 
@@ -55,10 +60,12 @@ nlohmann::ordered_json statsJson(const Workload &w,
   j["parameters"] = w.parameters();
   j["buffers"] = w.buffers();
   j["forward_flops_per_sample"] = double(w.forwardFlops()) / samples;
-  j["training_flops_per_sample"] = double(w.forwardFlops() + w.backwardFlops()) / samples;
+  j["training_flops_per_sample"] =
+      double(w.forwardFlops() + w.backwardFlops()) / samples;
   if (w.tokensPerSample > 0) {
     j["forward_flops_per_token"] = double(w.forwardFlops()) / tokens;
-    j["training_flops_per_token"] = double(w.forwardFlops() + w.backwardFlops()) / tokens;
+    j["training_flops_per_token"] =
+        double(w.forwardFlops() + w.backwardFlops()) / tokens;
   }
   j["activation_bytes_per_sample"] = double(w.savedActivationBytes()) / samples;
   nlohmann::ordered_json layers = nlohmann::ordered_json::array();
@@ -68,8 +75,10 @@ nlohmann::ordered_json statsJson(const Workload &w,
                       {"count", run.count},
                       {"ops_per_layer", k.numOps},
                       {"parameters_per_layer", k.parameters},
-                      {"forward_flops_per_layer_per_sample", double(k.forwardFlops) / samples},
-                      {"activation_bytes_per_layer_per_sample", double(k.savedActivationBytes) / samples}});
+                      {"forward_flops_per_layer_per_sample",
+                       double(k.forwardFlops) / samples},
+                      {"activation_bytes_per_layer_per_sample",
+                       double(k.savedActivationBytes) / samples}});
   }
   j["layers"] = layers;
   j["op_histogram"] = w.opHistogram;
@@ -96,28 +105,34 @@ void printStats(std::ostream &os, const Workload &w,
   if (w.buffers())
     os << ", buffers " << grouped(w.buffers());
   os << "\n";
-  double fwd = double(w.forwardFlops()), train = double(w.forwardFlops() + w.backwardFlops());
+  double fwd = double(w.forwardFlops()),
+         train = double(w.forwardFlops() + w.backwardFlops());
   os << "forward      " << withUnit(fwd / samples, "FLOP") << " per sample";
   if (w.tokensPerSample)
-    os << ", " << withUnit(fwd / samples / w.tokensPerSample, "FLOP") << " per token";
+    os << ", " << withUnit(fwd / samples / w.tokensPerSample, "FLOP")
+       << " per token";
   os << "\n";
   os << "training     " << withUnit(train / samples, "FLOP") << " per sample";
   if (w.tokensPerSample)
-    os << ", " << withUnit(train / samples / w.tokensPerSample, "FLOP") << " per token";
+    os << ", " << withUnit(train / samples / w.tokensPerSample, "FLOP")
+       << " per token";
   os << " (forward + backward)\n";
   os << "activations  " << mib(double(w.savedActivationBytes()) / samples)
      << " per sample kept for backward\n\n";
 
   os << "layers (model order)\n";
-  os << "  " << std::left << std::setw(22) << "kind" << std::right << std::setw(7)
-     << "count" << std::setw(8) << "ops" << std::setw(16) << "params/layer"
-     << std::setw(16) << "fwd/layer" << std::setw(14) << "act/layer" << "\n";
+  os << "  " << std::left << std::setw(22) << "kind" << std::right
+     << std::setw(7) << "count" << std::setw(8) << "ops" << std::setw(16)
+     << "params/layer" << std::setw(16) << "fwd/layer" << std::setw(14)
+     << "act/layer"
+     << "\n";
   for (const LayerRun &run : w.layers) {
     const LayerKind &k = w.kinds[run.kind];
-    os << "  " << std::left << std::setw(22) << k.name << std::right << std::setw(7)
-       << run.count << std::setw(8) << k.numOps << std::setw(16) << grouped(k.parameters)
-       << std::setw(16) << withUnit(double(k.forwardFlops) / samples, "FLOP")
-       << std::setw(14) << mib(double(k.savedActivationBytes) / samples) << "\n";
+    os << "  " << std::left << std::setw(22) << k.name << std::right
+       << std::setw(7) << run.count << std::setw(8) << k.numOps << std::setw(16)
+       << grouped(k.parameters) << std::setw(16)
+       << withUnit(double(k.forwardFlops) / samples, "FLOP") << std::setw(14)
+       << mib(double(k.savedActivationBytes) / samples) << "\n";
   }
   os << "\nop histogram\n ";
   std::vector<std::pair<int64_t, std::string>> ops;

@@ -101,21 +101,24 @@ mlir::OwningOpRef<mlir::ModuleOp> frontEnd(mlir::MLIRContext &ctx,
 } // namespace
 
 int main(int argc, char **argv) {
-  CLI::App app{"Orrery: plans how to train a model on a cluster of GPUs.", "orrery"};
+  CLI::App app{"Orrery: plans how to train a model on a cluster of GPUs.",
+               "orrery"};
   app.set_version_flag("--version", std::string("orrery ") + ORRERY_VERSION);
   app.require_subcommand(1);
 
   ModelArgs importArgs;
   bool outline = false;
-  CLI::App *importCmd =
-      app.add_subcommand("import", "Import an ONNX model and print it in the orrery MLIR dialect");
+  CLI::App *importCmd = app.add_subcommand(
+      "import", "Import an ONNX model and print it in the orrery MLIR dialect");
   addModelArgs(importCmd, importArgs);
-  importCmd->add_flag("--outline", outline, "outline repeated layers into functions");
+  importCmd->add_flag("--outline", outline,
+                      "outline repeated layers into functions");
 
   ModelArgs statsArgs;
   bool json = false;
-  CLI::App *statsCmd = app.add_subcommand(
-      "stats", "Print parameters, FLOPs, activation memory and the layer list of a model");
+  CLI::App *statsCmd =
+      app.add_subcommand("stats", "Print parameters, FLOPs, activation memory "
+                                  "and the layer list of a model");
   addModelArgs(statsCmd, statsArgs);
   statsCmd->add_flag("--json", json, "print JSON instead of a table");
 
@@ -156,7 +159,8 @@ int main(int argc, char **argv) {
   std::map<std::string, int64_t> dims;
   if (auto d = (*module)->getAttrOfType<mlir::DictionaryAttr>("orrery.dims"))
     for (auto named : d)
-      dims[named.getName().str()] = mlir::cast<mlir::IntegerAttr>(named.getValue()).getInt();
+      dims[named.getName().str()] =
+          mlir::cast<mlir::IntegerAttr>(named.getValue()).getInt();
   if (json)
     std::cout << orrery::statsJson(*workload, dims).dump(2) << "\n";
   else

@@ -65,12 +65,22 @@ std::string shapeStr(const Shape &s) {
   return r + "]";
 }
 
+// Saturates instead of overflowing: shapes come from untrusted files.
 int64_t product(const Shape &s) {
-  return std::accumulate(s.begin(), s.end(), int64_t(1),
-                         std::multiplies<int64_t>());
+  int64_t p = 1;
+  for (int64_t d : s) {
+    if (d < 0)
+      return -1;
+    if (d > 0 && p > std::numeric_limits<int64_t>::max() / d)
+      return std::numeric_limits<int64_t>::max();
+    p *= d;
+  }
+  return p;
 }
 
 int64_t toInt(double v) {
+  if (std::isnan(v))
+    return 0;
   // Slice ends use INT64_MAX/MIN; doubles round them past the range.
   if (v >= 9.2e18)
     return std::numeric_limits<int64_t>::max();
@@ -104,9 +114,8 @@ struct Ctx {
   }
   std::vector<int64_t> ints(size_t i, const char *what) const {
     if (!isConst(i))
-      fail(node, std::string("cannot infer shapes: its ") + what +
-                     " input '" + (has(i) ? in[i]->name : "") +
-                     "' is not a constant");
+      fail(node, std::string("cannot infer shapes: its ") + what + " input '" +
+                     (has(i) ? in[i]->name : "") + "' is not a constant");
     std::vector<int64_t> r;
     for (double v : in[i]->values)
       r.push_back(toInt(v));
@@ -123,9 +132,15 @@ struct Ctx {
       out.resize(i + 1);
     out[i].type = type;
     out[i].shape = std::move(shape);
-    for (int64_t d : out[i].shape)
+    int64_t elements = 1;
+    for (int64_t d : out[i].shape) {
       if (d < 0)
-        fail(node, "inferred a negative dimension in " + shapeStr(out[i].shape));
+        fail(node,
+             "inferred a negative dimension in " + shapeStr(out[i].shape));
+      if (d > 0 && elements > kMaxTensorElements / d)
+        fail(node, "inferred a tensor of more than 2^50 elements");
+      elements *= d;
+    }
     return out[i];
   }
   ValueDesc &same(size_t i = 0) {
@@ -156,8 +171,8 @@ Shape broadcast(const Ctx &c) {
       if (d == 1)
         d = s[i];
       else if (s[i] != 1 && s[i] != d)
-        fail(c.node, "input shapes do not broadcast: " + shapeStr(r) +
-                         " and " + shapeStr(s));
+        fail(c.node, "input shapes do not broadcast: " + shapeStr(r) + " and " +
+                         shapeStr(s));
     }
   }
   return r;
@@ -166,8 +181,8 @@ Shape broadcast(const Ctx &c) {
 // Index of the broadcast source element for a flat output index.
 size_t broadcastIndex(const Shape &out, const Shape &src, int64_t flat) {
   size_t idx = 0, stride = 1;
-  for (int64_t i = (int64_t)out.size() - 1, j = (int64_t)src.size() - 1;
-       j >= 0; --i, --j) {
+  for (int64_t i = (int64_t)out.size() - 1, j = (int64_t)src.size() - 1; j >= 0;
+       --i, --j) {
     int64_t coord = flat % out[i];
     flat /= out[i];
     if (src[j] != 1)
@@ -179,8 +194,9 @@ size_t broadcastIndex(const Shape &out, const Shape &src, int64_t flat) {
 
 // Folds an op whose output element at multi-index `out` is the input
 // element at `mapIndex(out)` (Slice, Transpose, Concat of constants).
-std::vector<double> gatherFold(const Shape &outShape, const ValueDesc &in,
-                               const std::function<Shape(const Shape &)> &mapIndex) {
+std::vector<double>
+gatherFold(const Shape &outShape, const ValueDesc &in,
+           const std::function<Shape(const Shape &)> &mapIndex) {
   std::vector<double> vals(product(outShape));
   Shape idx(outShape.size(), 0);
   for (int64_t e = 0; e < (int64_t)vals.size(); ++e) {
@@ -198,7 +214,8 @@ std::vector<double> gatherFold(const Shape &outShape, const ValueDesc &in,
   return vals;
 }
 
-void foldBroadcast(Ctx &c, const std::function<double(const std::vector<double> &)> &f) {
+void foldBroadcast(
+    Ctx &c, const std::function<double(const std::vector<double> &)> &f) {
   if (!c.allConst() || c.out[0].numElements() > kMaxFoldElements)
     return;
   const Shape &os = c.out[0].shape;
@@ -220,8 +237,8 @@ void foldBroadcast(Ctx &c, const std::function<double(const std::vector<double> 
 Shape windowedShape(Ctx &c, const Shape &x, const Shape &kernel,
                     int64_t channels, bool ceilMode) {
   size_t spatial = x.size() - 2;
-  Shape strides = attrInts(c.node, "strides"), dil = attrInts(c.node, "dilations"),
-        pads = attrInts(c.node, "pads");
+  Shape strides = attrInts(c.node, "strides"),
+        dil = attrInts(c.node, "dilations"), pads = attrInts(c.node, "pads");
   strides.resize(spatial, 1);
   dil.resize(spatial, 1);
   if (pads.empty())
@@ -241,7 +258,9 @@ Shape windowedShape(Ctx &c, const Shape &x, const Shape &kernel,
       o = (x[i + 2] - eff) / strides[i] + 1;
     else {
       int64_t span = x[i + 2] + pads[i] + pads[i + spatial] - eff;
-      o = (ceilMode ? (span + strides[i] - 1) / strides[i] : span / strides[i]) + 1;
+      o = (ceilMode ? (span + strides[i] - 1) / strides[i]
+                    : span / strides[i]) +
+          1;
     }
     if (o <= 0)
       fail(c.node, "window larger than the padded input " + shapeStr(x));
@@ -263,21 +282,57 @@ std::vector<int64_t> reduceAxes(Ctx &c, bool axesAsInputFromOpset18,
 
 using Rule = std::function<void(Ctx &)>;
 
-void unary(Ctx &c) { c.same(); }
-
 std::map<std::string, Rule> &rules() {
   static std::map<std::string, Rule> r;
   if (!r.empty())
     return r;
   // Elementwise ops that keep shape and type.
-  for (const char *op :
-       {"Abs", "Neg", "Relu", "LeakyRelu", "Elu", "Selu", "Sigmoid",
-        "HardSigmoid", "HardSwish", "Tanh", "Erf", "Gelu", "Softplus", "Exp",
-        "Log", "Sqrt", "Reciprocal", "Sin", "Cos", "Floor", "Ceil", "Round",
-        "Sign", "Not", "Identity", "Clip", "Softmax", "LogSoftmax", "LRN",
-        "InstanceNormalization", "CumSum", "Trilu", "Mish", "Softsign",
-        "ThresholdedRelu", "Celu", "Shrink", "Erf", "IsNaN", "IsInf",
-        "Asin", "Acos", "Atan", "Sinh", "Cosh", "Tan"})
+  for (const char *op : {"Abs",
+                         "Neg",
+                         "Relu",
+                         "LeakyRelu",
+                         "Elu",
+                         "Selu",
+                         "Sigmoid",
+                         "HardSigmoid",
+                         "HardSwish",
+                         "Tanh",
+                         "Erf",
+                         "Gelu",
+                         "Softplus",
+                         "Exp",
+                         "Log",
+                         "Sqrt",
+                         "Reciprocal",
+                         "Sin",
+                         "Cos",
+                         "Floor",
+                         "Ceil",
+                         "Round",
+                         "Sign",
+                         "Not",
+                         "Identity",
+                         "Clip",
+                         "Softmax",
+                         "LogSoftmax",
+                         "LRN",
+                         "InstanceNormalization",
+                         "CumSum",
+                         "Trilu",
+                         "Mish",
+                         "Softsign",
+                         "ThresholdedRelu",
+                         "Celu",
+                         "Shrink",
+                         "Erf",
+                         "IsNaN",
+                         "IsInf",
+                         "Asin",
+                         "Acos",
+                         "Atan",
+                         "Sinh",
+                         "Cosh",
+                         "Tan"})
     r[op] = [op = std::string(op)](Ctx &c) {
       c.same();
       if (op == "IsNaN" || op == "IsInf")
@@ -287,16 +342,25 @@ std::map<std::string, Rule> &rules() {
       std::vector<double> v = c.in[0]->values;
       bool known = true;
       for (double &x : v) {
-        if (op == "Neg") x = -x;
-        else if (op == "Abs") x = std::fabs(x);
-        else if (op == "Sqrt") x = std::sqrt(x);
-        else if (op == "Floor") x = std::floor(x);
-        else if (op == "Ceil") x = std::ceil(x);
-        else if (op == "Not") x = x == 0;
-        else if (op == "Identity") {}
-        else if (op == "Relu") x = std::max(0.0, x);
-        else if (op == "Reciprocal") x = 1.0 / x;
-        else known = false;
+        if (op == "Neg")
+          x = -x;
+        else if (op == "Abs")
+          x = std::fabs(x);
+        else if (op == "Sqrt")
+          x = std::sqrt(x);
+        else if (op == "Floor")
+          x = std::floor(x);
+        else if (op == "Ceil")
+          x = std::ceil(x);
+        else if (op == "Not")
+          x = x == 0;
+        else if (op == "Identity") {
+        } else if (op == "Relu")
+          x = std::max(0.0, x);
+        else if (op == "Reciprocal")
+          x = 1.0 / x;
+        else
+          known = false;
       }
       if (known)
         c.setValues(0, std::move(v));
@@ -336,20 +400,31 @@ std::map<std::string, Rule> &rules() {
     });
   };
   r["Pow"] = arith([](auto &a) { return std::pow(a[0], a[1]); }, false);
-  r["Mod"] = arith([](auto &a) { return a[1] == 0 ? 0 : std::fmod(a[0], a[1]); }, false);
-  r["Max"] = arith([](auto &a) { return *std::max_element(a.begin(), a.end()); }, false);
-  r["Min"] = arith([](auto &a) { return *std::min_element(a.begin(), a.end()); }, false);
-  r["Sum"] = arith([](auto &a) { return std::accumulate(a.begin(), a.end(), 0.0); }, false);
-  r["Mean"] = arith([](auto &a) { return std::accumulate(a.begin(), a.end(), 0.0) / a.size(); }, false);
-  r["PRelu"] = arith([](auto &a) { return a[0] < 0 ? a[0] * a[1] : a[0]; }, false);
+  r["Mod"] = arith(
+      [](auto &a) { return a[1] == 0 ? 0 : std::fmod(a[0], a[1]); }, false);
+  r["Max"] = arith(
+      [](auto &a) { return *std::max_element(a.begin(), a.end()); }, false);
+  r["Min"] = arith(
+      [](auto &a) { return *std::min_element(a.begin(), a.end()); }, false);
+  r["Sum"] = arith(
+      [](auto &a) { return std::accumulate(a.begin(), a.end(), 0.0); }, false);
+  r["Mean"] = arith(
+      [](auto &a) {
+        return std::accumulate(a.begin(), a.end(), 0.0) / a.size();
+      },
+      false);
+  r["PRelu"] =
+      arith([](auto &a) { return a[0] < 0 ? a[0] * a[1] : a[0]; }, false);
   r["Equal"] = arith([](auto &a) { return double(a[0] == a[1]); }, true);
   r["Less"] = arith([](auto &a) { return double(a[0] < a[1]); }, true);
   r["LessOrEqual"] = arith([](auto &a) { return double(a[0] <= a[1]); }, true);
   r["Greater"] = arith([](auto &a) { return double(a[0] > a[1]); }, true);
-  r["GreaterOrEqual"] = arith([](auto &a) { return double(a[0] >= a[1]); }, true);
+  r["GreaterOrEqual"] =
+      arith([](auto &a) { return double(a[0] >= a[1]); }, true);
   r["And"] = arith([](auto &a) { return double(a[0] && a[1]); }, true);
   r["Or"] = arith([](auto &a) { return double(a[0] || a[1]); }, true);
-  r["Xor"] = arith([](auto &a) { return double((a[0] != 0) != (a[1] != 0)); }, true);
+  r["Xor"] =
+      arith([](auto &a) { return double((a[0] != 0) != (a[1] != 0)); }, true);
   r["Where"] = [](Ctx &c) {
     c.result(0, c.input(1).type, broadcast(c));
     foldBroadcast(c, [](auto &a) { return a[0] ? a[1] : a[2]; });
@@ -365,8 +440,10 @@ std::map<std::string, Rule> &rules() {
     if (a.empty() || b.empty())
       fail(c.node, "MatMul of a scalar");
     bool va = a.size() == 1, vb = b.size() == 1;
-    if (va) a.insert(a.begin(), 1);
-    if (vb) b.push_back(1);
+    if (va)
+      a.insert(a.begin(), 1);
+    if (vb)
+      b.push_back(1);
     if (a.back() != b[b.size() - 2])
       fail(c.node, "contraction dimensions differ: " + shapeStr(c.shape(0)) +
                        " x " + shapeStr(c.shape(1)));
@@ -382,16 +459,20 @@ std::map<std::string, Rule> &rules() {
         batch.push_back(std::max(ba[i], bb[i]));
       }
     }
-    if (!va) batch.push_back(a[a.size() - 2]);
-    if (!vb) batch.push_back(b.back());
+    if (!va)
+      batch.push_back(a[a.size() - 2]);
+    if (!vb)
+      batch.push_back(b.back());
     c.result(0, c.input(0).type, batch);
   };
   r["Gemm"] = [](Ctx &c) {
     Shape a = c.shape(0), b = c.shape(1);
     if (a.size() != 2 || b.size() != 2)
       fail(c.node, "Gemm operands must be 2-d");
-    if (attrInt(c.node, "transA", 0)) std::swap(a[0], a[1]);
-    if (attrInt(c.node, "transB", 0)) std::swap(b[0], b[1]);
+    if (attrInt(c.node, "transA", 0))
+      std::swap(a[0], a[1]);
+    if (attrInt(c.node, "transB", 0))
+      std::swap(b[0], b[1]);
     if (a[1] != b[0])
       fail(c.node, "contraction dimensions differ: " + std::to_string(a[1]) +
                        " vs " + std::to_string(b[0]));
@@ -408,7 +489,8 @@ std::map<std::string, Rule> &rules() {
                        " differ from weight channels " + std::to_string(w[1]) +
                        " x group " + std::to_string(group));
     Shape k = attrInts(c.node, "kernel_shape");
-    if (k.empty()) k.assign(w.begin() + 2, w.end());
+    if (k.empty())
+      k.assign(w.begin() + 2, w.end());
     c.result(0, x.size() ? c.input(0).type : ElemType::Float,
              windowedShape(c, x, k, w[0], false));
   };
@@ -419,17 +501,24 @@ std::map<std::string, Rule> &rules() {
     size_t spatial = x.size() - 2;
     int64_t group = attrInt(c.node, "group", 1);
     Shape k = attrInts(c.node, "kernel_shape");
-    if (k.empty()) k.assign(w.begin() + 2, w.end());
+    if (k.empty())
+      k.assign(w.begin() + 2, w.end());
     Shape s = attrInts(c.node, "strides"), d = attrInts(c.node, "dilations"),
           p = attrInts(c.node, "pads"), op = attrInts(c.node, "output_padding"),
           os = attrInts(c.node, "output_shape");
-    s.resize(spatial, 1); d.resize(spatial, 1); op.resize(spatial, 0);
-    if (p.empty()) p.assign(2 * spatial, 0);
+    s.resize(spatial, 1);
+    d.resize(spatial, 1);
+    op.resize(spatial, 0);
+    if (p.empty())
+      p.assign(2 * spatial, 0);
     Shape r = {x[0], w[1] * group};
     for (size_t i = 0; i < spatial; ++i) {
-      if (os.size() == spatial) { r.push_back(os[i]); continue; }
-      r.push_back(s[i] * (x[i + 2] - 1) + op[i] + (k[i] - 1) * d[i] + 1 -
-                  p[i] - p[i + spatial]);
+      if (os.size() == spatial) {
+        r.push_back(os[i]);
+        continue;
+      }
+      r.push_back(s[i] * (x[i + 2] - 1) + op[i] + (k[i] - 1) * d[i] + 1 - p[i] -
+                  p[i + spatial]);
     }
     c.result(0, c.input(0).type, r);
   };
@@ -445,63 +534,80 @@ std::map<std::string, Rule> &rules() {
     int64_t rank = c.shape(0).size();
     int64_t axis = c.axis(attrInt(c.node, "axis", -1), rank);
     Shape reduced = c.shape(0);
-    for (int64_t i = axis; i < rank; ++i) reduced[i] = 1;
+    for (int64_t i = axis; i < rank; ++i)
+      reduced[i] = 1;
     for (size_t i = 1; i < c.node.outputs.size(); ++i)
       c.result(i, ElemType::Float, reduced);
   };
   // Data movement.
   r["Reshape"] = [](Ctx &c) {
     const Shape &x = c.shape(0);
-    Shape target = c.opset >= 5 ? c.ints(1, "shape") : attrInts(c.node, "shape");
+    Shape target =
+        c.opset >= 5 ? c.ints(1, "shape") : attrInts(c.node, "shape");
     bool allowZero = attrInt(c.node, "allowzero", 0);
     int64_t known = 1, infer = -1;
     for (size_t i = 0; i < target.size(); ++i) {
       if (target[i] == 0 && !allowZero) {
-        if (i >= x.size()) fail(c.node, "0 in shape beyond the input rank");
+        if (i >= x.size())
+          fail(c.node, "0 in shape beyond the input rank");
         target[i] = x[i];
       }
       if (target[i] == -1) {
-        if (infer >= 0) fail(c.node, "more than one -1 in the target shape");
+        if (infer >= 0)
+          fail(c.node, "more than one -1 in the target shape");
         infer = i;
-      } else
-        known *= target[i];
+      } else if (target[i] < 0) {
+        fail(c.node, "negative dimension in the target shape");
+      } else {
+        known = product({known, target[i]});
+      }
     }
     if (infer >= 0) {
       if (known == 0 || product(x) % known)
-        fail(c.node, "cannot reshape " + shapeStr(x) + " to " + shapeStr(target));
+        fail(c.node,
+             "cannot reshape " + shapeStr(x) + " to " + shapeStr(target));
       target[infer] = product(x) / known;
     }
     if (product(target) != product(x))
       fail(c.node, "cannot reshape " + shapeStr(x) + " to " + shapeStr(target));
     c.result(0, c.input(0).type, target);
-    if (c.isConst(0)) c.setValues(0, c.in[0]->values);
+    if (c.isConst(0))
+      c.setValues(0, c.in[0]->values);
   };
   r["Flatten"] = [](Ctx &c) {
     const Shape &x = c.shape(0);
     int64_t axis = attrInt(c.node, "axis", 1);
-    if (axis < 0) axis += x.size();
-    if (axis < 0 || axis > (int64_t)x.size()) fail(c.node, "axis out of range");
+    if (axis < 0)
+      axis += x.size();
+    if (axis < 0 || axis > (int64_t)x.size())
+      fail(c.node, "axis out of range");
     int64_t a = product(Shape(x.begin(), x.begin() + axis));
     c.result(0, c.input(0).type, {a, product(x) / std::max<int64_t>(a, 1)});
-    if (c.isConst(0)) c.setValues(0, c.in[0]->values);
+    if (c.isConst(0))
+      c.setValues(0, c.in[0]->values);
   };
   r["Transpose"] = [](Ctx &c) {
     const Shape &x = c.shape(0);
     Shape perm = attrInts(c.node, "perm");
     if (perm.empty())
-      for (int64_t i = x.size() - 1; i >= 0; --i) perm.push_back(i);
-    if (perm.size() != x.size()) fail(c.node, "perm does not match the rank");
+      for (int64_t i = x.size() - 1; i >= 0; --i)
+        perm.push_back(i);
+    if (perm.size() != x.size())
+      fail(c.node, "perm does not match the rank");
     Shape r;
-    for (int64_t p : perm) r.push_back(x[c.axis(p, x.size())]);
+    for (int64_t p : perm)
+      r.push_back(x[c.axis(p, x.size())]);
     c.result(0, c.input(0).type, r);
     if (c.isConst(0) && product(r) <= kMaxFoldElements) {
       Shape norm;
-      for (int64_t p : perm) norm.push_back(c.axis(p, x.size()));
+      for (int64_t p : perm)
+        norm.push_back(c.axis(p, x.size()));
       c.setValues(0, gatherFold(r, *c.in[0], [&](const Shape &o) {
-        Shape src(o.size());
-        for (size_t i = 0; i < o.size(); ++i) src[norm[i]] = o[i];
-        return src;
-      }));
+                    Shape src(o.size());
+                    for (size_t i = 0; i < o.size(); ++i)
+                      src[norm[i]] = o[i];
+                    return src;
+                  }));
     }
   };
   r["Concat"] = [](Ctx &c) {
@@ -509,7 +615,8 @@ std::map<std::string, Rule> &rules() {
     int64_t axis = c.axis(attrInt(c.node, "axis", 0), r.size());
     for (size_t i = 1; i < c.numIn(); ++i) {
       const Shape &s = c.shape(i);
-      if (s.size() != r.size()) fail(c.node, "inputs have different ranks");
+      if (s.size() != r.size())
+        fail(c.node, "inputs have different ranks");
       r[axis] += s[axis];
     }
     c.result(0, c.input(0).type, r);
@@ -525,11 +632,13 @@ std::map<std::string, Rule> &rules() {
         }
         int64_t along = idx[axis];
         size_t k = 0;
-        while (along >= c.shape(k)[axis]) along -= c.shape(k++)[axis];
+        while (along >= c.shape(k)[axis])
+          along -= c.shape(k++)[axis];
         Shape src = idx;
         src[axis] = along;
         int64_t flat = 0;
-        for (size_t d = 0; d < src.size(); ++d) flat = flat * c.shape(k)[d] + src[d];
+        for (size_t d = 0; d < src.size(); ++d)
+          flat = flat * c.shape(k)[d] + src[d];
         v[e] = c.in[k]->values[flat];
       }
       c.setValues(0, v);
@@ -547,7 +656,8 @@ std::map<std::string, Rule> &rules() {
       for (size_t i = 0; i < n; ++i)
         sizes.push_back(std::min(each, x[axis] - each * (int64_t)i));
     }
-    if (sizes.size() != n) fail(c.node, "split sizes do not match the outputs");
+    if (sizes.size() != n)
+      fail(c.node, "split sizes do not match the outputs");
     for (size_t i = 0; i < n; ++i) {
       Shape s = x;
       s[axis] = sizes[i];
@@ -564,11 +674,14 @@ std::map<std::string, Rule> &rules() {
     } else {
       starts = c.ints(1, "starts");
       ends = c.ints(2, "ends");
-      if (c.has(3)) axes = c.ints(3, "axes");
-      if (c.has(4)) steps = c.ints(4, "steps");
+      if (c.has(3))
+        axes = c.ints(3, "axes");
+      if (c.has(4))
+        steps = c.ints(4, "steps");
     }
     if (axes.empty())
-      for (size_t i = 0; i < starts.size(); ++i) axes.push_back(i);
+      for (size_t i = 0; i < starts.size(); ++i)
+        axes.push_back(i);
     steps.resize(starts.size(), 1);
     if (ends.size() != starts.size() || axes.size() != starts.size())
       fail(c.node, "starts, ends and axes differ in length");
@@ -576,17 +689,23 @@ std::map<std::string, Rule> &rules() {
     std::vector<int64_t> lo(x.size(), 0), st(x.size(), 1);
     for (size_t i = 0; i < starts.size(); ++i) {
       int64_t a = c.axis(axes[i], x.size()), d = x[a], step = steps[i];
-      if (step == 0) fail(c.node, "step 0");
+      if (step == 0)
+        fail(c.node, "step 0");
       auto clampIdx = [&](int64_t v, bool isEnd) {
-        if (v < 0) v = v + d;
-        if (step > 0) return std::clamp<int64_t>(v, 0, d);
+        if (v < 0)
+          v = v + d;
+        if (step > 0)
+          return std::clamp<int64_t>(v, 0, d);
         return std::clamp<int64_t>(v, -1, d - 1) + (isEnd ? 0 : 0);
       };
       int64_t s = starts[i] < -d && step < 0 ? -1 : clampIdx(starts[i], false);
-      int64_t e = ends[i] <= std::numeric_limits<int64_t>::min() / 2 ? -1
-                                                                    : clampIdx(ends[i], true);
-      if (step < 0 && ends[i] < -d) e = -1;
-      int64_t n = step > 0 ? (e - s + step - 1) / step : (s - e + (-step) - 1) / (-step);
+      int64_t e = ends[i] <= std::numeric_limits<int64_t>::min() / 2
+                      ? -1
+                      : clampIdx(ends[i], true);
+      if (step < 0 && ends[i] < -d)
+        e = -1;
+      int64_t n = step > 0 ? (e - s + step - 1) / step
+                           : (s - e + (-step) - 1) / (-step);
       r[a] = std::max<int64_t>(0, n);
       lo[a] = s;
       st[a] = step;
@@ -594,10 +713,11 @@ std::map<std::string, Rule> &rules() {
     c.result(0, c.input(0).type, r);
     if (c.isConst(0) && product(r) <= kMaxFoldElements)
       c.setValues(0, gatherFold(r, *c.in[0], [&](const Shape &o) {
-        Shape src(o.size());
-        for (size_t i = 0; i < o.size(); ++i) src[i] = lo[i] + o[i] * st[i];
-        return src;
-      }));
+                    Shape src(o.size());
+                    for (size_t i = 0; i < o.size(); ++i)
+                      src[i] = lo[i] + o[i] * st[i];
+                    return src;
+                  }));
   };
   r["Gather"] = [](Ctx &c) {
     const Shape &x = c.shape(0), &idx = c.shape(1);
@@ -610,41 +730,53 @@ std::map<std::string, Rule> &rules() {
       std::vector<double> v;
       for (double i : c.in[1]->values) {
         int64_t k = toInt(i) < 0 ? toInt(i) + x[0] : toInt(i);
-        if (k < 0 || k >= x[0]) fail(c.node, "index out of range");
+        if (k < 0 || k >= x[0])
+          fail(c.node, "index out of range");
         v.push_back(c.in[0]->values[k]);
       }
       c.setValues(0, v);
     }
   };
-  r["GatherElements"] = [](Ctx &c) { c.result(0, c.input(0).type, c.shape(1)); };
+  r["GatherElements"] = [](Ctx &c) {
+    c.result(0, c.input(0).type, c.shape(1));
+  };
   r["Squeeze"] = [](Ctx &c) {
     const Shape &x = c.shape(0);
-    std::vector<int64_t> axes = c.opset >= 13 ? (c.has(1) ? c.ints(1, "axes") : Shape{})
-                                              : attrInts(c.node, "axes");
+    std::vector<int64_t> axes = c.opset >= 13
+                                    ? (c.has(1) ? c.ints(1, "axes") : Shape{})
+                                    : attrInts(c.node, "axes");
     std::vector<bool> drop(x.size(), false);
     if (axes.empty())
-      for (size_t i = 0; i < x.size(); ++i) drop[i] = x[i] == 1;
+      for (size_t i = 0; i < x.size(); ++i)
+        drop[i] = x[i] == 1;
     for (int64_t a : axes) {
       int64_t k = c.axis(a, x.size());
-      if (x[k] != 1) fail(c.node, "cannot squeeze axis of size " + std::to_string(x[k]));
+      if (x[k] != 1)
+        fail(c.node, "cannot squeeze axis of size " + std::to_string(x[k]));
       drop[k] = true;
     }
     Shape r;
     for (size_t i = 0; i < x.size(); ++i)
-      if (!drop[i]) r.push_back(x[i]);
+      if (!drop[i])
+        r.push_back(x[i]);
     c.result(0, c.input(0).type, r);
-    if (c.isConst(0)) c.setValues(0, c.in[0]->values);
+    if (c.isConst(0))
+      c.setValues(0, c.in[0]->values);
   };
   r["Unsqueeze"] = [](Ctx &c) {
     const Shape &x = c.shape(0);
-    std::vector<int64_t> axes = c.opset >= 13 ? c.ints(1, "axes") : attrInts(c.node, "axes");
+    std::vector<int64_t> axes =
+        c.opset >= 13 ? c.ints(1, "axes") : attrInts(c.node, "axes");
     int64_t rank = x.size() + axes.size();
     std::vector<bool> ins(rank, false);
-    for (int64_t a : axes) ins[c.axis(a, rank)] = true;
+    for (int64_t a : axes)
+      ins[c.axis(a, rank)] = true;
     Shape r;
-    for (int64_t i = 0, j = 0; i < rank; ++i) r.push_back(ins[i] ? 1 : x[j++]);
+    for (int64_t i = 0, j = 0; i < rank; ++i)
+      r.push_back(ins[i] ? 1 : x[j++]);
     c.result(0, c.input(0).type, r);
-    if (c.isConst(0)) c.setValues(0, c.in[0]->values);
+    if (c.isConst(0))
+      c.setValues(0, c.in[0]->values);
   };
   r["Expand"] = [](Ctx &c) {
     std::vector<int64_t> target = c.ints(1, "shape");
@@ -655,7 +787,8 @@ std::map<std::string, Rule> &rules() {
     Shape r;
     for (size_t i = 0; i < n; ++i) {
       if (x[i] != target[i] && x[i] != 1 && target[i] != 1)
-        fail(c.node, "cannot expand " + shapeStr(c.shape(0)) + " to the target shape");
+        fail(c.node,
+             "cannot expand " + shapeStr(c.shape(0)) + " to the target shape");
       r.push_back(x[i] == 1 ? target[i] : x[i]);
     }
     c.result(0, c.input(0).type, r);
@@ -669,18 +802,27 @@ std::map<std::string, Rule> &rules() {
   r["Tile"] = [](Ctx &c) {
     std::vector<int64_t> reps = c.ints(1, "repeats");
     Shape r = c.shape(0);
-    if (reps.size() != r.size()) fail(c.node, "repeats do not match the rank");
-    for (size_t i = 0; i < r.size(); ++i) r[i] *= reps[i];
+    if (reps.size() != r.size())
+      fail(c.node, "repeats do not match the rank");
+    for (size_t i = 0; i < r.size(); ++i) {
+      if (reps[i] < 0)
+        fail(c.node, "negative repeat");
+      r[i] = product({r[i], reps[i]});
+    }
     c.result(0, c.input(0).type, r);
   };
   r["Pad"] = [](Ctx &c) {
     Shape r = c.shape(0);
-    std::vector<int64_t> pads = c.opset >= 11 ? c.ints(1, "pads") : attrInts(c.node, "pads");
+    std::vector<int64_t> pads =
+        c.opset >= 11 ? c.ints(1, "pads") : attrInts(c.node, "pads");
     std::vector<int64_t> axes;
-    if (c.opset >= 18 && c.has(3)) axes = c.ints(3, "axes");
+    if (c.opset >= 18 && c.has(3))
+      axes = c.ints(3, "axes");
     if (axes.empty())
-      for (size_t i = 0; i < r.size(); ++i) axes.push_back(i);
-    if (pads.size() != 2 * axes.size()) fail(c.node, "pads do not match the rank");
+      for (size_t i = 0; i < r.size(); ++i)
+        axes.push_back(i);
+    if (pads.size() != 2 * axes.size())
+      fail(c.node, "pads do not match the rank");
     for (size_t i = 0; i < axes.size(); ++i)
       r[c.axis(axes[i], r.size())] += pads[i] + pads[i + axes.size()];
     c.result(0, c.input(0).type, r);
@@ -692,24 +834,35 @@ std::map<std::string, Rule> &rules() {
     size_t scalesIdx = (c.node.opType == "Upsample" || c.opset < 11) ? 1 : 2;
     if (c.node.opType == "Upsample" && c.opset < 9) {
       std::vector<double> s;
-      if (const AttrDesc *a = findAttr(c.node, "scales")) s = a->floats;
-      if (s.size() != x.size()) fail(c.node, "scales do not match the rank");
-      for (size_t i = 0; i < x.size(); ++i) r[i] = int64_t(std::floor(x[i] * s[i]));
+      if (const AttrDesc *a = findAttr(c.node, "scales"))
+        s = a->floats;
+      if (s.size() != x.size())
+        fail(c.node, "scales do not match the rank");
+      for (size_t i = 0; i < x.size(); ++i)
+        r[i] = toInt(std::floor(x[i] * s[i]));
     } else if (c.has(3) && c.input(3).numElements() > 0) {
       std::vector<int64_t> sizes = c.ints(3, "sizes");
       std::vector<int64_t> axes = attrInts(c.node, "axes");
-      if (axes.empty()) for (size_t i = 0; i < x.size(); ++i) axes.push_back(i);
-      if (sizes.size() != axes.size()) fail(c.node, "sizes do not match the rank");
-      for (size_t i = 0; i < axes.size(); ++i) r[c.axis(axes[i], x.size())] = sizes[i];
+      if (axes.empty())
+        for (size_t i = 0; i < x.size(); ++i)
+          axes.push_back(i);
+      if (sizes.size() != axes.size())
+        fail(c.node, "sizes do not match the rank");
+      for (size_t i = 0; i < axes.size(); ++i)
+        r[c.axis(axes[i], x.size())] = sizes[i];
     } else {
-      if (!c.isConst(scalesIdx)) fail(c.node, "cannot infer shapes: scales are not a constant");
+      if (!c.isConst(scalesIdx))
+        fail(c.node, "cannot infer shapes: scales are not a constant");
       const std::vector<double> &s = c.in[scalesIdx]->values;
       std::vector<int64_t> axes = attrInts(c.node, "axes");
-      if (axes.empty()) for (size_t i = 0; i < x.size(); ++i) axes.push_back(i);
-      if (s.size() != axes.size()) fail(c.node, "scales do not match the rank");
+      if (axes.empty())
+        for (size_t i = 0; i < x.size(); ++i)
+          axes.push_back(i);
+      if (s.size() != axes.size())
+        fail(c.node, "scales do not match the rank");
       for (size_t i = 0; i < axes.size(); ++i) {
         int64_t a = c.axis(axes[i], x.size());
-        r[a] = int64_t(std::floor(x[a] * s[i] + 1e-9));
+        r[a] = toInt(std::floor(x[a] * s[i] + 1e-9));
       }
     }
     c.result(0, c.input(0).type, r);
@@ -719,9 +872,12 @@ std::map<std::string, Rule> &rules() {
   r["Shape"] = [](Ctx &c) {
     const Shape &x = c.shape(0);
     int64_t rank = x.size();
-    int64_t start = attrInt(c.node, "start", 0), end = attrInt(c.node, "end", rank);
-    if (start < 0) start += rank;
-    if (end < 0) end += rank;
+    int64_t start = attrInt(c.node, "start", 0),
+            end = attrInt(c.node, "end", rank);
+    if (start < 0)
+      start += rank;
+    if (end < 0)
+      end += rank;
     start = std::clamp<int64_t>(start, 0, rank);
     end = std::clamp<int64_t>(end, start, rank);
     c.result(0, ElemType::Int64, {end - start});
@@ -733,14 +889,18 @@ std::map<std::string, Rule> &rules() {
   };
   r["Range"] = [](Ctx &c) {
     if (!c.isConst(0) || !c.isConst(1) || !c.isConst(2))
-      fail(c.node, "cannot infer shapes: start, limit and delta must be constants");
-    double s = c.in[0]->values[0], l = c.in[1]->values[0], d = c.in[2]->values[0];
-    if (d == 0) fail(c.node, "delta is 0");
-    int64_t n = std::max<int64_t>(0, int64_t(std::ceil((l - s) / d)));
+      fail(c.node,
+           "cannot infer shapes: start, limit and delta must be constants");
+    double s = c.in[0]->values[0], l = c.in[1]->values[0],
+           d = c.in[2]->values[0];
+    if (d == 0)
+      fail(c.node, "delta is 0");
+    int64_t n = std::max<int64_t>(0, toInt(std::ceil((l - s) / d)));
     c.result(0, c.input(0).type, {n});
     if (n <= kMaxFoldElements) {
       std::vector<double> v;
-      for (int64_t i = 0; i < n; ++i) v.push_back(s + i * d);
+      for (int64_t i = 0; i < n; ++i)
+        v.push_back(s + i * d);
       c.setValues(0, v);
     }
   };
@@ -750,7 +910,8 @@ std::map<std::string, Rule> &rules() {
     double fill = 0;
     if (const AttrDesc *a = findAttr(c.node, "value")) {
       t = a->tensor.type;
-      if (!a->tensor.values.empty()) fill = a->tensor.values[0];
+      if (!a->tensor.values.empty())
+        fill = a->tensor.values[0];
     }
     c.result(0, t, shape);
     if (product(shape) <= kMaxFoldElements && !isFloatType(t))
@@ -768,26 +929,30 @@ std::map<std::string, Rule> &rules() {
       bool keep = attrInt(c.node, "keepdims", 1);
       bool noop = attrInt(c.node, "noop_with_empty_axes", 0);
       std::vector<bool> red(x.size(), axes.empty() && !noop);
-      for (int64_t a : axes) red[c.axis(a, x.size())] = true;
+      for (int64_t a : axes)
+        red[c.axis(a, x.size())] = true;
       Shape r;
       for (size_t i = 0; i < x.size(); ++i) {
-        if (!red[i]) r.push_back(x[i]);
-        else if (keep) r.push_back(1);
+        if (!red[i])
+          r.push_back(x[i]);
+        else if (keep)
+          r.push_back(1);
       }
       bool arg = c.node.opType == "ArgMax" || c.node.opType == "ArgMin";
       c.result(0, arg ? ElemType::Int64 : c.input(0).type, r);
       if (c.isConst(0) && x.size() <= 1 && !arg && product(r) == 1) {
         const std::vector<double> &v = c.in[0]->values;
         double acc = c.node.opType == "ReduceProd" ? 1 : 0;
-        for (double e : v) acc = c.node.opType == "ReduceProd" ? acc * e : acc + e;
+        for (double e : v)
+          acc = c.node.opType == "ReduceProd" ? acc * e : acc + e;
         if (c.node.opType == "ReduceProd" || c.node.opType == "ReduceSum")
           c.setValues(0, {acc});
       }
     };
   };
-  for (const char *op : {"ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd",
-                         "ReduceL1", "ReduceL2", "ReduceSumSquare",
-                         "ReduceLogSum", "ReduceLogSumExp"})
+  for (const char *op :
+       {"ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1",
+        "ReduceL2", "ReduceSumSquare", "ReduceLogSum", "ReduceLogSumExp"})
     r[op] = reduce(18);
   r["ReduceSum"] = reduce(13);
   r["ArgMax"] = reduce(1000);
@@ -795,18 +960,21 @@ std::map<std::string, Rule> &rules() {
   // Pooling.
   auto pool = [](Ctx &c) {
     const Shape &x = c.shape(0);
-    if (x.size() < 3) fail(c.node, "input rank below 3");
+    if (x.size() < 3)
+      fail(c.node, "input rank below 3");
     Shape r = windowedShape(c, x, attrInts(c.node, "kernel_shape"), x[1],
                             attrInt(c.node, "ceil_mode", 0));
     c.result(0, c.input(0).type, r);
-    if (c.node.outputs.size() > 1) c.result(1, ElemType::Int64, r);
+    if (c.node.outputs.size() > 1)
+      c.result(1, ElemType::Int64, r);
   };
   r["MaxPool"] = pool;
   r["AveragePool"] = pool;
   r["LpPool"] = pool;
   auto globalPool = [](Ctx &c) {
     Shape r = c.shape(0);
-    for (size_t i = 2; i < r.size(); ++i) r[i] = 1;
+    for (size_t i = 2; i < r.size(); ++i)
+      r[i] = 1;
     c.result(0, c.input(0).type, r);
   };
   r["GlobalAveragePool"] = globalPool;
@@ -815,19 +983,23 @@ std::map<std::string, Rule> &rules() {
   auto recurrent = [](Ctx &c) {
     Shape x = c.shape(0);
     const Shape &w = c.shape(1);
-    if (x.size() != 3 || w.size() != 3) fail(c.node, "X and W must be 3-d");
+    if (x.size() != 3 || w.size() != 3)
+      fail(c.node, "X and W must be 3-d");
     int64_t hidden = attrInt(c.node, "hidden_size", 0);
-    if (hidden <= 0) fail(c.node, "hidden_size attribute missing");
+    if (hidden <= 0)
+      fail(c.node, "hidden_size attribute missing");
     bool batchFirst = attrInt(c.node, "layout", 0) == 1;
     int64_t seq = batchFirst ? x[1] : x[0], batch = batchFirst ? x[0] : x[1];
     int64_t dirs = w[0];
     ElemType t = c.input(0).type;
     if (batchFirst) {
       c.result(0, t, {batch, seq, dirs, hidden});
-      for (size_t i = 1; i < c.node.outputs.size(); ++i) c.result(i, t, {batch, dirs, hidden});
+      for (size_t i = 1; i < c.node.outputs.size(); ++i)
+        c.result(i, t, {batch, dirs, hidden});
     } else {
       c.result(0, t, {seq, dirs, batch, hidden});
-      for (size_t i = 1; i < c.node.outputs.size(); ++i) c.result(i, t, {dirs, batch, hidden});
+      for (size_t i = 1; i < c.node.outputs.size(); ++i)
+        c.result(i, t, {dirs, batch, hidden});
     }
   };
   r["LSTM"] = recurrent;
@@ -850,26 +1022,35 @@ std::map<std::string, Rule> &rules() {
     std::string lhs = eq.substr(0, arrow);
     for (size_t p = 0, q; p <= lhs.size(); p = q + 1) {
       q = lhs.find(',', p);
-      if (q == std::string::npos) q = lhs.size();
+      if (q == std::string::npos)
+        q = lhs.size();
       terms.push_back(lhs.substr(p, q - p));
     }
     if (terms.size() != c.numIn() || eq.find("...") != std::string::npos)
       fail(c.node, "unsupported einsum equation '" + eq + "'");
     std::map<char, int64_t> dims;
     for (size_t i = 0; i < terms.size(); ++i) {
-      if (terms[i].size() != c.shape(i).size()) fail(c.node, "equation rank mismatch");
-      for (size_t j = 0; j < terms[i].size(); ++j) dims[terms[i][j]] = c.shape(i)[j];
+      if (terms[i].size() != c.shape(i).size())
+        fail(c.node, "equation rank mismatch");
+      for (size_t j = 0; j < terms[i].size(); ++j)
+        dims[terms[i][j]] = c.shape(i)[j];
     }
     std::string outLabels;
-    if (arrow != std::string::npos) outLabels = eq.substr(arrow + 2);
+    if (arrow != std::string::npos)
+      outLabels = eq.substr(arrow + 2);
     else {
       std::map<char, int> count;
-      for (auto &t : terms) for (char ch : t) count[ch]++;
-      for (auto &[ch, n] : count) if (n == 1) outLabels += ch;
+      for (auto &t : terms)
+        for (char ch : t)
+          count[ch]++;
+      for (auto &[ch, n] : count)
+        if (n == 1)
+          outLabels += ch;
     }
     Shape r;
     for (char ch : outLabels) {
-      if (!dims.count(ch)) fail(c.node, "unknown output label in equation");
+      if (!dims.count(ch))
+        fail(c.node, "unknown output label in equation");
       r.push_back(dims[ch]);
     }
     c.result(0, c.input(0).type, r);

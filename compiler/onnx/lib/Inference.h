@@ -33,6 +33,10 @@ bool inferNode(const NodeDesc &node, int64_t opset,
                const std::vector<const ValueDesc *> &inputs,
                std::vector<ValueDesc> &outputs);
 
+/// Largest tensor the loader accepts (elements); keeps every byte count of
+/// the cost model inside int64_t.
+constexpr int64_t kMaxTensorElements = int64_t(1) << 50;
+
 /// Largest constant the folder computes (elements).
 constexpr int64_t kMaxFoldElements = 1 << 16;
 

@@ -1,4 +1,5 @@
-//===- OnnxLoader.cpp - ONNX protobuf → GraphDesc --------------------------===//
+//===- OnnxLoader.cpp - ONNX protobuf → GraphDesc
+//--------------------------===//
 //
 // The exceptions island: protobuf and ONNX code live here and nowhere else.
 // Every exception is caught at loadOnnxModelFromBytes and becomes a one-line
@@ -14,6 +15,7 @@
 #include "Inference.h"
 #include "orrery/Onnx/GraphDesc.h"
 
+#include "onnx/defs/parser.h"
 #include "onnx/defs/schema.h"
 #include "onnx/onnx_pb.h"
 #include "onnx/shape_inference/implementation.h"
@@ -30,31 +32,56 @@ using detail::LoadError;
 
 const char *elemTypeName(ElemType type) {
   switch (type) {
-  case ElemType::Float: return "float32";
-  case ElemType::UInt8: return "uint8";
-  case ElemType::Int8: return "int8";
-  case ElemType::UInt16: return "uint16";
-  case ElemType::Int16: return "int16";
-  case ElemType::Int32: return "int32";
-  case ElemType::Int64: return "int64";
-  case ElemType::String: return "string";
-  case ElemType::Bool: return "bool";
-  case ElemType::Float16: return "float16";
-  case ElemType::Double: return "float64";
-  case ElemType::UInt32: return "uint32";
-  case ElemType::UInt64: return "uint64";
-  case ElemType::BFloat16: return "bfloat16";
-  default: return "undefined";
+  case ElemType::Float:
+    return "float32";
+  case ElemType::UInt8:
+    return "uint8";
+  case ElemType::Int8:
+    return "int8";
+  case ElemType::UInt16:
+    return "uint16";
+  case ElemType::Int16:
+    return "int16";
+  case ElemType::Int32:
+    return "int32";
+  case ElemType::Int64:
+    return "int64";
+  case ElemType::String:
+    return "string";
+  case ElemType::Bool:
+    return "bool";
+  case ElemType::Float16:
+    return "float16";
+  case ElemType::Double:
+    return "float64";
+  case ElemType::UInt32:
+    return "uint32";
+  case ElemType::UInt64:
+    return "uint64";
+  case ElemType::BFloat16:
+    return "bfloat16";
+  default:
+    return "undefined";
   }
 }
 
 int64_t elemTypeBytes(ElemType type) {
   switch (type) {
-  case ElemType::Float16: case ElemType::BFloat16: case ElemType::Int16:
-  case ElemType::UInt16: return 2;
-  case ElemType::Float: case ElemType::Int32: case ElemType::UInt32: return 4;
-  case ElemType::Double: case ElemType::Int64: case ElemType::UInt64: return 8;
-  default: return 1;
+  case ElemType::Float16:
+  case ElemType::BFloat16:
+  case ElemType::Int16:
+  case ElemType::UInt16:
+    return 2;
+  case ElemType::Float:
+  case ElemType::Int32:
+  case ElemType::UInt32:
+    return 4;
+  case ElemType::Double:
+  case ElemType::Int64:
+  case ElemType::UInt64:
+    return 8;
+  default:
+    return 1;
   }
 }
 
@@ -84,7 +111,7 @@ double halfToDouble(uint16_t h, bool bf16) {
     return f;
   }
   int sign = h >> 15, exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
-  double v = exp == 0 ? std::ldexp(mant, -24)
+  double v = exp == 0    ? std::ldexp(mant, -24)
              : exp == 31 ? (mant ? NAN : INFINITY)
                          : std::ldexp(mant + 1024, exp - 25);
   return sign ? -v : v;
@@ -107,36 +134,97 @@ bool readValues(const ::onnx::TensorProto &t, int64_t count,
     const char *p = raw.data();
     for (int64_t i = 0; i < count; ++i, p += size) {
       switch (type) {
-      case ElemType::Float: { float f; std::memcpy(&f, p, 4); out.push_back(f); break; }
-      case ElemType::Double: { double d; std::memcpy(&d, p, 8); out.push_back(d); break; }
-      case ElemType::Int64: { int64_t v; std::memcpy(&v, p, 8); out.push_back(double(v)); break; }
-      case ElemType::UInt64: { uint64_t v; std::memcpy(&v, p, 8); out.push_back(double(v)); break; }
-      case ElemType::Int32: { int32_t v; std::memcpy(&v, p, 4); out.push_back(v); break; }
-      case ElemType::UInt32: { uint32_t v; std::memcpy(&v, p, 4); out.push_back(v); break; }
-      case ElemType::Int16: { int16_t v; std::memcpy(&v, p, 2); out.push_back(v); break; }
-      case ElemType::UInt16: { uint16_t v; std::memcpy(&v, p, 2); out.push_back(v); break; }
-      case ElemType::Float16: case ElemType::BFloat16: {
-        uint16_t v; std::memcpy(&v, p, 2);
-        out.push_back(halfToDouble(v, type == ElemType::BFloat16)); break; }
-      case ElemType::Int8: out.push_back(int8_t(*p)); break;
-      default: out.push_back(uint8_t(*p)); break;
+      case ElemType::Float: {
+        float f;
+        std::memcpy(&f, p, 4);
+        out.push_back(f);
+        break;
+      }
+      case ElemType::Double: {
+        double d;
+        std::memcpy(&d, p, 8);
+        out.push_back(d);
+        break;
+      }
+      case ElemType::Int64: {
+        int64_t v;
+        std::memcpy(&v, p, 8);
+        out.push_back(double(v));
+        break;
+      }
+      case ElemType::UInt64: {
+        uint64_t v;
+        std::memcpy(&v, p, 8);
+        out.push_back(double(v));
+        break;
+      }
+      case ElemType::Int32: {
+        int32_t v;
+        std::memcpy(&v, p, 4);
+        out.push_back(v);
+        break;
+      }
+      case ElemType::UInt32: {
+        uint32_t v;
+        std::memcpy(&v, p, 4);
+        out.push_back(v);
+        break;
+      }
+      case ElemType::Int16: {
+        int16_t v;
+        std::memcpy(&v, p, 2);
+        out.push_back(v);
+        break;
+      }
+      case ElemType::UInt16: {
+        uint16_t v;
+        std::memcpy(&v, p, 2);
+        out.push_back(v);
+        break;
+      }
+      case ElemType::Float16:
+      case ElemType::BFloat16: {
+        uint16_t v;
+        std::memcpy(&v, p, 2);
+        out.push_back(halfToDouble(v, type == ElemType::BFloat16));
+        break;
+      }
+      case ElemType::Int8:
+        out.push_back(int8_t(*p));
+        break;
+      default:
+        out.push_back(uint8_t(*p));
+        break;
       }
     }
     return true;
   }
   auto take = [&](const auto &field) {
-    for (auto v : field) out.push_back(double(v));
+    for (auto v : field)
+      out.push_back(double(v));
   };
   switch (type) {
-  case ElemType::Float: take(t.float_data()); break;
-  case ElemType::Double: take(t.double_data()); break;
-  case ElemType::Int64: take(t.int64_data()); break;
-  case ElemType::UInt64: case ElemType::UInt32: take(t.uint64_data()); break;
-  case ElemType::Float16: case ElemType::BFloat16:
+  case ElemType::Float:
+    take(t.float_data());
+    break;
+  case ElemType::Double:
+    take(t.double_data());
+    break;
+  case ElemType::Int64:
+    take(t.int64_data());
+    break;
+  case ElemType::UInt64:
+  case ElemType::UInt32:
+    take(t.uint64_data());
+    break;
+  case ElemType::Float16:
+  case ElemType::BFloat16:
     for (int32_t v : t.int32_data())
       out.push_back(halfToDouble(uint16_t(v), type == ElemType::BFloat16));
     break;
-  default: take(t.int32_data()); break;
+  default:
+    take(t.int32_data());
+    break;
   }
   if ((int64_t)out.size() != count)
     throw LoadError(what + " has " + std::to_string(out.size()) +
@@ -151,9 +239,13 @@ ValueDesc tensorDesc(const ::onnx::TensorProto &t, const std::string &what) {
   if (v.type == ElemType::Undefined)
     throw LoadError(what + " has unknown element type " +
                     std::to_string(t.data_type()));
+  int64_t elements = 1;
   for (int64_t d : t.dims()) {
     if (d < 0)
       throw LoadError(what + " has a negative dimension");
+    if (d > 0 && elements > detail::kMaxTensorElements / d)
+      throw LoadError(what + " has more than 2^50 elements");
+    elements *= d;
     v.shape.push_back(d);
   }
   return v;
@@ -229,7 +321,8 @@ void Loader::addInitializers(const ::onnx::GraphProto &g, GraphDesc &out) {
     ValueDesc v = tensorDesc(t, what);
     initializerNames.insert(t.name());
     if (isFloat(v.type)) {
-      v.kind = bnStatistics.count(t.name()) ? ValueKind::Buffer : ValueKind::Param;
+      v.kind =
+          bnStatistics.count(t.name()) ? ValueKind::Buffer : ValueKind::Param;
     } else if (v.numElements() <= detail::kMaxFoldElements &&
                readValues(t, v.numElements(), v.values, what)) {
       v.kind = ValueKind::Constant;
@@ -259,12 +352,30 @@ NodeDesc Loader::convertNode(const ::onnx::NodeProto &n,
     d.name = a.name();
     using AP = ::onnx::AttributeProto;
     switch (a.type()) {
-    case AP::INT: d.kind = AttrDesc::Kind::Int; d.i = a.i(); break;
-    case AP::FLOAT: d.kind = AttrDesc::Kind::Float; d.f = a.f(); break;
-    case AP::STRING: d.kind = AttrDesc::Kind::String; d.s = a.s(); break;
-    case AP::INTS: d.kind = AttrDesc::Kind::Ints; d.ints.assign(a.ints().begin(), a.ints().end()); break;
-    case AP::FLOATS: d.kind = AttrDesc::Kind::Floats; d.floats.assign(a.floats().begin(), a.floats().end()); break;
-    case AP::STRINGS: d.kind = AttrDesc::Kind::Strings; d.strings.assign(a.strings().begin(), a.strings().end()); break;
+    case AP::INT:
+      d.kind = AttrDesc::Kind::Int;
+      d.i = a.i();
+      break;
+    case AP::FLOAT:
+      d.kind = AttrDesc::Kind::Float;
+      d.f = a.f();
+      break;
+    case AP::STRING:
+      d.kind = AttrDesc::Kind::String;
+      d.s = a.s();
+      break;
+    case AP::INTS:
+      d.kind = AttrDesc::Kind::Ints;
+      d.ints.assign(a.ints().begin(), a.ints().end());
+      break;
+    case AP::FLOATS:
+      d.kind = AttrDesc::Kind::Floats;
+      d.floats.assign(a.floats().begin(), a.floats().end());
+      break;
+    case AP::STRINGS:
+      d.kind = AttrDesc::Kind::Strings;
+      d.strings.assign(a.strings().begin(), a.strings().end());
+      break;
     case AP::TENSOR: {
       d.kind = AttrDesc::Kind::Tensor;
       std::string what = describe(node) + " attribute '" + a.name() + "'";
@@ -274,15 +385,28 @@ NodeDesc Loader::convertNode(const ::onnx::NodeProto &n,
         d.tensor.values.clear();
       break;
     }
-    case AP::GRAPH: d.kind = AttrDesc::Kind::Graph; break; // filled later
+    case AP::GRAPH:
+      d.kind = AttrDesc::Kind::Graph;
+      break; // filled later
     case AP::UNDEFINED:
       // Old exporters leave the type unset; infer it from the filled field.
-      if (a.has_i()) { d.kind = AttrDesc::Kind::Int; d.i = a.i(); }
-      else if (a.has_f()) { d.kind = AttrDesc::Kind::Float; d.f = a.f(); }
-      else if (a.has_s()) { d.kind = AttrDesc::Kind::String; d.s = a.s(); }
-      else if (a.ints_size()) { d.kind = AttrDesc::Kind::Ints; d.ints.assign(a.ints().begin(), a.ints().end()); }
-      else if (a.floats_size()) { d.kind = AttrDesc::Kind::Floats; d.floats.assign(a.floats().begin(), a.floats().end()); }
-      else continue;
+      if (a.has_i()) {
+        d.kind = AttrDesc::Kind::Int;
+        d.i = a.i();
+      } else if (a.has_f()) {
+        d.kind = AttrDesc::Kind::Float;
+        d.f = a.f();
+      } else if (a.has_s()) {
+        d.kind = AttrDesc::Kind::String;
+        d.s = a.s();
+      } else if (a.ints_size()) {
+        d.kind = AttrDesc::Kind::Ints;
+        d.ints.assign(a.ints().begin(), a.ints().end());
+      } else if (a.floats_size()) {
+        d.kind = AttrDesc::Kind::Floats;
+        d.floats.assign(a.floats().begin(), a.floats().end());
+      } else
+        continue;
       break;
     default:
       continue; // sparse tensors, type protos: no bearing on cost
@@ -355,7 +479,8 @@ void Loader::processNode(const ::onnx::NodeProto &n, GraphDesc &out,
   // Constants: small ones keep their values, large float ones are buffers.
   if (defaultDomain && node.opType == "Constant") {
     if (node.outputs.size() != 1 || node.attrs.empty())
-      throw LoadError(describe(node) + ": needs one output and one value attribute");
+      throw LoadError(describe(node) +
+                      ": needs one output and one value attribute");
     const AttrDesc &a = node.attrs[0];
     ValueDesc v;
     v.name = node.outputs[0];
@@ -363,16 +488,26 @@ void Loader::processNode(const ::onnx::NodeProto &n, GraphDesc &out,
       v.type = a.tensor.type;
       v.shape = a.tensor.shape;
       v.values = a.tensor.values;
-    } else if (a.name == "value_float") { v.type = ElemType::Float; v.values = {a.f}; }
-    else if (a.name == "value_int") { v.type = ElemType::Int64; v.values = {double(a.i)}; }
-    else if (a.name == "value_floats") { v.type = ElemType::Float; v.shape = {(int64_t)a.floats.size()}; v.values = a.floats; }
-    else if (a.name == "value_ints") {
-      v.type = ElemType::Int64; v.shape = {(int64_t)a.ints.size()};
-      for (int64_t i : a.ints) v.values.push_back(double(i));
+    } else if (a.name == "value_float") {
+      v.type = ElemType::Float;
+      v.values = {a.f};
+    } else if (a.name == "value_int") {
+      v.type = ElemType::Int64;
+      v.values = {double(a.i)};
+    } else if (a.name == "value_floats") {
+      v.type = ElemType::Float;
+      v.shape = {(int64_t)a.floats.size()};
+      v.values = a.floats;
+    } else if (a.name == "value_ints") {
+      v.type = ElemType::Int64;
+      v.shape = {(int64_t)a.ints.size()};
+      for (int64_t i : a.ints)
+        v.values.push_back(double(i));
     } else
-      throw LoadError(describe(node) + ": unsupported constant attribute '" + a.name + "'");
+      throw LoadError(describe(node) + ": unsupported constant attribute '" +
+                      a.name + "'");
     v.kind = (int64_t)v.values.size() == v.numElements() ? ValueKind::Constant
-                                                          : ValueKind::Buffer;
+                                                         : ValueKind::Buffer;
     if (v.kind == ValueKind::Buffer)
       out.weights.push_back(v.name);
     addValue(out, std::move(v));
@@ -381,12 +516,13 @@ void Loader::processNode(const ::onnx::NodeProto &n, GraphDesc &out,
 
   // A weight placeholder: ConstantOfShape fed directly by an initializer (the
   // way ONNX's "light" test models strip their weights).
-  if (defaultDomain && node.opType == "ConstantOfShape" && !node.inputs.empty() &&
-      initializerNames.count(node.inputs[0])) {
+  if (defaultDomain && node.opType == "ConstantOfShape" &&
+      !node.inputs.empty() && initializerNames.count(node.inputs[0])) {
     std::vector<ValueDesc> outs;
     detail::inferNode(node, model.opsetVersion, inputs, outs);
     if (isFloat(outs[0].type)) {
-      outs[0].kind = ValueKind::Param;
+      outs[0].kind = bnStatistics.count(node.outputs[0]) ? ValueKind::Buffer
+                                                         : ValueKind::Param;
       outs[0].values.clear();
       addValue(out, std::move(outs[0]));
       return;
@@ -398,8 +534,10 @@ void Loader::processNode(const ::onnx::NodeProto &n, GraphDesc &out,
   if (defaultDomain && node.opType == "If") {
     const ::onnx::GraphProto *thenG = nullptr, *elseG = nullptr;
     for (const auto &a : n.attribute()) {
-      if (a.name() == "then_branch") thenG = &a.g();
-      if (a.name() == "else_branch") elseG = &a.g();
+      if (a.name() == "then_branch")
+        thenG = &a.g();
+      if (a.name() == "else_branch")
+        elseG = &a.g();
     }
     if (!thenG || !elseG || inputs.empty() || !inputs[0])
       throw LoadError(describe(node) + ": needs a condition and two branches");
@@ -418,7 +556,8 @@ void Loader::processNode(const ::onnx::NodeProto &n, GraphDesc &out,
         ValueDesc alias = *src;
         alias.name = node.outputs[i];
         if (alias.kind == ValueKind::Param || alias.kind == ValueKind::Buffer ||
-            alias.kind == ValueKind::Input || alias.kind == ValueKind::Computed) {
+            alias.kind == ValueKind::Input ||
+            alias.kind == ValueKind::Computed) {
           // Keep the dataflow with an Identity node.
           NodeDesc id;
           id.name = node.name + "/output_" + std::to_string(i);
@@ -433,13 +572,15 @@ void Loader::processNode(const ::onnx::NodeProto &n, GraphDesc &out,
       return;
     }
     for (AttrDesc &a : node.attrs) {
-      if (a.kind != AttrDesc::Kind::Graph) continue;
+      if (a.kind != AttrDesc::Kind::Graph)
+        continue;
       a.graph = processSubgraph(a.name == "then_branch" ? *thenG : *elseG,
                                 scope, {}, node);
     }
     const GraphDesc *thenD = nullptr;
     for (AttrDesc &a : node.attrs)
-      if (a.name == "then_branch") thenD = a.graph.get();
+      if (a.name == "then_branch")
+        thenD = a.graph.get();
     if (!thenD || thenD->outputs.size() != node.outputs.size())
       throw LoadError(describe(node) + ": branch output count differs");
     Scope thenScope{const_cast<GraphDesc *>(thenD), &scope};
@@ -458,7 +599,8 @@ void Loader::processNode(const ::onnx::NodeProto &n, GraphDesc &out,
   if (defaultDomain && (node.opType == "Loop" || node.opType == "Scan")) {
     const ::onnx::GraphProto *body = nullptr;
     for (const auto &a : n.attribute())
-      if (a.name() == "body") body = &a.g();
+      if (a.name() == "body")
+        body = &a.g();
     if (!body)
       throw LoadError(describe(node) + ": has no body");
     std::vector<ValueDesc> args;
@@ -466,27 +608,37 @@ void Loader::processNode(const ::onnx::NodeProto &n, GraphDesc &out,
     size_t numState = 0, numScanIn = 0;
     if (node.opType == "Loop") {
       if (inputs.size() < 2)
-        throw LoadError(describe(node) + ": needs a trip count and a condition");
-      if (inputs[0] && inputs[0]->kind == ValueKind::Constant && !inputs[0]->values.empty())
-        trip = (int64_t)inputs[0]->values[0];
-      ValueDesc iter; iter.type = ElemType::Int64;
-      ValueDesc cond; cond.type = ElemType::Bool;
+        throw LoadError(describe(node) +
+                        ": needs a trip count and a condition");
+      if (inputs[0] && inputs[0]->kind == ValueKind::Constant &&
+          !inputs[0]->values.empty())
+        trip = inputs[0]->values[0] >= 0 && inputs[0]->values[0] < 1e15
+                   ? int64_t(inputs[0]->values[0])
+                   : -1;
+      ValueDesc iter;
+      iter.type = ElemType::Int64;
+      ValueDesc cond;
+      cond.type = ElemType::Bool;
       args = {iter, cond};
       for (size_t i = 2; i < inputs.size(); ++i) {
-        if (!inputs[i]) throw LoadError(describe(node) + ": empty loop-carried input");
+        if (!inputs[i])
+          throw LoadError(describe(node) + ": empty loop-carried input");
         args.push_back(*inputs[i]);
       }
       numState = inputs.size() - 2;
     } else {
       numScanIn = detail::attrInt(node, "num_scan_inputs", 0);
       if (numScanIn > inputs.size())
-        throw LoadError(describe(node) + ": num_scan_inputs exceeds its inputs");
+        throw LoadError(describe(node) +
+                        ": num_scan_inputs exceeds its inputs");
       numState = inputs.size() - numScanIn;
       for (size_t i = 0; i < inputs.size(); ++i) {
-        if (!inputs[i]) throw LoadError(describe(node) + ": empty scan input");
+        if (!inputs[i])
+          throw LoadError(describe(node) + ": empty scan input");
         ValueDesc v = *inputs[i];
         if (i >= numState) {
-          if (v.shape.empty()) throw LoadError(describe(node) + ": scan input is a scalar");
+          if (v.shape.empty())
+            throw LoadError(describe(node) + ": scan input is a scalar");
           trip = v.shape[0];
           v.shape.erase(v.shape.begin());
         }
@@ -495,9 +647,11 @@ void Loader::processNode(const ::onnx::NodeProto &n, GraphDesc &out,
     }
     auto sub = processSubgraph(*body, scope, args, node);
     for (AttrDesc &a : node.attrs)
-      if (a.name == "body") a.graph = sub;
+      if (a.name == "body")
+        a.graph = sub;
     Scope bodyScope{sub.get(), &scope};
-    size_t firstOut = node.opType == "Loop" ? 1 : 0; // Loop's body returns cond first
+    size_t firstOut =
+        node.opType == "Loop" ? 1 : 0; // Loop's body returns cond first
     for (size_t i = 0; i < node.outputs.size(); ++i) {
       size_t bi = firstOut + i;
       if (bi >= sub->outputs.size())
@@ -508,8 +662,10 @@ void Loader::processNode(const ::onnx::NodeProto &n, GraphDesc &out,
       v.values.clear();
       if (i >= numState) {
         if (trip < 0)
-          throw LoadError(describe(node) + ": trip count is not a constant, so "
-                          "the shape of output '" + v.name + "' is unknown");
+          throw LoadError(describe(node) +
+                          ": trip count is not a constant, so "
+                          "the shape of output '" +
+                          v.name + "' is unknown");
         v.shape.insert(v.shape.begin(), trip);
       }
       addValue(out, std::move(v));
@@ -526,16 +682,21 @@ void Loader::processNode(const ::onnx::NodeProto &n, GraphDesc &out,
     outs.clear();
     for (const std::string &o : node.outputs) {
       auto it = onnxInferred.find(o);
-      if (o.empty()) { outs.emplace_back(); continue; }
+      if (o.empty()) {
+        outs.emplace_back();
+        continue;
+      }
       if (it == onnxInferred.end())
-        throw LoadError(describe(node) + ": cannot infer the shape of output '" +
-                        o + "'" + (defaultDomain ? "" : " (domain '" + node.domain + "')"));
+        throw LoadError(
+            describe(node) + ": cannot infer the shape of output '" + o + "'" +
+            (defaultDomain ? "" : " (domain '" + node.domain + "')"));
       outs.push_back(it->second);
     }
   }
   bool allConstant = true;
   for (size_t i = 0; i < outs.size(); ++i) {
-    if (node.outputs[i].empty()) continue;
+    if (node.outputs[i].empty())
+      continue;
     outs[i].name = node.outputs[i];
     if (outs[i].kind != ValueKind::Constant) {
       outs[i].kind = ValueKind::Computed;
@@ -561,24 +722,36 @@ void pruneGraph(GraphDesc &g, std::set<std::string> &usedOutside) {
     bool needed = false;
     for (const std::string &o : n.outputs)
       needed |= !o.empty() && live.count(o);
-    if (!needed) continue;
+    if (!needed)
+      continue;
     keep[i] = true;
     for (const std::string &in : n.inputs)
-      if (!in.empty()) { live.insert(in); nodeUses[i].insert(in); }
+      if (!in.empty()) {
+        live.insert(in);
+        nodeUses[i].insert(in);
+      }
     for (AttrDesc &a : n.attrs)
       if (a.graph) {
         std::set<std::string> inner;
         pruneGraph(*a.graph, inner);
-        for (const std::string &s : inner) { live.insert(s); nodeUses[i].insert(s); }
+        for (const std::string &s : inner) {
+          live.insert(s);
+          nodeUses[i].insert(s);
+        }
       }
   }
   std::vector<NodeDesc> kept;
   std::set<std::string> seen;
   auto note = [&](const std::string &name) {
     auto it = g.values.find(name);
-    if (it == g.values.end()) { usedOutside.insert(name); return; }
-    if (!seen.insert(name).second) return;
-    if (it->second.kind == ValueKind::Param || it->second.kind == ValueKind::Buffer)
+    if (it == g.values.end()) {
+      usedOutside.insert(name);
+      return;
+    }
+    if (!seen.insert(name).second)
+      return;
+    if (it->second.kind == ValueKind::Param ||
+        it->second.kind == ValueKind::Buffer)
       g.weights.push_back(name);
     else if (it->second.kind == ValueKind::Constant)
       g.constants.push_back(name);
@@ -586,12 +759,17 @@ void pruneGraph(GraphDesc &g, std::set<std::string> &usedOutside) {
   g.weights.clear();
   g.constants.clear();
   for (size_t i = 0; i < g.nodes.size(); ++i) {
-    if (!keep[i]) continue;
-    for (const std::string &in : g.nodes[i].inputs) if (!in.empty()) note(in);
-    for (const std::string &in : nodeUses[i]) note(in);
+    if (!keep[i])
+      continue;
+    for (const std::string &in : g.nodes[i].inputs)
+      if (!in.empty())
+        note(in);
+    for (const std::string &in : nodeUses[i])
+      note(in);
     kept.push_back(std::move(g.nodes[i]));
   }
-  for (const std::string &o : g.outputs) note(o);
+  for (const std::string &o : g.outputs)
+    note(o);
   g.nodes = std::move(kept);
 }
 
@@ -599,7 +777,8 @@ void Loader::run(::onnx::ModelProto &proto) {
   model.irVersion = proto.ir_version();
   model.producer = proto.producer_name();
   if (model.irVersion < kMinIr || model.irVersion > kMaxIr)
-    throw LoadError("unsupported IR version " + std::to_string(model.irVersion) +
+    throw LoadError("unsupported IR version " +
+                    std::to_string(model.irVersion) +
                     " (supported: " + std::to_string(kMinIr) + " to " +
                     std::to_string(kMaxIr) + ")");
   for (const auto &o : proto.opset_import())
@@ -627,7 +806,8 @@ void Loader::run(::onnx::ModelProto &proto) {
     auto *shape = input.mutable_type()->mutable_tensor_type()->mutable_shape();
     for (int i = 0; i < shape->dim_size(); ++i) {
       auto *dim = shape->mutable_dim(i);
-      if (dim->has_dim_value()) continue;
+      if (dim->has_dim_value())
+        continue;
       std::string sym = dim->has_dim_param() ? dim->dim_param() : "";
       auto it = options.dims.find(sym);
       if (!sym.empty() && it != options.dims.end()) {
@@ -635,7 +815,8 @@ void Loader::run(::onnx::ModelProto &proto) {
         model.boundDims[sym] = it->second;
       } else {
         std::string where = "'" + input.name() + "' dim " + std::to_string(i);
-        unbound.push_back(sym.empty() ? "(unnamed) in " + where : sym + " in " + where);
+        unbound.push_back(sym.empty() ? "(unnamed) in " + where
+                                      : sym + " in " + where);
       }
     }
   }
@@ -651,23 +832,30 @@ void Loader::run(::onnx::ModelProto &proto) {
   if (model.opsetVersion <= 17) {
     try {
       ::onnx::ShapeInferenceOptions opts(false, 0, true);
-      ::onnx::shape_inference::InferShapes(proto, ::onnx::OpSchemaRegistry::Instance(), opts);
+      ::onnx::shape_inference::InferShapes(
+          proto, ::onnx::OpSchemaRegistry::Instance(), opts);
     } catch (const std::exception &) {
       // Our own rules still run; a node neither covers is reported below.
     }
     for (const auto &vi : g.value_info()) {
-      if (!vi.type().has_tensor_type()) continue;
+      if (!vi.type().has_tensor_type())
+        continue;
       const auto &tt = vi.type().tensor_type();
-      if (!tt.has_shape()) continue;
+      if (!tt.has_shape())
+        continue;
       ValueDesc v;
       v.name = vi.name();
       v.type = toElemType(tt.elem_type());
       bool complete = v.type != ElemType::Undefined;
       for (const auto &d : tt.shape().dim()) {
-        if (!d.has_dim_value()) { complete = false; break; }
+        if (!d.has_dim_value()) {
+          complete = false;
+          break;
+        }
         v.shape.push_back(d.dim_value());
       }
-      if (complete) onnxInferred[v.name] = v;
+      if (complete)
+        onnxInferred[v.name] = v;
     }
   }
 
@@ -675,8 +863,27 @@ void Loader::run(::onnx::ModelProto &proto) {
   out.name = g.name();
   collectBnStatistics(g);
   addInitializers(g, out);
+  // Graph inputs used only in parameter slots (BatchNorm scale and
+  // statistics, Conv and Gemm weights, ...) are weights supplied as inputs,
+  // as some exporters write them: they count as parameters (or buffers).
+  std::map<std::string, bool> onlyParameterSlots;
+  for (const auto &n : g.node())
+    for (int i = 0; i < n.input_size(); ++i) {
+      const std::string &op = n.op_type();
+      bool slot =
+          (op == "BatchNormalization" && i >= 1) ||
+          ((op == "Conv" || op == "ConvTranspose" || op == "Gemm" ||
+            op == "LayerNormalization" || op == "InstanceNormalization") &&
+           i >= 1) ||
+          ((op == "LSTM" || op == "GRU" || op == "RNN") && i >= 1 && i <= 3) ||
+          (op == "PRelu" && i == 1);
+      auto [it, inserted] = onlyParameterSlots.try_emplace(n.input(i), slot);
+      if (!inserted)
+        it->second = it->second && slot;
+    }
   for (const auto &input : g.input()) {
-    if (inits.count(input.name())) continue;
+    if (inits.count(input.name()))
+      continue;
     if (!input.type().has_tensor_type())
       throw LoadError("graph input '" + input.name() + "' is not a tensor");
     ValueDesc v;
@@ -685,8 +892,22 @@ void Loader::run(::onnx::ModelProto &proto) {
     v.type = toElemType(input.type().tensor_type().elem_type());
     if (v.type == ElemType::Undefined)
       throw LoadError("graph input '" + input.name() + "' has no element type");
-    for (const auto &d : input.type().tensor_type().shape().dim())
-      v.shape.push_back(d.dim_value());
+    int64_t elements = 1;
+    for (const auto &d : input.type().tensor_type().shape().dim()) {
+      int64_t dim = d.dim_value();
+      if (dim < 0 || (dim > 0 && elements > detail::kMaxTensorElements / dim))
+        throw LoadError("graph input '" + input.name() +
+                        "' has a negative or huge dimension");
+      elements *= dim;
+      v.shape.push_back(dim);
+    }
+    auto slot = onlyParameterSlots.find(v.name);
+    if (isFloat(v.type) && slot != onlyParameterSlots.end() && slot->second) {
+      v.kind =
+          bnStatistics.count(v.name) ? ValueKind::Buffer : ValueKind::Param;
+      addValue(out, std::move(v));
+      continue;
+    }
     out.inputs.push_back(v.name);
     addValue(out, std::move(v));
   }
@@ -713,9 +934,24 @@ LoadResult loadOnnxModelFromBytes(const std::string &bytes,
   }
   try {
     ::onnx::ModelProto proto;
-    if (bytes.size() > size_t(INT32_MAX) ||
-        !proto.ParseFromArray(bytes.data(), int(bytes.size()))) {
-      result.error = path + ": not a valid ONNX protobuf (truncated or corrupt)";
+    bool text =
+        path.size() > 9 && path.compare(path.size() - 9, 9, ".onnxtext") == 0;
+    if (text) {
+      // ONNX's textual syntax (onnx/defs/parser.h), for readable fixtures.
+      ::onnx::OnnxParser parser(bytes.c_str());
+      auto status = parser.Parse(proto);
+      if (!status.IsOK()) {
+        std::string msg = status.ErrorMessage();
+        for (char &c : msg)
+          if (c == '\n')
+            c = ' ';
+        result.error = path + ": not valid ONNX text: " + msg;
+        return result;
+      }
+    } else if (bytes.size() > size_t(INT32_MAX) ||
+               !proto.ParseFromArray(bytes.data(), int(bytes.size()))) {
+      result.error =
+          path + ": not a valid ONNX protobuf (truncated or corrupt)";
       return result;
     }
     auto model = std::make_unique<ModelDesc>();

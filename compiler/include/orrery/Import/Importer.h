@@ -1,4 +1,5 @@
-//===- Importer.h - GraphDesc → orrery dialect -----------------------------===//
+//===- Importer.h - GraphDesc → orrery dialect
+//-----------------------------===//
 #ifndef ORRERY_IMPORT_IMPORTER_H
 #define ORRERY_IMPORT_IMPORTER_H
 

@@ -19,10 +19,10 @@ namespace orrery {
 /// instance of it.
 struct LayerKind {
   std::string name;
-  int64_t count = 0;       ///< instances in the model
-  int64_t numOps = 0;      ///< ops in one instance (control-flow bodies included)
-  int64_t parameters = 0;  ///< trainable, each weight counted at its first use
-  int64_t buffers = 0;     ///< non-trainable weight elements
+  int64_t count = 0;  ///< instances in the model
+  int64_t numOps = 0; ///< ops in one instance (control-flow bodies included)
+  int64_t parameters = 0; ///< trainable, each weight counted at its first use
+  int64_t buffers = 0;    ///< non-trainable weight elements
   int64_t forwardFlops = 0;
   int64_t backwardFlops = 0;
   int64_t bytesRead = 0;

@@ -376,7 +376,7 @@ def Orrery_RNNOp : Orrery_RecurrentOp<"rnn", "RNN", 1>;
 // Values without computation: weights, constants, absent inputs.
 //===----------------------------------------------------------------------===//
 
-def Orrery_WeightOp : Orrery_Op<"weight", ["getParameterCount"], [Pure]> {
+def Orrery_WeightOp : Orrery_Op<"weight", ["getParameterCount", "getBytesWritten"], [Pure]> {
   let summary = "a named weight: shape and element type, never bytes";
   let description = [{
     A model weight (an ONNX initializer, or the output of a `ConstantOfShape`
@@ -397,7 +397,7 @@ def Orrery_WeightOp : Orrery_Op<"weight", ["getParameterCount"], [Pure]> {
   let assemblyFormat = "$name (`trainable` $trainable^)? attr-dict `:` type($output)";
 }
 
-def Orrery_ConstantOp : Orrery_Op<"constant", [], [Pure, ConstantLike,
+def Orrery_ConstantOp : Orrery_Op<"constant", ["getBytesWritten"], [Pure, ConstantLike,
     AllTypesMatch<["value", "output"]>]> {
   let summary = "a small constant with its values";
   let description = [{
@@ -417,7 +417,7 @@ def Orrery_ConstantOp : Orrery_Op<"constant", [], [Pure, ConstantLike,
   let hasFolder = 1;
 }
 
-def Orrery_NoneOp : Orrery_Op<"none", [], [Pure]> {
+def Orrery_NoneOp : Orrery_Op<"none", ["getBytesWritten"], [Pure]> {
   let summary = "an absent optional input";
   let description = [{
     Stands for an ONNX optional input left empty in the middle of an

@@ -19,8 +19,21 @@ namespace orrery::onnx {
 
 /// Element types, named as ONNX's TensorProto.DataType.
 enum class ElemType {
-  Undefined, Float, UInt8, Int8, UInt16, Int16, Int32, Int64, String, Bool,
-  Float16, Double, UInt32, UInt64, BFloat16
+  Undefined,
+  Float,
+  UInt8,
+  Int8,
+  UInt16,
+  Int16,
+  Int32,
+  Int64,
+  String,
+  Bool,
+  Float16,
+  Double,
+  UInt32,
+  UInt64,
+  BFloat16
 };
 
 /// What a value is, for the planner.

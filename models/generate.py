@@ -1,0 +1,482 @@
+#!/usr/bin/python3
+"""Writes shape-only ONNX models of named published architectures.
+
+Every weight is an initializer with dims and a data type but no bytes
+(data_location=EXTERNAL, pointing at a file that is never written), so even
+Llama-3 405B is a few hundred KB. Needs Debian's python3-onnx (1.12).
+
+    models/generate.py --list
+    models/generate.py gpt3-175b -o gpt3-175b.onnx
+    models/generate.py --all DIR
+
+Each model's published parameter count and its source are in REFERENCES;
+`orrery stats` on the written file must agree within 1% (tests/e2e checks).
+The graphs use ONNX opset 20 (Gelu, LayerNormalization, axes as inputs), which
+ONNX 1.12's own shape inference does not know: Orrery infers their shapes
+itself.
+"""
+
+import argparse
+import math
+import os
+import sys
+
+import onnx
+from onnx import TensorProto, helper
+
+OPSET = 20
+IR_VERSION = 9
+
+F16 = TensorProto.FLOAT16
+F32 = TensorProto.FLOAT
+I64 = TensorProto.INT64
+
+
+class Graph:
+    """A small builder: unique names, shape-only weights, constants."""
+
+    def __init__(self, name, dtype=F16):
+        self.name = name
+        self.dtype = dtype
+        self.nodes = []
+        self.inits = []
+        self.inputs = []
+        self.outputs = []
+        self.count = 0
+
+    def fresh(self, hint):
+        self.count += 1
+        return f"{hint}_{self.count}"
+
+    def weight(self, name, shape, dtype=None):
+        t = TensorProto()
+        t.name = name
+        t.data_type = self.dtype if dtype is None else dtype
+        t.dims.extend(shape)
+        t.data_location = TensorProto.EXTERNAL
+        size = 2 if t.data_type == F16 else 4
+        for key, value in (("location", f"{self.name}.weights.bin"),
+                           ("offset", "0"),
+                           ("length", str(size * math.prod(shape)))):
+            entry = t.external_data.add()
+            entry.key = key
+            entry.value = value
+        self.inits.append(t)
+        return name
+
+    def const(self, values, dtype=I64, shape=None):
+        out = self.fresh("const")
+        if shape is None:
+            shape = [len(values)] if isinstance(values, (list, tuple)) else []
+        vals = list(values) if isinstance(values, (list, tuple)) else [values]
+        self.nodes.append(helper.make_node(
+            "Constant", [], [out], name=out,
+            value=helper.make_tensor(out + "_value", dtype, shape, vals)))
+        return out
+
+    def op(self, op_type, inputs, outputs=1, hint=None, **attrs):
+        names = [self.fresh(hint or op_type.lower()) for _ in range(outputs)]
+        self.nodes.append(helper.make_node(op_type, inputs, names,
+                                           name=names[0] + "_node", **attrs))
+        return names[0] if outputs == 1 else names
+
+    def input(self, name, dtype, shape):
+        self.inputs.append(helper.make_tensor_value_info(name, dtype, shape))
+        return name
+
+    def output(self, value, name, dtype, shape):
+        self.nodes.append(helper.make_node("Identity", [value], [name], name=name + "_out"))
+        self.outputs.append(helper.make_tensor_value_info(name, dtype, shape))
+
+    def model(self):
+        graph = helper.make_graph(self.nodes, self.name, self.inputs,
+                                  self.outputs, self.inits)
+        m = helper.make_model(graph, producer_name="orrery-models",
+                              opset_imports=[helper.make_opsetid("", OPSET)])
+        m.ir_version = IR_VERSION
+        return m
+
+    # Building blocks ---------------------------------------------------
+
+    def linear(self, x, prefix, d_in, d_out, bias=True):
+        y = self.op("MatMul", [x, self.weight(prefix + ".weight", [d_in, d_out])])
+        if bias:
+            y = self.op("Add", [y, self.weight(prefix + ".bias", [d_out])])
+        return y
+
+    def layer_norm(self, x, prefix, d):
+        return self.op("LayerNormalization",
+                       [x, self.weight(prefix + ".weight", [d]),
+                        self.weight(prefix + ".bias", [d])],
+                       axis=-1, epsilon=1e-5)
+
+    def rms_norm(self, x, prefix, d):
+        sq = self.op("Mul", [x, x])
+        mean = self.op("ReduceMean", [sq, self.const([-1])], keepdims=1)
+        eps = self.const(1e-5, self.dtype)
+        inv = self.op("Reciprocal", [self.op("Sqrt", [self.op("Add", [mean, eps])])])
+        return self.op("Mul", [self.op("Mul", [x, inv]), self.weight(prefix + ".weight", [d])])
+
+    def dropout(self, x, training):
+        if not training:
+            return x
+        return self.op("Dropout", [x, self.const(0.1, F32), self.const(True, TensorProto.BOOL)])
+
+    def heads(self, x, n, dh, perm):
+        """[B, S, n*dh] -> [B, n, S, dh] (or another perm)."""
+        return self.op("Transpose", [self.op("Reshape", [x, self.const([0, 0, n, dh])])],
+                       perm=perm)
+
+    def merge_heads(self, x, d):
+        """[B, n, S, dh] -> [B, S, n*dh]."""
+        return self.op("Reshape", [self.op("Transpose", [x], perm=[0, 2, 1, 3]),
+                                   self.const([0, 0, d])])
+
+    def causal_mask(self, seq):
+        """[seq, seq] with -inf above the diagonal, built once from constants."""
+        fill = helper.make_tensor("fill", self.dtype, [1], [-65504.0 if self.dtype == F16 else -1e9])
+        full = self.op("ConstantOfShape", [self.const([seq, seq])], value=fill)
+        return self.op("Trilu", [full, self.const(1)], upper=1)
+
+    def attention(self, x, prefix, d, heads, kv_heads, seq, mask, bias, training,
+                  rope=None):
+        dh = d // heads
+        if kv_heads == heads and rope is None:
+            qkv = self.linear(x, prefix + ".qkv", d, 3 * d, bias)
+            q, k, v = self.op("Split", [qkv, self.const([d, d, d])], outputs=3, axis=-1)
+        else:
+            q = self.linear(x, prefix + ".q", d, heads * dh, bias)
+            k = self.linear(x, prefix + ".k", d, kv_heads * dh, bias)
+            v = self.linear(x, prefix + ".v", d, kv_heads * dh, bias)
+        q = self.heads(q, heads, dh, [0, 2, 1, 3])
+        k = self.heads(k, kv_heads, dh, [0, 2, 1, 3])
+        v = self.heads(v, kv_heads, dh, [0, 2, 1, 3])
+        if rope is not None:
+            q = self.rotary(q, rope)
+            k = self.rotary(k, rope)
+        if kv_heads != heads:
+            # Grouped-query attention: each K/V head serves heads/kv_heads queries.
+            k = self.repeat_kv(k, kv_heads, heads // kv_heads, seq, dh)
+            v = self.repeat_kv(v, kv_heads, heads // kv_heads, seq, dh)
+        kt = self.op("Transpose", [k], perm=[0, 1, 3, 2])
+        scores = self.op("Mul", [self.op("MatMul", [q, kt]),
+                                 self.const(1.0 / math.sqrt(dh), self.dtype)])
+        if mask is not None:
+            scores = self.op("Add", [scores, mask])
+        probs = self.dropout(self.op("Softmax", [scores], axis=-1), training)
+        out = self.merge_heads(self.op("MatMul", [probs, v]), heads * dh)
+        return self.dropout(self.linear(out, prefix + ".out", heads * dh, d, bias), training)
+
+    def repeat_kv(self, x, kv, groups, seq, dh):
+        x = self.op("Reshape", [x, self.const([0, kv, 1, seq, dh])])
+        x = self.op("Expand", [x, self.const([1, kv, groups, seq, dh])])
+        return self.op("Reshape", [x, self.const([0, kv * groups, seq, dh])])
+
+    def rotary_tables(self, seq, dh, theta):
+        """cos and sin [seq, dh] computed in the graph (buffers, not weights)."""
+        pos = self.op("Cast", [self.op("Range", [self.const(0), self.const(seq), self.const(1)])], to=F32)
+        idx = self.op("Cast", [self.op("Range", [self.const(0), self.const(dh), self.const(2)])], to=F32)
+        expo = self.op("Neg", [self.op("Div", [idx, self.const(float(dh), F32)])])
+        inv = self.op("Pow", [self.const(float(theta), F32), expo])
+        freqs = self.op("Mul", [self.op("Unsqueeze", [pos, self.const([1])]),
+                                self.op("Unsqueeze", [inv, self.const([0])])])
+        emb = self.op("Concat", [freqs, freqs], axis=-1)
+        cos = self.op("Cast", [self.op("Cos", [emb])], to=self.dtype)
+        sin = self.op("Cast", [self.op("Sin", [emb])], to=self.dtype)
+        return cos, sin, dh
+
+    def rotary(self, x, rope):
+        cos, sin, dh = rope
+        half = dh // 2
+        x1 = self.op("Slice", [x, self.const([0]), self.const([half]), self.const([-1])])
+        x2 = self.op("Slice", [x, self.const([half]), self.const([dh]), self.const([-1])])
+        rotated = self.op("Concat", [self.op("Neg", [x2]), x1], axis=-1)
+        return self.op("Add", [self.op("Mul", [x, cos]), self.op("Mul", [rotated, sin])])
+
+
+# Decoder-only language models ---------------------------------------------
+
+def gpt(name, layers, d, heads, seq, vocab, ffn=None, training=True):
+    """GPT-2/3 and Megatron GPT: learned positions, pre-LN, GELU, tied head."""
+    g = Graph(name)
+    ffn = ffn or 4 * d
+    ids = g.input("input_ids", I64, ["batch", seq])
+    wte = g.weight("wte", [vocab, d])
+    pos = g.op("Range", [g.const(0), g.const(seq), g.const(1)])
+    x = g.op("Add", [g.op("Gather", [wte, ids]), g.op("Gather", [g.weight("wpe", [seq, d]), pos])])
+    x = g.dropout(x, training)
+    mask = g.causal_mask(seq)
+    for i in range(layers):
+        p = f"h.{i}"
+        x = g.op("Add", [x, g.attention(g.layer_norm(x, p + ".ln_1", d), p + ".attn", d,
+                                        heads, heads, seq, mask, True, training)])
+        h = g.op("Gelu", [g.linear(g.layer_norm(x, p + ".ln_2", d), p + ".mlp.fc", d, ffn)])
+        x = g.op("Add", [x, g.dropout(g.linear(h, p + ".mlp.proj", ffn, d), training)])
+    x = g.layer_norm(x, "ln_f", d)
+    logits = g.op("MatMul", [x, g.op("Transpose", [wte], perm=[1, 0])])
+    g.output(logits, "logits", F16, ["batch", seq, vocab])
+    return g.model()
+
+
+def llama(name, layers, d, heads, kv_heads, ffn, seq, vocab, theta, moe=None):
+    """Llama-2/3 (and Mixtral when `moe` = (experts, top_k)): RMSNorm, RoPE,
+    grouped-query attention, SwiGLU, untied head, no biases, no dropout."""
+    g = Graph(name)
+    dh = d // heads
+    ids = g.input("input_ids", I64, ["batch", seq])
+    x = g.op("Gather", [g.weight("embed_tokens", [vocab, d]), ids])
+    mask = g.causal_mask(seq)
+    rope = g.rotary_tables(seq, dh, theta)
+    for i in range(layers):
+        p = f"layers.{i}"
+        x = g.op("Add", [x, g.attention(g.rms_norm(x, p + ".input_layernorm", d),
+                                        p + ".self_attn", d, heads, kv_heads, seq,
+                                        mask, False, False, rope)])
+        h = g.rms_norm(x, p + ".post_attention_layernorm", d)
+        if moe is None:
+            gate = g.linear(h, p + ".mlp.gate", d, ffn, False)
+            up = g.linear(h, p + ".mlp.up", d, ffn, False)
+            act = g.op("Mul", [g.op("Mul", [gate, g.op("Sigmoid", [gate])]), up])
+            y = g.linear(act, p + ".mlp.down", ffn, d, False)
+        else:
+            y = moe_ffn(g, h, p + ".moe", d, ffn, moe[0], moe[1])
+        x = g.op("Add", [x, y])
+    x = g.rms_norm(x, "norm", d)
+    logits = g.linear(x, "lm_head", d, vocab, False)
+    g.output(logits, "logits", F16, ["batch", seq, vocab])
+    return g.model()
+
+
+def moe_ffn(g, h, prefix, d, ffn, experts, top_k):
+    """Top-k routed SwiGLU experts with capacity factor 1.
+
+    The graph has the shapes and FLOPs of a dropless top-k MoE: tokens are
+    gathered into [experts, capacity, d] by the router's choice (Gather),
+    each expert runs its FFN as one batched MatMul, and the k outputs of each
+    token are weighted by the router and summed. Which rows go where is data,
+    so the reshapes stand for the permutation a real dispatch performs.
+    """
+    flat = g.op("Reshape", [h, g.const([-1, d])])
+    probs = g.op("Softmax", [g.linear(flat, prefix + ".router", d, experts, False)], axis=-1)
+    top_w, top_i = g.op("TopK", [probs, g.const([top_k])], outputs=2, axis=-1)
+    slots = g.op("Reshape", [top_i, g.const([experts, -1])])
+    xe = g.op("Gather", [flat, slots], axis=0)
+    w1 = g.weight(prefix + ".w1", [experts, d, ffn])
+    w3 = g.weight(prefix + ".w3", [experts, d, ffn])
+    w2 = g.weight(prefix + ".w2", [experts, ffn, d])
+    gate = g.op("MatMul", [xe, w1])
+    act = g.op("Mul", [g.op("Mul", [gate, g.op("Sigmoid", [gate])]), g.op("MatMul", [xe, w3])])
+    ye = g.op("MatMul", [act, w2])
+    yk = g.op("Reshape", [ye, g.const([-1, top_k, d])])
+    weighted = g.op("Mul", [yk, g.op("Unsqueeze", [g.op("Cast", [top_w], to=g.dtype), g.const([-1])])])
+    combined = g.op("ReduceSum", [weighted, g.const([1])], keepdims=0)
+    return g.op("Reshape", [combined, g.op("Shape", [h])])
+
+
+# Encoders -------------------------------------------------------------------
+
+def bert(name, layers, d, heads, ffn, seq=512, vocab=30522):
+    """BERT (Devlin et al.): post-LN encoder, GELU, pooler; no MLM head."""
+    g = Graph(name, F32)
+    ids = g.input("input_ids", I64, ["batch", seq])
+    types = g.input("token_type_ids", I64, ["batch", seq])
+    pos = g.op("Range", [g.const(0), g.const(seq), g.const(1)])
+    x = g.op("Add", [g.op("Add", [g.op("Gather", [g.weight("word_embeddings", [vocab, d]), ids]),
+                                  g.op("Gather", [g.weight("token_type_embeddings", [2, d]), types])]),
+                     g.op("Gather", [g.weight("position_embeddings", [512, d]), pos])])
+    x = g.dropout(g.layer_norm(x, "embeddings.LayerNorm", d), True)
+    for i in range(layers):
+        p = f"encoder.layer.{i}"
+        a = g.attention(x, p + ".attention", d, heads, heads, seq, None, True, True)
+        x = g.layer_norm(g.op("Add", [x, a]), p + ".attention.LayerNorm", d)
+        h = g.op("Gelu", [g.linear(x, p + ".intermediate", d, ffn)])
+        x = g.layer_norm(g.op("Add", [x, g.dropout(g.linear(h, p + ".output", ffn, d), True)]),
+                         p + ".output.LayerNorm", d)
+    first = g.op("Gather", [x, g.const(0)], axis=1)
+    pooled = g.op("Tanh", [g.linear(first, "pooler.dense", d, d)])
+    g.output(x, "last_hidden_state", F32, ["batch", seq, d])
+    g.output(pooled, "pooler_output", F32, ["batch", d])
+    return g.model()
+
+
+def vit(name, layers, d, heads, mlp, patch, image=224, classes=1000):
+    """ViT (Dosovitskiy et al.), torchvision layout: class token, pre-LN."""
+    g = Graph(name, F32)
+    px = g.input("pixel_values", F32, ["batch", 3, image, image])
+    n = (image // patch) ** 2
+    x = g.op("Conv", [px, g.weight("conv_proj.weight", [d, 3, patch, patch]),
+                      g.weight("conv_proj.bias", [d])],
+             kernel_shape=[patch, patch], strides=[patch, patch])
+    x = g.op("Transpose", [g.op("Reshape", [x, g.const([0, d, n])])], perm=[0, 2, 1])
+    batch = g.op("Gather", [g.op("Shape", [px]), g.const([0])], axis=0)
+    cls_shape = g.op("Concat", [batch, g.const([1, d])], axis=0)
+    cls = g.op("Expand", [g.weight("class_token", [1, 1, d]), cls_shape])
+    x = g.op("Add", [g.op("Concat", [cls, x], axis=1),
+                     g.weight("encoder.pos_embedding", [1, n + 1, d])])
+    for i in range(layers):
+        p = f"encoder.layers.{i}"
+        x = g.op("Add", [x, g.attention(g.layer_norm(x, p + ".ln_1", d), p + ".self_attention",
+                                        d, heads, heads, n + 1, None, True, True)])
+        h = g.op("Gelu", [g.linear(g.layer_norm(x, p + ".ln_2", d), p + ".mlp.0", d, mlp)])
+        x = g.op("Add", [x, g.dropout(g.linear(h, p + ".mlp.3", mlp, d), True)])
+    x = g.layer_norm(x, "encoder.ln", d)
+    first = g.op("Gather", [x, g.const(0)], axis=1)
+    logits = g.linear(first, "heads.head", d, classes)
+    g.output(logits, "logits", F32, ["batch", classes])
+    return g.model()
+
+
+def resnet(name, blocks, classes=1000):
+    """ResNet v1.5 with bottlenecks (He et al.; torchvision layout)."""
+    g = Graph(name, F32)
+    x = g.input("pixel_values", F32, ["batch", 3, 224, 224])
+
+    def conv_bn(x, prefix, cin, cout, k, stride, relu=True):
+        y = g.op("Conv", [x, g.weight(prefix + ".conv.weight", [cout, cin, k, k])],
+                 kernel_shape=[k, k], strides=[stride, stride], pads=[k // 2] * 4)
+        y = g.op("BatchNormalization",
+                 [y, g.weight(prefix + ".bn.weight", [cout]), g.weight(prefix + ".bn.bias", [cout]),
+                  g.weight(prefix + ".bn.running_mean", [cout]),
+                  g.weight(prefix + ".bn.running_var", [cout])],
+                 outputs=3, training_mode=1)[0]
+        return g.op("Relu", [y]) if relu else y
+
+    x = conv_bn(x, "stem", 3, 64, 7, 2)
+    x = g.op("MaxPool", [x], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+    cin = 64
+    for stage, (count, width) in enumerate(zip(blocks, [64, 128, 256, 512])):
+        for b in range(count):
+            p = f"layer{stage + 1}.{b}"
+            stride = 2 if b == 0 and stage > 0 else 1
+            y = conv_bn(x, p + ".1", cin, width, 1, 1)
+            y = conv_bn(y, p + ".2", width, width, 3, stride)
+            y = conv_bn(y, p + ".3", width, width * 4, 1, 1, relu=False)
+            if b == 0:
+                x = conv_bn(x, p + ".downsample", cin, width * 4, 1, stride, relu=False)
+            x = g.op("Relu", [g.op("Add", [x, y])])
+            cin = width * 4
+    x = g.op("Flatten", [g.op("GlobalAveragePool", [x])], axis=1)
+    logits = g.op("Gemm", [x, g.weight("fc.weight", [classes, cin]), g.weight("fc.bias", [classes])],
+                  transB=1)
+    g.output(logits, "logits", F32, ["batch", classes])
+    return g.model()
+
+
+# The catalog ----------------------------------------------------------------
+
+def gpt_closed_form(layers, d, seq, vocab, ffn=None):
+    """Parameters of a GPT with learned positions, biases and a tied head:
+    per layer 4d² (attention) + 2·d·ffn (MLP) + 4d + ffn + d (biases: QKV 3d,
+    out d, fc ffn, proj d) + 4d (two LayerNorms); plus (V + n_ctx)·d
+    embeddings and 2d for the final LayerNorm. With ffn = 4d this is
+    Megatron's 12·l·h²·(1 + 13/(12h) + (V + s)/(12·l·h)) (SC'21, Sec. 5.1)."""
+    ffn = ffn or 4 * d
+    per_layer = 4 * d * d + 2 * d * ffn + 3 * d + d + ffn + d + 4 * d
+    return layers * per_layer + (vocab + seq) * d + 2 * d
+
+
+def gpt_entry(name, layers, d, heads, seq, vocab, nominal, source):
+    """A GPT whose reference count is the closed form of its published shape;
+    the paper's rounded size is named in the source text."""
+    return (lambda: gpt(name, layers, d, heads, seq, vocab),
+            gpt_closed_form(layers, d, seq, vocab),
+            f"{source}: {nominal} (rounded); closed form of its shape")
+
+
+GPT3 = "Brown et al. 2020, GPT-3 paper, Table 2.1"
+SC21 = "Narayanan et al. SC'21, Table 1"
+
+MODELS = {
+    # GPT-3 family: n_layers, d_model, n_heads, context 2048, vocab 50257.
+    # Where Table 2.1's heads x d_head differs from d_model (1.3B: 24 x 128;
+    # 13B: d_model 5140), attention width is d_model with d_head 128.
+    "gpt3-125m": gpt_entry("gpt3-125m", 12, 768, 12, 2048, 50257, "125M", GPT3),
+    "gpt3-350m": gpt_entry("gpt3-350m", 24, 1024, 16, 2048, 50257, "350M", GPT3),
+    "gpt3-760m": gpt_entry("gpt3-760m", 24, 1536, 16, 2048, 50257, "760M", GPT3),
+    "gpt3-1.3b": gpt_entry("gpt3-1.3b", 24, 2048, 16, 2048, 50257, "1.3B", GPT3),
+    "gpt3-2.7b": gpt_entry("gpt3-2.7b", 32, 2560, 32, 2048, 50257, "2.7B", GPT3),
+    "gpt3-6.7b": gpt_entry("gpt3-6.7b", 32, 4096, 32, 2048, 50257, "6.7B", GPT3),
+    "gpt3-13b": gpt_entry("gpt3-13b", 40, 5120, 40, 2048, 50257, "13B", GPT3),
+    "gpt3-175b": gpt_entry("gpt3-175b", 96, 12288, 96, 2048, 50257, "175B", GPT3),
+    # Megatron-LM SC'21 Table 1 (as in shared/validation/published_runs.json).
+    "megatron-1.7b": gpt_entry("megatron-1.7b", 24, 2304, 24, 2048, 51200, "1.7B", SC21),
+    "megatron-3.6b": gpt_entry("megatron-3.6b", 30, 3072, 32, 2048, 51200, "3.6B", SC21),
+    "megatron-7.5b": gpt_entry("megatron-7.5b", 36, 4096, 32, 2048, 51200, "7.5B", SC21),
+    "megatron-18.4b": gpt_entry("megatron-18.4b", 40, 6144, 48, 2048, 51200, "18.4B", SC21),
+    "megatron-39.1b": gpt_entry("megatron-39.1b", 48, 8192, 64, 2048, 51200, "39.1B", SC21),
+    "megatron-76.1b": gpt_entry("megatron-76.1b", 60, 10240, 80, 2048, 51200, "76.1B", SC21),
+    "megatron-145.6b": gpt_entry("megatron-145.6b", 80, 12288, 96, 2048, 51200, "145.6B", SC21),
+    "megatron-310.1b": gpt_entry("megatron-310.1b", 96, 16384, 128, 2048, 51200, "310.1B", SC21),
+    "megatron-529.6b": gpt_entry("megatron-529.6b", 105, 20480, 128, 2048, 51200, "529.6B", SC21),
+    "megatron-1008b": gpt_entry("megatron-1008b", 128, 25600, 160, 2048, 51200, "1008B", SC21),
+    # Llama: layers, d, heads, kv heads, ffn, training sequence, vocab, RoPE theta.
+    "llama2-7b": (lambda: llama("llama2-7b", 32, 4096, 32, 32, 11008, 4096, 32000, 10000),
+                  6.738e9, "Touvron et al. 2023 (Llama 2); 6,738,415,616 in the HF config"),
+    "llama2-13b": (lambda: llama("llama2-13b", 40, 5120, 40, 40, 13824, 4096, 32000, 10000),
+                   13.016e9, "Touvron et al. 2023 (Llama 2); 13,015,864,320 in the HF config"),
+    "llama2-70b": (lambda: llama("llama2-70b", 80, 8192, 64, 8, 28672, 4096, 32000, 10000),
+                   68.977e9, "Touvron et al. 2023 (Llama 2); 68,976,648,192 in the HF config"),
+    "llama3-8b": (lambda: llama("llama3-8b", 32, 4096, 32, 8, 14336, 8192, 128256, 500000),
+                  8.030e9, "Meta Llama 3 model card: 8.03B"),
+    "llama3-70b": (lambda: llama("llama3-70b", 80, 8192, 64, 8, 28672, 8192, 128256, 500000),
+                   70.554e9, "Meta Llama 3 model card: 70.6B"),
+    "llama3-405b": (lambda: llama("llama3-405b", 126, 16384, 128, 8, 53248, 8192, 128256, 500000),
+                    405.85e9, "Llama 3 Herd of Models (Dubey et al. 2024), Table 3: 405B; 405.85B in the HF config"),
+    # Mixture of experts: Mixtral 8x7B, 8 experts, top 2.
+    "mixtral-8x7b": (lambda: llama("mixtral-8x7b", 32, 4096, 32, 8, 14336, 4096, 32000, 1e6, moe=(8, 2)),
+                     46.70e9, "Jiang et al. 2024 (Mixtral of Experts): 46.7B total parameters"),
+    # A tiny GPT for tests: 2 layers, d 64, 4 heads, 32 tokens, vocab 128;
+    # closed form 12·L·d² + 13·L·d + (V + n_ctx)·d + 2·d.
+    "tiny-gpt": (lambda: gpt("tiny-gpt", 2, 64, 4, 32, 128), gpt_closed_form(2, 64, 32, 128),
+                 "closed form of the GPT parameter count"),
+    # Encoders.
+    "bert-base": (lambda: bert("bert-base", 12, 768, 12, 3072), 109.48e6,
+                  "Devlin et al. 2019; 109,482,240 for HF BertModel (no MLM head)"),
+    "bert-large": (lambda: bert("bert-large", 24, 1024, 16, 4096), 335.14e6,
+                   "Devlin et al. 2019; 335,141,888 for HF BertModel (no MLM head)"),
+    "vit-b16": (lambda: vit("vit-b16", 12, 768, 12, 3072, 16), 86.567656e6,
+                "Dosovitskiy et al. 2021; torchvision vit_b_16: 86,567,656"),
+    "vit-l16": (lambda: vit("vit-l16", 24, 1024, 16, 4096, 16), 304.326632e6,
+                "Dosovitskiy et al. 2021; torchvision vit_l_16: 304,326,632"),
+    "vit-h14": (lambda: vit("vit-h14", 32, 1280, 16, 5120, 14), 632.045800e6,
+                "Dosovitskiy et al. 2021; torchvision vit_h_14: 632,045,800"),
+    "resnet50": (lambda: resnet("resnet50", [3, 4, 6, 3]), 25.557032e6,
+                 "He et al. 2016; torchvision resnet50: 25,557,032"),
+    "resnet152": (lambda: resnet("resnet152", [3, 8, 36, 3]), 60.192808e6,
+                  "He et al. 2016; torchvision resnet152: 60,192,808"),
+}
+
+
+def write(name, path):
+    build, _, _ = MODELS[name]
+    model = build()
+    with open(path, "wb") as f:
+        f.write(model.SerializeToString())
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("name", nargs="?", help="model name (see --list)")
+    ap.add_argument("-o", "--output", help="output .onnx path")
+    ap.add_argument("--all", metavar="DIR", help="write every model into DIR")
+    ap.add_argument("--list", action="store_true",
+                    help="list models with their published parameter counts")
+    args = ap.parse_args()
+    if args.list:
+        for name, (_, params, source) in MODELS.items():
+            print(f"{name}\t{int(params)}\t{source}")
+        return 0
+    if args.all:
+        os.makedirs(args.all, exist_ok=True)
+        for name in MODELS:
+            write(name, os.path.join(args.all, name + ".onnx"))
+        return 0
+    if not args.name or args.name not in MODELS:
+        print(f"generate.py: error: unknown model '{args.name}'; see --list", file=sys.stderr)
+        return 2
+    write(args.name, args.output or args.name + ".onnx")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

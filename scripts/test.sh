@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# The whole test suite: set up, build, run every test (lit, GoogleTest, the
+# end-to-end model checks), then rebuild the importer with AddressSanitizer
+# and UndefinedBehaviorSanitizer and run the importer tests under them.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+scripts/build.sh
+ctest --test-dir build --output-on-failure
+
+# Sanitizers: the front end (ONNX island, importer, outlining) on every bad
+# input the lit suite and the loader unit tests feed it.
+if [ "${ORRERY_SKIP_SANITIZERS:-0}" != 1 ]; then
+  if [ ! -f build-asan/build.ninja ]; then
+    cmake -G Ninja -S . -B build-asan -DCMAKE_BUILD_TYPE=Release -DORRERY_SANITIZE=ON
+  fi
+  cmake --build build-asan -j "${ORRERY_JOBS:-2}" --target orrery orrery-opt orrery-unit-tests
+  ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+    ctest --test-dir build-asan --output-on-failure -R "^(lit|e2e-shared-models|Loader\.|Outline\.|CostTest\.)"
+fi

@@ -1,0 +1,97 @@
+#!/usr/bin/python3
+"""End-to-end: every model the generator writes imports, outlines, and
+matches its published parameter count within 1%; the large language models
+also match the training-FLOPs formula within 2%:
+
+    training FLOPs per token = 6·N + 12·L·s·d
+
+(6·N for the forward and backward passes through N parameters' matmuls,
+plus QKᵀ and AV: 2·2·s·d per layer forward, three times for training; the
+attention term counts the full s×s scores, as the graphs compute them).
+
+The GPT models' activation memory per transformer layer, derived from the
+graph op by op, must match Korthikanti et al. 2022 (eq. 1, no recompute, no
+parallelism) within 1%: s·b·h·(34 + 5·a·s/h) bytes in 16-bit precision.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+# name: (parameter range from the issue, layers L, sequence s, width d)
+LLM_CHECKS = {
+    "gpt3-175b": ((174e9, 176e9), 96, 2048, 12288),
+    "llama3-70b": ((69.5e9, 71.5e9), 80, 8192, 8192),
+    "llama3-405b": ((400e9, 411e9), 126, 8192, 16384),
+}
+
+
+# GPT models with dropout and fp16 activations: (s, h, a).
+KORTHIKANTI = {
+    "gpt3-175b": (2048, 12288, 96),
+    "megatron-1.7b": (2048, 2304, 24),
+    "megatron-145.6b": (2048, 12288, 96),
+    "megatron-1008b": (2048, 25600, 160),
+}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--orrery", required=True)
+    ap.add_argument("--generator", required=True)
+    ap.add_argument("--workdir", required=True)
+    args = ap.parse_args()
+    os.makedirs(args.workdir, exist_ok=True)
+    listing = subprocess.run([sys.executable, args.generator, "--list"],
+                             capture_output=True, text=True, check=True).stdout
+    failures = passed = 0
+    for line in listing.splitlines():
+        name, published, source = line.split("\t")
+        published = float(published)
+        path = os.path.join(args.workdir, name + ".onnx")
+        subprocess.run([sys.executable, args.generator, name, "-o", path], check=True)
+        proc = subprocess.run([args.orrery, "stats", path, "--dim", "batch=1", "--json"],
+                              capture_output=True, text=True)
+        problems = []
+        if proc.returncode != 0:
+            problems.append(proc.stderr.strip())
+            stats = None
+        else:
+            stats = json.loads(proc.stdout)
+            n = stats["parameters"]
+            err = abs(n - published) / published
+            if err > 0.01:
+                problems.append(f"parameters {n:,} vs published {published:,.0f} ({err:.2%})")
+            if name in LLM_CHECKS:
+                (lo, hi), layers, seq, width = LLM_CHECKS[name]
+                if not lo <= n <= hi:
+                    problems.append(f"parameters {n:,} outside [{lo:,.0f}, {hi:,.0f}]")
+                formula = 6 * n + 12 * layers * seq * width
+                got = stats["training_flops_per_token"]
+                ferr = abs(got - formula) / formula
+                if ferr > 0.02:
+                    problems.append(f"training FLOPs/token {got:.4g} vs 6N+12Lsd {formula:.4g} ({ferr:.2%})")
+                repeats = [l["count"] for l in stats["layers"] if l["count"] > 1]
+                if repeats != [layers]:
+                    problems.append(f"repeated layers {repeats}, expected [{layers}]")
+            if name in KORTHIKANTI:
+                seq, width, heads = KORTHIKANTI[name]
+                want = seq * width * (34 + 5 * heads * seq / width)
+                layer = [l for l in stats["layers"] if l["kind"] == "transformer_layer"][0]
+                got = layer["activation_bytes_per_layer_per_sample"]
+                aerr = abs(got - want) / want
+                if aerr > 0.01:
+                    problems.append(f"activations/layer {got:.4g} B vs Korthikanti {want:.4g} B ({aerr:.2%})")
+        status = "FAIL" if problems else "ok"
+        detail = "; ".join(problems) if problems else \
+            f"{stats['parameters']:,} params (published {published:,.0f}: {source})"
+        print(f"{status:4} {name}: {detail}")
+        failures += bool(problems)
+        passed += not problems
+    print(f"{passed} passed, {failures} failed")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

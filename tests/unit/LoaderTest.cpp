@@ -1,0 +1,103 @@
+//===- LoaderTest.cpp - the ONNX island: errors and symbolic dims ---------===//
+#include "TestSupport.h"
+#include "orrery/Onnx/GraphDesc.h"
+
+#include <fstream>
+#include <gtest/gtest.h>
+#include <random>
+#include <sstream>
+
+using namespace orrery::onnx;
+
+namespace {
+
+std::string fixture(const std::string &name) {
+  std::ifstream f(orrery::test::sourceDir() + "/models/fixtures/" + name,
+                  std::ios::binary);
+  std::ostringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+LoadOptions batch(int64_t b) {
+  LoadOptions o;
+  o.dims["batch"] = b;
+  return o;
+}
+
+TEST(Loader, LoadsTheFixtureWithBoundBatch) {
+  LoadResult r = loadOnnxModelFromBytes(fixture("tiny-gpt.onnx"),
+                                        "tiny-gpt.onnx", batch(4));
+  ASSERT_TRUE(r.model) << r.error;
+  const GraphDesc &g = r.model->graph;
+  ASSERT_EQ(g.inputs.size(), 1u);
+  EXPECT_EQ(g.values.at(g.inputs[0]).shape, (std::vector<int64_t>{4, 32}));
+  EXPECT_EQ(r.model->boundDims.at("batch"), 4);
+  // Shape-only weights: every weight has a shape and no values.
+  for (const std::string &w : g.weights) {
+    EXPECT_TRUE(g.values.at(w).values.empty()) << w;
+    EXPECT_EQ(g.values.at(w).kind, ValueKind::Param) << w;
+  }
+}
+
+TEST(Loader, UnboundDimIsNamed) {
+  LoadResult r = loadOnnxModelFromBytes(fixture("tiny-gpt.onnx"), "m.onnx", {});
+  ASSERT_FALSE(r.model);
+  EXPECT_NE(r.error.find("unbound symbolic dims: batch in 'input_ids' dim 0"),
+            std::string::npos)
+      << r.error;
+  EXPECT_EQ(r.error.find('\n'), std::string::npos);
+}
+
+TEST(Loader, EmptyInput) {
+  LoadResult r = loadOnnxModelFromBytes("", "empty.onnx", {});
+  ASSERT_FALSE(r.model);
+  EXPECT_EQ(r.error, "empty.onnx: empty file");
+}
+
+TEST(Loader, MissingFile) {
+  LoadResult r = loadOnnxModel("/nonexistent/model.onnx", {});
+  ASSERT_FALSE(r.model);
+  EXPECT_NE(r.error.find("cannot open file"), std::string::npos) << r.error;
+}
+
+TEST(Loader, EveryTruncationFailsCleanly) {
+  // Cut the model at many points: each cut is an error, never a crash, and
+  // never a model whose graph lost nodes silently.
+  std::string bytes = fixture("tiny-gpt.onnx");
+  ASSERT_GT(bytes.size(), 1000u);
+  for (size_t cut = 1; cut < bytes.size(); cut += 97) {
+    LoadResult r =
+        loadOnnxModelFromBytes(bytes.substr(0, cut), "cut.onnx", batch(1));
+    EXPECT_FALSE(r.model) << "cut at " << cut << " loaded";
+    EXPECT_FALSE(r.error.empty());
+    EXPECT_EQ(r.error.find('\n'), std::string::npos) << r.error;
+  }
+}
+
+TEST(Loader, RandomBytesFailCleanly) {
+  std::mt19937 rng(1234);
+  for (int trial = 0; trial < 200; ++trial) {
+    std::string bytes(1 + rng() % 4096, '\0');
+    for (char &c : bytes)
+      c = char(rng());
+    LoadResult r = loadOnnxModelFromBytes(bytes, "random.onnx", batch(1));
+    EXPECT_FALSE(r.model);
+    EXPECT_FALSE(r.error.empty());
+  }
+}
+
+TEST(Loader, FlippedBytesNeverCrash) {
+  // Corrupt single bytes of a valid model: loading may succeed (a changed
+  // name) or fail, but must return.
+  std::string bytes = fixture("tiny-gpt.onnx");
+  std::mt19937 rng(99);
+  for (int trial = 0; trial < 300; ++trial) {
+    std::string b = bytes;
+    b[rng() % b.size()] = char(rng());
+    LoadResult r = loadOnnxModelFromBytes(b, "flip.onnx", batch(1));
+    EXPECT_TRUE(r.model || !r.error.empty());
+  }
+}
+
+} // namespace
