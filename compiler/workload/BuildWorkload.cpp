@@ -30,28 +30,18 @@ std::map<std::string, int64_t> opHistogram(ModuleOp module) {
 static LayerKind measureKind(func::FuncOp func) {
   LayerKind kind;
   kind.name = func.getSymName().str();
-  llvm::DenseSet<Value> saved;
-  for (Operation &op : func.getBody().front().without_terminator()) {
-    auto cost = dyn_cast<CostOpInterface>(&op);
-    if (!cost || isa<ConstantOp, NoneOp>(op))
-      continue;
-    op.walk([&](Operation *inner) {
-      if (!isa<ConstantOp, NoneOp, YieldOp>(inner))
-        kind.numOps++;
-      if (isa<OnnxOp>(inner))
-        kind.opsWithoutCostFormula++;
-    });
-    kind.forwardFlops += cost.getForwardFlops();
-    kind.backwardFlops += cost.getBackwardFlops();
-    kind.bytesRead += cost.getBytesRead();
-    kind.bytesWritten += cost.getBytesWritten();
-    kind.savedActivationBytes += cost.getExtraSavedBytes();
-    SmallVector<Value> values;
-    cost.getSavedForBackward(values);
-    for (Value v : values)
-      if (saved.insert(v).second)
-        kind.savedActivationBytes += tensorBytes(v.getType());
-  }
+  RegionCost cost = sumRegionCost(func.getBody());
+  kind.forwardFlops = cost.forwardFlops;
+  kind.backwardFlops = cost.backwardFlops;
+  kind.bytesRead = cost.bytesRead;
+  kind.bytesWritten = cost.bytesWritten;
+  kind.savedActivationBytes = cost.savedBytes;
+  func.walk([&](Operation *op) {
+    if (isa<CostOpInterface>(op) && !isa<ConstantOp, NoneOp, YieldOp>(op))
+      kind.numOps++;
+    if (isa<OnnxOp>(op))
+      kind.opsWithoutCostFormula++;
+  });
   return kind;
 }
 
@@ -111,6 +101,14 @@ llvm::Expected<Workload> buildWorkload(ModuleOp module) {
     return llvm::createStringError(
         llvm::inconvertibleErrorCode(),
         "@main has no layers: run orrery-outline-layers first");
+  // Costs saturate instead of overflowing; a saturated figure is an error,
+  // never a number to plan with.
+  for (int64_t total : {w.forwardFlops(), w.backwardFlops(),
+                        w.savedActivationBytes(), w.parameters(), w.buffers()})
+    if (total == INT64_MAX)
+      return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                     "a cost of one step exceeds 2^63 FLOPs "
+                                     "or bytes; bind smaller dims");
   return w;
 }
 

@@ -1,12 +1,19 @@
 //===- Workload.cpp - totals over layers ----------------------------------===//
 #include "orrery/CostModel/Workload.h"
 
+#include <cstdint>
+
 namespace orrery {
 
+// Saturates at INT64_MAX rather than overflowing (shapes are untrusted).
 template <typename F> static int64_t sumOverLayers(const Workload &w, F field) {
   int64_t total = 0;
-  for (const LayerKind &k : w.kinds)
-    total += k.count * field(k);
+  for (const LayerKind &k : w.kinds) {
+    int64_t term;
+    if (__builtin_mul_overflow(k.count, field(k), &term) ||
+        __builtin_add_overflow(total, term, &total))
+      return INT64_MAX;
+  }
   return total;
 }
 

@@ -28,7 +28,7 @@ int64_t orrery::tensorBytes(Type type) {
   if (!tensor)
     return 0;
   int64_t bits = tensor.getElementType().getIntOrFloatBitWidth();
-  return numElements(type) * std::max<int64_t>(1, (bits + 7) / 8);
+  return satMul(numElements(type), std::max<int64_t>(1, (bits + 7) / 8));
 }
 
 bool orrery::isWeight(Value value) {
@@ -85,14 +85,14 @@ int64_t orrery::detail::defaultBackwardFlops(Operation *op) {
 int64_t orrery::detail::defaultBytesRead(Operation *op) {
   int64_t bytes = 0;
   for (Value v : op->getOperands())
-    bytes += tensorBytes(v.getType());
+    bytes = satAdd(bytes, tensorBytes(v.getType()));
   return bytes;
 }
 
 int64_t orrery::detail::defaultBytesWritten(Operation *op) {
   int64_t bytes = 0;
   for (Value v : op->getResults())
-    bytes += tensorBytes(v.getType());
+    bytes = satAdd(bytes, tensorBytes(v.getType()));
   return bytes;
 }
 
@@ -100,7 +100,7 @@ void orrery::detail::defaultSavedForBackward(Operation *,
                                              SmallVectorImpl<Value> &) {}
 
 int64_t orrery::detail::perOutputElementFlops(Operation *op, int64_t flops) {
-  return flops * firstResultElements(op);
+  return satMul(flops, firstResultElements(op));
 }
 
 int64_t orrery::detail::inputElementFlops(Operation *op) {
@@ -111,8 +111,8 @@ int64_t orrery::detail::poolFlops(Operation *op) {
   int64_t window = 1;
   if (auto kernel = op->getAttrOfType<DenseI64ArrayAttr>("kernel_shape"))
     for (int64_t k : kernel.asArrayRef())
-      window *= k;
-  return window * firstResultElements(op);
+      window = satMul(window, k);
+  return satMul(window, firstResultElements(op));
 }
 
 void orrery::detail::saveActivationOperands(Operation *op,
@@ -151,11 +151,11 @@ int64_t orrery::detail::recurrentFlops(Operation *op, int64_t gates,
   int64_t dirs = w[0], hidden = w[1] / gates;
   if (intAttr(op, "layout", 0) == 1)
     std::swap(seq, batch);
-  int64_t projections = gates * 2 * hidden * (input + hidden);
-  int64_t elementwise = gates * 4 * hidden;
+  int64_t projections = satMul(gates, 2, hidden, satAdd(input, hidden));
+  int64_t elementwise = satMul(gates, 4, hidden);
   int64_t perStep =
-      backward ? 2 * projections + elementwise : projections + elementwise;
-  return seq * dirs * batch * perStep;
+      satAdd(backward ? satMul(2, projections) : projections, elementwise);
+  return satMul(seq, dirs, batch, perStep);
 }
 
 int64_t orrery::detail::recurrentGateBytes(Operation *op, int64_t gates) {
@@ -167,7 +167,7 @@ int64_t orrery::detail::recurrentGateBytes(Operation *op, int64_t gates) {
   int64_t elemBytes =
       std::max<int64_t>(1, type.getElementType().getIntOrFloatBitWidth() / 8);
   // Every step keeps its gate activations and its hidden (and cell) state.
-  return x[0] * x[1] * w[0] * (w[1] + 2 * (w[1] / gates)) * elemBytes;
+  return satMul(x[0], x[1], w[0], w[1] + 2 * (w[1] / gates), elemBytes);
 }
 
 int64_t CostOpInterface::getSavedActivationBytes() {
@@ -177,7 +177,7 @@ int64_t CostOpInterface::getSavedActivationBytes() {
   llvm::SmallPtrSet<void *, 8> seen;
   for (Value v : saved)
     if (seen.insert(v.getAsOpaquePointer()).second)
-      bytes += tensorBytes(v.getType());
+      bytes = satAdd(bytes, tensorBytes(v.getType()));
   return bytes;
 }
 
@@ -263,9 +263,9 @@ int64_t MatMulOp::getForwardFlops() {
   if (a.empty())
     return 0;
   // Output elements already span the broadcast batch, M and N.
-  return 2 * a.back() * orrery::detail::perOutputElementFlops(*this, 1);
+  return satMul(2, a.back(), orrery::detail::perOutputElementFlops(*this, 1));
 }
-int64_t MatMulOp::getBackwardFlops() { return 2 * getForwardFlops(); }
+int64_t MatMulOp::getBackwardFlops() { return satMul(2, getForwardFlops()); }
 void MatMulOp::getSavedForBackward(SmallVectorImpl<Value> &saved) {
   orrery::detail::saveActivationOperands(*this, saved);
 }
@@ -276,14 +276,14 @@ int64_t GemmOp::getForwardFlops() {
     return 0;
   int64_t k = intAttr(*this, "transA", 0) ? a[0] : a[1];
   int64_t mn = orrery::detail::perOutputElementFlops(*this, 1);
-  return 2 * k * mn + (hasOperand(*this, 2) ? mn : 0);
+  return satAdd(satMul(2, k, mn), hasOperand(*this, 2) ? mn : 0);
 }
 int64_t GemmOp::getBackwardFlops() {
   ArrayRef<int64_t> a = shapeOf(getOperand(0));
   if (a.size() != 2)
     return 0;
   int64_t k = intAttr(*this, "transA", 0) ? a[0] : a[1];
-  return 4 * k * orrery::detail::perOutputElementFlops(*this, 1);
+  return satMul(4, k, orrery::detail::perOutputElementFlops(*this, 1));
 }
 void GemmOp::getSavedForBackward(SmallVectorImpl<Value> &saved) {
   for (unsigned i = 0; i < 2; ++i)
@@ -297,11 +297,11 @@ static int64_t convContractionFlops(Operation *op, bool transposed) {
     return 0;
   int64_t window = 1;
   for (int64_t k : w.drop_front(2))
-    window *= k;
+    window = satMul(window, k);
   if (!transposed) // W: [C_out, C_in/group, k...]; per output element.
-    return 2 * w[1] * window * firstResultElements(op);
+    return satMul(2, w[1], window, firstResultElements(op));
   // W: [C_in, C_out/group, k...]; per input element.
-  return 2 * w[1] * window * operandElements(op, 0);
+  return satMul(2, w[1], window, operandElements(op, 0));
 }
 
 int64_t ConvOp::getForwardFlops() {
@@ -309,7 +309,7 @@ int64_t ConvOp::getForwardFlops() {
          (hasOperand(*this, 2) ? firstResultElements(*this) : 0);
 }
 int64_t ConvOp::getBackwardFlops() {
-  return 2 * convContractionFlops(*this, false);
+  return satMul(2, convContractionFlops(*this, false));
 }
 void ConvOp::getSavedForBackward(SmallVectorImpl<Value> &saved) {
   orrery::detail::saveFirstOperand(*this, saved);
@@ -320,7 +320,7 @@ int64_t ConvTransposeOp::getForwardFlops() {
          (hasOperand(*this, 2) ? firstResultElements(*this) : 0);
 }
 int64_t ConvTransposeOp::getBackwardFlops() {
-  return 2 * convContractionFlops(*this, true);
+  return satMul(2, convContractionFlops(*this, true));
 }
 void ConvTransposeOp::getSavedForBackward(SmallVectorImpl<Value> &saved) {
   orrery::detail::saveFirstOperand(*this, saved);
@@ -384,25 +384,23 @@ int64_t OnnxOp::getBackwardFlops() { return 0; }
 // Control flow: costs summarized from the bodies.
 //===----------------------------------------------------------------------===//
 
-namespace {
-struct BodyCost {
-  int64_t forward = 0, backward = 0, read = 0, written = 0, extraSaved = 0;
-  SmallVector<Value> saved;
-};
-} // namespace
-
-static BodyCost sumRegion(Region &region) {
-  BodyCost cost;
+RegionCost orrery::sumRegionCost(Region &region) {
+  RegionCost cost;
+  llvm::SmallPtrSet<void *, 16> seen;
   for (Operation &op : region.getOps()) {
     auto c = dyn_cast<CostOpInterface>(&op);
     if (!c)
       continue;
-    cost.forward += c.getForwardFlops();
-    cost.backward += c.getBackwardFlops();
-    cost.read += c.getBytesRead();
-    cost.written += c.getBytesWritten();
-    cost.extraSaved += c.getExtraSavedBytes();
-    c.getSavedForBackward(cost.saved);
+    cost.forwardFlops = satAdd(cost.forwardFlops, c.getForwardFlops());
+    cost.backwardFlops = satAdd(cost.backwardFlops, c.getBackwardFlops());
+    cost.bytesRead = satAdd(cost.bytesRead, c.getBytesRead());
+    cost.bytesWritten = satAdd(cost.bytesWritten, c.getBytesWritten());
+    cost.savedBytes = satAdd(cost.savedBytes, c.getExtraSavedBytes());
+    SmallVector<Value> values;
+    c.getSavedForBackward(values);
+    for (Value v : values)
+      if (seen.insert(v.getAsOpaquePointer()).second)
+        cost.savedBytes = satAdd(cost.savedBytes, tensorBytes(v.getType()));
   }
   return cost;
 }
@@ -417,7 +415,7 @@ static int64_t tripCount(Operation *op) {
     if (op->getNumOperands() &&
         matchPattern(op->getOperand(0), m_Constant(&trip)) &&
         trip.getNumElements() == 1)
-      return (*trip.value_begin<APInt>()).getSExtValue();
+      return std::max<int64_t>(0, (*trip.value_begin<APInt>()).getSExtValue());
     return 0;
   }
   int64_t numScanInputs = intAttr(op, "num_scan_inputs", 0);
@@ -428,38 +426,43 @@ static int64_t tripCount(Operation *op) {
   return s.empty() ? 0 : s[0];
 }
 
-static BodyCost controlFlowCost(Operation *op) {
-  BodyCost total;
+// Every iteration keeps its own activations, so the saved bytes scale with
+// the trip count like the FLOPs do; they are reported as extra bytes because
+// the values inside a body are not values of the enclosing graph.
+static RegionCost controlFlowCost(Operation *op) {
+  RegionCost total;
   for (Region &region : op->getRegions()) {
-    BodyCost c = sumRegion(region);
-    total.forward = std::max(total.forward, c.forward);
-    total.backward = std::max(total.backward, c.backward);
-    total.read = std::max(total.read, c.read);
-    total.written = std::max(total.written, c.written);
-    total.extraSaved = std::max(total.extraSaved, c.extraSaved);
-    total.saved.append(c.saved.begin(), c.saved.end());
+    RegionCost c = sumRegionCost(region);
+    total.forwardFlops = std::max(total.forwardFlops, c.forwardFlops);
+    total.backwardFlops = std::max(total.backwardFlops, c.backwardFlops);
+    total.bytesRead = std::max(total.bytesRead, c.bytesRead);
+    total.bytesWritten = std::max(total.bytesWritten, c.bytesWritten);
+    total.savedBytes = std::max(total.savedBytes, c.savedBytes);
   }
   int64_t n = tripCount(op);
-  total.forward *= n;
-  total.backward *= n;
-  total.read *= n;
-  total.written *= n;
-  total.extraSaved *= n;
+  total.forwardFlops = satMul(total.forwardFlops, n);
+  total.backwardFlops = satMul(total.backwardFlops, n);
+  total.bytesRead = satMul(total.bytesRead, n);
+  total.bytesWritten = satMul(total.bytesWritten, n);
+  total.savedBytes = satMul(total.savedBytes, n);
   return total;
 }
 
 #define ORRERY_CONTROL_FLOW_COST(OP)                                           \
-  int64_t OP::getForwardFlops() { return controlFlowCost(*this).forward; }     \
-  int64_t OP::getBackwardFlops() { return controlFlowCost(*this).backward; }   \
-  int64_t OP::getBytesRead() { return controlFlowCost(*this).read; }           \
-  int64_t OP::getBytesWritten() { return controlFlowCost(*this).written; }     \
-  int64_t OP::getExtraSavedBytes() {                                           \
-    return controlFlowCost(*this).extraSaved;                                  \
+  int64_t OP::getForwardFlops() {                                              \
+    return controlFlowCost(*this).forwardFlops;                                \
   }                                                                            \
-  void OP::getSavedForBackward(SmallVectorImpl<Value> &saved) {                \
-    BodyCost c = controlFlowCost(*this);                                       \
-    saved.append(c.saved.begin(), c.saved.end());                              \
-  }
+  int64_t OP::getBackwardFlops() {                                             \
+    return controlFlowCost(*this).backwardFlops;                               \
+  }                                                                            \
+  int64_t OP::getBytesRead() { return controlFlowCost(*this).bytesRead; }      \
+  int64_t OP::getBytesWritten() {                                              \
+    return controlFlowCost(*this).bytesWritten;                                \
+  }                                                                            \
+  int64_t OP::getExtraSavedBytes() {                                           \
+    return controlFlowCost(*this).savedBytes;                                  \
+  }                                                                            \
+  void OP::getSavedForBackward(SmallVectorImpl<Value> &) {}
 ORRERY_CONTROL_FLOW_COST(IfOp)
 ORRERY_CONTROL_FLOW_COST(LoopOp)
 ORRERY_CONTROL_FLOW_COST(ScanOp)

@@ -61,11 +61,11 @@ nlohmann::ordered_json statsJson(const Workload &w,
   j["buffers"] = w.buffers();
   j["forward_flops_per_sample"] = double(w.forwardFlops()) / samples;
   j["training_flops_per_sample"] =
-      double(w.forwardFlops() + w.backwardFlops()) / samples;
+      (double(w.forwardFlops()) + double(w.backwardFlops())) / samples;
   if (w.tokensPerSample > 0) {
     j["forward_flops_per_token"] = double(w.forwardFlops()) / tokens;
     j["training_flops_per_token"] =
-        double(w.forwardFlops() + w.backwardFlops()) / tokens;
+        (double(w.forwardFlops()) + double(w.backwardFlops())) / tokens;
   }
   j["activation_bytes_per_sample"] = double(w.savedActivationBytes()) / samples;
   nlohmann::ordered_json layers = nlohmann::ordered_json::array();
@@ -106,7 +106,7 @@ void printStats(std::ostream &os, const Workload &w,
     os << ", buffers " << grouped(w.buffers());
   os << "\n";
   double fwd = double(w.forwardFlops()),
-         train = double(w.forwardFlops() + w.backwardFlops());
+         train = (double(w.forwardFlops()) + double(w.backwardFlops()));
   os << "forward      " << withUnit(fwd / samples, "FLOP") << " per sample";
   if (w.tokensPerSample)
     os << ", " << withUnit(fwd / samples / w.tokensPerSample, "FLOP")

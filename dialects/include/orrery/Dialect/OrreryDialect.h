@@ -39,10 +39,33 @@ mlir::LogicalResult verifyMatMul(mlir::Operation *op);
 mlir::LogicalResult verifyConv(mlir::Operation *op);
 } // namespace detail
 
+/// Products and sums of costs saturate at INT64_MAX instead of overflowing:
+/// shapes come from untrusted files, and a saturated figure is visibly absurd.
+inline int64_t satMul(int64_t a, int64_t b) {
+  int64_t r;
+  return __builtin_mul_overflow(a, b, &r) ? INT64_MAX : r;
+}
+template <typename... Rest>
+inline int64_t satMul(int64_t a, int64_t b, Rest... rest) {
+  return satMul(satMul(a, b), rest...);
+}
+inline int64_t satAdd(int64_t a, int64_t b) {
+  int64_t r;
+  return __builtin_add_overflow(a, b, &r) ? INT64_MAX : r;
+}
+
 /// Elements of a ranked tensor type; 0 for anything else.
 int64_t numElements(mlir::Type type);
 /// Bytes of a ranked tensor type (sub-byte elements round up to a byte).
 int64_t tensorBytes(mlir::Type type);
+/// The cost of running every op of a region once (control-flow ops count
+/// their own bodies); saved bytes count each value once, plus masks.
+struct RegionCost {
+  int64_t forwardFlops = 0, backwardFlops = 0, bytesRead = 0, bytesWritten = 0,
+          savedBytes = 0;
+};
+RegionCost sumRegionCost(mlir::Region &region);
+
 /// True when `value` is an activation: not a weight, a constant or `none`.
 /// A function argument is a weight when it carries the `orrery.weight`
 /// argument attribute that layer outlining sets.
