@@ -91,7 +91,7 @@ private:
   uint64_t signature(Operation *op);
   void computeCutWidths();
   Instance canonicalize(size_t start, size_t length);
-  static bool sameShape(const Instance &a, const Instance &b);
+  bool sameShape(const Instance &a, const Instance &b);
   bool follows(const Instance &prev, const Instance &next);
   void search(size_t lo, size_t hi);
   std::string labelFor(const Instance &inst, bool repeated, size_t lo);
@@ -221,8 +221,19 @@ Instance Outliner::canonicalize(size_t start, size_t length) {
 }
 
 bool Outliner::sameShape(const Instance &a, const Instance &b) {
-  return a.length == b.length && a.codes == b.codes &&
-         a.externalIsWeight == b.externalIsWeight;
+  if (a.length != b.length || a.codes != b.codes ||
+      a.externalIsWeight != b.externalIsWeight)
+    return false;
+  // Signatures are hashes: compare the ops themselves too.
+  for (size_t t = 0; t < a.length; ++t) {
+    Operation *x = seq[a.start + t], *y = seq[b.start + t];
+    if (x->getName() != y->getName() ||
+        x->getAttrDictionary() != y->getAttrDictionary() ||
+        x->getResultTypes() != y->getResultTypes() ||
+        x->getOperandTypes() != y->getOperandTypes())
+      return false;
+  }
+  return true;
 }
 
 // Layers of a stack form a chain: each instance consumes something the
