@@ -39,11 +39,29 @@ bool orrery::isWeight(Value value) {
   return isa_and_nonnull<WeightOp>(value.getDefiningOp());
 }
 
-bool orrery::isActivation(Value value) {
-  if (!isa<RankedTensorType>(value.getType()) || isWeight(value))
+/// How far back isActivation looks for data. Values computed from weights
+/// and constants alone (a transposed weight, a causal mask) sit a few ops
+/// from their sources; an activation reaches an activation operand at once
+/// and the search stops there.
+static constexpr int kMaxDerivationDepth = 8;
+
+static bool dependsOnData(Value value, int depth) {
+  if (isWeight(value))
     return false;
   Operation *def = value.getDefiningOp();
-  return !isa_and_nonnull<ConstantOp, NoneOp>(def);
+  if (!def)
+    return true; // an input of the graph or of a body
+  if (isa<WeightOp, ConstantOp, NoneOp>(def) || def->getNumOperands() == 0)
+    return false;
+  if (depth == 0)
+    return true;
+  return llvm::any_of(def->getOperands(),
+                      [&](Value v) { return dependsOnData(v, depth - 1); });
+}
+
+bool orrery::isActivation(Value value) {
+  return isa<RankedTensorType>(value.getType()) &&
+         dependsOnData(value, kMaxDerivationDepth);
 }
 
 static int64_t firstResultElements(Operation *op) {

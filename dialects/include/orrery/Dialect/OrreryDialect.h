@@ -66,9 +66,10 @@ struct RegionCost {
 };
 RegionCost sumRegionCost(mlir::Region &region);
 
-/// True when `value` is an activation: not a weight, a constant or `none`.
-/// A function argument is a weight when it carries the `orrery.weight`
-/// argument attribute that layer outlining sets.
+/// True when `value` is an activation: it depends on the data fed to the
+/// graph. Weights, constants and values computed from them alone (a
+/// transposed weight, a causal mask) are not activations: the backward pass
+/// recomputes or reuses them instead of keeping them per step.
 bool isActivation(mlir::Value value);
 /// True when `value` is a weight (an `orrery.weight` or an outlined weight
 /// argument).
