@@ -49,6 +49,19 @@ TEST_F(CostTest, MatMulWithWeight) {
   EXPECT_EQ(c.getSavedActivationBytes(), 2 * 64 * 4);
 }
 
+TEST_F(CostTest, TransposedWeightIsNotAnActivation) {
+  // torch exports nn.Linear as MatMul(x, Transpose(W)): the transposed
+  // weight is recomputed from W, so only x (2·64 floats) is kept.
+  auto c = op("%x: tensor<2x64xf32>",
+              "%w = orrery.weight \"w\" trainable : tensor<12x64xf32>\n"
+              "%t = orrery.transpose(%w) {perm = array<i64: 1, 0>} : "
+              "(tensor<12x64xf32>) -> tensor<64x12xf32>\n"
+              "%y = orrery.matmul(%x, %t) : (tensor<2x64xf32>, "
+              "tensor<64x12xf32>) -> tensor<2x12xf32>",
+              "orrery.matmul");
+  EXPECT_EQ(c.getSavedActivationBytes(), 2 * 64 * 4);
+}
+
 TEST_F(CostTest, BatchedMatMulOfTwoActivationsKeepsBoth) {
   // Attention scores: [8,12,128,64] x [8,12,64,128] = 2·8·12·128·128·64.
   auto c = op("%q: tensor<8x12x128x64xf16>, %k: tensor<8x12x64x128xf16>",
