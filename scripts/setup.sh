@@ -7,7 +7,7 @@ packages=(
   build-essential cmake ninja-build git
   llvm-22-dev llvm-22-tools libmlir-22-dev mlir-22-tools
   libonnx-dev libonnxifi libprotobuf-dev protobuf-compiler
-  nlohmann-json3-dev libcli11-dev libgtest-dev
+  nlohmann-json3-dev libcli11-dev libgtest-dev libzstd-dev
   python3-onnx python3-numpy
 )
 

@@ -27,6 +27,127 @@ std::map<std::string, int64_t> opHistogram(ModuleOp module) {
   return hist;
 }
 
+/// Ops that are views of their input: no kernel, no memory traffic.
+static bool isView(Operation *op) {
+  return isa<ReshapeOp, TransposeOp, SqueezeOp, UnsqueezeOp, FlattenOp,
+             ExpandOp, IdentityOp, SplitOp, SliceOp>(op);
+}
+
+static bool isContractionOp(Operation *op) {
+  return isa<MatMulOp, GemmOp, ConvOp, ConvTransposeOp>(op);
+}
+
+/// Attention scores: the product of two activations with a square trailing
+/// [s, s] block (QKᵀ); ops on tensors of that type form the attention core.
+static bool isScoreProduct(Operation *op) {
+  if (!isContractionOp(op) || op->getNumResults() != 1)
+    return false;
+  int activations = llvm::count_if(op->getOperands(), isActivation);
+  auto t = dyn_cast<RankedTensorType>(op->getResult(0).getType());
+  return activations >= 2 && t && t.getRank() >= 3 &&
+         t.getDimSize(t.getRank() - 1) == t.getDimSize(t.getRank() - 2);
+}
+
+// The Megatron-LM analysis of a layer: a contraction with a weight whose
+// input is replicated is column-parallel (its output is split across the
+// tensor-parallel group; its input gradient is all-reduced in backward); one
+// whose input is split is row-parallel (its output is all-reduced in
+// forward and replicated again). Every other op is split when any of its
+// activation operands is. A vocabulary-parallel embedding all-reduces its
+// output. For GPT this finds QKV and FC1 column-parallel, the output
+// projection and FC2 row-parallel, four all-reduces per layer.
+static void analyzeParallelism(func::FuncOp func, LayerKind &kind) {
+  llvm::DenseSet<Value> sharded, core;
+  llvm::DenseSet<Type> scoreTypes;
+  auto anySharded = [&](Operation *op) {
+    return llvm::any_of(op->getOperands(), [&](Value v) { return sharded.contains(v); });
+  };
+  llvm::DenseMap<Operation *, size_t> opIndex;
+  for (Operation &op : func.getBody().front().without_terminator()) {
+    auto cost = dyn_cast<CostOpInterface>(&op);
+    if (!cost || isa<ConstantOp, NoneOp>(op))
+      continue;
+    OpCost c;
+    c.name = op.getName().getStringRef().str();
+    if (auto unknown = dyn_cast<OnnxOp>(op))
+      c.name = "onnx_op:" + unknown.getOpType().str();
+    c.forwardFlops = cost.getForwardFlops();
+    c.backwardFlops = cost.getBackwardFlops();
+    c.bytesRead = cost.getBytesRead();
+    c.bytesWritten = cost.getBytesWritten();
+    c.contraction = isContractionOp(&op);
+    c.view = isView(&op);
+    bool weighted = llvm::any_of(op.getOperands(), [](Value v) {
+      return isa<RankedTensorType>(v.getType()) && !isActivation(v) &&
+             !v.getDefiningOp<ConstantOp>();
+    });
+    bool splitOutput = false;
+    if (c.contraction && weighted) {
+      c.tensorParallel = true;
+      if (anySharded(&op)) {
+        c.tpAllReduceForwardBytes = tensorBytes(op.getResult(0).getType());
+      } else {
+        splitOutput = true;
+        for (Value v : op.getOperands())
+          if (isActivation(v))
+            c.tpAllReduceBackwardBytes += tensorBytes(v.getType());
+      }
+    } else if (isa<GatherOp>(op) && op.getNumOperands() && !isActivation(op.getOperand(0))) {
+      c.tensorParallel = true; // vocabulary-parallel embedding
+      c.tpAllReduceForwardBytes = tensorBytes(op.getResult(0).getType());
+    } else {
+      splitOutput = anySharded(&op);
+      c.tensorParallel = splitOutput;
+    }
+    if (isScoreProduct(&op)) {
+      scoreTypes.insert(op.getResult(0).getType());
+      if (auto t = dyn_cast<RankedTensorType>(op.getResult(0).getType()))
+        kind.attentionHeads = std::max<int>(kind.attentionHeads, t.getRank() >= 3 ? t.getDimSize(t.getRank() - 3) : 1);
+    }
+    c.attentionCore =
+        llvm::any_of(op.getOperandTypes(), [&](Type t) { return scoreTypes.contains(t); }) ||
+        llvm::any_of(op.getResultTypes(), [&](Type t) { return scoreTypes.contains(t); });
+    for (Value r : op.getResults()) {
+      if (splitOutput)
+        sharded.insert(r);
+      if (c.attentionCore)
+        core.insert(r);
+    }
+    opIndex[&op] = kind.ops.size();
+    kind.ops.push_back(std::move(c));
+  }
+  // Split the kept activations by how parallelism and recompute treat them.
+  llvm::DenseSet<Value> seen;
+  for (Operation &op : func.getBody().front().without_terminator()) {
+    auto cost = dyn_cast<CostOpInterface>(&op);
+    auto idx = opIndex.find(&op);
+    if (!cost || idx == opIndex.end())
+      continue;
+    const OpCost &c = kind.ops[idx->second];
+    int64_t extra = cost.getExtraSavedBytes();
+    (c.attentionCore ? kind.savedCoreBytes
+     : c.tensorParallel ? kind.savedShardedBytes
+                        : kind.savedReplicatedBytes) += extra;
+    SmallVector<Value> values;
+    cost.getSavedForBackward(values);
+    for (Value v : values) {
+      if (!seen.insert(v).second)
+        continue;
+      int64_t bytes = tensorBytes(v.getType());
+      (core.contains(v) ? kind.savedCoreBytes
+       : sharded.contains(v) ? kind.savedShardedBytes
+                             : kind.savedReplicatedBytes) += bytes;
+    }
+  }
+  for (BlockArgument arg : func.getArguments())
+    if (isActivation(arg)) {
+      kind.inputBytes = tensorBytes(arg.getType());
+      break;
+    }
+  for (Type t : func.getResultTypes())
+    kind.outputBytes += tensorBytes(t);
+}
+
 static LayerKind measureKind(func::FuncOp func) {
   LayerKind kind;
   kind.name = func.getSymName().str();
@@ -42,6 +163,7 @@ static LayerKind measureKind(func::FuncOp func) {
     if (isa<OnnxOp>(op))
       kind.opsWithoutCostFormula++;
   });
+  analyzeParallelism(func, kind);
   return kind;
 }
 

@@ -1,6 +1,7 @@
 //===- Workload.cpp - totals over layers ----------------------------------===//
 #include "orrery/CostModel/Workload.h"
 
+#include <algorithm>
 #include <cstdint>
 
 namespace orrery {
@@ -23,6 +24,20 @@ int64_t Workload::totalOps() const {
     n += count;
   return n;
 }
+int64_t Workload::totalLayers() const {
+  int64_t n = 0;
+  for (const LayerRun &run : layers)
+    n += run.count;
+  return n;
+}
+
+int Workload::attentionHeads() const {
+  int heads = 0;
+  for (const LayerKind &k : kinds)
+    heads = std::max(heads, k.attentionHeads);
+  return heads;
+}
+
 int64_t Workload::parameters() const {
   return sumOverLayers(*this, [](const LayerKind &k) { return k.parameters; });
 }

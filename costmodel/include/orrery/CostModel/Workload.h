@@ -15,6 +15,30 @@
 
 namespace orrery {
 
+/// One op of a layer kind, as the cost model needs it.
+struct OpCost {
+  std::string name;
+  int64_t forwardFlops = 0;
+  int64_t backwardFlops = 0;
+  int64_t bytesRead = 0;
+  int64_t bytesWritten = 0;
+  /// Runs on tensor cores (MatMul, Gemm, Conv).
+  bool contraction = false;
+  /// A view (Reshape, Transpose, Slice, ...): no kernel of its own.
+  bool view = false;
+  /// Split across the tensor-parallel group (Megatron: every op between a
+  /// column-parallel and a row-parallel contraction, and the contractions).
+  bool tensorParallel = false;
+  /// Part of the attention core (scores, softmax, their dropout and the two
+  /// activation-activation products): what selective recompute recomputes.
+  bool attentionCore = false;
+  /// Under tensor parallelism: a row-parallel contraction all-reduces its
+  /// output in the forward pass; a column-parallel one all-reduces its input
+  /// gradient in the backward pass.
+  int64_t tpAllReduceForwardBytes = 0;
+  int64_t tpAllReduceBackwardBytes = 0;
+};
+
 /// One kind of layer (a function after outlining) and the cost of one
 /// instance of it.
 struct LayerKind {
@@ -29,6 +53,21 @@ struct LayerKind {
   int64_t bytesWritten = 0;
   int64_t savedActivationBytes = 0; ///< kept for backward, each value once
   int64_t opsWithoutCostFormula = 0;
+  /// The ops in execution order.
+  std::vector<OpCost> ops;
+  /// Attention heads of the layer (0 without attention).
+  int attentionHeads = 0;
+  /// savedActivationBytes split by how parallelism treats them: replicated
+  /// across tensor parallelism (the residual stream; split by sequence
+  /// parallelism), split by tensor parallelism, and the attention core's
+  /// (dropped by selective recompute). They sum to savedActivationBytes.
+  int64_t savedReplicatedBytes = 0;
+  int64_t savedShardedBytes = 0;
+  int64_t savedCoreBytes = 0;
+  /// The activation the layer takes (kept alone under full recompute).
+  int64_t inputBytes = 0;
+  /// The activations the layer hands to the next one (pipeline transfers).
+  int64_t outputBytes = 0;
 };
 
 /// A run of consecutive layers of one kind, in model order.
@@ -52,6 +91,10 @@ struct Workload {
   std::map<std::string, int64_t> opsWithoutCostFormula;
 
   int64_t totalOps() const;
+  /// Layer instances in the model (embedding and head count as layers).
+  int64_t totalLayers() const;
+  /// Attention heads (the largest over layer kinds; 0 without attention).
+  int attentionHeads() const;
   int64_t parameters() const;
   int64_t buffers() const;
   int64_t forwardFlops() const;

@@ -1,0 +1,89 @@
+//===- Cluster.h - sites, nodes, devices and the links between them ------===//
+//
+// The cluster spec (docs/cluster.md): sites -> node groups -> devices, with a
+// device type per node group (mixed types allowed), the link inside a node,
+// NICs per node, links between sites, optional prices and power. Presets:
+// "8xA100-80G" (one node of 8) and "4x8xH100-SXM" (4 nodes of 8).
+//
+//===----------------------------------------------------------------------===//
+#ifndef ORRERY_COSTMODEL_CLUSTER_H
+#define ORRERY_COSTMODEL_CLUSTER_H
+
+#include "orrery/CostModel/Hardware.h"
+
+#include <deque>
+#include <string>
+#include <vector>
+
+namespace orrery {
+
+/// Identical nodes: `count` nodes of `devicesPerNode` devices each.
+struct NodeGroup {
+  int count = 1;
+  int devicesPerNode = 1;
+  const DeviceSpec *device = nullptr;
+  const LinkSpec *intraNodeLink = nullptr;
+  const LinkSpec *nic = nullptr;
+  int nicsPerNode = 1;
+  double priceUsdPerDeviceHour = 0;
+  double powerW = 0; ///< per device; the device's datasheet power by default
+};
+
+struct Site {
+  std::string name;
+  std::vector<NodeGroup> nodeGroups;
+};
+
+/// A link between two sites.
+struct SiteLink {
+  int siteA = 0, siteB = 0;
+  LinkSpec link;
+  double egressUsdPerGB = 0;
+};
+
+/// One device of the cluster, with its place.
+struct DevicePlace {
+  int site = 0;
+  int node = 0;      ///< global node index
+  int localRank = 0; ///< index inside the node
+  int group = 0;     ///< node group index inside the site
+};
+
+class Cluster {
+public:
+  std::string name;
+  std::vector<Site> sites;
+  std::vector<SiteLink> siteLinks;
+
+  /// Devices in order: site by site, node by node, rank by rank.
+  const std::vector<DevicePlace> &devices() const { return devices_; }
+  int numDevices() const { return int(devices_.size()); }
+  int numNodes() const { return numNodes_; }
+  const NodeGroup &groupOf(int device) const;
+  const DeviceSpec &deviceSpec(int device) const { return *groupOf(device).device; }
+  /// True when every device has the same type.
+  bool homogeneous() const;
+  /// Recomputes devices() after sites change.
+  void finalize();
+  /// Owns inline device and link types the spec declares.
+  std::deque<DeviceSpec> inlineDevices;
+  std::deque<LinkSpec> inlineLinks;
+
+private:
+  std::vector<DevicePlace> devices_;
+  int numNodes_ = 0;
+};
+
+/// Parses a cluster spec (JSON text); errors name the offending field.
+llvm::Expected<Cluster> parseClusterJson(const std::string &text, const std::string &what,
+                                         const HardwareCatalog &catalog);
+/// Parses a preset: "8xA100-80G", "4x8xH100-SXM".
+llvm::Expected<Cluster> parseClusterPreset(const std::string &preset,
+                                           const HardwareCatalog &catalog);
+/// A preset if `spec` looks like one, else a JSON file path.
+llvm::Expected<Cluster> loadCluster(const std::string &spec,
+                                    const HardwareCatalog &catalog);
+
+} // namespace orrery
+
+#endif // ORRERY_COSTMODEL_CLUSTER_H

@@ -1,0 +1,89 @@
+//===- Hardware.h - the catalog of devices and links ---------------------===//
+//
+// Datasheet peaks for GPUs and links (costmodel/data/hardware.json, built
+// into the library). Units are SI and in every field name: FLOP/s, bytes,
+// bytes/s, seconds, watts.
+//
+//===----------------------------------------------------------------------===//
+#ifndef ORRERY_COSTMODEL_HARDWARE_H
+#define ORRERY_COSTMODEL_HARDWARE_H
+
+#include "llvm/Support/Error.h"
+
+#include <map>
+#include <string>
+#include <vector>
+
+namespace orrery {
+
+/// Numeric precisions of tensor math.
+enum class Precision { FP32, TF32, FP16, BF16, FP8 };
+
+/// "fp32", "tf32", "fp16", "bf16", "fp8".
+const char *precisionName(Precision p);
+/// Bytes per element of a precision (TF32 is stored as fp32).
+double precisionBytes(Precision p);
+
+/// One GPU (or accelerator) type.
+struct DeviceSpec {
+  std::string name;
+  std::string vendor;
+  std::vector<std::string> aliases;
+  /// Dense peak by precision name ("fp16", ...).
+  std::map<std::string, double> peakFlopPerS;
+  double memoryBytes = 0;
+  double memoryBandwidthBytesPerS = 0;
+  double powerW = 0;
+  /// The link between devices of one node, by name.
+  std::string intraNodeLink;
+  std::string source;
+
+  /// Peak FLOP/s of tensor-core math in `p`; falls back to fp16 for bf16
+  /// (and the reverse) and to fp32 when the precision is missing.
+  double tensorPeak(Precision p) const;
+  /// Peak FLOP/s of vector (non-tensor-core) fp32 math.
+  double vectorPeak() const;
+};
+
+/// One link type: bandwidth per direction per device port.
+struct LinkSpec {
+  std::string name;
+  std::string kind; ///< nvlink, pcie, infiniband, roce, ethernet, wan, xgmi
+  double bandwidthBytesPerS = 0;
+  double latencyS = 0;
+  /// Every device reaches every other at full bandwidth (NVSwitch, a fabric).
+  bool switched = true;
+  std::string source;
+};
+
+/// The catalog of known devices and links.
+class HardwareCatalog {
+public:
+  /// The catalog built into the library.
+  static const HardwareCatalog &builtin();
+  /// Parses a catalog in the hardware.json format.
+  static llvm::Expected<HardwareCatalog> parse(const std::string &json,
+                                               const std::string &what);
+
+  /// A device by name or alias (case-insensitive); null when unknown.
+  const DeviceSpec *device(const std::string &name) const;
+  /// A link by name (case-insensitive); null when unknown.
+  const LinkSpec *link(const std::string &name) const;
+  const std::vector<DeviceSpec> &devices() const { return devices_; }
+  const std::vector<LinkSpec> &links() const { return links_; }
+  /// "A100-80G, H100-SXM, ..." for error messages.
+  std::string deviceNames() const;
+  std::string linkNames() const;
+
+  /// For the parser.
+  static std::vector<DeviceSpec> &mutableDevices(HardwareCatalog &c) { return c.devices_; }
+  static std::vector<LinkSpec> &mutableLinks(HardwareCatalog &c) { return c.links_; }
+
+private:
+  std::vector<DeviceSpec> devices_;
+  std::vector<LinkSpec> links_;
+};
+
+} // namespace orrery
+
+#endif // ORRERY_COSTMODEL_HARDWARE_H

@@ -1,0 +1,60 @@
+//===- Strategy.h - how a model is split across a cluster ----------------===//
+//
+// A plain C++ description of a parallel training strategy, written on the
+// command line as "tp=8,pp=8,dp=16,mbs=1,gbs=1536,vpp=2,recompute=full".
+//
+//===----------------------------------------------------------------------===//
+#ifndef ORRERY_COSTMODEL_STRATEGY_H
+#define ORRERY_COSTMODEL_STRATEGY_H
+
+#include "orrery/CostModel/Hardware.h"
+
+#include "llvm/Support/Error.h"
+
+#include <string>
+#include <vector>
+
+namespace orrery {
+
+struct Workload;
+class Cluster;
+
+enum class Schedule { GPipe, OneFOneB, Interleaved };
+enum class Recompute { None, Selective, Full };
+
+struct Strategy {
+  int tp = 1;  ///< tensor parallel (Megatron column/row)
+  int pp = 1;  ///< pipeline stages
+  int dp = 0;  ///< data parallel; 0 = the devices left over
+  int cp = 1;  ///< context parallel
+  int ep = 1;  ///< expert parallel (inside dp)
+  bool sequenceParallel = false;
+  int virtualStages = 1; ///< interleaved 1F1B chunks per device
+  Schedule schedule = Schedule::OneFOneB;
+  int64_t microBatch = 1;
+  int64_t globalBatch = 0; ///< 0 = micro batch x dp (one micro-batch)
+  int zeroStage = 0;
+  Recompute recompute = Recompute::None;
+  bool offloadOptimizer = false;
+  bool offloadActivations = false;
+  Precision precision = Precision::BF16;
+  /// Layers per pipeline stage (model layers, embedding and head counted as
+  /// layers); empty = as even as the layer costs allow.
+  std::vector<int> stageLayers;
+
+  int64_t microBatches() const { return globalBatch / (microBatch * dp); }
+  /// "tp=8,pp=8,dp=16,..." with every field.
+  std::string str() const;
+};
+
+/// Parses "key=value,..."; unknown keys and bad values are errors naming them.
+llvm::Expected<Strategy> parseStrategy(const std::string &text);
+
+/// Fills dp and globalBatch defaults and checks the strategy against the
+/// model and the cluster: degrees that multiply to the device count, tp and
+/// cp dividing the attention heads, the micro-batch dividing the batch, ...
+llvm::Error completeAndValidate(Strategy &s, const Workload &w, const Cluster &c);
+
+} // namespace orrery
+
+#endif // ORRERY_COSTMODEL_STRATEGY_H

@@ -1,0 +1,178 @@
+//===- Hardware.cpp - the catalog of devices and links -------------------===//
+#include "orrery/CostModel/Hardware.h"
+
+#include "llvm/ADT/StringExtras.h"
+
+#include <nlohmann/json.hpp>
+
+namespace orrery {
+
+// Generated from costmodel/data/hardware.json by CMake.
+extern const char *const kBuiltinHardwareJson;
+
+const char *precisionName(Precision p) {
+  switch (p) {
+  case Precision::FP32: return "fp32";
+  case Precision::TF32: return "tf32";
+  case Precision::FP16: return "fp16";
+  case Precision::BF16: return "bf16";
+  case Precision::FP8: return "fp8";
+  }
+  return "fp32";
+}
+
+double precisionBytes(Precision p) {
+  switch (p) {
+  case Precision::FP32: case Precision::TF32: return 4;
+  case Precision::FP16: case Precision::BF16: return 2;
+  case Precision::FP8: return 1;
+  }
+  return 4;
+}
+
+double DeviceSpec::tensorPeak(Precision p) const {
+  auto find = [&](const char *key) {
+    auto it = peakFlopPerS.find(key);
+    return it == peakFlopPerS.end() ? 0.0 : it->second;
+  };
+  double v = find(precisionName(p));
+  if (v == 0 && p == Precision::BF16) v = find("fp16");
+  if (v == 0 && p == Precision::FP16) v = find("bf16");
+  if (v == 0 && p == Precision::FP8) v = find("fp16");
+  if (v == 0 && p == Precision::TF32) v = find("fp32");
+  return v ? v : find("fp32");
+}
+
+double DeviceSpec::vectorPeak() const {
+  auto it = peakFlopPerS.find("fp32");
+  return it == peakFlopPerS.end() ? 0 : it->second;
+}
+
+static llvm::Error fieldError(const std::string &what, const std::string &msg) {
+  return llvm::createStringError(llvm::inconvertibleErrorCode(), what + ": " + msg);
+}
+
+static llvm::Expected<HardwareCatalog> parseCatalog(const std::string &text,
+                                                   const std::string &what);
+
+llvm::Expected<HardwareCatalog> HardwareCatalog::parse(const std::string &text,
+                                                       const std::string &what) {
+  try {
+    return parseCatalog(text, what);
+  } catch (const nlohmann::json::exception &e) {
+    return fieldError(what, std::string("malformed catalog: ") + e.what());
+  }
+}
+
+static llvm::Expected<HardwareCatalog> parseCatalog(const std::string &text,
+                                                   const std::string &what) {
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object())
+    return fieldError(what, "not valid JSON");
+  HardwareCatalog c;
+  auto &devicesOut = HardwareCatalog::mutableDevices(c);
+  auto &linksOut = HardwareCatalog::mutableLinks(c);
+  auto number = [&](const nlohmann::json &o, const char *key, const std::string &path,
+                    double &out) -> llvm::Error {
+    if (!o.contains(key) || !o[key].is_number())
+      return fieldError(what, path + "." + key + ": missing or not a number");
+    out = o[key].get<double>();
+    if (!(out > 0))
+      return fieldError(what, path + "." + key + ": must be positive, got " +
+                                  std::to_string(out));
+    return llvm::Error::success();
+  };
+  const nlohmann::json &devices = j.value("devices", nlohmann::json::array());
+  for (size_t i = 0; i < devices.size(); ++i) {
+    const nlohmann::json &d = devices[i];
+    std::string path = "devices[" + std::to_string(i) + "]";
+    if (!d.is_object() || !d.contains("name") || !d["name"].is_string())
+      return fieldError(what, path + ".name: missing");
+    DeviceSpec s;
+    s.name = d["name"];
+    path = "device '" + s.name + "'";
+    s.vendor = d.value("vendor", "");
+    s.source = d.value("source", "");
+    s.intraNodeLink = d.value("intra_node_link", "PCIe4");
+    for (const auto &a : d.value("aliases", nlohmann::json::array()))
+      if (a.is_string()) s.aliases.push_back(a);
+    if (!d.contains("peak_flop_per_s") || !d["peak_flop_per_s"].is_object())
+      return fieldError(what, path + ".peak_flop_per_s: missing");
+    for (auto &[k, v] : d["peak_flop_per_s"].items()) {
+      if (!v.is_number() || v.get<double>() <= 0)
+        return fieldError(what, path + ".peak_flop_per_s." + k + ": must be a positive number");
+      s.peakFlopPerS[k] = v.get<double>();
+    }
+    if (auto e = number(d, "memory_bytes", path, s.memoryBytes)) return std::move(e);
+    if (auto e = number(d, "memory_bandwidth_bytes_per_s", path, s.memoryBandwidthBytesPerS))
+      return std::move(e);
+    if (auto e = number(d, "power_w", path, s.powerW)) return std::move(e);
+    devicesOut.push_back(std::move(s));
+  }
+  const nlohmann::json &links = j.value("links", nlohmann::json::array());
+  for (size_t i = 0; i < links.size(); ++i) {
+    const nlohmann::json &l = links[i];
+    std::string path = "links[" + std::to_string(i) + "]";
+    if (!l.is_object() || !l.contains("name") || !l["name"].is_string())
+      return fieldError(what, path + ".name: missing");
+    LinkSpec s;
+    s.name = l["name"];
+    path = "link '" + s.name + "'";
+    s.kind = l.value("kind", "");
+    s.source = l.value("source", "");
+    s.switched = l.value("switched", true);
+    if (auto e = number(l, "bandwidth_bytes_per_s", path, s.bandwidthBytesPerS)) return std::move(e);
+    if (!l.contains("latency_s") || !l["latency_s"].is_number() || l["latency_s"].get<double>() < 0)
+      return fieldError(what, path + ".latency_s: missing or negative");
+    s.latencyS = l["latency_s"];
+    linksOut.push_back(std::move(s));
+  }
+  return c;
+}
+
+const HardwareCatalog &HardwareCatalog::builtin() {
+  static const HardwareCatalog catalog = [] {
+    auto c = parse(kBuiltinHardwareJson, "built-in hardware catalog");
+    if (!c) {
+      llvm::consumeError(c.takeError());
+      assert(false && "the built-in catalog must parse");
+      return HardwareCatalog();
+    }
+    return std::move(*c);
+  }();
+  return catalog;
+}
+
+const DeviceSpec *HardwareCatalog::device(const std::string &name) const {
+  for (const DeviceSpec &d : devices_) {
+    if (llvm::StringRef(d.name).equals_insensitive(name))
+      return &d;
+    for (const std::string &a : d.aliases)
+      if (llvm::StringRef(a).equals_insensitive(name))
+        return &d;
+  }
+  return nullptr;
+}
+
+const LinkSpec *HardwareCatalog::link(const std::string &name) const {
+  for (const LinkSpec &l : links_)
+    if (llvm::StringRef(l.name).equals_insensitive(name))
+      return &l;
+  return nullptr;
+}
+
+std::string HardwareCatalog::deviceNames() const {
+  std::string s;
+  for (const DeviceSpec &d : devices_)
+    s += (s.empty() ? "" : ", ") + d.name;
+  return s;
+}
+
+std::string HardwareCatalog::linkNames() const {
+  std::string s;
+  for (const LinkSpec &l : links_)
+    s += (s.empty() ? "" : ", ") + l.name;
+  return s;
+}
+
+} // namespace orrery

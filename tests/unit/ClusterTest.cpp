@@ -1,0 +1,134 @@
+//===- ClusterTest.cpp - catalog, cluster specs, presets, strategies -----===//
+#include "orrery/CostModel/Cluster.h"
+#include "orrery/CostModel/Strategy.h"
+#include "orrery/CostModel/Workload.h"
+
+#include <gtest/gtest.h>
+
+using namespace orrery;
+
+namespace {
+
+std::string errorOf(llvm::Error e) { return llvm::toString(std::move(e)); }
+template <typename T> std::string errorOf(llvm::Expected<T> &v) {
+  return v ? "" : llvm::toString(v.takeError());
+}
+
+TEST(Catalog, HasTheDatasheetPeaks) {
+  const HardwareCatalog &c = HardwareCatalog::builtin();
+  const DeviceSpec *a100 = c.device("a100-80g");
+  ASSERT_TRUE(a100);
+  EXPECT_EQ(a100->tensorPeak(Precision::BF16), 312e12);
+  EXPECT_EQ(a100->memoryBandwidthBytesPerS, 2039e9);
+  EXPECT_EQ(c.device("A100-SXM4-80GB"), a100); // alias
+  for (const char *name : {"V100-16G", "V100-32G", "A100-40G", "A100-80G-PCIe", "H100-SXM",
+                           "H100-PCIe", "H200", "B200", "GH200", "L4", "L40S", "A10G", "T4",
+                           "RTX3090", "RTX4090", "MI250X", "MI300X"})
+    EXPECT_TRUE(c.device(name)) << name;
+  for (const char *name : {"NVLink2", "NVLink3", "NVLink4", "NVLink5", "PCIe3", "PCIe4", "PCIe5",
+                           "IB-EDR", "IB-HDR", "IB-NDR", "IB-XDR", "RoCE-100G", "RoCE-200G",
+                           "RoCE-400G", "Eth-10G", "Eth-25G", "Eth-100G", "WAN-100G"})
+    EXPECT_TRUE(c.link(name)) << name;
+  for (const DeviceSpec &d : c.devices())
+    EXPECT_FALSE(d.source.empty()) << d.name;
+}
+
+TEST(Cluster, Presets) {
+  auto one = parseClusterPreset("8xA100-80G", HardwareCatalog::builtin());
+  ASSERT_TRUE(bool(one)) << errorOf(one);
+  EXPECT_EQ(one->numDevices(), 8);
+  EXPECT_EQ(one->numNodes(), 1);
+  auto many = parseClusterPreset("4x8xH100-SXM", HardwareCatalog::builtin());
+  ASSERT_TRUE(bool(many));
+  EXPECT_EQ(many->numDevices(), 32);
+  EXPECT_EQ(many->numNodes(), 4);
+  EXPECT_EQ(many->devices()[9].node, 1);
+  EXPECT_EQ(many->devices()[9].localRank, 1);
+  EXPECT_EQ(many->groupOf(0).nic->name, "IB-NDR");
+  EXPECT_EQ(many->groupOf(0).nicsPerNode, 8);
+  auto bad = parseClusterPreset("4x8xA200", HardwareCatalog::builtin());
+  EXPECT_NE(errorOf(bad).find("unknown device type 'A200'"), std::string::npos);
+}
+
+TEST(Cluster, MixedSitesFromJson) {
+  auto c = parseClusterJson(R"({
+    "name": "two sites",
+    "sites": [
+      {"name": "east", "nodes": [{"count": 2, "device": "A100-80G", "devices_per_node": 8},
+                                 {"count": 4, "device": "V100-32G", "devices_per_node": 8}]},
+      {"name": "west", "nodes": [{"count": 1, "device": "H100-SXM", "devices_per_node": 8,
+                                  "price_usd_per_device_hour": 2.5}]}],
+    "inter_site_links": [{"sites": ["east", "west"], "link": "WAN-100G", "latency_s": 0.02,
+                          "egress_usd_per_gb": 0.02}]})",
+                            "c.json", HardwareCatalog::builtin());
+  ASSERT_TRUE(bool(c)) << errorOf(c);
+  EXPECT_EQ(c->numDevices(), 56);
+  EXPECT_FALSE(c->homogeneous());
+  EXPECT_EQ(c->deviceSpec(55).name, "H100-SXM");
+  EXPECT_EQ(c->siteLinks[0].link.latencyS, 0.02);
+  EXPECT_EQ(c->groupOf(55).priceUsdPerDeviceHour, 2.5);
+}
+
+TEST(Cluster, ErrorsNameTheField) {
+  auto check = [](const char *json, const char *expected) {
+    auto c = parseClusterJson(json, "c.json", HardwareCatalog::builtin());
+    std::string e = errorOf(c);
+    EXPECT_NE(e.find(expected), std::string::npos) << e;
+    EXPECT_EQ(e.find('\n'), std::string::npos);
+  };
+  check("{", "c.json: not valid JSON");
+  check(R"({"sites": []})", "sites: missing or empty");
+  check(R"({"sites": [{"nodes": [{"device": "A200"}]}]})",
+        "sites[0].nodes[0].device: unknown device type 'A200'");
+  check(R"({"sites": [{"nodes": [{"device": "A100-80G", "count": 0}]}]})",
+        "sites[0].nodes[0].count: must be a positive integer");
+  check(R"({"sites": [{"nodes": [{"device": "A100-80G", "nic": {"link": "IB-HDR", "bandwidth_bytes_per_s": -5}}]}]})",
+        "sites[0].nodes[0].nic.bandwidth_bytes_per_s: must be positive");
+  check(R"({"sites": [{"name": "a", "nodes": [{"device": "A100-80G"}]}, {"name": "b", "nodes": [{"device": "A100-80G"}]}]})",
+        "no link between sites 'a' and 'b'");
+  check(R"({"sites": [{"nodes": [{"device": 7}]}]})", "sites[0].nodes[0].device: must be a device name");
+  check(R"({"sites": [{"name": 5, "nodes": [{"device": "A100-80G"}]}]})", "malformed cluster spec");
+}
+
+Workload gptLike(int layers, int heads, int64_t seq) {
+  Workload w;
+  LayerKind l;
+  l.name = "transformer_layer";
+  l.count = layers;
+  l.attentionHeads = heads;
+  w.kinds = {l};
+  w.layers = {{0, layers}};
+  w.tokensPerSample = seq;
+  return w;
+}
+
+TEST(Strategy, ParsesAndCompletes) {
+  auto s = parseStrategy("tp=8,pp=4,mbs=2,gbs=512,recompute=selective,sp=1,vpp=2");
+  ASSERT_TRUE(bool(s)) << errorOf(s);
+  auto c = parseClusterPreset("8x8xA100-80G", HardwareCatalog::builtin());
+  Workload w = gptLike(48, 64, 2048);
+  ASSERT_FALSE(bool(completeAndValidate(*s, w, *c)));
+  EXPECT_EQ(s->dp, 2);
+  EXPECT_EQ(s->microBatches(), 128);
+  EXPECT_EQ(s->schedule, Schedule::Interleaved);
+  EXPECT_TRUE(s->sequenceParallel);
+}
+
+TEST(Strategy, InvalidStrategiesAreNamed) {
+  auto c = parseClusterPreset("8x8xA100-80G", HardwareCatalog::builtin());
+  Workload w = gptLike(48, 64, 2048);
+  auto check = [&](const char *text, const char *expected) {
+    auto s = parseStrategy(text);
+    std::string e = s ? errorOf(completeAndValidate(*s, w, *c)) : errorOf(s);
+    EXPECT_NE(e.find(expected), std::string::npos) << text << ": " << e;
+  };
+  check("tp=3", "tp=3 does not divide the 64 attention heads");
+  check("tp=8,pp=4,dp=4", "tp x pp x cp x dp = 128 differs from the 64 devices");
+  check("tp=8,mbs=3,gbs=64", "mbs x dp = 24 does not divide the global batch gbs=64");
+  check("tp=8,pp=64", "tp x pp x cp = 512 does not divide the 64 devices");
+  check("tp=8,colour=red", "unknown key 'colour'");
+  check("tp=eight", "tp must be an integer >= 1");
+  check("recompute=sometimes", "recompute must be none, selective or full");
+}
+
+} // namespace
