@@ -461,7 +461,25 @@ def main():
     ap.add_argument("--all", metavar="DIR", help="write every model into DIR")
     ap.add_argument("--list", action="store_true",
                     help="list models with their published parameter counts")
+    shape = ap.add_argument_group("a GPT of any shape (name 'gpt')")
+    shape.add_argument("--layers", type=int)
+    shape.add_argument("--hidden", type=int)
+    shape.add_argument("--heads", type=int)
+    shape.add_argument("--seq", type=int, default=2048)
+    shape.add_argument("--vocab", type=int, default=51200)
+    shape.add_argument("--ffn", type=int)
     args = ap.parse_args()
+    if args.name == "gpt":
+        if not (args.layers and args.hidden and args.heads):
+            print("generate.py: error: gpt needs --layers, --hidden and --heads", file=sys.stderr)
+            return 2
+        if args.hidden % args.heads:
+            print("generate.py: error: --heads must divide --hidden", file=sys.stderr)
+            return 2
+        model = gpt("gpt", args.layers, args.hidden, args.heads, args.seq, args.vocab, args.ffn)
+        with open(args.output or "gpt.onnx", "wb") as f:
+            f.write(model.SerializeToString())
+        return 0
     if args.list:
         for name, (_, params, source) in MODELS.items():
             print(f"{name}\t{int(params)}\t{source}")

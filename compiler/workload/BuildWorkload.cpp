@@ -33,6 +33,25 @@ static bool isView(Operation *op) {
              ExpandOp, IdentityOp, SplitOp, SliceOp>(op);
 }
 
+/// Ops a framework fuses into one elementwise kernel.
+static bool isFusible(Operation *op) {
+  if (op->getNumRegions() || isa<ConstantOp, NoneOp, WeightOp>(op))
+    return false;
+  return isa<SoftmaxOp, LogSoftmaxOp, DropoutOp, CastOp, ClipOp, WhereOp, GeluOp, ReluOp,
+             SigmoidOp, TanhOp, ErfOp, AddOp, SubOp, MulOp, DivOp, PowOp, SqrtOp, ExpOp,
+             NegOp, ReciprocalOp, HardSwishOp, HardSigmoidOp, LeakyReluOp, MaxOp, MinOp,
+             SumOp>(op);
+}
+
+/// Looks through views to the op that computed `v`.
+static Operation *producerThroughViews(Value v) {
+  Operation *def = v.getDefiningOp();
+  while (def && isa<ReshapeOp, TransposeOp, SqueezeOp, UnsqueezeOp, FlattenOp, IdentityOp>(def) &&
+         def->getNumOperands())
+    def = def->getOperand(0).getDefiningOp();
+  return def;
+}
+
 static bool isContractionOp(Operation *op) {
   return isa<MatMulOp, GemmOp, ConvOp, ConvTransposeOp>(op);
 }
@@ -63,6 +82,7 @@ static void analyzeParallelism(func::FuncOp func, LayerKind &kind) {
     return llvm::any_of(op->getOperands(), [&](Value v) { return sharded.contains(v); });
   };
   llvm::DenseMap<Operation *, size_t> opIndex;
+  Operation *previous = nullptr; // the last op with a kernel
   for (Operation &op : func.getBody().front().without_terminator()) {
     auto cost = dyn_cast<CostOpInterface>(&op);
     if (!cost || isa<ConstantOp, NoneOp>(op))
@@ -113,6 +133,17 @@ static void analyzeParallelism(func::FuncOp func, LayerKind &kind) {
       if (c.attentionCore)
         core.insert(r);
     }
+    // PyTorch's dropout is a kernel of its own (it draws random numbers);
+    // what follows it may fuse with it (Megatron's bias-dropout-add).
+    if (!c.view && isFusible(&op) && !isa<DropoutOp>(op) && previous && isFusible(previous))
+      for (Value v : op.getOperands())
+        if (producerThroughViews(v) == previous) {
+          c.fusesWithPrevious = true;
+          c.fusedIntermediateBytes = tensorBytes(v.getType());
+          break;
+        }
+    if (!c.view)
+      previous = &op;
     opIndex[&op] = kind.ops.size();
     kind.ops.push_back(std::move(c));
   }

@@ -2,11 +2,14 @@
 //
 //   orrery import MODEL.onnx [--dim NAME=VALUE]... [--outline]
 //   orrery stats  MODEL.onnx [--dim NAME=VALUE]... [--json]
+//   orrery simulate MODEL --cluster SPEC --strategy "tp=8,pp=8,..." [--json]
+//                  [--trace FILE]
 //
 // Every user error is one line on stderr, "orrery: error: ...", and exit 1.
 //
 //===----------------------------------------------------------------------===//
 
+#include "Simulate.h"
 #include "Stats.h"
 #include "orrery/Import/Importer.h"
 #include "orrery/Transforms/Passes.h"
@@ -17,7 +20,9 @@
 #include "llvm/Support/raw_ostream.h"
 
 #include <CLI/CLI.hpp>
+#include <fstream>
 #include <iostream>
+#include <sys/stat.h>
 
 #ifndef ORRERY_VERSION
 #define ORRERY_VERSION "0.0.0"
@@ -62,6 +67,19 @@ void addModelArgs(CLI::App *cmd, ModelArgs &args) {
       ->type_name("NAME=VALUE");
 }
 
+/// A model argument: an existing file, or the name of a built-in model
+/// (`orrery simulate gpt3-175b`), written at build time by models/generate.py.
+std::string resolveModel(const std::string &arg) {
+  struct stat st;
+  if (stat(arg.c_str(), &st) == 0 || arg.find('/') != std::string::npos ||
+      arg.find(".onnx") != std::string::npos)
+    return arg;
+  const char *dir = std::getenv("ORRERY_MODELS_DIR");
+  std::string base = dir ? dir : ORRERY_MODELS_DIR;
+  std::string path = base + "/" + arg + ".onnx";
+  return stat(path.c_str(), &st) == 0 ? path : arg;
+}
+
 /// Import and (optionally) outline; on error prints it and returns null.
 mlir::OwningOpRef<mlir::ModuleOp> frontEnd(mlir::MLIRContext &ctx,
                                            const ModelArgs &args, bool outline,
@@ -73,7 +91,7 @@ mlir::OwningOpRef<mlir::ModuleOp> frontEnd(mlir::MLIRContext &ctx,
     rc = fail(err);
     return nullptr;
   }
-  auto module = orrery::importOnnxFile(ctx, args.path, options);
+  auto module = orrery::importOnnxFile(ctx, resolveModel(args.path), options);
   if (!module) {
     rc = fail(llvm::toString(module.takeError()));
     return nullptr;
@@ -122,6 +140,28 @@ int main(int argc, char **argv) {
   addModelArgs(statsCmd, statsArgs);
   statsCmd->add_flag("--json", json, "print JSON instead of a table");
 
+  ModelArgs simArgs;
+  std::string clusterSpec, strategyText, traceFile;
+  bool simJson = false;
+  CLI::App *simCmd = app.add_subcommand(
+      "simulate", "Simulate one training step of a strategy on a cluster, without hardware");
+  simCmd->add_option("model", simArgs.path,
+                     "ONNX model file, or a built-in model name (models/generate.py --list)")
+      ->required();
+  simCmd->add_option("--dim", simArgs.dims,
+                     "bind a symbolic dimension, NAME=VALUE (batch defaults to 1: the "
+                     "micro-batch comes from the strategy)")
+      ->type_name("NAME=VALUE");
+  simCmd->add_option("--cluster", clusterSpec,
+                     "cluster spec: a JSON file (docs/cluster.md) or a preset such as "
+                     "8xA100-80G or 4x8xH100-SXM")
+      ->required();
+  simCmd->add_option("--strategy", strategyText,
+                     "e.g. tp=8,pp=8,dp=16,mbs=1,gbs=1536,vpp=2,recompute=full (docs/strategy.md)")
+      ->required();
+  simCmd->add_flag("--json", simJson, "print JSON instead of a table");
+  simCmd->add_option("--trace", traceFile, "write a Chrome-trace / Perfetto timeline to FILE");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp &e) {
@@ -145,6 +185,41 @@ int main(int argc, char **argv) {
     llvm::outs() << "\n";
     return 0;
   }
+  if (*simCmd) {
+    // The workload is built at batch 1; the strategy sets the micro-batch.
+    bool batchBound = false;
+    for (const std::string &d : simArgs.dims)
+      batchBound |= d.rfind("batch=", 0) == 0;
+    if (!batchBound)
+      simArgs.dims.push_back("batch=1");
+    auto module = frontEnd(ctx, simArgs, true, nullptr, rc);
+    if (!module)
+      return rc;
+    auto workload = orrery::buildWorkload(*module);
+    if (!workload)
+      return fail(simArgs.path + ": " + llvm::toString(workload.takeError()));
+    auto cluster = orrery::loadCluster(clusterSpec, orrery::HardwareCatalog::builtin());
+    if (!cluster)
+      return fail(llvm::toString(cluster.takeError()));
+    auto strategy = orrery::parseStrategy(strategyText);
+    if (!strategy)
+      return fail(llvm::toString(strategy.takeError()));
+    auto result = orrery::simulateStep(*workload, *cluster, *strategy, {}, !traceFile.empty());
+    if (!result)
+      return fail(llvm::toString(result.takeError()));
+    if (!traceFile.empty()) {
+      std::ofstream out(traceFile);
+      out << orrery::chromeTraceJson(*result);
+      if (!out)
+        return fail("--trace " + traceFile + ": cannot write the file");
+    }
+    if (simJson)
+      std::cout << orrery::simulateJson(*result, *cluster, *workload).dump(2) << "\n";
+    else
+      orrery::printSimulation(std::cout, *result, *cluster, *workload);
+    return 0;
+  }
+
   std::map<std::string, int64_t> hist;
   auto module = frontEnd(ctx, statsArgs, true, &hist, rc);
   if (!module)

@@ -37,6 +37,12 @@ struct OpCost {
   /// gradient in the backward pass.
   int64_t tpAllReduceForwardBytes = 0;
   int64_t tpAllReduceBackwardBytes = 0;
+  /// An elementwise op (or softmax, dropout) that reads the output of the
+  /// elementwise op before it: frameworks fuse such chains into one kernel
+  /// (Megatron's bias-GeLU, bias-dropout-add, scale-mask-softmax), so that
+  /// tensor never goes to memory.
+  bool fusesWithPrevious = false;
+  int64_t fusedIntermediateBytes = 0;
 };
 
 /// One kind of layer (a function after outlining) and the cost of one

@@ -1,0 +1,196 @@
+#!/usr/bin/python3
+"""The simulator against published training runs (shared/validation).
+
+For every case that states a model, a parallel configuration, hardware and a
+measured step time (or a TFLOP/s figure, converted to a step time with the
+formula that case used), this builds the model with models/generate.py,
+simulates it with `orrery simulate`, and prints measured vs predicted and the
+error; then the mean absolute percentage error and the worst case per group.
+Korthikanti et al.'s memory cases compare the simulator's memory breakdown;
+the NCCL cases compare the collective model (orrery-bench-collectives).
+Nothing here is fitted: the figures are what the model predicts.
+
+    bench/validate.py [--build build] [--shared ../shared]
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+
+def gpt_model(build, m):
+    """The case's GPT as ONNX (cached)."""
+    ffn = m.get("ffn", 4 * m["hidden"])
+    name = f"gpt-l{m['layers']}-h{m['hidden']}-a{m['heads']}-s{m['seq_len']}-v{m['vocab']}-f{ffn}.onnx"
+    out = os.path.join(build, "models", "validation", name)
+    if not os.path.exists(out):
+        os.makedirs(os.path.dirname(out), exist_ok=True)
+        subprocess.run(["/usr/bin/python3", os.path.join(ROOT, "models", "generate.py"), "gpt",
+                        "--layers", str(m["layers"]), "--hidden", str(m["hidden"]),
+                        "--heads", str(m["heads"]), "--seq", str(m["seq_len"]),
+                        "--vocab", str(m["vocab"]), "--ffn", str(ffn), "-o", out], check=True)
+    return out
+
+
+def cluster_for(build, case):
+    """The case's cluster: DGX A100 nodes (NVSwitch, 8 HDR InfiniBand ports)
+    unless the case names another network (BLOOM: 4 Omni-Path links/node)."""
+    hw = case["hardware"]
+    gpus, per_node = hw["num_gpus"], hw.get("gpus_per_node", 8)
+    inter = hw.get("inter_node", "")
+    if "Omni-Path" in inter:
+        spec = {"name": case["id"], "sites": [{"name": "site", "nodes": [
+            {"count": gpus // per_node, "device": "A100-80G", "devices_per_node": per_node,
+             "nic": {"link": "OPA-100G", "count": 4}}]}]}
+        path = os.path.join(build, "models", "validation", case["id"] + ".cluster.json")
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w") as f:
+            json.dump(spec, f)
+        return path
+    return f"{gpus // per_node}x{per_node}xA100-80G"
+
+
+def strategy_of(case):
+    p, t = case["parallel"], case["training"]
+    rec = t.get("recompute", "none")
+    rec = "full" if rec.startswith("full") else "selective" if rec.startswith("selective") else "none"
+    parts = [f"tp={p['tp']}", f"pp={p['pp']}", f"dp={p['dp']}", f"mbs={t['micro_batch']}",
+             f"gbs={t['global_batch']}", f"recompute={rec}", f"zero={p.get('zero', 0) or 0}",
+             "sp=" + ("1" if p.get("sp") else "0"), "precision=fp16"]
+    v = p.get("interleave_virtual_stages") or 1
+    if v > 1:
+        parts.append(f"vpp={v}")
+    return ",".join(parts)
+
+
+def simulate(orrery, model, cluster, strategy):
+    proc = subprocess.run([orrery, "simulate", model, "--cluster", cluster, "--strategy", strategy,
+                           "--json"], capture_output=True, text=True)
+    if proc.returncode:
+        return None, proc.stderr.strip()
+    return json.loads(proc.stdout), None
+
+
+def measured_step(case):
+    m = case["measured"]
+    if "iteration_time_s" in m:
+        return m["iteration_time_s"], "measured"
+    d = case.get("derived", {})
+    if "iteration_time_s_from_F96" in d:
+        return d["iteration_time_s_from_F96"], "from TFLOP/s (F96)"
+    return None, None
+
+
+def report(rows, group):
+    errs = [abs(r[3]) for r in rows if r[3] is not None]
+    if errs:
+        worst = max(rows, key=lambda r: abs(r[3]) if r[3] is not None else -1)
+        print(f"  {group}: mean abs error {sum(errs) / len(errs):.1f}% over {len(errs)} cases; "
+              f"worst {worst[0]} {worst[3]:+.1f}%")
+    return errs
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", default=os.path.join(ROOT, "build"))
+    ap.add_argument("--shared", default=os.path.join(ROOT, "..", "shared"))
+    args = ap.parse_args()
+    orrery = os.path.join(args.build, "bin", "orrery")
+    data = json.load(open(os.path.join(args.shared, "validation", "published_runs.json")))
+    groups = {}
+    print(f"{'case':34} {'measured s':>11} {'predicted s':>12} {'error':>8}  note")
+    for case in data["cases"]:
+        g = case["group"]
+        if g not in ("SC21_Table1_weak_scaling", "Korthikanti_Table5", "BLOOM",
+                     "SC21_Table2_PTD_vs_ZeRO3"):
+            continue
+        step, how = measured_step(case)
+        m = dict(case["model"])
+        if "vocab" not in m:
+            m["vocab"] = 51200
+        hw = case["hardware"]
+        if step is None or "layers" not in m or "parallel" not in case:
+            print(f"{case['id']:34} {'-':>11} {'-':>12} {'-':>8}  cannot simulate: no step time or shape")
+            continue
+        gpus, per_node = hw["num_gpus"], hw.get("gpus_per_node", 8)
+        cluster = cluster_for(args.build, case)
+        result, error = simulate(orrery, gpt_model(args.build, m), cluster, strategy_of(case))
+        if result is None:
+            print(f"{case['id']:34} {step:11.2f} {'-':>12} {'-':>8}  cannot simulate: {error}")
+            groups.setdefault(g, []).append((case["id"], step, None, None))
+            continue
+        pred = result["step_time_s"]
+        e = 100 * (pred - step) / step
+        note = how + ("" if result["fits"] else "; predicted not to fit: " + result["does_not_fit"])
+        print(f"{case['id']:34} {step:11.2f} {pred:12.2f} {e:+7.1f}%  {note}")
+        groups.setdefault(g, []).append((case["id"], step, pred, e))
+    print("\nstep time, per group:")
+    headline = []
+    for g, rows in groups.items():
+        errs = report(rows, g)
+        if g in ("SC21_Table1_weak_scaling", "Korthikanti_Table5", "BLOOM"):
+            headline += errs
+    if headline:
+        print(f"  SC21 Table 1 + Korthikanti Table 5 + BLOOM: mean abs error "
+              f"{sum(headline) / len(headline):.1f}%, worst {max(headline):.1f}% ({len(headline)} cases)")
+
+    # Memory (Korthikanti Fig. 1): the configurations of Table 5.
+    print("\nmemory per GPU (Korthikanti Fig. 1), GiB:")
+    configs = {c["model"]["name"]: c for c in data["cases"] if c["group"] == "Korthikanti_Table5"}
+    mem_errs = []
+    for case in data["cases"]:
+        if case["group"] != "Korthikanti_Fig1_memory":
+            continue
+        name = case["model"]["name"]
+        base = configs.get(name + "" if name != "1T" else "1T")
+        if base is None:
+            print(f"  {case['id']}: cannot simulate: no configuration for {name}")
+            continue
+        m = base["model"]
+        gpus = base["hardware"]["num_gpus"]
+        cluster = f"{gpus // 8}x8xA100-80G"
+        p, t = base["parallel"], base["training"]
+        common = (f"tp={p['tp']},pp={p['pp']},dp={p['dp']},mbs={t['micro_batch']},"
+                  f"gbs={t['global_batch']},precision=fp16")
+        v = p.get("interleave_virtual_stages") or 1
+        if v > 1:
+            common += f",vpp={v}"
+        for key, extra in (("activations_GiB_no_recompute", ",recompute=none,sp=0"),
+                           ("activations_GiB_seqpar_selective", ",recompute=selective,sp=1")):
+            result, error = simulate(orrery, gpt_model(args.build, m), cluster, common + extra)
+            if result is None:
+                print(f"  {case['id']} {key}: cannot simulate: {error}")
+                continue
+            # The first stage's activations at the schedule's peak (the
+            # figure's basis), without the simulator's fragmentation allowance.
+            st = result["stages"][0]
+            pred = st["memory_bytes"]["activations"] / 1.05 / 2**30
+            meas = case["measured"][key]
+            e = 100 * (pred - meas) / meas
+            mem_errs.append(abs(e))
+            print(f"  {case['id']:22} {key:34} measured {meas:8.2f}  predicted {pred:8.2f}  {e:+6.1f}%")
+        result, _ = simulate(orrery, gpt_model(args.build, m), cluster, common + ",recompute=full")
+        if result:
+            st = result["stages"][0]["memory_bytes"]
+            pred = (st["weights"] + st["gradients"] + st["optimizer"]) / 2**30
+            meas = case["measured"]["params_plus_optimizer_GiB"]
+            e = 100 * (pred - meas) / meas
+            mem_errs.append(abs(e))
+            print(f"  {case['id']:22} {'params_plus_optimizer_GiB':34} measured {meas:8.2f}  predicted {pred:8.2f}  {e:+6.1f}%")
+    if mem_errs:
+        print(f"  memory: mean abs error {sum(mem_errs) / len(mem_errs):.1f}%, worst {max(mem_errs):.1f}%")
+
+    coll = os.path.join(args.build, "bin", "orrery-bench-collectives")
+    if os.path.exists(coll):
+        print()
+        sys.stdout.flush()
+        subprocess.run([coll, os.path.join(args.shared, "validation", "published_runs.json")])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

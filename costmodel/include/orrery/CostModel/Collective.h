@@ -1,0 +1,44 @@
+//===- Collective.h - time of collectives on the links a group crosses ---===//
+//
+// Ring collectives (NCCL's default for large messages): an all-reduce over n
+// ranks moves 2(n-1)/n of the message through every rank's slowest link, in
+// 2(n-1) steps. A group spanning nodes also has a two-level (hierarchical)
+// form: reduce-scatter inside each node, all-reduce across nodes, all-gather
+// inside; the faster of the two is used. Bandwidth is what NCCL reaches on a
+// link: its own per-link figures (src/graph/topo.h: 20 GB/s per NVLink of
+// A100/V100, 20.6 on H100, 12 GB/s for a PCIe gen3 x16 path; network cards
+// at line rate less protocol overhead), scaled with the link's line rate.
+//
+//===----------------------------------------------------------------------===//
+#ifndef ORRERY_COSTMODEL_COLLECTIVE_H
+#define ORRERY_COSTMODEL_COLLECTIVE_H
+
+#include "orrery/CostModel/Hardware.h"
+
+namespace orrery {
+
+enum class CollectiveKind { AllReduce, AllGather, ReduceScatter, AllToAll, SendRecv };
+
+/// Where a group's ranks sit.
+struct GroupShape {
+  int ranks = 1;          ///< ranks in the group
+  int ranksPerNode = 1;   ///< of the group, inside one node
+  /// Link between ranks of one node, and its parallel paths per rank.
+  const LinkSpec *intraLink = nullptr;
+  /// NVLink ports per device (12 on A100, 18 on H100); 1 for PCIe.
+  double intraLinksPerRank = 1;
+  /// Network between nodes: bandwidth per rank (its share of the node's NICs).
+  const LinkSpec *nic = nullptr;
+  double nicSharePerRank = 1; ///< NICs per node / devices per node
+};
+
+/// Fraction of a link's line rate that NCCL reaches (see the file comment).
+double ncclLinkEfficiency(const LinkSpec &link);
+/// Bus bandwidth (bytes/s) a ring over this group reaches, per rank.
+double ringBusBandwidth(const GroupShape &g);
+/// Seconds for a collective of `bytes` (the full message) over the group.
+double collectiveTime(CollectiveKind kind, double bytes, const GroupShape &g);
+
+} // namespace orrery
+
+#endif // ORRERY_COSTMODEL_COLLECTIVE_H

@@ -1,0 +1,94 @@
+//===- Simulator.h - one training step, event by event -------------------===//
+//
+// Prices a Workload under a Strategy on a Cluster: compute per op (a
+// roofline with an efficiency curve), tensor-parallel collectives on the
+// critical path, pipeline transfers, the pipeline schedule simulated task by
+// task, data-parallel gradient reduction overlapped with the last backward,
+// the optimizer step; memory per device with its breakdown.
+//
+//===----------------------------------------------------------------------===//
+#ifndef ORRERY_COSTMODEL_SIMULATOR_H
+#define ORRERY_COSTMODEL_SIMULATOR_H
+
+#include "orrery/CostModel/Cluster.h"
+#include "orrery/CostModel/Strategy.h"
+#include "orrery/CostModel/Workload.h"
+
+#include <string>
+#include <vector>
+
+namespace orrery {
+
+/// The model's stated assumptions (docs/costmodel.md); a measured profile
+/// replaces them.
+struct Assumptions {
+  /// Fraction of tensor-core peak a large GEMM reaches.
+  double gemmEfficiency = 0.8;
+  /// Ideal (peak-rate) duration at which a GEMM reaches half of that
+  /// efficiency: launch, tail and wave quantization cost about this much.
+  double gemmHalfEfficiencyS = 15e-6;
+  /// Fraction of HBM bandwidth a memory-bound kernel reaches.
+  double memoryEfficiency = 0.8;
+  /// Fixed cost of one kernel launch.
+  double kernelLaunchS = 3e-6;
+  /// Bytes per parameter for mixed-precision Adam: 2 weights + 4 fp32
+  /// gradients + 12 optimizer (fp32 master, momentum, variance).
+  double weightBytesPerParam = 2, gradBytesPerParam = 4, optimizerBytesPerParam = 12;
+  /// Workspace (CUDA context, cuBLAS and NCCL buffers) and fragmentation.
+  double workspaceBytes = 1.5 * (1ull << 30);
+  double fragmentation = 0.05;
+};
+
+struct MemoryBreakdown {
+  double weightsBytes = 0, gradientsBytes = 0, optimizerBytes = 0;
+  double activationsBytes = 0, workspaceBytes = 0;
+  double total() const {
+    return weightsBytes + gradientsBytes + optimizerBytes + activationsBytes + workspaceBytes;
+  }
+};
+
+/// One span on the timeline.
+struct TraceEvent {
+  int track = 0; ///< pipeline stage (a device group of one stage)
+  std::string name, category;
+  double startS = 0, durationS = 0;
+};
+
+struct StageReport {
+  int firstLayer = 0, numLayers = 0;
+  double forwardS = 0, backwardS = 0; ///< per micro-batch, all its chunks
+  MemoryBreakdown memory;
+  double capacityBytes = 0;
+  std::string device;
+};
+
+struct StepResult {
+  Strategy strategy;
+  double stepS = 0;
+  double tokensPerS = 0, samplesPerS = 0;
+  double modelFlopsPerStep = 0;    ///< forward + backward, no recompute
+  double hardwareFlopsPerStep = 0; ///< with recompute
+  double modelTflopsPerDevice = 0, mfu = 0, hfu = 0;
+  double bubbleFraction = 0;
+  /// Time breakdown of the slowest device (sums to stepS).
+  double computeS = 0, exposedTpCommS = 0, exposedPpCommS = 0, exposedDpCommS = 0,
+         bubbleS = 0, optimizerS = 0;
+  std::vector<StageReport> stages;
+  double peakMemoryBytes = 0; ///< largest over devices
+  bool fits = true;
+  std::string doesNotFit; ///< the reason when !fits
+  double energyJ = 0, costUsd = 0;
+  std::vector<TraceEvent> trace;
+};
+
+/// Simulates one step. Fails with a one-line message when the strategy does
+/// not apply to this model or cluster.
+llvm::Expected<StepResult> simulateStep(const Workload &w, const Cluster &c, Strategy s,
+                                        const Assumptions &a = {}, bool keepTrace = false);
+
+/// Chrome-trace / Perfetto JSON: one track (tid) per pipeline stage.
+std::string chromeTraceJson(const StepResult &r);
+
+} // namespace orrery
+
+#endif // ORRERY_COSTMODEL_SIMULATOR_H

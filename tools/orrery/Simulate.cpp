@@ -1,0 +1,105 @@
+//===- Simulate.cpp - the `orrery simulate` report -----------------------===//
+#include "Simulate.h"
+
+#include <cstdio>
+
+namespace orrery {
+
+static double gib(double bytes) { return bytes / double(1ull << 30); }
+
+nlohmann::ordered_json simulateJson(const StepResult &r, const Cluster &c, const Workload &w) {
+  nlohmann::ordered_json j;
+  j["model"] = w.source;
+  j["cluster"] = c.name;
+  j["devices"] = c.numDevices();
+  j["strategy"] = r.strategy.str();
+  j["step_time_s"] = r.stepS;
+  j["tokens_per_s"] = r.tokensPerS;
+  j["samples_per_s"] = r.samplesPerS;
+  j["model_tflop_per_s_per_device"] = r.modelTflopsPerDevice;
+  j["mfu"] = r.mfu;
+  j["hfu"] = r.hfu;
+  j["bubble_fraction"] = r.bubbleFraction;
+  j["breakdown_s"] = {{"compute", r.computeS},
+                      {"exposed_tp_communication", r.exposedTpCommS},
+                      {"exposed_pp_communication", r.exposedPpCommS},
+                      {"exposed_dp_communication", r.exposedDpCommS},
+                      {"bubble", r.bubbleS},
+                      {"optimizer", r.optimizerS}};
+  j["fits"] = r.fits;
+  if (!r.fits)
+    j["does_not_fit"] = r.doesNotFit;
+  j["peak_memory_bytes"] = r.peakMemoryBytes;
+  nlohmann::ordered_json stages = nlohmann::ordered_json::array();
+  for (const StageReport &st : r.stages)
+    stages.push_back({{"device", st.device},
+                      {"first_layer", st.firstLayer},
+                      {"layers", st.numLayers},
+                      {"forward_s_per_micro_batch", st.forwardS},
+                      {"backward_s_per_micro_batch", st.backwardS},
+                      {"memory_bytes",
+                       {{"weights", st.memory.weightsBytes},
+                        {"gradients", st.memory.gradientsBytes},
+                        {"optimizer", st.memory.optimizerBytes},
+                        {"activations", st.memory.activationsBytes},
+                        {"workspace", st.memory.workspaceBytes},
+                        {"total", st.memory.total()},
+                        {"capacity", st.capacityBytes}}}});
+  j["stages"] = stages;
+  j["energy_j_per_step"] = r.energyJ;
+  j["cost_usd_per_step"] = r.costUsd;
+  return j;
+}
+
+void printSimulation(std::ostream &os, const StepResult &r, const Cluster &c, const Workload &w) {
+  char buf[512];
+  os << "model        " << w.source << "\n";
+  os << "cluster      " << c.name << " (" << c.numDevices() << " x " << c.deviceSpec(0).name << ")\n";
+  os << "strategy     " << r.strategy.str() << "\n\n";
+  std::snprintf(buf, sizeof buf,
+                "step         %.3f s   %.4g tokens/s   %.4g samples/s\n"
+                "throughput   %.1f TFLOP/s per device (model FLOPs)   MFU %.1f%%   HFU %.1f%%\n"
+                "bubble       %.1f%% of the step\n\n",
+                r.stepS, r.tokensPerS, r.samplesPerS, r.modelTflopsPerDevice, 100 * r.mfu,
+                100 * r.hfu, 100 * r.bubbleFraction);
+  os << buf;
+  os << "time on the slowest stage\n";
+  auto line = [&](const char *what, double s) {
+    std::snprintf(buf, sizeof buf, "  %-28s %9.3f s  %5.1f%%\n", what, s, 100 * s / r.stepS);
+    os << buf;
+  };
+  line("compute (incl. recompute)", r.computeS);
+  line("tensor-parallel collectives", r.exposedTpCommS);
+  line("pipeline transfers", r.exposedPpCommS);
+  line("gradient reduction", r.exposedDpCommS);
+  line("pipeline bubble", r.bubbleS);
+  line("optimizer step", r.optimizerS);
+  os << "\nmemory per device (GiB)\n";
+  std::snprintf(buf, sizeof buf, "  %-6s %-7s %8s %8s %9s %11s %9s %8s %9s\n", "stage", "layers",
+                "weights", "grads", "optimizer", "activations", "workspace", "total", "capacity");
+  os << buf;
+  for (size_t i = 0; i < r.stages.size(); ++i) {
+    const StageReport &st = r.stages[i];
+    if (r.stages.size() > 8 && i >= 4 && i + 4 < r.stages.size()) {
+      if (i == 4)
+        os << "  ...\n";
+      continue;
+    }
+    std::snprintf(buf, sizeof buf, "  %-6zu %-7d %8.1f %8.1f %9.1f %11.1f %9.1f %8.1f %9.1f\n", i,
+                  st.numLayers, gib(st.memory.weightsBytes), gib(st.memory.gradientsBytes),
+                  gib(st.memory.optimizerBytes), gib(st.memory.activationsBytes),
+                  gib(st.memory.workspaceBytes), gib(st.memory.total()), gib(st.capacityBytes));
+    os << buf;
+  }
+  if (!r.fits)
+    os << "\nDOES NOT FIT: " << r.doesNotFit << "\n";
+  std::snprintf(buf, sizeof buf, "\nenergy       %.3g J per step", r.energyJ);
+  os << buf;
+  if (r.costUsd > 0) {
+    std::snprintf(buf, sizeof buf, "   cost %.4g USD per step", r.costUsd);
+    os << buf;
+  }
+  os << "\n";
+}
+
+} // namespace orrery

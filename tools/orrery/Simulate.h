@@ -1,0 +1,17 @@
+//===- Simulate.h - the `orrery simulate` report -------------------------===//
+#ifndef ORRERY_TOOLS_SIMULATE_H
+#define ORRERY_TOOLS_SIMULATE_H
+
+#include "orrery/CostModel/Simulator.h"
+
+#include <nlohmann/json.hpp>
+#include <ostream>
+
+namespace orrery {
+/// The result as JSON; every field name carries its unit.
+nlohmann::ordered_json simulateJson(const StepResult &r, const Cluster &c, const Workload &w);
+/// The result as a table for a terminal.
+void printSimulation(std::ostream &os, const StepResult &r, const Cluster &c, const Workload &w);
+} // namespace orrery
+
+#endif // ORRERY_TOOLS_SIMULATE_H
