@@ -1,8 +1,19 @@
 #!/usr/bin/env bash
-# Benchmarks (figures, not tests): front-end time on Llama-3 405B.
+# Benchmarks (figures, not tests):
+#  1. front-end time on Llama-3 405B (load, shape inference, import, outlining);
+#  2. simulation time of one Llama-3 405B step on 16,384 H100;
+#  3. the simulator against published training runs and NCCL measurements
+#     (needs ../shared/validation).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/build.sh
 mkdir -p build/models
 /usr/bin/python3 models/generate.py llama3-405b -o build/models/llama3-405b.onnx
 build/bin/orrery-bench-frontend build/models/llama3-405b.onnx --dim batch=1 --repeat 5
+echo
+build/bin/orrery-bench-simulate build/models/llama3-405b.onnx 2048x8xH100-SXM \
+  "tp=8,pp=16,dp=128,mbs=1,gbs=2048,recompute=selective,sp=1,zero=1" --repeat 20
+if [ -f ../shared/validation/published_runs.json ]; then
+  echo
+  /usr/bin/python3 bench/validate.py --build build --shared ../shared
+fi

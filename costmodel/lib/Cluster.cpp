@@ -122,7 +122,14 @@ static llvm::Expected<Cluster> parseClusterJsonImpl(const std::string &text,
     const LinkSpec *base = catalog.link(name);
     if (!base && !(v.is_object() && v.contains("bandwidth_bytes_per_s")))
       return err(what, path + ": unknown link type '" + name + "' (known: " + catalog.linkNames() + ")");
-    LinkSpec l = base ? *base : LinkSpec{name.empty() ? "custom" : name, "custom", 0, 0, true, "inline"};
+    LinkSpec l;
+    if (base) {
+      l = *base;
+    } else {
+      l.name = name.empty() ? "custom" : name;
+      l.kind = "custom";
+      l.source = "inline in the cluster spec";
+    }
     if (v.is_object()) {
       for (const char *key : {"bandwidth_bytes_per_s", "latency_s"}) {
         if (!v.contains(key)) continue;

@@ -125,6 +125,16 @@ static llvm::Expected<HardwareCatalog> parseCatalog(const std::string &text,
     if (!l.contains("latency_s") || !l["latency_s"].is_number() || l["latency_s"].get<double>() < 0)
       return fieldError(what, path + ".latency_s: missing or negative");
     s.latencyS = l["latency_s"];
+    s.perLinkBandwidthBytesPerS = l.value("per_link_bandwidth_bytes_per_s", 0.0);
+    s.fallbackLink = l.value("fallback_link", "");
+    if (l.contains("link_multiplicity")) {
+      s.linkMultiplicity = l["link_multiplicity"].get<std::vector<std::vector<int>>>();
+      for (const auto &row : s.linkMultiplicity)
+        if (row.size() != s.linkMultiplicity.size())
+          return fieldError(what, path + ".link_multiplicity: must be a square matrix");
+      if (!(s.perLinkBandwidthBytesPerS > 0))
+        return fieldError(what, path + ".per_link_bandwidth_bytes_per_s: needed with link_multiplicity");
+    }
     linksOut.push_back(std::move(s));
   }
   return c;

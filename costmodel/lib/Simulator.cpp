@@ -84,6 +84,8 @@ GroupShape Simulation::shapeOf(int stride, int ranks) const {
   g.intraLink = group.intraNodeLink;
   g.nic = group.nic;
   g.nicSharePerRank = double(group.nicsPerNode) / group.devicesPerNode;
+  if (g.intraLink && !g.intraLink->fallbackLink.empty())
+    g.fallback = HardwareCatalog::builtin().link(g.intraLink->fallbackLink);
   return g;
 }
 
@@ -266,6 +268,17 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
       // others repeat them (a tied head reuses the embedding's).
       params[ch] += w.kinds[k].parameters;
       seenKind[k]++;
+    }
+    if (s.offloadActivations) {
+      // Kept activations go to host memory in forward and come back in
+      // backward over the host's PCIe link, overlapped with compute.
+      bool gen5 = group.intraNodeLink && (group.intraNodeLink->name == "NVLink4" ||
+                                          group.intraNodeLink->name == "NVLink5" ||
+                                          group.intraNodeLink->name == "PCIe5");
+      const LinkSpec *host = HardwareCatalog::builtin().link(gen5 ? "PCIe5" : "PCIe4");
+      double xfer = keptBytes[ch] / (host->bandwidthBytesPerS * ncclLinkEfficiency(*host));
+      fwdS[ch] += std::max(0.0, xfer - fwdS[ch]);
+      bwdS[ch] += std::max(0.0, xfer - bwdS[ch]);
     }
     outBytes[ch] = w.kinds[sequence[chunkOf[ch].back()]].outputBytes * scale() /
                    (s.tp > 1 ? s.tp : 1); // Megatron's scatter/gather of p2p tensors

@@ -30,7 +30,15 @@ struct GroupShape {
   /// Network between nodes: bandwidth per rank (its share of the node's NICs).
   const LinkSpec *nic = nullptr;
   double nicSharePerRank = 1; ///< NICs per node / devices per node
+  /// Used when the intra-node link is point to point and no ring of its
+  /// links joins the group (a PCIe path through the host).
+  const LinkSpec *fallback = nullptr;
 };
+
+/// Rings a point-to-point topology offers to local ranks 0..ranks-1: each
+/// ring uses one link direction per hop, so a pair joined by k links carries
+/// k rings each way. Greedy, as NCCL's own search is.
+int ringsInTopology(const std::vector<std::vector<int>> &links, int ranks);
 
 /// Fraction of a link's line rate that NCCL reaches (see the file comment).
 double ncclLinkEfficiency(const LinkSpec &link);

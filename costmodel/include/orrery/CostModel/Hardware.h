@@ -53,6 +53,12 @@ struct LinkSpec {
   double latencyS = 0;
   /// Every device reaches every other at full bandwidth (NVSwitch, a fabric).
   bool switched = true;
+  /// Point-to-point topologies (DGX-1's hybrid cube-mesh): links between
+  /// local ranks i and j, the bandwidth of one link, and the path used when
+  /// no ring of these links exists.
+  std::vector<std::vector<int>> linkMultiplicity;
+  double perLinkBandwidthBytesPerS = 0;
+  std::string fallbackLink;
   std::string source;
 };
 

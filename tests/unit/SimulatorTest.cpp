@@ -1,0 +1,162 @@
+//===- SimulatorTest.cpp - the step simulator on hand-made workloads ------===//
+#include "orrery/CostModel/Collective.h"
+#include "orrery/CostModel/Simulator.h"
+
+#include <nlohmann/json.hpp>
+
+#include <gtest/gtest.h>
+
+using namespace orrery;
+
+namespace {
+
+/// `layers` identical layers, each one big matmul with `params` parameters;
+/// activations of `actBytes` per layer; 1 sample per workload batch.
+Workload uniformModel(int layers, double flops, int64_t params, int64_t actBytes) {
+  Workload w;
+  LayerKind k;
+  k.name = "layer";
+  k.count = layers;
+  k.parameters = params;
+  k.forwardFlops = int64_t(flops);
+  k.backwardFlops = int64_t(2 * flops);
+  OpCost op;
+  op.name = "orrery.matmul";
+  op.forwardFlops = k.forwardFlops;
+  op.backwardFlops = k.backwardFlops;
+  op.contraction = true;
+  op.tensorParallel = true;
+  k.ops = {op};
+  k.savedShardedBytes = actBytes;
+  k.savedActivationBytes = actBytes;
+  k.inputBytes = actBytes / 10;
+  k.outputBytes = actBytes / 10;
+  w.kinds = {k};
+  w.layers = {{0, layers}};
+  w.batchSize = 1;
+  w.tokensPerSample = 1024;
+  return w;
+}
+
+Cluster preset(const char *text) {
+  auto c = parseClusterPreset(text, HardwareCatalog::builtin());
+  EXPECT_TRUE(bool(c));
+  return std::move(*c);
+}
+
+StepResult simulate(const Workload &w, const Cluster &c, const char *strategy, bool trace = false) {
+  auto s = parseStrategy(strategy);
+  EXPECT_TRUE(bool(s));
+  auto r = simulateStep(w, c, *s, {}, trace);
+  EXPECT_TRUE(bool(r)) << (r ? "" : llvm::toString(r.takeError()));
+  return *r;
+}
+
+TEST(Simulator, OneDeviceIsComputePlusOptimizer) {
+  // A 10 ms matmul at peak: with the efficiency curve e*t/(t + t_half),
+  // forward = t/eff; backward twice the FLOPs.
+  Assumptions a;
+  const DeviceSpec &d = *HardwareCatalog::builtin().device("A100-80G");
+  double t = 0.010, flops = t * d.tensorPeak(Precision::BF16);
+  Workload w = uniformModel(1, flops, 1000, 1 << 20);
+  StepResult r = simulate(w, preset("1xA100-80G"), "mbs=1,gbs=1");
+  double eff = a.gemmEfficiency * t / (t + a.gemmHalfEfficiencyS);
+  double eff2 = a.gemmEfficiency * 2 * t / (2 * t + a.gemmHalfEfficiencyS);
+  double expected = t / eff + a.kernelLaunchS + 2 * t / eff2 + 2 * a.kernelLaunchS;
+  EXPECT_NEAR(r.computeS, expected, 1e-9);
+  EXPECT_NEAR(r.stepS, expected + r.optimizerS, 1e-9);
+  EXPECT_EQ(r.bubbleS, 0);
+}
+
+TEST(Simulator, OneFOneBBubbleIsPMinusOneOverMPlusPMinusOne) {
+  Workload w = uniformModel(8, 1e14, 1000, 1 << 20);
+  for (int m : {4, 8, 32}) {
+    std::string s = "pp=4,mbs=1,gbs=" + std::to_string(m);
+    StepResult r = simulate(w, preset("4xA100-80G"), s.c_str());
+    double expected = 3.0 / (m + 3);
+    double busy = r.computeS + r.bubbleS + r.exposedPpCommS;
+    EXPECT_NEAR(r.bubbleS / busy, expected, 0.01) << "m=" << m;
+  }
+}
+
+TEST(Simulator, InterleavingShrinksTheBubble) {
+  Workload w = uniformModel(16, 1e14, 1000, 1 << 20);
+  StepResult plain = simulate(w, preset("4xA100-80G"), "pp=4,mbs=1,gbs=8");
+  StepResult inter = simulate(w, preset("4xA100-80G"), "pp=4,vpp=2,mbs=1,gbs=8");
+  EXPECT_LT(inter.bubbleS, plain.bubbleS * 0.6);
+  EXPECT_LT(inter.stepS, plain.stepS);
+}
+
+TEST(Simulator, ZeroShardsOptimizerGradientsWeights) {
+  Workload w = uniformModel(4, 1e12, int64_t(1e9), 1 << 20);
+  Cluster c = preset("8xA100-80G");
+  MemoryBreakdown m0 = simulate(w, c, "dp=8,mbs=1,gbs=8,zero=0").stages[0].memory;
+  MemoryBreakdown m1 = simulate(w, c, "dp=8,mbs=1,gbs=8,zero=1").stages[0].memory;
+  MemoryBreakdown m2 = simulate(w, c, "dp=8,mbs=1,gbs=8,zero=2").stages[0].memory;
+  MemoryBreakdown m3 = simulate(w, c, "dp=8,mbs=1,gbs=8,zero=3").stages[0].memory;
+  EXPECT_DOUBLE_EQ(m0.optimizerBytes, 4e9 * 12);
+  EXPECT_DOUBLE_EQ(m1.optimizerBytes, m0.optimizerBytes / 8);
+  EXPECT_DOUBLE_EQ(m1.gradientsBytes, m0.gradientsBytes);
+  EXPECT_DOUBLE_EQ(m2.gradientsBytes, m0.gradientsBytes / 8);
+  EXPECT_DOUBLE_EQ(m3.weightsBytes, m0.weightsBytes / 8);
+}
+
+TEST(Simulator, OneFOneBHoldsPMicroBatchesOnTheFirstStage) {
+  Workload w = uniformModel(8, 1e12, 1000, 1 << 30);
+  StepResult r = simulate(w, preset("4xA100-80G"), "pp=4,mbs=1,gbs=16");
+  // 2 layers per stage, 1 GiB each, 4 micro-batches in flight on stage 0,
+  // 1 on the last; plus the fragmentation allowance.
+  Assumptions a;
+  EXPECT_NEAR(r.stages[0].memory.activationsBytes, 4 * 2.0 * (1 << 30) * (1 + a.fragmentation), 1);
+  EXPECT_NEAR(r.stages[3].memory.activationsBytes, 1 * 2.0 * (1 << 30) * (1 + a.fragmentation), 1);
+}
+
+TEST(Simulator, DoesNotFitNamesTheStage) {
+  Workload w = uniformModel(2, 1e12, int64_t(20e9), 1 << 20);
+  StepResult r = simulate(w, preset("1xA100-80G"), "mbs=1,gbs=1");
+  EXPECT_FALSE(r.fits);
+  EXPECT_NE(r.doesNotFit.find("stage 0 needs"), std::string::npos) << r.doesNotFit;
+  EXPECT_NE(r.doesNotFit.find("A100-80G"), std::string::npos);
+}
+
+TEST(Simulator, TraceHasOneTrackPerStage) {
+  Workload w = uniformModel(8, 1e13, 1000, 1 << 20);
+  StepResult r = simulate(w, preset("2x4xA100-80G"), "pp=4,dp=2,mbs=1,gbs=8", true);
+  auto j = nlohmann::json::parse(chromeTraceJson(r));
+  std::set<int> named, used;
+  for (const auto &e : j["traceEvents"]) {
+    if (e["ph"] == "M")
+      named.insert(e["tid"].get<int>());
+    if (e["ph"] == "X") {
+      used.insert(e["tid"].get<int>());
+      EXPECT_GE(e["dur"].get<double>(), 0);
+    }
+  }
+  EXPECT_EQ(named, (std::set<int>{0, 1, 2, 3}));
+  EXPECT_EQ(used, named);
+}
+
+TEST(Collective, RingAllReduceFormula) {
+  // 8 ranks on NVSwitch: 2(n-1)/n * S / B + 2(n-1) * latency.
+  const HardwareCatalog &cat = HardwareCatalog::builtin();
+  GroupShape g;
+  g.ranks = g.ranksPerNode = 8;
+  g.intraLink = cat.link("NVLink3");
+  double bw = 300e9 * 20.0 / 25.0, bytes = 1e9;
+  EXPECT_NEAR(collectiveTime(CollectiveKind::AllReduce, bytes, g),
+              2.0 * 7 / 8 * bytes / bw + 14 * 2e-6, 1e-12);
+  EXPECT_EQ(collectiveTime(CollectiveKind::AllReduce, bytes, GroupShape{}), 0);
+}
+
+TEST(Collective, Dgx1RingsFollowTheCubeMesh) {
+  // DGX-1 (V100): 1 link between GPUs 0 and 1, 2 rings over 0-1-2 (one each
+  // way), 4 over the first quad, 6 over all eight (6 links per GPU).
+  const auto &links = HardwareCatalog::builtin().link("NVLink2")->linkMultiplicity;
+  EXPECT_EQ(ringsInTopology(links, 2), 1);
+  EXPECT_EQ(ringsInTopology(links, 3), 2);
+  EXPECT_EQ(ringsInTopology(links, 4), 4);
+  EXPECT_EQ(ringsInTopology(links, 5), 0); // GPU 4 reaches only GPU 0
+  EXPECT_EQ(ringsInTopology(links, 8), 6);
+}
+
+} // namespace
