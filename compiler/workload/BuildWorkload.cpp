@@ -171,6 +171,9 @@ static void analyzeParallelism(func::FuncOp func, LayerKind &kind) {
     }
   }
   for (BlockArgument arg : func.getArguments())
+    if (isWeight(arg))
+      kind.weightTensors++;
+  for (BlockArgument arg : func.getArguments())
     if (isActivation(arg)) {
       kind.inputBytes = tensorBytes(arg.getType());
       break;

@@ -132,6 +132,13 @@ double collectiveTime(CollectiveKind kind, double bytes, const GroupShape &g) {
     return double(g.ranks - 1) / g.ranks * bytes / busBw + (g.ranks - 1) * latency;
   double factor = kind == CollectiveKind::AllReduce ? 2.0 : 1.0;
   double flat = ringTime(bytes, g.ranks, factor, busBw, latency);
+  if (kind == CollectiveKind::AllReduce) {
+    // NCCL's (double binary) tree: the message goes up and down a pipelined
+    // tree, 2·S through each rank's link, 2·log2(n) latencies; it wins on
+    // small messages at large scale.
+    double tree = 2 * bytes / busBw + 2 * std::ceil(std::log2(double(g.ranks))) * latency;
+    flat = std::min(flat, tree);
+  }
   if (!spansNodes || g.ranksPerNode <= 1 || !g.intraLink)
     return flat;
   // Two levels: inside each node over the fast link, across nodes with the

@@ -75,8 +75,8 @@ private:
 };
 
 GroupShape Simulation::shapeOf(int stride, int ranks) const {
-  // Megatron's rank order: tp fastest, then cp, dp, pp. A group of `ranks`
-  // ranks `stride` apart shares a node with as many of its ranks as fit.
+  // A group of `ranks` ranks `stride` apart (the strategy's order decides
+  // the stride) shares a node with as many of its ranks as fit.
   GroupShape g;
   g.ranks = ranks;
   int perNode = group.devicesPerNode;
@@ -104,7 +104,7 @@ double Simulation::opTime(double flops, double bytes, bool contraction, int kern
 LayerTime Simulation::layerTime(const LayerKind &k) const {
   LayerTime t;
   double sc = scale();
-  GroupShape tpGroup = shapeOf(1, s.tp);
+  GroupShape tpGroup = shapeOf(s.stride("tp"), s.tp);
   for (const OpCost &op : k.ops) {
     if (op.view)
       continue;
@@ -133,6 +133,19 @@ LayerTime Simulation::layerTime(const LayerKind &k) const {
       t.recomputeS += fwd;
       t.recomputeFlops += op.forwardFlops * sc / split;
     }
+  }
+  if (s.zeroStage == 3 && s.dp > 1 && k.parameters > 0) {
+    // ZeRO-3 gathers each weight tensor before use (forward, and again in
+    // backward) and reduce-scatters its gradient: one collective per tensor,
+    // prefetched while the layer computes. What the compute cannot hide is
+    // exposed.
+    GroupShape dpGroup = shapeOf(s.stride("dp"), s.dp);
+    int tensors = std::max(1, k.weightTensors);
+    double perTensor = double(k.parameters) / s.tp / tensors;
+    double gather = tensors * collectiveTime(CollectiveKind::AllGather, perTensor * a.weightBytesPerParam, dpGroup);
+    double scatter = tensors * collectiveTime(CollectiveKind::ReduceScatter, perTensor * a.gradBytesPerParam, dpGroup);
+    t.forwardTpS += std::max(0.0, gather - t.forwardComputeS);
+    t.backwardTpS += std::max(0.0, gather + scatter - t.backwardComputeS);
   }
   double tp = s.tp, stream = s.sequenceParallel ? tp : 1;
   double all = k.savedReplicatedBytes * sc / stream + k.savedShardedBytes * sc / tp +
@@ -285,7 +298,7 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
   }
 
   // Pipeline transfers: neighbours tp*cp*dp ranks apart.
-  GroupShape ppPair = shapeOf(s.tp * s.cp * s.dp, 2);
+  GroupShape ppPair = shapeOf(s.stride("pp"), 2);
   auto transferS = [&](int fromChunk) {
     if (pp == 1 || fromChunk + 1 >= chunks)
       return 0.0;
@@ -345,7 +358,7 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
 
   // Gradients: all-reduce over dp (reduce-scatter + all-gather under ZeRO,
   // the same volume), overlapped with the stage's last backward.
-  GroupShape dpGroup = shapeOf(s.tp * s.cp, s.dp);
+  GroupShape dpGroup = shapeOf(s.stride("dp"), s.dp);
   double stepS = 0;
   int slowest = 0;
   std::vector<double> dpExposed(pp, 0), optS(pp, 0), finish(pp, 0);
@@ -354,9 +367,9 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
     for (int c2 = 0; c2 < v; ++c2)
       p += params[c2 * pp + i];
     double perDevice = p / s.tp;
-    double grad = collectiveTime(CollectiveKind::AllReduce, perDevice * a.gradBytesPerParam, dpGroup);
-    if (s.zeroStage == 3) // parameters gathered again in forward and backward per micro-batch
-      grad += 2.0 * m * collectiveTime(CollectiveKind::AllGather, perDevice * a.weightBytesPerParam, dpGroup);
+    // ZeRO-3 reduces gradients layer by layer in backward (priced there).
+    double grad = s.zeroStage == 3 ? 0
+                  : collectiveTime(CollectiveKind::AllReduce, perDevice * a.gradBytesPerParam, dpGroup);
     dpExposed[i] = std::max(0.0, grad - lastBackwardS[i]);
     double shard = s.zeroStage >= 1 ? s.dp : 1;
     double optBytes = perDevice / shard * (a.weightBytesPerParam + a.gradBytesPerParam +

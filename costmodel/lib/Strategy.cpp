@@ -5,10 +5,26 @@
 
 #include "llvm/ADT/StringExtras.h"
 
+#include <algorithm>
+
 namespace orrery {
 
 static llvm::Error err(const std::string &msg) {
   return llvm::createStringError(llvm::inconvertibleErrorCode(), msg);
+}
+
+int Strategy::degree(const std::string &axis) const {
+  return axis == "tp" ? tp : axis == "cp" ? cp : axis == "dp" ? dp : axis == "pp" ? pp : 1;
+}
+
+int Strategy::stride(const std::string &axis) const {
+  int st = 1;
+  for (const std::string &a : order) {
+    if (a == axis)
+      return st;
+    st *= degree(a);
+  }
+  return st;
 }
 
 std::string Strategy::str() const {
@@ -26,6 +42,11 @@ std::string Strategy::str() const {
   if (offloadOptimizer || offloadActivations)
     s += std::string(",offload=") + (offloadOptimizer && offloadActivations ? "both"
                                      : offloadOptimizer ? "optimizer" : "activations");
+  if (order != std::vector<std::string>{"tp", "cp", "dp", "pp"}) {
+    s += ",order=";
+    for (size_t i = 0; i < order.size(); ++i)
+      s += (i ? "-" : "") + order[i];
+  }
   if (!stageLayers.empty()) {
     s += ",layers=";
     for (size_t i = 0; i < stageLayers.size(); ++i)
@@ -94,6 +115,18 @@ llvm::Expected<Strategy> parseStrategy(const std::string &text) {
       else if (value == "bf16") s.precision = Precision::BF16;
       else if (value == "fp8") s.precision = Precision::FP8;
       else e = err(where + ": precision must be fp32, tf32, fp16, bf16 or fp8");
+    } else if (key == "order") {
+      llvm::SmallVector<llvm::StringRef> parts;
+      value.split(parts, '-');
+      std::vector<std::string> order;
+      for (llvm::StringRef p : parts)
+        order.push_back(p.str());
+      std::vector<std::string> sorted = order;
+      std::sort(sorted.begin(), sorted.end());
+      if (sorted != std::vector<std::string>{"cp", "dp", "pp", "tp"})
+        e = err(where + ": order must list tp, cp, dp and pp once each, e.g. tp-cp-dp-pp");
+      else
+        s.order = order;
     } else if (key == "layers") {
       llvm::SmallVector<llvm::StringRef> parts;
       value.split(parts, ':');
@@ -106,7 +139,7 @@ llvm::Expected<Strategy> parseStrategy(const std::string &text) {
     } else
       e = err(where + ": unknown key '" + key.str() +
               "' (known: tp, pp, dp, cp, ep, sp, vpp, schedule, mbs, gbs, zero, recompute, "
-              "offload, precision, layers)");
+              "offload, precision, layers, order)");
     if (e)
       return std::move(e);
   }

@@ -136,6 +136,20 @@ TEST(Simulator, TraceHasOneTrackPerStage) {
   EXPECT_EQ(used, named);
 }
 
+TEST(Simulator, DeviceOrderPutsTensorParallelismAcrossNodes) {
+  Workload w = uniformModel(4, 1e13, 1000, 1 << 20);
+  w.kinds[0].ops[0].tpAllReduceForwardBytes = 64 << 20;
+  Cluster c = preset("2x8xA100-80G");
+  StepResult inside = simulate(w, c, "tp=8,dp=2,mbs=1,gbs=2");
+  StepResult across = simulate(w, c, "tp=8,dp=2,mbs=1,gbs=2,order=dp-tp-cp-pp");
+  EXPECT_GT(across.exposedTpCommS, 4 * inside.exposedTpCommS);
+  EXPECT_NE(across.strategy.str().find("order=dp-tp-cp-pp"), std::string::npos);
+  auto bad = parseStrategy("order=tp-dp");
+  ASSERT_FALSE(bool(bad));
+  EXPECT_NE(llvm::toString(bad.takeError()).find("order must list tp, cp, dp and pp once each"),
+            std::string::npos);
+}
+
 TEST(Collective, RingAllReduceFormula) {
   // 8 ranks on NVSwitch: 2(n-1)/n * S / B + 2(n-1) * latency.
   const HardwareCatalog &cat = HardwareCatalog::builtin();

@@ -2,7 +2,9 @@
 //
 // Ring collectives (NCCL's default for large messages): an all-reduce over n
 // ranks moves 2(n-1)/n of the message through every rank's slowest link, in
-// 2(n-1) steps. A group spanning nodes also has a two-level (hierarchical)
+// 2(n-1) steps. All-reduce also has NCCL's pipelined tree: 2 times the
+// message through each link and 2·log2(n) latencies, faster for small
+// messages on many ranks. A group spanning nodes also has a two-level (hierarchical)
 // form: reduce-scatter inside each node, all-reduce across nodes, all-gather
 // inside; the faster of the two is used. Bandwidth is what NCCL reaches on a
 // link: its own per-link figures (src/graph/topo.h: 20 GB/s per NVLink of

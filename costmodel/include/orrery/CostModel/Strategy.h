@@ -41,6 +41,14 @@ struct Strategy {
   /// Layers per pipeline stage (model layers, embedding and head counted as
   /// layers); empty = as even as the layer costs allow.
   std::vector<int> stageLayers;
+  /// The device mapping: parallel axes from fastest-varying rank to
+  /// slowest (Megatron-LM's --order). The default keeps tensor parallelism
+  /// inside a node and puts pipeline stages across nodes.
+  std::vector<std::string> order = {"tp", "cp", "dp", "pp"};
+
+  /// Distance in ranks between neighbours of one axis under `order`.
+  int stride(const std::string &axis) const;
+  int degree(const std::string &axis) const;
 
   int64_t microBatches() const { return globalBatch / (microBatch * dp); }
   /// "tp=8,pp=8,dp=16,..." with every field.

@@ -61,6 +61,8 @@ struct LayerKind {
   int64_t opsWithoutCostFormula = 0;
   /// The ops in execution order.
   std::vector<OpCost> ops;
+  /// Weight tensors of one instance (ZeRO-3 gathers each one by one).
+  int weightTensors = 0;
   /// Attention heads of the layer (0 without attention).
   int attentionHeads = 0;
   /// savedActivationBytes split by how parallelism treats them: replicated
