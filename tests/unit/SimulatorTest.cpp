@@ -142,7 +142,8 @@ TEST(Simulator, DeviceOrderPutsTensorParallelismAcrossNodes) {
   Cluster c = preset("2x8xA100-80G");
   StepResult inside = simulate(w, c, "tp=8,dp=2,mbs=1,gbs=2");
   StepResult across = simulate(w, c, "tp=8,dp=2,mbs=1,gbs=2,order=dp-tp-cp-pp");
-  EXPECT_GT(across.exposedTpCommS, 4 * inside.exposedTpCommS);
+  // 4 ranks per node and a 2-node hop (two-level ring): about twice the cost.
+  EXPECT_GT(across.exposedTpCommS, 2 * inside.exposedTpCommS);
   EXPECT_NE(across.strategy.str().find("order=dp-tp-cp-pp"), std::string::npos);
   auto bad = parseStrategy("order=tp-dp");
   ASSERT_FALSE(bool(bad));
