@@ -21,6 +21,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 
@@ -244,6 +245,80 @@ std::vector<std::vector<Task>> Simulation::schedule(int m) const {
   return order;
 }
 
+/// Per stage: when it finishes, how long it computed, its last backward.
+struct Timeline {
+  bool ok = true;
+  std::vector<double> free, busy, lastBackwardS;
+};
+
+/// Runs each stage's task list in order; a task starts when its stage is
+/// free and its inputs have arrived (`transfer(chunk)` after the producing
+/// task of chunk `chunk`).
+Timeline runSchedule(const std::vector<std::vector<Task>> &order, int chunks, int m,
+                     const std::vector<double> &fwdS, const std::vector<double> &bwdS,
+                     const std::function<double(int)> &transfer,
+                     std::vector<TraceEvent> *trace) {
+  int pp = int(order.size());
+  int v = chunks / pp;
+  Timeline tl;
+  tl.free.assign(pp, 0);
+  tl.busy.assign(pp, 0);
+  tl.lastBackwardS.assign(pp, 0);
+  std::vector<double> fDone(size_t(chunks) * m, -1), bDone(size_t(chunks) * m, -1);
+  auto idx = [&](int vs, int mb) { return size_t(vs) * m + mb; };
+  std::vector<size_t> next(pp, 0);
+  size_t remaining = 0;
+  for (const auto &o : order)
+    remaining += o.size();
+  while (remaining) {
+    bool progress = false;
+    for (int i = 0; i < pp; ++i) {
+      while (next[i] < order[i].size()) {
+        const Task &t = order[i][next[i]];
+        double ready = 0;
+        if (!t.backward) {
+          if (t.vs > 0) {
+            double dep = fDone[idx(t.vs - 1, t.mb)];
+            if (dep < 0)
+              break;
+            ready = dep + transfer(t.vs - 1);
+          }
+        } else {
+          double own = fDone[idx(t.vs, t.mb)];
+          if (own < 0)
+            break;
+          ready = own;
+          if (t.vs + 1 < chunks) {
+            double dep = bDone[idx(t.vs + 1, t.mb)];
+            if (dep < 0)
+              break;
+            ready = std::max(ready, dep + transfer(t.vs));
+          }
+        }
+        double start = std::max(tl.free[i], ready);
+        double dur = t.backward ? bwdS[t.vs] : fwdS[t.vs];
+        tl.free[i] = start + dur;
+        tl.busy[i] += dur;
+        (t.backward ? bDone : fDone)[idx(t.vs, t.mb)] = tl.free[i];
+        if (t.backward)
+          tl.lastBackwardS[i] = dur;
+        if (trace)
+          trace->push_back({i, std::string(t.backward ? "B" : "F") + std::to_string(t.mb) +
+                                   (v > 1 ? "." + std::to_string(t.vs / pp) : ""),
+                            t.backward ? "backward" : "forward", start, dur});
+        ++next[i];
+        --remaining;
+        progress = true;
+      }
+    }
+    if (!progress) {
+      tl.ok = false;
+      return tl;
+    }
+  }
+  return tl;
+}
+
 llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
   StepResult r;
   r.strategy = s;
@@ -307,54 +382,11 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
 
   // Event simulation.
   std::vector<std::vector<Task>> order = schedule(m);
-  std::vector<double> fDone(size_t(chunks) * m, -1), bDone(size_t(chunks) * m, -1);
-  auto idx = [&](int vs, int mb) { return size_t(vs) * m + mb; };
-  std::vector<size_t> next(pp, 0);
-  std::vector<double> free(pp, 0), busy(pp, 0), lastBackwardS(pp, 0);
-  size_t remaining = 0;
-  for (auto &o : order)
-    remaining += o.size();
-  while (remaining) {
-    bool progress = false;
-    for (int i = 0; i < pp; ++i) {
-      while (next[i] < order[i].size()) {
-        const Task &t = order[i][next[i]];
-        double ready = 0;
-        if (!t.backward) {
-          if (t.vs > 0) {
-            double dep = fDone[idx(t.vs - 1, t.mb)];
-            if (dep < 0) break;
-            ready = dep + transferS(t.vs - 1);
-          }
-        } else {
-          double own = fDone[idx(t.vs, t.mb)];
-          if (own < 0) break;
-          ready = own;
-          if (t.vs + 1 < chunks) {
-            double dep = bDone[idx(t.vs + 1, t.mb)];
-            if (dep < 0) break;
-            ready = std::max(ready, dep + transferS(t.vs));
-          }
-        }
-        double start = std::max(free[i], ready);
-        double dur = t.backward ? bwdS[t.vs] : fwdS[t.vs];
-        free[i] = start + dur;
-        busy[i] += dur;
-        (t.backward ? bDone : fDone)[idx(t.vs, t.mb)] = free[i];
-        if (t.backward)
-          lastBackwardS[i] = dur;
-        if (keepTrace)
-          r.trace.push_back({i, std::string(t.backward ? "B" : "F") + std::to_string(t.mb) +
-                                    (v > 1 ? "." + std::to_string(t.vs / pp) : ""),
-                             t.backward ? "backward" : "forward", start, dur});
-        ++next[i];
-        --remaining;
-        progress = true;
-      }
-    }
-    if (!progress)
-      return err("simulator: the schedule deadlocked (an internal error)");
-  }
+  Timeline tl = runSchedule(order, chunks, m, fwdS, bwdS, transferS,
+                            keepTrace ? &r.trace : nullptr);
+  if (!tl.ok)
+    return err("simulator: the schedule deadlocked (an internal error)");
+  std::vector<double> &free = tl.free, &busy = tl.busy, &lastBackwardS = tl.lastBackwardS;
 
   // Gradients: all-reduce over dp (reduce-scatter + all-gather under ZeRO,
   // the same volume), overlapped with the stage's last backward.
@@ -383,36 +415,8 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
   }
 
   // Transfers' share of the idle time: the same schedule without them.
-  double noTransferEnd = 0;
-  {
-    std::vector<double> fd(fDone.size(), -1), bd(bDone.size(), -1), fr(pp, 0);
-    std::vector<size_t> nx(pp, 0);
-    size_t left = 0;
-    for (auto &o : order) left += o.size();
-    while (left) {
-      for (int i = 0; i < pp; ++i)
-        while (nx[i] < order[i].size()) {
-          const Task &t = order[i][nx[i]];
-          double ready = 0;
-          if (!t.backward && t.vs > 0) {
-            if (fd[idx(t.vs - 1, t.mb)] < 0) break;
-            ready = fd[idx(t.vs - 1, t.mb)];
-          } else if (t.backward) {
-            if (fd[idx(t.vs, t.mb)] < 0) break;
-            ready = fd[idx(t.vs, t.mb)];
-            if (t.vs + 1 < chunks) {
-              if (bd[idx(t.vs + 1, t.mb)] < 0) break;
-              ready = std::max(ready, bd[idx(t.vs + 1, t.mb)]);
-            }
-          }
-          fr[i] = std::max(fr[i], ready) + (t.backward ? bwdS[t.vs] : fwdS[t.vs]);
-          (t.backward ? bd : fd)[idx(t.vs, t.mb)] = fr[i];
-          ++nx[i];
-          --left;
-        }
-    }
-    noTransferEnd = fr[slowest];
-  }
+  double noTransferEnd =
+      runSchedule(order, chunks, m, fwdS, bwdS, [](int) { return 0.0; }, nullptr).free[slowest];
 
   // Memory per stage: the schedule's peak of kept activations.
   r.stages.resize(pp);
@@ -468,7 +472,7 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
   double perSample = 1.0 / std::max<int64_t>(1, w.batchSize);
   r.stepS = stepS;
   r.samplesPerS = samples / stepS;
-  r.tokensPerS = r.samplesPerS * std::max<int64_t>(1, w.tokensPerSample);
+  r.tokensPerS = r.samplesPerS * double(w.tokensPerSample); // 0 without tokens
   r.modelFlopsPerStep = double(w.forwardFlops() + w.backwardFlops()) * perSample * samples;
   double recompute = 0;
   for (int ch = 0; ch < chunks; ++ch)

@@ -19,6 +19,9 @@ import os
 import subprocess
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from tally import Tally  # noqa: E402
+
 # name: (parameter range from the issue, layers L, sequence s, width d)
 LLM_CHECKS = {
     "gpt3-175b": ((174e9, 176e9), 96, 2048, 12288),
@@ -45,7 +48,7 @@ def main():
     os.makedirs(args.workdir, exist_ok=True)
     listing = subprocess.run([sys.executable, args.generator, "--list"],
                              capture_output=True, text=True, check=True).stdout
-    failures = passed = 0
+    tally = Tally()
     for line in listing.splitlines():
         name, published, source = line.split("\t")
         published = float(published)
@@ -83,14 +86,10 @@ def main():
                 aerr = abs(got - want) / want
                 if aerr > 0.01:
                     problems.append(f"activations/layer {got:.4g} B vs Korthikanti {want:.4g} B ({aerr:.2%})")
-        status = "FAIL" if problems else "ok"
-        detail = "; ".join(problems) if problems else \
+        detail = "" if problems else \
             f"{stats['parameters']:,} params (published {published:,.0f}: {source})"
-        print(f"{status:4} {name}: {detail}")
-        failures += bool(problems)
-        passed += not problems
-    print(f"{passed} passed, {failures} failed")
-    return 1 if failures else 0
+        tally.record(name, problems, detail)
+    return tally.finish()
 
 
 if __name__ == "__main__":

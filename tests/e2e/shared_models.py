@@ -16,6 +16,9 @@ import re
 import subprocess
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from tally import Tally  # noqa: E402
+
 # Dims the real exports leave symbolic.
 DIMS = ["batch=1", "sequence=512", "p2o.DynamicDimension.0=1",
         "p2o.DynamicDimension.1=640", "p2o.DynamicDimension.2=640"]
@@ -63,8 +66,7 @@ def main():
         print(f"skipped: {manifest} not found (shared/ corpus absent)")
         return 0
     expected = manifest_counts(manifest)
-    failures = 0
-    passed = 0
+    tally = Tally()
     for name in sorted(f for f in os.listdir(models) if f.endswith(".onnx")):
         cmd = [args.orrery, "stats", os.path.join(models, name), "--json"]
         for d in DIMS:
@@ -88,15 +90,11 @@ def main():
             repeats = [l["count"] for l in stats.get("layers", []) if l["count"] > 1]
             if name in LAYERS and repeats != LAYERS[name]:
                 problems.append(f"repeated layers {repeats}, expected {LAYERS[name]}")
-        status = "FAIL" if problems else "ok"
-        detail = "; ".join(problems) if problems else \
+        detail = "" if problems else \
             f"{stats['parameters']:,} params, layers " + \
             " ".join(f"{l['kind']}x{l['count']}" for l in stats["layers"])
-        print(f"{status:4} {name}: {detail}")
-        failures += bool(problems)
-        passed += not problems
-    print(f"{passed} passed, {failures} failed")
-    return 1 if failures else 0
+        tally.record(name, problems, detail)
+    return tally.finish()
 
 
 if __name__ == "__main__":

@@ -56,11 +56,16 @@ void printSimulation(std::ostream &os, const StepResult &r, const Cluster &c, co
   os << "model        " << w.source << "\n";
   os << "cluster      " << c.name << " (" << c.numDevices() << " x " << c.deviceSpec(0).name << ")\n";
   os << "strategy     " << r.strategy.str() << "\n\n";
+  std::string tokens;
+  if (r.tokensPerS > 0) {
+    std::snprintf(buf, sizeof buf, "%.4g tokens/s   ", r.tokensPerS);
+    tokens = buf;
+  }
   std::snprintf(buf, sizeof buf,
-                "step         %.3f s   %.4g tokens/s   %.4g samples/s\n"
+                "step         %.3f s   %s%.4g samples/s\n"
                 "throughput   %.1f TFLOP/s per device (model FLOPs)   MFU %.1f%%   HFU %.1f%%\n"
                 "bubble       %.1f%% of the step\n\n",
-                r.stepS, r.tokensPerS, r.samplesPerS, r.modelTflopsPerDevice, 100 * r.mfu,
+                r.stepS, tokens.c_str(), r.samplesPerS, r.modelTflopsPerDevice, 100 * r.mfu,
                 100 * r.hfu, 100 * r.bubbleFraction);
   os << buf;
   os << "time on the slowest stage\n";
