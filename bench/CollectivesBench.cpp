@@ -21,8 +21,8 @@
 
 using namespace orrery;
 
-static GroupShape nodeGroup(const DeviceSpec &dev, int ranks, int perNode, const LinkSpec *nic,
-                            double nicShare) {
+static GroupShape nodeGroup(const DeviceSpec &dev, int ranks, int perNode,
+                            const LinkSpec *nic, double nicShare) {
   const HardwareCatalog &cat = HardwareCatalog::builtin();
   GroupShape g;
   g.ranks = ranks;
@@ -47,23 +47,30 @@ int main(int argc, char **argv) {
   }
   auto buf = llvm::MemoryBuffer::getFile(argv[1]);
   if (!buf) {
-    llvm::errs() << "orrery-bench-collectives: error: " << argv[1] << ": cannot open file\n";
+    llvm::errs() << "orrery-bench-collectives: error: " << argv[1]
+                 << ": cannot open file\n";
     return 1;
   }
-  nlohmann::json data = nlohmann::json::parse((*buf)->getBuffer().str(), nullptr, false);
+  nlohmann::json data =
+      nlohmann::json::parse((*buf)->getBuffer().str(), nullptr, false);
   if (data.is_discarded() || !data.contains("cases")) {
-    llvm::errs() << "orrery-bench-collectives: error: " << argv[1] << ": not the expected JSON\n";
+    llvm::errs() << "orrery-bench-collectives: error: " << argv[1]
+                 << ": not the expected JSON\n";
     return 1;
   }
   const HardwareCatalog &cat = HardwareCatalog::builtin();
   std::vector<double> errors;
-  llvm::outs() << "NCCL all-reduce bus bandwidth inside one node (GB/s), messages >= 64 MiB\n";
-  llvm::outs() << llvm::format("  %-28s %10s %10s %10s %8s\n", "case", "MiB", "measured", "predicted", "error");
+  llvm::outs() << "NCCL all-reduce bus bandwidth inside one node (GB/s), "
+                  "messages >= 64 MiB\n";
+  llvm::outs() << llvm::format("  %-28s %10s %10s %10s %8s\n", "case", "MiB",
+                               "measured", "predicted", "error");
   for (const auto &c : data["cases"]) {
     if (c.value("group", "") != "NCCL_allreduce_intra_node")
       continue;
     std::string gpu = c["hardware"].value("gpu", "");
-    const DeviceSpec *dev = cat.device(gpu == "V100" ? "V100-32G" : gpu == "A100" ? "A100-80G" : gpu);
+    const DeviceSpec *dev = cat.device(gpu == "V100"   ? "V100-32G"
+                                       : gpu == "A100" ? "A100-80G"
+                                                       : gpu);
     int n = c["hardware"].value("num_gpus", 0);
     if (!dev || n < 2)
       continue;
@@ -72,12 +79,13 @@ int main(int argc, char **argv) {
       double bytes = p["bytes"].get<double>();
       if (bytes < 64.0 * (1 << 20))
         continue;
-      double measured = p["busbw_GBps"].get<double>(), predicted = busBw(bytes, g) / 1e9;
+      double measured = p["busbw_GBps"].get<double>(),
+             predicted = busBw(bytes, g) / 1e9;
       double e = 100 * (predicted - measured) / measured;
       errors.push_back(std::fabs(e));
       llvm::outs() << llvm::format("  %-28s %10.0f %10.1f %10.1f %+7.1f%%\n",
-                                   c["id"].get<std::string>().c_str(), bytes / (1 << 20),
-                                   measured, predicted, e);
+                                   c["id"].get<std::string>().c_str(),
+                                   bytes / (1 << 20), measured, predicted, e);
     }
   }
   double sum = 0, worst = 0;
@@ -86,7 +94,8 @@ int main(int argc, char **argv) {
     worst = std::max(worst, e);
   }
   if (!errors.empty())
-    llvm::outs() << llvm::format("  intra-node all-reduce: mean abs error %.1f%%, worst %.1f%% (%zu points)\n",
+    llvm::outs() << llvm::format("  intra-node all-reduce: mean abs error "
+                                 "%.1f%%, worst %.1f%% (%zu points)\n",
                                  sum / errors.size(), worst, errors.size());
 
   // Maintainers' statements of peak bus bandwidth (large messages).
@@ -95,17 +104,26 @@ int main(int argc, char **argv) {
     const char *id, *what;
     double predicted;
   };
-  const LinkSpec *hdr = cat.link("IB-HDR"), *edr = cat.link("IB-EDR"), *ndr = cat.link("IB-NDR");
-  const DeviceSpec *a100 = cat.device("A100-80G"), *h100 = cat.device("H100-SXM");
+  const LinkSpec *hdr = cat.link("IB-HDR"), *edr = cat.link("IB-EDR"),
+                 *ndr = cat.link("IB-NDR");
+  const DeviceSpec *a100 = cat.device("A100-80G"),
+                   *h100 = cat.device("H100-SXM");
   double big = 8.0 * (1ull << 30);
   std::vector<Statement> statements = {
-      {"nccl_stmt_a100_8gpu_allreduce_peak", "8 x A100 NVSwitch all-reduce", busBw(big, nodeGroup(*a100, 8, 8, nullptr, 1)) / 1e9},
-      {"nccl_stmt_a100_8gpu_user", "8 x A100 NVSwitch all-reduce", busBw(4.0 * (1ull << 30), nodeGroup(*a100, 8, 8, nullptr, 1)) / 1e9},
-      {"nccl_stmt_a100_2node_4xHDR", "2 nodes x 8 A100, 4 HDR NICs per node", busBw(big, nodeGroup(*a100, 16, 8, hdr, 0.5)) / 1e9},
-      {"nccl_stmt_hdr_per_nic", "one HDR NIC, ring over nodes", busBw(big, nodeGroup(*a100, 4, 1, hdr, 1)) / 1e9},
-      {"nccl_stmt_edr_per_nic", "one EDR NIC, ring over nodes", busBw(big, nodeGroup(*a100, 4, 1, edr, 1)) / 1e9},
-      {"nccl_stmt_ndr_per_nic", "one NDR NIC, ring over nodes", busBw(big, nodeGroup(*h100, 4, 1, ndr, 1)) / 1e9},
-      {"nccl_stmt_h100_8gpu_ring", "8 x H100 NVSwitch ring all-reduce", busBw(big, nodeGroup(*h100, 8, 8, nullptr, 1)) / 1e9},
+      {"nccl_stmt_a100_8gpu_allreduce_peak", "8 x A100 NVSwitch all-reduce",
+       busBw(big, nodeGroup(*a100, 8, 8, nullptr, 1)) / 1e9},
+      {"nccl_stmt_a100_8gpu_user", "8 x A100 NVSwitch all-reduce",
+       busBw(4.0 * (1ull << 30), nodeGroup(*a100, 8, 8, nullptr, 1)) / 1e9},
+      {"nccl_stmt_a100_2node_4xHDR", "2 nodes x 8 A100, 4 HDR NICs per node",
+       busBw(big, nodeGroup(*a100, 16, 8, hdr, 0.5)) / 1e9},
+      {"nccl_stmt_hdr_per_nic", "one HDR NIC, ring over nodes",
+       busBw(big, nodeGroup(*a100, 4, 1, hdr, 1)) / 1e9},
+      {"nccl_stmt_edr_per_nic", "one EDR NIC, ring over nodes",
+       busBw(big, nodeGroup(*a100, 4, 1, edr, 1)) / 1e9},
+      {"nccl_stmt_ndr_per_nic", "one NDR NIC, ring over nodes",
+       busBw(big, nodeGroup(*h100, 4, 1, ndr, 1)) / 1e9},
+      {"nccl_stmt_h100_8gpu_ring", "8 x H100 NVSwitch ring all-reduce",
+       busBw(big, nodeGroup(*h100, 8, 8, nullptr, 1)) / 1e9},
   };
   for (const Statement &st : statements) {
     for (const auto &c : data["cases"]) {
@@ -124,11 +142,14 @@ int main(int argc, char **argv) {
         }
       }
       double mid = (lo + hi) / 2;
-      llvm::outs() << llvm::format("  %-36s %-40s measured %6.1f  predicted %6.1f  %+6.1f%%\n", st.id,
-                                   st.what, mid, st.predicted, 100 * (st.predicted - mid) / mid);
+      llvm::outs() << llvm::format(
+          "  %-36s %-40s measured %6.1f  predicted %6.1f  %+6.1f%%\n", st.id,
+          st.what, mid, st.predicted, 100 * (st.predicted - mid) / mid);
     }
   }
-  llvm::outs() << "  not modelled: NVLink SHARP (NVLS) all-reduce (nccl_stmt_h100_8gpu_nvls, "
-                  "nccl_stmt_h100_ring_vs_nvls_user, nccl_stmt_h800_nvls_user)\n";
+  llvm::outs()
+      << "  not modelled: NVLink SHARP (NVLS) all-reduce "
+         "(nccl_stmt_h100_8gpu_nvls, "
+         "nccl_stmt_h100_ring_vs_nvls_user, nccl_stmt_h800_nvls_user)\n";
   return 0;
 }

@@ -16,4 +16,6 @@ build/bin/orrery-bench-simulate build/models/llama3-405b.onnx 2048x8xH100-SXM \
 if [ -f ../shared/validation/published_runs.json ]; then
   echo
   /usr/bin/python3 bench/validate.py --build build --shared ../shared
+  echo
+  /usr/bin/python3 bench/planner.py --build build --shared ../shared
 fi

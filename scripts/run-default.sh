@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# The main job on the built-in default: set up, build, generate GPT-3 175B
-# (shape-only ONNX, ~400 KB) and print its statistics.
+# The main job on the built-in default: set up, build (which writes the
+# built-in models, GPT-3 175B among them), and plan GPT-3 175B on 1,024 A100
+# (128 DGX A100 nodes) at a global batch of 1,536, writing plan.json.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 scripts/build.sh
-mkdir -p build/models
-/usr/bin/python3 models/generate.py gpt3-175b -o build/models/gpt3-175b.onnx
-build/bin/orrery stats build/models/gpt3-175b.onnx --dim batch=1
+build/bin/orrery plan gpt3-175b --cluster 128x8xA100-80G --global-batch 1536 --explain \
+  -o build/plan.json
+echo "plan written to build/plan.json"

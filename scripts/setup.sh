@@ -8,7 +8,7 @@ packages=(
   llvm-22-dev llvm-22-tools libmlir-22-dev mlir-22-tools
   libonnx-dev libonnxifi libprotobuf-dev protobuf-compiler
   nlohmann-json3-dev libcli11-dev libgtest-dev libzstd-dev
-  python3-onnx python3-numpy
+  python3-onnx python3-numpy python3-jsonschema
 )
 
 missing=()

@@ -37,16 +37,18 @@ static bool isView(Operation *op) {
 static bool isFusible(Operation *op) {
   if (op->getNumRegions() || isa<ConstantOp, NoneOp, WeightOp>(op))
     return false;
-  return isa<SoftmaxOp, LogSoftmaxOp, DropoutOp, CastOp, ClipOp, WhereOp, GeluOp, ReluOp,
-             SigmoidOp, TanhOp, ErfOp, AddOp, SubOp, MulOp, DivOp, PowOp, SqrtOp, ExpOp,
-             NegOp, ReciprocalOp, HardSwishOp, HardSigmoidOp, LeakyReluOp, MaxOp, MinOp,
-             SumOp>(op);
+  return isa<SoftmaxOp, LogSoftmaxOp, DropoutOp, CastOp, ClipOp, WhereOp,
+             GeluOp, ReluOp, SigmoidOp, TanhOp, ErfOp, AddOp, SubOp, MulOp,
+             DivOp, PowOp, SqrtOp, ExpOp, NegOp, ReciprocalOp, HardSwishOp,
+             HardSigmoidOp, LeakyReluOp, MaxOp, MinOp, SumOp>(op);
 }
 
 /// Looks through views to the op that computed `v`.
 static Operation *producerThroughViews(Value v) {
   Operation *def = v.getDefiningOp();
-  while (def && isa<ReshapeOp, TransposeOp, SqueezeOp, UnsqueezeOp, FlattenOp, IdentityOp>(def) &&
+  while (def &&
+         isa<ReshapeOp, TransposeOp, SqueezeOp, UnsqueezeOp, FlattenOp,
+             IdentityOp>(def) &&
          def->getNumOperands())
     def = def->getOperand(0).getDefiningOp();
   return def;
@@ -79,7 +81,8 @@ static void analyzeParallelism(func::FuncOp func, LayerKind &kind) {
   llvm::DenseSet<Value> sharded, core;
   llvm::DenseSet<Type> scoreTypes;
   auto anySharded = [&](Operation *op) {
-    return llvm::any_of(op->getOperands(), [&](Value v) { return sharded.contains(v); });
+    return llvm::any_of(op->getOperands(),
+                        [&](Value v) { return sharded.contains(v); });
   };
   llvm::DenseMap<Operation *, size_t> opIndex;
   Operation *previous = nullptr; // the last op with a kernel
@@ -112,7 +115,8 @@ static void analyzeParallelism(func::FuncOp func, LayerKind &kind) {
           if (isActivation(v))
             c.tpAllReduceBackwardBytes += tensorBytes(v.getType());
       }
-    } else if (isa<GatherOp>(op) && op.getNumOperands() && !isActivation(op.getOperand(0))) {
+    } else if (isa<GatherOp>(op) && op.getNumOperands() &&
+               !isActivation(op.getOperand(0))) {
       c.tensorParallel = true; // vocabulary-parallel embedding
       c.tpAllReduceForwardBytes = tensorBytes(op.getResult(0).getType());
     } else {
@@ -122,11 +126,15 @@ static void analyzeParallelism(func::FuncOp func, LayerKind &kind) {
     if (isScoreProduct(&op)) {
       scoreTypes.insert(op.getResult(0).getType());
       if (auto t = dyn_cast<RankedTensorType>(op.getResult(0).getType()))
-        kind.attentionHeads = std::max<int>(kind.attentionHeads, t.getRank() >= 3 ? t.getDimSize(t.getRank() - 3) : 1);
+        kind.attentionHeads =
+            std::max<int>(kind.attentionHeads,
+                          t.getRank() >= 3 ? t.getDimSize(t.getRank() - 3) : 1);
     }
     c.attentionCore =
-        llvm::any_of(op.getOperandTypes(), [&](Type t) { return scoreTypes.contains(t); }) ||
-        llvm::any_of(op.getResultTypes(), [&](Type t) { return scoreTypes.contains(t); });
+        llvm::any_of(op.getOperandTypes(),
+                     [&](Type t) { return scoreTypes.contains(t); }) ||
+        llvm::any_of(op.getResultTypes(),
+                     [&](Type t) { return scoreTypes.contains(t); });
     for (Value r : op.getResults()) {
       if (splitOutput)
         sharded.insert(r);
@@ -135,7 +143,8 @@ static void analyzeParallelism(func::FuncOp func, LayerKind &kind) {
     }
     // PyTorch's dropout is a kernel of its own (it draws random numbers);
     // what follows it may fuse with it (Megatron's bias-dropout-add).
-    if (!c.view && isFusible(&op) && !isa<DropoutOp>(op) && previous && isFusible(previous))
+    if (!c.view && isFusible(&op) && !isa<DropoutOp>(op) && previous &&
+        isFusible(previous))
       for (Value v : op.getOperands())
         if (producerThroughViews(v) == previous) {
           c.fusesWithPrevious = true;
@@ -156,7 +165,7 @@ static void analyzeParallelism(func::FuncOp func, LayerKind &kind) {
       continue;
     const OpCost &c = kind.ops[idx->second];
     int64_t extra = cost.getExtraSavedBytes();
-    (c.attentionCore ? kind.savedCoreBytes
+    (c.attentionCore    ? kind.savedCoreBytes
      : c.tensorParallel ? kind.savedShardedBytes
                         : kind.savedReplicatedBytes) += extra;
     SmallVector<Value> values;
@@ -165,7 +174,7 @@ static void analyzeParallelism(func::FuncOp func, LayerKind &kind) {
       if (!seen.insert(v).second)
         continue;
       int64_t bytes = tensorBytes(v.getType());
-      (core.contains(v) ? kind.savedCoreBytes
+      (core.contains(v)      ? kind.savedCoreBytes
        : sharded.contains(v) ? kind.savedShardedBytes
                              : kind.savedReplicatedBytes) += bytes;
     }

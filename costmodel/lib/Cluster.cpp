@@ -12,7 +12,8 @@ namespace orrery {
 using json = nlohmann::json;
 
 static llvm::Error err(const std::string &what, const std::string &msg) {
-  return llvm::createStringError(llvm::inconvertibleErrorCode(), what + ": " + msg);
+  return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                 what + ": " + msg);
 }
 
 const NodeGroup &Cluster::groupOf(int device) const {
@@ -60,15 +61,18 @@ llvm::Expected<Cluster> parseClusterPreset(const std::string &preset,
   std::smatch m;
   if (!std::regex_match(preset, m, re))
     return err("cluster preset '" + preset + "'",
-               "expected DEVICESxTYPE or NODESxDEVICESxTYPE, e.g. 8xA100-80G or 4x8xH100-SXM");
+               "expected DEVICESxTYPE or NODESxDEVICESxTYPE, e.g. 8xA100-80G "
+               "or 4x8xH100-SXM");
   long long nodes = m[1].matched ? std::stoll(m[1].str().substr(0, 9)) : 1;
   long long perNode = std::stoll(m[2].str().substr(0, 9));
   if (nodes <= 0 || perNode <= 0 || nodes * perNode > 1000000)
-    return err("cluster preset '" + preset + "'", "node and device counts must be 1 to 1,000,000 devices");
+    return err("cluster preset '" + preset + "'",
+               "node and device counts must be 1 to 1,000,000 devices");
   const DeviceSpec *device = catalog.device(m[3]);
   if (!device)
     return err("cluster preset '" + preset + "'",
-               "unknown device type '" + m[3].str() + "' (known: " + catalog.deviceNames() + ")");
+               "unknown device type '" + m[3].str() +
+                   "' (known: " + catalog.deviceNames() + ")");
   Cluster c;
   c.name = preset;
   NodeGroup ng;
@@ -83,9 +87,9 @@ llvm::Expected<Cluster> parseClusterPreset(const std::string &preset,
   return c;
 }
 
-static llvm::Expected<Cluster> parseClusterJsonImpl(const std::string &text,
-                                                    const std::string &what,
-                                                    const HardwareCatalog &catalog) {
+static llvm::Expected<Cluster>
+parseClusterJsonImpl(const std::string &text, const std::string &what,
+                     const HardwareCatalog &catalog) {
   json j = json::parse(text, nullptr, false);
   if (j.is_discarded())
     return err(what, "not valid JSON");
@@ -95,7 +99,8 @@ static llvm::Expected<Cluster> parseClusterJsonImpl(const std::string &text,
   c.name = j.value("name", what);
   if (!j.contains("sites") || !j["sites"].is_array() || j["sites"].empty())
     return err(what, "sites: missing or empty");
-  auto positiveInt = [&](const json &o, const char *key, const std::string &path, int dflt,
+  auto positiveInt = [&](const json &o, const char *key,
+                         const std::string &path, int dflt,
                          int &out) -> llvm::Error {
     if (!o.contains(key)) {
       out = dflt;
@@ -103,25 +108,32 @@ static llvm::Expected<Cluster> parseClusterJsonImpl(const std::string &text,
     }
     if (!o[key].is_number_integer() || o[key].get<long long>() <= 0 ||
         o[key].get<long long>() > 1000000)
-      return err(what, path + "." + key + ": must be a positive integer, got " + o[key].dump());
+      return err(what, path + "." + key + ": must be a positive integer, got " +
+                           o[key].dump());
     out = o[key].get<int>();
     return llvm::Error::success();
   };
-  auto nonNegative = [&](const json &o, const char *key, const std::string &path,
-                         double &out) -> llvm::Error {
+  auto nonNegative = [&](const json &o, const char *key,
+                         const std::string &path, double &out) -> llvm::Error {
     if (!o.contains(key))
       return llvm::Error::success();
     if (!o[key].is_number() || o[key].get<double>() < 0)
-      return err(what, path + "." + key + ": must be a non-negative number, got " + o[key].dump());
+      return err(what, path + "." + key +
+                           ": must be a non-negative number, got " +
+                           o[key].dump());
     out = o[key].get<double>();
     return llvm::Error::success();
   };
   // A link: a catalog name, or an object with "link" plus overrides.
-  auto parseLink = [&](const json &v, const std::string &path) -> llvm::Expected<const LinkSpec *> {
-    std::string name = v.is_string() ? v.get<std::string>() : v.value("link", "");
+  auto parseLink =
+      [&](const json &v,
+          const std::string &path) -> llvm::Expected<const LinkSpec *> {
+    std::string name =
+        v.is_string() ? v.get<std::string>() : v.value("link", "");
     const LinkSpec *base = catalog.link(name);
     if (!base && !(v.is_object() && v.contains("bandwidth_bytes_per_s")))
-      return err(what, path + ": unknown link type '" + name + "' (known: " + catalog.linkNames() + ")");
+      return err(what, path + ": unknown link type '" + name +
+                           "' (known: " + catalog.linkNames() + ")");
     LinkSpec l;
     if (base) {
       l = *base;
@@ -132,14 +144,18 @@ static llvm::Expected<Cluster> parseClusterJsonImpl(const std::string &text,
     }
     if (v.is_object()) {
       for (const char *key : {"bandwidth_bytes_per_s", "latency_s"}) {
-        if (!v.contains(key)) continue;
+        if (!v.contains(key))
+          continue;
         if (!v[key].is_number() || v[key].get<double>() < 0 ||
-            (std::string(key) == "bandwidth_bytes_per_s" && v[key].get<double>() == 0))
+            (std::string(key) == "bandwidth_bytes_per_s" &&
+             v[key].get<double>() == 0))
           return err(what, path + "." + key + ": must be " +
-                               (std::string(key) == "latency_s" ? "non-negative" : "positive") +
+                               (std::string(key) == "latency_s" ? "non-negative"
+                                                                : "positive") +
                                ", got " + v[key].dump());
       }
-      l.bandwidthBytesPerS = v.value("bandwidth_bytes_per_s", l.bandwidthBytesPerS);
+      l.bandwidthBytesPerS =
+          v.value("bandwidth_bytes_per_s", l.bandwidthBytesPerS);
       l.latencyS = v.value("latency_s", l.latencyS);
     }
     c.inlineLinks.push_back(l);
@@ -154,8 +170,10 @@ static llvm::Expected<Cluster> parseClusterJsonImpl(const std::string &text,
     st.name = site.value("name", "site" + std::to_string(s));
     for (const Site &prev : c.sites)
       if (prev.name == st.name)
-        return err(what, spath + ".name: duplicate site name '" + st.name + "'");
-    if (!site.contains("nodes") || !site["nodes"].is_array() || site["nodes"].empty())
+        return err(what,
+                   spath + ".name: duplicate site name '" + st.name + "'");
+    if (!site.contains("nodes") || !site["nodes"].is_array() ||
+        site["nodes"].empty())
       return err(what, spath + ".nodes: missing or empty");
     for (size_t g = 0; g < site["nodes"].size(); ++g) {
       const json &n = site["nodes"][g];
@@ -163,18 +181,23 @@ static llvm::Expected<Cluster> parseClusterJsonImpl(const std::string &text,
       if (!n.is_object())
         return err(what, path + ": must be an object");
       NodeGroup ng;
-      if (auto e = positiveInt(n, "count", path, 1, ng.count)) return std::move(e);
-      if (auto e = positiveInt(n, "devices_per_node", path, 8, ng.devicesPerNode)) return std::move(e);
+      if (auto e = positiveInt(n, "count", path, 1, ng.count))
+        return std::move(e);
+      if (auto e =
+              positiveInt(n, "devices_per_node", path, 8, ng.devicesPerNode))
+        return std::move(e);
       if (!n.contains("device"))
         return err(what, path + ".device: missing");
       if (n["device"].is_string()) {
         ng.device = catalog.device(n["device"]);
         if (!ng.device)
-          return err(what, path + ".device: unknown device type '" + n["device"].get<std::string>() +
+          return err(what, path + ".device: unknown device type '" +
+                               n["device"].get<std::string>() +
                                "' (known: " + catalog.deviceNames() + ")");
       } else if (n["device"].is_object()) {
         json wrapper = {{"devices", json::array({n["device"]})}};
-        auto inlineCatalog = HardwareCatalog::parse(wrapper.dump(), what + " " + path + ".device");
+        auto inlineCatalog = HardwareCatalog::parse(
+            wrapper.dump(), what + " " + path + ".device");
         if (!inlineCatalog)
           return inlineCatalog.takeError();
         c.inlineDevices.push_back(inlineCatalog->devices().front());
@@ -186,23 +209,30 @@ static llvm::Expected<Cluster> parseClusterJsonImpl(const std::string &text,
       ng.intraNodeLink = catalog.link(ng.device->intraNodeLink);
       if (n.contains("intra_node_link")) {
         auto l = parseLink(n["intra_node_link"], path + ".intra_node_link");
-        if (!l) return l.takeError();
+        if (!l)
+          return l.takeError();
         ng.intraNodeLink = *l;
       }
       if (!ng.intraNodeLink)
-        return err(what, path + ".intra_node_link: missing and the device names none");
+        return err(
+            what, path + ".intra_node_link: missing and the device names none");
       if (n.contains("nic")) {
         const json &nic = n["nic"];
-        auto l = parseLink(nic.is_object() && nic.contains("link") ? nic : nic, path + ".nic");
-        if (!l) return l.takeError();
+        auto l = parseLink(nic.is_object() && nic.contains("link") ? nic : nic,
+                           path + ".nic");
+        if (!l)
+          return l.takeError();
         ng.nic = *l;
         if (nic.is_object())
-          if (auto e = positiveInt(nic, "count", path + ".nic", ng.nicsPerNode, ng.nicsPerNode))
+          if (auto e = positiveInt(nic, "count", path + ".nic", ng.nicsPerNode,
+                                   ng.nicsPerNode))
             return std::move(e);
       }
       ng.powerW = ng.device->powerW;
-      if (auto e = nonNegative(n, "power_w", path, ng.powerW)) return std::move(e);
-      if (auto e = nonNegative(n, "price_usd_per_device_hour", path, ng.priceUsdPerDeviceHour))
+      if (auto e = nonNegative(n, "power_w", path, ng.powerW))
+        return std::move(e);
+      if (auto e = nonNegative(n, "price_usd_per_device_hour", path,
+                               ng.priceUsdPerDeviceHour))
         return std::move(e);
       st.nodeGroups.push_back(ng);
     }
@@ -212,22 +242,30 @@ static llvm::Expected<Cluster> parseClusterJsonImpl(const std::string &text,
   for (size_t i = 0; i < links.size(); ++i) {
     const json &l = links[i];
     std::string path = "inter_site_links[" + std::to_string(i) + "]";
-    if (!l.is_object() || !l.contains("sites") || !l["sites"].is_array() || l["sites"].size() != 2)
+    if (!l.is_object() || !l.contains("sites") || !l["sites"].is_array() ||
+        l["sites"].size() != 2)
       return err(what, path + ".sites: must name two sites");
     SiteLink sl;
     for (int k = 0; k < 2; ++k) {
-      std::string name = l["sites"][k].is_string() ? l["sites"][k].get<std::string>() : "";
+      std::string name =
+          l["sites"][k].is_string() ? l["sites"][k].get<std::string>() : "";
       int idx = -1;
       for (int s = 0; s < int(c.sites.size()); ++s)
-        if (c.sites[s].name == name) idx = s;
+        if (c.sites[s].name == name)
+          idx = s;
       if (idx < 0)
-        return err(what, path + ".sites[" + std::to_string(k) + "]: unknown site '" + name + "'");
+        return err(what, path + ".sites[" + std::to_string(k) +
+                             "]: unknown site '" + name + "'");
       (k ? sl.siteB : sl.siteA) = idx;
     }
-    auto link = parseLink(l.contains("link") || !l.contains("bandwidth_bytes_per_s") ? l : l, path);
-    if (!link) return link.takeError();
+    auto link = parseLink(
+        l.contains("link") || !l.contains("bandwidth_bytes_per_s") ? l : l,
+        path);
+    if (!link)
+      return link.takeError();
     sl.link = **link;
-    if (auto e = nonNegative(l, "egress_usd_per_gb", path, sl.egressUsdPerGB)) return std::move(e);
+    if (auto e = nonNegative(l, "egress_usd_per_gb", path, sl.egressUsdPerGB))
+      return std::move(e);
     c.siteLinks.push_back(sl);
   }
   if (c.sites.size() > 1)
@@ -235,10 +273,12 @@ static llvm::Expected<Cluster> parseClusterJsonImpl(const std::string &text,
       for (int b = a + 1; b < int(c.sites.size()); ++b) {
         bool found = false;
         for (const SiteLink &sl : c.siteLinks)
-          found |= (sl.siteA == a && sl.siteB == b) || (sl.siteA == b && sl.siteB == a);
+          found |= (sl.siteA == a && sl.siteB == b) ||
+                   (sl.siteA == b && sl.siteB == a);
         if (!found)
-          return err(what, "inter_site_links: no link between sites '" + c.sites[a].name +
-                               "' and '" + c.sites[b].name + "'");
+          return err(what, "inter_site_links: no link between sites '" +
+                               c.sites[a].name + "' and '" + c.sites[b].name +
+                               "'");
       }
   c.finalize();
   if (c.numDevices() == 0)
@@ -248,7 +288,8 @@ static llvm::Expected<Cluster> parseClusterJsonImpl(const std::string &text,
 
 // nlohmann::json throws on a value of the wrong type; every such case is a
 // malformed spec, reported as one line.
-llvm::Expected<Cluster> parseClusterJson(const std::string &text, const std::string &what,
+llvm::Expected<Cluster> parseClusterJson(const std::string &text,
+                                         const std::string &what,
                                          const HardwareCatalog &catalog) {
   try {
     return parseClusterJsonImpl(text, what, catalog);
@@ -257,10 +298,12 @@ llvm::Expected<Cluster> parseClusterJson(const std::string &text, const std::str
   }
 }
 
-llvm::Expected<Cluster> loadCluster(const std::string &spec, const HardwareCatalog &catalog) {
+llvm::Expected<Cluster> loadCluster(const std::string &spec,
+                                    const HardwareCatalog &catalog) {
   if (spec.empty())
     return err("--cluster", "empty cluster spec");
-  if (spec.find('/') == std::string::npos && spec.find(".json") == std::string::npos)
+  if (spec.find('/') == std::string::npos &&
+      spec.find(".json") == std::string::npos)
     return parseClusterPreset(spec, catalog);
   auto buf = llvm::MemoryBuffer::getFile(spec);
   if (!buf)

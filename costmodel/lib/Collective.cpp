@@ -12,7 +12,8 @@ double ncclLinkEfficiency(const LinkSpec &link) {
   // sm90; PCIe gen3 x16 modelled at 12 of 15.75 GB/s; network cards at
   // 12 of 12.5 GB/s (100 Gb/s).
   if (link.kind == "nvlink")
-    return link.name == "NVLink4" || link.name == "NVLink5" ? 20.6 / 25.0 : 20.0 / 25.0;
+    return link.name == "NVLink4" || link.name == "NVLink5" ? 20.6 / 25.0
+                                                            : 20.0 / 25.0;
   if (link.kind == "pcie")
     return 12.0 / 15.75;
   if (link.kind == "xgmi")
@@ -23,7 +24,8 @@ double ncclLinkEfficiency(const LinkSpec &link) {
 }
 
 static double effectiveBandwidth(const LinkSpec &l, double parallel) {
-  return l.bandwidthBytesPerS * ncclLinkEfficiency(l) * std::max(parallel, 1e-9);
+  return l.bandwidthBytesPerS * ncclLinkEfficiency(l) *
+         std::max(parallel, 1e-9);
 }
 
 int ringsInTopology(const std::vector<std::vector<int>> &links, int ranks) {
@@ -68,7 +70,8 @@ int ringsInTopology(const std::vector<std::vector<int>> &links, int ranks) {
     int out = 0;
     for (int j = 0; j < ranks; ++j) {
       cap[i][j] = links[i][j];
-      if (j < ranks) out += links[i][j];
+      if (j < ranks)
+        out += links[i][j];
     }
     bound = std::min(bound, out);
   }
@@ -100,7 +103,8 @@ double ringBusBandwidth(const GroupShape &g) {
     int local = std::min(g.ranks, g.ranksPerNode);
     int rings = ringsInTopology(g.intraLink->linkMultiplicity, local);
     if (rings > 0)
-      intra = rings * g.intraLink->perLinkBandwidthBytesPerS * ncclLinkEfficiency(*g.intraLink);
+      intra = rings * g.intraLink->perLinkBandwidthBytesPerS *
+              ncclLinkEfficiency(*g.intraLink);
     else if (g.fallback)
       intra = effectiveBandwidth(*g.fallback, 1);
   }
@@ -111,7 +115,8 @@ double ringBusBandwidth(const GroupShape &g) {
 }
 
 // One ring pass: `steps` hops each moving bytes/ranks, plus a latency each.
-static double ringTime(double bytes, int ranks, double factor, double bw, double latency) {
+static double ringTime(double bytes, int ranks, double factor, double bw,
+                       double latency) {
   if (ranks <= 1 || bytes <= 0)
     return 0;
   int steps = int(std::lround(factor * (ranks - 1)));
@@ -129,14 +134,16 @@ double collectiveTime(CollectiveKind kind, double bytes, const GroupShape &g) {
   if (kind == CollectiveKind::SendRecv)
     return latency + bytes / busBw;
   if (kind == CollectiveKind::AllToAll)
-    return double(g.ranks - 1) / g.ranks * bytes / busBw + (g.ranks - 1) * latency;
+    return double(g.ranks - 1) / g.ranks * bytes / busBw +
+           (g.ranks - 1) * latency;
   double factor = kind == CollectiveKind::AllReduce ? 2.0 : 1.0;
   double flat = ringTime(bytes, g.ranks, factor, busBw, latency);
   if (kind == CollectiveKind::AllReduce) {
     // NCCL's (double binary) tree: the message goes up and down a pipelined
     // tree, 2·S through each rank's link, 2·log2(n) latencies; it wins on
     // small messages at large scale.
-    double tree = 2 * bytes / busBw + 2 * std::ceil(std::log2(double(g.ranks))) * latency;
+    double tree =
+        2 * bytes / busBw + 2 * std::ceil(std::log2(double(g.ranks))) * latency;
     flat = std::min(flat, tree);
   }
   if (!spansNodes || g.ranksPerNode <= 1 || !g.intraLink)
@@ -149,8 +156,10 @@ double collectiveTime(CollectiveKind kind, double bytes, const GroupShape &g) {
   double intraBw = ringBusBandwidth(inside);
   double interBw = g.nic ? effectiveBandwidth(*g.nic, g.nicSharePerRank) : 1e9;
   double local = ringTime(bytes, g.ranksPerNode, 1.0, intraBw, intraLat);
-  double across = ringTime(bytes / g.ranksPerNode, nodes, factor, interBw, netLat);
-  double twoLevel = kind == CollectiveKind::AllReduce ? 2 * local + across : local + across;
+  double across =
+      ringTime(bytes / g.ranksPerNode, nodes, factor, interBw, netLat);
+  double twoLevel =
+      kind == CollectiveKind::AllReduce ? 2 * local + across : local + across;
   return std::min(flat, twoLevel);
 }
 

@@ -12,20 +12,30 @@ extern const char *const kBuiltinHardwareJson;
 
 const char *precisionName(Precision p) {
   switch (p) {
-  case Precision::FP32: return "fp32";
-  case Precision::TF32: return "tf32";
-  case Precision::FP16: return "fp16";
-  case Precision::BF16: return "bf16";
-  case Precision::FP8: return "fp8";
+  case Precision::FP32:
+    return "fp32";
+  case Precision::TF32:
+    return "tf32";
+  case Precision::FP16:
+    return "fp16";
+  case Precision::BF16:
+    return "bf16";
+  case Precision::FP8:
+    return "fp8";
   }
   return "fp32";
 }
 
 double precisionBytes(Precision p) {
   switch (p) {
-  case Precision::FP32: case Precision::TF32: return 4;
-  case Precision::FP16: case Precision::BF16: return 2;
-  case Precision::FP8: return 1;
+  case Precision::FP32:
+  case Precision::TF32:
+    return 4;
+  case Precision::FP16:
+  case Precision::BF16:
+    return 2;
+  case Precision::FP8:
+    return 1;
   }
   return 4;
 }
@@ -36,10 +46,14 @@ double DeviceSpec::tensorPeak(Precision p) const {
     return it == peakFlopPerS.end() ? 0.0 : it->second;
   };
   double v = find(precisionName(p));
-  if (v == 0 && p == Precision::BF16) v = find("fp16");
-  if (v == 0 && p == Precision::FP16) v = find("bf16");
-  if (v == 0 && p == Precision::FP8) v = find("fp16");
-  if (v == 0 && p == Precision::TF32) v = find("fp32");
+  if (v == 0 && p == Precision::BF16)
+    v = find("fp16");
+  if (v == 0 && p == Precision::FP16)
+    v = find("bf16");
+  if (v == 0 && p == Precision::FP8)
+    v = find("fp16");
+  if (v == 0 && p == Precision::TF32)
+    v = find("fp32");
   return v ? v : find("fp32");
 }
 
@@ -49,14 +63,15 @@ double DeviceSpec::vectorPeak() const {
 }
 
 static llvm::Error fieldError(const std::string &what, const std::string &msg) {
-  return llvm::createStringError(llvm::inconvertibleErrorCode(), what + ": " + msg);
+  return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                 what + ": " + msg);
 }
 
 static llvm::Expected<HardwareCatalog> parseCatalog(const std::string &text,
-                                                   const std::string &what);
+                                                    const std::string &what);
 
-llvm::Expected<HardwareCatalog> HardwareCatalog::parse(const std::string &text,
-                                                       const std::string &what) {
+llvm::Expected<HardwareCatalog>
+HardwareCatalog::parse(const std::string &text, const std::string &what) {
   try {
     return parseCatalog(text, what);
   } catch (const nlohmann::json::exception &e) {
@@ -65,15 +80,16 @@ llvm::Expected<HardwareCatalog> HardwareCatalog::parse(const std::string &text,
 }
 
 static llvm::Expected<HardwareCatalog> parseCatalog(const std::string &text,
-                                                   const std::string &what) {
-  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+                                                    const std::string &what) {
+  nlohmann::json j =
+      nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object())
     return fieldError(what, "not valid JSON");
   HardwareCatalog c;
   auto &devicesOut = HardwareCatalog::mutableDevices(c);
   auto &linksOut = HardwareCatalog::mutableLinks(c);
-  auto number = [&](const nlohmann::json &o, const char *key, const std::string &path,
-                    double &out) -> llvm::Error {
+  auto number = [&](const nlohmann::json &o, const char *key,
+                    const std::string &path, double &out) -> llvm::Error {
     if (!o.contains(key) || !o[key].is_number())
       return fieldError(what, path + "." + key + ": missing or not a number");
     out = o[key].get<double>();
@@ -95,18 +111,23 @@ static llvm::Expected<HardwareCatalog> parseCatalog(const std::string &text,
     s.source = d.value("source", "");
     s.intraNodeLink = d.value("intra_node_link", "PCIe4");
     for (const auto &a : d.value("aliases", nlohmann::json::array()))
-      if (a.is_string()) s.aliases.push_back(a);
+      if (a.is_string())
+        s.aliases.push_back(a);
     if (!d.contains("peak_flop_per_s") || !d["peak_flop_per_s"].is_object())
       return fieldError(what, path + ".peak_flop_per_s: missing");
     for (auto &[k, v] : d["peak_flop_per_s"].items()) {
       if (!v.is_number() || v.get<double>() <= 0)
-        return fieldError(what, path + ".peak_flop_per_s." + k + ": must be a positive number");
+        return fieldError(what, path + ".peak_flop_per_s." + k +
+                                    ": must be a positive number");
       s.peakFlopPerS[k] = v.get<double>();
     }
-    if (auto e = number(d, "memory_bytes", path, s.memoryBytes)) return std::move(e);
-    if (auto e = number(d, "memory_bandwidth_bytes_per_s", path, s.memoryBandwidthBytesPerS))
+    if (auto e = number(d, "memory_bytes", path, s.memoryBytes))
       return std::move(e);
-    if (auto e = number(d, "power_w", path, s.powerW)) return std::move(e);
+    if (auto e = number(d, "memory_bandwidth_bytes_per_s", path,
+                        s.memoryBandwidthBytesPerS))
+      return std::move(e);
+    if (auto e = number(d, "power_w", path, s.powerW))
+      return std::move(e);
     devicesOut.push_back(std::move(s));
   }
   const nlohmann::json &links = j.value("links", nlohmann::json::array());
@@ -121,19 +142,25 @@ static llvm::Expected<HardwareCatalog> parseCatalog(const std::string &text,
     s.kind = l.value("kind", "");
     s.source = l.value("source", "");
     s.switched = l.value("switched", true);
-    if (auto e = number(l, "bandwidth_bytes_per_s", path, s.bandwidthBytesPerS)) return std::move(e);
-    if (!l.contains("latency_s") || !l["latency_s"].is_number() || l["latency_s"].get<double>() < 0)
+    if (auto e = number(l, "bandwidth_bytes_per_s", path, s.bandwidthBytesPerS))
+      return std::move(e);
+    if (!l.contains("latency_s") || !l["latency_s"].is_number() ||
+        l["latency_s"].get<double>() < 0)
       return fieldError(what, path + ".latency_s: missing or negative");
     s.latencyS = l["latency_s"];
-    s.perLinkBandwidthBytesPerS = l.value("per_link_bandwidth_bytes_per_s", 0.0);
+    s.perLinkBandwidthBytesPerS =
+        l.value("per_link_bandwidth_bytes_per_s", 0.0);
     s.fallbackLink = l.value("fallback_link", "");
     if (l.contains("link_multiplicity")) {
-      s.linkMultiplicity = l["link_multiplicity"].get<std::vector<std::vector<int>>>();
+      s.linkMultiplicity =
+          l["link_multiplicity"].get<std::vector<std::vector<int>>>();
       for (const auto &row : s.linkMultiplicity)
         if (row.size() != s.linkMultiplicity.size())
-          return fieldError(what, path + ".link_multiplicity: must be a square matrix");
+          return fieldError(
+              what, path + ".link_multiplicity: must be a square matrix");
       if (!(s.perLinkBandwidthBytesPerS > 0))
-        return fieldError(what, path + ".per_link_bandwidth_bytes_per_s: needed with link_multiplicity");
+        return fieldError(what, path + ".per_link_bandwidth_bytes_per_s: "
+                                       "needed with link_multiplicity");
     }
     linksOut.push_back(std::move(s));
   }

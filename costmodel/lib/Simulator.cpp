@@ -52,7 +52,8 @@ struct Task {
 
 class Simulation {
 public:
-  Simulation(const Workload &w, const Cluster &c, const Strategy &s, const Assumptions &a)
+  Simulation(const Workload &w, const Cluster &c, const Strategy &s,
+             const Assumptions &a)
       : w(w), c(c), s(s), a(a), dev(c.deviceSpec(0)), group(c.groupOf(0)) {}
 
   llvm::Expected<StepResult> run(bool keepTrace);
@@ -66,12 +67,15 @@ private:
   const NodeGroup &group;
 
   double scale() const {
-    return double(s.microBatch) / double(std::max<int64_t>(1, w.batchSize)) / s.cp;
+    return double(s.microBatch) / double(std::max<int64_t>(1, w.batchSize)) /
+           s.cp;
   }
   GroupShape shapeOf(int stride, int ranks) const;
-  double opTime(double flops, double bytes, bool contraction, int kernels) const;
+  double opTime(double flops, double bytes, bool contraction,
+                int kernels) const;
   LayerTime layerTime(const LayerKind &k) const;
-  std::vector<std::vector<int>> chunkLayers(std::vector<size_t> &sequence) const;
+  std::vector<std::vector<int>>
+  chunkLayers(std::vector<size_t> &sequence) const;
   std::vector<std::vector<Task>> schedule(int microBatches) const;
 };
 
@@ -81,7 +85,8 @@ GroupShape Simulation::shapeOf(int stride, int ranks) const {
   GroupShape g;
   g.ranks = ranks;
   int perNode = group.devicesPerNode;
-  g.ranksPerNode = stride >= perNode ? 1 : std::max(1, std::min(ranks, perNode / stride));
+  g.ranksPerNode =
+      stride >= perNode ? 1 : std::max(1, std::min(ranks, perNode / stride));
   g.intraLink = group.intraNodeLink;
   g.nic = group.nic;
   g.nicSharePerRank = double(group.nicsPerNode) / group.devicesPerNode;
@@ -90,12 +95,15 @@ GroupShape Simulation::shapeOf(int stride, int ranks) const {
   return g;
 }
 
-double Simulation::opTime(double flops, double bytes, bool contraction, int kernels) const {
+double Simulation::opTime(double flops, double bytes, bool contraction,
+                          int kernels) const {
   double peak = contraction ? dev.tensorPeak(s.precision) : dev.vectorPeak();
   double compute = 0;
   if (flops > 0) {
     double ideal = flops / peak;
-    double eff = contraction ? a.gemmEfficiency * ideal / (ideal + a.gemmHalfEfficiencyS) : 1.0;
+    double eff =
+        contraction ? a.gemmEfficiency * ideal / (ideal + a.gemmHalfEfficiencyS)
+                    : 1.0;
     compute = ideal / std::max(eff, 1e-6);
   }
   double memory = bytes / (dev.memoryBandwidthBytesPerS * a.memoryEfficiency);
@@ -123,12 +131,15 @@ LayerTime Simulation::layerTime(const LayerKind &k) const {
     double fwd = opTime(f, bytes, op.contraction, kernels);
     // Backward: two kernels per contraction (input and weight gradients),
     // each moving about the forward's bytes.
-    double bwd = opTime(b, 2 * bytes, op.contraction, op.contraction ? 2 : kernels);
+    double bwd =
+        opTime(b, 2 * bytes, op.contraction, op.contraction ? 2 : kernels);
     t.forwardComputeS += fwd;
     t.backwardComputeS += bwd;
     if (s.tp > 1) {
-      t.forwardTpS += collectiveTime(CollectiveKind::AllReduce, op.tpAllReduceForwardBytes * sc, tpGroup);
-      t.backwardTpS += collectiveTime(CollectiveKind::AllReduce, op.tpAllReduceBackwardBytes * sc, tpGroup);
+      t.forwardTpS += collectiveTime(CollectiveKind::AllReduce,
+                                     op.tpAllReduceForwardBytes * sc, tpGroup);
+      t.backwardTpS += collectiveTime(
+          CollectiveKind::AllReduce, op.tpAllReduceBackwardBytes * sc, tpGroup);
     }
     if (s.recompute == Recompute::Selective && op.attentionCore) {
       t.recomputeS += fwd;
@@ -143,14 +154,18 @@ LayerTime Simulation::layerTime(const LayerKind &k) const {
     GroupShape dpGroup = shapeOf(s.stride("dp"), s.dp);
     int tensors = std::max(1, k.weightTensors);
     double perTensor = double(k.parameters) / s.tp / tensors;
-    double gather = tensors * collectiveTime(CollectiveKind::AllGather, perTensor * a.weightBytesPerParam, dpGroup);
-    double scatter = tensors * collectiveTime(CollectiveKind::ReduceScatter, perTensor * a.gradBytesPerParam, dpGroup);
+    double gather =
+        tensors * collectiveTime(CollectiveKind::AllGather,
+                                 perTensor * a.weightBytesPerParam, dpGroup);
+    double scatter =
+        tensors * collectiveTime(CollectiveKind::ReduceScatter,
+                                 perTensor * a.gradBytesPerParam, dpGroup);
     t.forwardTpS += std::max(0.0, gather - t.forwardComputeS);
     t.backwardTpS += std::max(0.0, gather + scatter - t.backwardComputeS);
   }
   double tp = s.tp, stream = s.sequenceParallel ? tp : 1;
-  double all = k.savedReplicatedBytes * sc / stream + k.savedShardedBytes * sc / tp +
-               k.savedCoreBytes * sc / tp;
+  double all = k.savedReplicatedBytes * sc / stream +
+               k.savedShardedBytes * sc / tp + k.savedCoreBytes * sc / tp;
   t.workingBytes = all;
   switch (s.recompute) {
   case Recompute::None:
@@ -164,13 +179,15 @@ LayerTime Simulation::layerTime(const LayerKind &k) const {
     t.recomputeS = t.forwardComputeS + t.forwardTpS;
     t.recomputeFlops = 0;
     for (const OpCost &op : k.ops)
-      t.recomputeFlops += op.forwardFlops * sc / ((op.tensorParallel || s.sequenceParallel) ? tp : 1);
+      t.recomputeFlops += op.forwardFlops * sc /
+                          ((op.tensorParallel || s.sequenceParallel) ? tp : 1);
     break;
   }
   return t;
 }
 
-std::vector<std::vector<int>> Simulation::chunkLayers(std::vector<size_t> &sequence) const {
+std::vector<std::vector<int>>
+Simulation::chunkLayers(std::vector<size_t> &sequence) const {
   for (const LayerRun &run : w.layers)
     for (int64_t i = 0; i < run.count; ++i)
       sequence.push_back(run.kind);
@@ -187,7 +204,9 @@ std::vector<std::vector<int>> Simulation::chunkLayers(std::vector<size_t> &seque
         bodyRun = r;
     int64_t before = 0, after = 0;
     for (size_t r = 0; r < w.layers.size(); ++r)
-      (r < bodyRun ? before : r > bodyRun ? after : before) += r == bodyRun ? 0 : w.layers[r].count;
+      (r < bodyRun   ? before
+       : r > bodyRun ? after
+                     : before) += r == bodyRun ? 0 : w.layers[r].count;
     int64_t body = w.layers[bodyRun].count;
     if (body < chunks) { // too few repeats: split all layers evenly
       body = int64_t(sequence.size());
@@ -231,7 +250,8 @@ std::vector<std::vector<Task>> Simulation::schedule(int m) const {
       int mb = (k / (pp * v)) * pp + k % pp;
       return Task{chunk * pp + i, mb, backward};
     };
-    int warmup = v == 1 ? std::min(pp - i - 1, m) : std::min((pp - i - 1) * 2 + (v - 1) * pp, total);
+    int warmup = v == 1 ? std::min(pp - i - 1, m)
+                        : std::min((pp - i - 1) * 2 + (v - 1) * pp, total);
     int f = 0, b = 0;
     for (; f < warmup; ++f)
       o.push_back(task(f, false));
@@ -254,8 +274,9 @@ struct Timeline {
 /// Runs each stage's task list in order; a task starts when its stage is
 /// free and its inputs have arrived (`transfer(chunk)` after the producing
 /// task of chunk `chunk`).
-Timeline runSchedule(const std::vector<std::vector<Task>> &order, int chunks, int m,
-                     const std::vector<double> &fwdS, const std::vector<double> &bwdS,
+Timeline runSchedule(const std::vector<std::vector<Task>> &order, int chunks,
+                     int m, const std::vector<double> &fwdS,
+                     const std::vector<double> &bwdS,
                      const std::function<double(int)> &transfer,
                      std::vector<TraceEvent> *trace) {
   int pp = int(order.size());
@@ -264,7 +285,8 @@ Timeline runSchedule(const std::vector<std::vector<Task>> &order, int chunks, in
   tl.free.assign(pp, 0);
   tl.busy.assign(pp, 0);
   tl.lastBackwardS.assign(pp, 0);
-  std::vector<double> fDone(size_t(chunks) * m, -1), bDone(size_t(chunks) * m, -1);
+  std::vector<double> fDone(size_t(chunks) * m, -1),
+      bDone(size_t(chunks) * m, -1);
   auto idx = [&](int vs, int mb) { return size_t(vs) * m + mb; };
   std::vector<size_t> next(pp, 0);
   size_t remaining = 0;
@@ -303,8 +325,10 @@ Timeline runSchedule(const std::vector<std::vector<Task>> &order, int chunks, in
         if (t.backward)
           tl.lastBackwardS[i] = dur;
         if (trace)
-          trace->push_back({i, std::string(t.backward ? "B" : "F") + std::to_string(t.mb) +
-                                   (v > 1 ? "." + std::to_string(t.vs / pp) : ""),
+          trace->push_back({i,
+                            std::string(t.backward ? "B" : "F") +
+                                std::to_string(t.mb) +
+                                (v > 1 ? "." + std::to_string(t.vs / pp) : ""),
                             t.backward ? "backward" : "forward", start, dur});
         ++next[i];
         --remaining;
@@ -328,16 +352,24 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
   std::vector<std::vector<int>> chunkOf = chunkLayers(sequence);
   for (const auto &layers : chunkOf)
     if (layers.empty())
-      return err("strategy: a pipeline stage gets no layers (pp x vpp = " + std::to_string(chunks) +
-                 " for " + std::to_string(sequence.size()) + " layers)");
+      return err("strategy: a pipeline stage gets no layers (pp x vpp = " +
+                 std::to_string(chunks) + " for " +
+                 std::to_string(sequence.size()) + " layers)");
 
   std::vector<LayerTime> kindTime;
-  for (const LayerKind &k : w.kinds)
+  for (const LayerKind &k : w.kinds) {
     kindTime.push_back(layerTime(k));
+    const LayerTime &t = kindTime.back();
+    r.kindSecondsPerMicroBatch.push_back(t.forwardComputeS + t.forwardTpS +
+                                         t.backwardComputeS + t.backwardTpS +
+                                         t.recomputeS);
+  }
 
   // Per chunk: times per micro-batch, boundary bytes, parameters.
-  std::vector<double> fwdS(chunks), bwdS(chunks), tpS(chunks), recompFlops(chunks);
-  std::vector<double> keptBytes(chunks), workingBytes(chunks), params(chunks), outBytes(chunks);
+  std::vector<double> fwdS(chunks), bwdS(chunks), tpS(chunks),
+      recompFlops(chunks);
+  std::vector<double> keptBytes(chunks), workingBytes(chunks), params(chunks),
+      outBytes(chunks);
   std::vector<double> computeS(chunks);
   std::vector<int64_t> seenKind(w.kinds.size(), 0);
   for (int ch = 0; ch < chunks; ++ch) {
@@ -346,9 +378,11 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
       const LayerTime &t = kindTime[k];
       fwdS[ch] += t.forwardComputeS + t.forwardTpS;
       bwdS[ch] += t.backwardComputeS + t.backwardTpS + t.recomputeS;
-      tpS[ch] += t.forwardTpS + t.backwardTpS + (s.recompute == Recompute::Full ? t.forwardTpS : 0);
-      computeS[ch] += t.forwardComputeS + t.backwardComputeS +
-                      (s.recompute == Recompute::Full ? t.forwardComputeS : t.recomputeS);
+      tpS[ch] += t.forwardTpS + t.backwardTpS +
+                 (s.recompute == Recompute::Full ? t.forwardTpS : 0);
+      computeS[ch] +=
+          t.forwardComputeS + t.backwardComputeS +
+          (s.recompute == Recompute::Full ? t.forwardComputeS : t.recomputeS);
       recompFlops[ch] += t.recomputeFlops;
       keptBytes[ch] += t.keptBytes;
       workingBytes[ch] = std::max(workingBytes[ch], t.workingBytes);
@@ -360,16 +394,20 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
     if (s.offloadActivations) {
       // Kept activations go to host memory in forward and come back in
       // backward over the host's PCIe link, overlapped with compute.
-      bool gen5 = group.intraNodeLink && (group.intraNodeLink->name == "NVLink4" ||
-                                          group.intraNodeLink->name == "NVLink5" ||
-                                          group.intraNodeLink->name == "PCIe5");
-      const LinkSpec *host = HardwareCatalog::builtin().link(gen5 ? "PCIe5" : "PCIe4");
-      double xfer = keptBytes[ch] / (host->bandwidthBytesPerS * ncclLinkEfficiency(*host));
+      bool gen5 =
+          group.intraNodeLink && (group.intraNodeLink->name == "NVLink4" ||
+                                  group.intraNodeLink->name == "NVLink5" ||
+                                  group.intraNodeLink->name == "PCIe5");
+      const LinkSpec *host =
+          HardwareCatalog::builtin().link(gen5 ? "PCIe5" : "PCIe4");
+      double xfer = keptBytes[ch] /
+                    (host->bandwidthBytesPerS * ncclLinkEfficiency(*host));
       fwdS[ch] += std::max(0.0, xfer - fwdS[ch]);
       bwdS[ch] += std::max(0.0, xfer - bwdS[ch]);
     }
-    outBytes[ch] = w.kinds[sequence[chunkOf[ch].back()]].outputBytes * scale() /
-                   (s.tp > 1 ? s.tp : 1); // Megatron's scatter/gather of p2p tensors
+    outBytes[ch] =
+        w.kinds[sequence[chunkOf[ch].back()]].outputBytes * scale() /
+        (s.tp > 1 ? s.tp : 1); // Megatron's scatter/gather of p2p tensors
   }
 
   // Pipeline transfers: neighbours tp*cp*dp ranks apart.
@@ -377,7 +415,8 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
   auto transferS = [&](int fromChunk) {
     if (pp == 1 || fromChunk + 1 >= chunks)
       return 0.0;
-    return collectiveTime(CollectiveKind::SendRecv, outBytes[fromChunk], ppPair);
+    return collectiveTime(CollectiveKind::SendRecv, outBytes[fromChunk],
+                          ppPair);
   };
 
   // Event simulation.
@@ -386,7 +425,8 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
                             keepTrace ? &r.trace : nullptr);
   if (!tl.ok)
     return err("simulator: the schedule deadlocked (an internal error)");
-  std::vector<double> &free = tl.free, &busy = tl.busy, &lastBackwardS = tl.lastBackwardS;
+  std::vector<double> &free = tl.free, &busy = tl.busy,
+                      &lastBackwardS = tl.lastBackwardS;
 
   // Gradients: all-reduce over dp (reduce-scatter + all-gather under ZeRO,
   // the same volume), overlapped with the stage's last backward.
@@ -400,13 +440,19 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
       p += params[c2 * pp + i];
     double perDevice = p / s.tp;
     // ZeRO-3 reduces gradients layer by layer in backward (priced there).
-    double grad = s.zeroStage == 3 ? 0
-                  : collectiveTime(CollectiveKind::AllReduce, perDevice * a.gradBytesPerParam, dpGroup);
+    double grad =
+        s.zeroStage == 3
+            ? 0
+            : collectiveTime(CollectiveKind::AllReduce,
+                             perDevice * a.gradBytesPerParam, dpGroup);
     dpExposed[i] = std::max(0.0, grad - lastBackwardS[i]);
     double shard = s.zeroStage >= 1 ? s.dp : 1;
-    double optBytes = perDevice / shard * (a.weightBytesPerParam + a.gradBytesPerParam +
-                                           2 * a.optimizerBytesPerParam);
-    optS[i] = s.offloadOptimizer ? perDevice / shard * 16 / 31.5e9 : opTime(perDevice / shard * 10, optBytes, false, 4);
+    double optBytes = perDevice / shard *
+                      (a.weightBytesPerParam + a.gradBytesPerParam +
+                       2 * a.optimizerBytesPerParam);
+    optS[i] = s.offloadOptimizer
+                  ? perDevice / shard * 16 / 31.5e9
+                  : opTime(perDevice / shard * 10, optBytes, false, 4);
     finish[i] = free[i] + dpExposed[i] + optS[i];
     if (finish[i] > stepS) {
       stepS = finish[i];
@@ -416,7 +462,9 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
 
   // Transfers' share of the idle time: the same schedule without them.
   double noTransferEnd =
-      runSchedule(order, chunks, m, fwdS, bwdS, [](int) { return 0.0; }, nullptr).free[slowest];
+      runSchedule(
+          order, chunks, m, fwdS, bwdS, [](int) { return 0.0; }, nullptr)
+          .free[slowest];
 
   // Memory per stage: the schedule's peak of kept activations.
   r.stages.resize(pp);
@@ -445,24 +493,32 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
     double perDevice = p / s.tp;
     double dp = s.dp;
     MemoryBreakdown &mem = st.memory;
-    mem.weightsBytes = perDevice * a.weightBytesPerParam / (s.zeroStage >= 3 ? dp : 1);
-    mem.gradientsBytes = perDevice * a.gradBytesPerParam / (s.zeroStage >= 2 ? dp : 1);
-    mem.optimizerBytes = s.offloadOptimizer ? 0
-                                            : perDevice * a.optimizerBytesPerParam / (s.zeroStage >= 1 ? dp : 1);
+    mem.weightsBytes =
+        perDevice * a.weightBytesPerParam / (s.zeroStage >= 3 ? dp : 1);
+    mem.gradientsBytes =
+        perDevice * a.gradBytesPerParam / (s.zeroStage >= 2 ? dp : 1);
+    mem.optimizerBytes = s.offloadOptimizer
+                             ? 0
+                             : perDevice * a.optimizerBytesPerParam /
+                                   (s.zeroStage >= 1 ? dp : 1);
     mem.activationsBytes = peak * (1 + a.fragmentation);
     mem.workspaceBytes = a.workspaceBytes;
     if (mem.total() > r.peakMemoryBytes)
       r.peakMemoryBytes = mem.total();
+    if (i == 0 || mem.total() - st.capacityBytes > r.memoryShortfallBytes)
+      r.memoryShortfallBytes = mem.total() - st.capacityBytes;
     if (mem.total() > st.capacityBytes && r.fits) {
       r.fits = false;
       char buf[256];
-      std::snprintf(buf, sizeof buf,
-                    "stage %d needs %.1f GiB per %s (weights %.1f, gradients %.1f, optimizer %.1f, "
-                    "activations %.1f, workspace %.1f) but has %.1f GiB",
-                    i, mem.total() / (1 << 30), dev.name.c_str(), mem.weightsBytes / (1 << 30),
-                    mem.gradientsBytes / (1 << 30), mem.optimizerBytes / (1 << 30),
-                    mem.activationsBytes / (1 << 30), mem.workspaceBytes / (1 << 30),
-                    st.capacityBytes / (1 << 30));
+      std::snprintf(
+          buf, sizeof buf,
+          "stage %d needs %.1f GiB per %s (weights %.1f, gradients %.1f, "
+          "optimizer %.1f, "
+          "activations %.1f, workspace %.1f) but has %.1f GiB",
+          i, mem.total() / (1 << 30), dev.name.c_str(),
+          mem.weightsBytes / (1 << 30), mem.gradientsBytes / (1 << 30),
+          mem.optimizerBytes / (1 << 30), mem.activationsBytes / (1 << 30),
+          mem.workspaceBytes / (1 << 30), st.capacityBytes / (1 << 30));
       r.doesNotFit = buf;
     }
   }
@@ -473,12 +529,14 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
   r.stepS = stepS;
   r.samplesPerS = samples / stepS;
   r.tokensPerS = r.samplesPerS * double(w.tokensPerSample); // 0 without tokens
-  r.modelFlopsPerStep = double(w.forwardFlops() + w.backwardFlops()) * perSample * samples;
+  r.modelFlopsPerStep =
+      double(w.forwardFlops() + w.backwardFlops()) * perSample * samples;
   double recompute = 0;
   for (int ch = 0; ch < chunks; ++ch)
     recompute += recompFlops[ch];
   // recompFlops are per device per micro-batch; scale to the whole step.
-  r.hardwareFlopsPerStep = r.modelFlopsPerStep + recompute * s.tp * s.cp * m * s.dp;
+  r.hardwareFlopsPerStep =
+      r.modelFlopsPerStep + recompute * s.tp * s.cp * m * s.dp;
   int devices = c.numDevices();
   double peakFlops = dev.tensorPeak(s.precision);
   r.modelTflopsPerDevice = r.modelFlopsPerStep / stepS / devices / 1e12;
@@ -494,7 +552,8 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
   r.exposedDpCommS = dpExposed[slowest];
   r.optimizerS = optS[slowest];
   double idle = std::max(0.0, free[slowest] - busy[slowest]);
-  r.exposedPpCommS = std::min(idle, std::max(0.0, free[slowest] - noTransferEnd));
+  r.exposedPpCommS =
+      std::min(idle, std::max(0.0, free[slowest] - noTransferEnd));
   r.bubbleS = std::max(0.0, idle - r.exposedPpCommS);
   r.bubbleFraction = r.bubbleS / stepS;
   for (int d = 0; d < devices; ++d) {
@@ -505,16 +564,19 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
   if (keepTrace)
     for (int i = 0; i < pp; ++i) {
       if (dpExposed[i] > 0)
-        r.trace.push_back({i, "gradient all-reduce (exposed)", "dp", free[i], dpExposed[i]});
-      r.trace.push_back({i, "optimizer", "optimizer", free[i] + dpExposed[i], optS[i]});
+        r.trace.push_back(
+            {i, "gradient all-reduce (exposed)", "dp", free[i], dpExposed[i]});
+      r.trace.push_back(
+          {i, "optimizer", "optimizer", free[i] + dpExposed[i], optS[i]});
     }
   return r;
 }
 
 } // namespace
 
-llvm::Expected<StepResult> simulateStep(const Workload &w, const Cluster &c, Strategy s,
-                                        const Assumptions &a, bool keepTrace) {
+llvm::Expected<StepResult> simulateStep(const Workload &w, const Cluster &c,
+                                        Strategy s, const Assumptions &a,
+                                        bool keepTrace) {
   if (auto e = completeAndValidate(s, w, c))
     return std::move(e);
   if (w.kinds.empty())
@@ -525,12 +587,24 @@ llvm::Expected<StepResult> simulateStep(const Workload &w, const Cluster &c, Str
 std::string chromeTraceJson(const StepResult &r) {
   nlohmann::ordered_json events = nlohmann::ordered_json::array();
   for (size_t i = 0; i < r.stages.size(); ++i)
-    events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", 0}, {"tid", i},
-                      {"args", {{"name", "stage " + std::to_string(i) + " (" + r.stages[i].device +
-                                             " x " + std::to_string(r.strategy.tp * r.strategy.cp * r.strategy.dp) + ")"}}}});
+    events.push_back(
+        {{"name", "thread_name"},
+         {"ph", "M"},
+         {"pid", 0},
+         {"tid", i},
+         {"args",
+          {{"name",
+            "stage " + std::to_string(i) + " (" + r.stages[i].device + " x " +
+                std::to_string(r.strategy.tp * r.strategy.cp * r.strategy.dp) +
+                ")"}}}});
   for (const TraceEvent &e : r.trace)
-    events.push_back({{"name", e.name}, {"cat", e.category}, {"ph", "X"}, {"pid", 0},
-                      {"tid", e.track}, {"ts", e.startS * 1e6}, {"dur", e.durationS * 1e6}});
+    events.push_back({{"name", e.name},
+                      {"cat", e.category},
+                      {"ph", "X"},
+                      {"pid", 0},
+                      {"tid", e.track},
+                      {"ts", e.startS * 1e6},
+                      {"dur", e.durationS * 1e6}});
   nlohmann::ordered_json j;
   j["traceEvents"] = events;
   j["displayTimeUnit"] = "ms";

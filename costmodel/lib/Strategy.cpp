@@ -14,7 +14,11 @@ static llvm::Error err(const std::string &msg) {
 }
 
 int Strategy::degree(const std::string &axis) const {
-  return axis == "tp" ? tp : axis == "cp" ? cp : axis == "dp" ? dp : axis == "pp" ? pp : 1;
+  return axis == "tp"   ? tp
+         : axis == "cp" ? cp
+         : axis == "dp" ? dp
+         : axis == "pp" ? pp
+                        : 1;
 }
 
 int Strategy::stride(const std::string &axis) const {
@@ -30,18 +34,24 @@ int Strategy::stride(const std::string &axis) const {
 std::string Strategy::str() const {
   std::string s = "tp=" + std::to_string(tp) + ",pp=" + std::to_string(pp) +
                   ",dp=" + std::to_string(dp) + ",cp=" + std::to_string(cp) +
-                  ",ep=" + std::to_string(ep) + ",sp=" + (sequenceParallel ? "1" : "0") +
+                  ",ep=" + std::to_string(ep) +
+                  ",sp=" + (sequenceParallel ? "1" : "0") +
                   ",vpp=" + std::to_string(virtualStages) + ",schedule=" +
-                  (schedule == Schedule::GPipe ? "gpipe"
-                   : schedule == Schedule::OneFOneB ? "1f1b" : "interleaved") +
-                  ",mbs=" + std::to_string(microBatch) + ",gbs=" + std::to_string(globalBatch) +
+                  (schedule == Schedule::GPipe      ? "gpipe"
+                   : schedule == Schedule::OneFOneB ? "1f1b"
+                                                    : "interleaved") +
+                  ",mbs=" + std::to_string(microBatch) +
+                  ",gbs=" + std::to_string(globalBatch) +
                   ",zero=" + std::to_string(zeroStage) + ",recompute=" +
-                  (recompute == Recompute::None ? "none"
-                   : recompute == Recompute::Selective ? "selective" : "full") +
+                  (recompute == Recompute::None        ? "none"
+                   : recompute == Recompute::Selective ? "selective"
+                                                       : "full") +
                   ",precision=" + precisionName(precision);
   if (offloadOptimizer || offloadActivations)
-    s += std::string(",offload=") + (offloadOptimizer && offloadActivations ? "both"
-                                     : offloadOptimizer ? "optimizer" : "activations");
+    s += std::string(",offload=") + (offloadOptimizer && offloadActivations
+                                         ? "both"
+                                     : offloadOptimizer ? "optimizer"
+                                                        : "activations");
   if (order != std::vector<std::string>{"tp", "cp", "dp", "pp"}) {
     s += ",order=";
     for (size_t i = 0; i < order.size(); ++i)
@@ -60,7 +70,8 @@ llvm::Expected<Strategy> parseStrategy(const std::string &text) {
   llvm::SmallVector<llvm::StringRef> items;
   llvm::StringRef(text).split(items, ',', -1, /*KeepEmpty=*/false);
   if (items.empty())
-    return err("--strategy: empty; expected e.g. tp=8,pp=8,dp=16,mbs=1,gbs=1536");
+    return err(
+        "--strategy: empty; expected e.g. tp=8,pp=8,dp=16,mbs=1,gbs=1536");
   for (llvm::StringRef item : items) {
     auto [key, value] = item.trim().split('=');
     std::string where = "--strategy '" + item.trim().str() + "'";
@@ -69,52 +80,85 @@ llvm::Expected<Strategy> parseStrategy(const std::string &text) {
     auto integer = [&](auto &out, long long lo) -> llvm::Error {
       long long v;
       if (value.getAsInteger(10, v) || v < lo || v > (1LL << 40))
-        return err(where + ": " + key.str() + " must be an integer >= " + std::to_string(lo));
+        return err(where + ": " + key.str() +
+                   " must be an integer >= " + std::to_string(lo));
       out = static_cast<std::remove_reference_t<decltype(out)>>(v);
       return llvm::Error::success();
     };
     auto boolean = [&](bool &out) -> llvm::Error {
       std::string v = value.lower();
-      if (v == "1" || v == "true" || v == "on") out = true;
-      else if (v == "0" || v == "false" || v == "off") out = false;
-      else return err(where + ": " + key.str() + " must be 0 or 1");
+      if (v == "1" || v == "true" || v == "on")
+        out = true;
+      else if (v == "0" || v == "false" || v == "off")
+        out = false;
+      else
+        return err(where + ": " + key.str() + " must be 0 or 1");
       return llvm::Error::success();
     };
     llvm::Error e = llvm::Error::success();
-    if (key == "tp") e = integer(s.tp, 1);
-    else if (key == "pp") e = integer(s.pp, 1);
-    else if (key == "dp") e = integer(s.dp, 1);
-    else if (key == "cp") e = integer(s.cp, 1);
-    else if (key == "ep") e = integer(s.ep, 1);
-    else if (key == "vpp") e = integer(s.virtualStages, 1);
-    else if (key == "mbs") e = integer(s.microBatch, 1);
-    else if (key == "gbs") e = integer(s.globalBatch, 1);
+    if (key == "tp")
+      e = integer(s.tp, 1);
+    else if (key == "pp")
+      e = integer(s.pp, 1);
+    else if (key == "dp")
+      e = integer(s.dp, 1);
+    else if (key == "cp")
+      e = integer(s.cp, 1);
+    else if (key == "ep")
+      e = integer(s.ep, 1);
+    else if (key == "vpp")
+      e = integer(s.virtualStages, 1);
+    else if (key == "mbs")
+      e = integer(s.microBatch, 1);
+    else if (key == "gbs")
+      e = integer(s.globalBatch, 1);
     else if (key == "zero") {
       e = integer(s.zeroStage, 0);
-      if (!e && s.zeroStage > 3) e = err(where + ": zero must be 0, 1, 2 or 3");
-    } else if (key == "sp") e = boolean(s.sequenceParallel);
+      if (!e && s.zeroStage > 3)
+        e = err(where + ": zero must be 0, 1, 2 or 3");
+    } else if (key == "sp")
+      e = boolean(s.sequenceParallel);
     else if (key == "recompute") {
-      if (value == "none") s.recompute = Recompute::None;
-      else if (value == "selective") s.recompute = Recompute::Selective;
-      else if (value == "full") s.recompute = Recompute::Full;
-      else e = err(where + ": recompute must be none, selective or full");
+      if (value == "none")
+        s.recompute = Recompute::None;
+      else if (value == "selective")
+        s.recompute = Recompute::Selective;
+      else if (value == "full")
+        s.recompute = Recompute::Full;
+      else
+        e = err(where + ": recompute must be none, selective or full");
     } else if (key == "schedule") {
-      if (value == "gpipe") s.schedule = Schedule::GPipe;
-      else if (value == "1f1b") s.schedule = Schedule::OneFOneB;
-      else if (value == "interleaved") s.schedule = Schedule::Interleaved;
-      else e = err(where + ": schedule must be gpipe, 1f1b or interleaved");
+      if (value == "gpipe")
+        s.schedule = Schedule::GPipe;
+      else if (value == "1f1b")
+        s.schedule = Schedule::OneFOneB;
+      else if (value == "interleaved")
+        s.schedule = Schedule::Interleaved;
+      else
+        e = err(where + ": schedule must be gpipe, 1f1b or interleaved");
     } else if (key == "offload") {
-      if (value == "optimizer") s.offloadOptimizer = true;
-      else if (value == "activations") s.offloadActivations = true;
-      else if (value == "both") s.offloadOptimizer = s.offloadActivations = true;
-      else if (value != "none") e = err(where + ": offload must be none, optimizer, activations or both");
+      if (value == "optimizer")
+        s.offloadOptimizer = true;
+      else if (value == "activations")
+        s.offloadActivations = true;
+      else if (value == "both")
+        s.offloadOptimizer = s.offloadActivations = true;
+      else if (value != "none")
+        e = err(where +
+                ": offload must be none, optimizer, activations or both");
     } else if (key == "precision") {
-      if (value == "fp32") s.precision = Precision::FP32;
-      else if (value == "tf32") s.precision = Precision::TF32;
-      else if (value == "fp16") s.precision = Precision::FP16;
-      else if (value == "bf16") s.precision = Precision::BF16;
-      else if (value == "fp8") s.precision = Precision::FP8;
-      else e = err(where + ": precision must be fp32, tf32, fp16, bf16 or fp8");
+      if (value == "fp32")
+        s.precision = Precision::FP32;
+      else if (value == "tf32")
+        s.precision = Precision::TF32;
+      else if (value == "fp16")
+        s.precision = Precision::FP16;
+      else if (value == "bf16")
+        s.precision = Precision::BF16;
+      else if (value == "fp8")
+        s.precision = Precision::FP8;
+      else
+        e = err(where + ": precision must be fp32, tf32, fp16, bf16 or fp8");
     } else if (key == "order") {
       llvm::SmallVector<llvm::StringRef> parts;
       value.split(parts, '-');
@@ -124,7 +168,9 @@ llvm::Expected<Strategy> parseStrategy(const std::string &text) {
       std::vector<std::string> sorted = order;
       std::sort(sorted.begin(), sorted.end());
       if (sorted != std::vector<std::string>{"cp", "dp", "pp", "tp"})
-        e = err(where + ": order must list tp, cp, dp and pp once each, e.g. tp-cp-dp-pp");
+        e = err(
+            where +
+            ": order must list tp, cp, dp and pp once each, e.g. tp-cp-dp-pp");
       else
         s.order = order;
     } else if (key == "layers") {
@@ -133,12 +179,14 @@ llvm::Expected<Strategy> parseStrategy(const std::string &text) {
       for (llvm::StringRef p : parts) {
         int n;
         if (p.getAsInteger(10, n) || n <= 0)
-          return err(where + ": layers must be positive counts separated by ':'");
+          return err(where +
+                     ": layers must be positive counts separated by ':'");
         s.stageLayers.push_back(n);
       }
     } else
       e = err(where + ": unknown key '" + key.str() +
-              "' (known: tp, pp, dp, cp, ep, sp, vpp, schedule, mbs, gbs, zero, recompute, "
+              "' (known: tp, pp, dp, cp, ep, sp, vpp, schedule, mbs, gbs, "
+              "zero, recompute, "
               "offload, precision, layers, order)");
     if (e)
       return std::move(e);
@@ -148,51 +196,64 @@ llvm::Expected<Strategy> parseStrategy(const std::string &text) {
   return s;
 }
 
-llvm::Error completeAndValidate(Strategy &s, const Workload &w, const Cluster &c) {
+llvm::Error completeAndValidate(Strategy &s, const Workload &w,
+                                const Cluster &c) {
   int64_t devices = c.numDevices();
   int heads = w.attentionHeads();
   if (heads > 0 && heads % s.tp)
-    return err("strategy: tp=" + std::to_string(s.tp) + " does not divide the " +
-               std::to_string(heads) + " attention heads");
+    return err("strategy: tp=" + std::to_string(s.tp) +
+               " does not divide the " + std::to_string(heads) +
+               " attention heads");
 
   int64_t model = int64_t(s.tp) * s.pp * s.cp;
   if (s.dp == 0) {
     if (devices % model)
       return err("strategy: tp x pp x cp = " + std::to_string(model) +
-                 " does not divide the " + std::to_string(devices) + " devices of the cluster");
+                 " does not divide the " + std::to_string(devices) +
+                 " devices of the cluster");
     s.dp = int(devices / model);
   }
   if (model * s.dp != devices)
     return err("strategy: tp x pp x cp x dp = " + std::to_string(model * s.dp) +
-               " differs from the " + std::to_string(devices) + " devices of the cluster");
+               " differs from the " + std::to_string(devices) +
+               " devices of the cluster");
   if (s.ep > 1 && s.dp % s.ep)
-    return err("strategy: ep=" + std::to_string(s.ep) + " must divide dp=" + std::to_string(s.dp));
+    return err("strategy: ep=" + std::to_string(s.ep) +
+               " must divide dp=" + std::to_string(s.dp));
   if (s.globalBatch == 0)
     s.globalBatch = s.microBatch * s.dp;
   if (s.globalBatch % (s.microBatch * s.dp))
     return err("strategy: mbs x dp = " + std::to_string(s.microBatch * s.dp) +
-               " does not divide the global batch gbs=" + std::to_string(s.globalBatch));
+               " does not divide the global batch gbs=" +
+               std::to_string(s.globalBatch));
   if (heads > 0 && (heads / s.tp) % s.cp && s.cp > 1)
-    return err("strategy: cp=" + std::to_string(s.cp) + " does not divide the heads per tp rank");
+    return err("strategy: cp=" + std::to_string(s.cp) +
+               " does not divide the heads per tp rank");
   if (w.tokensPerSample > 0 && s.cp > 1 && w.tokensPerSample % (2 * s.cp))
-    return err("strategy: cp=" + std::to_string(s.cp) + " needs a sequence divisible by 2 x cp");
+    return err("strategy: cp=" + std::to_string(s.cp) +
+               " needs a sequence divisible by 2 x cp");
   int64_t layers = w.totalLayers();
   if (s.pp * s.virtualStages > layers)
-    return err("strategy: pp x vpp = " + std::to_string(s.pp * s.virtualStages) +
-               " exceeds the model's " + std::to_string(layers) + " layers");
+    return err(
+        "strategy: pp x vpp = " + std::to_string(s.pp * s.virtualStages) +
+        " exceeds the model's " + std::to_string(layers) + " layers");
   if (s.schedule == Schedule::Interleaved && s.virtualStages > 1 &&
       s.microBatches() % s.pp)
-    return err("strategy: the interleaved schedule needs the " + std::to_string(s.microBatches()) +
+    return err("strategy: the interleaved schedule needs the " +
+               std::to_string(s.microBatches()) +
                " micro-batches to be a multiple of pp=" + std::to_string(s.pp));
   if (!s.stageLayers.empty()) {
     if (int(s.stageLayers.size()) != s.pp * s.virtualStages)
-      return err("strategy: layers= gives " + std::to_string(s.stageLayers.size()) +
-                 " stages, expected pp x vpp = " + std::to_string(s.pp * s.virtualStages));
+      return err("strategy: layers= gives " +
+                 std::to_string(s.stageLayers.size()) +
+                 " stages, expected pp x vpp = " +
+                 std::to_string(s.pp * s.virtualStages));
     int64_t sum = 0;
-    for (int n : s.stageLayers) sum += n;
+    for (int n : s.stageLayers)
+      sum += n;
     if (sum != layers)
-      return err("strategy: layers= sums to " + std::to_string(sum) + ", the model has " +
-                 std::to_string(layers) + " layers");
+      return err("strategy: layers= sums to " + std::to_string(sum) +
+                 ", the model has " + std::to_string(layers) + " layers");
   }
   if (s.sequenceParallel && s.tp == 1)
     s.sequenceParallel = false; // nothing to split

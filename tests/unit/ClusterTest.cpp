@@ -21,13 +21,15 @@ TEST(Catalog, HasTheDatasheetPeaks) {
   EXPECT_EQ(a100->tensorPeak(Precision::BF16), 312e12);
   EXPECT_EQ(a100->memoryBandwidthBytesPerS, 2039e9);
   EXPECT_EQ(c.device("A100-SXM4-80GB"), a100); // alias
-  for (const char *name : {"V100-16G", "V100-32G", "A100-40G", "A100-80G-PCIe", "H100-SXM",
-                           "H100-PCIe", "H200", "B200", "GH200", "L4", "L40S", "A10G", "T4",
-                           "RTX3090", "RTX4090", "MI250X", "MI300X"})
+  for (const char *name :
+       {"V100-16G", "V100-32G", "A100-40G", "A100-80G-PCIe", "H100-SXM",
+        "H100-PCIe", "H200", "B200", "GH200", "L4", "L40S", "A10G", "T4",
+        "RTX3090", "RTX4090", "MI250X", "MI300X"})
     EXPECT_TRUE(c.device(name)) << name;
-  for (const char *name : {"NVLink2", "NVLink3", "NVLink4", "NVLink5", "PCIe3", "PCIe4", "PCIe5",
-                           "IB-EDR", "IB-HDR", "IB-NDR", "IB-XDR", "RoCE-100G", "RoCE-200G",
-                           "RoCE-400G", "Eth-10G", "Eth-25G", "Eth-100G", "WAN-100G"})
+  for (const char *name :
+       {"NVLink2", "NVLink3", "NVLink4", "NVLink5", "PCIe3", "PCIe4", "PCIe5",
+        "IB-EDR", "IB-HDR", "IB-NDR", "IB-XDR", "RoCE-100G", "RoCE-200G",
+        "RoCE-400G", "Eth-10G", "Eth-25G", "Eth-100G", "WAN-100G"})
     EXPECT_TRUE(c.link(name)) << name;
   for (const DeviceSpec &d : c.devices())
     EXPECT_FALSE(d.source.empty()) << d.name;
@@ -82,12 +84,16 @@ TEST(Cluster, ErrorsNameTheField) {
         "sites[0].nodes[0].device: unknown device type 'A200'");
   check(R"({"sites": [{"nodes": [{"device": "A100-80G", "count": 0}]}]})",
         "sites[0].nodes[0].count: must be a positive integer");
-  check(R"({"sites": [{"nodes": [{"device": "A100-80G", "nic": {"link": "IB-HDR", "bandwidth_bytes_per_s": -5}}]}]})",
-        "sites[0].nodes[0].nic.bandwidth_bytes_per_s: must be positive");
-  check(R"({"sites": [{"name": "a", "nodes": [{"device": "A100-80G"}]}, {"name": "b", "nodes": [{"device": "A100-80G"}]}]})",
-        "no link between sites 'a' and 'b'");
-  check(R"({"sites": [{"nodes": [{"device": 7}]}]})", "sites[0].nodes[0].device: must be a device name");
-  check(R"({"sites": [{"name": 5, "nodes": [{"device": "A100-80G"}]}]})", "malformed cluster spec");
+  check(
+      R"({"sites": [{"nodes": [{"device": "A100-80G", "nic": {"link": "IB-HDR", "bandwidth_bytes_per_s": -5}}]}]})",
+      "sites[0].nodes[0].nic.bandwidth_bytes_per_s: must be positive");
+  check(
+      R"({"sites": [{"name": "a", "nodes": [{"device": "A100-80G"}]}, {"name": "b", "nodes": [{"device": "A100-80G"}]}]})",
+      "no link between sites 'a' and 'b'");
+  check(R"({"sites": [{"nodes": [{"device": 7}]}]})",
+        "sites[0].nodes[0].device: must be a device name");
+  check(R"({"sites": [{"name": 5, "nodes": [{"device": "A100-80G"}]}]})",
+        "malformed cluster spec");
 }
 
 Workload gptLike(int layers, int heads, int64_t seq) {
@@ -103,7 +109,8 @@ Workload gptLike(int layers, int heads, int64_t seq) {
 }
 
 TEST(Strategy, ParsesAndCompletes) {
-  auto s = parseStrategy("tp=8,pp=4,mbs=2,gbs=512,recompute=selective,sp=1,vpp=2");
+  auto s =
+      parseStrategy("tp=8,pp=4,mbs=2,gbs=512,recompute=selective,sp=1,vpp=2");
   ASSERT_TRUE(bool(s)) << errorOf(s);
   auto c = parseClusterPreset("8x8xA100-80G", HardwareCatalog::builtin());
   Workload w = gptLike(48, 64, 2048);
@@ -123,8 +130,10 @@ TEST(Strategy, InvalidStrategiesAreNamed) {
     EXPECT_NE(e.find(expected), std::string::npos) << text << ": " << e;
   };
   check("tp=3", "tp=3 does not divide the 64 attention heads");
-  check("tp=8,pp=4,dp=4", "tp x pp x cp x dp = 128 differs from the 64 devices");
-  check("tp=8,mbs=3,gbs=64", "mbs x dp = 24 does not divide the global batch gbs=64");
+  check("tp=8,pp=4,dp=4",
+        "tp x pp x cp x dp = 128 differs from the 64 devices");
+  check("tp=8,mbs=3,gbs=64",
+        "mbs x dp = 24 does not divide the global batch gbs=64");
   check("tp=8,pp=64", "tp x pp x cp = 512 does not divide the 64 devices");
   check("tp=8,colour=red", "unknown key 'colour'");
   check("tp=eight", "tp must be an integer >= 1");

@@ -1,6 +1,6 @@
 //===- SimulatorTest.cpp - the step simulator on hand-made workloads ------===//
-#include "orrery/CostModel/Collective.h"
 #include "orrery/CostModel/Simulator.h"
+#include "orrery/CostModel/Collective.h"
 
 #include <nlohmann/json.hpp>
 
@@ -12,7 +12,8 @@ namespace {
 
 /// `layers` identical layers, each one big matmul with `params` parameters;
 /// activations of `actBytes` per layer; 1 sample per workload batch.
-Workload uniformModel(int layers, double flops, int64_t params, int64_t actBytes) {
+Workload uniformModel(int layers, double flops, int64_t params,
+                      int64_t actBytes) {
   Workload w;
   LayerKind k;
   k.name = "layer";
@@ -44,7 +45,8 @@ Cluster preset(const char *text) {
   return std::move(*c);
 }
 
-StepResult simulate(const Workload &w, const Cluster &c, const char *strategy, bool trace = false) {
+StepResult simulate(const Workload &w, const Cluster &c, const char *strategy,
+                    bool trace = false) {
   auto s = parseStrategy(strategy);
   EXPECT_TRUE(bool(s));
   auto r = simulateStep(w, c, *s, {}, trace);
@@ -62,7 +64,8 @@ TEST(Simulator, OneDeviceIsComputePlusOptimizer) {
   StepResult r = simulate(w, preset("1xA100-80G"), "mbs=1,gbs=1");
   double eff = a.gemmEfficiency * t / (t + a.gemmHalfEfficiencyS);
   double eff2 = a.gemmEfficiency * 2 * t / (2 * t + a.gemmHalfEfficiencyS);
-  double expected = t / eff + a.kernelLaunchS + 2 * t / eff2 + 2 * a.kernelLaunchS;
+  double expected =
+      t / eff + a.kernelLaunchS + 2 * t / eff2 + 2 * a.kernelLaunchS;
   EXPECT_NEAR(r.computeS, expected, 1e-9);
   EXPECT_NEAR(r.stepS, expected + r.optimizerS, 1e-9);
   EXPECT_EQ(r.bubbleS, 0);
@@ -82,7 +85,8 @@ TEST(Simulator, OneFOneBBubbleIsPMinusOneOverMPlusPMinusOne) {
 TEST(Simulator, InterleavingShrinksTheBubble) {
   Workload w = uniformModel(16, 1e14, 1000, 1 << 20);
   StepResult plain = simulate(w, preset("4xA100-80G"), "pp=4,mbs=1,gbs=8");
-  StepResult inter = simulate(w, preset("4xA100-80G"), "pp=4,vpp=2,mbs=1,gbs=8");
+  StepResult inter =
+      simulate(w, preset("4xA100-80G"), "pp=4,vpp=2,mbs=1,gbs=8");
   EXPECT_LT(inter.bubbleS, plain.bubbleS * 0.6);
   EXPECT_LT(inter.stepS, plain.stepS);
 }
@@ -90,10 +94,14 @@ TEST(Simulator, InterleavingShrinksTheBubble) {
 TEST(Simulator, ZeroShardsOptimizerGradientsWeights) {
   Workload w = uniformModel(4, 1e12, int64_t(1e9), 1 << 20);
   Cluster c = preset("8xA100-80G");
-  MemoryBreakdown m0 = simulate(w, c, "dp=8,mbs=1,gbs=8,zero=0").stages[0].memory;
-  MemoryBreakdown m1 = simulate(w, c, "dp=8,mbs=1,gbs=8,zero=1").stages[0].memory;
-  MemoryBreakdown m2 = simulate(w, c, "dp=8,mbs=1,gbs=8,zero=2").stages[0].memory;
-  MemoryBreakdown m3 = simulate(w, c, "dp=8,mbs=1,gbs=8,zero=3").stages[0].memory;
+  MemoryBreakdown m0 =
+      simulate(w, c, "dp=8,mbs=1,gbs=8,zero=0").stages[0].memory;
+  MemoryBreakdown m1 =
+      simulate(w, c, "dp=8,mbs=1,gbs=8,zero=1").stages[0].memory;
+  MemoryBreakdown m2 =
+      simulate(w, c, "dp=8,mbs=1,gbs=8,zero=2").stages[0].memory;
+  MemoryBreakdown m3 =
+      simulate(w, c, "dp=8,mbs=1,gbs=8,zero=3").stages[0].memory;
   EXPECT_DOUBLE_EQ(m0.optimizerBytes, 4e9 * 12);
   EXPECT_DOUBLE_EQ(m1.optimizerBytes, m0.optimizerBytes / 8);
   EXPECT_DOUBLE_EQ(m1.gradientsBytes, m0.gradientsBytes);
@@ -107,21 +115,25 @@ TEST(Simulator, OneFOneBHoldsPMicroBatchesOnTheFirstStage) {
   // 2 layers per stage, 1 GiB each, 4 micro-batches in flight on stage 0,
   // 1 on the last; plus the fragmentation allowance.
   Assumptions a;
-  EXPECT_NEAR(r.stages[0].memory.activationsBytes, 4 * 2.0 * (1 << 30) * (1 + a.fragmentation), 1);
-  EXPECT_NEAR(r.stages[3].memory.activationsBytes, 1 * 2.0 * (1 << 30) * (1 + a.fragmentation), 1);
+  EXPECT_NEAR(r.stages[0].memory.activationsBytes,
+              4 * 2.0 * (1 << 30) * (1 + a.fragmentation), 1);
+  EXPECT_NEAR(r.stages[3].memory.activationsBytes,
+              1 * 2.0 * (1 << 30) * (1 + a.fragmentation), 1);
 }
 
 TEST(Simulator, DoesNotFitNamesTheStage) {
   Workload w = uniformModel(2, 1e12, int64_t(20e9), 1 << 20);
   StepResult r = simulate(w, preset("1xA100-80G"), "mbs=1,gbs=1");
   EXPECT_FALSE(r.fits);
-  EXPECT_NE(r.doesNotFit.find("stage 0 needs"), std::string::npos) << r.doesNotFit;
+  EXPECT_NE(r.doesNotFit.find("stage 0 needs"), std::string::npos)
+      << r.doesNotFit;
   EXPECT_NE(r.doesNotFit.find("A100-80G"), std::string::npos);
 }
 
 TEST(Simulator, TraceHasOneTrackPerStage) {
   Workload w = uniformModel(8, 1e13, 1000, 1 << 20);
-  StepResult r = simulate(w, preset("2x4xA100-80G"), "pp=4,dp=2,mbs=1,gbs=8", true);
+  StepResult r =
+      simulate(w, preset("2x4xA100-80G"), "pp=4,dp=2,mbs=1,gbs=8", true);
   auto j = nlohmann::json::parse(chromeTraceJson(r));
   std::set<int> named, used;
   for (const auto &e : j["traceEvents"]) {
@@ -147,7 +159,8 @@ TEST(Simulator, DeviceOrderPutsTensorParallelismAcrossNodes) {
   EXPECT_NE(across.strategy.str().find("order=dp-tp-cp-pp"), std::string::npos);
   auto bad = parseStrategy("order=tp-dp");
   ASSERT_FALSE(bool(bad));
-  EXPECT_NE(llvm::toString(bad.takeError()).find("order must list tp, cp, dp and pp once each"),
+  EXPECT_NE(llvm::toString(bad.takeError())
+                .find("order must list tp, cp, dp and pp once each"),
             std::string::npos);
 }
 
@@ -166,7 +179,8 @@ TEST(Collective, RingAllReduceFormula) {
 TEST(Collective, Dgx1RingsFollowTheCubeMesh) {
   // DGX-1 (V100): 1 link between GPUs 0 and 1, 2 rings over 0-1-2 (one each
   // way), 4 over the first quad, 6 over all eight (6 links per GPU).
-  const auto &links = HardwareCatalog::builtin().link("NVLink2")->linkMultiplicity;
+  const auto &links =
+      HardwareCatalog::builtin().link("NVLink2")->linkMultiplicity;
   EXPECT_EQ(ringsInTopology(links, 2), 1);
   EXPECT_EQ(ringsInTopology(links, 3), 2);
   EXPECT_EQ(ringsInTopology(links, 4), 4);

@@ -7,7 +7,8 @@ namespace orrery {
 
 static double gib(double bytes) { return bytes / double(1ull << 30); }
 
-nlohmann::ordered_json simulateJson(const StepResult &r, const Cluster &c, const Workload &w) {
+nlohmann::ordered_json simulateJson(const StepResult &r, const Cluster &c,
+                                    const Workload &w) {
   nlohmann::ordered_json j;
   j["model"] = w.source;
   j["cluster"] = c.name;
@@ -51,10 +52,12 @@ nlohmann::ordered_json simulateJson(const StepResult &r, const Cluster &c, const
   return j;
 }
 
-void printSimulation(std::ostream &os, const StepResult &r, const Cluster &c, const Workload &w) {
+void printSimulation(std::ostream &os, const StepResult &r, const Cluster &c,
+                     const Workload &w) {
   char buf[512];
   os << "model        " << w.source << "\n";
-  os << "cluster      " << c.name << " (" << c.numDevices() << " x " << c.deviceSpec(0).name << ")\n";
+  os << "cluster      " << c.name << " (" << c.numDevices() << " x "
+     << c.deviceSpec(0).name << ")\n";
   os << "strategy     " << r.strategy.str() << "\n\n";
   std::string tokens;
   if (r.tokensPerS > 0) {
@@ -63,14 +66,16 @@ void printSimulation(std::ostream &os, const StepResult &r, const Cluster &c, co
   }
   std::snprintf(buf, sizeof buf,
                 "step         %.3f s   %s%.4g samples/s\n"
-                "throughput   %.1f TFLOP/s per device (model FLOPs)   MFU %.1f%%   HFU %.1f%%\n"
+                "throughput   %.1f TFLOP/s per device (model FLOPs)   MFU "
+                "%.1f%%   HFU %.1f%%\n"
                 "bubble       %.1f%% of the step\n\n",
-                r.stepS, tokens.c_str(), r.samplesPerS, r.modelTflopsPerDevice, 100 * r.mfu,
-                100 * r.hfu, 100 * r.bubbleFraction);
+                r.stepS, tokens.c_str(), r.samplesPerS, r.modelTflopsPerDevice,
+                100 * r.mfu, 100 * r.hfu, 100 * r.bubbleFraction);
   os << buf;
   os << "time on the slowest stage\n";
   auto line = [&](const char *what, double s) {
-    std::snprintf(buf, sizeof buf, "  %-28s %9.3f s  %5.1f%%\n", what, s, 100 * s / r.stepS);
+    std::snprintf(buf, sizeof buf, "  %-28s %9.3f s  %5.1f%%\n", what, s,
+                  100 * s / r.stepS);
     os << buf;
   };
   line("compute (incl. recompute)", r.computeS);
@@ -80,8 +85,9 @@ void printSimulation(std::ostream &os, const StepResult &r, const Cluster &c, co
   line("pipeline bubble", r.bubbleS);
   line("optimizer step", r.optimizerS);
   os << "\nmemory per device (GiB)\n";
-  std::snprintf(buf, sizeof buf, "  %-6s %-7s %8s %8s %9s %11s %9s %8s %9s\n", "stage", "layers",
-                "weights", "grads", "optimizer", "activations", "workspace", "total", "capacity");
+  std::snprintf(buf, sizeof buf, "  %-6s %-7s %8s %8s %9s %11s %9s %8s %9s\n",
+                "stage", "layers", "weights", "grads", "optimizer",
+                "activations", "workspace", "total", "capacity");
   os << buf;
   for (size_t i = 0; i < r.stages.size(); ++i) {
     const StageReport &st = r.stages[i];
@@ -90,10 +96,13 @@ void printSimulation(std::ostream &os, const StepResult &r, const Cluster &c, co
         os << "  ...\n";
       continue;
     }
-    std::snprintf(buf, sizeof buf, "  %-6zu %-7d %8.1f %8.1f %9.1f %11.1f %9.1f %8.1f %9.1f\n", i,
-                  st.numLayers, gib(st.memory.weightsBytes), gib(st.memory.gradientsBytes),
-                  gib(st.memory.optimizerBytes), gib(st.memory.activationsBytes),
-                  gib(st.memory.workspaceBytes), gib(st.memory.total()), gib(st.capacityBytes));
+    std::snprintf(buf, sizeof buf,
+                  "  %-6zu %-7d %8.1f %8.1f %9.1f %11.1f %9.1f %8.1f %9.1f\n",
+                  i, st.numLayers, gib(st.memory.weightsBytes),
+                  gib(st.memory.gradientsBytes), gib(st.memory.optimizerBytes),
+                  gib(st.memory.activationsBytes),
+                  gib(st.memory.workspaceBytes), gib(st.memory.total()),
+                  gib(st.capacityBytes));
     os << buf;
   }
   if (!r.fits)

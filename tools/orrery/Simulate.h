@@ -9,9 +9,11 @@
 
 namespace orrery {
 /// The result as JSON; every field name carries its unit.
-nlohmann::ordered_json simulateJson(const StepResult &r, const Cluster &c, const Workload &w);
+nlohmann::ordered_json simulateJson(const StepResult &r, const Cluster &c,
+                                    const Workload &w);
 /// The result as a table for a terminal.
-void printSimulation(std::ostream &os, const StepResult &r, const Cluster &c, const Workload &w);
+void printSimulation(std::ostream &os, const StepResult &r, const Cluster &c,
+                     const Workload &w);
 } // namespace orrery
 
 #endif // ORRERY_TOOLS_SIMULATE_H

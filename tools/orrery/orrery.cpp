@@ -4,14 +4,21 @@
 //   orrery stats  MODEL.onnx [--dim NAME=VALUE]... [--json]
 //   orrery simulate MODEL --cluster SPEC --strategy "tp=8,pp=8,..." [--json]
 //                  [--trace FILE]
+//   orrery plan MODEL --cluster SPEC [--global-batch N] [--objective
+//   time|cost|energy]
+//               [--budget USD_PER_HOUR] [--top K] [--explain] [-o plan.json]
+//               [--json]
+//   orrery check plan.json [--model MODEL] [--cluster SPEC]
 //
 // Every user error is one line on stderr, "orrery: error: ...", and exit 1.
 //
 //===----------------------------------------------------------------------===//
 
+#include "PlanReport.h"
 #include "Simulate.h"
 #include "Stats.h"
 #include "orrery/Import/Importer.h"
+#include "orrery/Plan/Plan.h"
 #include "orrery/Transforms/Passes.h"
 #include "orrery/Workload/BuildWorkload.h"
 
@@ -22,6 +29,7 @@
 #include <CLI/CLI.hpp>
 #include <fstream>
 #include <iostream>
+#include <sstream>
 #include <sys/stat.h>
 
 #ifndef ORRERY_VERSION
@@ -143,24 +151,88 @@ int main(int argc, char **argv) {
   ModelArgs simArgs;
   std::string clusterSpec, strategyText, traceFile;
   bool simJson = false;
-  CLI::App *simCmd = app.add_subcommand(
-      "simulate", "Simulate one training step of a strategy on a cluster, without hardware");
-  simCmd->add_option("model", simArgs.path,
-                     "ONNX model file, or a built-in model name (models/generate.py --list)")
+  CLI::App *simCmd =
+      app.add_subcommand("simulate", "Simulate one training step of a strategy "
+                                     "on a cluster, without hardware");
+  simCmd
+      ->add_option("model", simArgs.path,
+                   "ONNX model file, or a built-in model name "
+                   "(models/generate.py --list)")
       ->required();
-  simCmd->add_option("--dim", simArgs.dims,
-                     "bind a symbolic dimension, NAME=VALUE (batch defaults to 1: the "
-                     "micro-batch comes from the strategy)")
+  simCmd
+      ->add_option(
+          "--dim", simArgs.dims,
+          "bind a symbolic dimension, NAME=VALUE (batch defaults to 1: the "
+          "micro-batch comes from the strategy)")
       ->type_name("NAME=VALUE");
-  simCmd->add_option("--cluster", clusterSpec,
-                     "cluster spec: a JSON file (docs/cluster.md) or a preset such as "
-                     "8xA100-80G or 4x8xH100-SXM")
+  simCmd
+      ->add_option(
+          "--cluster", clusterSpec,
+          "cluster spec: a JSON file (docs/cluster.md) or a preset such as "
+          "8xA100-80G or 4x8xH100-SXM")
       ->required();
-  simCmd->add_option("--strategy", strategyText,
-                     "e.g. tp=8,pp=8,dp=16,mbs=1,gbs=1536,vpp=2,recompute=full (docs/strategy.md)")
+  simCmd
+      ->add_option("--strategy", strategyText,
+                   "e.g. tp=8,pp=8,dp=16,mbs=1,gbs=1536,vpp=2,recompute=full "
+                   "(docs/strategy.md)")
       ->required();
   simCmd->add_flag("--json", simJson, "print JSON instead of a table");
-  simCmd->add_option("--trace", traceFile, "write a Chrome-trace / Perfetto timeline to FILE");
+  simCmd->add_option("--trace", traceFile,
+                     "write a Chrome-trace / Perfetto timeline to FILE");
+
+  ModelArgs planArgs;
+  std::string planCluster, objective = "time", planOut, precision = "bf16";
+  int64_t globalBatch = 1024;
+  double budget = 0;
+  int topK = 5;
+  bool explain = false, planJsonOut = false, quiet = false;
+  CLI::App *planCmd =
+      app.add_subcommand("plan", "Search for the fastest (or cheapest) "
+                                 "strategy that fits and write the plan");
+  planCmd
+      ->add_option("model", planArgs.path,
+                   "ONNX model file or built-in model name")
+      ->required();
+  planCmd
+      ->add_option("--dim", planArgs.dims,
+                   "bind a symbolic dimension, NAME=VALUE")
+      ->type_name("NAME=VALUE");
+  planCmd
+      ->add_option("--cluster", planCluster,
+                   "cluster spec: JSON file or preset")
+      ->required();
+  planCmd
+      ->add_option("--global-batch", globalBatch, "samples per training step")
+      ->check(CLI::PositiveNumber);
+  planCmd
+      ->add_option("--objective", objective,
+                   "time, cost (USD per step) or energy (J per step)")
+      ->check(CLI::IsMember({"time", "cost", "energy"}));
+  planCmd
+      ->add_option(
+          "--budget", budget,
+          "USD per hour: use as many nodes as this buys, fastest on them")
+      ->check(CLI::PositiveNumber);
+  planCmd->add_option("--top", topK, "how many plans to report")
+      ->check(CLI::Range(1, 100));
+  planCmd->add_option("--precision", precision, "fp32, tf32, fp16, bf16 or fp8")
+      ->check(CLI::IsMember({"fp32", "tf32", "fp16", "bf16", "fp8"}));
+  planCmd->add_flag("--explain", explain,
+                    "say why the best plan beats the runners-up");
+  planCmd->add_option("-o,--output", planOut, "write the plan JSON to FILE");
+  planCmd->add_flag("--json", planJsonOut,
+                    "print the plan JSON instead of the summary");
+  planCmd->add_flag("--quiet", quiet, "no progress on stderr");
+
+  std::string checkPlan, checkModel, checkCluster;
+  CLI::App *checkCmd = app.add_subcommand(
+      "check",
+      "Validate a plan against its model and cluster and simulate it again");
+  checkCmd->add_option("plan", checkPlan, "plan JSON file")->required();
+  checkCmd->add_option("--model", checkModel,
+                       "the model (default: the plan's model.source)");
+  checkCmd->add_option("--cluster", checkCluster,
+                       "the cluster (default: the plan's cluster.spec)");
 
   try {
     app.parse(argc, argv);
@@ -198,13 +270,15 @@ int main(int argc, char **argv) {
     auto workload = orrery::buildWorkload(*module);
     if (!workload)
       return fail(simArgs.path + ": " + llvm::toString(workload.takeError()));
-    auto cluster = orrery::loadCluster(clusterSpec, orrery::HardwareCatalog::builtin());
+    auto cluster =
+        orrery::loadCluster(clusterSpec, orrery::HardwareCatalog::builtin());
     if (!cluster)
       return fail(llvm::toString(cluster.takeError()));
     auto strategy = orrery::parseStrategy(strategyText);
     if (!strategy)
       return fail(llvm::toString(strategy.takeError()));
-    auto result = orrery::simulateStep(*workload, *cluster, *strategy, {}, !traceFile.empty());
+    auto result = orrery::simulateStep(*workload, *cluster, *strategy, {},
+                                       !traceFile.empty());
     if (!result)
       return fail(llvm::toString(result.takeError()));
     if (!traceFile.empty()) {
@@ -214,9 +288,165 @@ int main(int argc, char **argv) {
         return fail("--trace " + traceFile + ": cannot write the file");
     }
     if (simJson)
-      std::cout << orrery::simulateJson(*result, *cluster, *workload).dump(2) << "\n";
+      std::cout << orrery::simulateJson(*result, *cluster, *workload).dump(2)
+                << "\n";
     else
       orrery::printSimulation(std::cout, *result, *cluster, *workload);
+    return 0;
+  }
+
+  if (*planCmd || *checkCmd) {
+    // Shared by plan and check: the workload (batch 1) and the cluster.
+    auto readFile = [](const std::string &path, std::string &out) {
+      std::ifstream f(path, std::ios::binary);
+      if (!f)
+        return false;
+      std::ostringstream ss;
+      ss << f.rdbuf();
+      out = ss.str();
+      return true;
+    };
+    nlohmann::json planDoc;
+    ModelArgs args = planArgs;
+    std::string clusterSpec = planCluster;
+    if (*checkCmd) {
+      std::string text;
+      if (!readFile(checkPlan, text))
+        return fail(checkPlan + ": cannot open file");
+      planDoc = nlohmann::json::parse(text, nullptr, false);
+      if (planDoc.is_discarded() || !planDoc.is_object())
+        return fail(checkPlan + ": not valid JSON");
+      if (!planDoc.contains("model") || !planDoc["model"].is_object() ||
+          !planDoc["model"].contains("source") ||
+          !planDoc["model"]["source"].is_string())
+        return fail(checkPlan + ": model.source: missing");
+      if (!planDoc.contains("cluster") || !planDoc["cluster"].is_object() ||
+          !planDoc["cluster"].contains("spec") ||
+          !planDoc["cluster"]["spec"].is_string())
+        return fail(checkPlan + ": cluster.spec: missing");
+      args = ModelArgs{checkModel.empty()
+                           ? planDoc["model"]["source"].get<std::string>()
+                           : checkModel,
+                       {}};
+      clusterSpec = checkCluster.empty()
+                        ? planDoc["cluster"]["spec"].get<std::string>()
+                        : checkCluster;
+    }
+    bool batchBound = false;
+    for (const std::string &d : args.dims)
+      batchBound |= d.rfind("batch=", 0) == 0;
+    if (!batchBound)
+      args.dims.push_back("batch=1");
+    auto module = frontEnd(ctx, args, true, nullptr, rc);
+    if (!module)
+      return rc;
+    auto workload = orrery::buildWorkload(*module);
+    if (!workload)
+      return fail(args.path + ": " + llvm::toString(workload.takeError()));
+    auto cluster =
+        orrery::loadCluster(clusterSpec, orrery::HardwareCatalog::builtin());
+    if (!cluster)
+      return fail(llvm::toString(cluster.takeError()));
+    std::string modelBytes, clusterBytes = clusterSpec;
+    readFile(resolveModel(args.path), modelBytes);
+    if (clusterSpec.find(".json") != std::string::npos)
+      readFile(clusterSpec, clusterBytes);
+    orrery::PlanInputs inputs{args.path, orrery::digestOf(modelBytes),
+                              clusterSpec, orrery::digestOf(clusterBytes)};
+
+    if (*checkCmd) {
+      auto strategy = orrery::strategyFromPlan(planDoc, checkPlan);
+      if (!strategy)
+        return fail(llvm::toString(strategy.takeError()));
+      std::string wantModel = planDoc["model"].value("digest_fnv1a64", "");
+      if (wantModel != inputs.modelDigest)
+        return fail(checkPlan + ": model.digest_fnv1a64 " + wantModel +
+                    " differs from " + args.path + " (" + inputs.modelDigest +
+                    "): the plan is for another model");
+      std::string wantCluster = planDoc["cluster"].value("digest_fnv1a64", "");
+      if (wantCluster != inputs.clusterDigest)
+        return fail(checkPlan + ": cluster.digest_fnv1a64 " + wantCluster +
+                    " differs from " + clusterSpec + " (" +
+                    inputs.clusterDigest +
+                    "): the plan is for another cluster");
+      auto result = orrery::simulateStep(*workload, *cluster, *strategy);
+      if (!result)
+        return fail(checkPlan + ": " + llvm::toString(result.takeError()));
+      if (!result->fits)
+        return fail(checkPlan +
+                    ": the plan does not fit: " + result->doesNotFit);
+      double predicted =
+          planDoc.contains("predicted") && planDoc["predicted"].is_object()
+              ? planDoc["predicted"].value("step_time_s", -1.0)
+              : -1.0;
+      if (!planDoc.contains("stages") || !planDoc["stages"].is_array() ||
+          planDoc["stages"].size() != result->stages.size())
+        return fail(checkPlan + ": stages: expected " +
+                    std::to_string(result->stages.size()) +
+                    " stages for pp=" + std::to_string(strategy->pp));
+      int64_t layerSum = 0;
+      for (const auto &st : planDoc["stages"])
+        layerSum += st.is_object() && st.contains("layers") &&
+                            st["layers"].is_number_integer()
+                        ? st["layers"].get<int64_t>()
+                        : 0;
+      if (layerSum != workload->totalLayers())
+        return fail(checkPlan + ": stages: " + std::to_string(layerSum) +
+                    " layers in stages, the model has " +
+                    std::to_string(workload->totalLayers()));
+      char buf[256];
+      std::snprintf(buf, sizeof buf,
+                    "%s: valid; re-simulated step %.6g s (plan says %.6g s), "
+                    "fits, peak %.1f GiB\n",
+                    checkPlan.c_str(), result->stepS, predicted,
+                    result->peakMemoryBytes / double(1ull << 30));
+      std::cout << buf;
+      if (predicted > 0 &&
+          std::abs(result->stepS - predicted) > 1e-6 * predicted)
+        return fail(
+            checkPlan + ": predicted.step_time_s " + std::to_string(predicted) +
+            " differs from the re-simulated " + std::to_string(result->stepS));
+      return 0;
+    }
+
+    orrery::PlanOptions options;
+    options.globalBatch = globalBatch;
+    options.objective = objective == "cost"     ? orrery::Objective::Cost
+                        : objective == "energy" ? orrery::Objective::Energy
+                                                : orrery::Objective::Time;
+    options.budgetUsdPerHour = budget;
+    options.topK = topK;
+    auto prec = orrery::parseStrategy("precision=" + precision);
+    if (prec)
+      options.precision = prec->precision;
+    else
+      llvm::consumeError(prec.takeError());
+    if (!quiet)
+      options.progress = [](int64_t priced, const orrery::StepResult *best) {
+        std::cerr << "\rorrery: priced " << priced
+                  << " candidates, best so far "
+                  << (best ? std::to_string(best->stepS) + " s"
+                           : std::string("none"))
+                  << "   ";
+        std::cerr.flush();
+      };
+    auto result = orrery::searchPlans(*workload, *cluster, options);
+    if (!quiet)
+      std::cerr << "\n";
+    if (!result)
+      return fail(llvm::toString(result.takeError()));
+    auto doc = orrery::planJson(*result, *workload, inputs);
+    if (!planOut.empty()) {
+      std::ofstream out(planOut);
+      out << doc.dump(2) << "\n";
+      if (!out)
+        return fail("-o " + planOut + ": cannot write the file");
+    }
+    if (planJsonOut)
+      std::cout << doc.dump(2) << "\n";
+    else
+      orrery::printPlan(std::cout, *result, *workload, options.objective,
+                        explain);
     return 0;
   }
 

@@ -60,7 +60,9 @@ public:
   int numDevices() const { return int(devices_.size()); }
   int numNodes() const { return numNodes_; }
   const NodeGroup &groupOf(int device) const;
-  const DeviceSpec &deviceSpec(int device) const { return *groupOf(device).device; }
+  const DeviceSpec &deviceSpec(int device) const {
+    return *groupOf(device).device;
+  }
   /// True when every device has the same type.
   bool homogeneous() const;
   /// Recomputes devices() after sites change.
@@ -75,7 +77,8 @@ private:
 };
 
 /// Parses a cluster spec (JSON text); errors name the offending field.
-llvm::Expected<Cluster> parseClusterJson(const std::string &text, const std::string &what,
+llvm::Expected<Cluster> parseClusterJson(const std::string &text,
+                                         const std::string &what,
                                          const HardwareCatalog &catalog);
 /// Parses a preset: "8xA100-80G", "4x8xH100-SXM".
 llvm::Expected<Cluster> parseClusterPreset(const std::string &preset,

@@ -4,12 +4,13 @@
 // ranks moves 2(n-1)/n of the message through every rank's slowest link, in
 // 2(n-1) steps. All-reduce also has NCCL's pipelined tree: 2 times the
 // message through each link and 2·log2(n) latencies, faster for small
-// messages on many ranks. A group spanning nodes also has a two-level (hierarchical)
-// form: reduce-scatter inside each node, all-reduce across nodes, all-gather
-// inside; the faster of the two is used. Bandwidth is what NCCL reaches on a
-// link: its own per-link figures (src/graph/topo.h: 20 GB/s per NVLink of
-// A100/V100, 20.6 on H100, 12 GB/s for a PCIe gen3 x16 path; network cards
-// at line rate less protocol overhead), scaled with the link's line rate.
+// messages on many ranks. A group spanning nodes also has a two-level
+// (hierarchical) form: reduce-scatter inside each node, all-reduce across
+// nodes, all-gather inside; the faster of the two is used. Bandwidth is what
+// NCCL reaches on a link: its own per-link figures (src/graph/topo.h: 20 GB/s
+// per NVLink of A100/V100, 20.6 on H100, 12 GB/s for a PCIe gen3 x16 path;
+// network cards at line rate less protocol overhead), scaled with the link's
+// line rate.
 //
 //===----------------------------------------------------------------------===//
 #ifndef ORRERY_COSTMODEL_COLLECTIVE_H
@@ -19,12 +20,18 @@
 
 namespace orrery {
 
-enum class CollectiveKind { AllReduce, AllGather, ReduceScatter, AllToAll, SendRecv };
+enum class CollectiveKind {
+  AllReduce,
+  AllGather,
+  ReduceScatter,
+  AllToAll,
+  SendRecv
+};
 
 /// Where a group's ranks sit.
 struct GroupShape {
-  int ranks = 1;          ///< ranks in the group
-  int ranksPerNode = 1;   ///< of the group, inside one node
+  int ranks = 1;        ///< ranks in the group
+  int ranksPerNode = 1; ///< of the group, inside one node
   /// Link between ranks of one node, and its parallel paths per rank.
   const LinkSpec *intraLink = nullptr;
   /// NVLink ports per device (12 on A100, 18 on H100); 1 for PCIe.

@@ -82,8 +82,12 @@ public:
   std::string linkNames() const;
 
   /// For the parser.
-  static std::vector<DeviceSpec> &mutableDevices(HardwareCatalog &c) { return c.devices_; }
-  static std::vector<LinkSpec> &mutableLinks(HardwareCatalog &c) { return c.links_; }
+  static std::vector<DeviceSpec> &mutableDevices(HardwareCatalog &c) {
+    return c.devices_;
+  }
+  static std::vector<LinkSpec> &mutableLinks(HardwareCatalog &c) {
+    return c.links_;
+  }
 
 private:
   std::vector<DeviceSpec> devices_;

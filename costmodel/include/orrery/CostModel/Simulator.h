@@ -33,7 +33,8 @@ struct Assumptions {
   double kernelLaunchS = 3e-6;
   /// Bytes per parameter for mixed-precision Adam: 2 weights + 4 fp32
   /// gradients + 12 optimizer (fp32 master, momentum, variance).
-  double weightBytesPerParam = 2, gradBytesPerParam = 4, optimizerBytesPerParam = 12;
+  double weightBytesPerParam = 2, gradBytesPerParam = 4,
+         optimizerBytesPerParam = 12;
   /// Workspace (CUDA context, cuBLAS and NCCL buffers) and fragmentation.
   double workspaceBytes = 1.5 * (1ull << 30);
   double fragmentation = 0.05;
@@ -43,7 +44,8 @@ struct MemoryBreakdown {
   double weightsBytes = 0, gradientsBytes = 0, optimizerBytes = 0;
   double activationsBytes = 0, workspaceBytes = 0;
   double total() const {
-    return weightsBytes + gradientsBytes + optimizerBytes + activationsBytes + workspaceBytes;
+    return weightsBytes + gradientsBytes + optimizerBytes + activationsBytes +
+           workspaceBytes;
   }
 };
 
@@ -71,10 +73,15 @@ struct StepResult {
   double modelTflopsPerDevice = 0, mfu = 0, hfu = 0;
   double bubbleFraction = 0;
   /// Time breakdown of the slowest device (sums to stepS).
-  double computeS = 0, exposedTpCommS = 0, exposedPpCommS = 0, exposedDpCommS = 0,
-         bubbleS = 0, optimizerS = 0;
+  double computeS = 0, exposedTpCommS = 0, exposedPpCommS = 0,
+         exposedDpCommS = 0, bubbleS = 0, optimizerS = 0;
   std::vector<StageReport> stages;
+  /// Per layer kind: forward + backward (with recompute) seconds of one
+  /// micro-batch on one device, for balancing pipeline stages.
+  std::vector<double> kindSecondsPerMicroBatch;
   double peakMemoryBytes = 0; ///< largest over devices
+  /// The largest memory need minus capacity over stages (<= 0 when it fits).
+  double memoryShortfallBytes = 0;
   bool fits = true;
   std::string doesNotFit; ///< the reason when !fits
   double energyJ = 0, costUsd = 0;
@@ -83,8 +90,9 @@ struct StepResult {
 
 /// Simulates one step. Fails with a one-line message when the strategy does
 /// not apply to this model or cluster.
-llvm::Expected<StepResult> simulateStep(const Workload &w, const Cluster &c, Strategy s,
-                                        const Assumptions &a = {}, bool keepTrace = false);
+llvm::Expected<StepResult> simulateStep(const Workload &w, const Cluster &c,
+                                        Strategy s, const Assumptions &a = {},
+                                        bool keepTrace = false);
 
 /// Chrome-trace / Perfetto JSON: one track (tid) per pipeline stage.
 std::string chromeTraceJson(const StepResult &r);

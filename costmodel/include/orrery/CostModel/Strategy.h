@@ -23,11 +23,11 @@ enum class Schedule { GPipe, OneFOneB, Interleaved };
 enum class Recompute { None, Selective, Full };
 
 struct Strategy {
-  int tp = 1;  ///< tensor parallel (Megatron column/row)
-  int pp = 1;  ///< pipeline stages
-  int dp = 0;  ///< data parallel; 0 = the devices left over
-  int cp = 1;  ///< context parallel
-  int ep = 1;  ///< expert parallel (inside dp)
+  int tp = 1; ///< tensor parallel (Megatron column/row)
+  int pp = 1; ///< pipeline stages
+  int dp = 0; ///< data parallel; 0 = the devices left over
+  int cp = 1; ///< context parallel
+  int ep = 1; ///< expert parallel (inside dp)
   bool sequenceParallel = false;
   int virtualStages = 1; ///< interleaved 1F1B chunks per device
   Schedule schedule = Schedule::OneFOneB;
@@ -61,7 +61,8 @@ llvm::Expected<Strategy> parseStrategy(const std::string &text);
 /// Fills dp and globalBatch defaults and checks the strategy against the
 /// model and the cluster: degrees that multiply to the device count, tp and
 /// cp dividing the attention heads, the micro-batch dividing the batch, ...
-llvm::Error completeAndValidate(Strategy &s, const Workload &w, const Cluster &c);
+llvm::Error completeAndValidate(Strategy &s, const Workload &w,
+                                const Cluster &c);
 
 } // namespace orrery
 

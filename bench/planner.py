@@ -1,0 +1,74 @@
+#!/usr/bin/python3
+"""The planner against the published SC'21 Table 1 configurations, and its
+speed. For each model the planner searches the same cluster and global batch;
+the published configuration is simulated with the same cost model; the
+benchmark prints both side by side and their ratio (>= 1 means the planner's
+plan is predicted at least as fast). Then planning time for GPT-3 175B on
+1,024 A100 and Llama-3 405B on 16,384 H100.
+
+    bench/planner.py [--build build] [--shared ../shared]
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from validate import gpt_model, strategy_of, cluster_for, ROOT  # noqa: E402
+
+
+def run(cmd):
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode:
+        return None, proc.stderr.strip()
+    return json.loads(proc.stdout), None
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", default=os.path.join(ROOT, "build"))
+    ap.add_argument("--shared", default=os.path.join(ROOT, "..", "shared"))
+    args = ap.parse_args()
+    orrery = os.path.join(args.build, "bin", "orrery")
+    data = json.load(open(os.path.join(args.shared, "validation", "published_runs.json")))
+    print(f"{'case':18} {'published (tp,pp,dp,mbs)':>26} {'s':>8}   {'planner (tp,pp,dp,mbs)':>24} {'s':>8} {'ratio':>6}")
+    for case in data["cases"]:
+        if case["group"] != "SC21_Table1_weak_scaling":
+            continue
+        model = gpt_model(args.build, case["model"])
+        cluster = cluster_for(args.build, case)
+        pub, e1 = run([orrery, "simulate", model, "--cluster", cluster,
+                       "--strategy", strategy_of(case), "--json"])
+        plan, e2 = run([orrery, "plan", model, "--cluster", cluster, "--global-batch",
+                        str(case["training"]["global_batch"]), "--precision", "fp16",
+                        "--json", "--quiet", "--top", "1"])
+        p = case["parallel"]
+        published = f"({p['tp']},{p['pp']},{p['dp']},{case['training']['micro_batch']})"
+        if pub is None or plan is None:
+            print(f"{case['id']:18} {published:>26}  cannot compare: {e1 or e2}")
+            continue
+        s = plan["strategy"]
+        chosen = f"({s['tp']},{s['pp']},{s['dp']},{s['micro_batch_size_samples']})"
+        t_pub, t_plan = pub["step_time_s"], plan["predicted"]["step_time_s"]
+        print(f"{case['id']:18} {published:>26} {t_pub:8.2f}   {chosen:>24} {t_plan:8.2f} {t_pub / t_plan:6.2f}")
+    print()
+    for name, cluster, gbs in (("gpt3-175b", "128x8xA100-80G", 1536),
+                               ("llama3-405b", "2048x8xH100-SXM", 2048)):
+        start = time.time()
+        plan, err = run([orrery, "plan", name, "--cluster", cluster, "--global-batch", str(gbs),
+                         "--json", "--quiet"])
+        wall = time.time() - start
+        if plan is None:
+            print(f"{name} on {cluster}: {err}")
+            continue
+        priced = plan["search"]["candidates_priced"]
+        print(f"planning {name} on {cluster} (gbs {gbs}): {wall:.2f} s wall for the whole command "
+              f"(import, outlining, search), {priced} candidates priced; best "
+              f"{plan['strategy']['cli']} at {plan['predicted']['step_time_s']:.2f} s/step")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,37 @@
+//===- Plan.h - the plan format (version 1) ------------------------------===//
+//
+// A plan is JSON (docs/plan.md, schema docs/plan.schema.json): the model and
+// cluster it was made for (with digests), the strategy, the stages with
+// their layers and devices, the device groups, the predicted metrics, and
+// the runners-up. The same inputs give the same bytes.
+//
+//===----------------------------------------------------------------------===//
+#ifndef ORRERY_PLAN_PLAN_H
+#define ORRERY_PLAN_PLAN_H
+
+#include "orrery/Search/Planner.h"
+
+#include <nlohmann/json.hpp>
+
+namespace orrery {
+
+/// FNV-1a 64-bit of bytes, as 16 hex digits: identifies the model file and
+/// the cluster spec a plan was made for.
+std::string digestOf(const std::string &bytes);
+
+struct PlanInputs {
+  std::string modelPath, modelDigest;
+  std::string clusterSpec, clusterDigest;
+};
+
+/// The plan document for the best result and its runners-up.
+nlohmann::ordered_json planJson(const PlanResult &r, const Workload &w,
+                                const PlanInputs &in);
+
+/// The strategy a plan document holds; errors name the offending field.
+llvm::Expected<Strategy> strategyFromPlan(const nlohmann::json &plan,
+                                          const std::string &what);
+
+} // namespace orrery
+
+#endif // ORRERY_PLAN_PLAN_H

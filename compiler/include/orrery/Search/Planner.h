@@ -1,0 +1,57 @@
+//===- Planner.h - search the strategy space for the best plan -----------===//
+//
+// Enumerates tensor x context x pipeline x data parallel factorizations of
+// the cluster (tensor and context groups inside a node), micro-batch sizes,
+// interleaving, ZeRO stages, recompute modes and, when nothing else fits,
+// optimizer offload; balances pipeline stages over the outlined layers with
+// a linear-partition search; prices every candidate that can fit with the
+// step simulator and keeps the best by the objective.
+//
+//===----------------------------------------------------------------------===//
+#ifndef ORRERY_SEARCH_PLANNER_H
+#define ORRERY_SEARCH_PLANNER_H
+
+#include "orrery/CostModel/Simulator.h"
+
+#include <functional>
+
+namespace orrery {
+
+enum class Objective { Time, Cost, Energy };
+
+struct PlanOptions {
+  int64_t globalBatch = 0; ///< samples per step; 0 = 1024
+  Objective objective = Objective::Time;
+  /// When > 0: use only as many nodes as this many USD per hour buys, and
+  /// be fastest on them.
+  double budgetUsdPerHour = 0;
+  int topK = 5;
+  Precision precision = Precision::BF16;
+  /// Called now and then with the candidates priced so far and the best.
+  std::function<void(int64_t priced, const StepResult *best)> progress;
+};
+
+struct PlanResult {
+  std::vector<StepResult> top; ///< best first
+  int64_t candidatesPriced = 0;
+  int64_t candidatesPruned = 0; ///< rejected before pricing (memory bound)
+  double searchS = 0;
+  /// The devices the plan uses (all of them unless a budget cut nodes).
+  Cluster cluster;
+};
+
+/// The best strategies, or an error naming why none applies (the smallest
+/// memory shortfall when nothing fits).
+llvm::Expected<PlanResult> searchPlans(const Workload &w, const Cluster &c,
+                                       const PlanOptions &o);
+
+/// Splits `seconds` (one entry per layer, in order) into `parts` contiguous
+/// runs minimizing the largest run's sum. Returns the run lengths.
+std::vector<int> balanceLayers(const std::vector<double> &seconds, int parts);
+
+/// The score an objective minimizes.
+double objectiveScore(const StepResult &r, Objective o);
+
+} // namespace orrery
+
+#endif // ORRERY_SEARCH_PLANNER_H

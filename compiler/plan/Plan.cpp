@@ -1,0 +1,263 @@
+//===- Plan.cpp - the plan format (version 1) ----------------------------===//
+#include "orrery/Plan/Plan.h"
+
+#include <cstdio>
+
+namespace orrery {
+
+using ojson = nlohmann::ordered_json;
+
+std::string digestOf(const std::string &bytes) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : bytes) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", (unsigned long long)h);
+  return buf;
+}
+
+static const char *scheduleName(Schedule s) {
+  return s == Schedule::GPipe      ? "gpipe"
+         : s == Schedule::OneFOneB ? "1f1b"
+                                   : "interleaved";
+}
+static const char *recomputeName(Recompute r) {
+  return r == Recompute::None        ? "none"
+         : r == Recompute::Selective ? "selective"
+                                     : "full";
+}
+
+static ojson strategyJson(const Strategy &s) {
+  ojson j;
+  j["tp"] = s.tp;
+  j["pp"] = s.pp;
+  j["dp"] = s.dp;
+  j["cp"] = s.cp;
+  j["ep"] = s.ep;
+  j["sequence_parallel"] = s.sequenceParallel;
+  j["virtual_stages"] = s.virtualStages;
+  j["schedule"] = scheduleName(s.schedule);
+  j["micro_batch_size_samples"] = s.microBatch;
+  j["global_batch_size_samples"] = s.globalBatch;
+  j["micro_batches"] = s.microBatches();
+  j["zero_stage"] = s.zeroStage;
+  j["recompute"] = recomputeName(s.recompute);
+  j["offload_optimizer"] = s.offloadOptimizer;
+  j["offload_activations"] = s.offloadActivations;
+  j["precision"] = precisionName(s.precision);
+  j["device_order"] = s.order;
+  j["layers_per_stage"] = s.stageLayers;
+  j["cli"] = s.str();
+  return j;
+}
+
+static ojson metricsJson(const StepResult &r) {
+  return {{"step_time_s", r.stepS},
+          {"tokens_per_s", r.tokensPerS},
+          {"samples_per_s", r.samplesPerS},
+          {"model_tflop_per_s_per_device", r.modelTflopsPerDevice},
+          {"mfu", r.mfu},
+          {"hfu", r.hfu},
+          {"bubble_fraction", r.bubbleFraction},
+          {"exposed_communication_s",
+           r.exposedTpCommS + r.exposedPpCommS + r.exposedDpCommS},
+          {"peak_memory_bytes", r.peakMemoryBytes},
+          {"energy_j_per_step", r.energyJ},
+          {"cost_usd_per_step", r.costUsd}};
+}
+
+ojson planJson(const PlanResult &r, const Workload &w, const PlanInputs &in) {
+  const StepResult &best = r.top.front();
+  const Strategy &s = best.strategy;
+  const Cluster &c = r.cluster;
+  ojson j;
+  j["schema"] = "orrery-plan";
+  j["version"] = 1;
+  ojson layers = ojson::array();
+  for (const LayerRun &run : w.layers)
+    layers.push_back({{"kind", w.kinds[run.kind].name}, {"count", run.count}});
+  j["model"] = {{"source", in.modelPath},
+                {"digest_fnv1a64", in.modelDigest},
+                {"parameters", w.parameters()},
+                {"tokens_per_sample", w.tokensPerSample},
+                {"layers", layers}};
+  j["cluster"] = {{"spec", in.clusterSpec},
+                  {"digest_fnv1a64", in.clusterDigest},
+                  {"devices", c.numDevices()},
+                  {"devices_used", c.numDevices()},
+                  {"device_type", c.deviceSpec(0).name}};
+  j["strategy"] = strategyJson(s);
+
+  // Stages: their layers (in model order) and devices. Rank r of the
+  // strategy's order is device r of the cluster.
+  auto coord = [&](int rank, const std::string &axis) {
+    return (rank / s.stride(axis)) % s.degree(axis);
+  };
+  ojson stages = ojson::array();
+  for (size_t i = 0; i < best.stages.size(); ++i) {
+    const StageReport &st = best.stages[i];
+    ojson devs = ojson::array();
+    for (int rank = 0; rank < c.numDevices(); ++rank)
+      if (coord(rank, "pp") == int(i))
+        devs.push_back(rank);
+    stages.push_back({{"stage", i},
+                      {"first_layer", st.firstLayer},
+                      {"layers", st.numLayers},
+                      {"device_type", st.device},
+                      {"devices", devs},
+                      {"forward_s_per_micro_batch", st.forwardS},
+                      {"backward_s_per_micro_batch", st.backwardS},
+                      {"memory_bytes",
+                       {{"weights", st.memory.weightsBytes},
+                        {"gradients", st.memory.gradientsBytes},
+                        {"optimizer", st.memory.optimizerBytes},
+                        {"activations", st.memory.activationsBytes},
+                        {"workspace", st.memory.workspaceBytes},
+                        {"total", st.memory.total()},
+                        {"capacity", st.capacityBytes}}}});
+  }
+  j["stages"] = stages;
+
+  // Groups: ranks that share every coordinate but one axis.
+  ojson groups;
+  for (const char *axis : {"tp", "cp", "dp", "pp"}) {
+    ojson list = ojson::array();
+    int degree = s.degree(axis), stride = s.stride(axis);
+    for (int rank = 0; rank < c.numDevices(); ++rank) {
+      if (coord(rank, axis) != 0)
+        continue;
+      ojson g = ojson::array();
+      for (int k = 0; k < degree; ++k)
+        g.push_back(rank + k * stride);
+      list.push_back(g);
+    }
+    groups[axis] = list;
+  }
+  j["groups"] = groups;
+  j["predicted"] = metricsJson(best);
+  ojson alternatives = ojson::array();
+  for (size_t i = 1; i < r.top.size(); ++i)
+    alternatives.push_back({{"strategy", strategyJson(r.top[i].strategy)},
+                            {"predicted", metricsJson(r.top[i])}});
+  j["alternatives"] = alternatives;
+  j["search"] = {{"candidates_priced", r.candidatesPriced},
+                 {"candidates_pruned", r.candidatesPruned}};
+  return j;
+}
+
+static llvm::Error err(const std::string &msg) {
+  return llvm::createStringError(llvm::inconvertibleErrorCode(), msg);
+}
+
+llvm::Expected<Strategy> strategyFromPlan(const nlohmann::json &plan,
+                                          const std::string &what) {
+  if (!plan.is_object())
+    return err(what + ": a plan must be a JSON object");
+  if (plan.value("schema", "") != "orrery-plan")
+    return err(what + ": schema: expected \"orrery-plan\"");
+  if (!plan.contains("version") || !plan["version"].is_number_integer() ||
+      plan["version"] != 1)
+    return err(what + ": version: expected 1");
+  if (!plan.contains("strategy") || !plan["strategy"].is_object())
+    return err(what + ": strategy: missing");
+  const nlohmann::json &j = plan["strategy"];
+  Strategy s;
+  auto integer = [&](const char *key, auto &out, long long lo) -> llvm::Error {
+    if (!j.contains(key) || !j[key].is_number_integer() ||
+        j[key].get<long long>() < lo)
+      return err(what + ": strategy." + key +
+                 ": must be an integer >= " + std::to_string(lo));
+    out = j[key].get<long long>();
+    return llvm::Error::success();
+  };
+  for (auto [key, field] :
+       std::initializer_list<std::pair<const char *, int *>>{
+           {"tp", &s.tp},
+           {"pp", &s.pp},
+           {"dp", &s.dp},
+           {"cp", &s.cp},
+           {"ep", &s.ep},
+           {"virtual_stages", &s.virtualStages},
+           {"zero_stage", &s.zeroStage}})
+    if (auto e = integer(key, *field, key == std::string("zero_stage") ? 0 : 1))
+      return std::move(e);
+  if (s.zeroStage > 3)
+    return err(what + ": strategy.zero_stage: must be 0 to 3");
+  if (auto e = integer("micro_batch_size_samples", s.microBatch, 1))
+    return std::move(e);
+  if (auto e = integer("global_batch_size_samples", s.globalBatch, 1))
+    return std::move(e);
+  auto boolean = [&](const char *key, bool &out) -> llvm::Error {
+    if (!j.contains(key) || !j[key].is_boolean())
+      return err(what + ": strategy." + key + ": must be true or false");
+    out = j[key];
+    return llvm::Error::success();
+  };
+  if (auto e = boolean("sequence_parallel", s.sequenceParallel))
+    return std::move(e);
+  if (auto e = boolean("offload_optimizer", s.offloadOptimizer))
+    return std::move(e);
+  if (auto e = boolean("offload_activations", s.offloadActivations))
+    return std::move(e);
+  std::string sched = j.value("schedule", "");
+  if (sched == "gpipe")
+    s.schedule = Schedule::GPipe;
+  else if (sched == "1f1b")
+    s.schedule = Schedule::OneFOneB;
+  else if (sched == "interleaved")
+    s.schedule = Schedule::Interleaved;
+  else
+    return err(what +
+               ": strategy.schedule: must be gpipe, 1f1b or interleaved");
+  std::string rec = j.value("recompute", "");
+  if (rec == "none")
+    s.recompute = Recompute::None;
+  else if (rec == "selective")
+    s.recompute = Recompute::Selective;
+  else if (rec == "full")
+    s.recompute = Recompute::Full;
+  else
+    return err(what + ": strategy.recompute: must be none, selective or full");
+  std::string prec = j.value("precision", "");
+  bool found = false;
+  for (Precision p : {Precision::FP32, Precision::TF32, Precision::FP16,
+                      Precision::BF16, Precision::FP8})
+    if (prec == precisionName(p)) {
+      s.precision = p;
+      found = true;
+    }
+  if (!found)
+    return err(what +
+               ": strategy.precision: must be fp32, tf32, fp16, bf16 or fp8");
+  if (j.contains("device_order")) {
+    if (!j["device_order"].is_array())
+      return err(what + ": strategy.device_order: must be a list");
+    std::vector<std::string> order;
+    for (const auto &a : j["device_order"])
+      if (a.is_string())
+        order.push_back(a);
+    std::vector<std::string> sorted = order;
+    std::sort(sorted.begin(), sorted.end());
+    if (sorted != std::vector<std::string>{"cp", "dp", "pp", "tp"})
+      return err(
+          what +
+          ": strategy.device_order: must list tp, cp, dp and pp once each");
+    s.order = order;
+  }
+  if (j.contains("layers_per_stage")) {
+    if (!j["layers_per_stage"].is_array())
+      return err(what + ": strategy.layers_per_stage: must be a list");
+    for (const auto &n : j["layers_per_stage"]) {
+      if (!n.is_number_integer() || n.get<long long>() <= 0)
+        return err(
+            what +
+            ": strategy.layers_per_stage: counts must be positive integers");
+      s.stageLayers.push_back(n.get<int>());
+    }
+  }
+  return s;
+}
+
+} // namespace orrery

@@ -1,0 +1,84 @@
+//===- PlanReport.cpp - the `orrery plan` summary ------------------------===//
+#include "PlanReport.h"
+
+#include <cstdio>
+
+namespace orrery {
+
+static double gib(double b) { return b / double(1ull << 30); }
+
+static std::string row(int rank, const StepResult &r) {
+  const Strategy &s = r.strategy;
+  char buf[256];
+  std::snprintf(buf, sizeof buf,
+                "  %-3d %9.3f %7.1f%% %7.1f%% %8.1f  %3d %3d %4d %3d %4lld %4d "
+                "%-10s %4d%s\n",
+                rank, r.stepS, 100 * r.mfu, 100 * r.bubbleFraction,
+                gib(r.peakMemoryBytes), s.tp, s.pp, s.dp, s.cp,
+                (long long)s.microBatch, s.virtualStages,
+                s.recompute == Recompute::None        ? "none"
+                : s.recompute == Recompute::Selective ? "selective"
+                                                      : "full",
+                s.zeroStage, s.offloadOptimizer ? " offload" : "");
+  return buf;
+}
+
+void printPlan(std::ostream &os, const PlanResult &r, const Workload &w,
+               Objective o, bool explain) {
+  const StepResult &b = r.top.front();
+  char buf[512];
+  os << "model        " << w.source << "\n";
+  os << "cluster      " << r.cluster.name << " (" << r.cluster.numDevices()
+     << " x " << r.cluster.deviceSpec(0).name << ")\n";
+  std::snprintf(buf, sizeof buf,
+                "searched     %lld candidates priced in %.0f ms (%.0f per "
+                "second), %lld pruned by memory\n\n",
+                (long long)r.candidatesPriced, r.searchS * 1e3,
+                r.candidatesPriced / std::max(r.searchS, 1e-9),
+                (long long)r.candidatesPruned);
+  os << buf;
+  os << "best plan    " << b.strategy.str() << "\n";
+  std::string tokens;
+  if (b.tokensPerS > 0) {
+    std::snprintf(buf, sizeof buf, "%.4g tokens/s   ", b.tokensPerS);
+    tokens = buf;
+  }
+  std::snprintf(
+      buf, sizeof buf,
+      "step         %.3f s   %s%.4g samples/s   MFU %.1f%%   bubble %.1f%%\n"
+      "memory       peak %.1f GiB of %.1f GiB per device\n",
+      b.stepS, tokens.c_str(), b.samplesPerS, 100 * b.mfu,
+      100 * b.bubbleFraction, gib(b.peakMemoryBytes),
+      gib(r.cluster.deviceSpec(0).memoryBytes));
+  os << buf;
+  if (b.costUsd > 0 || o != Objective::Time) {
+    std::snprintf(buf, sizeof buf, "energy/cost  %.4g J, %.4g USD per step\n",
+                  b.energyJ, b.costUsd);
+    os << buf;
+  }
+  os << "\n  #    step s     MFU  bubble  mem GiB   tp  pp   dp  cp  mbs  vpp "
+        "recompute  zero\n";
+  for (size_t i = 0; i < r.top.size(); ++i)
+    os << row(int(i + 1), r.top[i]);
+  if (!explain || r.top.size() < 2)
+    return;
+  os << "\nwhy #1 wins\n";
+  double cap = r.cluster.deviceSpec(0).memoryBytes;
+  auto exposed = [](const StepResult &x) {
+    return x.exposedTpCommS + x.exposedPpCommS + x.exposedDpCommS;
+  };
+  for (size_t i = 1; i < r.top.size(); ++i) {
+    const StepResult &x = r.top[i];
+    std::snprintf(buf, sizeof buf,
+                  "  vs #%zu: %.1f%% slower; compute %.2f vs %.2f s, bubble "
+                  "%.2f vs %.2f s, "
+                  "exposed communication %.2f vs %.2f s, memory headroom %.1f "
+                  "vs %.1f GiB\n",
+                  i + 1, 100 * (x.stepS / b.stepS - 1), b.computeS, x.computeS,
+                  b.bubbleS, x.bubbleS, exposed(b), exposed(x),
+                  gib(cap - b.peakMemoryBytes), gib(cap - x.peakMemoryBytes));
+    os << buf;
+  }
+}
+
+} // namespace orrery
