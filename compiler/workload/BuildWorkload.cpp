@@ -1,5 +1,6 @@
 //===- BuildWorkload.cpp - outlined module → Workload ---------------------===//
 #include "orrery/Workload/BuildWorkload.h"
+#include "orrery/Workload/Parallelism.h"
 #include "orrery/Dialect/OrreryDialect.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -54,9 +55,6 @@ static Operation *producerThroughViews(Value v) {
   return def;
 }
 
-static bool isContractionOp(Operation *op) {
-  return isa<MatMulOp, GemmOp, ConvOp, ConvTransposeOp>(op);
-}
 
 /// Attention scores: the product of two activations with a square trailing
 /// [s, s] block (QKᵀ); ops on tensors of that type form the attention core.
@@ -78,12 +76,10 @@ static bool isScoreProduct(Operation *op) {
 // output. For GPT this finds QKV and FC1 column-parallel, the output
 // projection and FC2 row-parallel, four all-reduces per layer.
 static void analyzeParallelism(func::FuncOp func, LayerKind &kind) {
-  llvm::DenseSet<Value> sharded, core;
+  TensorParallelLayout layout = layoutTensorParallel(func);
+  llvm::DenseSet<Value> &sharded = layout.sharded;
+  llvm::DenseSet<Value> core;
   llvm::DenseSet<Type> scoreTypes;
-  auto anySharded = [&](Operation *op) {
-    return llvm::any_of(op->getOperands(),
-                        [&](Value v) { return sharded.contains(v); });
-  };
   llvm::DenseMap<Operation *, size_t> opIndex;
   Operation *previous = nullptr; // the last op with a kernel
   for (Operation &op : func.getBody().front().without_terminator()) {
@@ -100,28 +96,21 @@ static void analyzeParallelism(func::FuncOp func, LayerKind &kind) {
     c.bytesWritten = cost.getBytesWritten();
     c.contraction = isContractionOp(&op);
     c.view = isView(&op);
-    bool weighted = llvm::any_of(op.getOperands(), [](Value v) {
-      return isa<RankedTensorType>(v.getType()) && !isActivation(v) &&
-             !v.getDefiningOp<ConstantOp>();
-    });
-    bool splitOutput = false;
-    if (c.contraction && weighted) {
+    auto column = layout.columnParallel.find(&op);
+    if (column != layout.columnParallel.end()) {
       c.tensorParallel = true;
-      if (anySharded(&op)) {
+      if (!column->second) {
         c.tpAllReduceForwardBytes = tensorBytes(op.getResult(0).getType());
       } else {
-        splitOutput = true;
         for (Value v : op.getOperands())
           if (isActivation(v))
             c.tpAllReduceBackwardBytes += tensorBytes(v.getType());
       }
-    } else if (isa<GatherOp>(op) && op.getNumOperands() &&
-               !isActivation(op.getOperand(0))) {
-      c.tensorParallel = true; // vocabulary-parallel embedding
+    } else if (layout.vocabParallel.contains(&op)) {
+      c.tensorParallel = true;
       c.tpAllReduceForwardBytes = tensorBytes(op.getResult(0).getType());
     } else {
-      splitOutput = anySharded(&op);
-      c.tensorParallel = splitOutput;
+      c.tensorParallel = op.getNumResults() && sharded.contains(op.getResult(0));
     }
     if (isScoreProduct(&op)) {
       scoreTypes.insert(op.getResult(0).getType());
@@ -135,12 +124,9 @@ static void analyzeParallelism(func::FuncOp func, LayerKind &kind) {
                      [&](Type t) { return scoreTypes.contains(t); }) ||
         llvm::any_of(op.getResultTypes(),
                      [&](Type t) { return scoreTypes.contains(t); });
-    for (Value r : op.getResults()) {
-      if (splitOutput)
-        sharded.insert(r);
+    for (Value r : op.getResults())
       if (c.attentionCore)
         core.insert(r);
-    }
     // PyTorch's dropout is a kernel of its own (it draws random numbers);
     // what follows it may fuse with it (Megatron's bias-dropout-add).
     if (!c.view && isFusible(&op) && !isa<DropoutOp>(op) && previous &&
