@@ -25,7 +25,8 @@ bool hasWeightOperand(Operation *op) {
 TensorParallelLayout layoutTensorParallel(func::FuncOp layer) {
   TensorParallelLayout l;
   auto anySharded = [&](Operation *op) {
-    return llvm::any_of(op->getOperands(), [&](Value v) { return l.sharded.contains(v); });
+    return llvm::any_of(op->getOperands(),
+                        [&](Value v) { return l.sharded.contains(v); });
   };
   for (Operation &op : layer.getBody().front().without_terminator()) {
     if (!isa<CostOpInterface>(op) || isa<ConstantOp, NoneOp, WeightOp>(op))
@@ -35,7 +36,8 @@ TensorParallelLayout layoutTensorParallel(func::FuncOp layer) {
       bool row = anySharded(&op);
       l.columnParallel[&op] = !row;
       split = !row;
-    } else if (isa<GatherOp>(op) && op.getNumOperands() && !isActivation(op.getOperand(0))) {
+    } else if (isa<GatherOp>(op) && op.getNumOperands() &&
+               !isActivation(op.getOperand(0))) {
       l.vocabParallel.insert(&op);
     } else {
       split = anySharded(&op);

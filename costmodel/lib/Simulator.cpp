@@ -356,6 +356,9 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
                  std::to_string(chunks) + " for " +
                  std::to_string(sequence.size()) + " layers)");
 
+  for (const auto &layers : chunkOf)
+    r.chunkLayers.push_back(int(layers.size()));
+
   std::vector<LayerTime> kindTime;
   for (const LayerKind &k : w.kinds) {
     kindTime.push_back(layerTime(k));

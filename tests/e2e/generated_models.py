@@ -12,6 +12,8 @@ attention term counts the full s×s scores, as the graphs compute them).
 The GPT models' activation memory per transformer layer, derived from the
 graph op by op, must match Korthikanti et al. 2022 (eq. 1, no recompute, no
 parallelism) within 1%: s·b·h·(34 + 5·a·s/h) bytes in 16-bit precision.
+
+ResNet-152 and ViT-H/14 also plan on a 64-GPU preset with --emit-mlir.
 """
 import argparse
 import json
@@ -88,6 +90,15 @@ def main():
                     problems.append(f"activations/layer {got:.4g} B vs Korthikanti {want:.4g} B ({aerr:.2%})")
         detail = "" if problems else \
             f"{stats['parameters']:,} params (published {published:,.0f}: {source})"
+        if name in ("resnet152", "vit-h14") and not problems:
+            out = path + ".sharded.mlir"
+            proc = subprocess.run([args.orrery, "plan", path, "--cluster", "8x8xA100-80G",
+                                   "--global-batch", "512", "--quiet", "--emit-mlir", out],
+                                  capture_output=True, text=True)
+            if proc.returncode != 0:
+                problems.append(f"plan on 64 GPUs: {proc.stderr.strip()}")
+            elif "shard.sharding" not in open(out).read():
+                problems.append("plan --emit-mlir wrote no shardings")
         tally.record(name, problems, detail)
     return tally.finish()
 

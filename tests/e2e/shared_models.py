@@ -7,6 +7,10 @@ within 1%; "about N M" counts (two significant digits) within 5%. Counts the
 manifest gives "incl. BN statistics" / "incl. small constants" compare with
 parameters + buffers. Transformer models must outline their repeated layers.
 
+Each model also plans on a 64-GPU preset (8 nodes of 8 A100) with its
+shardings written in MLIR's shard dialect (`--emit-mlir`, which verifies the
+module before writing it).
+
 Skips (exit 0 with a message) when shared/ is absent, as on a user's machine.
 """
 import argparse
@@ -38,6 +42,26 @@ LAYERS = {
 MANIFEST_ERRATA = {"light_zfnet512.onnx": 87_250_536}
 
 
+def plan_problems(orrery, model, dims, workdir):
+    """Plans `model` on 64 A100 and checks the plan and its MLIR."""
+    out = os.path.join(workdir, os.path.basename(model) + ".sharded.mlir")
+    cmd = [orrery, "plan", model, "--cluster", "8x8xA100-80G", "--global-batch", "512",
+           "--quiet", "--json", "--emit-mlir", out]
+    for d in dims:
+        cmd += ["--dim", d]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        return [f"plan: exit {proc.returncode}: {proc.stderr.strip()}"]
+    plan = json.loads(proc.stdout)
+    s = plan["strategy"]
+    problems = []
+    if s["tp"] * s["pp"] * s["dp"] * s["cp"] != 64:
+        problems.append(f"plan uses {s['tp'] * s['pp'] * s['dp'] * s['cp']} devices, not 64")
+    if "shard.grid @orrery_grid" not in open(out).read():
+        problems.append("--emit-mlir wrote no shard.grid")
+    return problems
+
+
 def manifest_counts(path):
     counts = {}
     for line in open(path):
@@ -59,7 +83,9 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--orrery", required=True)
     ap.add_argument("--shared", required=True)
+    ap.add_argument("--workdir", default="/tmp")
     args = ap.parse_args()
+    os.makedirs(args.workdir, exist_ok=True)
     models = os.path.join(args.shared, "models")
     manifest = os.path.join(models, "MANIFEST.md")
     if not os.path.exists(manifest):
@@ -90,6 +116,7 @@ def main():
             repeats = [l["count"] for l in stats.get("layers", []) if l["count"] > 1]
             if name in LAYERS and repeats != LAYERS[name]:
                 problems.append(f"repeated layers {repeats}, expected {LAYERS[name]}")
+            problems += plan_problems(args.orrery, os.path.join(models, name), DIMS, args.workdir)
         detail = "" if problems else \
             f"{stats['parameters']:,} params, layers " + \
             " ".join(f"{l['kind']}x{l['count']}" for l in stats["layers"])

@@ -19,6 +19,9 @@
 #include "Stats.h"
 #include "orrery/Import/Importer.h"
 #include "orrery/Plan/Plan.h"
+#include "orrery/Transforms/ShardAnnotations.h"
+
+#include "mlir/IR/Verifier.h"
 #include "orrery/Transforms/Passes.h"
 #include "orrery/Workload/BuildWorkload.h"
 
@@ -223,6 +226,10 @@ int main(int argc, char **argv) {
   planCmd->add_flag("--json", planJsonOut,
                     "print the plan JSON instead of the summary");
   planCmd->add_flag("--quiet", quiet, "no progress on stderr");
+  std::string emitMlir;
+  planCmd->add_option("--emit-mlir", emitMlir,
+                      "write the model annotated with the plan's shardings "
+                      "(MLIR shard dialect) to FILE");
 
   std::string checkPlan, checkModel, checkCluster;
   CLI::App *checkCmd = app.add_subcommand(
@@ -441,6 +448,48 @@ int main(int argc, char **argv) {
       out << doc.dump(2) << "\n";
       if (!out)
         return fail("-o " + planOut + ": cannot write the file");
+    }
+    if (!emitMlir.empty()) {
+      // One micro-batch of every replica: batch = mbs x dp.
+      const orrery::StepResult &best = result->top.front();
+      ModelArgs stepArgs = planArgs;
+      stepArgs.dims.erase(std::remove_if(stepArgs.dims.begin(),
+                                         stepArgs.dims.end(),
+                                         [](const std::string &d) {
+                                           return d.rfind("batch=", 0) == 0;
+                                         }),
+                          stepArgs.dims.end());
+      stepArgs.dims.push_back(
+          "batch=" +
+          std::to_string(best.strategy.microBatch * best.strategy.dp));
+      mlir::MLIRContext emitCtx;
+      emitCtx.disableMultithreading();
+      int emitRc = 0;
+      auto stepModule = frontEnd(emitCtx, stepArgs, true, nullptr, emitRc);
+      if (!stepModule)
+        return emitRc;
+      orrery::ShardGrid grid;
+      const orrery::Strategy &st = best.strategy;
+      for (auto it = st.order.rbegin(); it != st.order.rend(); ++it) {
+        grid.axes.push_back(*it);
+        grid.sizes.push_back(st.degree(*it));
+      }
+      orrery::annotateShardings(*stepModule, grid, best.chunkLayers, st.pp);
+      std::string diag;
+      mlir::ScopedDiagnosticHandler handler(&emitCtx, [&](mlir::Diagnostic &d) {
+        if (diag.empty())
+          diag = d.str();
+        return mlir::success();
+      });
+      if (mlir::failed(mlir::verify(*stepModule)))
+        return fail("--emit-mlir: the annotated module does not verify: " +
+                    diag);
+      std::error_code ec;
+      llvm::raw_fd_ostream out(emitMlir, ec);
+      if (ec)
+        return fail("--emit-mlir " + emitMlir + ": " + ec.message());
+      stepModule->print(out);
+      out << "\n";
     }
     if (planJsonOut)
       std::cout << doc.dump(2) << "\n";

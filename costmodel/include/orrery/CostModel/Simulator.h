@@ -76,6 +76,9 @@ struct StepResult {
   double computeS = 0, exposedTpCommS = 0, exposedPpCommS = 0,
          exposedDpCommS = 0, bubbleS = 0, optimizerS = 0;
   std::vector<StageReport> stages;
+  /// Layers per pipeline chunk (pp x vpp chunks in model order; chunk c
+  /// runs on stage c % pp).
+  std::vector<int> chunkLayers;
   /// Per layer kind: forward + backward (with recompute) seconds of one
   /// micro-batch on one device, for balancing pipeline stages.
   std::vector<double> kindSecondsPerMicroBatch;

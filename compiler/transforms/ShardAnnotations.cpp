@@ -1,0 +1,154 @@
+//===- ShardAnnotations.cpp - a plan's shardings in MLIR's shard dialect --===//
+#include "orrery/Transforms/ShardAnnotations.h"
+#include "orrery/Dialect/OrreryDialect.h"
+#include "orrery/Workload/Parallelism.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Shard/IR/ShardDialect.h"
+#include "mlir/Dialect/Shard/IR/ShardOps.h"
+#include "mlir/IR/Builders.h"
+
+using namespace mlir;
+
+namespace orrery {
+
+namespace {
+
+/// The weight argument a value comes from, looking through a transpose of
+/// a matrix (torch exports nn.Linear as MatMul(x, Transpose(W))); `swapped`
+/// says the dims were exchanged.
+BlockArgument weightSource(Value v, bool &swapped) {
+  swapped = false;
+  if (auto t = v.getDefiningOp<TransposeOp>()) {
+    v = t->getOperand(0);
+    swapped = true;
+  }
+  auto arg = dyn_cast<BlockArgument>(v);
+  return arg && isWeight(arg) ? arg : BlockArgument();
+}
+
+} // namespace
+
+void annotateShardings(ModuleOp module, const ShardGrid &grid,
+                       const std::vector<int> &chunkLayers, int stages) {
+  module->getContext()->loadDialect<shard::ShardDialect>();
+  OpBuilder b(module.getContext());
+  b.setInsertionPointToStart(module.getBody());
+  const char *gridName = "orrery_grid";
+  shard::GridOp::create(b, module.getLoc(), gridName, grid.sizes);
+  auto axisOf = [&](const std::string &name) -> int {
+    for (size_t i = 0; i < grid.axes.size(); ++i)
+      if (grid.axes[i] == name && grid.sizes[i] > 1)
+        return int(i);
+    return -1;
+  };
+  int tpAxis = axisOf("tp"), dpAxis = axisOf("dp");
+  // Activations are split over dp on their batch dimension: the leading dim
+  // of @main's first input (a causal mask passed to each layer is not).
+  int64_t batch = -1;
+  if (auto main = module.lookupSymbol<func::FuncOp>("main"))
+    if (main.getNumArguments())
+      if (auto t = dyn_cast<RankedTensorType>(main.getArgument(0).getType());
+          t && t.getRank())
+        batch = t.getDimSize(0);
+
+  for (auto func : module.getOps<func::FuncOp>()) {
+    if (func.isExternal() || func.getSymName() == "main")
+      continue;
+    TensorParallelLayout layout = layoutTensorParallel(func);
+    // Tensor dim of each weight argument split over tp (-1: replicated).
+    llvm::DenseMap<BlockArgument, int> weightDim;
+    auto splitWeight = [&](Value v, int dim) {
+      bool swapped;
+      BlockArgument arg = weightSource(v, swapped);
+      if (!arg)
+        return;
+      auto t = cast<RankedTensorType>(arg.getType());
+      if (swapped && t.getRank() == 2)
+        dim = 1 - dim;
+      if (dim >= 0 && dim < t.getRank())
+        weightDim.try_emplace(arg, dim);
+    };
+    for (Operation &op : func.getBody().front()) {
+      auto column = layout.columnParallel.find(&op);
+      if (column != layout.columnParallel.end()) {
+        Value w = op.getOperand(1);
+        int rank = cast<RankedTensorType>(w.getType()).getRank();
+        bool transB = false;
+        if (auto attr = op.getAttrOfType<IntegerAttr>("transB"))
+          transB = attr.getInt() != 0;
+        int outDim, inDim;
+        if (isa<ConvOp>(op)) {
+          outDim = 0;
+          inDim = 1;
+        } else if (isa<ConvTransposeOp>(op)) {
+          outDim = 1;
+          inDim = 0;
+        } else {
+          outDim = transB ? rank - 2 : rank - 1;
+          inDim = transB ? rank - 1 : rank - 2;
+        }
+        splitWeight(w, column->second ? outDim : inDim);
+        if (column->second && op.getNumOperands() > 2) // a Gemm/Conv bias
+          splitWeight(op.getOperand(2), 0);
+      } else if (layout.vocabParallel.contains(&op)) {
+        splitWeight(op.getOperand(0), 0);
+      } else if (op.getNumResults() &&
+                 layout.sharded.contains(op.getResult(0))) {
+        // A bias (or scale) of a split activation: split its last dim.
+        for (Value v : op.getOperands()) {
+          bool swapped;
+          if (BlockArgument arg = weightSource(v, swapped))
+            weightDim.try_emplace(
+                arg, cast<RankedTensorType>(arg.getType()).getRank() - 1);
+        }
+      }
+    }
+
+    Block &entry = func.getBody().front();
+    b.setInsertionPointToStart(&entry);
+    for (BlockArgument arg : entry.getArguments()) {
+      auto t = dyn_cast<RankedTensorType>(arg.getType());
+      if (!t || t.getRank() == 0)
+        continue;
+      SmallVector<shard::GridAxesAttr> split(t.getRank(),
+                                             b.getDenseI16ArrayAttr({}));
+      int axis = -1, dim = -1;
+      if (isWeight(arg)) {
+        auto it = weightDim.find(arg);
+        if (it != weightDim.end() && tpAxis >= 0) {
+          axis = tpAxis;
+          dim = it->second;
+        }
+      } else if (dpAxis >= 0 && t.getDimSize(0) == batch) {
+        axis = dpAxis;
+        dim = 0;
+      }
+      if (axis >= 0 && t.getDimSize(dim) % grid.sizes[axis] == 0)
+        split[dim] = b.getDenseI16ArrayAttr({int16_t(axis)});
+      // The shard dialect wants trailing unsplit dims dropped.
+      while (split.size() > 1 && split.back().empty())
+        split.pop_back();
+      auto sharding =
+          shard::ShardingOp::create(b, func.getLoc(), gridName, split);
+      auto sharded =
+          shard::ShardOp::create(b, func.getLoc(), arg, sharding, true);
+      arg.replaceAllUsesExcept(sharded, sharded);
+    }
+  }
+
+  // Pipeline stages on the calls of @main.
+  if (auto main = module.lookupSymbol<func::FuncOp>("main")) {
+    size_t chunk = 0;
+    int left = chunkLayers.empty() ? INT32_MAX : chunkLayers[0];
+    for (auto call : main.getOps<func::CallOp>()) {
+      while (left == 0 && chunk + 1 < chunkLayers.size())
+        left = chunkLayers[++chunk];
+      call->setAttr("orrery.stage",
+                    b.getI64IntegerAttr(int64_t(chunk) % std::max(1, stages)));
+      --left;
+    }
+  }
+}
+
+} // namespace orrery
