@@ -584,6 +584,20 @@ llvm::Expected<StepResult> simulateStep(const Workload &w, const Cluster &c,
     return std::move(e);
   if (w.kinds.empty())
     return err("simulator: the model has no layers");
+  // This version prices one device type at one site; a mixed or multi-site
+  // cluster would be priced wrongly, so it is refused.
+  if (!c.homogeneous()) {
+    std::string types;
+    for (int d = 0; d < c.numDevices(); ++d)
+      if (types.find(c.deviceSpec(d).name) == std::string::npos)
+        types += (types.empty() ? "" : ", ") + c.deviceSpec(d).name;
+    return err("simulator: the cluster mixes device types (" + types +
+               "); this version prices clusters of one type");
+  }
+  if (c.sites.size() > 1)
+    return err("simulator: the cluster spans " +
+               std::to_string(c.sites.size()) +
+               " sites; this version prices clusters at one site");
   return Simulation(w, c, s, a).run(keepTrace);
 }
 

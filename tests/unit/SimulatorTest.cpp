@@ -164,6 +164,20 @@ TEST(Simulator, DeviceOrderPutsTensorParallelismAcrossNodes) {
             std::string::npos);
 }
 
+TEST(Simulator, RefusesClustersItCannotPrice) {
+  Workload w = uniformModel(4, 1e12, 1000, 1 << 20);
+  auto mixed = parseClusterJson(R"({"sites": [{"nodes": [
+      {"count": 1, "device": "A100-80G"}, {"count": 1, "device": "V100-32G"}]}]})",
+                                "mixed.json", HardwareCatalog::builtin());
+  ASSERT_TRUE(bool(mixed));
+  auto s = parseStrategy("dp=16,mbs=1,gbs=16");
+  auto r = simulateStep(w, *mixed, *s);
+  ASSERT_FALSE(bool(r));
+  EXPECT_NE(llvm::toString(r.takeError())
+                .find("mixes device types (A100-80G, V100-32G)"),
+            std::string::npos);
+}
+
 TEST(Collective, RingAllReduceFormula) {
   // 8 ranks on NVSwitch: 2(n-1)/n * S / B + 2(n-1) * latency.
   const HardwareCatalog &cat = HardwareCatalog::builtin();
