@@ -30,7 +30,8 @@ BlockArgument weightSource(Value v, bool &swapped) {
 } // namespace
 
 void annotateShardings(ModuleOp module, const ShardGrid &grid,
-                       const std::vector<int> &chunkLayers, int stages) {
+                       const std::vector<int> &chunkLayers, int stages,
+                       const LayoutCosts &costs) {
   module->getContext()->loadDialect<shard::ShardDialect>();
   OpBuilder b(module.getContext());
   b.setInsertionPointToStart(module.getBody());
@@ -55,7 +56,7 @@ void annotateShardings(ModuleOp module, const ShardGrid &grid,
   for (auto func : module.getOps<func::FuncOp>()) {
     if (func.isExternal() || func.getSymName() == "main")
       continue;
-    TensorParallelLayout layout = layoutTensorParallel(func);
+    TensorParallelLayout layout = layoutByDynamicProgramming(func, costs);
     // Tensor dim of each weight argument split over tp (-1: replicated).
     llvm::DenseMap<BlockArgument, int> weightDim;
     auto splitWeight = [&](Value v, int dim) {

@@ -1,7 +1,7 @@
 //===- BuildWorkload.cpp - outlined module → Workload ---------------------===//
 #include "orrery/Workload/BuildWorkload.h"
-#include "orrery/Workload/Parallelism.h"
 #include "orrery/Dialect/OrreryDialect.h"
+#include "orrery/Workload/Parallelism.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "llvm/ADT/DenseSet.h"
@@ -55,7 +55,6 @@ static Operation *producerThroughViews(Value v) {
   return def;
 }
 
-
 /// Attention scores: the product of two activations with a square trailing
 /// [s, s] block (QKᵀ); ops on tensors of that type form the attention core.
 static bool isScoreProduct(Operation *op) {
@@ -75,8 +74,9 @@ static bool isScoreProduct(Operation *op) {
 // activation operands is. A vocabulary-parallel embedding all-reduces its
 // output. For GPT this finds QKV and FC1 column-parallel, the output
 // projection and FC2 row-parallel, four all-reduces per layer.
-static void analyzeParallelism(func::FuncOp func, LayerKind &kind) {
-  TensorParallelLayout layout = layoutTensorParallel(func);
+static void analyzeParallelism(func::FuncOp func, LayerKind &kind,
+                               const LayoutCosts &costs) {
+  TensorParallelLayout layout = layoutByDynamicProgramming(func, costs);
   llvm::DenseSet<Value> &sharded = layout.sharded;
   llvm::DenseSet<Value> core;
   llvm::DenseSet<Type> scoreTypes;
@@ -110,7 +110,8 @@ static void analyzeParallelism(func::FuncOp func, LayerKind &kind) {
       c.tensorParallel = true;
       c.tpAllReduceForwardBytes = tensorBytes(op.getResult(0).getType());
     } else {
-      c.tensorParallel = op.getNumResults() && sharded.contains(op.getResult(0));
+      c.tensorParallel =
+          op.getNumResults() && sharded.contains(op.getResult(0));
     }
     if (isScoreProduct(&op)) {
       scoreTypes.insert(op.getResult(0).getType());
@@ -177,7 +178,7 @@ static void analyzeParallelism(func::FuncOp func, LayerKind &kind) {
     kind.outputBytes += tensorBytes(t);
 }
 
-static LayerKind measureKind(func::FuncOp func) {
+static LayerKind measureKind(func::FuncOp func, const LayoutCosts &costs) {
   LayerKind kind;
   kind.name = func.getSymName().str();
   RegionCost cost = sumRegionCost(func.getBody());
@@ -192,11 +193,12 @@ static LayerKind measureKind(func::FuncOp func) {
     if (isa<OnnxOp>(op))
       kind.opsWithoutCostFormula++;
   });
-  analyzeParallelism(func, kind);
+  analyzeParallelism(func, kind, costs);
   return kind;
 }
 
-llvm::Expected<Workload> buildWorkload(ModuleOp module) {
+llvm::Expected<Workload> buildWorkload(ModuleOp module,
+                                       const LayoutCosts &costs) {
   auto main = module.lookupSymbol<func::FuncOp>("main");
   if (!main || main.isExternal())
     return llvm::createStringError(llvm::inconvertibleErrorCode(),
@@ -225,7 +227,7 @@ llvm::Expected<Workload> buildWorkload(ModuleOp module) {
     auto [it, inserted] =
         kindIndex.try_emplace(callee.getSymName().str(), w.kinds.size());
     if (inserted)
-      w.kinds.push_back(measureKind(callee));
+      w.kinds.push_back(measureKind(callee, costs));
     LayerKind &kind = w.kinds[it->second];
     kind.count++;
     if (kind.count == 1) {

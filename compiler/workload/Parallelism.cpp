@@ -7,6 +7,8 @@
 #include "orrery/Workload/Parallelism.h"
 #include "orrery/Dialect/OrreryDialect.h"
 
+#include <array>
+
 using namespace mlir;
 
 namespace orrery {
@@ -44,6 +46,144 @@ TensorParallelLayout layoutTensorParallel(func::FuncOp layer) {
     }
     if (split)
       for (Value r : op.getResults())
+        l.sharded.insert(r);
+  }
+  return l;
+}
+
+namespace {
+enum Layout { Replicated = 0, Split = 1 };
+} // namespace
+
+TensorParallelLayout layoutByDynamicProgramming(func::FuncOp layer,
+                                                const LayoutCosts &costs) {
+  // The ops that compute, in order, and each one's tree parent: the last op
+  // (by position) that produced one of its activation operands.
+  std::vector<Operation *> ops;
+  llvm::DenseMap<Operation *, int> index;
+  for (Operation &op : layer.getBody().front().without_terminator()) {
+    if (!isa<CostOpInterface>(op) || isa<ConstantOp, NoneOp, WeightOp>(op))
+      continue;
+    index[&op] = int(ops.size());
+    ops.push_back(&op);
+  }
+  int n = int(ops.size());
+  std::vector<int> parent(n, -1);
+  std::vector<std::vector<int>> children(n);
+  for (int i = 0; i < n; ++i) {
+    for (Value v : ops[i]->getOperands()) {
+      Operation *def = v.getDefiningOp();
+      auto it = def ? index.find(def) : index.end();
+      if (it != index.end() && isActivation(v))
+        parent[i] = std::max(parent[i], it->second);
+    }
+    if (parent[i] >= 0)
+      children[parent[i]].push_back(i);
+  }
+  llvm::DenseSet<Operation *> returned;
+  for (Value v : layer.getBody().front().getTerminator()->getOperands())
+    if (Operation *def = v.getDefiningOp())
+      returned.insert(def);
+
+  double t = std::max(1, costs.degree);
+  auto bytesOut = [](Operation *op) {
+    return op->getNumResults() ? double(tensorBytes(op->getResult(0).getType()))
+                               : 0.0;
+  };
+  auto bytesIn = [&](Operation *op) {
+    double b = 0;
+    for (Value v : op->getOperands())
+      if (isActivation(v))
+        b += tensorBytes(v.getType());
+    return b;
+  };
+  auto work = [&](Operation *op, double split) {
+    auto c = cast<CostOpInterface>(op);
+    double flops = double(c.getForwardFlops()) + double(c.getBackwardFlops());
+    double bytes = 3.0 * double(c.getBytesRead() + c.getBytesWritten());
+    return costs.kernelS +
+           (flops * costs.secondsPerFlop + bytes * costs.secondsPerByte) /
+               split;
+  };
+  // local[i][in][out]: op i's own cost with its input laid out `in` and its
+  // output `out`; a weighted contraction also records its mode.
+  const double inf = 1e300;
+  std::vector<std::array<std::array<double, 2>, 2>> local(n);
+  std::vector<bool> vocabSplit(n, false);
+  for (int i = 0; i < n; ++i) {
+    Operation *op = ops[i];
+    double ar = costs.secondsPerAllReduceByte;
+    double lat = costs.allReduceLatencyS;
+    bool data = llvm::any_of(op->getOperands(),
+                             [](Value v) { return isActivation(v); });
+    if (!data) { // computed from weights and constants: not laid out
+      local[i][Replicated][Replicated] = work(op, 1);
+      local[i][Replicated][Split] = local[i][Split][Split] =
+          local[i][Split][Replicated] = inf;
+    } else if (isContractionOp(op) && hasWeightOperand(op)) {
+      double full = work(op, 1), part = work(op, t);
+      local[i][Replicated][Replicated] = full;
+      local[i][Replicated][Split] = part + lat + ar * bytesIn(op);  // column
+      local[i][Split][Replicated] = part + lat + ar * bytesOut(op); // row
+      local[i][Split][Split] =
+          2 * (lat + ar * bytesIn(op)) + part; // gather, column
+    } else if (isa<GatherOp>(op) && !isActivation(op->getOperand(0))) {
+      // An embedding lookup: the table split by vocabulary, each rank's
+      // partial rows all-reduced; or the whole table on every rank.
+      double full = work(op, 1), vocab = work(op, t) + lat + ar * bytesOut(op);
+      local[i][Replicated][Replicated] = std::min(full, vocab);
+      vocabSplit[i] = vocab < full;
+      local[i][Replicated][Split] = local[i][Split][Split] = inf;
+      local[i][Split][Replicated] = local[i][Replicated][Replicated];
+    } else {
+      double full = work(op, 1), part = work(op, t);
+      local[i][Replicated][Replicated] = full;
+      local[i][Split][Split] = part;
+      local[i][Replicated][Split] =
+          inf; // splitting replicated data is sequence parallelism
+      local[i][Split][Replicated] =
+          lat + ar * bytesOut(op) + part; // gather the result
+    }
+    if (returned.contains(op)) // the layer hands on replicated tensors
+      local[i][Replicated][Split] = local[i][Split][Split] = inf;
+  }
+  // best[i][in]: cheapest cost of op i's subtree given its input layout.
+  std::vector<std::array<double, 2>> best(n);
+  std::vector<std::array<int, 2>> choice(n);
+  for (int i = n - 1; i >= 0; --i)
+    for (int in : {Replicated, Split}) {
+      best[i][in] = inf;
+      for (int out : {Replicated, Split}) {
+        double c = local[i][in][out];
+        for (int child : children[i])
+          c += best[child][out];
+        if (c < best[i][in]) {
+          best[i][in] = c;
+          choice[i][in] = out;
+        }
+      }
+    }
+  // Read the choices down the trees; roots take the layer's replicated input.
+  std::vector<int> layoutOf(n, Replicated), inputOf(n, Replicated);
+  for (int i = 0; i < n; ++i) {
+    inputOf[i] = parent[i] < 0 ? Replicated : layoutOf[parent[i]];
+    layoutOf[i] = choice[i][inputOf[i]];
+  }
+  TensorParallelLayout l;
+  for (int i = 0; i < n; ++i) {
+    Operation *op = ops[i];
+    if (isContractionOp(op) && hasWeightOperand(op)) {
+      if (inputOf[i] == Replicated && layoutOf[i] == Split)
+        l.columnParallel[op] = true;
+      else if (inputOf[i] == Split && layoutOf[i] == Replicated)
+        l.columnParallel[op] = false;
+      else if (layoutOf[i] == Split) // gathered input, then column-parallel
+        l.columnParallel[op] = true;
+    }
+    if (vocabSplit[i])
+      l.vocabParallel.insert(op);
+    if (layoutOf[i] == Split)
+      for (Value r : op->getResults())
         l.sharded.insert(r);
   }
   return l;

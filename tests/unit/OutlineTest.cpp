@@ -2,6 +2,7 @@
 #include "TestSupport.h"
 #include "orrery/Transforms/Passes.h"
 #include "orrery/Workload/BuildWorkload.h"
+#include "orrery/Workload/Parallelism.h"
 
 #include "mlir/Pass/PassManager.h"
 
@@ -48,6 +49,57 @@ TEST(Outline, LayerCostIsBatchLinear) {
   orrery::Workload four = outline(ctx2, "tiny-gpt.onnx", 4);
   EXPECT_EQ(four.forwardFlops(), 4 * one.forwardFlops());
   EXPECT_EQ(four.parameters(), one.parameters());
+}
+
+TEST(Parallelism, DynamicProgrammingFindsMegatronsLayoutOnGpt) {
+  // The cost-driven layout, from no rule about transformers, splits GPT-3
+  // 125M's layer the way Megatron-LM does: QKV and FC1 column-parallel, the
+  // output projection and FC2 row-parallel, the attention between them split.
+  MLIRContext ctx;
+  orrery::onnx::LoadOptions options;
+  options.dims["batch"] = 1;
+  auto module = orrery::importOnnxFile(
+      ctx, orrery::test::sourceDir() + "/models/fixtures/gpt3-125m.onnx",
+      options);
+  ASSERT_TRUE(bool(module));
+  PassManager pm(&ctx);
+  pm.addPass(orrery::createOutlineLayersPass());
+  ASSERT_TRUE(succeeded(pm.run(**module)));
+  auto layer = (*module)->lookupSymbol<func::FuncOp>("transformer_layer");
+  ASSERT_TRUE(layer);
+  orrery::TensorParallelLayout rule = orrery::layoutTensorParallel(layer);
+  orrery::TensorParallelLayout dp =
+      orrery::layoutByDynamicProgramming(layer, {});
+  ASSERT_EQ(rule.columnParallel.size(), 4u);
+  EXPECT_EQ(dp.columnParallel.size(), rule.columnParallel.size());
+  for (auto [op, column] : rule.columnParallel) {
+    auto it = dp.columnParallel.find(op);
+    ASSERT_NE(it, dp.columnParallel.end())
+        << "not split: " << op->getName().getStringRef().str();
+    EXPECT_EQ(it->second, column);
+  }
+  EXPECT_EQ(dp.sharded.size(), rule.sharded.size());
+  for (Value v : rule.sharded)
+    EXPECT_TRUE(dp.sharded.contains(v));
+}
+
+TEST(Parallelism, DynamicProgrammingKeepsTinyLayersWhole) {
+  // In a 64-wide layer the all-reduces cost more than the compute they save.
+  MLIRContext ctx;
+  orrery::onnx::LoadOptions options;
+  options.dims["batch"] = 1;
+  auto module = orrery::importOnnxFile(
+      ctx, orrery::test::sourceDir() + "/models/fixtures/tiny-gpt.onnx",
+      options);
+  ASSERT_TRUE(bool(module));
+  PassManager pm(&ctx);
+  pm.addPass(orrery::createOutlineLayersPass());
+  ASSERT_TRUE(succeeded(pm.run(**module)));
+  auto layer = (*module)->lookupSymbol<func::FuncOp>("transformer_layer");
+  orrery::TensorParallelLayout dp =
+      orrery::layoutByDynamicProgramming(layer, {});
+  EXPECT_TRUE(dp.columnParallel.empty());
+  EXPECT_TRUE(dp.sharded.empty());
 }
 
 TEST(Outline, ResNetFindsItsStages) {

@@ -17,6 +17,7 @@
 #include "PlanReport.h"
 #include "Simulate.h"
 #include "Stats.h"
+#include "orrery/CostModel/Collective.h"
 #include "orrery/Import/Importer.h"
 #include "orrery/Plan/Plan.h"
 #include "orrery/Transforms/ShardAnnotations.h"
@@ -89,6 +90,27 @@ std::string resolveModel(const std::string &arg) {
   std::string base = dir ? dir : ORRERY_MODELS_DIR;
   std::string path = base + "/" + arg + ".onnx";
   return stat(path.c_str(), &st) == 0 ? path : arg;
+}
+
+/// Layout prices from a cluster's first device and its intra-node link.
+orrery::LayoutCosts layoutCostsFor(const orrery::Cluster &c,
+                                   orrery::Precision p) {
+  orrery::LayoutCosts costs;
+  const orrery::NodeGroup &g = c.groupOf(0);
+  orrery::Assumptions a;
+  costs.degree = std::max(1, g.devicesPerNode);
+  costs.secondsPerFlop = 1.0 / (g.device->tensorPeak(p) * a.gemmEfficiency);
+  costs.secondsPerByte =
+      1.0 / (g.device->memoryBandwidthBytesPerS * a.memoryEfficiency);
+  costs.kernelS = a.kernelLaunchS;
+  if (g.intraNodeLink) {
+    double n = costs.degree;
+    double bw = g.intraNodeLink->bandwidthBytesPerS *
+                orrery::ncclLinkEfficiency(*g.intraNodeLink);
+    costs.secondsPerAllReduceByte = 2.0 * (n - 1) / n / bw;
+    costs.allReduceLatencyS = 2.0 * (n - 1) * g.intraNodeLink->latencyS;
+  }
+  return costs;
 }
 
 /// Import and (optionally) outline; on error prints it and returns null.
@@ -274,9 +296,6 @@ int main(int argc, char **argv) {
     auto module = frontEnd(ctx, simArgs, true, nullptr, rc);
     if (!module)
       return rc;
-    auto workload = orrery::buildWorkload(*module);
-    if (!workload)
-      return fail(simArgs.path + ": " + llvm::toString(workload.takeError()));
     auto cluster =
         orrery::loadCluster(clusterSpec, orrery::HardwareCatalog::builtin());
     if (!cluster)
@@ -284,6 +303,10 @@ int main(int argc, char **argv) {
     auto strategy = orrery::parseStrategy(strategyText);
     if (!strategy)
       return fail(llvm::toString(strategy.takeError()));
+    auto workload = orrery::buildWorkload(
+        *module, layoutCostsFor(*cluster, strategy->precision));
+    if (!workload)
+      return fail(simArgs.path + ": " + llvm::toString(workload.takeError()));
     auto result = orrery::simulateStep(*workload, *cluster, *strategy, {},
                                        !traceFile.empty());
     if (!result)
@@ -347,13 +370,19 @@ int main(int argc, char **argv) {
     auto module = frontEnd(ctx, args, true, nullptr, rc);
     if (!module)
       return rc;
-    auto workload = orrery::buildWorkload(*module);
-    if (!workload)
-      return fail(args.path + ": " + llvm::toString(workload.takeError()));
     auto cluster =
         orrery::loadCluster(clusterSpec, orrery::HardwareCatalog::builtin());
     if (!cluster)
       return fail(llvm::toString(cluster.takeError()));
+    orrery::Precision layoutPrecision = orrery::Precision::BF16;
+    if (auto p = orrery::parseStrategy("precision=" + precision))
+      layoutPrecision = p->precision;
+    else
+      llvm::consumeError(p.takeError());
+    orrery::LayoutCosts layoutCosts = layoutCostsFor(*cluster, layoutPrecision);
+    auto workload = orrery::buildWorkload(*module, layoutCosts);
+    if (!workload)
+      return fail(args.path + ": " + llvm::toString(workload.takeError()));
     std::string modelBytes, clusterBytes = clusterSpec;
     readFile(resolveModel(args.path), modelBytes);
     if (clusterSpec.find(".json") != std::string::npos)
@@ -474,7 +503,8 @@ int main(int argc, char **argv) {
         grid.axes.push_back(*it);
         grid.sizes.push_back(st.degree(*it));
       }
-      orrery::annotateShardings(*stepModule, grid, best.chunkLayers, st.pp);
+      orrery::annotateShardings(*stepModule, grid, best.chunkLayers, st.pp,
+                                layoutCosts);
       std::string diag;
       mlir::ScopedDiagnosticHandler handler(&emitCtx, [&](mlir::Diagnostic &d) {
         if (diag.empty())

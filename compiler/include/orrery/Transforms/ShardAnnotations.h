@@ -2,6 +2,8 @@
 #ifndef ORRERY_TRANSFORMS_SHARDANNOTATIONS_H
 #define ORRERY_TRANSFORMS_SHARDANNOTATIONS_H
 
+#include "orrery/Workload/Parallelism.h"
+
 #include "mlir/IR/BuiltinOps.h"
 
 #include <string>
@@ -27,7 +29,8 @@ struct ShardGrid {
 /// model order) runs on stage c % `stages`. MLIR's own sharding propagation
 /// and partition passes can take it from there.
 void annotateShardings(mlir::ModuleOp module, const ShardGrid &grid,
-                       const std::vector<int> &chunkLayers, int stages);
+                       const std::vector<int> &chunkLayers, int stages,
+                       const LayoutCosts &costs = {});
 
 } // namespace orrery
 

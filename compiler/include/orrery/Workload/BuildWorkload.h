@@ -3,6 +3,7 @@
 #define ORRERY_WORKLOAD_BUILDWORKLOAD_H
 
 #include "orrery/CostModel/Workload.h"
+#include "orrery/Workload/Parallelism.h"
 
 #include "mlir/IR/BuiltinOps.h"
 #include "llvm/Support/Error.h"
@@ -14,8 +15,11 @@ namespace orrery {
 std::map<std::string, int64_t> opHistogram(mlir::ModuleOp module);
 
 /// Reads the layer sequence of a module that `orrery-outline-layers` has
-/// run on: @main's calls in order, each callee a layer kind.
-llvm::Expected<Workload> buildWorkload(mlir::ModuleOp module);
+/// run on: @main's calls in order, each callee a layer kind. Each layer's
+/// tensor-parallel layout is chosen with `costs` (those of the cluster's
+/// devices and intra-node link, when known).
+llvm::Expected<Workload> buildWorkload(mlir::ModuleOp module,
+                                       const LayoutCosts &costs = {});
 
 } // namespace orrery
 

@@ -27,7 +27,34 @@ bool isContractionOp(mlir::Operation *op);
 /// True when an op has a weight (or weight-derived) tensor operand.
 bool hasWeightOperand(mlir::Operation *op);
 
+/// Megatron's rule: the layout above, decided op by op.
 TensorParallelLayout layoutTensorParallel(mlir::func::FuncOp layer);
+
+/// Prices that rank layouts (not a step's price): seconds per FLOP of a
+/// split or replicated op, per byte moved in memory, per byte all-reduced,
+/// for a tensor-parallel group of `degree` devices.
+struct LayoutCosts {
+  int degree = 8;
+  double secondsPerFlop = 1.0 / (312e12 * 0.8);
+  double secondsPerByte = 1.0 / (2.0e12 * 0.8);
+  double secondsPerAllReduceByte = 2.0 * 7 / 8 / 240e9;
+  /// A ring all-reduce's 2(n-1) steps of latency, and a kernel launch.
+  double allReduceLatencyS = 2.0 * 7 * 2e-6;
+  double kernelS = 3e-6;
+};
+
+/// The cheapest layout by dynamic programming over the layer's dataflow
+/// tree (each op hangs under the last op that produced one of its inputs):
+/// every op chooses its output replicated or split given its input's
+/// layout; a weighted contraction may be column-parallel (replicated in,
+/// split out, input gradient all-reduced in backward), row-parallel (split
+/// in, output all-reduced) or replicated; other ops are split when their
+/// input is, or gather it; an embedding lookup may split its table by
+/// vocabulary; ops computed from weights and constants alone
+/// stay replicated. The layer's outputs end replicated. For non-transformer
+/// graphs, where Megatron's alternation is not the answer.
+TensorParallelLayout layoutByDynamicProgramming(mlir::func::FuncOp layer,
+                                                const LayoutCosts &costs);
 
 } // namespace orrery
 
