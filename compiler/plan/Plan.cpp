@@ -68,6 +68,22 @@ static ojson metricsJson(const StepResult &r) {
           {"cost_usd_per_step", r.costUsd}};
 }
 
+ojson stageJson(const StageReport &st) {
+  return {{"first_layer", st.firstLayer},
+          {"layers", st.numLayers},
+          {"device_type", st.device},
+          {"forward_s_per_micro_batch", st.forwardS},
+          {"backward_s_per_micro_batch", st.backwardS},
+          {"memory_bytes",
+           {{"weights", st.memory.weightsBytes},
+            {"gradients", st.memory.gradientsBytes},
+            {"optimizer", st.memory.optimizerBytes},
+            {"activations", st.memory.activationsBytes},
+            {"workspace", st.memory.workspaceBytes},
+            {"total", st.memory.total()},
+            {"capacity", st.capacityBytes}}}};
+}
+
 ojson planJson(const PlanResult &r, const Workload &w, const PlanInputs &in) {
   const StepResult &best = r.top.front();
   const Strategy &s = best.strategy;
@@ -102,21 +118,12 @@ ojson planJson(const PlanResult &r, const Workload &w, const PlanInputs &in) {
     for (int rank = 0; rank < c.numDevices(); ++rank)
       if (coord(rank, "pp") == int(i))
         devs.push_back(rank);
-    stages.push_back({{"stage", i},
-                      {"first_layer", st.firstLayer},
-                      {"layers", st.numLayers},
-                      {"device_type", st.device},
-                      {"devices", devs},
-                      {"forward_s_per_micro_batch", st.forwardS},
-                      {"backward_s_per_micro_batch", st.backwardS},
-                      {"memory_bytes",
-                       {{"weights", st.memory.weightsBytes},
-                        {"gradients", st.memory.gradientsBytes},
-                        {"optimizer", st.memory.optimizerBytes},
-                        {"activations", st.memory.activationsBytes},
-                        {"workspace", st.memory.workspaceBytes},
-                        {"total", st.memory.total()},
-                        {"capacity", st.capacityBytes}}}});
+    ojson stage = {{"stage", i}};
+    ojson fields = stageJson(st); // items() refers into it: keep it alive
+    for (auto &[key, value] : fields.items())
+      stage[key] = value;
+    stage["devices"] = devs;
+    stages.push_back(stage);
   }
   j["stages"] = stages;
 

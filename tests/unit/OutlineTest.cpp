@@ -12,17 +12,29 @@ using namespace mlir;
 
 namespace {
 
-orrery::Workload outline(MLIRContext &ctx, const std::string &fixture,
-                         int64_t batch) {
+/// A fixture imported at `batch` and outlined; null on failure.
+OwningOpRef<ModuleOp> outlined(MLIRContext &ctx, const std::string &fixture,
+                               int64_t batch = 1) {
   orrery::onnx::LoadOptions options;
   options.dims["batch"] = batch;
   auto module = orrery::importOnnxFile(
       ctx, orrery::test::sourceDir() + "/models/fixtures/" + fixture, options);
-  EXPECT_TRUE(bool(module)) << llvm::toString(module.takeError());
+  if (!module) {
+    ADD_FAILURE() << llvm::toString(module.takeError());
+    return nullptr;
+  }
   PassManager pm(&ctx);
   pm.addPass(orrery::createOutlineLayersPass());
-  EXPECT_TRUE(succeeded(pm.run(**module)));
-  auto w = orrery::buildWorkload(**module);
+  if (failed(pm.run(**module)))
+    return nullptr;
+  return std::move(*module);
+}
+
+orrery::Workload outline(MLIRContext &ctx, const std::string &fixture,
+                         int64_t batch) {
+  OwningOpRef<ModuleOp> module = outlined(ctx, fixture, batch);
+  EXPECT_TRUE(module);
+  auto w = orrery::buildWorkload(*module);
   EXPECT_TRUE(bool(w));
   return *w;
 }
@@ -56,16 +68,9 @@ TEST(Parallelism, DynamicProgrammingFindsMegatronsLayoutOnGpt) {
   // 125M's layer the way Megatron-LM does: QKV and FC1 column-parallel, the
   // output projection and FC2 row-parallel, the attention between them split.
   MLIRContext ctx;
-  orrery::onnx::LoadOptions options;
-  options.dims["batch"] = 1;
-  auto module = orrery::importOnnxFile(
-      ctx, orrery::test::sourceDir() + "/models/fixtures/gpt3-125m.onnx",
-      options);
-  ASSERT_TRUE(bool(module));
-  PassManager pm(&ctx);
-  pm.addPass(orrery::createOutlineLayersPass());
-  ASSERT_TRUE(succeeded(pm.run(**module)));
-  auto layer = (*module)->lookupSymbol<func::FuncOp>("transformer_layer");
+  OwningOpRef<ModuleOp> module = outlined(ctx, "gpt3-125m.onnx");
+  ASSERT_TRUE(module);
+  auto layer = module->lookupSymbol<func::FuncOp>("transformer_layer");
   ASSERT_TRUE(layer);
   orrery::TensorParallelLayout rule = orrery::layoutTensorParallel(layer);
   orrery::TensorParallelLayout dp =
@@ -86,16 +91,9 @@ TEST(Parallelism, DynamicProgrammingFindsMegatronsLayoutOnGpt) {
 TEST(Parallelism, DynamicProgrammingKeepsTinyLayersWhole) {
   // In a 64-wide layer the all-reduces cost more than the compute they save.
   MLIRContext ctx;
-  orrery::onnx::LoadOptions options;
-  options.dims["batch"] = 1;
-  auto module = orrery::importOnnxFile(
-      ctx, orrery::test::sourceDir() + "/models/fixtures/tiny-gpt.onnx",
-      options);
-  ASSERT_TRUE(bool(module));
-  PassManager pm(&ctx);
-  pm.addPass(orrery::createOutlineLayersPass());
-  ASSERT_TRUE(succeeded(pm.run(**module)));
-  auto layer = (*module)->lookupSymbol<func::FuncOp>("transformer_layer");
+  OwningOpRef<ModuleOp> module = outlined(ctx, "tiny-gpt.onnx");
+  ASSERT_TRUE(module);
+  auto layer = module->lookupSymbol<func::FuncOp>("transformer_layer");
   orrery::TensorParallelLayout dp =
       orrery::layoutByDynamicProgramming(layer, {});
   EXPECT_TRUE(dp.columnParallel.empty());

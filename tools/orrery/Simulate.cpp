@@ -1,5 +1,6 @@
 //===- Simulate.cpp - the `orrery simulate` report -----------------------===//
 #include "Simulate.h"
+#include "orrery/Plan/Plan.h"
 
 #include <cstdio>
 
@@ -33,19 +34,7 @@ nlohmann::ordered_json simulateJson(const StepResult &r, const Cluster &c,
   j["peak_memory_bytes"] = r.peakMemoryBytes;
   nlohmann::ordered_json stages = nlohmann::ordered_json::array();
   for (const StageReport &st : r.stages)
-    stages.push_back({{"device", st.device},
-                      {"first_layer", st.firstLayer},
-                      {"layers", st.numLayers},
-                      {"forward_s_per_micro_batch", st.forwardS},
-                      {"backward_s_per_micro_batch", st.backwardS},
-                      {"memory_bytes",
-                       {{"weights", st.memory.weightsBytes},
-                        {"gradients", st.memory.gradientsBytes},
-                        {"optimizer", st.memory.optimizerBytes},
-                        {"activations", st.memory.activationsBytes},
-                        {"workspace", st.memory.workspaceBytes},
-                        {"total", st.memory.total()},
-                        {"capacity", st.capacityBytes}}}});
+    stages.push_back(stageJson(st));
   j["stages"] = stages;
   j["energy_j_per_step"] = r.energyJ;
   j["cost_usd_per_step"] = r.costUsd;

@@ -92,6 +92,15 @@ std::string resolveModel(const std::string &arg) {
   return stat(path.c_str(), &st) == 0 ? path : arg;
 }
 
+/// Binds `batch` to 1 unless the user bound it: workloads for simulate and
+/// plan are per sample, and the strategy sets the micro-batch.
+void defaultBatchToOne(ModelArgs &args) {
+  for (const std::string &d : args.dims)
+    if (d.rfind("batch=", 0) == 0)
+      return;
+  args.dims.push_back("batch=1");
+}
+
 /// Layout prices from a cluster's first device and its intra-node link.
 orrery::LayoutCosts layoutCostsFor(const orrery::Cluster &c,
                                    orrery::Precision p) {
@@ -287,12 +296,7 @@ int main(int argc, char **argv) {
     return 0;
   }
   if (*simCmd) {
-    // The workload is built at batch 1; the strategy sets the micro-batch.
-    bool batchBound = false;
-    for (const std::string &d : simArgs.dims)
-      batchBound |= d.rfind("batch=", 0) == 0;
-    if (!batchBound)
-      simArgs.dims.push_back("batch=1");
+    defaultBatchToOne(simArgs);
     auto module = frontEnd(ctx, simArgs, true, nullptr, rc);
     if (!module)
       return rc;
@@ -362,11 +366,7 @@ int main(int argc, char **argv) {
                         ? planDoc["cluster"]["spec"].get<std::string>()
                         : checkCluster;
     }
-    bool batchBound = false;
-    for (const std::string &d : args.dims)
-      batchBound |= d.rfind("batch=", 0) == 0;
-    if (!batchBound)
-      args.dims.push_back("batch=1");
+    defaultBatchToOne(args);
     auto module = frontEnd(ctx, args, true, nullptr, rc);
     if (!module)
       return rc;

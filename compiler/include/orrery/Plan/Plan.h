@@ -24,6 +24,10 @@ struct PlanInputs {
   std::string clusterSpec, clusterDigest;
 };
 
+/// One pipeline stage as JSON (layers, times, memory breakdown), shared by
+/// plans and `orrery simulate --json`; units in every field name.
+nlohmann::ordered_json stageJson(const StageReport &st);
+
 /// The plan document for the best result and its runners-up.
 nlohmann::ordered_json planJson(const PlanResult &r, const Workload &w,
                                 const PlanInputs &in);
