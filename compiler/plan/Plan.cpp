@@ -18,17 +18,6 @@ std::string digestOf(const std::string &bytes) {
   return buf;
 }
 
-static const char *scheduleName(Schedule s) {
-  return s == Schedule::GPipe      ? "gpipe"
-         : s == Schedule::OneFOneB ? "1f1b"
-                                   : "interleaved";
-}
-static const char *recomputeName(Recompute r) {
-  return r == Recompute::None        ? "none"
-         : r == Recompute::Selective ? "selective"
-                                     : "full";
-}
-
 static ojson strategyJson(const Strategy &s) {
   ojson j;
   j["tp"] = s.tp;
@@ -53,7 +42,7 @@ static ojson strategyJson(const Strategy &s) {
   return j;
 }
 
-static ojson metricsJson(const StepResult &r) {
+ojson metricsJson(const StepResult &r) {
   return {{"step_time_s", r.stepS},
           {"tokens_per_s", r.tokensPerS},
           {"samples_per_s", r.samplesPerS},
@@ -208,34 +197,18 @@ llvm::Expected<Strategy> strategyFromPlan(const nlohmann::json &plan,
     return std::move(e);
   if (auto e = boolean("offload_activations", s.offloadActivations))
     return std::move(e);
-  std::string sched = j.value("schedule", "");
-  if (sched == "gpipe")
-    s.schedule = Schedule::GPipe;
-  else if (sched == "1f1b")
-    s.schedule = Schedule::OneFOneB;
-  else if (sched == "interleaved")
-    s.schedule = Schedule::Interleaved;
+  if (auto sc = scheduleFromName(j.value("schedule", "")))
+    s.schedule = *sc;
   else
     return err(what +
                ": strategy.schedule: must be gpipe, 1f1b or interleaved");
-  std::string rec = j.value("recompute", "");
-  if (rec == "none")
-    s.recompute = Recompute::None;
-  else if (rec == "selective")
-    s.recompute = Recompute::Selective;
-  else if (rec == "full")
-    s.recompute = Recompute::Full;
+  if (auto r = recomputeFromName(j.value("recompute", "")))
+    s.recompute = *r;
   else
     return err(what + ": strategy.recompute: must be none, selective or full");
-  std::string prec = j.value("precision", "");
-  bool found = false;
-  for (Precision p : {Precision::FP32, Precision::TF32, Precision::FP16,
-                      Precision::BF16, Precision::FP8})
-    if (prec == precisionName(p)) {
-      s.precision = p;
-      found = true;
-    }
-  if (!found)
+  if (auto p = precisionFromName(j.value("precision", "")))
+    s.precision = *p;
+  else
     return err(what +
                ": strategy.precision: must be fp32, tf32, fp16, bf16 or fp8");
   if (j.contains("device_order")) {

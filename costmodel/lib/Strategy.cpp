@@ -13,6 +13,41 @@ static llvm::Error err(const std::string &msg) {
   return llvm::createStringError(llvm::inconvertibleErrorCode(), msg);
 }
 
+const char *scheduleName(Schedule s) {
+  return s == Schedule::GPipe      ? "gpipe"
+         : s == Schedule::OneFOneB ? "1f1b"
+                                   : "interleaved";
+}
+
+const char *recomputeName(Recompute r) {
+  return r == Recompute::None        ? "none"
+         : r == Recompute::Selective ? "selective"
+                                     : "full";
+}
+
+std::optional<Schedule> scheduleFromName(const std::string &name) {
+  for (Schedule s :
+       {Schedule::GPipe, Schedule::OneFOneB, Schedule::Interleaved})
+    if (name == scheduleName(s))
+      return s;
+  return std::nullopt;
+}
+
+std::optional<Recompute> recomputeFromName(const std::string &name) {
+  for (Recompute r : {Recompute::None, Recompute::Selective, Recompute::Full})
+    if (name == recomputeName(r))
+      return r;
+  return std::nullopt;
+}
+
+std::optional<Precision> precisionFromName(const std::string &name) {
+  for (Precision p : {Precision::FP32, Precision::TF32, Precision::FP16,
+                      Precision::BF16, Precision::FP8})
+    if (name == precisionName(p))
+      return p;
+  return std::nullopt;
+}
+
 int Strategy::degree(const std::string &axis) const {
   return axis == "tp"   ? tp
          : axis == "cp" ? cp
@@ -36,16 +71,12 @@ std::string Strategy::str() const {
                   ",dp=" + std::to_string(dp) + ",cp=" + std::to_string(cp) +
                   ",ep=" + std::to_string(ep) +
                   ",sp=" + (sequenceParallel ? "1" : "0") +
-                  ",vpp=" + std::to_string(virtualStages) + ",schedule=" +
-                  (schedule == Schedule::GPipe      ? "gpipe"
-                   : schedule == Schedule::OneFOneB ? "1f1b"
-                                                    : "interleaved") +
+                  ",vpp=" + std::to_string(virtualStages) +
+                  ",schedule=" + scheduleName(schedule) +
                   ",mbs=" + std::to_string(microBatch) +
                   ",gbs=" + std::to_string(globalBatch) +
-                  ",zero=" + std::to_string(zeroStage) + ",recompute=" +
-                  (recompute == Recompute::None        ? "none"
-                   : recompute == Recompute::Selective ? "selective"
-                                                       : "full") +
+                  ",zero=" + std::to_string(zeroStage) +
+                  ",recompute=" + recomputeName(recompute) +
                   ",precision=" + precisionName(precision);
   if (offloadOptimizer || offloadActivations)
     s += std::string(",offload=") + (offloadOptimizer && offloadActivations
@@ -119,21 +150,13 @@ llvm::Expected<Strategy> parseStrategy(const std::string &text) {
     } else if (key == "sp")
       e = boolean(s.sequenceParallel);
     else if (key == "recompute") {
-      if (value == "none")
-        s.recompute = Recompute::None;
-      else if (value == "selective")
-        s.recompute = Recompute::Selective;
-      else if (value == "full")
-        s.recompute = Recompute::Full;
+      if (auto r = recomputeFromName(value.str()))
+        s.recompute = *r;
       else
         e = err(where + ": recompute must be none, selective or full");
     } else if (key == "schedule") {
-      if (value == "gpipe")
-        s.schedule = Schedule::GPipe;
-      else if (value == "1f1b")
-        s.schedule = Schedule::OneFOneB;
-      else if (value == "interleaved")
-        s.schedule = Schedule::Interleaved;
+      if (auto sc = scheduleFromName(value.str()))
+        s.schedule = *sc;
       else
         e = err(where + ": schedule must be gpipe, 1f1b or interleaved");
     } else if (key == "offload") {
@@ -147,16 +170,8 @@ llvm::Expected<Strategy> parseStrategy(const std::string &text) {
         e = err(where +
                 ": offload must be none, optimizer, activations or both");
     } else if (key == "precision") {
-      if (value == "fp32")
-        s.precision = Precision::FP32;
-      else if (value == "tf32")
-        s.precision = Precision::TF32;
-      else if (value == "fp16")
-        s.precision = Precision::FP16;
-      else if (value == "bf16")
-        s.precision = Precision::BF16;
-      else if (value == "fp8")
-        s.precision = Precision::FP8;
+      if (auto p = precisionFromName(value.str()))
+        s.precision = *p;
       else
         e = err(where + ": precision must be fp32, tf32, fp16, bf16 or fp8");
     } else if (key == "order") {

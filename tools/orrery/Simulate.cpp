@@ -8,20 +8,18 @@ namespace orrery {
 
 static double gib(double bytes) { return bytes / double(1ull << 30); }
 
+using ojson = nlohmann::ordered_json;
+
 nlohmann::ordered_json simulateJson(const StepResult &r, const Cluster &c,
                                     const Workload &w) {
-  nlohmann::ordered_json j;
+  ojson j;
   j["model"] = w.source;
   j["cluster"] = c.name;
   j["devices"] = c.numDevices();
   j["strategy"] = r.strategy.str();
-  j["step_time_s"] = r.stepS;
-  j["tokens_per_s"] = r.tokensPerS;
-  j["samples_per_s"] = r.samplesPerS;
-  j["model_tflop_per_s_per_device"] = r.modelTflopsPerDevice;
-  j["mfu"] = r.mfu;
-  j["hfu"] = r.hfu;
-  j["bubble_fraction"] = r.bubbleFraction;
+  ojson metrics = metricsJson(r); // items() refers into it: keep it alive
+  for (auto &[key, value] : metrics.items())
+    j[key] = value;
   j["breakdown_s"] = {{"compute", r.computeS},
                       {"exposed_tp_communication", r.exposedTpCommS},
                       {"exposed_pp_communication", r.exposedPpCommS},
@@ -31,13 +29,10 @@ nlohmann::ordered_json simulateJson(const StepResult &r, const Cluster &c,
   j["fits"] = r.fits;
   if (!r.fits)
     j["does_not_fit"] = r.doesNotFit;
-  j["peak_memory_bytes"] = r.peakMemoryBytes;
   nlohmann::ordered_json stages = nlohmann::ordered_json::array();
   for (const StageReport &st : r.stages)
     stages.push_back(stageJson(st));
   j["stages"] = stages;
-  j["energy_j_per_step"] = r.energyJ;
-  j["cost_usd_per_step"] = r.costUsd;
   return j;
 }
 

@@ -24,6 +24,10 @@ struct PlanInputs {
   std::string clusterSpec, clusterDigest;
 };
 
+/// A step's predicted figures as JSON (step time, throughput, MFU, memory,
+/// energy, cost), shared by plans and `orrery simulate --json`.
+nlohmann::ordered_json metricsJson(const StepResult &r);
+
 /// One pipeline stage as JSON (layers, times, memory breakdown), shared by
 /// plans and `orrery simulate --json`; units in every field name.
 nlohmann::ordered_json stageJson(const StageReport &st);

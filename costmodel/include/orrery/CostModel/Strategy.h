@@ -11,6 +11,7 @@
 
 #include "llvm/Support/Error.h"
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -54,6 +55,14 @@ struct Strategy {
   /// "tp=8,pp=8,dp=16,..." with every field.
   std::string str() const;
 };
+
+/// Names as the command line and plans write them, and back (nullopt for
+/// an unknown name).
+const char *scheduleName(Schedule s);
+const char *recomputeName(Recompute r);
+std::optional<Schedule> scheduleFromName(const std::string &name);
+std::optional<Recompute> recomputeFromName(const std::string &name);
+std::optional<Precision> precisionFromName(const std::string &name);
 
 /// Parses "key=value,..."; unknown keys and bad values are errors naming them.
 llvm::Expected<Strategy> parseStrategy(const std::string &text);
