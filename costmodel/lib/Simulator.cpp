@@ -374,7 +374,6 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
   std::vector<double> keptBytes(chunks), workingBytes(chunks), params(chunks),
       outBytes(chunks);
   std::vector<double> computeS(chunks);
-  std::vector<int64_t> seenKind(w.kinds.size(), 0);
   for (int ch = 0; ch < chunks; ++ch) {
     for (int l : chunkOf[ch]) {
       size_t k = sequence[l];
@@ -392,7 +391,6 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
       // A layer kind's parameters are counted at its first instance; the
       // others repeat them (a tied head reuses the embedding's).
       params[ch] += w.kinds[k].parameters;
-      seenKind[k]++;
     }
     if (s.offloadActivations) {
       // Kept activations go to host memory in forward and come back in

@@ -269,14 +269,11 @@ Shape windowedShape(Ctx &c, const Shape &x, const Shape &kernel,
   return r;
 }
 
-std::vector<int64_t> reduceAxes(Ctx &c, bool axesAsInputFromOpset18,
-                                int64_t inputOpset) {
-  (void)axesAsInputFromOpset18;
-  if (c.opset >= inputOpset) {
-    if (c.has(1))
-      return c.ints(1, "axes");
-    return {};
-  }
+// Reductions take axes as an attribute before `inputOpset` (ReduceSum: 13,
+// the others: 18) and as an optional input from it on.
+std::vector<int64_t> reduceAxes(Ctx &c, int64_t inputOpset) {
+  if (c.opset >= inputOpset)
+    return c.has(1) ? c.ints(1, "axes") : std::vector<int64_t>{};
   return attrInts(c.node, "axes");
 }
 
@@ -925,7 +922,7 @@ std::map<std::string, Rule> &rules() {
       if (c.node.opType == "ArgMax" || c.node.opType == "ArgMin")
         axes = {attrInt(c.node, "axis", 0)};
       else
-        axes = reduceAxes(c, true, axesInputOpset);
+        axes = reduceAxes(c, axesInputOpset);
       bool keep = attrInt(c.node, "keepdims", 1);
       bool noop = attrInt(c.node, "noop_with_empty_axes", 0);
       std::vector<bool> red(x.size(), axes.empty() && !noop);
