@@ -175,8 +175,11 @@ def main():
             print(f"  {case['id']:22} {key:34} measured {meas:8.2f}  predicted {pred:8.2f}  {e:+6.1f}%")
         result, _ = simulate(orrery, gpt_model(args.build, m), cluster, common + ",recompute=full")
         if result:
-            st = result["stages"][0]["memory_bytes"]
-            pred = (st["weights"] + st["gradients"] + st["optimizer"]) / 2**30
+            # Fig. 1's bar is the model's weights and optimizer state spread
+            # over tp x pp GPUs (18 bytes x parameters / (t p)): the mean over
+            # pipeline stages.
+            mems = [st["memory_bytes"] for st in result["stages"]]
+            pred = sum(m["weights"] + m["gradients"] + m["optimizer"] for m in mems) / len(mems) / 2**30
             meas = case["measured"]["params_plus_optimizer_GiB"]
             e = 100 * (pred - meas) / meas
             mem_errs.append(abs(e))

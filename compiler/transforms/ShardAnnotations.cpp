@@ -12,23 +12,6 @@ using namespace mlir;
 
 namespace orrery {
 
-namespace {
-
-/// The weight argument a value comes from, looking through a transpose of
-/// a matrix (torch exports nn.Linear as MatMul(x, Transpose(W))); `swapped`
-/// says the dims were exchanged.
-BlockArgument weightSource(Value v, bool &swapped) {
-  swapped = false;
-  if (auto t = v.getDefiningOp<TransposeOp>()) {
-    v = t->getOperand(0);
-    swapped = true;
-  }
-  auto arg = dyn_cast<BlockArgument>(v);
-  return arg && isWeight(arg) ? arg : BlockArgument();
-}
-
-} // namespace
-
 void annotateShardings(ModuleOp module, const ShardGrid &grid,
                        const std::vector<int> &chunkLayers, int stages,
                        const LayoutCosts &costs) {
@@ -57,54 +40,8 @@ void annotateShardings(ModuleOp module, const ShardGrid &grid,
     if (func.isExternal() || func.getSymName() == "main")
       continue;
     TensorParallelLayout layout = layoutByDynamicProgramming(func, costs);
-    // Tensor dim of each weight argument split over tp (-1: replicated).
-    llvm::DenseMap<BlockArgument, int> weightDim;
-    auto splitWeight = [&](Value v, int dim) {
-      bool swapped;
-      BlockArgument arg = weightSource(v, swapped);
-      if (!arg)
-        return;
-      auto t = cast<RankedTensorType>(arg.getType());
-      if (swapped && t.getRank() == 2)
-        dim = 1 - dim;
-      if (dim >= 0 && dim < t.getRank())
-        weightDim.try_emplace(arg, dim);
-    };
-    for (Operation &op : func.getBody().front()) {
-      auto column = layout.columnParallel.find(&op);
-      if (column != layout.columnParallel.end()) {
-        Value w = op.getOperand(1);
-        int rank = cast<RankedTensorType>(w.getType()).getRank();
-        bool transB = false;
-        if (auto attr = op.getAttrOfType<IntegerAttr>("transB"))
-          transB = attr.getInt() != 0;
-        int outDim, inDim;
-        if (isa<ConvOp>(op)) {
-          outDim = 0;
-          inDim = 1;
-        } else if (isa<ConvTransposeOp>(op)) {
-          outDim = 1;
-          inDim = 0;
-        } else {
-          outDim = transB ? rank - 2 : rank - 1;
-          inDim = transB ? rank - 1 : rank - 2;
-        }
-        splitWeight(w, column->second ? outDim : inDim);
-        if (column->second && op.getNumOperands() > 2) // a Gemm/Conv bias
-          splitWeight(op.getOperand(2), 0);
-      } else if (layout.vocabParallel.contains(&op)) {
-        splitWeight(op.getOperand(0), 0);
-      } else if (op.getNumResults() &&
-                 layout.sharded.contains(op.getResult(0))) {
-        // A bias (or scale) of a split activation: split its last dim.
-        for (Value v : op.getOperands()) {
-          bool swapped;
-          if (BlockArgument arg = weightSource(v, swapped))
-            weightDim.try_emplace(
-                arg, cast<RankedTensorType>(arg.getType()).getRank() - 1);
-        }
-      }
-    }
+    llvm::DenseMap<BlockArgument, int> weightDim =
+        splitWeightDims(func, layout);
 
     Block &entry = func.getBody().front();
     b.setInsertionPointToStart(&entry);

@@ -178,6 +178,17 @@ static void analyzeParallelism(func::FuncOp func, LayerKind &kind,
     kind.outputBytes += tensorBytes(t);
 }
 
+/// Per argument of a layer function: whether tensor parallelism splits it.
+static std::vector<bool> splitArguments(func::FuncOp func,
+                                        const LayoutCosts &costs) {
+  TensorParallelLayout layout = layoutByDynamicProgramming(func, costs);
+  llvm::DenseMap<BlockArgument, int> dims = splitWeightDims(func, layout);
+  std::vector<bool> split;
+  for (BlockArgument arg : func.getArguments())
+    split.push_back(dims.count(arg) > 0);
+  return split;
+}
+
 static LayerKind measureKind(func::FuncOp func, const LayoutCosts &costs) {
   LayerKind kind;
   kind.name = func.getSymName().str();
@@ -233,12 +244,15 @@ llvm::Expected<Workload> buildWorkload(ModuleOp module,
     if (kind.count == 1) {
       // Weights of the first instance, each counted where first used (a tied
       // embedding counts in the embedding, not again in the head).
-      for (Value arg : call.getOperands()) {
+      std::vector<bool> split = splitArguments(callee, costs);
+      for (auto [i, arg] : llvm::enumerate(call.getOperands())) {
         auto weight = arg.getDefiningOp<WeightOp>();
         if (!weight || !countedWeights.insert(arg).second)
           continue;
-        (weight.getTrainable() ? kind.parameters : kind.buffers) +=
-            numElements(arg.getType());
+        int64_t n = numElements(arg.getType());
+        (weight.getTrainable() ? kind.parameters : kind.buffers) += n;
+        if (weight.getTrainable() && !(i < split.size() && split[i]))
+          kind.replicatedParameters += n;
       }
     } else {
       for (Value arg : call.getOperands())

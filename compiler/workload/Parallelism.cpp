@@ -130,9 +130,13 @@ TensorParallelLayout layoutByDynamicProgramming(func::FuncOp layer,
     } else if (isa<GatherOp>(op) && !isActivation(op->getOperand(0))) {
       // An embedding lookup: the table split by vocabulary, each rank's
       // partial rows all-reduced; or the whole table on every rank.
+      // The split also saves memory: it is taken whenever the table is
+      // larger than what the lookup all-reduces (Megatron always splits
+      // vocabularies of language models), or when it is faster.
       double full = work(op, 1), vocab = work(op, t) + lat + ar * bytesOut(op);
-      local[i][Replicated][Replicated] = std::min(full, vocab);
-      vocabSplit[i] = vocab < full;
+      double table = tensorBytes(op->getOperand(0).getType());
+      vocabSplit[i] = vocab < full || table > bytesOut(op);
+      local[i][Replicated][Replicated] = vocabSplit[i] ? vocab : full;
       local[i][Replicated][Split] = local[i][Split][Split] = inf;
       local[i][Split][Replicated] = local[i][Replicated][Replicated];
     } else {
@@ -187,6 +191,70 @@ TensorParallelLayout layoutByDynamicProgramming(func::FuncOp layer,
         l.sharded.insert(r);
   }
   return l;
+}
+
+/// The weight argument a value comes from, looking through a transpose of
+/// a matrix (torch exports nn.Linear as MatMul(x, Transpose(W))); `swapped`
+/// says the dims were exchanged.
+static BlockArgument weightSource(Value v, bool &swapped) {
+  swapped = false;
+  if (auto t = v.getDefiningOp<TransposeOp>()) {
+    v = t->getOperand(0);
+    swapped = true;
+  }
+  auto arg = dyn_cast<BlockArgument>(v);
+  return arg && isWeight(arg) ? arg : BlockArgument();
+}
+
+llvm::DenseMap<BlockArgument, int>
+splitWeightDims(func::FuncOp layer, const TensorParallelLayout &layout) {
+  llvm::DenseMap<BlockArgument, int> weightDim;
+  auto splitWeight = [&](Value v, int dim) {
+    bool swapped;
+    BlockArgument arg = weightSource(v, swapped);
+    if (!arg)
+      return;
+    auto t = cast<RankedTensorType>(arg.getType());
+    if (swapped && t.getRank() == 2)
+      dim = 1 - dim;
+    if (dim >= 0 && dim < t.getRank())
+      weightDim.try_emplace(arg, dim);
+  };
+  for (Operation &op : layer.getBody().front()) {
+    auto column = layout.columnParallel.find(&op);
+    if (column != layout.columnParallel.end()) {
+      Value w = op.getOperand(1);
+      int rank = cast<RankedTensorType>(w.getType()).getRank();
+      bool transB = false;
+      if (auto attr = op.getAttrOfType<IntegerAttr>("transB"))
+        transB = attr.getInt() != 0;
+      int outDim, inDim;
+      if (isa<ConvOp>(op)) {
+        outDim = 0;
+        inDim = 1;
+      } else if (isa<ConvTransposeOp>(op)) {
+        outDim = 1;
+        inDim = 0;
+      } else {
+        outDim = transB ? rank - 2 : rank - 1;
+        inDim = transB ? rank - 1 : rank - 2;
+      }
+      splitWeight(w, column->second ? outDim : inDim);
+      if (column->second && op.getNumOperands() > 2) // a Gemm/Conv bias
+        splitWeight(op.getOperand(2), 0);
+    } else if (layout.vocabParallel.contains(&op)) {
+      splitWeight(op.getOperand(0), 0);
+    } else if (op.getNumResults() && layout.sharded.contains(op.getResult(0))) {
+      // A bias (or scale) of a split activation: split its last dim.
+      for (Value v : op.getOperands()) {
+        bool swapped;
+        if (BlockArgument arg = weightSource(v, swapped))
+          weightDim.try_emplace(
+              arg, cast<RankedTensorType>(arg.getType()).getRank() - 1);
+      }
+    }
+  }
+  return weightDim;
 }
 
 } // namespace orrery

@@ -153,7 +153,9 @@ LayerTime Simulation::layerTime(const LayerKind &k) const {
     // exposed.
     GroupShape dpGroup = shapeOf(s.stride("dp"), s.dp);
     int tensors = std::max(1, k.weightTensors);
-    double perTensor = double(k.parameters) / s.tp / tensors;
+    double perTensor = (double(k.parameters - k.replicatedParameters) / s.tp +
+                        double(k.replicatedParameters)) /
+                       tensors;
     double gather =
         tensors * collectiveTime(CollectiveKind::AllGather,
                                  perTensor * a.weightBytesPerParam, dpGroup);
@@ -390,7 +392,10 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
       workingBytes[ch] = std::max(workingBytes[ch], t.workingBytes);
       // A layer kind's parameters are counted at its first instance; the
       // others repeat them (a tied head reuses the embedding's).
-      params[ch] += w.kinds[k].parameters;
+      // Per tp rank: the split parameters divided, the replicated whole.
+      const LayerKind &kind = w.kinds[k];
+      params[ch] += double(kind.parameters - kind.replicatedParameters) / s.tp +
+                    double(kind.replicatedParameters);
     }
     if (s.offloadActivations) {
       // Kept activations go to host memory in forward and come back in
@@ -439,7 +444,7 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
     double p = 0;
     for (int c2 = 0; c2 < v; ++c2)
       p += params[c2 * pp + i];
-    double perDevice = p / s.tp;
+    double perDevice = p; // already per tp rank
     // ZeRO-3 reduces gradients layer by layer in backward (priced there).
     double grad =
         s.zeroStage == 3
@@ -490,8 +495,8 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
     if (s.offloadActivations)
       peak = v * keptBytes[i]; // one micro-batch per chunk stays on the device
     if (s.recompute == Recompute::Full)
-      peak += working; // the layer being recomputed
-    double perDevice = p / s.tp;
+      peak += working;    // the layer being recomputed
+    double perDevice = p; // already per tp rank
     double dp = s.dp;
     MemoryBreakdown &mem = st.memory;
     mem.weightsBytes =

@@ -49,12 +49,21 @@ struct LayoutCosts {
 /// layout; a weighted contraction may be column-parallel (replicated in,
 /// split out, input gradient all-reduced in backward), row-parallel (split
 /// in, output all-reduced) or replicated; other ops are split when their
-/// input is, or gather it; an embedding lookup may split its table by
-/// vocabulary; ops computed from weights and constants alone
+/// input is, or gather it; an embedding lookup splits its table by
+/// vocabulary when that is faster or the table outweighs the lookup's
+/// output (the memory it saves); ops computed from weights and constants alone
 /// stay replicated. The layer's outputs end replicated. For non-transformer
 /// graphs, where Megatron's alternation is not the answer.
 TensorParallelLayout layoutByDynamicProgramming(mlir::func::FuncOp layer,
                                                 const LayoutCosts &costs);
+
+/// For a layout: the dimension of each weight argument that tensor
+/// parallelism splits (column-parallel weights on their output dim,
+/// row-parallel on their input dim, embeddings on the vocabulary, the bias
+/// or scale of a split activation on its last dim). Weights not in the map
+/// are replicated.
+llvm::DenseMap<mlir::BlockArgument, int>
+splitWeightDims(mlir::func::FuncOp layer, const TensorParallelLayout &layout);
 
 } // namespace orrery
 

@@ -52,6 +52,9 @@ struct LayerKind {
   int64_t count = 0;  ///< instances in the model
   int64_t numOps = 0; ///< ops in one instance (control-flow bodies included)
   int64_t parameters = 0; ///< trainable, each weight counted at its first use
+  /// Of those, the ones tensor parallelism does not split (LayerNorm
+  /// scales, biases of replicated ops): every tp rank holds them whole.
+  int64_t replicatedParameters = 0;
   int64_t buffers = 0;    ///< non-trainable weight elements
   int64_t forwardFlops = 0;
   int64_t backwardFlops = 0;
