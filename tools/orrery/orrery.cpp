@@ -237,7 +237,7 @@ int main(int argc, char **argv) {
       ->required();
   planCmd
       ->add_option("--global-batch", globalBatch, "samples per training step")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
   planCmd
       ->add_option("--objective", objective,
                    "time, cost (USD per step) or energy (J per step)")
@@ -373,7 +373,10 @@ int main(int argc, char **argv) {
     auto cluster =
         orrery::loadCluster(clusterSpec, orrery::HardwareCatalog::builtin());
     if (!cluster)
-      return fail(llvm::toString(cluster.takeError()));
+      return fail((*checkCmd && checkCluster.empty()
+                       ? checkPlan + ": cluster.spec: "
+                       : std::string()) +
+                  llvm::toString(cluster.takeError()));
     orrery::Precision layoutPrecision = orrery::Precision::BF16;
     if (auto p = orrery::parseStrategy("precision=" + precision))
       layoutPrecision = p->precision;
@@ -430,6 +433,11 @@ int main(int argc, char **argv) {
         return fail(checkPlan + ": stages: " + std::to_string(layerSum) +
                     " layers in stages, the model has " +
                     std::to_string(workload->totalLayers()));
+      if (predicted > 0 &&
+          std::abs(result->stepS - predicted) > 1e-6 * predicted)
+        return fail(
+            checkPlan + ": predicted.step_time_s " + std::to_string(predicted) +
+            " differs from the re-simulated " + std::to_string(result->stepS));
       char buf[256];
       std::snprintf(buf, sizeof buf,
                     "%s: valid; re-simulated step %.6g s (plan says %.6g s), "
@@ -437,11 +445,6 @@ int main(int argc, char **argv) {
                     checkPlan.c_str(), result->stepS, predicted,
                     result->peakMemoryBytes / double(1ull << 30));
       std::cout << buf;
-      if (predicted > 0 &&
-          std::abs(result->stepS - predicted) > 1e-6 * predicted)
-        return fail(
-            checkPlan + ": predicted.step_time_s " + std::to_string(predicted) +
-            " differs from the re-simulated " + std::to_string(result->stepS));
       return 0;
     }
 

@@ -22,6 +22,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -969,6 +970,12 @@ LoadResult loadOnnxModelFromBytes(const std::string &bytes,
 }
 
 LoadResult loadOnnxModel(const std::string &path, const LoadOptions &options) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    LoadResult r;
+    r.error = path + ": is a directory, not an ONNX file";
+    return r;
+  }
   std::ifstream file(path, std::ios::binary);
   if (!file) {
     LoadResult r;
