@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 #include <regex>
+#include <vector>
 
 namespace orrery {
 
@@ -95,6 +96,33 @@ parseClusterJsonImpl(const std::string &text, const std::string &what,
     return err(what, "not valid JSON");
   if (!j.is_object())
     return err(what, "the cluster spec must be a JSON object");
+  // A misspelt field would otherwise fall back to its default and price a
+  // different cluster without a word; keys starting with "_" or "$" are
+  // comments and schema references.
+  auto onlyKeys = [&](const json &o, const std::string &path,
+                      const std::vector<const char *> &known)
+      -> llvm::Error {
+    if (!o.is_object())
+      return llvm::Error::success();
+    for (const auto &item : o.items()) {
+      const std::string &key = item.key();
+      if (key.empty() || key[0] == '_' || key[0] == '$')
+        continue;
+      bool ok = false;
+      for (const char *k : known)
+        ok |= key == k;
+      if (!ok) {
+        std::string list;
+        for (const char *k : known)
+          list += (list.empty() ? "" : ", ") + std::string(k);
+        return err(what, (path.empty() ? "" : path + ".") + key +
+                             ": unknown field (known: " + list + ")");
+      }
+    }
+    return llvm::Error::success();
+  };
+  if (auto e = onlyKeys(j, "", {"name", "sites", "inter_site_links"}))
+    return std::move(e);
   Cluster c;
   c.name = j.value("name", what);
   if (!j.contains("sites") || !j["sites"].is_array() || j["sites"].empty())
@@ -126,8 +154,8 @@ parseClusterJsonImpl(const std::string &text, const std::string &what,
   };
   // A link: a catalog name, or an object with "link" plus overrides.
   auto parseLink =
-      [&](const json &v,
-          const std::string &path) -> llvm::Expected<const LinkSpec *> {
+      [&](const json &v, const std::string &path,
+          std::vector<const char *> known) -> llvm::Expected<const LinkSpec *> {
     std::string name =
         v.is_string() ? v.get<std::string>() : v.value("link", "");
     const LinkSpec *base = catalog.link(name);
@@ -143,6 +171,10 @@ parseClusterJsonImpl(const std::string &text, const std::string &what,
       l.source = "inline in the cluster spec";
     }
     if (v.is_object()) {
+      known.insert(known.begin(),
+                   {"link", "bandwidth_bytes_per_s", "latency_s"});
+      if (auto e = onlyKeys(v, path, known))
+        return std::move(e);
       for (const char *key : {"bandwidth_bytes_per_s", "latency_s"}) {
         if (!v.contains(key))
           continue;
@@ -166,6 +198,8 @@ parseClusterJsonImpl(const std::string &text, const std::string &what,
     std::string spath = "sites[" + std::to_string(s) + "]";
     if (!site.is_object())
       return err(what, spath + ": must be an object");
+    if (auto e = onlyKeys(site, spath, {"name", "nodes"}))
+      return std::move(e);
     Site st;
     st.name = site.value("name", "site" + std::to_string(s));
     for (const Site &prev : c.sites)
@@ -180,6 +214,11 @@ parseClusterJsonImpl(const std::string &text, const std::string &what,
       std::string path = spath + ".nodes[" + std::to_string(g) + "]";
       if (!n.is_object())
         return err(what, path + ": must be an object");
+      if (auto e = onlyKeys(n, path,
+                            {"count", "devices_per_node", "device",
+                             "intra_node_link", "nic", "power_w",
+                             "price_usd_per_device_hour"}))
+        return std::move(e);
       NodeGroup ng;
       if (auto e = positiveInt(n, "count", path, 1, ng.count))
         return std::move(e);
@@ -208,7 +247,7 @@ parseClusterJsonImpl(const std::string &text, const std::string &what,
       defaultNic(*ng.device, catalog, ng);
       ng.intraNodeLink = catalog.link(ng.device->intraNodeLink);
       if (n.contains("intra_node_link")) {
-        auto l = parseLink(n["intra_node_link"], path + ".intra_node_link");
+        auto l = parseLink(n["intra_node_link"], path + ".intra_node_link", {});
         if (!l)
           return l.takeError();
         ng.intraNodeLink = *l;
@@ -218,8 +257,7 @@ parseClusterJsonImpl(const std::string &text, const std::string &what,
             what, path + ".intra_node_link: missing and the device names none");
       if (n.contains("nic")) {
         const json &nic = n["nic"];
-        auto l = parseLink(nic.is_object() && nic.contains("link") ? nic : nic,
-                           path + ".nic");
+        auto l = parseLink(nic, path + ".nic", {"count"});
         if (!l)
           return l.takeError();
         ng.nic = *l;
@@ -258,9 +296,7 @@ parseClusterJsonImpl(const std::string &text, const std::string &what,
                              "]: unknown site '" + name + "'");
       (k ? sl.siteB : sl.siteA) = idx;
     }
-    auto link = parseLink(
-        l.contains("link") || !l.contains("bandwidth_bytes_per_s") ? l : l,
-        path);
+    auto link = parseLink(l, path, {"sites", "egress_usd_per_gb"});
     if (!link)
       return link.takeError();
     sl.link = **link;

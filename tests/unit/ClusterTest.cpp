@@ -94,6 +94,20 @@ TEST(Cluster, ErrorsNameTheField) {
         "sites[0].nodes[0].device: must be a device name");
   check(R"({"sites": [{"name": 5, "nodes": [{"device": "A100-80G"}]}]})",
         "malformed cluster spec");
+  // A misspelt field is refused rather than silently defaulted.
+  check(
+      R"({"sites": [{"nodes": [{"device": "A100-80G", "devices_pernode": 4}]}]})",
+      "sites[0].nodes[0].devices_pernode: unknown field");
+  check(
+      R"({"sites": [{"nodes": [{"device": "A100-80G", "nic": {"link": "IB-HDR", "cnt": 2}}]}]})",
+      "sites[0].nodes[0].nic.cnt: unknown field");
+  check(R"({"site": [{"nodes": [{"device": "A100-80G"}]}]})",
+        "site: unknown field");
+  // Comments are allowed.
+  auto commented = parseClusterJson(
+      R"({"_comment": "lab", "sites": [{"_note": "x", "nodes": [{"device": "A100-80G"}]}]})",
+      "c.json", HardwareCatalog::builtin());
+  EXPECT_TRUE(bool(commented)) << errorOf(commented);
 }
 
 Workload gptLike(int layers, int heads, int64_t seq) {
