@@ -6,6 +6,7 @@
 #include "llvm/ADT/StringExtras.h"
 
 #include <algorithm>
+#include <set>
 
 namespace orrery {
 
@@ -103,11 +104,14 @@ llvm::Expected<Strategy> parseStrategy(const std::string &text) {
   if (items.empty())
     return err(
         "--strategy: empty; expected e.g. tp=8,pp=8,dp=16,mbs=1,gbs=1536");
+  std::set<std::string> seen;
   for (llvm::StringRef item : items) {
     auto [key, value] = item.trim().split('=');
     std::string where = "--strategy '" + item.trim().str() + "'";
     if (value.empty())
       return err(where + ": expected KEY=VALUE");
+    if (!seen.insert(key.str()).second)
+      return err(where + ": " + key.str() + " is given twice");
     auto integer = [&](auto &out, long long lo) -> llvm::Error {
       long long v;
       if (value.getAsInteger(10, v) || v < lo || v > (1LL << 40))
@@ -248,6 +252,9 @@ llvm::Error completeAndValidate(Strategy &s, const Workload &w,
     return err("strategy: cp=" + std::to_string(s.cp) +
                " needs a sequence divisible by 2 x cp");
   int64_t layers = w.totalLayers();
+  if (s.virtualStages > 1 && s.pp == 1)
+    return err("strategy: vpp=" + std::to_string(s.virtualStages) +
+               " needs pp > 1: virtual stages interleave a pipeline");
   if (s.pp * s.virtualStages > layers)
     return err(
         "strategy: pp x vpp = " + std::to_string(s.pp * s.virtualStages) +

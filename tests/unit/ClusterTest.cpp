@@ -152,6 +152,8 @@ TEST(Strategy, InvalidStrategiesAreNamed) {
   check("tp=8,colour=red", "unknown key 'colour'");
   check("tp=eight", "tp must be an integer >= 1");
   check("recompute=sometimes", "recompute must be none, selective or full");
+  check("tp=2,tp=4", "tp is given twice");
+  check("tp=8,vpp=2", "vpp=2 needs pp > 1");
 }
 
 } // namespace
