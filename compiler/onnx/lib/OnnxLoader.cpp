@@ -687,10 +687,22 @@ void Loader::processNode(const ::onnx::NodeProto &n, GraphDesc &out,
         outs.emplace_back();
         continue;
       }
-      if (it == onnxInferred.end())
+      if (it == onnxInferred.end()) {
+        // An operator ONNX itself does not know is unsupported; a known one
+        // whose shape ONNX could not work out either is a shape problem.
+        bool known = ::onnx::OpSchemaRegistry::Schema(
+                         node.opType, model.opsetVersion,
+                         defaultDomain ? "" : node.domain) != nullptr;
         throw LoadError(
-            describe(node) + ": cannot infer the shape of output '" + o + "'" +
-            (defaultDomain ? "" : " (domain '" + node.domain + "')"));
+            describe(node) +
+            (known ? ": cannot infer the shape of output '" + o + "'"
+                   : ": unsupported op" +
+                         (defaultDomain ? ""
+                                        : " (domain '" + node.domain + "')") +
+                         "; the file gives no shape for its output '" + o +
+                         "' (add it to value_info to import it as an opaque "
+                         "op)"));
+      }
       outs.push_back(it->second);
     }
   }
