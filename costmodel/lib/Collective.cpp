@@ -28,51 +28,64 @@ static double effectiveBandwidth(const LinkSpec &l, double parallel) {
          std::max(parallel, 1e-9);
 }
 
-int ringsInTopology(const std::vector<std::vector<int>> &links, int ranks) {
-  if (ranks < 2 || ranks > int(links.size()))
-    return 0;
-  if (ranks == 2) // a two-rank ring uses both directions of one link
-    return links[0][1];
-  // Every directed Hamiltonian cycle through ranks 0..ranks-1 (at most 7!
-  // for a node of 8), as lists of directed edges.
-  std::vector<std::vector<std::pair<int, int>>> cycles;
-  std::vector<int> path = {0};
+// Directed Hamiltonian cycles through ranks 0..ranks-1 (at most 7! for a
+// node of 8), each hop realised by `hop(a, b)`: the alternative lists of
+// directed links that carry it (empty: the hop is impossible). A cycle
+// becomes one candidate ring per combination of alternatives.
+using Ring = std::vector<std::pair<int, int>>;
+static std::vector<Ring> enumerateRings(
+    int ranks,
+    const std::function<std::vector<Ring>(int, int)> &hop, size_t limit) {
+  std::vector<Ring> rings;
+  std::vector<int> order = {0};
   std::vector<bool> used(ranks, false);
   used[0] = true;
+  std::function<void(size_t, Ring &)> expand = [&](size_t k, Ring &acc) {
+    if (rings.size() >= limit)
+      return;
+    if (k == size_t(ranks)) {
+      rings.push_back(acc);
+      return;
+    }
+    for (const Ring &alt : hop(order[k], order[(k + 1) % ranks])) {
+      acc.insert(acc.end(), alt.begin(), alt.end());
+      expand(k + 1, acc);
+      acc.resize(acc.size() - alt.size());
+    }
+  };
   std::function<void()> enumerate = [&]() {
-    int last = path.back();
-    if (int(path.size()) == ranks) {
-      if (links[last][0] > 0) {
-        std::vector<std::pair<int, int>> edges;
-        for (int k = 0; k < ranks; ++k)
-          edges.push_back({path[k], path[(k + 1) % ranks]});
-        cycles.push_back(std::move(edges));
-      }
+    if (rings.size() >= limit)
+      return;
+    if (int(order.size()) == ranks) {
+      Ring acc;
+      expand(0, acc);
       return;
     }
     for (int next = 1; next < ranks; ++next) {
-      if (used[next] || links[last][next] <= 0)
+      if (used[next] || hop(order.back(), next).empty())
         continue;
       used[next] = true;
-      path.push_back(next);
+      order.push_back(next);
       enumerate();
-      path.pop_back();
+      order.pop_back();
       used[next] = false;
     }
   };
   enumerate();
-  // The most cycles the directed capacities carry at once (each link
-  // direction carries as many rings as there are links). Bounded search:
-  // no rank can take part in more rings than it has outgoing links.
+  return rings;
+}
+
+// The most candidate rings the directed capacities carry at once (each link
+// direction carries as many rings as there are links). Bounded search: no
+// rank can take part in more rings than it has outgoing links.
+static int packRings(const std::vector<std::vector<int>> &links, int ranks,
+                     const std::vector<Ring> &rings) {
   std::vector<std::vector<int>> cap(ranks, std::vector<int>(ranks));
   int bound = INT32_MAX;
   for (int i = 0; i < ranks; ++i) {
     int out = 0;
-    for (int j = 0; j < ranks; ++j) {
-      cap[i][j] = links[i][j];
-      if (j < ranks)
-        out += links[i][j];
-    }
+    for (int j = 0; j < ranks; ++j)
+      out += cap[i][j] = links[i][j];
     bound = std::min(bound, out);
   }
   int best = 0, budget = 200000;
@@ -80,21 +93,46 @@ int ringsInTopology(const std::vector<std::vector<int>> &links, int ranks) {
     best = std::max(best, count);
     if (best >= bound || --budget <= 0)
       return;
-    for (size_t c = from; c < cycles.size() && best < bound; ++c) {
-      bool fits = true;
-      for (auto [a, b] : cycles[c])
-        fits &= cap[a][b] > 0;
-      if (!fits)
-        continue;
-      for (auto [a, b] : cycles[c])
+    for (size_t c = from; c < rings.size() && best < bound; ++c) {
+      for (auto [a, b] : rings[c])
         cap[a][b]--;
-      pack(c, count + 1);
-      for (auto [a, b] : cycles[c])
+      bool fits = true;
+      for (auto [a, b] : rings[c])
+        fits &= cap[a][b] >= 0;
+      if (fits)
+        pack(c, count + 1);
+      for (auto [a, b] : rings[c])
         cap[a][b]++;
     }
   };
   pack(0, 0);
   return best;
+}
+
+int ringsInTopology(const std::vector<std::vector<int>> &links, int ranks) {
+  if (ranks < 2 || ranks > int(links.size()))
+    return 0;
+  if (ranks == 2) // a two-rank ring uses both directions of one link
+    return links[0][1];
+  auto direct = [&](int a, int b) {
+    return links[a][b] > 0 ? std::vector<Ring>{{{a, b}}} : std::vector<Ring>{};
+  };
+  int rings = packRings(links, ranks, enumerateRings(ranks, direct, 100000));
+  if (rings > 0)
+    return rings;
+  // No ring of direct links: NCCL's search then relaxes the path type to
+  // NVB, a hop through one intermediate GPU of the group over NVLink, which
+  // takes capacity on both links (src/graph/search.cc, PATH_NVB).
+  auto relayed = [&](int a, int b) {
+    std::vector<Ring> alts = direct(a, b);
+    if (!alts.empty())
+      return alts;
+    for (int c = 0; c < ranks; ++c)
+      if (c != a && c != b && links[a][c] > 0 && links[c][b] > 0)
+        alts.push_back({{a, c}, {c, b}});
+    return alts;
+  };
+  return packRings(links, ranks, enumerateRings(ranks, relayed, 20000));
 }
 
 double ringBusBandwidth(const GroupShape &g) {

@@ -198,8 +198,17 @@ TEST(Collective, Dgx1RingsFollowTheCubeMesh) {
   EXPECT_EQ(ringsInTopology(links, 2), 1);
   EXPECT_EQ(ringsInTopology(links, 3), 2);
   EXPECT_EQ(ringsInTopology(links, 4), 4);
-  EXPECT_EQ(ringsInTopology(links, 5), 0); // GPU 4 reaches only GPU 0
+  // GPU 4 reaches only GPU 0 (2 links): no ring of direct links, so rings
+  // enter or leave GPU 4 through GPU 0 (NVB); its two links to GPU 4 carry
+  // two such rings.
+  EXPECT_EQ(ringsInTopology(links, 5), 2);
   EXPECT_EQ(ringsInTopology(links, 8), 6);
+  // Two GPUs with no link at all and no third to relay through: no ring.
+  EXPECT_EQ(ringsInTopology({{0, 0, 0}, {0, 0, 1}, {0, 1, 0}}, 3), 0);
+  // A star (0 linked to 1 and 2 only): the ring 0->1->(0)->2->0 uses each
+  // link direction once, so k links per pair carry k such rings.
+  EXPECT_EQ(ringsInTopology({{0, 1, 1}, {1, 0, 0}, {1, 0, 0}}, 3), 1);
+  EXPECT_EQ(ringsInTopology({{0, 2, 2}, {2, 0, 0}, {2, 0, 0}}, 3), 2);
 }
 
 } // namespace

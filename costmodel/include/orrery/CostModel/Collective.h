@@ -46,7 +46,9 @@ struct GroupShape {
 
 /// Rings a point-to-point topology offers to local ranks 0..ranks-1: each
 /// ring uses one link direction per hop, so a pair joined by k links carries
-/// k rings each way. Greedy, as NCCL's own search is.
+/// k rings each way. Where no ring of direct links exists, a hop may pass
+/// through one other GPU of the group (NCCL's NVB path), using a link
+/// direction on each leg.
 int ringsInTopology(const std::vector<std::vector<int>> &links, int ranks);
 
 /// Fraction of a link's line rate that NCCL reaches (see the file comment).
