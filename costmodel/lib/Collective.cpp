@@ -152,13 +152,23 @@ double ringBusBandwidth(const GroupShape &g) {
   return std::min(intra, inter);
 }
 
-// One ring pass: `steps` hops each moving bytes/ranks, plus a latency each.
+// What every NCCL collective pays before its first step: launch and
+// set-up of the Simple protocol (src/graph/tuning.cc, baseLat ring/Simple).
+static constexpr double kCollectiveBaseLatencyS = 8.4e-6;
+
+// One ring pass: `steps` hops each moving bytes/ranks, plus a latency each;
+// of the steps, those that cross a node boundary (one per node and pass)
+// pay the network's latency, the others the link inside the node's.
 static double ringTime(double bytes, int ranks, double factor, double bw,
-                       double latency) {
+                       double latency, int nodes = 1,
+                       double netLatency = 0) {
   if (ranks <= 1 || bytes <= 0)
     return 0;
   int steps = int(std::lround(factor * (ranks - 1)));
-  return factor * (ranks - 1) / ranks * bytes / bw + steps * latency;
+  int interSteps =
+      nodes > 1 ? std::min(steps, int(std::lround(factor * (nodes - 1)))) : 0;
+  return factor * (ranks - 1) / ranks * bytes / bw +
+         (steps - interSteps) * latency + interSteps * netLatency;
 }
 
 double collectiveTime(CollectiveKind kind, double bytes, const GroupShape &g) {
@@ -171,24 +181,27 @@ double collectiveTime(CollectiveKind kind, double bytes, const GroupShape &g) {
   double busBw = ringBusBandwidth(g);
   if (kind == CollectiveKind::SendRecv)
     return latency + bytes / busBw;
+  int nodes = (g.ranks + g.ranksPerNode - 1) / std::max(1, g.ranksPerNode);
   if (kind == CollectiveKind::AllToAll)
-    return double(g.ranks - 1) / g.ranks * bytes / busBw +
+    return kCollectiveBaseLatencyS +
+           double(g.ranks - 1) / g.ranks * bytes / busBw +
            (g.ranks - 1) * latency;
   double factor = kind == CollectiveKind::AllReduce ? 2.0 : 1.0;
-  double flat = ringTime(bytes, g.ranks, factor, busBw, latency);
+  double flat = kCollectiveBaseLatencyS +
+                ringTime(bytes, g.ranks, factor, busBw, intraLat,
+                         spansNodes ? nodes : 1, netLat);
   if (kind == CollectiveKind::AllReduce) {
     // NCCL's (double binary) tree: the message goes up and down a pipelined
     // tree, 2·S through each rank's link, 2·log2(n) latencies; it wins on
     // small messages at large scale.
-    double tree =
-        2 * bytes / busBw + 2 * std::ceil(std::log2(double(g.ranks))) * latency;
+    double tree = kCollectiveBaseLatencyS + 2 * bytes / busBw +
+                  2 * std::ceil(std::log2(double(g.ranks))) * latency;
     flat = std::min(flat, tree);
   }
   if (!spansNodes || g.ranksPerNode <= 1 || !g.intraLink)
     return flat;
   // Two levels: inside each node over the fast link, across nodes with the
   // node's data split over its ranks (each rank carries 1/ranksPerNode).
-  int nodes = (g.ranks + g.ranksPerNode - 1) / g.ranksPerNode;
   GroupShape inside = g;
   inside.ranks = g.ranksPerNode;
   double intraBw = ringBusBandwidth(inside);
@@ -197,7 +210,8 @@ double collectiveTime(CollectiveKind kind, double bytes, const GroupShape &g) {
   double across =
       ringTime(bytes / g.ranksPerNode, nodes, factor, interBw, netLat);
   double twoLevel =
-      kind == CollectiveKind::AllReduce ? 2 * local + across : local + across;
+      kCollectiveBaseLatencyS +
+      (kind == CollectiveKind::AllReduce ? 2 * local + across : local + across);
   return std::min(flat, twoLevel);
 }
 

@@ -179,14 +179,15 @@ TEST(Simulator, RefusesClustersItCannotPrice) {
 }
 
 TEST(Collective, RingAllReduceFormula) {
-  // 8 ranks on NVSwitch: 2(n-1)/n * S / B + 2(n-1) * latency.
+  // 8 ranks on NVSwitch: NCCL's base latency + 2(n-1)/n * S / B + 2(n-1)
+  // per-step latencies (tuning.cc: 8.4 us base, 3.4 us per NVLink step).
   const HardwareCatalog &cat = HardwareCatalog::builtin();
   GroupShape g;
   g.ranks = g.ranksPerNode = 8;
   g.intraLink = cat.link("NVLink3");
   double bw = 300e9 * 20.0 / 25.0, bytes = 1e9;
   EXPECT_NEAR(collectiveTime(CollectiveKind::AllReduce, bytes, g),
-              2.0 * 7 / 8 * bytes / bw + 14 * 2e-6, 1e-12);
+              8.4e-6 + 2.0 * 7 / 8 * bytes / bw + 14 * 3.4e-6, 1e-12);
   EXPECT_EQ(collectiveTime(CollectiveKind::AllReduce, bytes, GroupShape{}), 0);
 }
 
