@@ -2,6 +2,7 @@
 #include "orrery/CostModel/Cluster.h"
 
 #include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/FileSystem.h"
 #include "llvm/Support/MemoryBuffer.h"
 
 #include <nlohmann/json.hpp>
@@ -338,8 +339,11 @@ llvm::Expected<Cluster> loadCluster(const std::string &spec,
                                     const HardwareCatalog &catalog) {
   if (spec.empty())
     return err("--cluster", "empty cluster spec");
+  // A file that exists is a JSON spec whatever its name; otherwise a name
+  // without a path or .json is a preset.
   if (spec.find('/') == std::string::npos &&
-      spec.find(".json") == std::string::npos)
+      spec.find(".json") == std::string::npos &&
+      !llvm::sys::fs::is_regular_file(spec))
     return parseClusterPreset(spec, catalog);
   auto buf = llvm::MemoryBuffer::getFile(spec);
   if (!buf)
