@@ -148,7 +148,14 @@ double ringBusBandwidth(const GroupShape &g) {
   }
   if (g.ranksPerNode >= g.ranks)
     return intra;
-  double inter = g.nic ? effectiveBandwidth(*g.nic, g.nicSharePerRank) : 1e9;
+  // Across nodes NCCL runs one ring per channel and spreads the channels
+  // over the network cards near the group's GPUs: each ring crosses a node
+  // boundary on one card, so the node's ranks of the group together reach
+  // the bandwidth of all their cards.
+  double inter =
+      g.nic ? effectiveBandwidth(*g.nic, g.nicSharePerRank *
+                                             std::max(1, g.ranksPerNode))
+            : 1e9;
   return std::min(intra, inter);
 }
 
@@ -198,21 +205,7 @@ double collectiveTime(CollectiveKind kind, double bytes, const GroupShape &g) {
                   2 * std::ceil(std::log2(double(g.ranks))) * latency;
     flat = std::min(flat, tree);
   }
-  if (!spansNodes || g.ranksPerNode <= 1 || !g.intraLink)
-    return flat;
-  // Two levels: inside each node over the fast link, across nodes with the
-  // node's data split over its ranks (each rank carries 1/ranksPerNode).
-  GroupShape inside = g;
-  inside.ranks = g.ranksPerNode;
-  double intraBw = ringBusBandwidth(inside);
-  double interBw = g.nic ? effectiveBandwidth(*g.nic, g.nicSharePerRank) : 1e9;
-  double local = ringTime(bytes, g.ranksPerNode, 1.0, intraBw, intraLat);
-  double across =
-      ringTime(bytes / g.ranksPerNode, nodes, factor, interBw, netLat);
-  double twoLevel =
-      kCollectiveBaseLatencyS +
-      (kind == CollectiveKind::AllReduce ? 2 * local + across : local + across);
-  return std::min(flat, twoLevel);
+  return flat;
 }
 
 } // namespace orrery

@@ -191,6 +191,26 @@ TEST(Collective, RingAllReduceFormula) {
   EXPECT_EQ(collectiveTime(CollectiveKind::AllReduce, bytes, GroupShape{}), 0);
 }
 
+TEST(Collective, RingsAcrossNodesUseTheNodesCards) {
+  // 2 nodes of 8 A100 with 4 HDR cards each (NCCL statement: ~88 GB/s bus
+  // bandwidth): the rings spread over the 4 cards, 4 x 24 GB/s; of the 15
+  // all-gather steps one crosses the network.
+  const HardwareCatalog &cat = HardwareCatalog::builtin();
+  GroupShape g;
+  g.ranks = 16;
+  g.ranksPerNode = 8;
+  g.intraLink = cat.link("NVLink3");
+  g.nic = cat.link("IB-HDR");
+  g.nicSharePerRank = 0.5;
+  double bw = 4 * 25e9 * 12.0 / 12.5, bytes = 1e9;
+  EXPECT_NEAR(ringBusBandwidth(g), bw, 1);
+  EXPECT_NEAR(collectiveTime(CollectiveKind::AllGather, bytes, g),
+              8.4e-6 + 15.0 / 16 * bytes / bw + 14 * 3.4e-6 + 9.6e-6, 1e-12);
+  // One rank per node: each rank's own card.
+  g.ranksPerNode = 1;
+  EXPECT_NEAR(ringBusBandwidth(g), 0.5 * 25e9 * 12.0 / 12.5, 1);
+}
+
 TEST(Collective, Dgx1RingsFollowTheCubeMesh) {
   // DGX-1 (V100): 1 link between GPUs 0 and 1, 2 rings over 0-1-2 (one each
   // way), 4 over the first quad, 6 over all eight (6 links per GPU).
