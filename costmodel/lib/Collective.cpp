@@ -146,6 +146,8 @@ double ringBusBandwidth(const GroupShape &g) {
     else if (g.fallback)
       intra = effectiveBandwidth(*g.fallback, 1);
   }
+  if (g.intraLink && g.intraLink->ncclBusBandwidthCapBytesPerS > 0)
+    intra = std::min(intra, g.intraLink->ncclBusBandwidthCapBytesPerS);
   if (g.ranksPerNode >= g.ranks)
     return intra;
   // Across nodes NCCL runs one ring per channel and spreads the channels

@@ -151,6 +151,11 @@ static llvm::Expected<HardwareCatalog> parseCatalog(const std::string &text,
     s.perLinkBandwidthBytesPerS =
         l.value("per_link_bandwidth_bytes_per_s", 0.0);
     s.fallbackLink = l.value("fallback_link", "");
+    s.ncclBusBandwidthCapBytesPerS =
+        l.value("nccl_bus_bandwidth_cap_bytes_per_s", 0.0);
+    if (s.ncclBusBandwidthCapBytesPerS < 0)
+      return fieldError(what, path + ".nccl_bus_bandwidth_cap_bytes_per_s: "
+                                     "must not be negative");
     if (l.contains("link_multiplicity")) {
       s.linkMultiplicity =
           l["link_multiplicity"].get<std::vector<std::vector<int>>>();

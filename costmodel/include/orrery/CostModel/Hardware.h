@@ -58,6 +58,9 @@ struct LinkSpec {
   /// no ring of these links exists.
   std::vector<std::vector<int>> linkMultiplicity;
   double perLinkBandwidthBytesPerS = 0;
+  /// The most bus bandwidth NCCL reaches over this link whatever the link
+  /// count (0: no cap), as NCCL's own model caps it.
+  double ncclBusBandwidthCapBytesPerS = 0;
   std::string fallbackLink;
   std::string source;
 };
