@@ -9,7 +9,8 @@ scripts/build.sh
 ctest --test-dir build --output-on-failure
 
 # Sanitizers: the front end (ONNX island, importer, outlining) on every bad
-# input the lit suite and the loader unit tests feed it.
+# input the lit suite and the loader unit tests feed it, and the cluster,
+# strategy and collective code on the unit tests' specs and topologies.
 if [ "${ORRERY_SKIP_SANITIZERS:-0}" != 1 ]; then
   if [ ! -f build-asan/build.ninja ]; then
     cmake -G Ninja -S . -B build-asan -DCMAKE_BUILD_TYPE=Release -DORRERY_SANITIZE=ON
@@ -17,5 +18,5 @@ if [ "${ORRERY_SKIP_SANITIZERS:-0}" != 1 ]; then
   cmake --build build-asan -j "${ORRERY_JOBS:-2}" --target orrery orrery-opt orrery-unit-tests \
     orrery-builtin-models
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-    ctest --test-dir build-asan --output-on-failure -R "^(lit|e2e-shared-models|Loader\.|Outline\.|CostTest\.)"
+    ctest --test-dir build-asan --output-on-failure -R "^(lit|e2e-shared-models|Loader\.|Outline\.|CostTest\.|Collective\.|Cluster\.|Strategy\.)"
 fi
