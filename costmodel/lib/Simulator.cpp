@@ -52,34 +52,36 @@ struct Task {
 
 class Simulation {
 public:
-  Simulation(const Workload &w, const Cluster &c, const Strategy &s,
-             const Assumptions &a)
-      : w(w), c(c), s(s), a(a), dev(c.deviceSpec(0)), group(c.groupOf(0)) {}
+  /// `at[i]` says where pipeline stage i runs; `uniform` when every stage
+  /// runs on the same placement (layer times are then priced once).
+  Simulation(const Workload &w, const Strategy &s, const Assumptions &a,
+             std::vector<StagePlacement> at, bool uniform)
+      : w(w), s(s), a(a), at(std::move(at)), uniform(uniform) {}
 
   llvm::Expected<StepResult> run(bool keepTrace);
 
 private:
   const Workload &w;
-  const Cluster &c;
   const Strategy &s;
   const Assumptions &a;
-  const DeviceSpec &dev;
-  const NodeGroup &group;
+  std::vector<StagePlacement> at;
+  bool uniform;
 
   double scale() const {
     return double(s.microBatch) / double(std::max<int64_t>(1, w.batchSize)) /
            s.cp;
   }
-  GroupShape shapeOf(int stride, int ranks) const;
-  double opTime(double flops, double bytes, bool contraction,
-                int kernels) const;
-  LayerTime layerTime(const LayerKind &k) const;
+  double opTime(const DeviceSpec &dev, double flops, double bytes,
+                bool contraction, int kernels) const;
+  LayerTime layerTime(const LayerKind &k, const StagePlacement &p) const;
   std::vector<std::vector<int>>
   chunkLayers(std::vector<size_t> &sequence) const;
   std::vector<std::vector<Task>> schedule(int microBatches) const;
 };
 
-GroupShape Simulation::shapeOf(int stride, int ranks) const {
+} // namespace
+
+GroupShape groupShapeIn(const NodeGroup &group, int stride, int ranks) {
   // A group of `ranks` ranks `stride` apart (the strategy's order decides
   // the stride) shares a node with as many of its ranks as fit.
   GroupShape g;
@@ -95,8 +97,10 @@ GroupShape Simulation::shapeOf(int stride, int ranks) const {
   return g;
 }
 
-double Simulation::opTime(double flops, double bytes, bool contraction,
-                          int kernels) const {
+namespace {
+
+double Simulation::opTime(const DeviceSpec &dev, double flops, double bytes,
+                          bool contraction, int kernels) const {
   double peak = contraction ? dev.tensorPeak(s.precision) : dev.vectorPeak();
   double compute = 0;
   if (flops > 0) {
@@ -110,14 +114,17 @@ double Simulation::opTime(double flops, double bytes, bool contraction,
   return std::max(compute, memory) + kernels * a.kernelLaunchS;
 }
 
-LayerTime Simulation::layerTime(const LayerKind &k) const {
+LayerTime Simulation::layerTime(const LayerKind &k,
+                               const StagePlacement &p) const {
   LayerTime t;
   double sc = scale();
-  GroupShape tpGroup = shapeOf(s.stride("tp"), s.tp);
+  const DeviceSpec &dev = *p.device;
+  const GroupShape &tpGroup = p.tpGroup;
+  int tpDeg = p.tp;
   for (const OpCost &op : k.ops) {
     if (op.view)
       continue;
-    double split = (op.tensorParallel || s.sequenceParallel) ? s.tp : 1;
+    double split = (op.tensorParallel || s.sequenceParallel) ? tpDeg : 1;
     double f = op.forwardFlops * sc / split, b = op.backwardFlops * sc / split;
     double moved = double(op.bytesRead + op.bytesWritten);
     int kernels = 1;
@@ -128,14 +135,14 @@ LayerTime Simulation::layerTime(const LayerKind &k) const {
       kernels = 0;
     }
     double bytes = moved * sc / split;
-    double fwd = opTime(f, bytes, op.contraction, kernels);
+    double fwd = opTime(dev, f, bytes, op.contraction, kernels);
     // Backward: two kernels per contraction (input and weight gradients),
     // each moving about the forward's bytes.
-    double bwd =
-        opTime(b, 2 * bytes, op.contraction, op.contraction ? 2 : kernels);
+    double bwd = opTime(dev, b, 2 * bytes, op.contraction,
+                        op.contraction ? 2 : kernels);
     t.forwardComputeS += fwd;
     t.backwardComputeS += bwd;
-    if (s.tp > 1) {
+    if (tpDeg > 1) {
       t.forwardTpS += collectiveTime(CollectiveKind::AllReduce,
                                      op.tpAllReduceForwardBytes * sc, tpGroup);
       t.backwardTpS += collectiveTime(
@@ -151,9 +158,9 @@ LayerTime Simulation::layerTime(const LayerKind &k) const {
     // backward) and reduce-scatters its gradient: one collective per tensor,
     // prefetched while the layer computes. What the compute cannot hide is
     // exposed.
-    GroupShape dpGroup = shapeOf(s.stride("dp"), s.dp);
+    const GroupShape &dpGroup = p.dpGroup;
     int tensors = std::max(1, k.weightTensors);
-    double perTensor = (double(k.parameters - k.replicatedParameters) / s.tp +
+    double perTensor = (double(k.parameters - k.replicatedParameters) / tpDeg +
                         double(k.replicatedParameters)) /
                        tensors;
     double gather =
@@ -165,7 +172,7 @@ LayerTime Simulation::layerTime(const LayerKind &k) const {
     t.forwardTpS += std::max(0.0, gather - t.forwardComputeS);
     t.backwardTpS += std::max(0.0, gather + scatter - t.backwardComputeS);
   }
-  double tp = s.tp, stream = s.sequenceParallel ? tp : 1;
+  double tp = tpDeg, stream = s.sequenceParallel ? tp : 1;
   double all = k.savedReplicatedBytes * sc / stream +
                k.savedShardedBytes * sc / tp + k.savedCoreBytes * sc / tp;
   t.workingBytes = all;
@@ -361,14 +368,20 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
   for (const auto &layers : chunkOf)
     r.chunkLayers.push_back(int(layers.size()));
 
-  std::vector<LayerTime> kindTime;
-  for (const LayerKind &k : w.kinds) {
-    kindTime.push_back(layerTime(k));
-    const LayerTime &t = kindTime.back();
-    r.kindSecondsPerMicroBatch.push_back(t.forwardComputeS + t.forwardTpS +
-                                         t.backwardComputeS + t.backwardTpS +
-                                         t.recomputeS);
-  }
+  // Layer times per stage placement (once when every stage is alike).
+  std::vector<std::vector<LayerTime>> kindTime(uniform ? 1 : pp);
+  for (size_t i = 0; i < kindTime.size(); ++i)
+    for (const LayerKind &k : w.kinds)
+      kindTime[i].push_back(layerTime(k, at[i]));
+  auto secondsOf = [](const LayerTime &t) {
+    return t.forwardComputeS + t.forwardTpS + t.backwardComputeS +
+           t.backwardTpS + t.recomputeS;
+  };
+  for (const LayerTime &t : kindTime[0])
+    r.kindSecondsPerMicroBatch.push_back(secondsOf(t));
+  auto stageTimes = [&](int stage) -> const std::vector<LayerTime> & {
+    return kindTime[uniform ? 0 : stage];
+  };
 
   // Per chunk: times per micro-batch, boundary bytes, parameters.
   std::vector<double> fwdS(chunks), bwdS(chunks), tpS(chunks),
@@ -377,9 +390,11 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
       outBytes(chunks);
   std::vector<double> computeS(chunks);
   for (int ch = 0; ch < chunks; ++ch) {
+    const StagePlacement &place = at[ch % pp];
+    const std::vector<LayerTime> &times = stageTimes(ch % pp);
     for (int l : chunkOf[ch]) {
       size_t k = sequence[l];
-      const LayerTime &t = kindTime[k];
+      const LayerTime &t = times[k];
       fwdS[ch] += t.forwardComputeS + t.forwardTpS;
       bwdS[ch] += t.backwardComputeS + t.backwardTpS + t.recomputeS;
       tpS[ch] += t.forwardTpS + t.backwardTpS +
@@ -394,16 +409,16 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
       // others repeat them (a tied head reuses the embedding's).
       // Per tp rank: the split parameters divided, the replicated whole.
       const LayerKind &kind = w.kinds[k];
-      params[ch] += double(kind.parameters - kind.replicatedParameters) / s.tp +
-                    double(kind.replicatedParameters);
+      params[ch] +=
+          double(kind.parameters - kind.replicatedParameters) / place.tp +
+          double(kind.replicatedParameters);
     }
     if (s.offloadActivations) {
       // Kept activations go to host memory in forward and come back in
       // backward over the host's PCIe link, overlapped with compute.
-      bool gen5 =
-          group.intraNodeLink && (group.intraNodeLink->name == "NVLink4" ||
-                                  group.intraNodeLink->name == "NVLink5" ||
-                                  group.intraNodeLink->name == "PCIe5");
+      const LinkSpec *l = place.group->intraNodeLink;
+      bool gen5 = l && (l->name == "NVLink4" || l->name == "NVLink5" ||
+                        l->name == "PCIe5");
       const LinkSpec *host =
           HardwareCatalog::builtin().link(gen5 ? "PCIe5" : "PCIe4");
       double xfer = keptBytes[ch] /
@@ -413,17 +428,46 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
     }
     outBytes[ch] =
         w.kinds[sequence[chunkOf[ch].back()]].outputBytes * scale() /
-        (s.tp > 1 ? s.tp : 1); // Megatron's scatter/gather of p2p tensors
+        (place.tp > 1 ? place.tp : 1); // Megatron's scatter/gather of p2p
   }
 
-  // Pipeline transfers: neighbours tp*cp*dp ranks apart.
-  GroupShape ppPair = shapeOf(s.stride("pp"), 2);
-  auto transferS = [&](int fromChunk) {
-    if (pp == 1 || fromChunk + 1 >= chunks)
-      return 0.0;
-    return collectiveTime(CollectiveKind::SendRecv, outBytes[fromChunk],
-                          ppPair);
-  };
+  // Per stage and layer kind, for balancing uneven stages: seconds per
+  // micro-batch, and the bytes one layer holds on a device (weights,
+  // gradients and optimizer state under the ZeRO stage, plus the
+  // activations of the micro-batches the schedule keeps in flight there).
+  r.stageKindSeconds.resize(pp);
+  r.stageKindBytes.resize(pp);
+  for (int i = 0; i < pp; ++i) {
+    double inFlight = s.schedule == Schedule::GPipe
+                          ? double(m)
+                          : double(std::min(m, pp - i));
+    double dp = s.dp;
+    double perParam =
+        a.weightBytesPerParam / (s.zeroStage >= 3 ? dp : 1) +
+        a.gradBytesPerParam / (s.zeroStage >= 2 ? dp : 1) +
+        (s.offloadOptimizer
+             ? 0
+             : a.optimizerBytesPerParam / (s.zeroStage >= 1 ? dp : 1));
+    for (size_t k = 0; k < w.kinds.size(); ++k) {
+      const LayerTime &t = stageTimes(i)[k];
+      const LayerKind &kind = w.kinds[k];
+      r.stageKindSeconds[i].push_back(secondsOf(t));
+      double p =
+          double(kind.parameters - kind.replicatedParameters) / at[i].tp +
+          double(kind.replicatedParameters);
+      r.stageKindBytes[i].push_back(p * perParam + t.keptBytes * inFlight *
+                                                       (1 + a.fragmentation));
+    }
+  }
+
+  // Pipeline transfers: to the next stage, over the link between them.
+  std::vector<double> transfer(chunks, 0.0);
+  for (int ch = 0; ch + 1 < chunks && pp > 1; ++ch)
+    transfer[ch] = collectiveTime(CollectiveKind::SendRecv, outBytes[ch],
+                                  at[ch % pp].toNext);
+  auto transferS = [&](int fromChunk) { return transfer[fromChunk]; };
+  for (int ch = 0; ch + 1 < chunks; ++ch)
+    r.boundaryBytesPerMicroBatch.push_back(outBytes[ch]);
 
   // Event simulation.
   std::vector<std::vector<Task>> order = schedule(m);
@@ -436,7 +480,6 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
 
   // Gradients: all-reduce over dp (reduce-scatter + all-gather under ZeRO,
   // the same volume), overlapped with the stage's last backward.
-  GroupShape dpGroup = shapeOf(s.stride("dp"), s.dp);
   double stepS = 0;
   int slowest = 0;
   std::vector<double> dpExposed(pp, 0), optS(pp, 0), finish(pp, 0);
@@ -450,7 +493,7 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
         s.zeroStage == 3
             ? 0
             : collectiveTime(CollectiveKind::AllReduce,
-                             perDevice * a.gradBytesPerParam, dpGroup);
+                             perDevice * a.gradBytesPerParam, at[i].dpGroup);
     dpExposed[i] = std::max(0.0, grad - lastBackwardS[i]);
     double shard = s.zeroStage >= 1 ? s.dp : 1;
     double optBytes = perDevice / shard *
@@ -458,7 +501,8 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
                        2 * a.optimizerBytesPerParam);
     optS[i] = s.offloadOptimizer
                   ? perDevice / shard * 16 / 31.5e9
-                  : opTime(perDevice / shard * 10, optBytes, false, 4);
+                  : opTime(*at[i].device, perDevice / shard * 10, optBytes,
+                           false, 4);
     finish[i] = free[i] + dpExposed[i] + optS[i];
     if (finish[i] > stepS) {
       stepS = finish[i];
@@ -476,8 +520,11 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
   r.stages.resize(pp);
   for (int i = 0; i < pp; ++i) {
     StageReport &st = r.stages[i];
+    const DeviceSpec &dev = *at[i].device;
     st.device = dev.name;
     st.capacityBytes = dev.memoryBytes;
+    st.tp = at[i].tp;
+    st.devices = at[i].tp * s.cp * s.dp;
     double p = 0, live = 0, peak = 0, working = 0;
     for (int c2 = 0; c2 < v; ++c2) {
       int ch = c2 * pp + i;
@@ -537,17 +584,21 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
   r.tokensPerS = r.samplesPerS * double(w.tokensPerSample); // 0 without tokens
   r.modelFlopsPerStep =
       double(w.forwardFlops() + w.backwardFlops()) * perSample * samples;
-  double recompute = 0;
-  for (int ch = 0; ch < chunks; ++ch)
-    recompute += recompFlops[ch];
   // recompFlops are per device per micro-batch; scale to the whole step.
-  r.hardwareFlopsPerStep =
-      r.modelFlopsPerStep + recompute * s.tp * s.cp * m * s.dp;
-  int devices = c.numDevices();
-  double peakFlops = dev.tensorPeak(s.precision);
+  double devices = 0, peakFlops = 0, hwRecompute = 0;
+  for (int ch = 0; ch < chunks; ++ch)
+    hwRecompute += recompFlops[ch] * at[ch % pp].tp * s.cp * m * s.dp;
+  for (int i = 0; i < pp; ++i) {
+    double n = double(at[i].tp) * s.cp * s.dp;
+    devices += n;
+    peakFlops += n * at[i].device->tensorPeak(s.precision);
+    r.energyJ += n * at[i].group->powerW * stepS;
+    r.costUsd += n * at[i].group->priceUsdPerDeviceHour * stepS / 3600.0;
+  }
+  r.hardwareFlopsPerStep = r.modelFlopsPerStep + hwRecompute;
   r.modelTflopsPerDevice = r.modelFlopsPerStep / stepS / devices / 1e12;
-  r.mfu = r.modelFlopsPerStep / stepS / devices / peakFlops;
-  r.hfu = r.hardwareFlopsPerStep / stepS / devices / peakFlops;
+  r.mfu = r.modelFlopsPerStep / stepS / peakFlops;
+  r.hfu = r.hardwareFlopsPerStep / stepS / peakFlops;
   double compute = 0, tp = 0;
   for (int c2 = 0; c2 < v; ++c2) {
     compute += computeS[c2 * pp + slowest] * m;
@@ -562,11 +613,6 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
       std::min(idle, std::max(0.0, free[slowest] - noTransferEnd));
   r.bubbleS = std::max(0.0, idle - r.exposedPpCommS);
   r.bubbleFraction = r.bubbleS / stepS;
-  for (int d = 0; d < devices; ++d) {
-    const NodeGroup &g = c.groupOf(d);
-    r.energyJ += g.powerW * stepS;
-    r.costUsd += g.priceUsdPerDeviceHour * stepS / 3600.0;
-  }
   if (keepTrace)
     for (int i = 0; i < pp; ++i) {
       if (dpExposed[i] > 0)
@@ -601,7 +647,35 @@ llvm::Expected<StepResult> simulateStep(const Workload &w, const Cluster &c,
     return err("simulator: the cluster spans " +
                std::to_string(c.sites.size()) +
                " sites; this version prices clusters at one site");
-  return Simulation(w, c, s, a).run(keepTrace);
+  const NodeGroup &g = c.groupOf(0);
+  StagePlacement place{&c.deviceSpec(0),
+                       &g,
+                       s.tp,
+                       groupShapeIn(g, s.stride("tp"), s.tp),
+                       groupShapeIn(g, s.stride("dp"), s.dp),
+                       groupShapeIn(g, s.stride("pp"), 2)};
+  auto r = Simulation(w, s, a, std::vector<StagePlacement>(s.pp, place), true)
+               .run(keepTrace);
+  if (r) { // every device of the cluster, with its own power and price
+    r->energyJ = r->costUsd = 0;
+    for (int d = 0; d < c.numDevices(); ++d) {
+      r->energyJ += c.groupOf(d).powerW * r->stepS;
+      r->costUsd += c.groupOf(d).priceUsdPerDeviceHour * r->stepS / 3600.0;
+    }
+  }
+  return r;
+}
+
+llvm::Expected<StepResult>
+simulatePipeline(const Workload &w, const Strategy &s,
+                 const std::vector<StagePlacement> &stages,
+                 const Assumptions &a, bool keepTrace) {
+  if (w.kinds.empty())
+    return err("simulator: the model has no layers");
+  if (int(stages.size()) != s.pp)
+    return err("simulator: " + std::to_string(stages.size()) +
+               " stage placements for pp=" + std::to_string(s.pp));
+  return Simulation(w, s, a, stages, false).run(keepTrace);
 }
 
 std::string chromeTraceJson(const StepResult &r) {
@@ -615,8 +689,7 @@ std::string chromeTraceJson(const StepResult &r) {
          {"args",
           {{"name",
             "stage " + std::to_string(i) + " (" + r.stages[i].device + " x " +
-                std::to_string(r.strategy.tp * r.strategy.cp * r.strategy.dp) +
-                ")"}}}});
+                std::to_string(r.stages[i].devices) + ")"}}}});
   for (const TraceEvent &e : r.trace)
     events.push_back({{"name", e.name},
                       {"cat", e.category},

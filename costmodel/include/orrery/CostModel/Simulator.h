@@ -11,6 +11,7 @@
 #define ORRERY_COSTMODEL_SIMULATOR_H
 
 #include "orrery/CostModel/Cluster.h"
+#include "orrery/CostModel/Collective.h"
 #include "orrery/CostModel/Strategy.h"
 #include "orrery/CostModel/Workload.h"
 
@@ -58,6 +59,8 @@ struct TraceEvent {
 
 struct StageReport {
   int firstLayer = 0, numLayers = 0;
+  int tp = 1;      ///< tensor-parallel degree of the stage
+  int devices = 0; ///< devices of the stage over all replicas (tp x cp x dp)
   double forwardS = 0, backwardS = 0; ///< per micro-batch, all its chunks
   MemoryBreakdown memory;
   double capacityBytes = 0;
@@ -82,6 +85,12 @@ struct StepResult {
   /// Per layer kind: forward + backward (with recompute) seconds of one
   /// micro-batch on one device, for balancing pipeline stages.
   std::vector<double> kindSecondsPerMicroBatch;
+  /// The same per pipeline stage (stages may differ in device and tp), and
+  /// the bytes one layer of each kind holds on a device of the stage
+  /// (weights, gradients, optimizer state, in-flight activations).
+  std::vector<std::vector<double>> stageKindSeconds, stageKindBytes;
+  /// Bytes sent from chunk i to chunk i+1 per micro-batch, per replica.
+  std::vector<double> boundaryBytesPerMicroBatch;
   double peakMemoryBytes = 0; ///< largest over devices
   /// The largest memory need minus capacity over stages (<= 0 when it fits).
   double memoryShortfallBytes = 0;
@@ -91,11 +100,32 @@ struct StepResult {
   std::vector<TraceEvent> trace;
 };
 
+/// Where one pipeline stage runs: the device type and node group, the
+/// stage's tensor-parallel degree, and the shapes of its tensor and data
+/// parallel groups and of the transfer to the next stage.
+struct StagePlacement {
+  const DeviceSpec *device = nullptr;
+  const NodeGroup *group = nullptr;
+  int tp = 1;
+  GroupShape tpGroup, dpGroup, toNext;
+};
+
+/// The shape of a group of `ranks` ranks `stride` apart on nodes of `group`.
+GroupShape groupShapeIn(const NodeGroup &group, int stride, int ranks);
+
 /// Simulates one step. Fails with a one-line message when the strategy does
 /// not apply to this model or cluster.
 llvm::Expected<StepResult> simulateStep(const Workload &w, const Cluster &c,
                                         Strategy s, const Assumptions &a = {},
                                         bool keepTrace = false);
+
+/// Simulates one pipeline, replicated s.dp times, whose stages run where
+/// `stages` says (s.tp is ignored: each stage has its own). The building
+/// block of heterogeneous plans (Hetero.h).
+llvm::Expected<StepResult>
+simulatePipeline(const Workload &w, const Strategy &s,
+                 const std::vector<StagePlacement> &stages,
+                 const Assumptions &a = {}, bool keepTrace = false);
 
 /// Chrome-trace / Perfetto JSON: one track (tid) per pipeline stage.
 std::string chromeTraceJson(const StepResult &r);
