@@ -241,3 +241,195 @@ llvm::Expected<Strategy> strategyFromPlan(const nlohmann::json &plan,
 }
 
 } // namespace orrery
+
+namespace orrery {
+
+static ojson heteroStrategyJson(const HeteroStrategy &s,
+                                const std::vector<Pool> &pools) {
+  ojson groups = ojson::array();
+  for (const ReplicaGroup &g : s.groups) {
+    ojson stages = ojson::array();
+    for (const HeteroStage &st : g.stages)
+      stages.push_back({{"pool", st.pool},
+                        {"device_type", pools[st.pool].nodes->device->name},
+                        {"tp", st.tp},
+                        {"layers", st.layers}});
+    ojson samples = ojson::array(), weights = ojson::array();
+    for (int64_t m : g.microBatches) {
+      samples.push_back(m * g.microBatch);
+      weights.push_back(double(m * g.microBatch) / double(s.globalBatch));
+    }
+    groups.push_back({{"replicas", g.replicas},
+                      {"micro_batch_size_samples", g.microBatch},
+                      {"micro_batches_per_replica", g.microBatches},
+                      {"samples_per_replica", samples},
+                      {"gradient_weight_per_replica", weights},
+                      {"stages", stages}});
+  }
+  return {{"kind", "heterogeneous"},
+          {"global_batch_size_samples", s.globalBatch},
+          {"zero_stage", s.zeroStage},
+          {"recompute", recomputeName(s.recompute)},
+          {"precision", precisionName(s.precision)},
+          {"replica_groups", groups},
+          {"summary", s.str(pools)}};
+}
+
+ojson heteroMetricsJson(const HeteroResult &r) {
+  return {{"step_time_s", r.stepS},
+          {"tokens_per_s", r.tokensPerS},
+          {"samples_per_s", r.samplesPerS},
+          {"model_tflop_per_s_per_device", r.modelTflopsPerDevice},
+          {"mfu", r.mfu},
+          {"slowest_group_s", r.groupsS},
+          {"cross_group_gradient_sync_s", r.crossGroupSyncS},
+          {"wan_bytes_per_step", r.wanBytesPerStep},
+          {"wan_usd_per_step", r.wanUsdPerStep},
+          {"peak_memory_bytes", r.peakMemoryBytes},
+          {"devices_used", r.devicesUsed},
+          {"energy_j_per_step", r.energyJ},
+          {"cost_usd_per_step", r.costUsd}};
+}
+
+ojson heteroStagesJson(const HeteroResult &r, const std::vector<Pool> &pools) {
+  ojson stages = ojson::array();
+  for (size_t g = 0; g < r.groups.size(); ++g) {
+    const ReplicaGroup &rg = r.strategy.groups[g];
+    for (size_t i = 0; i < r.groups[g].stages.size(); ++i) {
+      ojson stage = {{"replica_group", g},
+                     {"stage", i},
+                     {"pool", pools[rg.stages[i].pool].name},
+                     {"tp", rg.stages[i].tp}};
+      ojson fields = stageJson(r.groups[g].stages[i]);
+      for (auto &[key, value] : fields.items())
+        stage[key] = value;
+      stage["devices"] = rg.stages[i].devices;
+      stages.push_back(stage);
+    }
+  }
+  return stages;
+}
+
+ojson heteroPlanJson(const HeteroPlanResult &r, const Workload &w,
+                     const PlanInputs &in, const Cluster &c) {
+  const HeteroResult &best = r.top.front();
+  ojson j;
+  j["schema"] = "orrery-plan";
+  j["version"] = 1;
+  ojson layers = ojson::array();
+  for (const LayerRun &run : w.layers)
+    layers.push_back({{"kind", w.kinds[run.kind].name}, {"count", run.count}});
+  j["model"] = {{"source", in.modelPath},
+                {"digest_fnv1a64", in.modelDigest},
+                {"parameters", w.parameters()},
+                {"tokens_per_sample", w.tokensPerSample},
+                {"layers", layers}};
+  ojson pools = ojson::array();
+  for (size_t p = 0; p < r.pools.size(); ++p) {
+    const Pool &pool = r.pools[p];
+    pools.push_back({{"pool", p},
+                     {"name", pool.name},
+                     {"site", c.sites[pool.site].name},
+                     {"device_type", pool.nodes->device->name},
+                     {"devices", pool.devices},
+                     {"first_device", pool.firstDevice}});
+  }
+  j["cluster"] = {{"spec", in.clusterSpec},
+                  {"digest_fnv1a64", in.clusterDigest},
+                  {"devices", c.numDevices()},
+                  {"devices_used", best.devicesUsed},
+                  {"pools", pools}};
+  j["strategy"] = heteroStrategyJson(best.strategy, r.pools);
+  j["stages"] = heteroStagesJson(best, r.pools);
+  j["predicted"] = heteroMetricsJson(best);
+  ojson alternatives = ojson::array();
+  for (size_t i = 1; i < r.top.size(); ++i)
+    alternatives.push_back(
+        {{"strategy", heteroStrategyJson(r.top[i].strategy, r.pools)},
+         {"predicted", heteroMetricsJson(r.top[i])}});
+  j["alternatives"] = alternatives;
+  j["search"] = {{"candidates_priced", r.candidatesPriced},
+                 {"candidates_pruned", r.candidatesPruned}};
+  return j;
+}
+
+bool isHeteroPlan(const nlohmann::json &plan) {
+  return plan.is_object() && plan.contains("strategy") &&
+         plan["strategy"].is_object() &&
+         plan["strategy"].value("kind", "") == "heterogeneous";
+}
+
+llvm::Expected<HeteroStrategy> heteroStrategyFromPlan(const nlohmann::json &plan,
+                                                      const std::string &what) {
+  if (plan.value("schema", "") != "orrery-plan")
+    return err(what + ": schema: expected \"orrery-plan\"");
+  if (!plan.contains("version") || !plan["version"].is_number_integer() ||
+      plan["version"] != 1)
+    return err(what + ": version: expected 1");
+  const nlohmann::json &j = plan["strategy"];
+  HeteroStrategy s;
+  auto integer = [&](const nlohmann::json &obj, const std::string &where,
+                     const char *key, auto &out, long long lo) -> llvm::Error {
+    if (!obj.is_object() || !obj.contains(key) ||
+        !obj[key].is_number_integer() || obj[key].get<long long>() < lo)
+      return err(what + ": " + where + key + ": must be an integer >= " +
+                 std::to_string(lo));
+    out = obj[key].get<long long>();
+    return llvm::Error::success();
+  };
+  if (auto e = integer(j, "strategy.", "global_batch_size_samples",
+                       s.globalBatch, 1))
+    return std::move(e);
+  if (auto e = integer(j, "strategy.", "zero_stage", s.zeroStage, 0))
+    return std::move(e);
+  if (s.zeroStage > 3)
+    return err(what + ": strategy.zero_stage: must be 0 to 3");
+  if (auto r = recomputeFromName(j.value("recompute", "")))
+    s.recompute = *r;
+  else
+    return err(what + ": strategy.recompute: must be none, selective or full");
+  if (auto p = precisionFromName(j.value("precision", "")))
+    s.precision = *p;
+  else
+    return err(what +
+               ": strategy.precision: must be fp32, tf32, fp16, bf16 or fp8");
+  if (!j.contains("replica_groups") || !j["replica_groups"].is_array())
+    return err(what + ": strategy.replica_groups: must be a list");
+  for (size_t g = 0; g < j["replica_groups"].size(); ++g) {
+    const nlohmann::json &jg = j["replica_groups"][g];
+    std::string at = "strategy.replica_groups[" + std::to_string(g) + "].";
+    ReplicaGroup rg;
+    if (auto e = integer(jg, at, "replicas", rg.replicas, 1))
+      return std::move(e);
+    if (auto e = integer(jg, at, "micro_batch_size_samples", rg.microBatch, 1))
+      return std::move(e);
+    if (!jg.contains("micro_batches_per_replica") ||
+        !jg["micro_batches_per_replica"].is_array())
+      return err(what + ": " + at + "micro_batches_per_replica: must be a list");
+    for (const auto &m : jg["micro_batches_per_replica"]) {
+      if (!m.is_number_integer() || m.get<long long>() < 1)
+        return err(what + ": " + at +
+                   "micro_batches_per_replica: counts must be positive "
+                   "integers");
+      rg.microBatches.push_back(m.get<int64_t>());
+    }
+    if (!jg.contains("stages") || !jg["stages"].is_array())
+      return err(what + ": " + at + "stages: must be a list");
+    for (size_t i = 0; i < jg["stages"].size(); ++i) {
+      const nlohmann::json &js = jg["stages"][i];
+      std::string sat = at + "stages[" + std::to_string(i) + "].";
+      HeteroStage st;
+      if (auto e = integer(js, sat, "pool", st.pool, 0))
+        return std::move(e);
+      if (auto e = integer(js, sat, "tp", st.tp, 1))
+        return std::move(e);
+      if (auto e = integer(js, sat, "layers", st.layers, 1))
+        return std::move(e);
+      rg.stages.push_back(st);
+    }
+    s.groups.push_back(std::move(rg));
+  }
+  return s;
+}
+
+} // namespace orrery

@@ -432,33 +432,21 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
   }
 
   // Per stage and layer kind, for balancing uneven stages: seconds per
-  // micro-batch, and the bytes one layer holds on a device (weights,
-  // gradients and optimizer state under the ZeRO stage, plus the
-  // activations of the micro-batches the schedule keeps in flight there).
+  // micro-batch, parameters per device, activation bytes one micro-batch
+  // keeps.
   r.stageKindSeconds.resize(pp);
-  r.stageKindBytes.resize(pp);
-  for (int i = 0; i < pp; ++i) {
-    double inFlight = s.schedule == Schedule::GPipe
-                          ? double(m)
-                          : double(std::min(m, pp - i));
-    double dp = s.dp;
-    double perParam =
-        a.weightBytesPerParam / (s.zeroStage >= 3 ? dp : 1) +
-        a.gradBytesPerParam / (s.zeroStage >= 2 ? dp : 1) +
-        (s.offloadOptimizer
-             ? 0
-             : a.optimizerBytesPerParam / (s.zeroStage >= 1 ? dp : 1));
+  r.stageKindParams.resize(pp);
+  r.stageKindKeptBytes.resize(pp);
+  for (int i = 0; i < pp; ++i)
     for (size_t k = 0; k < w.kinds.size(); ++k) {
       const LayerTime &t = stageTimes(i)[k];
       const LayerKind &kind = w.kinds[k];
       r.stageKindSeconds[i].push_back(secondsOf(t));
-      double p =
+      r.stageKindParams[i].push_back(
           double(kind.parameters - kind.replicatedParameters) / at[i].tp +
-          double(kind.replicatedParameters);
-      r.stageKindBytes[i].push_back(p * perParam + t.keptBytes * inFlight *
-                                                       (1 + a.fragmentation));
+          double(kind.replicatedParameters));
+      r.stageKindKeptBytes[i].push_back(t.keptBytes);
     }
-  }
 
   // Pipeline transfers: to the next stage, over the link between them.
   std::vector<double> transfer(chunks, 0.0);
@@ -467,7 +455,7 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
                                   at[ch % pp].toNext);
   auto transferS = [&](int fromChunk) { return transfer[fromChunk]; };
   for (int ch = 0; ch + 1 < chunks; ++ch)
-    r.boundaryBytesPerMicroBatch.push_back(outBytes[ch]);
+    r.boundaryBytesPerMicroBatch.push_back(outBytes[ch] * at[ch % pp].tp);
 
   // Event simulation.
   std::vector<std::vector<Task>> order = schedule(m);
@@ -672,13 +660,18 @@ simulatePipeline(const Workload &w, const Strategy &s,
                  const Assumptions &a, bool keepTrace) {
   if (w.kinds.empty())
     return err("simulator: the model has no layers");
+  if (s.dp < 1 || s.microBatch < 1 || s.microBatches() < 1 ||
+      s.virtualStages != 1)
+    return err("simulator: a pipeline needs dp >= 1, one chunk per stage and "
+               "at least one micro-batch");
   if (int(stages.size()) != s.pp)
     return err("simulator: " + std::to_string(stages.size()) +
                " stage placements for pp=" + std::to_string(s.pp));
   return Simulation(w, s, a, stages, false).run(keepTrace);
 }
 
-std::string chromeTraceJson(const StepResult &r) {
+std::string chromeTraceJson(const StepResult &r,
+                            const std::string &description) {
   nlohmann::ordered_json events = nlohmann::ordered_json::array();
   for (size_t i = 0; i < r.stages.size(); ++i)
     events.push_back(
@@ -688,7 +681,9 @@ std::string chromeTraceJson(const StepResult &r) {
          {"tid", i},
          {"args",
           {{"name",
-            "stage " + std::to_string(i) + " (" + r.stages[i].device + " x " +
+            (r.stages[i].label.empty() ? "stage " + std::to_string(i)
+                                       : r.stages[i].label) +
+                " (" + r.stages[i].device + " x " +
                 std::to_string(r.stages[i].devices) + ")"}}}});
   for (const TraceEvent &e : r.trace)
     events.push_back({{"name", e.name},
@@ -701,7 +696,9 @@ std::string chromeTraceJson(const StepResult &r) {
   nlohmann::ordered_json j;
   j["traceEvents"] = events;
   j["displayTimeUnit"] = "ms";
-  j["otherData"] = {{"strategy", r.strategy.str()}, {"step_time_s", r.stepS}};
+  j["otherData"] = {
+      {"strategy", description.empty() ? r.strategy.str() : description},
+      {"step_time_s", r.stepS}};
   return j.dump();
 }
 

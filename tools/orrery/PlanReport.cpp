@@ -1,6 +1,7 @@
 //===- PlanReport.cpp - the `orrery plan` summary ------------------------===//
 #include "PlanReport.h"
 
+#include <algorithm>
 #include <cstdio>
 
 namespace orrery {
@@ -78,6 +79,81 @@ void printPlan(std::ostream &os, const PlanResult &r, const Workload &w,
                   b.bubbleS, x.bubbleS, exposed(b), exposed(x),
                   gib(cap - b.peakMemoryBytes), gib(cap - x.peakMemoryBytes));
     os << buf;
+  }
+}
+
+} // namespace orrery
+
+namespace orrery {
+
+void printHeteroPlan(std::ostream &os, const HeteroPlanResult &r,
+                     const Workload &w, const Cluster &c, Objective o) {
+  const HeteroResult &b = r.top.front();
+  char buf[512];
+  os << "model        " << w.source << "\n";
+  os << "cluster      " << c.name << " (" << c.numDevices() << " devices:";
+  for (size_t p = 0; p < r.pools.size(); ++p)
+    os << (p ? "," : "") << " " << r.pools[p].devices << " x "
+       << r.pools[p].name;
+  os << ")\n";
+  std::snprintf(buf, sizeof buf,
+                "searched     %lld candidates priced in %.0f ms, %lld pruned "
+                "by memory or bound\n\n",
+                (long long)r.candidatesPriced, r.searchS * 1e3,
+                (long long)r.candidatesPruned);
+  os << buf;
+  os << "best plan    " << b.strategy.str(r.pools) << "\n";
+  std::string tokens;
+  if (b.tokensPerS > 0) {
+    std::snprintf(buf, sizeof buf, "%.4g tokens/s   ", b.tokensPerS);
+    tokens = buf;
+  }
+  std::snprintf(buf, sizeof buf,
+                "step         %.3f s   %s%.4g samples/s   MFU %.1f%%   "
+                "%d of %d devices used\n",
+                b.stepS, tokens.c_str(), b.samplesPerS, 100 * b.mfu,
+                b.devicesUsed, c.numDevices());
+  os << buf;
+  if (b.crossGroupSyncS > 0 || b.wanBytesPerStep > 0) {
+    std::snprintf(buf, sizeof buf,
+                  "gradients    %.3f s across replica groups;  WAN %.4g GB "
+                  "per step, %.4g USD egress\n",
+                  b.crossGroupSyncS, b.wanBytesPerStep / 1e9,
+                  b.wanUsdPerStep);
+    os << buf;
+  }
+  if (b.costUsd > 0 || o != Objective::Time) {
+    std::snprintf(buf, sizeof buf, "energy/cost  %.4g J, %.4g USD per step\n",
+                  b.energyJ, b.costUsd);
+    os << buf;
+  }
+  os << "\n  group stage  pool                    tp  layers  replicas  "
+        "micro-batches  mem GiB / cap\n";
+  for (size_t g = 0; g < b.groups.size(); ++g) {
+    const ReplicaGroup &rg = b.strategy.groups[g];
+    int64_t lo = *std::min_element(rg.microBatches.begin(),
+                                   rg.microBatches.end()),
+            hi = *std::max_element(rg.microBatches.begin(),
+                                   rg.microBatches.end());
+    std::string mb = std::to_string(lo) +
+                     (hi != lo ? "-" + std::to_string(hi) : "") + " x " +
+                     std::to_string(rg.microBatch);
+    for (size_t i = 0; i < rg.stages.size(); ++i) {
+      const StageReport &st = b.groups[g].stages[i];
+      std::snprintf(buf, sizeof buf,
+                    "  %5zu %5zu  %-22s %3d  %6d  %8d  %13s  %5.1f / %.0f\n",
+                    g, i, r.pools[rg.stages[i].pool].name.c_str(),
+                    rg.stages[i].tp, rg.stages[i].layers, rg.replicas,
+                    mb.c_str(), gib(st.memory.total()),
+                    gib(st.capacityBytes));
+      os << buf;
+    }
+  }
+  os << "\n  #    step s     MFU  devices  plan\n";
+  for (size_t i = 0; i < r.top.size(); ++i) {
+    std::snprintf(buf, sizeof buf, "  %-3zu %9.3f %7.1f%% %8d  ", i + 1,
+                  r.top[i].stepS, 100 * r.top[i].mfu, r.top[i].devicesUsed);
+    os << buf << r.top[i].strategy.str(r.pools) << "\n";
   }
 }
 

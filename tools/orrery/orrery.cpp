@@ -158,6 +158,72 @@ mlir::OwningOpRef<mlir::ModuleOp> frontEnd(mlir::MLIRContext &ctx,
   return std::move(*module);
 }
 
+/// `orrery check` of a heterogeneous plan: re-simulates it and compares.
+int checkHeteroPlan(const nlohmann::json &planDoc, const std::string &what,
+                    const orrery::Workload &w, const orrery::Cluster &c,
+                    const orrery::PlanInputs &inputs,
+                    const std::string &modelPath,
+                    const std::string &clusterSpec) {
+  auto strategy = orrery::heteroStrategyFromPlan(planDoc, what);
+  if (!strategy)
+    return fail(llvm::toString(strategy.takeError()));
+  std::string wantModel = planDoc["model"].value("digest_fnv1a64", "");
+  if (wantModel != inputs.modelDigest)
+    return fail(what + ": model.digest_fnv1a64 " + wantModel +
+                " differs from " + modelPath + " (" + inputs.modelDigest +
+                "): the plan is for another model");
+  std::string wantCluster = planDoc["cluster"].value("digest_fnv1a64", "");
+  if (wantCluster != inputs.clusterDigest)
+    return fail(what + ": cluster.digest_fnv1a64 " + wantCluster +
+                " differs from " + clusterSpec + " (" + inputs.clusterDigest +
+                "): the plan is for another cluster");
+  auto result = orrery::simulateHetero(w, c, *strategy);
+  if (!result)
+    return fail(what + ": " + llvm::toString(result.takeError()));
+  if (!result->fits)
+    return fail(what + ": the plan does not fit: " + result->doesNotFit);
+  size_t stages = 0;
+  for (const orrery::ReplicaGroup &g : strategy->groups)
+    stages += g.stages.size();
+  if (!planDoc.contains("stages") || !planDoc["stages"].is_array() ||
+      planDoc["stages"].size() != stages)
+    return fail(what + ": stages: expected " + std::to_string(stages) +
+                " stages over the replica groups");
+  // Every stage's recorded devices and type must be the ones the strategy
+  // places there.
+  auto pools = orrery::clusterPools(c);
+  size_t k = 0;
+  for (size_t g = 0; g < result->strategy.groups.size(); ++g)
+    for (const orrery::HeteroStage &st : result->strategy.groups[g].stages) {
+      const nlohmann::json &js = planDoc["stages"][k];
+      std::string at = what + ": stages[" + std::to_string(k++) + "]";
+      if (!js.is_object() || js.value("device_type", "") !=
+                                 pools[st.pool].nodes->device->name)
+        return fail(at + ".device_type: expected " +
+                    pools[st.pool].nodes->device->name);
+      if (!js.contains("devices") || js["devices"] != st.devices)
+        return fail(at + ".devices: differ from the devices the strategy "
+                         "places on pool " +
+                    pools[st.pool].name);
+    }
+  double predicted =
+      planDoc.contains("predicted") && planDoc["predicted"].is_object()
+          ? planDoc["predicted"].value("step_time_s", -1.0)
+          : -1.0;
+  if (predicted > 0 && std::abs(result->stepS - predicted) > 1e-6 * predicted)
+    return fail(what + ": predicted.step_time_s " + std::to_string(predicted) +
+                " differs from the re-simulated " +
+                std::to_string(result->stepS));
+  char buf[256];
+  std::snprintf(buf, sizeof buf,
+                "%s: valid; re-simulated step %.6g s (plan says %.6g s), "
+                "fits, %d devices used, peak %.1f GiB\n",
+                what.c_str(), result->stepS, predicted, result->devicesUsed,
+                result->peakMemoryBytes / double(1ull << 30));
+  std::cout << buf;
+  return 0;
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
@@ -393,6 +459,9 @@ int main(int argc, char **argv) {
     orrery::PlanInputs inputs{args.path, orrery::digestOf(modelBytes),
                               clusterSpec, orrery::digestOf(clusterBytes)};
 
+    if (*checkCmd && orrery::isHeteroPlan(planDoc))
+      return checkHeteroPlan(planDoc, checkPlan, *workload, *cluster, inputs,
+                             args.path, clusterSpec);
     if (*checkCmd) {
       auto strategy = orrery::strategyFromPlan(planDoc, checkPlan);
       if (!strategy)
@@ -469,6 +538,33 @@ int main(int argc, char **argv) {
                   << "   ";
         std::cerr.flush();
       };
+    if (orrery::needsHeteroSearch(*cluster)) {
+      if (budget > 0)
+        return fail("plan: --budget supports clusters of one node type at one "
+                    "site");
+      if (!emitMlir.empty())
+        return fail("--emit-mlir: a plan over mixed device types or sites has "
+                    "a mesh per stage; this version writes shard annotations "
+                    "for one mesh only");
+      auto hetero = orrery::searchHeteroPlans(*workload, *cluster, options);
+      if (!quiet)
+        std::cerr << "\n";
+      if (!hetero)
+        return fail(llvm::toString(hetero.takeError()));
+      auto doc = orrery::heteroPlanJson(*hetero, *workload, inputs, *cluster);
+      if (!planOut.empty()) {
+        std::ofstream out(planOut);
+        out << doc.dump(2) << "\n";
+        if (!out)
+          return fail("-o " + planOut + ": cannot write the file");
+      }
+      if (planJsonOut)
+        std::cout << doc.dump(2) << "\n";
+      else
+        orrery::printHeteroPlan(std::cout, *hetero, *workload, *cluster,
+                                options.objective);
+      return 0;
+    }
     auto result = orrery::searchPlans(*workload, *cluster, options);
     if (!quiet)
       std::cerr << "\n";

@@ -9,6 +9,7 @@
 #ifndef ORRERY_PLAN_PLAN_H
 #define ORRERY_PLAN_PLAN_H
 
+#include "orrery/Search/HeteroPlanner.h"
 #include "orrery/Search/Planner.h"
 
 #include <nlohmann/json.hpp>
@@ -39,6 +40,18 @@ nlohmann::ordered_json planJson(const PlanResult &r, const Workload &w,
 /// The strategy a plan document holds; errors name the offending field.
 llvm::Expected<Strategy> strategyFromPlan(const nlohmann::json &plan,
                                           const std::string &what);
+
+/// Heterogeneous plans (the same format; strategy.kind "heterogeneous",
+/// replica groups with per-stage pools and per-replica shares).
+nlohmann::ordered_json heteroMetricsJson(const HeteroResult &r);
+nlohmann::ordered_json heteroStagesJson(const HeteroResult &r,
+                                        const std::vector<Pool> &pools);
+nlohmann::ordered_json heteroPlanJson(const HeteroPlanResult &r,
+                                      const Workload &w, const PlanInputs &in,
+                                      const Cluster &c);
+bool isHeteroPlan(const nlohmann::json &plan);
+llvm::Expected<HeteroStrategy> heteroStrategyFromPlan(const nlohmann::json &plan,
+                                                      const std::string &what);
 
 } // namespace orrery
 

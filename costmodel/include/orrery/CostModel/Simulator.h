@@ -61,6 +61,7 @@ struct StageReport {
   int firstLayer = 0, numLayers = 0;
   int tp = 1;      ///< tensor-parallel degree of the stage
   int devices = 0; ///< devices of the stage over all replicas (tp x cp x dp)
+  std::string label; ///< the trace's name for it ("stage N" when empty)
   double forwardS = 0, backwardS = 0; ///< per micro-batch, all its chunks
   MemoryBreakdown memory;
   double capacityBytes = 0;
@@ -85,11 +86,14 @@ struct StepResult {
   /// Per layer kind: forward + backward (with recompute) seconds of one
   /// micro-batch on one device, for balancing pipeline stages.
   std::vector<double> kindSecondsPerMicroBatch;
-  /// The same per pipeline stage (stages may differ in device and tp), and
-  /// the bytes one layer of each kind holds on a device of the stage
-  /// (weights, gradients, optimizer state, in-flight activations).
-  std::vector<std::vector<double>> stageKindSeconds, stageKindBytes;
-  /// Bytes sent from chunk i to chunk i+1 per micro-batch, per replica.
+  /// The same per pipeline stage (stages may differ in device and tp), with
+  /// the parameters one layer of each kind puts on a device of the stage
+  /// (tp-split ones divided) and the activation bytes it keeps per
+  /// micro-batch.
+  std::vector<std::vector<double>> stageKindSeconds, stageKindParams,
+      stageKindKeptBytes;
+  /// Bytes chunk i sends to chunk i+1 per micro-batch and replica (all of
+  /// its tp ranks together).
   std::vector<double> boundaryBytesPerMicroBatch;
   double peakMemoryBytes = 0; ///< largest over devices
   /// The largest memory need minus capacity over stages (<= 0 when it fits).
@@ -128,7 +132,9 @@ simulatePipeline(const Workload &w, const Strategy &s,
                  const Assumptions &a = {}, bool keepTrace = false);
 
 /// Chrome-trace / Perfetto JSON: one track (tid) per pipeline stage.
-std::string chromeTraceJson(const StepResult &r);
+/// `description` names the strategy (r.strategy's own when empty).
+std::string chromeTraceJson(const StepResult &r,
+                            const std::string &description = "");
 
 } // namespace orrery
 

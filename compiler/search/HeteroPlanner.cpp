@@ -1,0 +1,666 @@
+//===- HeteroPlanner.cpp - plans for mixed device types and sites --------===//
+#include "orrery/Search/HeteroPlanner.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <map>
+#include <queue>
+#include <tuple>
+
+namespace orrery {
+
+static llvm::Error err(const std::string &msg) {
+  return llvm::createStringError(llvm::inconvertibleErrorCode(), msg);
+}
+
+bool needsHeteroSearch(const Cluster &c) {
+  return !c.homogeneous() || c.sites.size() > 1;
+}
+
+namespace {
+
+/// Per layer kind on one (pool, tp, micro-batch, recompute): seconds of a
+/// micro-batch, parameters and kept activation bytes per device.
+struct KindTable {
+  std::vector<double> seconds, params, kept;
+};
+
+/// A stage of a candidate pipeline before its layers are known.
+struct StageSlot {
+  int pool = 0, tp = 1;
+};
+
+/// A candidate with the lower bound of its score.
+struct Candidate {
+  double bound = 0;
+  HeteroStrategy s;
+  double slowestS = 0; ///< slowest stage per micro-batch (one-group plans)
+};
+
+class Search {
+public:
+  Search(const Workload &w, const Cluster &c, const PlanOptions &o,
+         const HeteroSearchScope &scope)
+      : w(w), c(c), o(o), scope(scope), pools(clusterPools(c)) {
+    for (const LayerRun &run : w.layers)
+      for (int64_t i = 0; i < run.count; ++i)
+        sequence.push_back(run.kind);
+    gbs = o.globalBatch > 0 ? o.globalBatch : 1024;
+    heads = w.attentionHeads();
+  }
+
+  llvm::Expected<HeteroPlanResult> run();
+
+private:
+  const Workload &w;
+  const Cluster &c;
+  const PlanOptions &o;
+  const HeteroSearchScope &scope;
+  std::vector<Pool> pools;
+  std::vector<size_t> sequence;
+  int64_t gbs = 0;
+  int heads = 0;
+  Assumptions a;
+  std::map<std::tuple<int, int, int64_t, int>, KindTable> tables;
+  std::vector<Candidate> candidates;
+  int64_t pruned = 0;
+
+  bool allowed(int pool) const {
+    return scope.pools.empty() || scope.pools[pool];
+  }
+  /// The largest tp <= want that divides the pool's node and the heads.
+  int tpFor(int pool, int want) const {
+    for (int t = want; t >= 1; --t)
+      if (pools[pool].nodes->devicesPerNode % t == 0 &&
+          (heads == 0 || heads % t == 0))
+        return t;
+    return 1;
+  }
+  const KindTable &table(int pool, int tp, int64_t mbs, Recompute rec);
+  bool balance(const std::vector<StageSlot> &stages, int replicas, int64_t m,
+               int64_t mbs, Recompute rec, std::vector<int> &layers,
+               double &slowestS);
+  double scoreBound(double timeBound, const HeteroStrategy &s) const;
+  double objectiveScoreOf(const HeteroResult &r) const {
+    return o.objective == Objective::Cost     ? r.costUsd
+           : o.objective == Objective::Energy ? r.energyJ
+                                              : r.stepS;
+  }
+  void pipelines(const std::vector<int> &order);
+  void perPoolGroups();
+  void uniformPerPoolGroups();
+};
+
+const KindTable &Search::table(int pool, int tp, int64_t mbs, Recompute rec) {
+  auto key = std::make_tuple(pool, tp, mbs, int(rec));
+  auto it = tables.find(key);
+  if (it != tables.end())
+    return it->second;
+  // One stage holding every layer, one micro-batch: only the per-kind
+  // figures are read.
+  const NodeGroup &ng = *pools[pool].nodes;
+  Strategy s;
+  s.dp = 1;
+  s.microBatch = mbs;
+  s.globalBatch = mbs;
+  s.recompute = rec;
+  s.precision = o.precision;
+  s.sequenceParallel = true;
+  s.stageLayers = {int(sequence.size())};
+  StagePlacement at{ng.device,
+                    &ng,
+                    tp,
+                    groupShapeIn(ng, 1, tp),
+                    groupShapeIn(ng, tp, 1),
+                    {}};
+  KindTable t;
+  if (auto r = simulatePipeline(w, s, {at}, a)) {
+    t.seconds = r->stageKindSeconds[0];
+    t.params = r->stageKindParams[0];
+    t.kept = r->stageKindKeptBytes[0];
+  } else {
+    llvm::consumeError(r.takeError());
+  }
+  return tables.emplace(key, std::move(t)).first->second;
+}
+
+/// Splits the layers over `stages` in order, minimizing the slowest stage's
+/// seconds per micro-batch while every stage's bytes fit its device
+/// (binary search on the limit, each stage taking as many layers as fit).
+/// Under a uniform scope the split is even instead. False when no split
+/// fits in memory.
+bool Search::balance(const std::vector<StageSlot> &stages, int replicas,
+                     int64_t m, int64_t mbs, Recompute rec,
+                     std::vector<int> &layers, double &slowestS) {
+  int n = int(sequence.size()), S = int(stages.size());
+  if (S > n)
+    return false;
+  double perParam = a.weightBytesPerParam + a.gradBytesPerParam +
+                    a.optimizerBytesPerParam / replicas; // ZeRO-1
+  std::vector<const KindTable *> tab;
+  std::vector<double> cap(S);
+  std::vector<double> inFlight(S);
+  for (int i = 0; i < S; ++i) {
+    tab.push_back(&table(stages[i].pool, stages[i].tp, mbs, rec));
+    if (tab.back()->seconds.empty())
+      return false;
+    cap[i] = pools[stages[i].pool].nodes->device->memoryBytes -
+             a.workspaceBytes;
+    inFlight[i] = double(std::min<int64_t>(m, S - i));
+  }
+  auto cost = [&](int i, int l, double &t, double &b) {
+    size_t k = sequence[l];
+    t = tab[i]->seconds[k];
+    b = tab[i]->params[k] * perParam +
+        tab[i]->kept[k] * inFlight[i] * (1 + a.fragmentation);
+  };
+  auto fits = [&](double limit, std::vector<int> *out) {
+    int pos = 0;
+    for (int i = 0; i < S; ++i) {
+      int most = n - pos - (S - i - 1);
+      double t = 0, b = 0;
+      int take = 0;
+      while (take < most) {
+        double lt, lb;
+        cost(i, pos + take, lt, lb);
+        if (t + lt > limit || b + lb > cap[i])
+          break;
+        t += lt;
+        b += lb;
+        ++take;
+      }
+      if (take == 0 || (i == S - 1 && pos + take < n))
+        return false;
+      if (out)
+        out->push_back(take);
+      pos += take;
+    }
+    return pos == n;
+  };
+  layers.clear();
+  if (scope.uniform) {
+    for (int i = 0; i < S; ++i)
+      layers.push_back(n / S + (i < n % S ? 1 : 0));
+    int pos = 0;
+    slowestS = 0;
+    for (int i = 0; i < S; ++i) {
+      double t = 0, b = 0;
+      for (int j = 0; j < layers[i]; ++j) {
+        double lt, lb;
+        cost(i, pos++, lt, lb);
+        t += lt;
+        b += lb;
+      }
+      if (b > cap[i])
+        return false;
+      slowestS = std::max(slowestS, t);
+    }
+    return true;
+  }
+  double hi = 0, lo = 0;
+  for (int l = 0; l < n; ++l) {
+    double worst = 0;
+    for (int i = 0; i < S; ++i) {
+      double lt, lb;
+      cost(i, l, lt, lb);
+      worst = std::max(worst, lt);
+    }
+    hi += worst;
+  }
+  hi *= 1.000001;
+  if (!fits(hi, nullptr))
+    return false;
+  for (int iter = 0; iter < 50 && hi - lo > 1e-9 * hi; ++iter) {
+    double mid = (lo + hi) / 2;
+    (fits(mid, nullptr) ? hi : lo) = mid;
+  }
+  fits(hi, &layers);
+  // The split's own slowest stage (the limit is a hair above it).
+  slowestS = 0;
+  for (int i = 0, pos = 0; i < S; ++i) {
+    double t = 0;
+    for (int j = 0; j < layers[i]; ++j) {
+      double lt, lb;
+      cost(i, pos++, lt, lb);
+      t += lt;
+    }
+    slowestS = std::max(slowestS, t);
+  }
+  return true;
+}
+
+double Search::scoreBound(double timeBound, const HeteroStrategy &s) const {
+  if (o.objective == Objective::Time)
+    return timeBound;
+  double rate = 0; // per second of step: USD or watts
+  for (const ReplicaGroup &rg : s.groups)
+    for (const HeteroStage &st : rg.stages) {
+      const NodeGroup &ng = *pools[st.pool].nodes;
+      rate += double(st.tp) * rg.replicas *
+              (o.objective == Objective::Cost
+                   ? ng.priceUsdPerDeviceHour / 3600.0
+                   : ng.powerW);
+    }
+  return timeBound * rate;
+}
+
+/// Even shares: `total` micro-batches over `replicas` replicas.
+static std::vector<int64_t> evenShares(int64_t total, int replicas) {
+  std::vector<int64_t> m(replicas, total / replicas);
+  for (int r = 0; r < total % replicas; ++r)
+    ++m[r];
+  return m;
+}
+
+/// One pipeline, replicated, whose stages run on the pools of `order` in
+/// turn: each pool gives it as many stages as its devices allow.
+void Search::pipelines(const std::vector<int> &order) {
+  int n = int(sequence.size());
+  int maxNode = 1;
+  for (int p : order)
+    maxNode = std::max(maxNode, pools[p].nodes->devicesPerNode);
+  std::vector<std::vector<int>> seen;
+  for (int want = 1; want <= maxNode; want *= 2) {
+    std::vector<int> tps;
+    for (int p : order)
+      tps.push_back(tpFor(p, want));
+    if (std::find(seen.begin(), seen.end(), tps) != seen.end())
+      continue;
+    seen.push_back(tps);
+    if (scope.uniform &&
+        std::any_of(tps.begin(), tps.end(), [&](int t) { return t != tps[0]; }))
+      continue;
+    int most = 1 << 30;
+    for (size_t j = 0; j < order.size(); ++j)
+      most = std::min(most, pools[order[j]].devices / tps[j]);
+    std::vector<int> replicaCounts;
+    for (int r = 1; r <= most; r *= 2)
+      replicaCounts.push_back(r);
+    if (most >= 1 && replicaCounts.back() != most)
+      replicaCounts.push_back(most);
+    for (int R : replicaCounts) {
+      std::vector<int> k;
+      int total = 0;
+      for (size_t j = 0; j < order.size(); ++j) {
+        k.push_back(pools[order[j]].devices / (R * tps[j]));
+        total += k.back();
+      }
+      while (total > n) { // more stages than layers: trim the largest
+        auto it = std::max_element(k.begin(), k.end());
+        if (*it <= 1)
+          break;
+        --*it;
+        --total;
+      }
+      if (total > n ||
+          std::any_of(k.begin(), k.end(), [](int x) { return x < 1; }))
+        continue;
+      std::vector<StageSlot> slots;
+      for (size_t j = 0; j < order.size(); ++j)
+        for (int i = 0; i < k[j]; ++i)
+          slots.push_back({order[j], tps[j]});
+      for (int64_t mbs = 1; mbs <= 8; mbs *= 2) {
+        if (gbs % mbs || gbs / mbs < R)
+          continue;
+        int64_t N = gbs / mbs, m = (N + R - 1) / R;
+        for (Recompute rec :
+             {Recompute::None, Recompute::Selective, Recompute::Full}) {
+          std::vector<int> layers;
+          double slowest = 0;
+          if (!balance(slots, R, m, mbs, rec, layers, slowest)) {
+            ++pruned;
+            continue;
+          }
+          HeteroStrategy s;
+          s.globalBatch = gbs;
+          s.recompute = rec;
+          s.precision = o.precision;
+          ReplicaGroup g;
+          g.replicas = R;
+          g.microBatch = mbs;
+          g.microBatches = evenShares(N, R);
+          for (size_t i = 0; i < slots.size(); ++i)
+            g.stages.push_back({slots[i].pool, slots[i].tp, layers[i], {}});
+          s.groups.push_back(std::move(g));
+          candidates.push_back(
+              {scoreBound(double(m) * slowest, s), s, slowest});
+          break; // more recompute only adds time
+        }
+      }
+    }
+  }
+}
+
+/// One replica group per pool, the batch shared by earliest finish: each
+/// pool's best single-pool pipelines (by seconds per sample) are timed at
+/// two micro-batch counts, giving each replica's finish time as a line in
+/// its micro-batches, and the micro-batches go one by one to the replica
+/// that would finish first.
+void Search::perPoolGroups() {
+  std::vector<int> usable;
+  for (int p = 0; p < int(pools.size()); ++p)
+    if (allowed(p))
+      usable.push_back(p);
+  if (usable.size() < 2)
+    return;
+  struct Option {
+    ReplicaGroup group; ///< microBatches empty
+    double perSampleS = 0, slowestS = 0, fixedS = 0, perMicroBatchS = 0;
+    Recompute rec = Recompute::None;
+  };
+  // Best options per pool and micro-batch size, from the single-pool
+  // pipelines already enumerated.
+  std::map<std::pair<int, int64_t>, std::vector<Option>> options;
+  for (const Candidate &cand : candidates) {
+    const HeteroStrategy &s = cand.s;
+    const ReplicaGroup &g = s.groups.front();
+    int pool = g.stages.front().pool;
+    bool single = std::all_of(g.stages.begin(), g.stages.end(),
+                              [&](const HeteroStage &st) {
+                                return st.pool == pool;
+                              });
+    if (!single || s.groups.size() != 1)
+      continue;
+    Option opt;
+    opt.group = g;
+    opt.group.microBatches.clear();
+    opt.slowestS = cand.slowestS;
+    opt.perSampleS = opt.slowestS / double(g.replicas * g.microBatch);
+    opt.rec = s.recompute;
+    options[{pool, g.microBatch}].push_back(opt);
+  }
+  for (auto &[key, list] : options) {
+    std::sort(list.begin(), list.end(), [](const Option &x, const Option &y) {
+      return x.perSampleS < y.perSampleS;
+    });
+    if (list.size() > 2)
+      list.resize(2);
+    // The finish time of one replica as a line in its micro-batches.
+    for (Option &opt : list) {
+      int pp = int(opt.group.stages.size());
+      double t[2];
+      int64_t ms[2] = {pp, 2 * pp};
+      for (int j = 0; j < 2; ++j) {
+        HeteroStrategy s;
+        s.recompute = opt.rec;
+        s.precision = o.precision;
+        ReplicaGroup g = opt.group;
+        g.microBatches.assign(g.replicas, ms[j]);
+        s.globalBatch = g.samples();
+        s.groups.push_back(g);
+        auto r = simulateHetero(w, c, s, a);
+        t[j] = r ? r->stepS : 1e30;
+        if (!r)
+          llvm::consumeError(r.takeError());
+      }
+      opt.perMicroBatchS = (t[1] - t[0]) / double(ms[1] - ms[0]);
+      opt.fixedS = t[0] - opt.perMicroBatchS * double(ms[0]);
+    }
+  }
+  // Every subset of two or more pools, every micro-batch size, every pick
+  // of options (at most two per pool).
+  int P = int(usable.size());
+  for (int mask = 1; mask < (1 << P); ++mask) {
+    std::vector<int> subset;
+    for (int j = 0; j < P; ++j)
+      if (mask & (1 << j))
+        subset.push_back(usable[j]);
+    if (subset.size() < 2)
+      continue;
+    for (int64_t mbs = 1; mbs <= 8; mbs *= 2) {
+      if (gbs % mbs)
+        continue;
+      std::vector<const std::vector<Option> *> lists;
+      for (int p : subset) {
+        auto it = options.find({p, mbs});
+        if (it == options.end() || it->second.empty())
+          break;
+        lists.push_back(&it->second);
+      }
+      if (lists.size() != subset.size())
+        continue;
+      std::vector<size_t> pick(subset.size(), 0);
+      while (true) {
+        Recompute rec = Recompute::None;
+        int replicas = 0;
+        for (size_t j = 0; j < subset.size(); ++j) {
+          const Option &opt = (*lists[j])[pick[j]];
+          rec = std::max(rec, opt.rec);
+          replicas += opt.group.replicas;
+        }
+        int64_t N = gbs / mbs;
+        if (N >= replicas) {
+          // Earliest finish: each replica starts with one micro-batch.
+          using Entry = std::tuple<double, int, int>; // finish, group, replica
+          std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>>
+              next;
+          std::vector<std::vector<int64_t>> shares;
+          for (size_t j = 0; j < subset.size(); ++j) {
+            const Option &opt = (*lists[j])[pick[j]];
+            shares.emplace_back(opt.group.replicas, 1);
+            for (int r = 0; r < opt.group.replicas; ++r)
+              next.push({opt.fixedS + 2 * opt.perMicroBatchS, int(j), r});
+          }
+          for (int64_t left = N - replicas; left > 0; --left) {
+            auto [finish, j, r] = next.top();
+            next.pop();
+            const Option &opt = (*lists[j])[pick[j]];
+            int64_t m = ++shares[j][r];
+            next.push({opt.fixedS + double(m + 1) * opt.perMicroBatchS, j, r});
+          }
+          HeteroStrategy s;
+          s.globalBatch = gbs;
+          s.recompute = rec;
+          s.precision = o.precision;
+          double bound = 0;
+          for (size_t j = 0; j < subset.size(); ++j) {
+            const Option &opt = (*lists[j])[pick[j]];
+            ReplicaGroup g = opt.group;
+            g.microBatches = shares[j];
+            bound = std::max(bound, double(*std::max_element(
+                                        shares[j].begin(), shares[j].end())) *
+                                        opt.slowestS);
+            s.groups.push_back(std::move(g));
+          }
+          candidates.push_back({scoreBound(bound, s), s});
+        }
+        size_t j = 0; // next pick
+        while (j < pick.size() && ++pick[j] == lists[j]->size())
+          pick[j++] = 0;
+        if (j == pick.size())
+          break;
+      }
+    }
+  }
+}
+
+/// What a planner that assumes identical devices does on a mixed cluster:
+/// one configuration (tp, stages, micro-batch) on every pool, even layers,
+/// equal micro-batches per replica.
+void Search::uniformPerPoolGroups() {
+  std::vector<int> usable;
+  for (int p = 0; p < int(pools.size()); ++p)
+    if (allowed(p))
+      usable.push_back(p);
+  if (usable.size() < 2)
+    return;
+  int n = int(sequence.size());
+  for (int tp = 1; tp <= 64; tp *= 2) {
+    if (std::any_of(usable.begin(), usable.end(),
+                    [&](int p) { return tpFor(p, tp) != tp; }))
+      continue;
+    for (int k = 1; k <= n; k *= 2)
+      for (int64_t mbs = 1; mbs <= 8; mbs *= 2) {
+        if (gbs % mbs)
+          continue;
+        std::vector<int> replicas;
+        int all = 0;
+        for (int p : usable) {
+          replicas.push_back(pools[p].devices / (tp * k));
+          all += replicas.back();
+        }
+        if (std::any_of(replicas.begin(), replicas.end(),
+                        [](int r) { return r < 1; }) ||
+            gbs / mbs < all)
+          continue;
+        int64_t N = gbs / mbs, m = (N + all - 1) / all;
+        for (Recompute rec :
+             {Recompute::None, Recompute::Selective, Recompute::Full}) {
+          HeteroStrategy s;
+          s.globalBatch = gbs;
+          s.recompute = rec;
+          s.precision = o.precision;
+          std::vector<int64_t> shares = evenShares(N, all);
+          size_t next = 0;
+          double bound = 0;
+          bool ok = true;
+          for (size_t j = 0; j < usable.size() && ok; ++j) {
+            std::vector<StageSlot> slots(k, StageSlot{usable[j], tp});
+            std::vector<int> layers;
+            double slowest = 0;
+            ok = balance(slots, replicas[j], m, mbs, rec, layers, slowest);
+            ReplicaGroup g;
+            g.replicas = replicas[j];
+            g.microBatch = mbs;
+            for (int r = 0; r < g.replicas; ++r)
+              g.microBatches.push_back(shares[next++]);
+            for (int i = 0; i < k && ok; ++i)
+              g.stages.push_back({usable[j], tp, layers[i], {}});
+            bound = std::max(bound, double(m) * slowest);
+            s.groups.push_back(std::move(g));
+          }
+          if (!ok) {
+            ++pruned;
+            continue;
+          }
+          candidates.push_back({scoreBound(bound, s), s});
+          break;
+        }
+      }
+  }
+}
+
+llvm::Expected<HeteroPlanResult> Search::run() {
+  auto start = std::chrono::steady_clock::now();
+  HeteroPlanResult result;
+  result.pools = pools;
+  if (sequence.empty())
+    return err("plan: the model has no layers");
+  std::vector<int> usable;
+  for (int p = 0; p < int(pools.size()); ++p)
+    if (allowed(p))
+      usable.push_back(p);
+  if (usable.empty())
+    return err("plan: no pool of the cluster may be used");
+
+  // Pipelines over every ordered subset of pools (all pools when the
+  // scope is uniform: a uniform planner uses every device).
+  int P = int(usable.size());
+  for (int mask = 1; mask < (1 << P); ++mask) {
+    std::vector<int> order;
+    for (int j = 0; j < P; ++j)
+      if (mask & (1 << j))
+        order.push_back(usable[j]);
+    if (scope.uniform && int(order.size()) != P)
+      continue;
+    if (order.size() > 4)
+      continue; // 5! orders and more: not searched
+    do
+      pipelines(order);
+    while (std::next_permutation(order.begin(), order.end()));
+  }
+  if (scope.uniform)
+    uniformPerPoolGroups();
+  else
+    perPoolGroups();
+
+  // Best first by bound; stop when the bound cannot beat the K-th best.
+  std::stable_sort(candidates.begin(), candidates.end(),
+                   [](const Candidate &x, const Candidate &y) {
+                     return x.bound < y.bound;
+                   });
+  int K = std::max(1, o.topK);
+  std::vector<HeteroResult> best;
+  const HeteroResult *closest = nullptr;
+  HeteroResult closestStore;
+  for (const Candidate &cand : candidates) {
+    if (int(best.size()) >= K &&
+        cand.bound >= objectiveScoreOf(best.back()) * (1 - 1e-12)) {
+      ++pruned;
+      continue;
+    }
+    auto r = simulateHetero(w, c, cand.s, a);
+    ++result.candidatesPriced;
+    if (!r) {
+      llvm::consumeError(r.takeError());
+      continue;
+    }
+    if (!r->fits) {
+      if (!closest ||
+          r->memoryShortfallBytes < closestStore.memoryShortfallBytes) {
+        closestStore = *r;
+        closest = &closestStore;
+      }
+      continue;
+    }
+    best.push_back(std::move(*r));
+    std::stable_sort(best.begin(), best.end(),
+                     [&](const HeteroResult &x, const HeteroResult &y) {
+                       return objectiveScoreOf(x) < objectiveScoreOf(y);
+                     });
+    if (int(best.size()) > K)
+      best.pop_back();
+    if (o.progress && result.candidatesPriced % 200 == 0) {
+      StepResult shown;
+      shown.stepS = best.front().stepS;
+      o.progress(result.candidatesPriced, &shown);
+    }
+  }
+  result.candidatesPruned = pruned;
+  result.searchS =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count();
+  if (best.empty()) {
+    if (closest) {
+      char buf[512];
+      std::snprintf(buf, sizeof buf,
+                    "plan: the model fits on the cluster under no strategy; "
+                    "the closest (%s) is %.1f GiB short: %s",
+                    closest->strategy.str(pools).c_str(),
+                    closest->memoryShortfallBytes / double(1ull << 30),
+                    closest->doesNotFit.c_str());
+      return err(buf);
+    }
+    double need = double(w.parameters()) *
+                  (a.weightBytesPerParam + a.gradBytesPerParam +
+                   a.optimizerBytesPerParam);
+    double have = 0;
+    for (int p : usable) {
+      double cap = pools[p].nodes->device->memoryBytes - a.workspaceBytes;
+      have += pools[p].devices * cap;
+    }
+    char buf[512];
+    std::snprintf(buf, sizeof buf,
+                  "plan: the model fits on the cluster under no strategy: no "
+                  "split of its %lld layers over the devices fits (weights, "
+                  "gradients and Adam state need %.1f GiB, the devices have "
+                  "%.1f GiB after workspace; mixed-cluster plans in this "
+                  "version do not use ZeRO-3 or offload)",
+                  (long long)sequence.size(), need / double(1ull << 30),
+                  have / double(1ull << 30));
+    return err(buf);
+  }
+  result.top = std::move(best);
+  return result;
+}
+
+} // namespace
+
+llvm::Expected<HeteroPlanResult>
+searchHeteroPlans(const Workload &w, const Cluster &c, const PlanOptions &o,
+                  const HeteroSearchScope &scope) {
+  return Search(w, c, o, scope).run();
+}
+
+} // namespace orrery

@@ -1,0 +1,389 @@
+//===- Hetero.cpp - plans over mixed device types and several sites ------===//
+//
+// Each replica group is priced by the pipeline simulator with a placement
+// per stage (its pool's device, node group and links); the groups run side
+// by side, and the step ends when the slowest has reduced its gradients
+// and the groups have reduced theirs with each other:
+//
+//   step = max over groups (its pipeline, its own gradient all-reduce and
+//          optimizer) + the all-reduce across groups
+//
+// The reduction across groups is hierarchical: after each group's
+// reduce-scatter, every device holds 1/n of the group's gradients, so
+// min(n) parallel rings, one per shard, all-reduce the shards across the
+// G groups over the network cards; between sites all of them share the
+// WAN link. This all-reduce is not overlapped with backward (the groups of
+// a balanced plan finish together, and the fast ones wait anyway).
+//
+//===----------------------------------------------------------------------===//
+
+#include "orrery/CostModel/Hetero.h"
+#include "orrery/CostModel/Collective.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+namespace orrery {
+
+static llvm::Error err(const std::string &msg) {
+  return llvm::createStringError(llvm::inconvertibleErrorCode(), msg);
+}
+
+std::vector<Pool> clusterPools(const Cluster &c) {
+  std::vector<Pool> pools;
+  int first = 0;
+  for (int s = 0; s < int(c.sites.size()); ++s) {
+    const Site &site = c.sites[s];
+    std::string siteName =
+        site.name.empty() ? "site" + std::to_string(s) : site.name;
+    for (int g = 0; g < int(site.nodeGroups.size()); ++g) {
+      const NodeGroup &ng = site.nodeGroups[g];
+      Pool p;
+      p.site = s;
+      p.group = g;
+      p.firstDevice = first;
+      p.devices = ng.count * ng.devicesPerNode;
+      p.nodes = &ng;
+      bool twin = false; // another group of this type at this site
+      for (int h = 0; h < int(site.nodeGroups.size()); ++h)
+        twin |= h != g && site.nodeGroups[h].device == ng.device;
+      p.name = siteName + "/" + ng.device->name +
+               (twin ? "#" + std::to_string(g) : "");
+      first += p.devices;
+      pools.push_back(p);
+    }
+  }
+  return pools;
+}
+
+int64_t ReplicaGroup::samples() const {
+  int64_t m = 0;
+  for (int64_t x : microBatches)
+    m += x;
+  return m * microBatch;
+}
+
+int ReplicaGroup::devices() const {
+  int n = 0;
+  for (const HeteroStage &st : stages)
+    n += st.tp * replicas;
+  return n;
+}
+
+std::string HeteroStrategy::str(const std::vector<Pool> &pools) const {
+  std::string out;
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const ReplicaGroup &rg = groups[g];
+    out += g ? " + " : "";
+    out += "[";
+    // Runs of stages on one pool with one tp: "A100-80G tp8 pp2 (40 layers)"
+    for (size_t i = 0; i < rg.stages.size();) {
+      size_t j = i;
+      int layers = 0;
+      while (j < rg.stages.size() && rg.stages[j].pool == rg.stages[i].pool &&
+             rg.stages[j].tp == rg.stages[i].tp)
+        layers += rg.stages[j++].layers;
+      const HeteroStage &st = rg.stages[i];
+      std::string type = st.pool < int(pools.size())
+                             ? pools[st.pool].name
+                             : "pool" + std::to_string(st.pool);
+      out += (i ? " | " : "") + type + " tp" + std::to_string(st.tp) + " pp" +
+             std::to_string(j - i) + " (" + std::to_string(layers) +
+             " layers)";
+      i = j;
+    }
+    int64_t lo = rg.microBatches.empty() ? 0 : rg.microBatches.front(),
+            hi = lo;
+    for (int64_t m : rg.microBatches) {
+      lo = std::min(lo, m);
+      hi = std::max(hi, m);
+    }
+    out += "] x" + std::to_string(rg.replicas) + " mbs" +
+           std::to_string(rg.microBatch) + " m" + std::to_string(lo) +
+           (hi != lo ? "-" + std::to_string(hi) : "");
+  }
+  out += ", gbs=" + std::to_string(globalBatch) +
+         ", zero=" + std::to_string(zeroStage) +
+         ", recompute=" + recomputeName(recompute) +
+         ", precision=" + precisionName(precision);
+  return out;
+}
+
+llvm::Error placeDevices(HeteroStrategy &s, const Workload &w,
+                         const Cluster &c) {
+  std::vector<Pool> pools = clusterPools(c);
+  if (s.groups.empty())
+    return err("strategy: replica_groups: at least one group is needed");
+  if (s.zeroStage < 0 || s.zeroStage > 3)
+    return err("strategy: zero_stage: must be 0 to 3");
+  int heads = w.attentionHeads();
+  int64_t layers = w.totalLayers(), samples = 0;
+  std::vector<int> used(pools.size(), 0);
+  for (size_t g = 0; g < s.groups.size(); ++g) {
+    ReplicaGroup &rg = s.groups[g];
+    std::string at = "strategy: replica_groups[" + std::to_string(g) + "]";
+    if (rg.replicas < 1)
+      return err(at + ".replicas: must be at least 1");
+    if (rg.microBatch < 1)
+      return err(at + ".micro_batch_size_samples: must be at least 1");
+    if (int(rg.microBatches.size()) != rg.replicas)
+      return err(at + ".micro_batches_per_replica: " +
+                 std::to_string(rg.microBatches.size()) + " entries for " +
+                 std::to_string(rg.replicas) + " replicas");
+    for (int64_t m : rg.microBatches)
+      if (m < 1)
+        return err(at + ".micro_batches_per_replica: every replica needs at "
+                        "least one micro-batch (leave a replica out instead)");
+    if (rg.stages.empty())
+      return err(at + ".stages: at least one stage is needed");
+    samples += rg.samples();
+    int64_t sum = 0;
+    for (size_t i = 0; i < rg.stages.size(); ++i) {
+      HeteroStage &st = rg.stages[i];
+      std::string where = at + ".stages[" + std::to_string(i) + "]";
+      if (st.pool < 0 || st.pool >= int(pools.size()))
+        return err(where + ".pool: no pool " + std::to_string(st.pool) +
+                   " (the cluster has " + std::to_string(pools.size()) + ")");
+      const Pool &p = pools[st.pool];
+      if (st.tp < 1 || p.nodes->devicesPerNode % st.tp)
+        return err(where + ".tp: " + std::to_string(st.tp) +
+                   " must divide the " +
+                   std::to_string(p.nodes->devicesPerNode) +
+                   " devices of a node of " + p.name);
+      if (heads > 0 && heads % st.tp)
+        return err(where + ".tp: " + std::to_string(st.tp) +
+                   " does not divide the model's " + std::to_string(heads) +
+                   " attention heads");
+      if (st.layers < 1)
+        return err(where + ".layers: must be at least 1");
+      sum += st.layers;
+      // tp devices of a replica sit in one node: start on a multiple of tp.
+      int start = (used[st.pool] + st.tp - 1) / st.tp * st.tp;
+      int need = rg.replicas * st.tp;
+      if (start + need > p.devices)
+        return err(where + ": needs " + std::to_string(need) + " devices of " +
+                   p.name + " but only " +
+                   std::to_string(std::max(0, p.devices - start)) +
+                   " are left of its " + std::to_string(p.devices));
+      st.devices.clear();
+      for (int d = 0; d < need; ++d)
+        st.devices.push_back(p.firstDevice + start + d);
+      used[st.pool] = start + need;
+    }
+    if (sum != layers)
+      return err(at + ".stages: the layers sum to " + std::to_string(sum) +
+                 ", the model has " + std::to_string(layers));
+  }
+  if (s.globalBatch < 1)
+    return err("strategy: global_batch_size_samples: must be at least 1");
+  if (samples != s.globalBatch)
+    return err("strategy: the replicas' shares sum to " +
+               std::to_string(samples) + " samples, the global batch is " +
+               std::to_string(s.globalBatch));
+  return llvm::Error::success();
+}
+
+/// The site link between two sites (null when none).
+static const SiteLink *siteLink(const Cluster &c, int a, int b) {
+  for (const SiteLink &sl : c.siteLinks)
+    if ((sl.siteA == a && sl.siteB == b) || (sl.siteA == b && sl.siteB == a))
+      return &sl;
+  return nullptr;
+}
+
+/// A node's network bandwidth per device (bytes/s of line rate).
+static double nicPerDevice(const NodeGroup &ng) {
+  return ng.nic ? ng.nic->bandwidthBytesPerS * ng.nicsPerNode /
+                      ng.devicesPerNode
+                : 0;
+}
+
+/// The transfer path between device `a` and device `b`: inside a node,
+/// across nodes over the slower of the two nodes' cards, or over the WAN
+/// link between their sites, shared by `streams` concurrent transfers.
+static GroupShape pathBetween(const Cluster &c, int a, int b, int streams) {
+  const DevicePlace &pa = c.devices()[a], &pb = c.devices()[b];
+  const NodeGroup &na = c.groupOf(a), &nb = c.groupOf(b);
+  if (pa.node == pb.node)
+    return groupShapeIn(na, 1, 2);
+  GroupShape g;
+  g.ranks = 2;
+  g.ranksPerNode = 1;
+  if (pa.site != pb.site) {
+    const SiteLink *sl = siteLink(c, pa.site, pb.site);
+    g.nic = sl ? &sl->link : na.nic;
+    g.nicSharePerRank = 1.0 / std::max(1, streams);
+    return g;
+  }
+  const NodeGroup &slow = nicPerDevice(na) <= nicPerDevice(nb) ? na : nb;
+  g.intraLink = na.intraNodeLink;
+  g.nic = slow.nic;
+  g.nicSharePerRank = double(slow.nicsPerNode) / slow.devicesPerNode;
+  return g;
+}
+
+llvm::Expected<HeteroResult> simulateHetero(const Workload &w,
+                                            const Cluster &c, HeteroStrategy s,
+                                            const Assumptions &a,
+                                            bool keepTrace) {
+  if (auto e = placeDevices(s, w, c))
+    return std::move(e);
+  std::vector<Pool> pools = clusterPools(c);
+  HeteroResult r;
+  r.strategy = s;
+  double peakFlops = 0;
+  for (size_t g = 0; g < s.groups.size(); ++g) {
+    const ReplicaGroup &rg = s.groups[g];
+    int pp = int(rg.stages.size());
+    Strategy st;
+    st.pp = pp;
+    st.dp = rg.replicas;
+    st.microBatch = rg.microBatch;
+    int64_t most = *std::max_element(rg.microBatches.begin(),
+                                     rg.microBatches.end());
+    st.globalBatch = most * rg.microBatch * rg.replicas;
+    st.zeroStage = s.zeroStage;
+    st.recompute = s.recompute;
+    st.precision = s.precision;
+    st.sequenceParallel = true; // only where a stage has tp > 1
+    for (const HeteroStage &hs : rg.stages)
+      st.stageLayers.push_back(hs.layers);
+    std::vector<StagePlacement> at;
+    for (int i = 0; i < pp; ++i) {
+      const HeteroStage &hs = rg.stages[i];
+      const NodeGroup &ng = *pools[hs.pool].nodes;
+      StagePlacement p{ng.device,
+                       &ng,
+                       hs.tp,
+                       groupShapeIn(ng, 1, hs.tp),
+                       groupShapeIn(ng, hs.tp, rg.replicas),
+                       {}};
+      if (i + 1 < pp)
+        p.toNext = pathBetween(c, hs.devices.front(),
+                               rg.stages[i + 1].devices.front(),
+                               rg.replicas * hs.tp);
+      at.push_back(p);
+      peakFlops += double(hs.tp) * rg.replicas *
+                   ng.device->tensorPeak(s.precision);
+      for (int d : hs.devices) {
+        r.energyJ += c.groupOf(d).powerW; // times the step, below
+        r.costUsd += c.groupOf(d).priceUsdPerDeviceHour / 3600.0;
+      }
+    }
+    auto res = simulatePipeline(w, st, at, a, keepTrace);
+    if (!res)
+      return res.takeError();
+    for (size_t i = 0; i < res->stages.size(); ++i)
+      res->stages[i].label = "group " + std::to_string(g) + " stage " +
+                             std::to_string(i) + " " +
+                             pools[rg.stages[i].pool].name;
+    // WAN bytes of pipeline boundaries between sites: activations forward,
+    // their gradients backward, every micro-batch of every replica.
+    int64_t microBatches = 0;
+    for (int64_t m : rg.microBatches)
+      microBatches += m;
+    for (int i = 0; i + 1 < pp; ++i) {
+      int sa = c.devices()[rg.stages[i].devices.front()].site,
+          sb = c.devices()[rg.stages[i + 1].devices.front()].site;
+      if (sa == sb)
+        continue;
+      double bytes = 2 * res->boundaryBytesPerMicroBatch[i] * microBatches;
+      r.wanBytesPerStep += bytes;
+      if (const SiteLink *sl = siteLink(c, sa, sb))
+        r.wanUsdPerStep += bytes / 1e9 * sl->egressUsdPerGB;
+    }
+    r.devicesUsed += rg.devices();
+    r.groupsS = std::max(r.groupsS, res->stepS);
+    r.peakMemoryBytes = std::max(r.peakMemoryBytes, res->peakMemoryBytes);
+    if (g == 0 || res->memoryShortfallBytes > r.memoryShortfallBytes)
+      r.memoryShortfallBytes = res->memoryShortfallBytes;
+    if (!res->fits && r.fits) {
+      r.fits = false;
+      r.doesNotFit = "replica group " + std::to_string(g) + ": " +
+                     res->doesNotFit;
+    }
+    r.groups.push_back(std::move(*res));
+  }
+
+  // Gradients across groups: min(n) rings of shards over the network
+  // (each device's card share, the slowest pool's), and the WAN between
+  // sites carrying the whole gradient on every ring edge that crosses it.
+  int G = int(s.groups.size());
+  if (G > 1) {
+    double grad = double(w.parameters()) * a.gradBytesPerParam;
+    int streams = s.groups.front().devices();
+    const NodeGroup *slow = nullptr;
+    for (const ReplicaGroup &rg : s.groups) {
+      streams = std::min(streams, rg.devices());
+      for (const HeteroStage &hs : rg.stages) {
+        const NodeGroup &ng = *pools[hs.pool].nodes;
+        if (!slow || nicPerDevice(ng) < nicPerDevice(*slow))
+          slow = &ng;
+      }
+    }
+    GroupShape net;
+    net.ranks = G;
+    net.ranksPerNode = 1;
+    net.nic = slow->nic;
+    net.nicSharePerRank = double(slow->nicsPerNode) / slow->devicesPerNode;
+    double sync = collectiveTime(CollectiveKind::AllReduce,
+                                 grad / std::max(1, streams), net);
+    double perEdge = 2.0 * (G - 1) / G * grad;
+    for (int g = 0; g < G; ++g) {
+      int sa = c.devices()[s.groups[g].stages.front().devices.front()].site;
+      int sb = c.devices()[s.groups[(g + 1) % G].stages.front().devices.front()]
+                   .site;
+      if (sa == sb)
+        continue;
+      const SiteLink *sl = siteLink(c, sa, sb);
+      if (!sl)
+        continue;
+      GroupShape wan;
+      wan.ranks = G;
+      wan.ranksPerNode = 1;
+      wan.nic = &sl->link;
+      sync = std::max(sync,
+                      collectiveTime(CollectiveKind::AllReduce, grad, wan));
+      r.wanBytesPerStep += perEdge;
+      r.wanUsdPerStep += perEdge / 1e9 * sl->egressUsdPerGB;
+    }
+    r.crossGroupSyncS = sync;
+  }
+
+  r.stepS = r.groupsS + r.crossGroupSyncS;
+  double perSample = 1.0 / std::max<int64_t>(1, w.batchSize);
+  r.samplesPerS = double(s.globalBatch) / r.stepS;
+  r.tokensPerS = r.samplesPerS * double(w.tokensPerSample);
+  r.modelFlopsPerStep = double(w.forwardFlops() + w.backwardFlops()) *
+                        perSample * double(s.globalBatch);
+  r.modelTflopsPerDevice =
+      r.modelFlopsPerStep / r.stepS / std::max(1, r.devicesUsed) / 1e12;
+  r.mfu = r.modelFlopsPerStep / r.stepS / peakFlops;
+  r.energyJ *= r.stepS;
+  r.costUsd = r.costUsd * r.stepS + r.wanUsdPerStep;
+  if (keepTrace && r.crossGroupSyncS > 0)
+    for (StepResult &g : r.groups)
+      for (size_t i = 0; i < g.stages.size(); ++i)
+        g.trace.push_back({int(i), "gradient all-reduce across groups",
+                           "dp", r.groupsS, r.crossGroupSyncS});
+  return r;
+}
+
+std::string heteroTraceJson(const HeteroResult &r,
+                            const std::vector<Pool> &pools) {
+  StepResult merged;
+  merged.stepS = r.stepS;
+  for (const StepResult &g : r.groups) {
+    int offset = int(merged.stages.size());
+    for (const StageReport &st : g.stages)
+      merged.stages.push_back(st);
+    for (TraceEvent e : g.trace) {
+      e.track += offset;
+      merged.trace.push_back(e);
+    }
+  }
+  return chromeTraceJson(merged, r.strategy.str(pools));
+}
+
+} // namespace orrery
