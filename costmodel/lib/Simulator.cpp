@@ -621,20 +621,24 @@ llvm::Expected<StepResult> simulateStep(const Workload &w, const Cluster &c,
     return std::move(e);
   if (w.kinds.empty())
     return err("simulator: the model has no layers");
-  // This version prices one device type at one site; a mixed or multi-site
-  // cluster would be priced wrongly, so it is refused.
+  // A strategy string places one device type at one site; mixed and
+  // multi-site clusters take a heterogeneous strategy (Hetero.h).
   if (!c.homogeneous()) {
     std::string types;
     for (int d = 0; d < c.numDevices(); ++d)
       if (types.find(c.deviceSpec(d).name) == std::string::npos)
         types += (types.empty() ? "" : ", ") + c.deviceSpec(d).name;
     return err("simulator: the cluster mixes device types (" + types +
-               "); this version prices clusters of one type");
+               "), which one strategy string cannot place; plan it with "
+               "`orrery plan`, or simulate a heterogeneous plan with "
+               "`orrery simulate --plan`");
   }
   if (c.sites.size() > 1)
     return err("simulator: the cluster spans " +
                std::to_string(c.sites.size()) +
-               " sites; this version prices clusters at one site");
+               " sites, which one strategy string cannot place; plan it with "
+               "`orrery plan`, or simulate a heterogeneous plan with "
+               "`orrery simulate --plan`");
   const NodeGroup &g = c.groupOf(0);
   StagePlacement place{&c.deviceSpec(0),
                        &g,

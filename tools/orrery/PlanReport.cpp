@@ -86,23 +86,20 @@ void printPlan(std::ostream &os, const PlanResult &r, const Workload &w,
 
 namespace orrery {
 
-void printHeteroPlan(std::ostream &os, const HeteroPlanResult &r,
-                     const Workload &w, const Cluster &c, Objective o) {
-  const HeteroResult &b = r.top.front();
+void printHeteroResult(std::ostream &os, const HeteroResult &b,
+                       const std::vector<Pool> &pools, const Workload &w,
+                       const Cluster &c, Objective o,
+                       const std::string &searched) {
   char buf[512];
   os << "model        " << w.source << "\n";
   os << "cluster      " << c.name << " (" << c.numDevices() << " devices:";
-  for (size_t p = 0; p < r.pools.size(); ++p)
-    os << (p ? "," : "") << " " << r.pools[p].devices << " x "
-       << r.pools[p].name;
+  for (size_t p = 0; p < pools.size(); ++p)
+    os << (p ? "," : "") << " " << pools[p].devices << " x "
+       << pools[p].name;
   os << ")\n";
-  std::snprintf(buf, sizeof buf,
-                "searched     %lld candidates priced in %.0f ms, %lld pruned "
-                "by memory or bound\n\n",
-                (long long)r.candidatesPriced, r.searchS * 1e3,
-                (long long)r.candidatesPruned);
-  os << buf;
-  os << "best plan    " << b.strategy.str(r.pools) << "\n";
+  os << searched;
+  os << (searched.empty() ? "strategy     " : "best plan    ")
+     << b.strategy.str(pools) << "\n";
   std::string tokens;
   if (b.tokensPerS > 0) {
     std::snprintf(buf, sizeof buf, "%.4g tokens/s   ", b.tokensPerS);
@@ -142,13 +139,24 @@ void printHeteroPlan(std::ostream &os, const HeteroPlanResult &r,
       const StageReport &st = b.groups[g].stages[i];
       std::snprintf(buf, sizeof buf,
                     "  %5zu %5zu  %-22s %3d  %6d  %8d  %13s  %5.1f / %.0f\n",
-                    g, i, r.pools[rg.stages[i].pool].name.c_str(),
+                    g, i, pools[rg.stages[i].pool].name.c_str(),
                     rg.stages[i].tp, rg.stages[i].layers, rg.replicas,
                     mb.c_str(), gib(st.memory.total()),
                     gib(st.capacityBytes));
       os << buf;
     }
   }
+}
+
+void printHeteroPlan(std::ostream &os, const HeteroPlanResult &r,
+                     const Workload &w, const Cluster &c, Objective o) {
+  char buf[512];
+  std::snprintf(buf, sizeof buf,
+                "searched     %lld candidates priced in %.0f ms, %lld pruned "
+                "by memory or bound\n\n",
+                (long long)r.candidatesPriced, r.searchS * 1e3,
+                (long long)r.candidatesPruned);
+  printHeteroResult(os, r.top.front(), r.pools, w, c, o, buf);
   os << "\n  #    step s     MFU  devices  plan\n";
   for (size_t i = 0; i < r.top.size(); ++i) {
     std::snprintf(buf, sizeof buf, "  %-3zu %9.3f %7.1f%% %8d  ", i + 1,

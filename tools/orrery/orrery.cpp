@@ -271,11 +271,16 @@ int main(int argc, char **argv) {
           "cluster spec: a JSON file (docs/cluster.md) or a preset such as "
           "8xA100-80G or 4x8xH100-SXM")
       ->required();
+  std::string simPlan;
+  CLI::Option *strategyOpt = simCmd->add_option(
+      "--strategy", strategyText,
+      "e.g. tp=8,pp=8,dp=16,mbs=1,gbs=1536,vpp=2,recompute=full "
+      "(docs/strategy.md)");
   simCmd
-      ->add_option("--strategy", strategyText,
-                   "e.g. tp=8,pp=8,dp=16,mbs=1,gbs=1536,vpp=2,recompute=full "
-                   "(docs/strategy.md)")
-      ->required();
+      ->add_option("--plan", simPlan,
+                   "simulate the strategy of a plan JSON file instead (the "
+                   "only way to give a heterogeneous strategy)")
+      ->excludes(strategyOpt);
   simCmd->add_flag("--json", simJson, "print JSON instead of a table");
   simCmd->add_option("--trace", traceFile,
                      "write a Chrome-trace / Perfetto timeline to FILE");
@@ -370,7 +375,59 @@ int main(int argc, char **argv) {
         orrery::loadCluster(clusterSpec, orrery::HardwareCatalog::builtin());
     if (!cluster)
       return fail(llvm::toString(cluster.takeError()));
-    auto strategy = orrery::parseStrategy(strategyText);
+    if (strategyText.empty() && simPlan.empty())
+      return fail("simulate: give --strategy or --plan");
+    nlohmann::json planDoc;
+    if (!simPlan.empty()) {
+      std::ifstream f(simPlan);
+      std::stringstream text;
+      text << f.rdbuf();
+      if (!f)
+        return fail("--plan " + simPlan + ": cannot open file");
+      planDoc = nlohmann::json::parse(text.str(), nullptr, false);
+      if (planDoc.is_discarded() || !planDoc.is_object())
+        return fail(simPlan + ": not valid JSON");
+    }
+    if (!simPlan.empty() && orrery::isHeteroPlan(planDoc)) {
+      auto hetero = orrery::heteroStrategyFromPlan(planDoc, simPlan);
+      if (!hetero)
+        return fail(llvm::toString(hetero.takeError()));
+      auto workload = orrery::buildWorkload(
+          *module, layoutCostsFor(*cluster, hetero->precision));
+      if (!workload)
+        return fail(simArgs.path + ": " +
+                    llvm::toString(workload.takeError()));
+      auto result = orrery::simulateHetero(*workload, *cluster, *hetero, {},
+                                           !traceFile.empty());
+      if (!result)
+        return fail(simPlan + ": " + llvm::toString(result.takeError()));
+      auto pools = orrery::clusterPools(*cluster);
+      if (!traceFile.empty()) {
+        std::ofstream out(traceFile);
+        out << orrery::heteroTraceJson(*result, pools);
+        if (!out)
+          return fail("--trace " + traceFile + ": cannot write the file");
+      }
+      if (simJson) {
+        nlohmann::ordered_json j;
+        j["strategy"] = result->strategy.str(pools);
+        j["predicted"] = orrery::heteroMetricsJson(*result);
+        j["fits"] = result->fits;
+        if (!result->fits)
+          j["does_not_fit"] = result->doesNotFit;
+        j["stages"] = orrery::heteroStagesJson(*result, pools);
+        std::cout << j.dump(2) << "\n";
+      } else {
+        orrery::printHeteroResult(std::cout, *result, pools, *workload,
+                                  *cluster, orrery::Objective::Time, "");
+        if (!result->fits)
+          std::cout << "does not fit: " << result->doesNotFit << "\n";
+      }
+      return 0;
+    }
+    auto strategy = simPlan.empty()
+                        ? orrery::parseStrategy(strategyText)
+                        : orrery::strategyFromPlan(planDoc, simPlan);
     if (!strategy)
       return fail(llvm::toString(strategy.takeError()));
     auto workload = orrery::buildWorkload(
