@@ -261,6 +261,7 @@ static ojson heteroStrategyJson(const HeteroStrategy &s,
     }
     groups.push_back({{"replicas", g.replicas},
                       {"micro_batch_size_samples", g.microBatch},
+                      {"recompute", recomputeName(g.recompute)},
                       {"micro_batches_per_replica", g.microBatches},
                       {"samples_per_replica", samples},
                       {"gradient_weight_per_replica", weights},
@@ -269,7 +270,6 @@ static ojson heteroStrategyJson(const HeteroStrategy &s,
   return {{"kind", "heterogeneous"},
           {"global_batch_size_samples", s.globalBatch},
           {"zero_stage", s.zeroStage},
-          {"recompute", recomputeName(s.recompute)},
           {"precision", precisionName(s.precision)},
           {"replica_groups", groups},
           {"summary", s.str(pools)}};
@@ -384,10 +384,6 @@ llvm::Expected<HeteroStrategy> heteroStrategyFromPlan(const nlohmann::json &plan
     return std::move(e);
   if (s.zeroStage > 3)
     return err(what + ": strategy.zero_stage: must be 0 to 3");
-  if (auto r = recomputeFromName(j.value("recompute", "")))
-    s.recompute = *r;
-  else
-    return err(what + ": strategy.recompute: must be none, selective or full");
   if (auto p = precisionFromName(j.value("precision", "")))
     s.precision = *p;
   else
@@ -403,6 +399,12 @@ llvm::Expected<HeteroStrategy> heteroStrategyFromPlan(const nlohmann::json &plan
       return std::move(e);
     if (auto e = integer(jg, at, "micro_batch_size_samples", rg.microBatch, 1))
       return std::move(e);
+    if (auto r = recomputeFromName(jg.is_object() ? jg.value("recompute", "")
+                                                  : std::string()))
+      rg.recompute = *r;
+    else
+      return err(what + ": " + at +
+                 "recompute: must be none, selective or full");
     if (!jg.contains("micro_batches_per_replica") ||
         !jg["micro_batches_per_replica"].is_array())
       return err(what + ": " + at + "micro_batches_per_replica: must be a list");

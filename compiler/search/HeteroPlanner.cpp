@@ -314,11 +314,11 @@ void Search::pipelines(const std::vector<int> &order) {
           }
           HeteroStrategy s;
           s.globalBatch = gbs;
-          s.recompute = rec;
           s.precision = o.precision;
           ReplicaGroup g;
           g.replicas = R;
           g.microBatch = mbs;
+          g.recompute = rec;
           g.microBatches = evenShares(N, R);
           for (size_t i = 0; i < slots.size(); ++i)
             g.stages.push_back({slots[i].pool, slots[i].tp, layers[i], {}});
@@ -347,11 +347,10 @@ void Search::perPoolGroups() {
   struct Option {
     ReplicaGroup group; ///< microBatches empty
     double perSampleS = 0, slowestS = 0, fixedS = 0, perMicroBatchS = 0;
-    Recompute rec = Recompute::None;
   };
-  // Best options per pool and micro-batch size, from the single-pool
+  // The best options per pool (any micro-batch size), from the single-pool
   // pipelines already enumerated.
-  std::map<std::pair<int, int64_t>, std::vector<Option>> options;
+  std::map<int, std::vector<Option>> options;
   for (const Candidate &cand : candidates) {
     const HeteroStrategy &s = cand.s;
     const ReplicaGroup &g = s.groups.front();
@@ -367,15 +366,15 @@ void Search::perPoolGroups() {
     opt.group.microBatches.clear();
     opt.slowestS = cand.slowestS;
     opt.perSampleS = opt.slowestS / double(g.replicas * g.microBatch);
-    opt.rec = s.recompute;
-    options[{pool, g.microBatch}].push_back(opt);
+    options[pool].push_back(opt);
   }
-  for (auto &[key, list] : options) {
-    std::sort(list.begin(), list.end(), [](const Option &x, const Option &y) {
-      return x.perSampleS < y.perSampleS;
-    });
-    if (list.size() > 2)
-      list.resize(2);
+  for (auto &[pool, list] : options) {
+    std::stable_sort(list.begin(), list.end(),
+                     [](const Option &x, const Option &y) {
+                       return x.perSampleS < y.perSampleS;
+                     });
+    if (list.size() > 3)
+      list.resize(3);
     // The finish time of one replica as a line in its micro-batches.
     for (Option &opt : list) {
       int pp = int(opt.group.stages.size());
@@ -383,7 +382,6 @@ void Search::perPoolGroups() {
       int64_t ms[2] = {pp, 2 * pp};
       for (int j = 0; j < 2; ++j) {
         HeteroStrategy s;
-        s.recompute = opt.rec;
         s.precision = o.precision;
         ReplicaGroup g = opt.group;
         g.microBatches.assign(g.replicas, ms[j]);
@@ -398,8 +396,9 @@ void Search::perPoolGroups() {
       opt.fixedS = t[0] - opt.perMicroBatchS * double(ms[0]);
     }
   }
-  // Every subset of two or more pools, every micro-batch size, every pick
-  // of options (at most two per pool).
+  // Every subset of two or more pools, every pick of options (at most
+  // three per pool; each group keeps its own micro-batch size and
+  // recompute).
   int P = int(usable.size());
   for (int mask = 1; mask < (1 << P); ++mask) {
     std::vector<int> subset;
@@ -408,69 +407,66 @@ void Search::perPoolGroups() {
         subset.push_back(usable[j]);
     if (subset.size() < 2)
       continue;
-    for (int64_t mbs = 1; mbs <= 8; mbs *= 2) {
-      if (gbs % mbs)
-        continue;
-      std::vector<const std::vector<Option> *> lists;
-      for (int p : subset) {
-        auto it = options.find({p, mbs});
-        if (it == options.end() || it->second.empty())
-          break;
-        lists.push_back(&it->second);
+    std::vector<const std::vector<Option> *> lists;
+    for (int p : subset) {
+      auto it = options.find(p);
+      if (it == options.end() || it->second.empty())
+        break;
+      lists.push_back(&it->second);
+    }
+    if (lists.size() != subset.size())
+      continue;
+    std::vector<size_t> pick(subset.size(), 0);
+    while (true) {
+      // Earliest finish: each replica starts with one micro-batch; the
+      // next goes to the replica that would finish it first, among those
+      // whose micro-batch still fits in the samples left.
+      using Entry = std::tuple<double, int, int>; // finish, group, replica
+      std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>>
+          next;
+      std::vector<std::vector<int64_t>> shares;
+      int64_t left = gbs;
+      for (size_t j = 0; j < subset.size(); ++j) {
+        const Option &opt = (*lists[j])[pick[j]];
+        shares.emplace_back(opt.group.replicas, 1);
+        left -= opt.group.replicas * opt.group.microBatch;
+        for (int r = 0; r < opt.group.replicas; ++r)
+          next.push({opt.fixedS + 2 * opt.perMicroBatchS, int(j), r});
       }
-      if (lists.size() != subset.size())
-        continue;
-      std::vector<size_t> pick(subset.size(), 0);
-      while (true) {
-        Recompute rec = Recompute::None;
-        int replicas = 0;
+      std::vector<Entry> tooBig;
+      while (left > 0 && !next.empty()) {
+        auto [finish, j, r] = next.top();
+        next.pop();
+        const Option &opt = (*lists[j])[pick[j]];
+        if (opt.group.microBatch > left) {
+          tooBig.push_back({finish, j, r});
+          continue;
+        }
+        int64_t m = ++shares[j][r];
+        left -= opt.group.microBatch;
+        next.push({opt.fixedS + double(m + 1) * opt.perMicroBatchS, j, r});
+      }
+      if (left == 0) {
+        HeteroStrategy s;
+        s.globalBatch = gbs;
+        s.precision = o.precision;
+        double bound = 0;
         for (size_t j = 0; j < subset.size(); ++j) {
           const Option &opt = (*lists[j])[pick[j]];
-          rec = std::max(rec, opt.rec);
-          replicas += opt.group.replicas;
+          ReplicaGroup g = opt.group;
+          g.microBatches = shares[j];
+          bound = std::max(bound, double(*std::max_element(
+                                      shares[j].begin(), shares[j].end())) *
+                                      opt.slowestS);
+          s.groups.push_back(std::move(g));
         }
-        int64_t N = gbs / mbs;
-        if (N >= replicas) {
-          // Earliest finish: each replica starts with one micro-batch.
-          using Entry = std::tuple<double, int, int>; // finish, group, replica
-          std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>>
-              next;
-          std::vector<std::vector<int64_t>> shares;
-          for (size_t j = 0; j < subset.size(); ++j) {
-            const Option &opt = (*lists[j])[pick[j]];
-            shares.emplace_back(opt.group.replicas, 1);
-            for (int r = 0; r < opt.group.replicas; ++r)
-              next.push({opt.fixedS + 2 * opt.perMicroBatchS, int(j), r});
-          }
-          for (int64_t left = N - replicas; left > 0; --left) {
-            auto [finish, j, r] = next.top();
-            next.pop();
-            const Option &opt = (*lists[j])[pick[j]];
-            int64_t m = ++shares[j][r];
-            next.push({opt.fixedS + double(m + 1) * opt.perMicroBatchS, j, r});
-          }
-          HeteroStrategy s;
-          s.globalBatch = gbs;
-          s.recompute = rec;
-          s.precision = o.precision;
-          double bound = 0;
-          for (size_t j = 0; j < subset.size(); ++j) {
-            const Option &opt = (*lists[j])[pick[j]];
-            ReplicaGroup g = opt.group;
-            g.microBatches = shares[j];
-            bound = std::max(bound, double(*std::max_element(
-                                        shares[j].begin(), shares[j].end())) *
-                                        opt.slowestS);
-            s.groups.push_back(std::move(g));
-          }
-          candidates.push_back({scoreBound(bound, s), s});
-        }
-        size_t j = 0; // next pick
-        while (j < pick.size() && ++pick[j] == lists[j]->size())
-          pick[j++] = 0;
-        if (j == pick.size())
-          break;
+        candidates.push_back({scoreBound(bound, s), s});
       }
+      size_t j = 0; // next pick
+      while (j < pick.size() && ++pick[j] == lists[j]->size())
+        pick[j++] = 0;
+      if (j == pick.size())
+        break;
     }
   }
 }
@@ -509,7 +505,6 @@ void Search::uniformPerPoolGroups() {
              {Recompute::None, Recompute::Selective, Recompute::Full}) {
           HeteroStrategy s;
           s.globalBatch = gbs;
-          s.recompute = rec;
           s.precision = o.precision;
           std::vector<int64_t> shares = evenShares(N, all);
           size_t next = 0;
@@ -523,6 +518,7 @@ void Search::uniformPerPoolGroups() {
             ReplicaGroup g;
             g.replicas = replicas[j];
             g.microBatch = mbs;
+            g.recompute = rec;
             for (int r = 0; r < g.replicas; ++r)
               g.microBatches.push_back(shares[next++]);
             for (int i = 0; i < k && ok; ++i)

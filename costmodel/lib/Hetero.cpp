@@ -101,11 +101,13 @@ std::string HeteroStrategy::str(const std::vector<Pool> &pools) const {
     }
     out += "] x" + std::to_string(rg.replicas) + " mbs" +
            std::to_string(rg.microBatch) + " m" + std::to_string(lo) +
-           (hi != lo ? "-" + std::to_string(hi) : "");
+           (hi != lo ? "-" + std::to_string(hi) : "") +
+           (rg.recompute != Recompute::None
+                ? std::string(" recompute=") + recomputeName(rg.recompute)
+                : "");
   }
   out += ", gbs=" + std::to_string(globalBatch) +
          ", zero=" + std::to_string(zeroStage) +
-         ", recompute=" + recomputeName(recompute) +
          ", precision=" + precisionName(precision);
   return out;
 }
@@ -244,7 +246,7 @@ llvm::Expected<HeteroResult> simulateHetero(const Workload &w,
                                      rg.microBatches.end());
     st.globalBatch = most * rg.microBatch * rg.replicas;
     st.zeroStage = s.zeroStage;
-    st.recompute = s.recompute;
+    st.recompute = rg.recompute;
     st.precision = s.precision;
     st.sequenceParallel = true; // only where a stage has tp > 1
     for (const HeteroStage &hs : rg.stages)

@@ -48,6 +48,7 @@ struct ReplicaGroup {
   /// Micro-batches of each replica (its share of the global batch is this
   /// times microBatch).
   std::vector<int64_t> microBatches;
+  Recompute recompute = Recompute::None;
   int64_t samples() const;
   int devices() const;
 };
@@ -56,7 +57,6 @@ struct HeteroStrategy {
   std::vector<ReplicaGroup> groups;
   int64_t globalBatch = 0;
   int zeroStage = 1;
-  Recompute recompute = Recompute::None;
   Precision precision = Precision::BF16;
   /// One line: "[H100-SXM tp8 x2 | A100-80G tp8 x4] x3 replicas, ..."
   std::string str(const std::vector<Pool> &pools) const;
