@@ -108,6 +108,34 @@ int main(int argc, char **argv) {
                << " devices), global batch " << o.globalBatch << "\n";
   double ref = planned ? planned->top.front().stepS : 0;
   show("fastest type only", fast, ref);
+  // The same devices under the homogeneous planner (interleaving, context
+  // parallelism, ZeRO-3 and offload included), when they form one pool.
+  int fastPools = 0, fastPool = 0;
+  for (size_t p = 0; p < pools.size(); ++p)
+    if (fastOnly.pools[p]) {
+      ++fastPools;
+      fastPool = int(p);
+    }
+  if (fastPools == 1) {
+    Cluster sub = *c;
+    Site site = c->sites[pools[fastPool].site];
+    site.nodeGroups = {*pools[fastPool].nodes};
+    sub.sites = {site};
+    sub.siteLinks.clear();
+    sub.finalize();
+    PlanOptions ho = o;
+    auto homo = searchPlans(*w, sub, ho);
+    if (homo)
+      llvm::outs() << llvm::format(
+                          "  %-22s %9.3f s  %6.2fx  %4d devices  ",
+                          "  (homogeneous planner)", homo->top.front().stepS,
+                          ref > 0 ? homo->top.front().stepS / ref : 1.0,
+                          sub.numDevices())
+                   << homo->top.front().strategy.str() << "\n";
+    else
+      llvm::outs() << "    (homogeneous planner) cannot plan: "
+                   << llvm::toString(homo.takeError()) << "\n";
+  }
   show("all devices evenly", even, ref);
   show("planner", planned, ref);
   if (planned) {
