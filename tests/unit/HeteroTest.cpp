@@ -304,6 +304,38 @@ TEST(HeteroPlanner, TwoSitesKeepTensorGroupsInsideAndPriceTheWan) {
   EXPECT_GT(b.costUsd, b.wanUsdPerStep);
 }
 
+TEST(HeteroPlanner, CostAndEnergyObjectivesUsePerTypePricesAndPower) {
+  Workload w = gptLike();
+  // H100 at 8 USD/h, A100 at 1 USD/h: the cheapest plan is not the fastest.
+  Cluster c = cluster(R"({"name": "priced", "sites": [{"name": "dc", "nodes": [
+    {"count": 2, "device": "A100-80G", "price_usd_per_device_hour": 1},
+    {"count": 1, "device": "H100-SXM", "price_usd_per_device_hour": 8}]}]})");
+  PlanOptions o;
+  o.globalBatch = 256;
+  o.topK = 3;
+  auto fast = searchHeteroPlans(w, c, o);
+  o.objective = Objective::Cost;
+  auto cheap = searchHeteroPlans(w, c, o);
+  o.objective = Objective::Energy;
+  auto frugal = searchHeteroPlans(w, c, o);
+  ASSERT_TRUE(bool(fast) && bool(cheap) && bool(frugal));
+  const HeteroResult &f = fast->top.front(), &ch = cheap->top.front(),
+                     &fr = frugal->top.front();
+  EXPECT_GT(ch.costUsd, 0);
+  EXPECT_LE(ch.costUsd, f.costUsd);
+  EXPECT_LE(f.stepS, ch.stepS);
+  EXPECT_LE(fr.energyJ, f.energyJ);
+  for (const HeteroResult &x : cheap->top)
+    EXPECT_LE(ch.costUsd, x.costUsd);
+  // Cost is the used devices' price times the step.
+  double perHour = 0;
+  for (const ReplicaGroup &g : ch.strategy.groups)
+    for (const HeteroStage &st : g.stages)
+      perHour += st.devices.size() *
+                 cheap->pools[st.pool].nodes->priceUsdPerDeviceHour;
+  EXPECT_NEAR(ch.costUsd, perHour * ch.stepS / 3600, 1e-9 * ch.costUsd);
+}
+
 TEST(HeteroPlanner, TraceHasOneTrackPerStage) {
   Workload w = gptLike();
   Cluster c = cluster(kMixed);
