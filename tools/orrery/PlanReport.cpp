@@ -31,12 +31,16 @@ void printPlan(std::ostream &os, const PlanResult &r, const Workload &w,
   os << "model        " << w.source << "\n";
   os << "cluster      " << r.cluster.name << " (" << r.cluster.numDevices()
      << " x " << r.cluster.deviceSpec(0).name << ")\n";
-  std::snprintf(buf, sizeof buf,
-                "searched     %lld candidates priced in %.0f ms (%.0f per "
-                "second), %lld pruned by memory\n\n",
-                (long long)r.candidatesPriced, r.searchS * 1e3,
-                r.candidatesPriced / std::max(r.searchS, 1e-9),
-                (long long)r.candidatesPruned);
+  if (r.searchS > 0)
+    std::snprintf(buf, sizeof buf,
+                  "searched     %lld candidates priced in %.0f ms (%.0f per "
+                  "second), %lld pruned by memory\n\n",
+                  (long long)r.candidatesPriced, r.searchS * 1e3,
+                  r.candidatesPriced / std::max(r.searchS, 1e-9),
+                  (long long)r.candidatesPruned);
+  else
+    std::snprintf(buf, sizeof buf, "searched     nothing: the strategy was "
+                                   "given with --strategy\n\n");
   os << buf;
   os << "best plan    " << b.strategy.str() << "\n";
   std::string tokens;

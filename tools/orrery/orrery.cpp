@@ -18,6 +18,7 @@
 #include "Simulate.h"
 #include "Stats.h"
 #include "orrery/CostModel/Collective.h"
+#include "orrery/Export/Exporters.h"
 #include "orrery/Import/Importer.h"
 #include "orrery/Plan/Plan.h"
 #include "orrery/Transforms/ShardAnnotations.h"
@@ -156,6 +157,52 @@ mlir::OwningOpRef<mlir::ModuleOp> frontEnd(mlir::MLIRContext &ctx,
   }
   rc = 0;
   return std::move(*module);
+}
+
+/// Writes the model at one step's micro-batch (batch = mbs x dp) with the
+/// strategy's shardings in MLIR's shard dialect to `path` ("-": stdout).
+int emitSharded(ModelArgs args, const orrery::Strategy &st,
+                const std::vector<int> &chunkLayers,
+                const orrery::LayoutCosts &layoutCosts, const std::string &path,
+                const std::string &what) {
+  args.dims.erase(std::remove_if(args.dims.begin(), args.dims.end(),
+                                 [](const std::string &d) {
+                                   return d.rfind("batch=", 0) == 0;
+                                 }),
+                  args.dims.end());
+  args.dims.push_back("batch=" + std::to_string(st.microBatch * st.dp));
+  mlir::MLIRContext ctx;
+  ctx.disableMultithreading();
+  int rc = 0;
+  auto module = frontEnd(ctx, args, true, nullptr, rc);
+  if (!module)
+    return rc;
+  orrery::ShardGrid grid;
+  for (auto it = st.order.rbegin(); it != st.order.rend(); ++it) {
+    grid.axes.push_back(*it);
+    grid.sizes.push_back(st.degree(*it));
+  }
+  orrery::annotateShardings(*module, grid, chunkLayers, st.pp, layoutCosts);
+  std::string diag;
+  mlir::ScopedDiagnosticHandler handler(&ctx, [&](mlir::Diagnostic &d) {
+    if (diag.empty())
+      diag = d.str();
+    return mlir::success();
+  });
+  if (mlir::failed(mlir::verify(*module)))
+    return fail(what + ": the annotated module does not verify: " + diag);
+  if (path == "-") {
+    module->print(llvm::outs());
+    llvm::outs() << "\n";
+    return 0;
+  }
+  std::error_code ec;
+  llvm::raw_fd_ostream out(path, ec);
+  if (ec)
+    return fail(what + " " + path + ": " + ec.message());
+  module->print(out);
+  out << "\n";
+  return 0;
 }
 
 /// `orrery check` of a heterogeneous plan: re-simulates it and compares.
@@ -328,6 +375,11 @@ int main(int argc, char **argv) {
   planCmd->add_flag("--json", planJsonOut,
                     "print the plan JSON instead of the summary");
   planCmd->add_flag("--quiet", quiet, "no progress on stderr");
+  std::string fixedStrategy;
+  planCmd->add_option("--strategy", fixedStrategy,
+                      "no search: price this strategy (docs/strategy.md) and "
+                      "write it as the plan, e.g. to export a configuration "
+                      "you already run");
   std::string emitMlir;
   planCmd->add_option("--emit-mlir", emitMlir,
                       "write the model annotated with the plan's shardings "
@@ -342,6 +394,24 @@ int main(int argc, char **argv) {
                        "the model (default: the plan's model.source)");
   checkCmd->add_option("--cluster", checkCluster,
                        "the cluster (default: the plan's cluster.spec)");
+
+  std::string exportPlanPath, exportFormat, exportOut, exportModel,
+      exportCluster;
+  CLI::App *exportCmd = app.add_subcommand(
+      "export", "Write a plan in another framework's own format "
+                "(docs/export.md)");
+  exportCmd->add_option("plan", exportPlanPath, "plan JSON file")->required();
+  exportCmd
+      ->add_option("--to", exportFormat,
+                   "megatron, deepspeed, torchtitan, pytorch, jax or mlir")
+      ->required()
+      ->check(CLI::IsMember(orrery::exportFormats()));
+  exportCmd->add_option("-o,--output", exportOut,
+                        "write to FILE instead of stdout");
+  exportCmd->add_option("--model", exportModel,
+                        "mlir: the model (default: the plan's model.source)");
+  exportCmd->add_option("--cluster", exportCluster,
+                        "mlir: the cluster (default: the plan's cluster.spec)");
 
   try {
     app.parse(argc, argv);
@@ -364,6 +434,55 @@ int main(int argc, char **argv) {
       return rc;
     module->print(llvm::outs());
     llvm::outs() << "\n";
+    return 0;
+  }
+  if (*exportCmd) {
+    std::ifstream f(exportPlanPath);
+    std::stringstream text;
+    text << f.rdbuf();
+    if (!f)
+      return fail(exportPlanPath + ": cannot open file");
+    nlohmann::json planDoc = nlohmann::json::parse(text.str(), nullptr, false);
+    if (planDoc.is_discarded() || !planDoc.is_object())
+      return fail(exportPlanPath + ": not valid JSON");
+    auto plan = orrery::readExportPlan(planDoc, exportPlanPath);
+    if (!plan)
+      return fail(llvm::toString(plan.takeError()));
+    if (exportFormat == "mlir") {
+      std::string clusterSpec =
+          exportCluster.empty() && planDoc["cluster"].is_object()
+              ? planDoc["cluster"].value("spec", "")
+              : exportCluster;
+      auto cluster =
+          orrery::loadCluster(clusterSpec, orrery::HardwareCatalog::builtin());
+      if (!cluster)
+        return fail(exportPlanPath + ": cluster.spec: " +
+                    llvm::toString(cluster.takeError()));
+      ModelArgs args{exportModel.empty() ? plan->model : exportModel, {}};
+      std::ifstream m(resolveModel(args.path), std::ios::binary);
+      std::stringstream bytes;
+      bytes << m.rdbuf();
+      std::string want = planDoc["model"].value("digest_fnv1a64", "");
+      if (orrery::digestOf(bytes.str()) != want)
+        return fail(exportPlanPath + ": model.digest_fnv1a64 " + want +
+                    " differs from " + args.path +
+                    ": the plan is for another model");
+      return emitSharded(
+          args, plan->strategy, plan->chunkLayers,
+          layoutCostsFor(*cluster, plan->strategy.precision),
+          exportOut.empty() ? "-" : exportOut, "export --to mlir");
+    }
+    auto text2 = orrery::exportPlan(*plan, exportFormat);
+    if (!text2)
+      return fail(exportPlanPath + ": " + llvm::toString(text2.takeError()));
+    if (exportOut.empty()) {
+      std::cout << *text2;
+      return 0;
+    }
+    std::ofstream out(exportOut);
+    out << *text2;
+    if (!out)
+      return fail("-o " + exportOut + ": cannot write the file");
     return 0;
   }
   if (*simCmd) {
@@ -596,6 +715,9 @@ int main(int argc, char **argv) {
         std::cerr.flush();
       };
     if (orrery::needsHeteroSearch(*cluster)) {
+      if (!fixedStrategy.empty())
+        return fail("--strategy: a strategy string places one device type at "
+                    "one site; this cluster needs a heterogeneous plan");
       if (budget > 0)
         return fail("plan: --budget supports clusters of one node type at one "
                     "site");
@@ -622,8 +744,28 @@ int main(int argc, char **argv) {
                                 options.objective);
       return 0;
     }
-    auto result = orrery::searchPlans(*workload, *cluster, options);
-    if (!quiet)
+    auto result = [&]() -> llvm::Expected<orrery::PlanResult> {
+      if (fixedStrategy.empty())
+        return orrery::searchPlans(*workload, *cluster, options);
+      auto s = orrery::parseStrategy(fixedStrategy);
+      if (!s)
+        return s.takeError();
+      if (s->globalBatch == 0)
+        s->globalBatch = globalBatch;
+      auto r = orrery::simulateStep(*workload, *cluster, *s);
+      if (!r)
+        return r.takeError();
+      if (!r->fits)
+        return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                       "--strategy: does not fit: " +
+                                           r->doesNotFit);
+      orrery::PlanResult one;
+      one.top.push_back(std::move(*r));
+      one.candidatesPriced = 1;
+      one.cluster = *cluster;
+      return one;
+    }();
+    if (!quiet && fixedStrategy.empty())
       std::cerr << "\n";
     if (!result)
       return fail(llvm::toString(result.takeError()));
@@ -634,49 +776,11 @@ int main(int argc, char **argv) {
       if (!out)
         return fail("-o " + planOut + ": cannot write the file");
     }
-    if (!emitMlir.empty()) {
-      // One micro-batch of every replica: batch = mbs x dp.
-      const orrery::StepResult &best = result->top.front();
-      ModelArgs stepArgs = planArgs;
-      stepArgs.dims.erase(std::remove_if(stepArgs.dims.begin(),
-                                         stepArgs.dims.end(),
-                                         [](const std::string &d) {
-                                           return d.rfind("batch=", 0) == 0;
-                                         }),
-                          stepArgs.dims.end());
-      stepArgs.dims.push_back(
-          "batch=" +
-          std::to_string(best.strategy.microBatch * best.strategy.dp));
-      mlir::MLIRContext emitCtx;
-      emitCtx.disableMultithreading();
-      int emitRc = 0;
-      auto stepModule = frontEnd(emitCtx, stepArgs, true, nullptr, emitRc);
-      if (!stepModule)
+    if (!emitMlir.empty())
+      if (int emitRc = emitSharded(planArgs, result->top.front().strategy,
+                                   result->top.front().chunkLayers,
+                                   layoutCosts, emitMlir, "--emit-mlir"))
         return emitRc;
-      orrery::ShardGrid grid;
-      const orrery::Strategy &st = best.strategy;
-      for (auto it = st.order.rbegin(); it != st.order.rend(); ++it) {
-        grid.axes.push_back(*it);
-        grid.sizes.push_back(st.degree(*it));
-      }
-      orrery::annotateShardings(*stepModule, grid, best.chunkLayers, st.pp,
-                                layoutCosts);
-      std::string diag;
-      mlir::ScopedDiagnosticHandler handler(&emitCtx, [&](mlir::Diagnostic &d) {
-        if (diag.empty())
-          diag = d.str();
-        return mlir::success();
-      });
-      if (mlir::failed(mlir::verify(*stepModule)))
-        return fail("--emit-mlir: the annotated module does not verify: " +
-                    diag);
-      std::error_code ec;
-      llvm::raw_fd_ostream out(emitMlir, ec);
-      if (ec)
-        return fail("--emit-mlir " + emitMlir + ": " + ec.message());
-      stepModule->print(out);
-      out << "\n";
-    }
     if (planJsonOut)
       std::cout << doc.dump(2) << "\n";
     else

@@ -1,0 +1,587 @@
+//===- Exporters.cpp - a plan in other frameworks' own formats -----------===//
+//
+// Targets (docs/export.md says what each maps and refuses):
+//   megatron    Megatron-LM core_r0.12 command-line flags, as a bash array
+//   deepspeed   DeepSpeed 0.16 ds_config.json
+//   torchtitan  torchtitan 0.1 job TOML: [training], [parallelism],
+//               [activation_checkpoint]
+//   pytorch     PyTorch 2.6: DeviceMesh, DTensor tensor parallelism, FSDP2
+//               or DDP, the pipeline schedule
+//   jax         JAX 0.4.35+: the Mesh and the PartitionSpecs by weight role
+//
+//===----------------------------------------------------------------------===//
+#include "orrery/Export/Exporters.h"
+#include "orrery/Plan/Plan.h"
+
+#include <algorithm>
+#include <sstream>
+
+namespace orrery {
+
+static llvm::Error err(const std::string &msg) {
+  return llvm::createStringError(llvm::inconvertibleErrorCode(), msg);
+}
+
+const std::vector<std::string> &exportFormats() {
+  static const std::vector<std::string> formats = {
+      "megatron", "deepspeed", "torchtitan", "pytorch", "jax", "mlir"};
+  return formats;
+}
+
+llvm::Expected<ExportPlan> readExportPlan(const nlohmann::json &plan,
+                                          const std::string &what) {
+  if (isHeteroPlan(plan))
+    return err(what + ": a heterogeneous plan (stages on different device "
+                      "types or sites) runs different configurations on "
+                      "different devices; none of the export targets can "
+                      "express that");
+  auto s = strategyFromPlan(plan, what);
+  if (!s)
+    return s.takeError();
+  ExportPlan p;
+  p.strategy = *s;
+  const nlohmann::json &model = plan.value("model", nlohmann::json::object());
+  p.model = model.value("source", "");
+  if (plan.contains("cluster") && plan["cluster"].is_object()) {
+    p.deviceType = plan["cluster"].value("device_type", "");
+    p.devices = plan["cluster"].value("devices", 0);
+  }
+  if (!model.contains("layers") || !model["layers"].is_array() ||
+      model["layers"].empty())
+    return err(what + ": model.layers: missing (the layer kinds and counts)");
+  for (const auto &l : model["layers"]) {
+    if (!l.is_object() || !l.contains("kind") || !l["kind"].is_string() ||
+        !l.contains("count") || !l["count"].is_number_integer() ||
+        l["count"].get<int64_t>() < 1)
+      return err(what + ": model.layers: each entry needs a kind and a "
+                        "positive count");
+    p.layers.push_back({l["kind"], l["count"]});
+  }
+  // The body is the longest run; what precedes it, what follows it.
+  size_t bodyRun = 0;
+  int64_t total = 0;
+  for (size_t r = 0; r < p.layers.size(); ++r) {
+    total += p.layers[r].second;
+    if (p.layers[r].second > p.layers[bodyRun].second)
+      bodyRun = r;
+  }
+  for (size_t r = 0; r < p.layers.size(); ++r)
+    (r < bodyRun ? p.before : r > bodyRun ? p.after : p.body) +=
+        p.layers[r].second;
+  // Chunks as the simulator makes them (Simulator.cpp chunkLayers).
+  const Strategy &st = p.strategy;
+  int chunks = st.pp * st.virtualStages;
+  if (!st.stageLayers.empty()) {
+    p.chunkLayers = st.stageLayers;
+  } else {
+    int64_t body = p.body, before = p.before, after = p.after;
+    if (body < chunks) {
+      body = total;
+      before = after = 0;
+    }
+    for (int i = 0; i < chunks; ++i)
+      p.chunkLayers.push_back(int(body / chunks + (i < body % chunks)));
+    p.chunkLayers.front() += int(before);
+    p.chunkLayers.back() += int(after);
+  }
+  int64_t sum = 0;
+  for (int n : p.chunkLayers)
+    sum += n;
+  if (int(p.chunkLayers.size()) != chunks || sum != total)
+    return err(what + ": strategy.layers_per_stage: " +
+               std::to_string(p.chunkLayers.size()) + " chunks holding " +
+               std::to_string(sum) + " layers; expected " +
+               std::to_string(chunks) + " holding " + std::to_string(total));
+  p.chunkBodyLayers.clear();
+  bool clean = true;
+  for (int c = 0; c < chunks; ++c) {
+    int64_t n = p.chunkLayers[c] - (c == 0 ? p.before : 0) -
+                (c == chunks - 1 ? p.after : 0);
+    clean &= n >= 0;
+    p.chunkBodyLayers.push_back(n);
+  }
+  if (!clean)
+    p.chunkBodyLayers.clear();
+  return p;
+}
+
+namespace {
+
+/// Megatron-LM's transformer layers: the body; the embedding and head are
+/// not layers there.
+llvm::Expected<std::string> megatron(const ExportPlan &p) {
+  const Strategy &s = p.strategy;
+  std::vector<std::string> args;
+  auto flag = [&](const std::string &name, const std::string &value = "") {
+    args.push_back(name + (value.empty() ? "" : " " + value));
+  };
+  auto num = [](int64_t v) { return std::to_string(v); };
+  if (s.schedule == Schedule::GPipe && s.pp > 1)
+    return err("megatron: Megatron-LM has no GPipe schedule (it runs 1F1B "
+               "or interleaved 1F1B); plan or simulate with schedule=1f1b");
+  if (s.offloadActivations)
+    return err("megatron: the plan offloads activations to host memory, "
+               "which Megatron-LM's flags do not express");
+  if (s.zeroStage == 2)
+    return err("megatron: ZeRO-2 (sharded gradients without sharded "
+               "weights) has no Megatron-LM flag; its distributed optimizer "
+               "is ZeRO-1 and torch FSDP2 is ZeRO-3");
+  std::vector<std::string> order = s.order;
+  bool tpPpDp = order == std::vector<std::string>{"tp", "cp", "pp", "dp"};
+  if (order != std::vector<std::string>{"tp", "cp", "dp", "pp"} && !tpPpDp)
+    return err("megatron: device order " + s.str() +
+               " is neither Megatron-LM's default (tp, cp, dp, pp) nor its "
+               "--use-tp-pp-dp-mapping (tp, cp, pp, dp)");
+  if (p.chunkBodyLayers.empty())
+    return err("megatron: the plan puts embedding or head layers outside the "
+               "first and last pipeline stages");
+  int chunks = int(p.chunkBodyLayers.size());
+  flag("--tensor-model-parallel-size", num(s.tp));
+  flag("--pipeline-model-parallel-size", num(s.pp));
+  flag("--context-parallel-size", num(s.cp));
+  if (s.ep > 1)
+    flag("--expert-model-parallel-size", num(s.ep));
+  if (s.sequenceParallel && s.tp > 1)
+    flag("--sequence-parallel");
+  if (tpPpDp)
+    flag("--use-tp-pp-dp-mapping");
+  flag("--num-layers", num(p.body));
+  // Megatron splits the body evenly over the chunks, or takes the first
+  // and last stage's count and splits the rest evenly.
+  const std::vector<int64_t> &b = p.chunkBodyLayers;
+  bool even = std::all_of(b.begin(), b.end(),
+                          [&](int64_t n) { return n == b.front(); });
+  if (s.virtualStages > 1) {
+    if (!even)
+      return err("megatron: interleaved stages of uneven size (" +
+                 s.str() + ") cannot be given to Megatron-LM, which splits "
+                           "the layers evenly over virtual stages");
+    flag("--num-layers-per-virtual-pipeline-stage", num(b.front()));
+  } else if (!even && s.pp > 1) {
+    bool middleEven = true;
+    for (int c = 1; c + 1 < chunks; ++c)
+      middleEven &= b[c] == b[1];
+    if (!middleEven || (chunks > 2 && b[1] == 0))
+      return err("megatron: the plan's layers per stage (" +
+                 [&] {
+                   std::string l;
+                   for (int64_t n : b)
+                     l += (l.empty() ? "" : ",") + std::to_string(n);
+                   return l;
+                 }() +
+                 " transformer layers) differ between middle stages; "
+                 "Megatron-LM sets only the first and last stage's count");
+    flag("--decoder-first-pipeline-num-layers", num(b.front()));
+    flag("--decoder-last-pipeline-num-layers", num(b.back()));
+  }
+  flag("--micro-batch-size", num(s.microBatch));
+  flag("--global-batch-size", num(s.globalBatch));
+  if (s.recompute == Recompute::Full) {
+    flag("--recompute-granularity", "full");
+    flag("--recompute-method", "uniform");
+    flag("--recompute-num-layers", "1");
+  } else if (s.recompute == Recompute::Selective) {
+    flag("--recompute-granularity", "selective");
+  }
+  if (s.zeroStage == 1)
+    flag("--use-distributed-optimizer");
+  if (s.zeroStage == 3)
+    flag("--use-torch-fsdp2");
+  if (s.offloadOptimizer) {
+    if (s.zeroStage != 1)
+      return err("megatron: Megatron-LM offloads the optimizer only with its "
+                 "distributed optimizer (ZeRO-1); the plan uses ZeRO-" +
+                 num(s.zeroStage));
+    flag("--optimizer-cpu-offload");
+    flag("--optimizer-offload-fraction", "1.0");
+  }
+  switch (s.precision) {
+  case Precision::BF16:
+    flag("--bf16");
+    break;
+  case Precision::FP16:
+    flag("--fp16");
+    break;
+  case Precision::FP8:
+    flag("--bf16");
+    flag("--fp8-format", "hybrid");
+    break;
+  case Precision::TF32:
+  case Precision::FP32:
+    break; // Megatron-LM's default: fp32 parameters, TF32 math on Ampere+
+  }
+  std::ostringstream out;
+  out << "# Megatron-LM (core_r0.12) parallelism flags from an Orrery plan\n"
+      << "# model: " << p.model << "\n"
+      << "# strategy: " << s.str() << "\n"
+      << "# use: python pretrain_gpt.py \"${ORRERY_ARGS[@]}\" <model and data "
+         "flags>\n"
+      << "ORRERY_ARGS=(\n";
+  for (const std::string &a : args)
+    out << "  " << a << "\n";
+  out << ")\n";
+  return out.str();
+}
+
+llvm::Expected<std::string> deepspeed(const ExportPlan &p) {
+  const Strategy &s = p.strategy;
+  if (s.cp > 1)
+    return err("deepspeed: context parallelism (cp=" + std::to_string(s.cp) +
+               ") has no ds_config setting");
+  if (s.virtualStages > 1)
+    return err("deepspeed: DeepSpeed's pipeline engine has no interleaved "
+               "schedule (the plan has vpp=" +
+               std::to_string(s.virtualStages) + ")");
+  if (s.recompute == Recompute::Selective)
+    return err("deepspeed: selective (attention-only) recompute is not a "
+               "ds_config setting; it lives in the model code");
+  if (s.pp > 1 && s.zeroStage >= 2)
+    return err("deepspeed: DeepSpeed's pipeline engine runs with ZeRO-1 at "
+               "most; the plan uses ZeRO-" +
+               std::to_string(s.zeroStage) + " with pp=" +
+               std::to_string(s.pp));
+  if (s.pp > 1) {
+    int lo = *std::min_element(p.chunkLayers.begin(), p.chunkLayers.end()),
+        hi = *std::max_element(p.chunkLayers.begin(), p.chunkLayers.end());
+    if (hi - lo > 1)
+      return err("deepspeed: DeepSpeed's PipelineModule partitions layers "
+                 "uniformly (or by parameters or type); it cannot take this "
+                 "plan's uneven stages (" +
+                 std::to_string(lo) + " to " + std::to_string(hi) +
+                 " layers)");
+  }
+  if (s.precision == Precision::FP8)
+    return err("deepspeed: fp8 training is not a ds_config precision");
+  nlohmann::ordered_json j;
+  j["train_batch_size"] = s.globalBatch;
+  j["train_micro_batch_size_per_gpu"] = s.microBatch;
+  j["gradient_accumulation_steps"] = s.microBatches();
+  if (s.precision == Precision::BF16)
+    j["bf16"] = {{"enabled", true}};
+  if (s.precision == Precision::FP16)
+    j["fp16"] = {{"enabled", true}, {"loss_scale", 0}};
+  nlohmann::ordered_json zero = {{"stage", s.zeroStage}};
+  if (s.offloadOptimizer) {
+    if (s.zeroStage == 0)
+      return err("deepspeed: optimizer offload needs ZeRO-1 or more");
+    zero["offload_optimizer"] = {{"device", "cpu"}, {"pin_memory", true}};
+  }
+  j["zero_optimization"] = zero;
+  if (s.tp > 1)
+    j["tensor_parallel"] = {{"autotp_size", s.tp}};
+  if (s.pp > 1)
+    j["pipeline"] = {{"stages", s.pp},
+                     {"partition", "uniform"},
+                     {"activation_checkpoint_interval",
+                      s.recompute == Recompute::Full ? 1 : 0}};
+  if (s.recompute == Recompute::Full || s.offloadActivations)
+    j["activation_checkpointing"] = {
+        {"partition_activations", s.sequenceParallel && s.tp > 1},
+        {"cpu_checkpointing", s.offloadActivations},
+        {"contiguous_memory_optimization", false},
+        {"synchronize_checkpoint_boundary", false}};
+  return j.dump(2) + "\n";
+}
+
+/// "layers.N" split points between chunks (torchtitan and torch.pipelining
+/// name the transformer blocks so).
+llvm::Expected<std::vector<int64_t>> splitPoints(const ExportPlan &p,
+                                                 const char *target) {
+  if (p.chunkBodyLayers.empty())
+    return err(std::string(target) +
+               ": the plan puts embedding or head layers outside the first "
+               "and last pipeline stages");
+  std::vector<int64_t> points;
+  int64_t at = 0;
+  for (size_t c = 0; c + 1 < p.chunkBodyLayers.size(); ++c) {
+    at += p.chunkBodyLayers[c];
+    if (p.chunkBodyLayers[c] == 0 || at >= p.body)
+      return err(std::string(target) + ": a pipeline stage holds no "
+                                       "transformer block (only the "
+                                       "embedding or head), which a split "
+                                       "point cannot express");
+    points.push_back(at);
+  }
+  return points;
+}
+
+const char *scheduleClass(const Strategy &s) {
+  if (s.pp == 1)
+    return "1F1B";
+  return s.schedule == Schedule::GPipe         ? "GPipe"
+         : s.schedule == Schedule::Interleaved ? "Interleaved1F1B"
+                                               : "1F1B";
+}
+
+llvm::Expected<std::string> torchtitan(const ExportPlan &p) {
+  const Strategy &s = p.strategy;
+  if (s.precision == Precision::FP16)
+    return err("torchtitan: fp16 is not a torchtitan parameter precision "
+               "(bfloat16 or float32)");
+  if (s.offloadActivations)
+    return err("torchtitan: activation offload to host memory has no "
+               "torchtitan setting");
+  if (s.offloadOptimizer && s.zeroStage == 0)
+    return err("torchtitan: CPU offload needs FSDP (ZeRO-3); the plan "
+               "replicates weights (ZeRO-0)");
+  std::ostringstream t;
+  t << "# torchtitan (0.1) job config: the parallelism part of an Orrery "
+       "plan\n"
+    << "# model: " << p.model << "\n"
+    << "# strategy: " << s.str() << "\n";
+  if (s.zeroStage == 1 || s.zeroStage == 2)
+    t << "# The plan uses ZeRO-" << s.zeroStage
+      << "; torchtitan either replicates (DDP) or shards (FSDP = ZeRO-3). "
+         "FSDP is written:\n"
+         "# it needs no more memory, and all-gathers weights before use "
+         "(about 1.5x the data-parallel traffic).\n";
+  if (!s.sequenceParallel && s.tp > 1)
+    t << "# torchtitan always applies sequence parallelism with tensor "
+         "parallelism (same traffic, less memory).\n";
+  bool shard = s.zeroStage >= 1;
+  t << "\n[training]\n";
+  int64_t local = s.pp > 1 ? s.globalBatch / s.dp : s.microBatch;
+  t << "local_batch_size = " << local << "\n"
+    << "global_batch_size = " << s.globalBatch << "\n"
+    << "mixed_precision_param = \""
+    << (s.precision == Precision::BF16 || s.precision == Precision::FP8
+            ? "bfloat16"
+            : "float32")
+    << "\"\n"
+    << "enable_cpu_offload = " << (s.offloadOptimizer ? "true" : "false")
+    << "\n";
+  t << "\n[parallelism]\n"
+    << "data_parallel_replicate_degree = " << (shard ? 1 : s.dp) << "\n"
+    << "data_parallel_shard_degree = " << (shard ? s.dp : 1) << "\n"
+    << "tensor_parallel_degree = " << s.tp << "\n"
+    << "context_parallel_degree = " << s.cp << "\n"
+    << "expert_parallel_degree = " << s.ep << "\n"
+    << "pipeline_parallel_degree = " << s.pp << "\n";
+  if (s.pp > 1) {
+    auto points = splitPoints(p, "torchtitan");
+    if (!points)
+      return points.takeError();
+    t << "pipeline_parallel_schedule = \"" << scheduleClass(s) << "\"\n"
+      << "pipeline_parallel_microbatch_size = " << s.microBatch << "\n"
+      << "pipeline_parallel_split_points = [";
+    for (size_t i = 0; i < points->size(); ++i)
+      t << (i ? ", " : "") << "\"layers." << (*points)[i] << "\"";
+    t << "]\n";
+  }
+  t << "\n[activation_checkpoint]\n"
+    << "mode = \""
+    << (s.recompute == Recompute::Full        ? "full"
+        : s.recompute == Recompute::Selective ? "selective"
+                                              : "none")
+    << "\"\n";
+  if (s.recompute == Recompute::Selective)
+    t << "selective_ac_option = \"op\"\n";
+  if (s.precision == Precision::FP8)
+    t << "\n[model]\nconverters = [\"float8\"]\n";
+  return t.str();
+}
+
+/// The mesh axes slowest first (the strategy's order reversed), with sizes.
+std::vector<std::pair<std::string, int>> meshAxes(const Strategy &s) {
+  std::vector<std::pair<std::string, int>> axes;
+  for (auto it = s.order.rbegin(); it != s.order.rend(); ++it)
+    axes.push_back({*it, s.degree(*it)});
+  return axes;
+}
+
+std::string pyTuple(const std::vector<std::string> &items) {
+  std::string out = "(";
+  for (size_t i = 0; i < items.size(); ++i)
+    out += (i ? ", " : "") + items[i];
+  return out + (items.size() == 1 ? ",)" : ")");
+}
+
+std::string stageRanges(const ExportPlan &p) {
+  // Per chunk: [first, last) transformer blocks.
+  std::string out = "[";
+  int64_t at = 0;
+  for (size_t c = 0; c < p.chunkBodyLayers.size(); ++c) {
+    out += (c ? ", " : "") + std::string("(") + std::to_string(at) + ", " +
+           std::to_string(at + p.chunkBodyLayers[c]) + ")";
+    at += p.chunkBodyLayers[c];
+  }
+  return out + "]";
+}
+
+llvm::Expected<std::string> pytorch(const ExportPlan &p) {
+  const Strategy &s = p.strategy;
+  if (p.chunkBodyLayers.empty() && s.pp > 1)
+    return err("pytorch: the plan puts embedding or head layers outside the "
+               "first and last pipeline stages");
+  if (s.offloadActivations)
+    return err("pytorch: activation offload has no FSDP2/DTensor setting");
+  if (s.zeroStage == 2)
+    return err("pytorch: ZeRO-2 has no PyTorch equivalent (FSDP2 is ZeRO-3, "
+               "ZeroRedundancyOptimizer is ZeRO-1)");
+  auto axes = meshAxes(s);
+  std::vector<std::string> names, sizes;
+  for (auto &[n, d] : axes) {
+    names.push_back("\"" + n + "\"");
+    sizes.push_back(std::to_string(d));
+  }
+  const char *dtype = s.precision == Precision::FP16 ? "torch.float16"
+                      : s.precision == Precision::FP32 ||
+                              s.precision == Precision::TF32
+                          ? "torch.float32"
+                          : "torch.bfloat16";
+  std::ostringstream py;
+  py << "# PyTorch (2.6) parallelism from an Orrery plan.\n"
+     << "# model: " << p.model << "\n"
+     << "# strategy: " << s.str() << "\n"
+     << "# Run under torchrun with " << p.devices << " processes; call "
+     << "parallelize(model) on a model whose transformer blocks are\n"
+     << "# model.layers[i] (the torchtitan Llama naming; adjust "
+        "COLUMN_PARALLEL / ROW_PARALLEL for other models).\n"
+     << "import torch\n"
+     << "from torch.distributed.device_mesh import init_device_mesh\n"
+     << "from torch.distributed.tensor.parallel import (\n"
+     << "    ColwiseParallel, RowwiseParallel, parallelize_module)\n"
+     << "from torch.distributed.fsdp import MixedPrecisionPolicy, "
+        "fully_shard\n"
+     << "from torch.distributed.algorithms._checkpoint.checkpoint_wrapper "
+        "import checkpoint_wrapper\n"
+     << "from torch.distributed.pipelining import Schedule1F1B, "
+        "ScheduleGPipe, ScheduleInterleaved1F1B\n\n"
+     << "MESH_DIMS = " << pyTuple(names) << "\n"
+     << "MESH_SHAPE = " << pyTuple(sizes) << "\n"
+     << "MICRO_BATCH_SIZE = " << s.microBatch << "\n"
+     << "GLOBAL_BATCH_SIZE = " << s.globalBatch << "\n"
+     << "MICRO_BATCHES = " << s.microBatches() << "  # per replica and step\n"
+     << "ZERO_STAGE = " << s.zeroStage << "\n"
+     << "RECOMPUTE = \"" << recomputeName(s.recompute) << "\"\n"
+     << "# Transformer blocks [first, last) of each pipeline chunk; chunk c "
+        "runs on pp rank c % "
+     << s.pp << ".\n"
+     << "CHUNK_BLOCKS = " << stageRanges(p) << "\n"
+     << "SCHEDULE = "
+     << (s.pp == 1                                ? "None"
+         : s.schedule == Schedule::GPipe          ? "ScheduleGPipe"
+         : s.schedule == Schedule::Interleaved    ? "ScheduleInterleaved1F1B"
+                                                  : "Schedule1F1B")
+     << "\n"
+     << "COLUMN_PARALLEL = (\"attention.wq\", \"attention.wk\", "
+        "\"attention.wv\", \"feed_forward.w1\", \"feed_forward.w3\")\n"
+     << "ROW_PARALLEL = (\"attention.wo\", \"feed_forward.w2\")\n\n\n"
+     << "def device_mesh():\n"
+     << "    return init_device_mesh(\"cuda\", MESH_SHAPE, "
+        "mesh_dim_names=MESH_DIMS)\n\n\n"
+     << "def parallelize(model, mesh=None):\n"
+     << "    \"\"\"Tensor parallel blocks, recompute, then data parallel "
+        "(FSDP2 for ZeRO-3).\"\"\"\n"
+     << "    mesh = mesh or device_mesh()\n"
+     << "    for i, block in enumerate(model.layers):\n"
+     << "        if mesh[\"tp\"].size() > 1:\n"
+     << "            plan = {n: ColwiseParallel() for n in COLUMN_PARALLEL}\n"
+     << "            plan.update({n: RowwiseParallel() for n in "
+        "ROW_PARALLEL})\n"
+     << "            parallelize_module(block, mesh[\"tp\"], plan)\n"
+     << "        if RECOMPUTE == \"full\":\n"
+     << "            model.layers[i] = block = checkpoint_wrapper(block)\n"
+     << "        if ZERO_STAGE == 3:\n"
+     << "            fully_shard(block, mesh=mesh[\"dp\"], "
+        "mp_policy=MixedPrecisionPolicy(\n"
+     << "                param_dtype=" << dtype
+     << ", reduce_dtype=torch.float32))\n"
+     << "    if ZERO_STAGE == 3:\n"
+     << "        fully_shard(model, mesh=mesh[\"dp\"])\n"
+     << "    elif mesh[\"dp\"].size() > 1:  # replicated weights, "
+        "all-reduced gradients\n"
+     << "        from torch.distributed._composable.replicate import "
+        "replicate\n"
+     << "        replicate(model, device_mesh=mesh[\"dp\"])\n"
+     << "    return model\n\n\n"
+     << "def optimizer(model, mesh=None, lr=3e-4):\n"
+     << "    \"\"\"ZeRO-1 shards the optimizer state over the data-parallel "
+        "group.\"\"\"\n"
+     << "    mesh = mesh or device_mesh()\n"
+     << "    if ZERO_STAGE == 1:\n"
+     << "        from torch.distributed.optim import "
+        "ZeroRedundancyOptimizer\n"
+     << "        return ZeroRedundancyOptimizer(\n"
+     << "            model.parameters(), optimizer_class=torch.optim.AdamW, "
+        "lr=lr,\n"
+     << "            process_group=mesh[\"dp\"].get_group())\n"
+     << "    return torch.optim.AdamW(model.parameters(), lr=lr)\n";
+  return py.str();
+}
+
+llvm::Expected<std::string> jax(const ExportPlan &p) {
+  const Strategy &s = p.strategy;
+  if (s.offloadActivations || s.offloadOptimizer)
+    return err("jax: host offload is not part of a mesh and PartitionSpecs");
+  auto axes = meshAxes(s);
+  std::vector<std::string> names, sizes;
+  for (auto &[n, d] : axes) {
+    names.push_back("\"" + n + "\"");
+    sizes.push_back(std::to_string(d));
+  }
+  // Weights additionally over dp under ZeRO-3 (FSDP); the batch over dp,
+  // the sequence over cp (and tp with sequence parallelism).
+  bool fsdp = s.zeroStage >= 3;
+  std::string seq = s.sequenceParallel && s.tp > 1 ? "(\"cp\", \"tp\")"
+                                                   : "\"cp\"";
+  std::ostringstream py;
+  py << "# JAX (0.4.35+) mesh and PartitionSpecs from an Orrery plan.\n"
+     << "# model: " << p.model << "\n"
+     << "# strategy: " << s.str() << "\n"
+     << "# Device r of jax.devices() is rank r of the plan; the mesh axes are "
+        "slowest first.\n"
+     << "import numpy as np\n"
+     << "import jax\n"
+     << "from jax.sharding import Mesh, NamedSharding, PartitionSpec as P\n\n"
+     << "AXES = " << pyTuple(names) << "\n"
+     << "SHAPE = " << pyTuple(sizes) << "\n"
+     << "MICRO_BATCH_SIZE = " << s.microBatch << "\n"
+     << "GLOBAL_BATCH_SIZE = " << s.globalBatch << "\n"
+     << "# Transformer blocks [first, last) per pipeline chunk (chunk c on pp "
+        "index c % "
+     << s.pp << ").\n"
+     << "CHUNK_BLOCKS = " << stageRanges(p) << "\n"
+     << "RECOMPUTE = \"" << recomputeName(s.recompute)
+     << "\"  # full: jax.checkpoint each block; selective: "
+        "checkpoint_dots policy\n\n"
+     << "# Activations [batch, sequence, hidden].\n"
+     << "ACTIVATIONS = P(\"dp\", " << seq << ", None)\n"
+     << "# Weights by role, kernels stored [in, out] (Megatron's layout).\n"
+     << "COLUMN_PARALLEL = P(" << (fsdp ? "\"dp\"" : "None")
+     << ", \"tp\")  # qkv, mlp up/gate\n"
+     << "ROW_PARALLEL = P(\"tp\", " << (fsdp ? "\"dp\"" : "None")
+     << ")  # attention out, mlp down\n"
+     << "EMBEDDING = P(\"tp\", " << (fsdp ? "\"dp\"" : "None")
+     << ")  # [vocab, hidden], vocabulary split\n"
+     << "REPLICATED = P(" << (fsdp ? "\"dp\"" : "") << ")  # norms, biases\n\n\n"
+     << "def mesh(devices=None):\n"
+     << "    devices = np.asarray(devices if devices is not None else "
+        "jax.devices())\n"
+     << "    return Mesh(devices.reshape(SHAPE), AXES)\n\n\n"
+     << "def sharding(spec, m=None):\n"
+     << "    return NamedSharding(m if m is not None else mesh(), spec)\n";
+  return py.str();
+}
+
+} // namespace
+
+llvm::Expected<std::string> exportPlan(const ExportPlan &plan,
+                                       const std::string &format) {
+  if (format == "megatron")
+    return megatron(plan);
+  if (format == "deepspeed")
+    return deepspeed(plan);
+  if (format == "torchtitan")
+    return torchtitan(plan);
+  if (format == "pytorch")
+    return pytorch(plan);
+  if (format == "jax")
+    return jax(plan);
+  std::string known;
+  for (const std::string &f : exportFormats())
+    known += (known.empty() ? "" : ", ") + f;
+  return err("export: unknown format '" + format + "' (known: " + known + ")");
+}
+
+} // namespace orrery

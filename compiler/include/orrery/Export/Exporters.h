@@ -1,0 +1,56 @@
+//===- Exporters.h - a plan in other frameworks' own formats -------------===//
+//
+// `orrery export plan.json --to FORMAT` (docs/export.md): Megatron-LM flags,
+// a DeepSpeed ds_config.json, torchtitan's [parallelism] TOML, a PyTorch
+// DeviceMesh / FSDP2 / DTensor snippet, JAX mesh axes and PartitionSpecs.
+// (The `mlir` format needs the model and lives in the CLI.) Each exporter
+// writes only what its target can express; anything else in the plan is an
+// error that names it, never a file that would train differently.
+//
+//===----------------------------------------------------------------------===//
+#ifndef ORRERY_EXPORT_EXPORTERS_H
+#define ORRERY_EXPORT_EXPORTERS_H
+
+#include "orrery/CostModel/Strategy.h"
+
+#include <nlohmann/json.hpp>
+
+#include <string>
+#include <vector>
+
+namespace orrery {
+
+/// The formats `exportPlan` writes, in the order --help lists them.
+const std::vector<std::string> &exportFormats();
+
+/// What the exporters need of a plan: its strategy and how its layers fall
+/// into pipeline chunks.
+struct ExportPlan {
+  Strategy strategy;
+  std::string model;      ///< model.source
+  std::string deviceType; ///< cluster.device_type
+  int devices = 0;
+  /// Layer kinds in model order and their counts (model.layers).
+  std::vector<std::pair<std::string, int64_t>> layers;
+  /// Layers (of the plan's own count: embedding and head included) per
+  /// pipeline chunk, pp x vpp chunks in model order.
+  std::vector<int> chunkLayers;
+  /// Of the layers: those before the repeated body, the body, those after.
+  int64_t before = 0, body = 0, after = 0;
+  /// Transformer-body layers per chunk; empty when the embedding or head
+  /// layers are not all in the first and last chunks.
+  std::vector<int64_t> chunkBodyLayers;
+};
+
+/// Reads the plan (strategy fields checked as `orrery check` does).
+/// Heterogeneous plans are refused: no framework here runs one.
+llvm::Expected<ExportPlan> readExportPlan(const nlohmann::json &plan,
+                                          const std::string &what);
+
+/// The plan in `format`, or an error naming what the format cannot express.
+llvm::Expected<std::string> exportPlan(const ExportPlan &plan,
+                                       const std::string &format);
+
+} // namespace orrery
+
+#endif // ORRERY_EXPORT_EXPORTERS_H
