@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs every Debian 12 package Orrery needs to build, test and generate its
-# models. Idempotent: packages already present are skipped by apt.
+# models (Chromium renders `orrery report` pages in a test). Idempotent:
+# packages already present are skipped by apt.
 set -euo pipefail
 
 packages=(
@@ -9,6 +10,7 @@ packages=(
   libonnx-dev libonnxifi libprotobuf-dev protobuf-compiler
   nlohmann-json3-dev libcli11-dev libgtest-dev libzstd-dev
   python3-onnx python3-numpy python3-jsonschema
+  chromium fonts-dejavu-core fonts-liberation python3-pil
 )
 
 missing=()

@@ -15,6 +15,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "PlanReport.h"
+#include "Report.h"
 #include "Simulate.h"
 #include "Stats.h"
 #include "orrery/CostModel/Collective.h"
@@ -205,12 +206,69 @@ int emitSharded(ModelArgs args, const orrery::Strategy &st,
   return 0;
 }
 
+std::string fmtNum(const char *f, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, v);
+  return buf;
+}
+
+/// What every report shows whatever the plan's kind: model, cluster, its
+/// nodes, and the plan with its runners-up as the plan file records them.
+orrery::ReportData reportBase(const nlohmann::json &planDoc,
+                              const orrery::Workload &w,
+                              const orrery::Cluster &c, double stepS) {
+  orrery::ReportData d;
+  d.model = w.source;
+  d.cluster = c.name + " (" + std::to_string(c.numDevices()) + " devices)";
+  d.stepS = stepS;
+  auto pools = orrery::clusterPools(c);
+  for (const orrery::Pool &p : pools)
+    for (int n = 0; n < p.nodes->count; ++n)
+      d.nodes.push_back({c.sites[p.site].name.empty()
+                             ? "site" + std::to_string(p.site)
+                             : c.sites[p.site].name,
+                         p.name, p.firstDevice + n * p.nodes->devicesPerNode,
+                         p.nodes->devicesPerNode});
+  auto row = [&](const nlohmann::json &strategy,
+                 const nlohmann::json &predicted) {
+    orrery::ReportRow r;
+    if (strategy.is_object())
+      r.plan = strategy.value("summary", strategy.value("cli", ""));
+    if (predicted.is_object()) {
+      r.stepS = predicted.value("step_time_s", 0.0);
+      r.mfu = predicted.value("mfu", 0.0);
+      r.peakMemoryBytes = predicted.value("peak_memory_bytes", 0.0);
+      r.devices = predicted.value("devices_used", c.numDevices());
+    }
+    return r;
+  };
+  d.top.push_back(row(planDoc.value("strategy", nlohmann::json()),
+                      planDoc.value("predicted", nlohmann::json())));
+  if (planDoc.contains("alternatives") && planDoc["alternatives"].is_array())
+    for (const auto &alt : planDoc["alternatives"])
+      if (alt.is_object())
+        d.top.push_back(row(alt.value("strategy", nlohmann::json()),
+                            alt.value("predicted", nlohmann::json())));
+  return d;
+}
+
+int writeReport(const orrery::ReportData &d, const std::string &path) {
+  std::ofstream out(path);
+  out << orrery::reportHtml(d);
+  if (!out)
+    return fail("-o " + path + ": cannot write the file");
+  std::cout << path << ": report of " << d.stages.size() << " stages on "
+            << d.nodes.size() << " nodes\n";
+  return 0;
+}
+
 /// `orrery check` of a heterogeneous plan: re-simulates it and compares.
 int checkHeteroPlan(const nlohmann::json &planDoc, const std::string &what,
                     const orrery::Workload &w, const orrery::Cluster &c,
                     const orrery::PlanInputs &inputs,
                     const std::string &modelPath,
-                    const std::string &clusterSpec) {
+                    const std::string &clusterSpec,
+                    const std::string &reportOut) {
   auto strategy = orrery::heteroStrategyFromPlan(planDoc, what);
   if (!strategy)
     return fail(llvm::toString(strategy.takeError()));
@@ -261,6 +319,42 @@ int checkHeteroPlan(const nlohmann::json &planDoc, const std::string &what,
     return fail(what + ": predicted.step_time_s " + std::to_string(predicted) +
                 " differs from the re-simulated " +
                 std::to_string(result->stepS));
+  if (!reportOut.empty()) {
+    auto traced = orrery::simulateHetero(w, c, *strategy, {}, true);
+    if (!traced)
+      return fail(what + ": " + llvm::toString(traced.takeError()));
+    orrery::ReportData data = reportBase(planDoc, w, c, traced->stepS);
+    for (size_t g = 0; g < traced->groups.size(); ++g) {
+      int offset = int(data.stages.size());
+      const orrery::ReplicaGroup &rg = traced->strategy.groups[g];
+      for (size_t i = 0; i < traced->groups[g].stages.size(); ++i) {
+        const orrery::StageReport &st = traced->groups[g].stages[i];
+        data.stages.push_back({st.label, st.device, rg.stages[i].tp,
+                               st.numLayers, st.memory, st.capacityBytes,
+                               rg.stages[i].devices});
+      }
+      for (orrery::TraceEvent e : traced->groups[g].trace) {
+        e.track += offset;
+        data.trace.push_back(e);
+      }
+    }
+    data.strategy = traced->strategy.str(pools);
+    data.figures = {
+        {"step", fmtNum("%.3f s", traced->stepS)},
+        {"tokens/s", fmtNum("%.4g", traced->tokensPerS)},
+        {"MFU", fmtNum("%.1f%%", 100 * traced->mfu)},
+        {"devices used", std::to_string(traced->devicesUsed) + " of " +
+                             std::to_string(c.numDevices())},
+        {"gradients across groups",
+         fmtNum("%.3f s", traced->crossGroupSyncS)},
+        {"WAN per step", fmtNum("%.4g GB", traced->wanBytesPerStep / 1e9) +
+                             ", " + fmtNum("%.3g USD", traced->wanUsdPerStep)},
+        {"peak memory",
+         fmtNum("%.1f GiB", traced->peakMemoryBytes / double(1ull << 30))},
+        {"energy per step", fmtNum("%.4g J", traced->energyJ)},
+        {"cost per step", fmtNum("%.4g USD", traced->costUsd)}};
+    return writeReport(data, reportOut);
+  }
   char buf[256];
   std::snprintf(buf, sizeof buf,
                 "%s: valid; re-simulated step %.6g s (plan says %.6g s), "
@@ -394,6 +488,19 @@ int main(int argc, char **argv) {
                        "the model (default: the plan's model.source)");
   checkCmd->add_option("--cluster", checkCluster,
                        "the cluster (default: the plan's cluster.spec)");
+
+  std::string reportPlan, reportOut, reportModel, reportCluster;
+  CLI::App *reportCmd = app.add_subcommand(
+      "report", "Write a plan as one self-contained HTML page: the step's "
+                "timeline, memory per device, the stages on the cluster, "
+                "the runners-up");
+  reportCmd->add_option("plan", reportPlan, "plan JSON file")->required();
+  reportCmd->add_option("-o,--output", reportOut, "the HTML file to write")
+      ->required();
+  reportCmd->add_option("--model", reportModel,
+                        "the model (default: the plan's model.source)");
+  reportCmd->add_option("--cluster", reportCluster,
+                        "the cluster (default: the plan's cluster.spec)");
 
   std::string exportPlanPath, exportFormat, exportOut, exportModel,
       exportCluster;
@@ -571,8 +678,14 @@ int main(int argc, char **argv) {
     return 0;
   }
 
-  if (*planCmd || *checkCmd) {
-    // Shared by plan and check: the workload (batch 1) and the cluster.
+  bool reporting = bool(*reportCmd), checking = *checkCmd || reporting;
+  if (reporting) { // a report checks the plan first
+    checkPlan = reportPlan;
+    checkModel = reportModel;
+    checkCluster = reportCluster;
+  }
+  if (*planCmd || checking) {
+    // Shared by plan, check and report: the workload (batch 1), the cluster.
     auto readFile = [](const std::string &path, std::string &out) {
       std::ifstream f(path, std::ios::binary);
       if (!f)
@@ -585,7 +698,7 @@ int main(int argc, char **argv) {
     nlohmann::json planDoc;
     ModelArgs args = planArgs;
     std::string clusterSpec = planCluster;
-    if (*checkCmd) {
+    if (checking) {
       std::string text;
       if (!readFile(checkPlan, text))
         return fail(checkPlan + ": cannot open file");
@@ -615,7 +728,7 @@ int main(int argc, char **argv) {
     auto cluster =
         orrery::loadCluster(clusterSpec, orrery::HardwareCatalog::builtin());
     if (!cluster)
-      return fail((*checkCmd && checkCluster.empty()
+      return fail((checking && checkCluster.empty()
                        ? checkPlan + ": cluster.spec: "
                        : std::string()) +
                   llvm::toString(cluster.takeError()));
@@ -635,10 +748,11 @@ int main(int argc, char **argv) {
     orrery::PlanInputs inputs{args.path, orrery::digestOf(modelBytes),
                               clusterSpec, orrery::digestOf(clusterBytes)};
 
-    if (*checkCmd && orrery::isHeteroPlan(planDoc))
+    if (checking && orrery::isHeteroPlan(planDoc))
       return checkHeteroPlan(planDoc, checkPlan, *workload, *cluster, inputs,
-                             args.path, clusterSpec);
-    if (*checkCmd) {
+                             args.path, clusterSpec,
+                             reporting ? reportOut : "");
+    if (checking) {
       auto strategy = orrery::strategyFromPlan(planDoc, checkPlan);
       if (!strategy)
         return fail(llvm::toString(strategy.takeError()));
@@ -683,6 +797,44 @@ int main(int argc, char **argv) {
         return fail(
             checkPlan + ": predicted.step_time_s " + std::to_string(predicted) +
             " differs from the re-simulated " + std::to_string(result->stepS));
+      if (reporting) {
+        auto traced =
+            orrery::simulateStep(*workload, *cluster, *strategy, {}, true);
+        if (!traced)
+          return fail(checkPlan + ": " + llvm::toString(traced.takeError()));
+        orrery::ReportData data =
+            reportBase(planDoc, *workload, *cluster, traced->stepS);
+        for (size_t i = 0; i < traced->stages.size(); ++i) {
+          const orrery::StageReport &st = traced->stages[i];
+          orrery::ReportStage rs{"stage " + std::to_string(i),
+                                 st.device,
+                                 strategy->tp,
+                                 st.numLayers,
+                                 st.memory,
+                                 st.capacityBytes,
+                                 {}};
+          const auto &js = planDoc["stages"][i];
+          if (js.is_object() && js.contains("devices") &&
+              js["devices"].is_array())
+            for (const auto &d : js["devices"])
+              if (d.is_number_integer())
+                rs.devices.push_back(d.get<int>());
+          data.stages.push_back(rs);
+        }
+        data.trace = traced->trace;
+        data.strategy = strategy->str();
+        data.figures = {
+            {"step", fmtNum("%.3f s", traced->stepS)},
+            {"tokens/s", fmtNum("%.4g", traced->tokensPerS)},
+            {"MFU", fmtNum("%.1f%%", 100 * traced->mfu)},
+            {"bubble", fmtNum("%.1f%%", 100 * traced->bubbleFraction)},
+            {"peak memory", fmtNum("%.1f GiB", traced->peakMemoryBytes /
+                                                   double(1ull << 30))},
+            {"devices", std::to_string(cluster->numDevices())},
+            {"energy per step", fmtNum("%.4g J", traced->energyJ)},
+            {"cost per step", fmtNum("%.4g USD", traced->costUsd)}};
+        return writeReport(data, reportOut);
+      }
       char buf[256];
       std::snprintf(buf, sizeof buf,
                     "%s: valid; re-simulated step %.6g s (plan says %.6g s), "
