@@ -69,6 +69,13 @@ private:
   bool allowed(int pool) const {
     return scope.pools.empty() || scope.pools[pool];
   }
+  std::vector<int> usablePools() const {
+    std::vector<int> usable;
+    for (int p = 0; p < int(pools.size()); ++p)
+      if (allowed(p))
+        usable.push_back(p);
+    return usable;
+  }
   /// The largest tp <= want that divides the pool's node and the heads.
   int tpFor(int pool, int want) const {
     for (int t = want; t >= 1; --t)
@@ -338,10 +345,7 @@ void Search::pipelines(const std::vector<int> &order) {
 /// its micro-batches, and the micro-batches go one by one to the replica
 /// that would finish first.
 void Search::perPoolGroups() {
-  std::vector<int> usable;
-  for (int p = 0; p < int(pools.size()); ++p)
-    if (allowed(p))
-      usable.push_back(p);
+  std::vector<int> usable = usablePools();
   if (usable.size() < 2)
     return;
   struct Option {
@@ -475,10 +479,7 @@ void Search::perPoolGroups() {
 /// one configuration (tp, stages, micro-batch) on every pool, even layers,
 /// equal micro-batches per replica.
 void Search::uniformPerPoolGroups() {
-  std::vector<int> usable;
-  for (int p = 0; p < int(pools.size()); ++p)
-    if (allowed(p))
-      usable.push_back(p);
+  std::vector<int> usable = usablePools();
   if (usable.size() < 2)
     return;
   int n = int(sequence.size());
@@ -543,10 +544,7 @@ llvm::Expected<HeteroPlanResult> Search::run() {
   result.pools = pools;
   if (sequence.empty())
     return err("plan: the model has no layers");
-  std::vector<int> usable;
-  for (int p = 0; p < int(pools.size()); ++p)
-    if (allowed(p))
-      usable.push_back(p);
+  std::vector<int> usable = usablePools();
   if (usable.empty())
     return err("plan: no pool of the cluster may be used");
 
