@@ -1,5 +1,6 @@
 #!/usr/bin/python3
-"""Every SC'21 Table 1 configuration (Narayanan et al. 2021), written as a
+"""Every SC'21 configuration run with Megatron-LM (Narayanan et al. 2021:
+Table 1, and Table 2's PTD-P runs of the 174.6B and 529.6B models), written as a
 plan with `orrery plan --strategy` and exported with `--to megatron`, gives
 Megatron-LM's own flags with the published values: tensor and pipeline
 sizes, layers per virtual stage, micro and global batch, recompute,
@@ -41,7 +42,8 @@ def main():
     args = ap.parse_args()
     os.makedirs(os.path.join(args.workdir, "models", "validation"), exist_ok=True)
     data = json.load(open(os.path.join(args.shared, "validation", "published_runs.json")))
-    cases = [c for c in data["cases"] if c["group"] == "SC21_Table1_weak_scaling"]
+    cases = [c for c in data["cases"] if c["group"] == "SC21_Table1_weak_scaling"
+             or (c["group"] == "SC21_Table2_PTD_vs_ZeRO3" and "_PTD_" in c["id"])]
     failures, checked = [], 0
     for case in cases:
         p, t, m = case["parallel"], case["training"], case["model"]
