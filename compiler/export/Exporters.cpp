@@ -568,6 +568,13 @@ llvm::Expected<std::string> jax(const ExportPlan &p) {
 
 llvm::Expected<std::string> exportPlan(const ExportPlan &plan,
                                        const std::string &format) {
+  if (plan.strategy.tpBatchSplit &&
+      std::find(exportFormats().begin(), exportFormats().end(), format) !=
+          exportFormats().end())
+    return err(format + ": the plan splits the batch of some ops inside the "
+                        "tensor-parallel group (tp_batch_split), a per-op "
+                        "layout this target cannot state; export it --to "
+                        "mlir, or plan without it");
   if (format == "megatron")
     return megatron(plan);
   if (format == "deepspeed")

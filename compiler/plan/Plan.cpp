@@ -26,6 +26,7 @@ static ojson strategyJson(const Strategy &s) {
   j["cp"] = s.cp;
   j["ep"] = s.ep;
   j["sequence_parallel"] = s.sequenceParallel;
+  j["tp_batch_split"] = s.tpBatchSplit;
   j["virtual_stages"] = s.virtualStages;
   j["schedule"] = scheduleName(s.schedule);
   j["micro_batch_size_samples"] = s.microBatch;
@@ -197,6 +198,9 @@ llvm::Expected<Strategy> strategyFromPlan(const nlohmann::json &plan,
     return std::move(e);
   if (auto e = boolean("offload_activations", s.offloadActivations))
     return std::move(e);
+  if (j.contains("tp_batch_split"))
+    if (auto e = boolean("tp_batch_split", s.tpBatchSplit))
+      return std::move(e);
   if (auto sc = scheduleFromName(j.value("schedule", "")))
     s.schedule = *sc;
   else

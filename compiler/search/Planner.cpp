@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <cmath>
 
 namespace orrery {
@@ -162,7 +163,21 @@ searchPlans(const Workload &w, const Cluster &cluster, const PlanOptions &o) {
       o.progress(result.candidatesPriced, &best.front());
   };
 
+  // Layer kinds with a layout that splits the batch inside tp (CNN stages):
+  // such candidates are priced both ways, Megatron's feature splits alone
+  // and with those batch splits.
+  bool batchable = std::any_of(
+      w.kinds.begin(), w.kinds.end(),
+      [](const LayerKind &k) { return bool(k.batchSplitLayout); });
+  std::function<void(Strategy)> priceOne;
   auto price = [&](Strategy s) {
+    priceOne(s);
+    if (batchable && s.tp > 1 && s.microBatch % s.tp == 0) {
+      s.tpBatchSplit = true;
+      priceOne(s);
+    }
+  };
+  priceOne = [&](Strategy s) {
     auto r = simulateStep(w, c, s, a);
     if (!r) {
       llvm::consumeError(r.takeError());

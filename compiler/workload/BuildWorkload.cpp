@@ -113,6 +113,30 @@ static void analyzeParallelism(func::FuncOp func, LayerKind &kind,
       c.tensorParallel =
           op.getNumResults() && sharded.contains(op.getResult(0));
     }
+    // Batch and spatial splits (CostOpInterface::getSplitOptions).
+    auto [in, out] = layout.layouts.lookup(&op);
+    unsigned opts = cost.getSplitOptions();
+    auto runsSplit = [&](int l) {
+      return (l == Batch && (opts & SplitBatch)) ||
+             (l == Spatial && (opts & SplitSpatial));
+    };
+    if (out == Batch || out == Spatial || runsSplit(in)) {
+      int l = out != Replicated ? out : in;
+      c.tensorParallel = true;
+      kind.batchSplitInTp |= l == Batch;
+      if (l == Spatial)
+        c.tpHaloBytes = cost.getHaloBytes();
+      if (out == Replicated) // run split, then gather the result
+        c.tpAllGatherForwardBytes = tensorBytes(op.getResult(0).getType());
+      for (Value v : op.getOperands())
+        if (isWeight(v))
+          kind.tpGradientParameters += numElements(v.getType());
+    } else if ((in == Batch || in == Spatial) && out == Replicated) {
+      // An input split this op cannot take: gathered, then run whole.
+      for (Value v : op.getOperands())
+        if (isActivation(v))
+          c.tpAllGatherForwardBytes += tensorBytes(v.getType());
+    }
     if (isScoreProduct(&op)) {
       scoreTypes.insert(op.getResult(0).getType());
       if (auto t = dyn_cast<RankedTensorType>(op.getResult(0).getType()))
@@ -161,9 +185,11 @@ static void analyzeParallelism(func::FuncOp func, LayerKind &kind,
       if (!seen.insert(v).second)
         continue;
       int64_t bytes = tensorBytes(v.getType());
-      (core.contains(v)      ? kind.savedCoreBytes
-       : sharded.contains(v) ? kind.savedShardedBytes
-                             : kind.savedReplicatedBytes) += bytes;
+      bool split = sharded.contains(v) || layout.batchSplit.contains(v) ||
+                   layout.spatialSplit.contains(v);
+      (core.contains(v) ? kind.savedCoreBytes
+       : split          ? kind.savedShardedBytes
+                        : kind.savedReplicatedBytes) += bytes;
     }
   }
   for (BlockArgument arg : func.getArguments())
@@ -237,14 +263,27 @@ llvm::Expected<Workload> buildWorkload(ModuleOp module,
                                          call.getCallee().str());
     auto [it, inserted] =
         kindIndex.try_emplace(callee.getSymName().str(), w.kinds.size());
-    if (inserted)
-      w.kinds.push_back(measureKind(callee, costs));
+    // The layout for any micro-batch (no batch split, chosen per sample),
+    // and the one for micro-batches that split over the group.
+    LayoutCosts perSample = costs, batched = costs;
+    perSample.batchSplit = false;
+    batched.batchSplit = true;
+    batched.samples = std::max(1, costs.degree);
+    if (inserted) {
+      w.kinds.push_back(measureKind(callee, perSample));
+      LayerKind alt = measureKind(callee, batched);
+      if (alt.batchSplitInTp)
+        w.kinds.back().batchSplitLayout =
+            std::make_shared<LayerKind>(std::move(alt));
+    }
     LayerKind &kind = w.kinds[it->second];
     kind.count++;
     if (kind.count == 1) {
       // Weights of the first instance, each counted where first used (a tied
       // embedding counts in the embedding, not again in the head).
-      std::vector<bool> split = splitArguments(callee, costs);
+      std::vector<bool> split = splitArguments(callee, perSample);
+      std::vector<bool> splitBatched = splitArguments(callee, batched);
+      int64_t replicatedBatched = 0;
       for (auto [i, arg] : llvm::enumerate(call.getOperands())) {
         auto weight = arg.getDefiningOp<WeightOp>();
         if (!weight || !countedWeights.insert(arg).second)
@@ -253,6 +292,17 @@ llvm::Expected<Workload> buildWorkload(ModuleOp module,
         (weight.getTrainable() ? kind.parameters : kind.buffers) += n;
         if (weight.getTrainable() && !(i < split.size() && split[i]))
           kind.replicatedParameters += n;
+        if (weight.getTrainable() &&
+            !(i < splitBatched.size() && splitBatched[i]))
+          replicatedBatched += n;
+      }
+      if (kind.batchSplitLayout) {
+        auto alt = std::make_shared<LayerKind>(*kind.batchSplitLayout);
+        alt->count = kind.count;
+        alt->parameters = kind.parameters;
+        alt->buffers = kind.buffers;
+        alt->replicatedParameters = replicatedBatched;
+        kind.batchSplitLayout = alt;
       }
     } else {
       for (Value arg : call.getOperands())

@@ -51,10 +51,6 @@ TensorParallelLayout layoutTensorParallel(func::FuncOp layer) {
   return l;
 }
 
-namespace {
-enum Layout { Replicated = 0, Split = 1 };
-} // namespace
-
 TensorParallelLayout layoutByDynamicProgramming(func::FuncOp layer,
                                                 const LayoutCosts &costs) {
   // The ops that compute, in order, and each one's tree parent: the last op
@@ -97,67 +93,113 @@ TensorParallelLayout layoutByDynamicProgramming(func::FuncOp layer,
         b += tensorBytes(v.getType());
     return b;
   };
+  auto weightBytes = [&](Operation *op) {
+    double b = 0;
+    for (Value v : op->getOperands())
+      if (isa<RankedTensorType>(v.getType()) && !isActivation(v) &&
+          !v.getDefiningOp<ConstantOp>())
+        b += tensorBytes(v.getType());
+    return b;
+  };
+  double k = std::max(costs.samples, 1e-9);
   auto work = [&](Operation *op, double split) {
     auto c = cast<CostOpInterface>(op);
     double flops = double(c.getForwardFlops()) + double(c.getBackwardFlops());
     double bytes = 3.0 * double(c.getBytesRead() + c.getBytesWritten());
     return costs.kernelS +
-           (flops * costs.secondsPerFlop + bytes * costs.secondsPerByte) /
+           k * (flops * costs.secondsPerFlop + bytes * costs.secondsPerByte) /
                split;
   };
+  // Activation traffic per byte of one sample; weights are not per sample.
+  double wr = costs.secondsPerAllReduceByte;
+  double ar = wr * k, lat = costs.allReduceLatencyS;
+  // An all-gather moves half an all-reduce's bytes; a point-to-point byte
+  // crosses the link once (an all-reduce byte costs 2(t-1)/t link bytes).
+  double ag = ar / 2, p2p = t > 1 ? ar * t / (2 * (t - 1)) : ar;
+  auto gather = [&](double bytes) { return lat + ag * bytes; };
+
   // local[i][in][out]: op i's own cost with its input laid out `in` and its
-  // output `out`; a weighted contraction also records its mode.
+  // output `out` (the options the op states, CostOpInterface).
   const double inf = 1e300;
-  std::vector<std::array<std::array<double, 2>, 2>> local(n);
+  std::vector<std::array<std::array<double, kLayouts>, kLayouts>> local(n);
   std::vector<bool> vocabSplit(n, false);
   for (int i = 0; i < n; ++i) {
     Operation *op = ops[i];
-    double ar = costs.secondsPerAllReduceByte;
-    double lat = costs.allReduceLatencyS;
+    auto &L = local[i];
+    for (auto &row : L)
+      row.fill(inf);
+    unsigned opts = cast<CostOpInterface>(op).getSplitOptions();
     bool data = llvm::any_of(op->getOperands(),
                              [](Value v) { return isActivation(v); });
+    double full = work(op, 1), part = work(op, t);
     if (!data) { // computed from weights and constants: not laid out
-      local[i][Replicated][Replicated] = work(op, 1);
-      local[i][Replicated][Split] = local[i][Split][Split] =
-          local[i][Split][Replicated] = inf;
-    } else if (isContractionOp(op) && hasWeightOperand(op)) {
-      double full = work(op, 1), part = work(op, t);
-      local[i][Replicated][Replicated] = full;
-      local[i][Replicated][Split] = part + lat + ar * bytesIn(op);  // column
-      local[i][Split][Replicated] = part + lat + ar * bytesOut(op); // row
-      local[i][Split][Split] =
-          2 * (lat + ar * bytesIn(op)) + part; // gather, column
-    } else if (isa<GatherOp>(op) && !isActivation(op->getOperand(0))) {
+      L[Replicated][Replicated] = full;
+      continue;
+    }
+    L[Replicated][Replicated] = full;
+    if (opts & SplitVocab) {
       // An embedding lookup: the table split by vocabulary, each rank's
       // partial rows all-reduced; or the whole table on every rank.
       // The split also saves memory: it is taken whenever the table is
       // larger than what the lookup all-reduces (Megatron always splits
       // vocabularies of language models), or when it is faster.
-      double full = work(op, 1), vocab = work(op, t) + lat + ar * bytesOut(op);
+      double vocab = part + lat + ar * bytesOut(op);
       double table = tensorBytes(op->getOperand(0).getType());
       vocabSplit[i] = vocab < full || table > bytesOut(op);
-      local[i][Replicated][Replicated] = vocabSplit[i] ? vocab : full;
-      local[i][Replicated][Split] = local[i][Split][Split] = inf;
-      local[i][Split][Replicated] = local[i][Replicated][Replicated];
-    } else {
-      double full = work(op, 1), part = work(op, t);
-      local[i][Replicated][Replicated] = full;
-      local[i][Split][Split] = part;
-      local[i][Replicated][Split] =
-          inf; // splitting replicated data is sequence parallelism
-      local[i][Split][Replicated] =
-          lat + ar * bytesOut(op) + part; // gather the result
+      L[Replicated][Replicated] = vocabSplit[i] ? vocab : full;
     }
+    if (opts & (SplitColumn | SplitRow)) {
+      if (opts & SplitColumn)
+        L[Replicated][Feature] = part + lat + ar * bytesIn(op);
+      if (opts & SplitRow)
+        L[Feature][Replicated] = part + lat + ar * bytesOut(op);
+      if (opts & SplitColumn) // gather the input, then column-parallel
+        L[Feature][Feature] = 2 * (lat + ar * bytesIn(op)) + part;
+    } else if (opts & SplitFollow) {
+      L[Feature][Feature] = part;
+      L[Feature][Replicated] = lat + ar * bytesOut(op) + part; // gather
+    }
+    // Batch and spatial splits keep weights whole: their gradients are
+    // all-reduced across the group (priced here per execution, an upper
+    // bound of the per-step cost). A slice of a replicated input is free.
+    double weights = weightBytes(op);
+    double gradients = weights > 0 ? lat + wr * weights : 0;
+    // A batch or spatial split starts at a weighted contraction: splitting
+    // the replicated ops between them (bias, dropout, residual, norm) is
+    // sequence parallelism, which the simulator prices on its own
+    // (Strategy::sequenceParallel).
+    bool starts = (opts & (SplitColumn | SplitRow)) != 0;
+    if ((opts & SplitBatch) && costs.batchSplit) {
+      L[Batch][Batch] = part + gradients;
+      if (starts)
+        L[Replicated][Batch] = part + gradients;
+      L[Batch][Replicated] = part + gradients + gather(bytesOut(op));
+    }
+    if (opts & SplitSpatial) {
+      double h = double(cast<CostOpInterface>(op).getHaloBytes());
+      double halo = h > 0 ? 2 * (lat + p2p * h) : 0; // forward and backward
+      L[Spatial][Spatial] = part + halo + gradients;
+      if (starts)
+        L[Replicated][Spatial] = part + halo + gradients;
+      L[Spatial][Replicated] = part + halo + gradients + gather(bytesOut(op));
+    }
+    // An input split in a way the op cannot take is gathered first.
+    for (int in : {Feature, Batch, Spatial})
+      L[in][Replicated] =
+          std::min(L[in][Replicated], gather(bytesIn(op)) + full);
     if (returned.contains(op)) // the layer hands on replicated tensors
-      local[i][Replicated][Split] = local[i][Split][Split] = inf;
+      for (int in = 0; in < kLayouts; ++in)
+        for (int out : {Feature, Batch, Spatial})
+          L[in][out] = inf;
   }
   // best[i][in]: cheapest cost of op i's subtree given its input layout.
-  std::vector<std::array<double, 2>> best(n);
-  std::vector<std::array<int, 2>> choice(n);
+  std::vector<std::array<double, kLayouts>> best(n);
+  std::vector<std::array<int, kLayouts>> choice(n);
   for (int i = n - 1; i >= 0; --i)
-    for (int in : {Replicated, Split}) {
+    for (int in = 0; in < kLayouts; ++in) {
       best[i][in] = inf;
-      for (int out : {Replicated, Split}) {
+      choice[i][in] = Replicated;
+      for (int out = 0; out < kLayouts; ++out) {
         double c = local[i][in][out];
         for (int child : children[i])
           c += best[child][out];
@@ -176,19 +218,27 @@ TensorParallelLayout layoutByDynamicProgramming(func::FuncOp layer,
   TensorParallelLayout l;
   for (int i = 0; i < n; ++i) {
     Operation *op = ops[i];
+    l.layouts[op] = {inputOf[i], layoutOf[i]};
     if (isContractionOp(op) && hasWeightOperand(op)) {
-      if (inputOf[i] == Replicated && layoutOf[i] == Split)
+      if (inputOf[i] == Replicated && layoutOf[i] == Feature)
         l.columnParallel[op] = true;
-      else if (inputOf[i] == Split && layoutOf[i] == Replicated)
+      else if (inputOf[i] == Feature && layoutOf[i] == Replicated &&
+               local[i][Feature][Replicated] <
+                   gather(bytesIn(op)) + work(op, 1))
         l.columnParallel[op] = false;
-      else if (layoutOf[i] == Split) // gathered input, then column-parallel
-        l.columnParallel[op] = true;
+      else if (inputOf[i] == Feature && layoutOf[i] == Feature)
+        l.columnParallel[op] = true; // gathered input, then column-parallel
     }
     if (vocabSplit[i])
       l.vocabParallel.insert(op);
-    if (layoutOf[i] == Split)
-      for (Value r : op->getResults())
+    for (Value r : op->getResults()) {
+      if (layoutOf[i] == Feature)
         l.sharded.insert(r);
+      else if (layoutOf[i] == Batch)
+        l.batchSplit.insert(r);
+      else if (layoutOf[i] == Spatial)
+        l.spatialSplit.insert(r);
+    }
   }
   return l;
 }

@@ -147,6 +147,16 @@ LayerTime Simulation::layerTime(const LayerKind &k,
                                      op.tpAllReduceForwardBytes * sc, tpGroup);
       t.backwardTpS += collectiveTime(
           CollectiveKind::AllReduce, op.tpAllReduceBackwardBytes * sc, tpGroup);
+      // A batch or spatial split gathered whole, and its gradient scattered
+      // back; a spatial split's halo each way.
+      t.forwardTpS += collectiveTime(CollectiveKind::AllGather,
+                                     op.tpAllGatherForwardBytes * sc, tpGroup);
+      t.backwardTpS += collectiveTime(CollectiveKind::ReduceScatter,
+                                      op.tpAllGatherForwardBytes * sc, tpGroup);
+      double halo = collectiveTime(CollectiveKind::SendRecv,
+                                   op.tpHaloBytes * sc, tpGroup);
+      t.forwardTpS += halo;
+      t.backwardTpS += halo;
     }
     if (s.recompute == Recompute::Selective && op.attentionCore) {
       t.recomputeS += fwd;
@@ -372,7 +382,8 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
   std::vector<std::vector<LayerTime>> kindTime(uniform ? 1 : pp);
   for (size_t i = 0; i < kindTime.size(); ++i)
     for (const LayerKind &k : w.kinds)
-      kindTime[i].push_back(layerTime(k, at[i]));
+      kindTime[i].push_back(
+          layerTime(k.forMicroBatch(s.microBatch, at[i].tp, s.tpBatchSplit), at[i]));
   auto secondsOf = [](const LayerTime &t) {
     return t.forwardComputeS + t.forwardTpS + t.backwardComputeS +
            t.backwardTpS + t.recomputeS;
@@ -387,7 +398,7 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
   std::vector<double> fwdS(chunks), bwdS(chunks), tpS(chunks),
       recompFlops(chunks);
   std::vector<double> keptBytes(chunks), workingBytes(chunks), params(chunks),
-      outBytes(chunks);
+      outBytes(chunks), tpGradParams(chunks);
   std::vector<double> computeS(chunks);
   for (int ch = 0; ch < chunks; ++ch) {
     const StagePlacement &place = at[ch % pp];
@@ -408,10 +419,11 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
       // A layer kind's parameters are counted at its first instance; the
       // others repeat them (a tied head reuses the embedding's).
       // Per tp rank: the split parameters divided, the replicated whole.
-      const LayerKind &kind = w.kinds[k];
+      const LayerKind &kind = w.kinds[k].forMicroBatch(s.microBatch, place.tp, s.tpBatchSplit);
       params[ch] +=
           double(kind.parameters - kind.replicatedParameters) / place.tp +
           double(kind.replicatedParameters);
+      tpGradParams[ch] += double(kind.tpGradientParameters);
     }
     if (s.offloadActivations) {
       // Kept activations go to host memory in forward and come back in
@@ -440,7 +452,7 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
   for (int i = 0; i < pp; ++i)
     for (size_t k = 0; k < w.kinds.size(); ++k) {
       const LayerTime &t = stageTimes(i)[k];
-      const LayerKind &kind = w.kinds[k];
+      const LayerKind &kind = w.kinds[k].forMicroBatch(s.microBatch, at[i].tp, s.tpBatchSplit);
       r.stageKindSeconds[i].push_back(secondsOf(t));
       r.stageKindParams[i].push_back(
           double(kind.parameters - kind.replicatedParameters) / at[i].tp +
@@ -472,9 +484,11 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
   int slowest = 0;
   std::vector<double> dpExposed(pp, 0), optS(pp, 0), finish(pp, 0);
   for (int i = 0; i < pp; ++i) {
-    double p = 0;
-    for (int c2 = 0; c2 < v; ++c2)
+    double p = 0, tpGrad = 0;
+    for (int c2 = 0; c2 < v; ++c2) {
       p += params[c2 * pp + i];
+      tpGrad += tpGradParams[c2 * pp + i];
+    }
     double perDevice = p; // already per tp rank
     // ZeRO-3 reduces gradients layer by layer in backward (priced there).
     double grad =
@@ -482,6 +496,11 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
             ? 0
             : collectiveTime(CollectiveKind::AllReduce,
                              perDevice * a.gradBytesPerParam, at[i].dpGroup);
+    // Weights a batch or spatial split keeps whole on every tp rank: their
+    // gradients are all-reduced across the tp group too.
+    if (at[i].tp > 1 && tpGrad > 0)
+      grad += collectiveTime(CollectiveKind::AllReduce,
+                             tpGrad * a.gradBytesPerParam, at[i].tpGroup);
     dpExposed[i] = std::max(0.0, grad - lastBackwardS[i]);
     double shard = s.zeroStage >= 1 ? s.dp : 1;
     double optBytes = perDevice / shard *

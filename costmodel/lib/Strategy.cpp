@@ -89,6 +89,8 @@ std::string Strategy::str() const {
     for (size_t i = 0; i < order.size(); ++i)
       s += (i ? "-" : "") + order[i];
   }
+  if (tpBatchSplit)
+    s += ",tpbatch=1";
   if (!stageLayers.empty()) {
     s += ",layers=";
     for (size_t i = 0; i < stageLayers.size(); ++i)
@@ -153,6 +155,8 @@ llvm::Expected<Strategy> parseStrategy(const std::string &text) {
         e = err(where + ": zero must be 0, 1, 2 or 3");
     } else if (key == "sp")
       e = boolean(s.sequenceParallel);
+    else if (key == "tpbatch")
+      e = boolean(s.tpBatchSplit);
     else if (key == "recompute") {
       if (auto r = recomputeFromName(value.str()))
         s.recompute = *r;
@@ -204,7 +208,7 @@ llvm::Expected<Strategy> parseStrategy(const std::string &text) {
       }
     } else
       e = err(where + ": unknown key '" + key.str() +
-              "' (known: tp, pp, dp, cp, ep, sp, vpp, schedule, mbs, gbs, "
+              "' (known: tp, pp, dp, cp, ep, sp, tpbatch, vpp, schedule, mbs, gbs, "
               "zero, recompute, "
               "offload, precision, layers, order)");
     if (e)

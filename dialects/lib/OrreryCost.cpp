@@ -485,3 +485,79 @@ ORRERY_CONTROL_FLOW_COST(IfOp)
 ORRERY_CONTROL_FLOW_COST(LoopOp)
 ORRERY_CONTROL_FLOW_COST(ScanOp)
 #undef ORRERY_CONTROL_FLOW_COST
+
+//===----------------------------------------------------------------------===//
+// Split options (CostOpInterface::getSplitOptions).
+//===----------------------------------------------------------------------===//
+
+static bool anyActivationOperand(Operation *op) {
+  return llvm::any_of(op->getOperands(),
+                      [](Value v) { return isActivation(v); });
+}
+
+/// A tensor operand that is neither an activation nor a constant: a weight
+/// or a value computed from weights (a transposed weight).
+static bool anyWeightOperand(Operation *op) {
+  return llvm::any_of(op->getOperands(), [](Value v) {
+    return isa<RankedTensorType>(v.getType()) && !isActivation(v) &&
+           !v.getDefiningOp<ConstantOp>();
+  });
+}
+
+unsigned orrery::detail::defaultSplitOptions(Operation *op) {
+  return anyActivationOperand(op) ? SplitFollow | SplitBatch | SplitSpatial
+                                  : 0u;
+}
+
+unsigned orrery::detail::contractionSplitOptions(Operation *op,
+                                                 bool spatial) {
+  if (!anyActivationOperand(op))
+    return 0;
+  // With a weight: Megatron's column and row splits, or the batch (and,
+  // for a convolution, a spatial split with a halo). Between two
+  // activations (attention scores): follow the heads, or the batch.
+  unsigned options = anyWeightOperand(op)
+                         ? SplitBatch | SplitColumn | SplitRow
+                         : SplitFollow | SplitBatch;
+  return options | (spatial ? SplitSpatial : 0u);
+}
+
+unsigned orrery::detail::moveSplitOptions(Operation *op) {
+  if (!anyActivationOperand(op))
+    return 0;
+  if (isa<GatherOp>(op) && op->getNumOperands() &&
+      !isActivation(op->getOperand(0)))
+    return SplitBatch | SplitVocab; // an embedding table
+  return SplitFollow | SplitBatch;
+}
+
+unsigned orrery::detail::reduceSplitOptions(Operation *op) {
+  return anyActivationOperand(op) ? SplitFollow | SplitBatch : 0u;
+}
+
+unsigned orrery::detail::poolSplitOptions(Operation *op, bool global) {
+  if (!anyActivationOperand(op))
+    return 0;
+  return SplitFollow | SplitBatch | (global ? 0u : SplitSpatial);
+}
+
+int64_t orrery::detail::kernelHaloBytes(Operation *op) {
+  // [N, C, D1, D2, ...]: neighbours exchange k1 - 1 slices of D1.
+  if (!op->getNumOperands())
+    return 0;
+  auto in = dyn_cast<RankedTensorType>(op->getOperand(0).getType());
+  if (!in || in.getRank() < 3 || in.getDimSize(2) <= 0)
+    return 0;
+  int64_t k = 1;
+  if (auto kernel = op->getAttrOfType<DenseI64ArrayAttr>("kernel_shape")) {
+    if (!kernel.empty())
+      k = kernel.asArrayRef()[0];
+  } else if (op->getNumOperands() > 1) {
+    if (auto w = dyn_cast<RankedTensorType>(op->getOperand(1).getType()))
+      if (w.getRank() >= 3)
+        k = w.getDimSize(2);
+  }
+  if (k <= 1)
+    return 0;
+  return tensorBytes(in) / in.getDimSize(2) * (k - 1);
+}

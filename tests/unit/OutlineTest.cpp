@@ -3,6 +3,7 @@
 #include "orrery/Transforms/Passes.h"
 #include "orrery/Workload/BuildWorkload.h"
 #include "orrery/Workload/Parallelism.h"
+#include "orrery/CostModel/Simulator.h"
 
 #include "mlir/Pass/PassManager.h"
 
@@ -110,6 +111,139 @@ TEST(Outline, ResNetFindsItsStages) {
       repeats.push_back(run.count);
   EXPECT_EQ(repeats, (std::vector<int64_t>{2, 3, 5, 2}));
   EXPECT_EQ(w.parameters(), 25557032);
+}
+
+} // namespace
+
+namespace {
+
+/// The first op of `T` in a function, or null.
+template <typename T> Operation *firstOp(func::FuncOp f) {
+  Operation *found = nullptr;
+  f.walk([&](T op) {
+    if (!found)
+      found = op;
+  });
+  return found;
+}
+
+/// The layer function that holds the network's first op of `T`.
+template <typename T> func::FuncOp layerWith(ModuleOp m) {
+  func::FuncOp found;
+  m.walk([&](func::FuncOp f) {
+    if (!found && f.getSymName() != "main" && firstOp<T>(f))
+      found = f;
+  });
+  return found;
+}
+
+TEST(Parallelism, OpsStateHowTheyMaySplit) {
+  using namespace orrery;
+  MLIRContext ctx;
+  OwningOpRef<ModuleOp> module = outlined(ctx, "resnet50.onnx", 8);
+  ASSERT_TRUE(module);
+  func::FuncOp stem = layerWith<ConvOp>(*module);
+  ASSERT_TRUE(stem);
+  auto conv = cast<CostOpInterface>(firstOp<ConvOp>(stem));
+  EXPECT_EQ(conv.getSplitOptions(),
+            unsigned(SplitBatch | SplitColumn | SplitRow | SplitSpatial));
+  // A 7x7 kernel on [8, 3, 224, 224] f32: neighbours exchange 6 rows.
+  EXPECT_EQ(conv.getHaloBytes(), int64_t(8) * 3 * 224 * 4 * 6);
+  auto pool = cast<CostOpInterface>(firstOp<MaxPoolOp>(stem));
+  EXPECT_EQ(pool.getSplitOptions(),
+            unsigned(SplitFollow | SplitBatch | SplitSpatial));
+  EXPECT_EQ(pool.getHaloBytes(), int64_t(8) * 64 * 112 * 4 * 2);
+  func::FuncOp head = layerWith<GemmOp>(*module);
+  ASSERT_TRUE(head);
+  EXPECT_EQ(cast<CostOpInterface>(firstOp<GemmOp>(head)).getSplitOptions(),
+            unsigned(SplitBatch | SplitColumn | SplitRow));
+  EXPECT_EQ(cast<CostOpInterface>(firstOp<GlobalAveragePoolOp>(head))
+                .getSplitOptions(),
+            unsigned(SplitFollow | SplitBatch));
+  EXPECT_EQ(cast<CostOpInterface>(firstOp<FlattenOp>(head)).getSplitOptions(),
+            unsigned(SplitFollow | SplitBatch));
+  // GPT: the embedding lookup splits its table by vocabulary; the product
+  // of two activations (attention scores) follows the heads.
+  OwningOpRef<ModuleOp> gpt = outlined(ctx, "gpt3-125m.onnx");
+  ASSERT_TRUE(gpt);
+  func::FuncOp embedding = layerWith<GatherOp>(*gpt);
+  EXPECT_EQ(
+      cast<CostOpInterface>(firstOp<GatherOp>(embedding)).getSplitOptions(),
+      unsigned(SplitBatch | SplitVocab));
+  auto layer = gpt->lookupSymbol<func::FuncOp>("transformer_layer");
+  unsigned scores = 0;
+  layer.walk([&](MatMulOp op) {
+    if (llvm::all_of(op->getOperands(),
+                     [](Value v) { return isActivation(v); }))
+      scores = cast<CostOpInterface>(op.getOperation()).getSplitOptions();
+  });
+  EXPECT_EQ(scores, unsigned(SplitFollow | SplitBatch));
+}
+
+TEST(Parallelism, ConvolutionsSplitTheBatchOrSpatiallyWhereTheyMay) {
+  // ResNet's stem at batch 32: big activations, a small weight. Splitting
+  // the batch across the group beats any channel split (no activation
+  // collective, only the small weight's gradient); when the micro-batch
+  // cannot split (batch split off), the image splits spatially with a halo.
+  MLIRContext ctx;
+  OwningOpRef<ModuleOp> module = outlined(ctx, "resnet50.onnx", 32);
+  ASSERT_TRUE(module);
+  func::FuncOp stem = layerWith<orrery::ConvOp>(*module);
+  Value stemOut = firstOp<orrery::ConvOp>(stem)->getResult(0);
+  orrery::LayoutCosts withBatch;
+  withBatch.batchSplit = true;
+  orrery::TensorParallelLayout batch =
+      orrery::layoutByDynamicProgramming(stem, withBatch);
+  EXPECT_TRUE(batch.batchSplit.contains(stemOut));
+  EXPECT_TRUE(batch.columnParallel.empty());
+  orrery::LayoutCosts noBatch;
+  noBatch.batchSplit = false;
+  orrery::TensorParallelLayout spatial =
+      orrery::layoutByDynamicProgramming(stem, noBatch);
+  EXPECT_TRUE(spatial.batchSplit.empty());
+  EXPECT_TRUE(spatial.spatialSplit.contains(stemOut));
+  // The layer still hands on a replicated tensor.
+  Value out = stem.getBody().front().getTerminator()->getOperand(0);
+  EXPECT_FALSE(spatial.spatialSplit.contains(out));
+  EXPECT_FALSE(batch.batchSplit.contains(out));
+}
+
+TEST(Parallelism, WorkloadKeepsALayoutForMicroBatchesThatSplit) {
+  // Imported per sample, ResNet-50 splits nothing across the group (launches
+  // and latencies outweigh one sample's work); for micro-batches that split
+  // evenly over the group its conv stages split the batch, laid out at as
+  // many samples as the group has devices.
+  MLIRContext ctx;
+  orrery::Workload w = outline(ctx, "resnet50.onnx", 1);
+  const orrery::LayerKind &stem = w.kinds[w.layers.front().kind];
+  EXPECT_FALSE(stem.batchSplitInTp);
+  ASSERT_TRUE(stem.batchSplitLayout);
+  const orrery::LayerKind &split = *stem.batchSplitLayout;
+  EXPECT_TRUE(split.batchSplitInTp);
+  EXPECT_EQ(&stem.forMicroBatch(1, 2, true), &stem);
+  EXPECT_EQ(&stem.forMicroBatch(3, 2, true), &stem);
+  EXPECT_EQ(&stem.forMicroBatch(8, 1, true), &stem);
+  EXPECT_GT(split.tpGradientParameters, 0);
+  EXPECT_EQ(split.parameters, stem.parameters);
+  // Batch-split weights stay whole on every tensor-parallel rank.
+  EXPECT_EQ(split.replicatedParameters, split.parameters);
+  EXPECT_EQ(&stem.forMicroBatch(4, 2, true), &split);
+  EXPECT_EQ(&stem.forMicroBatch(4, 2, false), &stem); // tpbatch off
+  // The simulator takes the layout that applies: with tpbatch=1 and mbs=8
+  // on tp=2 the stem's work is split; without tpbatch it is not.
+  auto c = orrery::parseClusterPreset("2xA100-80G",
+                                      orrery::HardwareCatalog::builtin());
+  ASSERT_TRUE(bool(c));
+  auto on = orrery::parseStrategy("tp=2,mbs=8,gbs=8,tpbatch=1");
+  auto off = orrery::parseStrategy("tp=2,mbs=8,gbs=8");
+  ASSERT_TRUE(bool(on) && bool(off));
+  auto rOn = orrery::simulateStep(w, *c, *on);
+  auto rOff = orrery::simulateStep(w, *c, *off);
+  ASSERT_TRUE(bool(rOn) && bool(rOff));
+  size_t stemKind = w.layers.front().kind;
+  EXPECT_LT(rOn->kindSecondsPerMicroBatch[stemKind],
+            rOff->kindSecondsPerMicroBatch[stemKind]);
+  EXPECT_NE(rOn->strategy.str().find("tpbatch=1"), std::string::npos);
 }
 
 } // namespace

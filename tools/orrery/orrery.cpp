@@ -183,7 +183,12 @@ int emitSharded(ModelArgs args, const orrery::Strategy &st,
     grid.axes.push_back(*it);
     grid.sizes.push_back(st.degree(*it));
   }
-  orrery::annotateShardings(*module, grid, chunkLayers, st.pp, layoutCosts);
+  orrery::LayoutCosts costs = layoutCosts;
+  if (st.tpBatchSplit && st.tp > 1 && st.microBatch % st.tp == 0) {
+    costs.batchSplit = true; // as the workload's batch-split layout
+    costs.samples = std::max(1, costs.degree);
+  }
+  orrery::annotateShardings(*module, grid, chunkLayers, st.pp, costs);
   std::string diag;
   mlir::ScopedDiagnosticHandler handler(&ctx, [&](mlir::Diagnostic &d) {
     if (diag.empty())

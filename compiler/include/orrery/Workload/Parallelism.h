@@ -13,9 +13,18 @@ namespace orrery {
 /// output is split), one whose input is split is row-parallel (its output
 /// is all-reduced and replicated); every other op is split when any of its
 /// activation operands is; an embedding lookup is vocabulary-parallel.
+/// How a value is laid out across the tensor-parallel group.
+enum Layout { Replicated = 0, Feature = 1, Batch = 2, Spatial = 3 };
+constexpr int kLayouts = 4;
+
 struct TensorParallelLayout {
-  /// Values split across the tensor-parallel group.
+  /// Values split across the tensor-parallel group by feature (Megatron's
+  /// split: heads, hidden, channels).
   llvm::DenseSet<mlir::Value> sharded;
+  /// Values split by batch, and by a spatial dimension.
+  llvm::DenseSet<mlir::Value> batchSplit, spatialSplit;
+  /// Every op's input and output layout, as chosen.
+  llvm::DenseMap<mlir::Operation *, std::pair<int, int>> layouts;
   /// Weighted contractions: true = column-parallel, false = row-parallel.
   llvm::DenseMap<mlir::Operation *, bool> columnParallel;
   /// Embedding lookups split along the vocabulary.
@@ -41,19 +50,31 @@ struct LayoutCosts {
   /// A ring all-reduce's 2(n-1) steps of latency, and a kernel launch.
   double allReduceLatencyS = 2.0 * 7 * 2e-6;
   double kernelS = 3e-6;
+  /// Whether ops may split the batch across the group (a micro-batch
+  /// smaller than the group cannot; Strategy::tpBatchSplit allows it).
+  bool batchSplit = false;
+  /// Samples per execution the layout is chosen for: the layer's work and
+  /// activation traffic scale with them, weights, latencies and launches
+  /// do not.
+  double samples = 1;
 };
 
 /// The cheapest layout by dynamic programming over the layer's dataflow
 /// tree (each op hangs under the last op that produced one of its inputs):
-/// every op chooses its output replicated or split given its input's
-/// layout; a weighted contraction may be column-parallel (replicated in,
-/// split out, input gradient all-reduced in backward), row-parallel (split
-/// in, output all-reduced) or replicated; other ops are split when their
-/// input is, or gather it; an embedding lookup splits its table by
-/// vocabulary when that is faster or the table outweighs the lookup's
-/// output (the memory it saves); ops computed from weights and constants alone
-/// stay replicated. The layer's outputs end replicated. For non-transformer
-/// graphs, where Megatron's alternation is not the answer.
+/// every op chooses its output layout (replicated, split by feature, by
+/// batch, or spatially) given its input's, among the splits the op states
+/// (CostOpInterface::getSplitOptions): a weighted contraction may be
+/// column-parallel (replicated in, feature-split out, input gradient
+/// all-reduced in backward), row-parallel (feature-split in, output
+/// all-reduced) or replicated; ops that follow a split keep it; a batch or
+/// spatial split keeps weights whole (their gradients all-reduced across
+/// the group) and a spatial split exchanges the kernel's halo; an input
+/// split in a way an op cannot take is all-gathered first; an embedding
+/// lookup splits its table by vocabulary when that is faster or the table
+/// outweighs the lookup's output (the memory it saves); ops computed from
+/// weights and constants alone stay replicated. The layer's outputs end
+/// replicated. For non-transformer graphs, where Megatron's alternation is
+/// not the answer.
 TensorParallelLayout layoutByDynamicProgramming(mlir::func::FuncOp layer,
                                                 const LayoutCosts &costs);
 

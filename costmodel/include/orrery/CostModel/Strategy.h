@@ -30,6 +30,10 @@ struct Strategy {
   int cp = 1; ///< context parallel
   int ep = 1; ///< expert parallel (inside dp)
   bool sequenceParallel = false;
+  /// Let the tensor-parallel group split the batch of the ops whose layout
+  /// for micro-batches that split over the group does so (a CNN's conv
+  /// stages); otherwise tp means Megatron's feature splits alone.
+  bool tpBatchSplit = false;
   int virtualStages = 1; ///< interleaved 1F1B chunks per device
   Schedule schedule = Schedule::OneFOneB;
   int64_t microBatch = 1;

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -37,6 +38,12 @@ struct OpCost {
   /// gradient in the backward pass.
   int64_t tpAllReduceForwardBytes = 0;
   int64_t tpAllReduceBackwardBytes = 0;
+  /// A batch- or spatially-split value gathered whole (all-gather in
+  /// forward, reduce-scatter of its gradient in backward).
+  int64_t tpAllGatherForwardBytes = 0;
+  /// A spatial split: bytes each rank exchanges with its neighbours (the
+  /// kernel's halo), forward, and as many backward.
+  int64_t tpHaloBytes = 0;
   /// An elementwise op (or softmax, dropout) that reads the output of the
   /// elementwise op before it: frameworks fuse such chains into one kernel
   /// (Megatron's bias-GeLU, bias-dropout-add, scale-mask-softmax), so that
@@ -64,6 +71,23 @@ struct LayerKind {
   int64_t opsWithoutCostFormula = 0;
   /// The ops in execution order.
   std::vector<OpCost> ops;
+  /// Of the replicated parameters, those of ops split by batch or
+  /// spatially inside the tensor-parallel group: their gradients are
+  /// all-reduced across that group once per step.
+  int64_t tpGradientParameters = 0;
+  /// Some op splits the batch inside the tensor-parallel group.
+  bool batchSplitInTp = false;
+  /// The layer laid out for micro-batches that split evenly over the
+  /// tensor-parallel group, when that layout splits some op's batch (null
+  /// otherwise): chosen at as many samples as the group has devices.
+  std::shared_ptr<const LayerKind> batchSplitLayout;
+  /// The layout that applies to a micro-batch of `mbs` samples on a tensor
+  /// group of `tp` (the batch-split one only when the strategy allows it).
+  const LayerKind &forMicroBatch(int64_t mbs, int tp, bool batchSplit) const {
+    return batchSplit && tp > 1 && mbs % tp == 0 && batchSplitLayout
+               ? *batchSplitLayout
+               : *this;
+  }
   /// Weight tensors of one instance (ZeRO-3 gathers each one by one).
   int weightTensors = 0;
   /// Attention heads of the layer (0 without attention).

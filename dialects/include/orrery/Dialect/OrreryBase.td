@@ -68,6 +68,18 @@ def Orrery_CostOpInterface : OpInterface<"CostOpInterface"> {
     InterfaceMethod<[{Bytes the backward pass needs that are not a tensor of
       the graph, such as a dropout mask of one byte per element.}],
       "int64_t", "getExtraSavedBytes", (ins), "", "return 0;">,
+    InterfaceMethod<[{How a tensor-parallel group may split this op: a mask
+      of `::orrery::SplitOption` (follow its input's split, batch, column,
+      row, spatial with a halo, vocabulary); replicating is always possible.
+      By default an op with an activation operand follows its input's split
+      and splits by batch or spatially; contractions, normalizations,
+      reductions, pooling and data movement state their own.}],
+      "unsigned", "getSplitOptions", (ins), "",
+      "return ::orrery::detail::defaultSplitOptions($_op.getOperation());">,
+    InterfaceMethod<[{Bytes each rank sends its neighbours when a spatial
+      split cuts this op's input (the kernel's overlap, k - 1 rows of the
+      first spatial dimension), forward; as many come back in backward.}],
+      "int64_t", "getHaloBytes", (ins), "", "return 0;">,
   ];
   let extraClassDeclaration = [{
     /// Bytes of the activations this op alone keeps for the backward pass.

@@ -13,8 +13,38 @@
 #include "orrery/Dialect/OrreryDialect.h.inc"
 
 namespace orrery {
+
+/// How a tensor-parallel group may split one op, and the collective each
+/// way implies (CostOpInterface::getSplitOptions returns a mask of these).
+enum SplitOption : unsigned {
+  /// A split of its activation input (heads, channels, features) passes
+  /// through to its output: no collective.
+  SplitFollow = 1u << 0,
+  /// The batch splits: each rank runs its samples; weights stay whole and
+  /// their gradients are all-reduced across the group.
+  SplitBatch = 1u << 1,
+  /// Column (output channel): the weight splits on its output dimension,
+  /// the output is split, the input gradient is all-reduced in backward.
+  SplitColumn = 1u << 2,
+  /// Row (input channel): the weight splits on its input dimension, the
+  /// input arrives split, the partial output is all-reduced in forward.
+  SplitRow = 1u << 3,
+  /// A spatial dimension splits: neighbours exchange the kernel's halo
+  /// (CostOpInterface::getHaloBytes) forward and backward.
+  SplitSpatial = 1u << 4,
+  /// An embedding table splits by vocabulary; the rows looked up are
+  /// all-reduced in forward.
+  SplitVocab = 1u << 5,
+};
+
 namespace detail {
 // Shared pieces of the cost interface and the verifiers; see OrreryCost.cpp.
+unsigned defaultSplitOptions(mlir::Operation *op);
+unsigned contractionSplitOptions(mlir::Operation *op, bool spatial);
+unsigned moveSplitOptions(mlir::Operation *op);
+unsigned reduceSplitOptions(mlir::Operation *op);
+unsigned poolSplitOptions(mlir::Operation *op, bool global);
+int64_t kernelHaloBytes(mlir::Operation *op);
 int64_t defaultForwardFlops(mlir::Operation *op);
 int64_t defaultBackwardFlops(mlir::Operation *op);
 int64_t defaultBytesRead(mlir::Operation *op);

@@ -160,8 +160,11 @@ def Orrery_MatMulOp : Orrery_GraphOp<"matmul", "MatMul",
     "(a gradient for each input). Keeps every operand that is an activation.",
     2, 2, 1, 1,
     "%y = orrery.matmul(%x, %w) : (tensor<8x128x768xf16>, tensor<768x3072xf16>) -> tensor<8x128x3072xf16>",
-    ["getForwardFlops", "getBackwardFlops", "getSavedForBackward"], [],
-    "  return ::orrery::detail::verifyMatMul(getOperation());\n">;
+    ["getForwardFlops", "getBackwardFlops", "getSavedForBackward",
+     "getSplitOptions"], [],
+    "  return ::orrery::detail::verifyMatMul(getOperation());\n",
+    "unsigned $cppClass::getSplitOptions() { return ::orrery::detail::"
+    "contractionSplitOptions(getOperation(), false); }\n">;
 
 def Orrery_GemmOp : Orrery_GraphOp<"gemm", "Gemm",
     "general matrix multiply Y = alpha·op(A)·op(B) + beta·C",
@@ -169,7 +172,10 @@ def Orrery_GemmOp : Orrery_GraphOp<"gemm", "Gemm",
     "operands A and B that are activations.",
     2, 3, 1, 1,
     "%y = orrery.gemm(%a, %b, %c) {transB = 1 : i64} : (tensor<8x4096xf32>, tensor<1000x4096xf32>, tensor<1000xf32>) -> tensor<8x1000xf32>",
-    ["getForwardFlops", "getBackwardFlops", "getSavedForBackward"]>;
+    ["getForwardFlops", "getBackwardFlops", "getSavedForBackward",
+     "getSplitOptions"], [], "",
+    "unsigned $cppClass::getSplitOptions() { return ::orrery::detail::"
+    "contractionSplitOptions(getOperation(), false); }\n">;
 
 def Orrery_ConvOp : Orrery_GraphOp<"conv", "Conv",
     "N-d convolution, grouped or depthwise",
@@ -177,8 +183,13 @@ def Orrery_ConvOp : Orrery_GraphOp<"conv", "Conv",
     "twice the contraction term (input and weight gradients). Keeps the input.",
     2, 3, 1, 1,
     "%y = orrery.conv(%x, %w) {strides = array<i64: 2, 2>, pads = array<i64: 3, 3, 3, 3>} : (tensor<1x3x224x224xf32>, tensor<64x3x7x7xf32>) -> tensor<1x64x112x112xf32>",
-    ["getForwardFlops", "getBackwardFlops", "getSavedForBackward"], [],
-    "  return ::orrery::detail::verifyConv(getOperation());\n">;
+    ["getForwardFlops", "getBackwardFlops", "getSavedForBackward",
+     "getSplitOptions", "getHaloBytes"], [],
+    "  return ::orrery::detail::verifyConv(getOperation());\n",
+    "unsigned $cppClass::getSplitOptions() { return ::orrery::detail::"
+    "contractionSplitOptions(getOperation(), true); }\n"
+    "int64_t $cppClass::getHaloBytes() { return ::orrery::detail::"
+    "kernelHaloBytes(getOperation()); }\n">;
 
 def Orrery_ConvTransposeOp : Orrery_GraphOp<"conv_transpose", "ConvTranspose",
     "N-d transposed convolution",
@@ -186,7 +197,10 @@ def Orrery_ConvTransposeOp : Orrery_GraphOp<"conv_transpose", "ConvTranspose",
     "the contraction term. Keeps the input.",
     2, 3, 1, 1,
     "%y = orrery.conv_transpose(%x, %w) {strides = array<i64: 2, 2>} : (tensor<1x64x40x40xf32>, tensor<64x64x2x2xf32>) -> tensor<1x64x80x80xf32>",
-    ["getForwardFlops", "getBackwardFlops", "getSavedForBackward"]>;
+    ["getForwardFlops", "getBackwardFlops", "getSavedForBackward",
+     "getSplitOptions"], [], "",
+    "unsigned $cppClass::getSplitOptions() { return ::orrery::detail::"
+    "contractionSplitOptions(getOperation(), false); }\n">;
 
 //===----------------------------------------------------------------------===//
 // Normalizations, softmax, dropout.
@@ -251,8 +265,13 @@ def Orrery_DropoutOp : Orrery_GraphOp<"dropout", "Dropout",
 class Orrery_MoveOp<string mnemonic, string onnxName, string summaryText,
                     int minIn, int maxIn, int minOut, int maxOut, string example>
     : Orrery_GraphOp<mnemonic, onnxName, summaryText,
-        "no FLOPs; the bytes of its operands and results. Keeps nothing.",
-        minIn, maxIn, minOut, maxOut, example>;
+        "no FLOPs; the bytes of its operands and results. Keeps nothing. "
+        # "Follows a split of its input or splits by batch (a spatial split "
+        # "does not survive a reshape); an embedding lookup may split its "
+        # "table by vocabulary.",
+        minIn, maxIn, minOut, maxOut, example, ["getSplitOptions"], [], "",
+        "unsigned $cppClass::getSplitOptions() { return ::orrery::detail::"
+        # "moveSplitOptions(getOperation()); }\n">;
 
 def Orrery_ReshapeOp : Orrery_MoveOp<"reshape", "Reshape", "reshape", 1, 2, 1, 1,
     "%y = orrery.reshape(%x, %shape) : (tensor<8x128x768xf32>, tensor<4xi64>) -> tensor<8x128x12x64xf32>">;
@@ -309,8 +328,10 @@ class Orrery_ReduceOp<string mnemonic, string onnxName, bit savesInput>
         # !if(savesInput, "Keeps the input.", "Keeps nothing."),
         1, 2, 1, 1,
         "%m = orrery." # mnemonic # "(%x) {axes = array<i64: -1>, keepdims = 1 : i64} : (tensor<8x768xf32>) -> tensor<8x1xf32>",
-        ["getForwardFlops", "getSavedForBackward"], [], "",
-        "int64_t $cppClass::getForwardFlops() { return ::orrery::detail::"
+        ["getForwardFlops", "getSavedForBackward", "getSplitOptions"], [], "",
+        "unsigned $cppClass::getSplitOptions() { return ::orrery::detail::"
+        # "reduceSplitOptions(getOperation()); }\n"
+        # "int64_t $cppClass::getForwardFlops() { return ::orrery::detail::"
         # "inputElementFlops(getOperation()); }\n"
         # "void $cppClass::getSavedForBackward(::llvm::SmallVectorImpl<::mlir::Value> &saved) { "
         # !if(savesInput, "::orrery::detail::saveFirstOperand(getOperation(), saved); ", "")
@@ -334,8 +355,13 @@ class Orrery_PoolOp<string mnemonic, string onnxName, bit global, bit savesInput
         1, 1, 1, 2,
         "%y = orrery." # mnemonic # "(%x) " # !if(global, "", "{kernel_shape = array<i64: 2, 2>, strides = array<i64: 2, 2>} ")
         # ": (tensor<1x64x56x56xf32>) -> tensor<1x64x" # !if(global, "1x1", "28x28") # "xf32>",
-        ["getForwardFlops", "getSavedForBackward"], [], "",
-        "int64_t $cppClass::getForwardFlops() { return ::orrery::detail::"
+        ["getForwardFlops", "getSavedForBackward", "getSplitOptions",
+         "getHaloBytes"], [], "",
+        "unsigned $cppClass::getSplitOptions() { return ::orrery::detail::"
+        # "poolSplitOptions(getOperation(), " # !if(global, "true", "false") # "); }\n"
+        # "int64_t $cppClass::getHaloBytes() { return "
+        # !if(global, "0", "::orrery::detail::kernelHaloBytes(getOperation())") # "; }\n"
+        # "int64_t $cppClass::getForwardFlops() { return ::orrery::detail::"
         # !if(global, "inputElementFlops(getOperation())", "poolFlops(getOperation())") # "; }\n"
         # "void $cppClass::getSavedForBackward(::llvm::SmallVectorImpl<::mlir::Value> &saved) { "
         # !if(savesInput, "::orrery::detail::saveFirstOperand(getOperation(), saved); ", "")
