@@ -73,6 +73,49 @@ void annotateShardings(ModuleOp module, const ShardGrid &grid,
           shard::ShardOp::create(b, func.getLoc(), arg, sharding, true);
       arg.replaceAllUsesExcept(sharded, sharded);
     }
+
+    // Values the layout splits by batch (dim 0 over dp and tp) or
+    // spatially (dim 0 over dp, the first spatial dim over tp): annotated
+    // where they are produced, so propagation need not guess them from
+    // weights that stay whole.
+    if (tpAxis < 0)
+      continue;
+    for (Operation &op : llvm::make_early_inc_range(entry)) {
+      if (op.getNumResults() == 0 || isa<shard::ShardOp>(op))
+        continue;
+      Value r = op.getResult(0);
+      bool byBatch = layout.batchSplit.contains(r),
+           bySpace = layout.spatialSplit.contains(r);
+      auto t = dyn_cast<RankedTensorType>(r.getType());
+      if ((!byBatch && !bySpace) || !t || t.getRank() < (bySpace ? 3 : 1))
+        continue;
+      SmallVector<shard::GridAxesAttr> split(t.getRank(),
+                                             b.getDenseI16ArrayAttr({}));
+      bool dpBatch = dpAxis >= 0 && t.getDimSize(0) == batch;
+      int64_t dpSize = dpBatch ? grid.sizes[dpAxis] : 1;
+      if (byBatch) {
+        if (t.getDimSize(0) % (dpSize * grid.sizes[tpAxis]))
+          continue;
+        SmallVector<int16_t> axes;
+        if (dpBatch)
+          axes.push_back(int16_t(dpAxis));
+        axes.push_back(int16_t(tpAxis));
+        split[0] = b.getDenseI16ArrayAttr(axes);
+      } else {
+        if (t.getDimSize(2) % grid.sizes[tpAxis] ||
+            t.getDimSize(0) % dpSize)
+          continue;
+        if (dpBatch)
+          split[0] = b.getDenseI16ArrayAttr({int16_t(dpAxis)});
+        split[2] = b.getDenseI16ArrayAttr({int16_t(tpAxis)});
+      }
+      while (split.size() > 1 && split.back().empty())
+        split.pop_back();
+      b.setInsertionPointAfter(&op);
+      auto sharding = shard::ShardingOp::create(b, op.getLoc(), gridName, split);
+      auto sharded = shard::ShardOp::create(b, op.getLoc(), r, sharding, false);
+      r.replaceAllUsesExcept(sharded, sharded);
+    }
   }
 
   // Pipeline stages on the calls of @main.
