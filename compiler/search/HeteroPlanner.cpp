@@ -65,6 +65,9 @@ private:
   std::map<std::tuple<int, int, int64_t, int>, KindTable> tables;
   std::vector<Candidate> candidates;
   int64_t pruned = 0;
+  /// This pass's ZeRO stage: 1 (the optimizer sharded over a group's
+  /// replicas, free), then 3 only when nothing fits with it.
+  int zero = 1;
 
   bool allowed(int pool) const {
     return scope.pools.empty() || scope.pools[pool];
@@ -143,8 +146,12 @@ bool Search::balance(const std::vector<StageSlot> &stages, int replicas,
   int n = int(sequence.size()), S = int(stages.size());
   if (S > n)
     return false;
-  double perParam = a.weightBytesPerParam + a.gradBytesPerParam +
-                    a.optimizerBytesPerParam / replicas; // ZeRO-1
+  double perParam =
+      zero >= 3 ? (a.weightBytesPerParam + a.gradBytesPerParam +
+                   a.optimizerBytesPerParam) /
+                      replicas
+                : a.weightBytesPerParam + a.gradBytesPerParam +
+                      a.optimizerBytesPerParam / replicas; // ZeRO-1
   std::vector<const KindTable *> tab;
   std::vector<double> cap(S);
   std::vector<double> inFlight(S);
@@ -321,6 +328,7 @@ void Search::pipelines(const std::vector<int> &order) {
           }
           HeteroStrategy s;
           s.globalBatch = gbs;
+          s.zeroStage = zero;
           s.precision = o.precision;
           ReplicaGroup g;
           g.replicas = R;
@@ -386,6 +394,7 @@ void Search::perPoolGroups() {
       int64_t ms[2] = {pp, 2 * pp};
       for (int j = 0; j < 2; ++j) {
         HeteroStrategy s;
+        s.zeroStage = zero;
         s.precision = o.precision;
         ReplicaGroup g = opt.group;
         g.microBatches.assign(g.replicas, ms[j]);
@@ -453,6 +462,7 @@ void Search::perPoolGroups() {
       if (left == 0) {
         HeteroStrategy s;
         s.globalBatch = gbs;
+        s.zeroStage = zero;
         s.precision = o.precision;
         double bound = 0;
         for (size_t j = 0; j < subset.size(); ++j) {
@@ -506,6 +516,7 @@ void Search::uniformPerPoolGroups() {
              {Recompute::None, Recompute::Selective, Recompute::Full}) {
           HeteroStrategy s;
           s.globalBatch = gbs;
+          s.zeroStage = zero;
           s.precision = o.precision;
           std::vector<int64_t> shares = evenShares(N, all);
           size_t next = 0;
@@ -548,67 +559,73 @@ llvm::Expected<HeteroPlanResult> Search::run() {
   if (usable.empty())
     return err("plan: no pool of the cluster may be used");
 
-  // Pipelines over every ordered subset of pools (all pools when the
-  // scope is uniform: a uniform planner uses every device).
-  int P = int(usable.size());
-  for (int mask = 1; mask < (1 << P); ++mask) {
-    std::vector<int> order;
-    for (int j = 0; j < P; ++j)
-      if (mask & (1 << j))
-        order.push_back(usable[j]);
-    if (scope.uniform && int(order.size()) != P)
-      continue;
-    if (order.size() > 4)
-      continue; // 5! orders and more: not searched
-    do
-      pipelines(order);
-    while (std::next_permutation(order.begin(), order.end()));
-  }
-  if (scope.uniform)
-    uniformPerPoolGroups();
-  else
-    perPoolGroups();
-
-  // Best first by bound; stop when the bound cannot beat the K-th best.
-  std::stable_sort(candidates.begin(), candidates.end(),
-                   [](const Candidate &x, const Candidate &y) {
-                     return x.bound < y.bound;
-                   });
   int K = std::max(1, o.topK);
   std::vector<HeteroResult> best;
   const HeteroResult *closest = nullptr;
   HeteroResult closestStore;
-  for (const Candidate &cand : candidates) {
-    if (int(best.size()) >= K &&
-        cand.bound >= objectiveScoreOf(best.back()) * (1 - 1e-12)) {
-      ++pruned;
-      continue;
+  // ZeRO-1 first; ZeRO-3 (weights and gradients sharded over a group's
+  // replicas too) only when nothing fits without it, as the homogeneous
+  // planner does.
+  for (zero = 1; zero <= 3 && best.empty(); zero += 2) {
+    candidates.clear();
+    // Pipelines over every ordered subset of pools (all pools when the
+    // scope is uniform: a uniform planner uses every device).
+    int P = int(usable.size());
+    for (int mask = 1; mask < (1 << P); ++mask) {
+      std::vector<int> order;
+      for (int j = 0; j < P; ++j)
+        if (mask & (1 << j))
+          order.push_back(usable[j]);
+      if (scope.uniform && int(order.size()) != P)
+        continue;
+      if (order.size() > 4)
+        continue; // 5! orders and more: not searched
+      do
+        pipelines(order);
+      while (std::next_permutation(order.begin(), order.end()));
     }
-    auto r = simulateHetero(w, c, cand.s, a);
-    ++result.candidatesPriced;
-    if (!r) {
-      llvm::consumeError(r.takeError());
-      continue;
-    }
-    if (!r->fits) {
-      if (!closest ||
-          r->memoryShortfallBytes < closestStore.memoryShortfallBytes) {
-        closestStore = *r;
-        closest = &closestStore;
-      }
-      continue;
-    }
-    best.push_back(std::move(*r));
-    std::stable_sort(best.begin(), best.end(),
-                     [&](const HeteroResult &x, const HeteroResult &y) {
-                       return objectiveScoreOf(x) < objectiveScoreOf(y);
+    if (scope.uniform)
+      uniformPerPoolGroups();
+    else
+      perPoolGroups();
+
+    // Best first by bound; stop when the bound cannot beat the K-th best.
+    std::stable_sort(candidates.begin(), candidates.end(),
+                     [](const Candidate &x, const Candidate &y) {
+                       return x.bound < y.bound;
                      });
-    if (int(best.size()) > K)
-      best.pop_back();
-    if (o.progress && result.candidatesPriced % 200 == 0) {
-      StepResult shown;
-      shown.stepS = best.front().stepS;
-      o.progress(result.candidatesPriced, &shown);
+    for (const Candidate &cand : candidates) {
+      if (int(best.size()) >= K &&
+          cand.bound >= objectiveScoreOf(best.back()) * (1 - 1e-12)) {
+        ++pruned;
+        continue;
+      }
+      auto r = simulateHetero(w, c, cand.s, a);
+      ++result.candidatesPriced;
+      if (!r) {
+        llvm::consumeError(r.takeError());
+        continue;
+      }
+      if (!r->fits) {
+        if (!closest ||
+            r->memoryShortfallBytes < closestStore.memoryShortfallBytes) {
+          closestStore = *r;
+          closest = &closestStore;
+        }
+        continue;
+      }
+      best.push_back(std::move(*r));
+      std::stable_sort(best.begin(), best.end(),
+                       [&](const HeteroResult &x, const HeteroResult &y) {
+                         return objectiveScoreOf(x) < objectiveScoreOf(y);
+                       });
+      if (int(best.size()) > K)
+        best.pop_back();
+      if (o.progress && result.candidatesPriced % 200 == 0) {
+        StepResult shown;
+        shown.stepS = best.front().stepS;
+        o.progress(result.candidatesPriced, &shown);
+      }
     }
   }
   result.candidatesPruned = pruned;
@@ -640,7 +657,7 @@ llvm::Expected<HeteroPlanResult> Search::run() {
                   "split of its %lld layers over the devices fits (weights, "
                   "gradients and Adam state need %.1f GiB, the devices have "
                   "%.1f GiB after workspace; mixed-cluster plans in this "
-                  "version do not use ZeRO-3 or offload)",
+                  "version do not offload to host memory)",
                   (long long)sequence.size(), need / double(1ull << 30),
                   have / double(1ull << 30));
     return err(buf);
