@@ -360,6 +360,22 @@ TEST(HeteroPlanner, TraceHasOneTrackPerStage) {
   EXPECT_EQ(tracks.size(), stages);
 }
 
+TEST(HeteroPlanner, Zero3WhenNothingFitsWithoutIt) {
+  // An 80B-parameter layer (and a 40B embedding) on two sites of 32
+  // A100-80G: at tp=8 its weights and fp32 gradients alone take 60 GB a
+  // device, and the optimizer state sharded over the at most 4 replicas
+  // another 30 GB; only sharding weights and gradients too (ZeRO-3) fits.
+  Workload w = model(1, 30e9, 80'000'000'000, 100'000'000);
+  Cluster c = cluster(kTwoSites);
+  PlanOptions o;
+  o.globalBatch = 64;
+  auto r = searchHeteroPlans(w, c, o);
+  ASSERT_TRUE(bool(r)) << llvm::toString(r.takeError());
+  EXPECT_EQ(r->top.front().strategy.zeroStage, 3)
+      << r->top.front().strategy.str(r->pools);
+  expectSound(r->top.front(), w, c, 64);
+}
+
 TEST(HeteroPlanner, NothingFitsNamesTheShortfall) {
   // 24 layers of 20B parameters: 18 bytes each is far beyond the cluster.
   Workload w = model(24, 30e9, 20'000'000'000, 400'000'000);
