@@ -68,6 +68,8 @@ private:
   /// This pass's ZeRO stage: 1 (the optimizer sharded over a group's
   /// replicas, free), then 3 only when nothing fits with it.
   int zero = 1;
+  /// Candidates skipped for more micro-batches than a step simulates.
+  int64_t tooLong = 0;
 
   bool allowed(int pool) const {
     return scope.pools.empty() || scope.pools[pool];
@@ -318,6 +320,10 @@ void Search::pipelines(const std::vector<int> &order) {
         if (gbs % mbs || gbs / mbs < R)
           continue;
         int64_t N = gbs / mbs, m = (N + R - 1) / R;
+        if (m * int64_t(slots.size()) > kMaxStepTasks) {
+          ++tooLong; // more micro-batches than a step simulates
+          continue;
+        }
         for (Recompute rec :
              {Recompute::None, Recompute::Selective, Recompute::Full}) {
           std::vector<int> layers;
@@ -447,6 +453,10 @@ void Search::perPoolGroups() {
           next.push({opt.fixedS + 2 * opt.perMicroBatchS, int(j), r});
       }
       std::vector<Entry> tooBig;
+      if (left > kMaxStepTasks) { // more micro-batches than a step simulates
+        ++tooLong;
+        left = -1;
+      }
       while (left > 0 && !next.empty()) {
         auto [finish, j, r] = next.top();
         next.pop();
@@ -512,6 +522,10 @@ void Search::uniformPerPoolGroups() {
             gbs / mbs < all)
           continue;
         int64_t N = gbs / mbs, m = (N + all - 1) / all;
+        if (m * k > kMaxStepTasks) {
+          ++tooLong; // more micro-batches than a step simulates
+          continue;
+        }
         for (Recompute rec :
              {Recompute::None, Recompute::Selective, Recompute::Full}) {
           HeteroStrategy s;
@@ -633,6 +647,12 @@ llvm::Expected<HeteroPlanResult> Search::run() {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
           .count();
   if (best.empty()) {
+    if (!closest && tooLong > 0)
+      return err("plan: a global batch of " + std::to_string(gbs) +
+                 " samples is more micro-batches than the simulator takes "
+                 "in one step (" +
+                 std::to_string(kMaxStepTasks) +
+                 " micro-batch executions); give a smaller --global-batch");
     if (closest) {
       char buf[512];
       std::snprintf(buf, sizeof buf,

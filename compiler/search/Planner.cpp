@@ -130,6 +130,14 @@ searchPlans(const Workload &w, const Cluster &cluster, const PlanOptions &o) {
   int64_t gbs = o.globalBatch > 0 ? o.globalBatch : 1024;
   int heads = w.attentionHeads();
   int64_t layers = w.totalLayers();
+  // Even the widest data parallelism with the largest micro-batch searched
+  // (64) leaves this many micro-batches per replica.
+  if (gbs / (devices * 64) > kMaxStepTasks)
+    return err("plan: a global batch of " + std::to_string(gbs) +
+               " samples is more micro-batches than the simulator takes in "
+               "one step (" +
+               std::to_string(kMaxStepTasks) +
+               " micro-batch executions); give a smaller --global-batch");
   const DeviceSpec &dev = c.deviceSpec(0);
   Assumptions a;
 

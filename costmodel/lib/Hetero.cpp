@@ -133,10 +133,18 @@ llvm::Error placeDevices(HeteroStrategy &s, const Workload &w,
       return err(at + ".micro_batches_per_replica: " +
                  std::to_string(rg.microBatches.size()) + " entries for " +
                  std::to_string(rg.replicas) + " replicas");
-    for (int64_t m : rg.microBatches)
+    for (int64_t m : rg.microBatches) {
       if (m < 1)
         return err(at + ".micro_batches_per_replica: every replica needs at "
                         "least one micro-batch (leave a replica out instead)");
+      if (m * int64_t(std::max<size_t>(1, rg.stages.size())) > kMaxStepTasks)
+        return err(at + ".micro_batches_per_replica: " + std::to_string(m) +
+                   " micro-batches through " +
+                   std::to_string(rg.stages.size()) +
+                   " stages are more than the " +
+                   std::to_string(kMaxStepTasks) +
+                   " the simulator takes in one step");
+    }
     if (rg.stages.empty())
       return err(at + ".stages: at least one stage is needed");
     samples += rg.samples();

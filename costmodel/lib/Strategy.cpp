@@ -263,6 +263,15 @@ llvm::Error completeAndValidate(Strategy &s, const Workload &w,
     return err(
         "strategy: pp x vpp = " + std::to_string(s.pp * s.virtualStages) +
         " exceeds the model's " + std::to_string(layers) + " layers");
+  if (s.microBatches() * s.pp * s.virtualStages > kMaxStepTasks)
+    return err("strategy: gbs=" + std::to_string(s.globalBatch) + " is " +
+               std::to_string(s.microBatches()) +
+               " micro-batches of mbs=" + std::to_string(s.microBatch) +
+               " per replica, times " +
+               std::to_string(s.pp * s.virtualStages) +
+               " pipeline chunks: more than the " +
+               std::to_string(kMaxStepTasks) +
+               " the simulator takes in one step");
   if (s.schedule == Schedule::Interleaved && s.virtualStages > 1 &&
       s.microBatches() % s.pp)
     return err("strategy: the interleaved schedule needs the " +

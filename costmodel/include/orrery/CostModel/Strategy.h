@@ -68,6 +68,11 @@ std::optional<Schedule> scheduleFromName(const std::string &name);
 std::optional<Recompute> recomputeFromName(const std::string &name);
 std::optional<Precision> precisionFromName(const std::string &name);
 
+/// The most micro-batch executions (micro-batches of a replica times
+/// pipeline chunks) one step may have: the simulator runs each as an
+/// event, and a larger count is a typo, not a training run.
+constexpr int64_t kMaxStepTasks = 20'000'000;
+
 /// Parses "key=value,..."; unknown keys and bad values are errors naming them.
 llvm::Expected<Strategy> parseStrategy(const std::string &text);
 
