@@ -20,6 +20,12 @@ bool needsHeteroSearch(const Cluster &c) {
 
 namespace {
 
+/// Up to this many pools every subset and order is searched; beyond it the
+/// search keeps to small subsets and to the pools' speed order, so that it
+/// stays polynomial (the property that one more faster device never slows
+/// the best plan is exact up to here).
+constexpr int kExhaustivePools = 4;
+
 /// Per layer kind on one (pool, tp, micro-batch, recompute): seconds of a
 /// micro-batch, parameters and kept activation bytes per device.
 struct KindTable {
@@ -94,6 +100,7 @@ private:
                int64_t mbs, Recompute rec, std::vector<int> &layers,
                double &slowestS);
   double scoreBound(double timeBound, const HeteroStrategy &s) const;
+  double pipelineBound(const ReplicaGroup &g, int64_t m);
   double objectiveScoreOf(const HeteroResult &r) const {
     return o.objective == Objective::Cost     ? r.costUsd
            : o.objective == Objective::Energy ? r.energyJ
@@ -261,6 +268,25 @@ double Search::scoreBound(double timeBound, const HeteroStrategy &s) const {
   return timeBound * rate;
 }
 
+/// A lower bound of a pipeline's step: some stage i runs all m
+/// micro-batches, and cannot start before the stages ahead of it have
+/// passed the first one forward, nor finish before they pass the last one
+/// back: max over i of m·T_i + sum of T_j for j < i (T: forward and
+/// backward seconds of one micro-batch).
+double Search::pipelineBound(const ReplicaGroup &g, int64_t m) {
+  double bound = 0, ahead = 0;
+  size_t layer = 0;
+  for (const HeteroStage &st : g.stages) {
+    const KindTable &t = table(st.pool, st.tp, g.microBatch, g.recompute);
+    double stage = 0;
+    for (int j = 0; j < st.layers && layer < sequence.size(); ++j)
+      stage += t.seconds.empty() ? 0 : t.seconds[sequence[layer++]];
+    bound = std::max(bound, double(m) * stage + ahead);
+    ahead += stage;
+  }
+  return bound;
+}
+
 /// Even shares: `total` micro-batches over `replicas` replicas.
 static std::vector<int64_t> evenShares(int64_t total, int replicas) {
   std::vector<int64_t> m(replicas, total / replicas);
@@ -344,8 +370,8 @@ void Search::pipelines(const std::vector<int> &order) {
           for (size_t i = 0; i < slots.size(); ++i)
             g.stages.push_back({slots[i].pool, slots[i].tp, layers[i], {}});
           s.groups.push_back(std::move(g));
-          candidates.push_back(
-              {scoreBound(double(m) * slowest, s), s, slowest});
+          double bound = pipelineBound(s.groups.front(), m);
+          candidates.push_back({scoreBound(bound, s), s, slowest});
           break; // more recompute only adds time
         }
       }
@@ -391,8 +417,9 @@ void Search::perPoolGroups() {
                      [](const Option &x, const Option &y) {
                        return x.perSampleS < y.perSampleS;
                      });
-    if (list.size() > 3)
-      list.resize(3);
+    size_t keep = usable.size() <= size_t(kExhaustivePools) ? 3 : 1;
+    if (list.size() > keep)
+      list.resize(keep);
     // The finish time of one replica as a line in its micro-batches.
     for (Option &opt : list) {
       int pp = int(opt.group.stages.size());
@@ -418,12 +445,34 @@ void Search::perPoolGroups() {
   // Every subset of two or more pools, every pick of options (at most
   // three per pool; each group keeps its own micro-batch size and
   // recompute).
+  // Subsets: all of them up to kExhaustivePools pools; beyond, pairs and
+  // the prefixes of the pools ordered by their best seconds per sample.
   int P = int(usable.size());
-  for (int mask = 1; mask < (1 << P); ++mask) {
-    std::vector<int> subset;
-    for (int j = 0; j < P; ++j)
-      if (mask & (1 << j))
-        subset.push_back(usable[j]);
+  std::vector<std::vector<int>> subsets;
+  if (P <= kExhaustivePools) {
+    for (int mask = 1; mask < (1 << P); ++mask) {
+      std::vector<int> subset;
+      for (int j = 0; j < P; ++j)
+        if (mask & (1 << j))
+          subset.push_back(usable[j]);
+      subsets.push_back(subset);
+    }
+  } else {
+    for (int a2 = 0; a2 < P; ++a2)
+      for (int b2 = a2 + 1; b2 < P; ++b2)
+        subsets.push_back({usable[a2], usable[b2]});
+    std::vector<int> bySpeed;
+    for (int p : usable)
+      if (options.count(p) && !options[p].empty())
+        bySpeed.push_back(p);
+    std::stable_sort(bySpeed.begin(), bySpeed.end(), [&](int x, int y) {
+      return options[x].front().perSampleS < options[y].front().perSampleS;
+    });
+    for (size_t k = 3; k <= bySpeed.size(); ++k)
+      subsets.push_back(std::vector<int>(bySpeed.begin(), bySpeed.begin() + k));
+  }
+  for (std::vector<int> &subset : subsets) {
+    std::sort(subset.begin(), subset.end());
     if (subset.size() < 2)
       continue;
     std::vector<const std::vector<Option> *> lists;
@@ -479,9 +528,9 @@ void Search::perPoolGroups() {
           const Option &opt = (*lists[j])[pick[j]];
           ReplicaGroup g = opt.group;
           g.microBatches = shares[j];
-          bound = std::max(bound, double(*std::max_element(
-                                      shares[j].begin(), shares[j].end())) *
-                                      opt.slowestS);
+          bound = std::max(
+              bound, pipelineBound(g, *std::max_element(shares[j].begin(),
+                                                        shares[j].end())));
           s.groups.push_back(std::move(g));
         }
         candidates.push_back({scoreBound(bound, s), s});
@@ -549,7 +598,8 @@ void Search::uniformPerPoolGroups() {
               g.microBatches.push_back(shares[next++]);
             for (int i = 0; i < k && ok; ++i)
               g.stages.push_back({usable[j], tp, layers[i], {}});
-            bound = std::max(bound, double(m) * slowest);
+            if (ok)
+              bound = std::max(bound, pipelineBound(g, m));
             s.groups.push_back(std::move(g));
           }
           if (!ok) {
@@ -592,8 +642,10 @@ llvm::Expected<HeteroPlanResult> Search::run() {
           order.push_back(usable[j]);
       if (scope.uniform && int(order.size()) != P)
         continue;
-      if (order.size() > 4)
-        continue; // 5! orders and more: not searched
+      // Every order of up to kExhaustivePools pools (5! orders and more are
+      // not searched); with more pools, orders of up to three.
+      if (order.size() > size_t(P <= kExhaustivePools ? kExhaustivePools : 3))
+        continue;
       do
         pipelines(order);
       while (std::next_permutation(order.begin(), order.end()));
