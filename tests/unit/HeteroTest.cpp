@@ -376,6 +376,28 @@ TEST(HeteroPlanner, Zero3WhenNothingFitsWithoutIt) {
   expectSound(r->top.front(), w, c, 64);
 }
 
+TEST(HeteroPlanner, ManyPoolsPlanSoundlyAndBeatTheFastestAlone) {
+  // Six device types: past four pools the search keeps to small subsets
+  // and speed-ordered prefixes; the plan is still sound, and no slower than
+  // the fastest type alone.
+  Workload w = gptLike();
+  Cluster c = cluster(R"({"name": "six", "sites": [{"name": "dc", "nodes": [
+    {"count": 1, "device": "H100-SXM"}, {"count": 1, "device": "A100-80G"},
+    {"count": 1, "device": "A100-40G"}, {"count": 1, "device": "V100-32G"},
+    {"count": 2, "device": "L40S", "devices_per_node": 4},
+    {"count": 2, "device": "A10G", "devices_per_node": 4}]}]})");
+  PlanOptions o;
+  o.globalBatch = 256;
+  auto r = searchHeteroPlans(w, c, o);
+  ASSERT_TRUE(bool(r)) << llvm::toString(r.takeError());
+  expectSound(r->top.front(), w, c, 256);
+  HeteroSearchScope fast;
+  fast.pools = {true, false, false, false, false, false};
+  auto f = searchHeteroPlans(w, c, o, fast);
+  ASSERT_TRUE(bool(f));
+  EXPECT_LE(r->top.front().stepS, f->top.front().stepS);
+}
+
 TEST(HeteroPlanner, NothingFitsNamesTheShortfall) {
   // 24 layers of 20B parameters: 18 bytes each is far beyond the cluster.
   Workload w = model(24, 30e9, 20'000'000'000, 400'000'000);
