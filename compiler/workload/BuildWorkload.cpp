@@ -269,6 +269,7 @@ llvm::Expected<Workload> buildWorkload(ModuleOp module,
     perSample.batchSplit = false;
     batched.batchSplit = true;
     batched.samples = std::max(1, costs.degree);
+    batched.sequenceParallel = true; // as the planner runs tp
     if (inserted) {
       w.kinds.push_back(measureKind(callee, perSample));
       LayerKind alt = measureKind(callee, batched);

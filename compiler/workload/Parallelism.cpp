@@ -136,7 +136,10 @@ TensorParallelLayout layoutByDynamicProgramming(func::FuncOp layer,
       L[Replicated][Replicated] = full;
       continue;
     }
-    L[Replicated][Replicated] = full;
+    // Under sequence parallelism the replicated ops between weighted ones
+    // run split too (the simulator prices them so).
+    L[Replicated][Replicated] =
+        costs.sequenceParallel && weightBytes(op) == 0 ? part : full;
     if (opts & SplitVocab) {
       // An embedding lookup: the table split by vocabulary, each rank's
       // partial rows all-reduced; or the whole table on every rank.

@@ -187,6 +187,7 @@ int emitSharded(ModelArgs args, const orrery::Strategy &st,
   if (st.tpBatchSplit && st.tp > 1 && st.microBatch % st.tp == 0) {
     costs.batchSplit = true; // as the workload's batch-split layout
     costs.samples = std::max(1, costs.degree);
+    costs.sequenceParallel = true;
   }
   orrery::annotateShardings(*module, grid, chunkLayers, st.pp, costs);
   std::string diag;

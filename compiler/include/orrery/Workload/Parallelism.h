@@ -57,6 +57,9 @@ struct LayoutCosts {
   /// activation traffic scale with them, weights, latencies and launches
   /// do not.
   double samples = 1;
+  /// Price replicated ops without weights as split over the group, as
+  /// sequence parallelism runs them (the planner turns it on with tp).
+  bool sequenceParallel = false;
 };
 
 /// The cheapest layout by dynamic programming over the layer's dataflow
