@@ -206,6 +206,17 @@ double collectiveTime(CollectiveKind kind, double bytes, const GroupShape &g) {
     double tree = kCollectiveBaseLatencyS + 2 * bytes / busBw +
                   2 * std::ceil(std::log2(double(g.ranks))) * latency;
     flat = std::min(flat, tree);
+    // NVLink SHARP inside one node: (n+1)/n of the message each way, at
+    // NCCL's NVLS efficiency of the link's bus bandwidth.
+    if (g.nvls && g.intraLink && g.intraLink->ncclNvlsEfficiency > 0 &&
+        !spansNodes) {
+      double n = g.ranks;
+      double nvls = kCollectiveBaseLatencyS +
+                    bytes * (n + 1) / n /
+                        (busBw * g.intraLink->ncclNvlsEfficiency) +
+                    2 * intraLat;
+      flat = std::min(flat, nvls);
+    }
   }
   return flat;
 }

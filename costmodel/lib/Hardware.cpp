@@ -156,6 +156,10 @@ static llvm::Expected<HardwareCatalog> parseCatalog(const std::string &text,
     if (s.ncclBusBandwidthCapBytesPerS < 0)
       return fieldError(what, path + ".nccl_bus_bandwidth_cap_bytes_per_s: "
                                      "must not be negative");
+    s.ncclNvlsEfficiency = l.value("nccl_nvls_efficiency", 0.0);
+    if (s.ncclNvlsEfficiency < 0 || s.ncclNvlsEfficiency > 1)
+      return fieldError(what,
+                        path + ".nccl_nvls_efficiency: must be 0 to 1");
     if (l.contains("link_multiplicity")) {
       s.linkMultiplicity =
           l["link_multiplicity"].get<std::vector<std::vector<int>>>();

@@ -192,6 +192,39 @@ TEST(Collective, RingAllReduceFormula) {
   EXPECT_EQ(collectiveTime(CollectiveKind::AllReduce, bytes, GroupShape{}), 0);
 }
 
+TEST(Collective, NvlinkSharpInsideAnH100Node) {
+  // 8 H100 on NVSwitch: NVLS moves (n+1)/n of the message each way at
+  // NCCL's 0.85 of the link's 370 GB/s; the ring moves 2(n-1)/n at 370.
+  const HardwareCatalog &cat = HardwareCatalog::builtin();
+  GroupShape g;
+  g.ranks = g.ranksPerNode = 8;
+  g.intraLink = cat.link("NVLink4");
+  double bw = 450e9 * 20.6 / 25, bytes = 1e9;
+  double nvls = 8.4e-6 + 9.0 / 8 * bytes / (bw * 0.85) + 2 * 3.4e-6;
+  EXPECT_NEAR(collectiveTime(CollectiveKind::AllReduce, bytes, g), nvls,
+              1e-12);
+  GroupShape ring = g;
+  ring.nvls = false;
+  EXPECT_NEAR(collectiveTime(CollectiveKind::AllReduce, bytes, ring),
+              8.4e-6 + 2.0 * 7 / 8 * bytes / bw + 14 * 3.4e-6, 1e-12);
+  // Two ranks: the ring (one S each way) beats NVLS ((3/2)S at 0.85).
+  g.ranks = 2;
+  ring.ranks = 2;
+  EXPECT_EQ(collectiveTime(CollectiveKind::AllReduce, bytes, g),
+            collectiveTime(CollectiveKind::AllReduce, bytes, ring));
+  // Across nodes there is no NVLS (it needs one NVSwitch domain); nor on
+  // A100's NVLink3.
+  GroupShape twoNodes = ring;
+  twoNodes.ranks = 16;
+  twoNodes.ranksPerNode = 8;
+  twoNodes.nic = cat.link("IB-NDR");
+  GroupShape twoNodesNvls = twoNodes;
+  twoNodesNvls.nvls = true;
+  EXPECT_EQ(collectiveTime(CollectiveKind::AllReduce, bytes, twoNodes),
+            collectiveTime(CollectiveKind::AllReduce, bytes, twoNodesNvls));
+  EXPECT_EQ(cat.link("NVLink3")->ncclNvlsEfficiency, 0);
+}
+
 TEST(Collective, RingsAcrossNodesUseTheNodesCards) {
   // 2 nodes of 8 A100 with 4 HDR cards each (NCCL statement: ~88 GB/s bus
   // bandwidth): the rings spread over the 4 cards, 4 x 24 GB/s; of the 15

@@ -4,7 +4,11 @@
 // ranks moves 2(n-1)/n of the message through every rank's slowest link, in
 // 2(n-1) steps. All-reduce also has NCCL's pipelined tree: 2 times the
 // message through each link and 2·log2(n) latencies, faster for small
-// messages on many ranks. A group spanning nodes also has a two-level
+// messages on many ranks; and, inside one NVSwitch node that has NVLink
+// SHARP (H100, B200), NVLS: the switch reduces, so each GPU sends its
+// buffer once and receives the reduced buffer once, (n+1)/n of the message
+// each way (reduce-scatter reads n shards of S/n, all-gather multicasts
+// one), at NCCL's NVLS efficiency of the link. A group spanning nodes also has a two-level
 // (hierarchical) form: reduce-scatter inside each node, all-reduce across
 // nodes, all-gather inside; the faster of the two is used. Bandwidth is what
 // NCCL reaches on a link: its own per-link figures (src/graph/topo.h: 20 GB/s
@@ -42,6 +46,9 @@ struct GroupShape {
   /// Used when the intra-node link is point to point and no ring of its
   /// links joins the group (a PCIe path through the host).
   const LinkSpec *fallback = nullptr;
+  /// Whether an all-reduce inside one node may use NVLink SHARP where the
+  /// link has it (NCCL picks the faster of it and the ring).
+  bool nvls = true;
 };
 
 /// Rings a point-to-point topology offers to local ranks 0..ranks-1: each

@@ -61,6 +61,9 @@ struct LinkSpec {
   /// The most bus bandwidth NCCL reaches over this link whatever the link
   /// count (0: no cap), as NCCL's own model caps it.
   double ncclBusBandwidthCapBytesPerS = 0;
+  /// NVLink SHARP (NVLS): the switch reduces; the fraction of the link's
+  /// NCCL bandwidth NVLS reaches (NCCL's nvlsEfficiency; 0: no NVLS).
+  double ncclNvlsEfficiency = 0;
   std::string fallbackLink;
   std::string source;
 };
