@@ -74,10 +74,8 @@ ojson stageJson(const StageReport &st) {
             {"capacity", st.capacityBytes}}}};
 }
 
-ojson planJson(const PlanResult &r, const Workload &w, const PlanInputs &in) {
-  const StepResult &best = r.top.front();
-  const Strategy &s = best.strategy;
-  const Cluster &c = r.cluster;
+/// What every plan starts with: the format and the model it is for.
+static ojson planHeader(const Workload &w, const PlanInputs &in) {
   ojson j;
   j["schema"] = "orrery-plan";
   j["version"] = 1;
@@ -89,6 +87,14 @@ ojson planJson(const PlanResult &r, const Workload &w, const PlanInputs &in) {
                 {"parameters", w.parameters()},
                 {"tokens_per_sample", w.tokensPerSample},
                 {"layers", layers}};
+  return j;
+}
+
+ojson planJson(const PlanResult &r, const Workload &w, const PlanInputs &in) {
+  const StepResult &best = r.top.front();
+  const Strategy &s = best.strategy;
+  const Cluster &c = r.cluster;
+  ojson j = planHeader(w, in);
   j["cluster"] = {{"spec", in.clusterSpec},
                   {"digest_fnv1a64", in.clusterDigest},
                   {"devices", c.numDevices()},
@@ -148,8 +154,9 @@ static llvm::Error err(const std::string &msg) {
   return llvm::createStringError(llvm::inconvertibleErrorCode(), msg);
 }
 
-llvm::Expected<Strategy> strategyFromPlan(const nlohmann::json &plan,
-                                          const std::string &what) {
+/// The checks every plan passes whatever its strategy's kind.
+static llvm::Error checkEnvelope(const nlohmann::json &plan,
+                                 const std::string &what) {
   if (!plan.is_object())
     return err(what + ": a plan must be a JSON object");
   if (plan.value("schema", "") != "orrery-plan")
@@ -159,6 +166,13 @@ llvm::Expected<Strategy> strategyFromPlan(const nlohmann::json &plan,
     return err(what + ": version: expected 1");
   if (!plan.contains("strategy") || !plan["strategy"].is_object())
     return err(what + ": strategy: missing");
+  return llvm::Error::success();
+}
+
+llvm::Expected<Strategy> strategyFromPlan(const nlohmann::json &plan,
+                                          const std::string &what) {
+  if (auto e = checkEnvelope(plan, what))
+    return std::move(e);
   const nlohmann::json &j = plan["strategy"];
   Strategy s;
   auto integer = [&](const char *key, auto &out, long long lo) -> llvm::Error {
@@ -317,17 +331,7 @@ ojson heteroStagesJson(const HeteroResult &r, const std::vector<Pool> &pools) {
 ojson heteroPlanJson(const HeteroPlanResult &r, const Workload &w,
                      const PlanInputs &in, const Cluster &c) {
   const HeteroResult &best = r.top.front();
-  ojson j;
-  j["schema"] = "orrery-plan";
-  j["version"] = 1;
-  ojson layers = ojson::array();
-  for (const LayerRun &run : w.layers)
-    layers.push_back({{"kind", w.kinds[run.kind].name}, {"count", run.count}});
-  j["model"] = {{"source", in.modelPath},
-                {"digest_fnv1a64", in.modelDigest},
-                {"parameters", w.parameters()},
-                {"tokens_per_sample", w.tokensPerSample},
-                {"layers", layers}};
+  ojson j = planHeader(w, in);
   ojson pools = ojson::array();
   for (size_t p = 0; p < r.pools.size(); ++p) {
     const Pool &pool = r.pools[p];
@@ -365,11 +369,8 @@ bool isHeteroPlan(const nlohmann::json &plan) {
 
 llvm::Expected<HeteroStrategy> heteroStrategyFromPlan(const nlohmann::json &plan,
                                                       const std::string &what) {
-  if (plan.value("schema", "") != "orrery-plan")
-    return err(what + ": schema: expected \"orrery-plan\"");
-  if (!plan.contains("version") || !plan["version"].is_number_integer() ||
-      plan["version"] != 1)
-    return err(what + ": version: expected 1");
+  if (auto e = checkEnvelope(plan, what))
+    return std::move(e);
   const nlohmann::json &j = plan["strategy"];
   HeteroStrategy s;
   auto integer = [&](const nlohmann::json &obj, const std::string &where,

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <map>
+#include <optional>
 #include <queue>
 #include <tuple>
 
@@ -390,7 +391,7 @@ void Search::perPoolGroups() {
     return;
   struct Option {
     ReplicaGroup group; ///< microBatches empty
-    double perSampleS = 0, slowestS = 0, fixedS = 0, perMicroBatchS = 0;
+    double perSampleS = 0, fixedS = 0, perMicroBatchS = 0;
   };
   // The best options per pool (any micro-batch size), from the single-pool
   // pipelines already enumerated.
@@ -408,8 +409,7 @@ void Search::perPoolGroups() {
     Option opt;
     opt.group = g;
     opt.group.microBatches.clear();
-    opt.slowestS = cand.slowestS;
-    opt.perSampleS = opt.slowestS / double(g.replicas * g.microBatch);
+    opt.perSampleS = cand.slowestS / double(g.replicas * g.microBatch);
     options[pool].push_back(opt);
   }
   for (auto &[pool, list] : options) {
@@ -625,8 +625,7 @@ llvm::Expected<HeteroPlanResult> Search::run() {
 
   int K = std::max(1, o.topK);
   std::vector<HeteroResult> best;
-  const HeteroResult *closest = nullptr;
-  HeteroResult closestStore;
+  std::optional<HeteroResult> closest; // the smallest shortfall
   // ZeRO-1 first; ZeRO-3 (weights and gradients sharded over a group's
   // replicas too) only when nothing fits without it, as the homogeneous
   // planner does.
@@ -674,9 +673,8 @@ llvm::Expected<HeteroPlanResult> Search::run() {
       }
       if (!r->fits) {
         if (!closest ||
-            r->memoryShortfallBytes < closestStore.memoryShortfallBytes) {
-          closestStore = *r;
-          closest = &closestStore;
+            r->memoryShortfallBytes < closest->memoryShortfallBytes) {
+          closest = std::move(*r);
         }
         continue;
       }

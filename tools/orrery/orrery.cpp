@@ -268,16 +268,33 @@ int writeReport(const orrery::ReportData &d, const std::string &path) {
   return 0;
 }
 
-/// `orrery check` of a heterogeneous plan: re-simulates it and compares.
-int checkHeteroPlan(const nlohmann::json &planDoc, const std::string &what,
-                    const orrery::Workload &w, const orrery::Cluster &c,
-                    const orrery::PlanInputs &inputs,
-                    const std::string &modelPath,
-                    const std::string &clusterSpec,
-                    const std::string &reportOut) {
-  auto strategy = orrery::heteroStrategyFromPlan(planDoc, what);
-  if (!strategy)
-    return fail(llvm::toString(strategy.takeError()));
+/// The bytes of a file; false when it cannot be read.
+bool readFileBytes(const std::string &path, std::string &out) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f)
+    return false;
+  std::ostringstream ss;
+  ss << f.rdbuf();
+  out = ss.str();
+  return true;
+}
+
+/// A plan file as JSON; on failure prints the one-line error and returns
+/// its exit code.
+int readPlanFile(const std::string &path, nlohmann::json &doc) {
+  std::string text;
+  if (!readFileBytes(path, text))
+    return fail(path + ": cannot open file");
+  doc = nlohmann::json::parse(text, nullptr, false);
+  if (doc.is_discarded() || !doc.is_object())
+    return fail(path + ": not valid JSON");
+  return 0;
+}
+
+/// A plan's model and cluster digests against the inputs at hand.
+int checkDigests(const nlohmann::json &planDoc, const std::string &what,
+                 const orrery::PlanInputs &inputs, const std::string &modelPath,
+                 const std::string &clusterSpec) {
   std::string wantModel = planDoc["model"].value("digest_fnv1a64", "");
   if (wantModel != inputs.modelDigest)
     return fail(what + ": model.digest_fnv1a64 " + wantModel +
@@ -288,6 +305,16 @@ int checkHeteroPlan(const nlohmann::json &planDoc, const std::string &what,
     return fail(what + ": cluster.digest_fnv1a64 " + wantCluster +
                 " differs from " + clusterSpec + " (" + inputs.clusterDigest +
                 "): the plan is for another cluster");
+  return 0;
+}
+
+/// `orrery check` of a heterogeneous plan: re-simulates it and compares.
+int checkHeteroPlan(const nlohmann::json &planDoc, const std::string &what,
+                    const orrery::Workload &w, const orrery::Cluster &c,
+                    const std::string &reportOut) {
+  auto strategy = orrery::heteroStrategyFromPlan(planDoc, what);
+  if (!strategy)
+    return fail(llvm::toString(strategy.takeError()));
   auto result = orrery::simulateHetero(w, c, *strategy);
   if (!result)
     return fail(what + ": " + llvm::toString(result.takeError()));
@@ -550,14 +577,9 @@ int main(int argc, char **argv) {
     return 0;
   }
   if (*exportCmd) {
-    std::ifstream f(exportPlanPath);
-    std::stringstream text;
-    text << f.rdbuf();
-    if (!f)
-      return fail(exportPlanPath + ": cannot open file");
-    nlohmann::json planDoc = nlohmann::json::parse(text.str(), nullptr, false);
-    if (planDoc.is_discarded() || !planDoc.is_object())
-      return fail(exportPlanPath + ": not valid JSON");
+    nlohmann::json planDoc;
+    if (int readRc = readPlanFile(exportPlanPath, planDoc))
+      return readRc;
     auto plan = orrery::readExportPlan(planDoc, exportPlanPath);
     if (!plan)
       return fail(llvm::toString(plan.takeError()));
@@ -572,11 +594,10 @@ int main(int argc, char **argv) {
         return fail(exportPlanPath + ": cluster.spec: " +
                     llvm::toString(cluster.takeError()));
       ModelArgs args{exportModel.empty() ? plan->model : exportModel, {}};
-      std::ifstream m(resolveModel(args.path), std::ios::binary);
-      std::stringstream bytes;
-      bytes << m.rdbuf();
+      std::string bytes;
+      readFileBytes(resolveModel(args.path), bytes);
       std::string want = planDoc["model"].value("digest_fnv1a64", "");
-      if (orrery::digestOf(bytes.str()) != want)
+      if (orrery::digestOf(bytes) != want)
         return fail(exportPlanPath + ": model.digest_fnv1a64 " + want +
                     " differs from " + args.path +
                     ": the plan is for another model");
@@ -610,16 +631,9 @@ int main(int argc, char **argv) {
     if (strategyText.empty() && simPlan.empty())
       return fail("simulate: give --strategy or --plan");
     nlohmann::json planDoc;
-    if (!simPlan.empty()) {
-      std::ifstream f(simPlan);
-      std::stringstream text;
-      text << f.rdbuf();
-      if (!f)
-        return fail("--plan " + simPlan + ": cannot open file");
-      planDoc = nlohmann::json::parse(text.str(), nullptr, false);
-      if (planDoc.is_discarded() || !planDoc.is_object())
-        return fail(simPlan + ": not valid JSON");
-    }
+    if (!simPlan.empty())
+      if (int readRc = readPlanFile(simPlan, planDoc))
+        return readRc;
     if (!simPlan.empty() && orrery::isHeteroPlan(planDoc)) {
       auto hetero = orrery::heteroStrategyFromPlan(planDoc, simPlan);
       if (!hetero)
@@ -692,25 +706,12 @@ int main(int argc, char **argv) {
   }
   if (*planCmd || checking) {
     // Shared by plan, check and report: the workload (batch 1), the cluster.
-    auto readFile = [](const std::string &path, std::string &out) {
-      std::ifstream f(path, std::ios::binary);
-      if (!f)
-        return false;
-      std::ostringstream ss;
-      ss << f.rdbuf();
-      out = ss.str();
-      return true;
-    };
     nlohmann::json planDoc;
     ModelArgs args = planArgs;
     std::string clusterSpec = planCluster;
     if (checking) {
-      std::string text;
-      if (!readFile(checkPlan, text))
-        return fail(checkPlan + ": cannot open file");
-      planDoc = nlohmann::json::parse(text, nullptr, false);
-      if (planDoc.is_discarded() || !planDoc.is_object())
-        return fail(checkPlan + ": not valid JSON");
+      if (int readRc = readPlanFile(checkPlan, planDoc))
+        return readRc;
       if (!planDoc.contains("model") || !planDoc["model"].is_object() ||
           !planDoc["model"].contains("source") ||
           !planDoc["model"]["source"].is_string())
@@ -748,31 +749,23 @@ int main(int argc, char **argv) {
     if (!workload)
       return fail(args.path + ": " + llvm::toString(workload.takeError()));
     std::string modelBytes, clusterBytes = clusterSpec;
-    readFile(resolveModel(args.path), modelBytes);
+    readFileBytes(resolveModel(args.path), modelBytes);
     if (clusterSpec.find(".json") != std::string::npos)
-      readFile(clusterSpec, clusterBytes);
+      readFileBytes(clusterSpec, clusterBytes);
     orrery::PlanInputs inputs{args.path, orrery::digestOf(modelBytes),
                               clusterSpec, orrery::digestOf(clusterBytes)};
 
+    if (checking)
+      if (int digestRc =
+              checkDigests(planDoc, checkPlan, inputs, args.path, clusterSpec))
+        return digestRc;
     if (checking && orrery::isHeteroPlan(planDoc))
-      return checkHeteroPlan(planDoc, checkPlan, *workload, *cluster, inputs,
-                             args.path, clusterSpec,
+      return checkHeteroPlan(planDoc, checkPlan, *workload, *cluster,
                              reporting ? reportOut : "");
     if (checking) {
       auto strategy = orrery::strategyFromPlan(planDoc, checkPlan);
       if (!strategy)
         return fail(llvm::toString(strategy.takeError()));
-      std::string wantModel = planDoc["model"].value("digest_fnv1a64", "");
-      if (wantModel != inputs.modelDigest)
-        return fail(checkPlan + ": model.digest_fnv1a64 " + wantModel +
-                    " differs from " + args.path + " (" + inputs.modelDigest +
-                    "): the plan is for another model");
-      std::string wantCluster = planDoc["cluster"].value("digest_fnv1a64", "");
-      if (wantCluster != inputs.clusterDigest)
-        return fail(checkPlan + ": cluster.digest_fnv1a64 " + wantCluster +
-                    " differs from " + clusterSpec + " (" +
-                    inputs.clusterDigest +
-                    "): the plan is for another cluster");
       auto result = orrery::simulateStep(*workload, *cluster, *strategy);
       if (!result)
         return fail(checkPlan + ": " + llvm::toString(result.takeError()));
