@@ -44,6 +44,68 @@ static bool isFusible(Operation *op) {
              HardSigmoidOp, LeakyReluOp, MaxOp, MinOp, SumOp>(op);
 }
 
+/// What bounds the kernel of an op that is not a contraction when memory
+/// does.
+static KernelClass kernelClassOf(Operation *op) {
+  if (isa<DropoutOp>(op))
+    return KernelClass::Random;
+  if (isa<SoftmaxOp, LogSoftmaxOp, LayerNormalizationOp,
+          BatchNormalizationOp, InstanceNormalizationOp, ReduceMeanOp,
+          ReduceSumOp, ReduceMaxOp, ReduceMinOp, ReduceProdOp, ReduceL2Op,
+          ReduceSumSquareOp, ReduceLogSumExpOp, ArgMaxOp, ArgMinOp>(op))
+    return KernelClass::Reduction;
+  return KernelClass::Pointwise;
+}
+
+/// Whether the backward pass computes a gradient for `v`.
+static bool needsGradient(Value v) { return isActivation(v) || isWeight(v); }
+
+/// What an op's backward pass reads and writes (docs/costmodel.md), by the
+/// gradients it computes: dy is the gradient of its result, dx of an input.
+/// Contractions and ops without a rule here keep the default (twice the
+/// forward bytes).
+static void priceBackward(Operation *op, OpCost &c) {
+  if (c.contraction || op->getNumResults() != 1 || op->getNumRegions())
+    return;
+  int64_t out = tensorBytes(op->getResult(0).getType());
+  int64_t elements = numElements(op->getResult(0).getType());
+  auto set = [&](int64_t bytes, int kernels) {
+    c.backwardBytes = bytes;
+    c.backwardKernels = kernels;
+  };
+  if (isa<DropoutOp>(op))
+    return set(2 * out + elements, 1); // dy, the one-byte mask; dx
+  if (isa<SoftmaxOp, LogSoftmaxOp>(op))
+    return set(3 * out, 1); // y, dy; dx
+  if (isa<LayerNormalizationOp, BatchNormalizationOp,
+          InstanceNormalizationOp>(op))
+    return set(5 * out, 2); // x, dy; dx; then x, dy again for dγ, dβ
+  if (isa<AddOp, SubOp>(op)) {
+    // dy is each input's gradient as it is; an input broadcast to the
+    // result (a bias) sums dy over the broadcast dimensions.
+    int kernels = 0;
+    for (Value v : op->getOperands())
+      if (needsGradient(v) && tensorBytes(v.getType()) < out)
+        ++kernels;
+    return set(kernels * out, kernels);
+  }
+  if (isa<MulOp, DivOp>(op)) {
+    // Each input's gradient: dy times the other input.
+    int64_t bytes = 0;
+    int kernels = 0;
+    for (Value v : op->getOperands())
+      if (needsGradient(v)) {
+        bytes += 2 * out + tensorBytes(v.getType());
+        ++kernels;
+      }
+    return set(bytes, kernels);
+  }
+  if (isa<CastOp, NegOp, IdentityOp>(op))
+    return set(2 * out, 1); // dy; dx
+  if (op->getNumOperands() == 1 && isFusible(op))
+    return set(3 * out, 1); // dy and the kept input; dx
+}
+
 /// Looks through views to the op that computed `v`.
 static Operation *producerThroughViews(Value v) {
   Operation *def = v.getDefiningOp();
@@ -95,7 +157,9 @@ static void analyzeParallelism(func::FuncOp func, LayerKind &kind,
     c.bytesRead = cost.getBytesRead();
     c.bytesWritten = cost.getBytesWritten();
     c.contraction = isContractionOp(&op);
+    c.kernelClass = kernelClassOf(&op);
     c.view = isView(&op);
+    priceBackward(&op, c);
     auto column = layout.columnParallel.find(&op);
     if (column != layout.columnParallel.end()) {
       c.tensorParallel = true;
@@ -234,6 +298,97 @@ static LayerKind measureKind(func::FuncOp func, const LayoutCosts &costs) {
   return kind;
 }
 
+/// Whether the graph computes its own training loss.
+static bool hasLossOp(ModuleOp module) {
+  bool found = false;
+  module.walk([&](OnnxOp op) {
+    StringRef t = op.getOpType();
+    found |= t == "SoftmaxCrossEntropyLoss" || t == "NegativeLogLikelihoodLoss";
+  });
+  return found;
+}
+
+/// A training step ends with a loss, which an exported model usually leaves
+/// out (it returns logits). Unless the graph has one, the step is priced
+/// with the softmax cross-entropy that Megatron-LM and PyTorch compute over
+/// the class (last) axis of @main's first floating-point result, in fp32:
+/// forward, the logits are read and an fp32 copy and its log-probabilities
+/// written (two kernels, 5 FLOP per element); backward, as the simulator
+/// prices every op, twice the bytes. The fp32 log-probabilities are kept
+/// for backward (Korthikanti et al. 2022 count these 4·s·b·v bytes on the
+/// last stage). The loss joins the layer that returns the logits when that
+/// layer occurs once (a model's head) and splits as the logits do (vocab-
+/// parallel cross-entropy under tensor parallelism).
+static void addTrainingLoss(ModuleOp module, func::FuncOp main, Workload &w,
+                            const std::map<std::string, size_t> &kindIndex) {
+  if (hasLossOp(module))
+    return;
+  Operation *ret = main.getBody().front().getTerminator();
+  for (Value v : ret->getOperands()) {
+    auto t = dyn_cast<RankedTensorType>(v.getType());
+    if (!t || !isa<FloatType>(t.getElementType()) || t.getRank() < 2 ||
+        !t.hasStaticShape())
+      continue;
+    auto call = v.getDefiningOp<func::CallOp>();
+    if (!call)
+      return;
+    auto it = kindIndex.find(call.getCallee().str());
+    if (it == kindIndex.end() || w.kinds[it->second].count != 1)
+      return;
+    auto callee = module.lookupSymbol<func::FuncOp>(call.getCallee());
+    Value inner = callee.getBody().front().getTerminator()->getOperand(
+        cast<OpResult>(v).getResultNumber());
+    // The op that computes the logits (through views), at its place in the
+    // kind's op list.
+    Operation *producer = producerThroughViews(inner);
+    size_t index = 0;
+    bool found = false;
+    for (Operation &op : callee.getBody().front().without_terminator()) {
+      if (!isa<CostOpInterface>(op) || isa<ConstantOp, NoneOp>(op))
+        continue;
+      if (&op == producer) {
+        found = true;
+        break;
+      }
+      ++index;
+    }
+    int64_t n = numElements(t);
+    OpCost loss;
+    loss.name = "training_loss:softmax_cross_entropy";
+    loss.forwardFlops = 5 * n;
+    loss.backwardFlops = 5 * n;
+    loss.bytesRead = tensorBytes(t) + 4 * n;
+    loss.bytesWritten = 8 * n;
+    loss.kernelClass = KernelClass::Reduction;
+    // Backward: the gradient of the logits, softmax minus the one-hot
+    // labels, from the kept log-probabilities, in fp32, then in the logits'
+    // own type.
+    loss.backwardBytes = 8 * n + 4 * n + tensorBytes(t);
+    loss.backwardKernels = 2;
+    auto addTo = [&](LayerKind &kind) {
+      loss.tensorParallel = found && index < kind.ops.size() &&
+                            kind.ops[index].tensorParallel;
+      kind.ops.push_back(loss);
+      kind.forwardFlops += loss.forwardFlops;
+      kind.backwardFlops += loss.backwardFlops;
+      kind.bytesRead += loss.bytesRead;
+      kind.bytesWritten += loss.bytesWritten;
+      kind.savedActivationBytes += 4 * n;
+      (loss.tensorParallel ? kind.savedShardedBytes
+                           : kind.savedReplicatedBytes) += 4 * n;
+    };
+    LayerKind &kind = w.kinds[it->second];
+    addTo(kind);
+    if (kind.batchSplitLayout) {
+      auto alt = std::make_shared<LayerKind>(*kind.batchSplitLayout);
+      addTo(*alt);
+      kind.batchSplitLayout = alt;
+    }
+    w.hasImpliedLoss = true;
+    return;
+  }
+}
+
 llvm::Expected<Workload> buildWorkload(ModuleOp module,
                                        const LayoutCosts &costs) {
   auto main = module.lookupSymbol<func::FuncOp>("main");
@@ -319,6 +474,7 @@ llvm::Expected<Workload> buildWorkload(ModuleOp module,
     return llvm::createStringError(
         llvm::inconvertibleErrorCode(),
         "@main has no layers: run orrery-outline-layers first");
+  addTrainingLoss(module, main, w, kindIndex);
   // Costs saturate instead of overflowing; a saturated figure is an error,
   // never a number to plan with.
   for (int64_t total : {w.forwardFlops(), w.backwardFlops(),

@@ -128,6 +128,30 @@ static llvm::Expected<HardwareCatalog> parseCatalog(const std::string &text,
       return std::move(e);
     if (auto e = number(d, "power_w", path, s.powerW))
       return std::move(e);
+    if (d.contains("measured_kernel_profile")) {
+      const nlohmann::json &k = d["measured_kernel_profile"];
+      std::string kpath = path + ".measured_kernel_profile";
+      if (!k.is_object())
+        return fieldError(what, kpath + ": must be an object");
+      KernelModel m;
+      for (auto [key, out] :
+           {std::pair<const char *, double *>{"gemm_efficiency",
+                                              &m.gemmEfficiency},
+            {"gemm_half_efficiency_s", &m.gemmHalfEfficiencyS},
+            {"gemm_memory_efficiency", &m.gemmMemoryEfficiency},
+            {"pointwise_memory_efficiency", &m.pointwiseMemoryEfficiency},
+            {"reduction_memory_efficiency", &m.reductionMemoryEfficiency},
+            {"random_memory_efficiency", &m.randomMemoryEfficiency},
+            {"kernel_launch_s", &m.kernelLaunchS}}) {
+        if (auto e = number(k, key, kpath, *out))
+          return std::move(e);
+        if (llvm::StringRef(key).ends_with("efficiency") && *out > 1)
+          return fieldError(what, kpath + "." + key +
+                                      ": an efficiency above 1");
+      }
+      s.measuredKernels = m;
+      s.measuredKernelsSource = k.value("source", "");
+    }
     devicesOut.push_back(std::move(s));
   }
   const nlohmann::json &links = j.value("links", nlohmann::json::array());

@@ -43,6 +43,8 @@ struct LayerTime {
   double keptBytes = 0;
   /// Bytes one micro-batch needs while this layer runs its backward.
   double workingBytes = 0;
+  /// Its forward runs again in backward (full recompute of a repeated layer).
+  bool fullRecompute = false;
 };
 
 struct Task {
@@ -72,7 +74,7 @@ private:
            s.cp;
   }
   double opTime(const DeviceSpec &dev, double flops, double bytes,
-                bool contraction, int kernels) const;
+                KernelClass c, int kernels) const;
   LayerTime layerTime(const LayerKind &k, const StagePlacement &p) const;
   std::vector<std::vector<int>>
   chunkLayers(std::vector<size_t> &sequence) const;
@@ -97,21 +99,29 @@ GroupShape groupShapeIn(const NodeGroup &group, int stride, int ranks) {
   return g;
 }
 
-namespace {
-
-double Simulation::opTime(const DeviceSpec &dev, double flops, double bytes,
-                          bool contraction, int kernels) const {
-  double peak = contraction ? dev.tensorPeak(s.precision) : dev.vectorPeak();
+double kernelSeconds(const DeviceSpec &dev, const KernelModel &k,
+                     Precision precision, double flops, double bytes,
+                     KernelClass c, int kernels) {
+  bool gemm = c == KernelClass::Gemm;
+  double peak = gemm ? dev.tensorPeak(precision) : dev.vectorPeak();
   double compute = 0;
   if (flops > 0) {
     double ideal = flops / peak;
     double eff =
-        contraction ? a.gemmEfficiency * ideal / (ideal + a.gemmHalfEfficiencyS)
-                    : 1.0;
+        gemm ? k.gemmEfficiency * ideal / (ideal + k.gemmHalfEfficiencyS) : 1.0;
     compute = ideal / std::max(eff, 1e-6);
   }
-  double memory = bytes / (dev.memoryBandwidthBytesPerS * a.memoryEfficiency);
-  return std::max(compute, memory) + kernels * a.kernelLaunchS;
+  double memory =
+      bytes / (dev.memoryBandwidthBytesPerS * k.memoryEfficiency(c));
+  return std::max(compute, memory) + kernels * k.kernelLaunchS;
+}
+
+namespace {
+
+double Simulation::opTime(const DeviceSpec &dev, double flops, double bytes,
+                          KernelClass c, int kernels) const {
+  return kernelSeconds(dev, a.kernelsFor(dev), s.precision, flops, bytes, c,
+                       kernels);
 }
 
 LayerTime Simulation::layerTime(const LayerKind &k,
@@ -135,11 +145,22 @@ LayerTime Simulation::layerTime(const LayerKind &k,
       kernels = 0;
     }
     double bytes = moved * sc / split;
-    double fwd = opTime(dev, f, bytes, op.contraction, kernels);
-    // Backward: two kernels per contraction (input and weight gradients),
-    // each moving about the forward's bytes.
-    double bwd = opTime(dev, b, 2 * bytes, op.contraction,
-                        op.contraction ? 2 : kernels);
+    KernelClass cls = op.contraction ? KernelClass::Gemm : op.kernelClass;
+    double fwd = opTime(dev, f, bytes, cls, kernels);
+    // Backward: what the op's gradients read and write, else two kernels per
+    // contraction (input and weight gradients), each moving about the
+    // forward's bytes. A fused chain's backward is fused too.
+    double backMoved = op.backwardBytes >= 0 ? double(op.backwardBytes)
+                                             : 2 * double(op.bytesRead +
+                                                          op.bytesWritten);
+    int backKernels = op.backwardKernels >= 0 ? op.backwardKernels
+                      : op.contraction        ? 2
+                                              : 1;
+    if (op.fusesWithPrevious) {
+      backMoved = std::max(0.0, backMoved - 2.0 * op.fusedIntermediateBytes);
+      backKernels = 0;
+    }
+    double bwd = opTime(dev, b, backMoved * sc / split, cls, backKernels);
     t.forwardComputeS += fwd;
     t.backwardComputeS += bwd;
     if (tpDeg > 1) {
@@ -186,7 +207,13 @@ LayerTime Simulation::layerTime(const LayerKind &k,
   double all = k.savedReplicatedBytes * sc / stream +
                k.savedShardedBytes * sc / tp + k.savedCoreBytes * sc / tp;
   t.workingBytes = all;
-  switch (s.recompute) {
+  // Recomputation checkpoints the repeated layers (Megatron-LM's
+  // transformer layers); a layer that occurs once (the embedding, the head
+  // and its loss) keeps its activations.
+  Recompute recompute = k.count > 1 ? s.recompute : Recompute::None;
+  if (recompute == Recompute::None)
+    t.workingBytes = 0;
+  switch (recompute) {
   case Recompute::None:
     t.keptBytes = all;
     break;
@@ -194,6 +221,7 @@ LayerTime Simulation::layerTime(const LayerKind &k,
     t.keptBytes = all - k.savedCoreBytes * sc / tp;
     break;
   case Recompute::Full:
+    t.fullRecompute = true;
     t.keptBytes = k.inputBytes * sc / stream;
     t.recomputeS = t.forwardComputeS + t.forwardTpS;
     t.recomputeFlops = 0;
@@ -409,10 +437,9 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
       fwdS[ch] += t.forwardComputeS + t.forwardTpS;
       bwdS[ch] += t.backwardComputeS + t.backwardTpS + t.recomputeS;
       tpS[ch] += t.forwardTpS + t.backwardTpS +
-                 (s.recompute == Recompute::Full ? t.forwardTpS : 0);
-      computeS[ch] +=
-          t.forwardComputeS + t.backwardComputeS +
-          (s.recompute == Recompute::Full ? t.forwardComputeS : t.recomputeS);
+                 (t.fullRecompute ? t.forwardTpS : 0);
+      computeS[ch] += t.forwardComputeS + t.backwardComputeS +
+                      (t.fullRecompute ? t.forwardComputeS : t.recomputeS);
       recompFlops[ch] += t.recomputeFlops;
       keptBytes[ch] += t.keptBytes;
       workingBytes[ch] = std::max(workingBytes[ch], t.workingBytes);
@@ -503,13 +530,19 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
                              tpGrad * a.gradBytesPerParam, at[i].tpGroup);
     dpExposed[i] = std::max(0.0, grad - lastBackwardS[i]);
     double shard = s.zeroStage >= 1 ? s.dp : 1;
+    // Megatron-LM's step over the device's shard, per parameter: the
+    // gradient read for its norm (clipping) and again by Adam; the fp32
+    // master weight, momentum and variance read and written; the master
+    // read again and copied into the half-precision weight; the gradient
+    // buffer zeroed for the next step. Five kernels.
+    double masterBytes = 4;
     double optBytes = perDevice / shard *
-                      (a.weightBytesPerParam + a.gradBytesPerParam +
-                       2 * a.optimizerBytesPerParam);
+                      (3 * a.gradBytesPerParam + 2 * a.optimizerBytesPerParam +
+                       masterBytes + a.weightBytesPerParam);
     optS[i] = s.offloadOptimizer
                   ? perDevice / shard * 16 / 31.5e9
                   : opTime(*at[i].device, perDevice / shard * 10, optBytes,
-                           false, 4);
+                           KernelClass::Pointwise, 5);
     finish[i] = free[i] + dpExposed[i] + optS[i];
     if (finish[i] > stepS) {
       stepS = finish[i];

@@ -35,6 +35,52 @@ TEST(Catalog, HasTheDatasheetPeaks) {
     EXPECT_FALSE(d.source.empty()) << d.name;
 }
 
+TEST(Catalog, MeasuredKernelProfiles) {
+  // The H200 carries the profile fitted to kernels measured on one
+  // (bench/measured/); a device without one has none.
+  const HardwareCatalog &c = HardwareCatalog::builtin();
+  const DeviceSpec *h200 = c.device("H200");
+  ASSERT_TRUE(h200 && h200->measuredKernels);
+  EXPECT_LT(h200->measuredKernels->gemmEfficiency, 0.8);
+  EXPECT_LT(h200->measuredKernels->reductionMemoryEfficiency,
+            h200->measuredKernels->pointwiseMemoryEfficiency);
+  EXPECT_NE(h200->measuredKernelsSource.find("bench/measured/"),
+            std::string::npos);
+  EXPECT_FALSE(c.device("A100-80G")->measuredKernels);
+  // Each field is checked and named.
+  auto parse = [](const std::string &profile) {
+    return HardwareCatalog::parse(
+        R"({"devices": [{"name": "X", "peak_flop_per_s": {"fp16": 1e14},
+            "memory_bytes": 1e10, "memory_bandwidth_bytes_per_s": 1e12,
+            "power_w": 300, "measured_kernel_profile": )" +
+            profile + "}]}",
+        "catalog.json");
+  };
+  std::string good =
+      R"({"gemm_efficiency": 0.7, "gemm_half_efficiency_s": 1e-6,
+          "gemm_memory_efficiency": 0.8, "pointwise_memory_efficiency": 0.7,
+          "reduction_memory_efficiency": 0.4, "random_memory_efficiency": 0.35,
+          "kernel_launch_s": 3e-6})";
+  auto ok = parse(good);
+  ASSERT_TRUE(bool(ok)) << errorOf(ok);
+  EXPECT_EQ(ok->devices()[0].measuredKernels->memoryEfficiency(
+                KernelClass::Random),
+            0.35);
+  std::string above = good;
+  above.replace(above.find("0.4"), 3, "1.4");
+  auto bad = parse(above);
+  EXPECT_NE(errorOf(bad).find("device 'X'.measured_kernel_profile."
+                              "reduction_memory_efficiency: an efficiency "
+                              "above 1"),
+            std::string::npos)
+      << errorOf(bad);
+  auto missing = parse(R"({"gemm_efficiency": 0.7})");
+  EXPECT_NE(errorOf(missing).find("measured_kernel_profile."
+                                  "gemm_half_efficiency_s: missing"),
+            std::string::npos)
+      << errorOf(missing);
+}
+
 TEST(Cluster, Presets) {
   auto one = parseClusterPreset("8xA100-80G", HardwareCatalog::builtin());
   ASSERT_TRUE(bool(one)) << errorOf(one);

@@ -246,4 +246,111 @@ TEST(Parallelism, WorkloadKeepsALayoutForMicroBatchesThatSplit) {
   EXPECT_NE(rOn->strategy.str().find("tpbatch=1"), std::string::npos);
 }
 
+/// An outlined module: @main feeds its input through one call of @head.
+const char *kHeadOnly = R"(
+module {
+  func.func @main(%x: tensor<1x8x16xf16>) -> tensor<1x8x32xf16> {
+    %w = orrery.weight "w" trainable : tensor<16x32xf16>
+    %y = func.call @head(%x, %w) : (tensor<1x8x16xf16>, tensor<16x32xf16>) -> tensor<1x8x32xf16>
+    return %y : tensor<1x8x32xf16>
+  }
+  func.func private @head(%x: tensor<1x8x16xf16>, %w: tensor<16x32xf16> {orrery.weight = true}) -> tensor<1x8x32xf16> {
+    %y = orrery.matmul(%x, %w) : (tensor<1x8x16xf16>, tensor<16x32xf16>) -> tensor<1x8x32xf16>
+    %z = orrery.identity(%y) : (tensor<1x8x32xf16>) -> tensor<1x8x32xf16>
+    LOSS
+    return %z : tensor<1x8x32xf16>
+  }
+}
+)";
+
+std::string headOnly(const std::string &loss) {
+  std::string text = kHeadOnly;
+  text.replace(text.find("LOSS"), 4, loss);
+  return text;
+}
+
+TEST(Workload, TheStepEndsWithTheLossOfTheLogits) {
+  // No loss in the graph: the head's kind gets Megatron's fp32 softmax
+  // cross-entropy over its 256 logits: 5 FLOP per element each way, the
+  // logits read, an fp32 copy and the log-probabilities written and kept.
+  MLIRContext ctx;
+  auto module = orrery::test::parse(ctx, headOnly(""));
+  ASSERT_TRUE(module);
+  auto w = orrery::buildWorkload(*module);
+  ASSERT_TRUE(bool(w)) << llvm::toString(w.takeError());
+  EXPECT_TRUE(w->hasImpliedLoss);
+  const orrery::LayerKind &head = w->kinds.front();
+  const orrery::OpCost &loss = head.ops.back();
+  EXPECT_EQ(loss.name, "training_loss:softmax_cross_entropy");
+  int64_t n = 256;
+  EXPECT_EQ(loss.forwardFlops, 5 * n);
+  EXPECT_EQ(loss.bytesRead, 2 * n + 4 * n);
+  EXPECT_EQ(loss.bytesWritten, 8 * n);
+  EXPECT_EQ(loss.backwardBytes, 12 * n + 2 * n);
+  EXPECT_EQ(loss.kernelClass, orrery::KernelClass::Reduction);
+  EXPECT_EQ(head.savedReplicatedBytes + head.savedShardedBytes +
+                head.savedCoreBytes,
+            4 * n + 2 * 8 * 16); // the log-probabilities, the matmul input
+  // A graph with its own loss gets none added.
+  MLIRContext ctx2;
+  auto withLoss = orrery::test::parse(
+      ctx2, headOnly("%l = orrery.onnx_op \"SoftmaxCrossEntropyLoss\" \"\" "
+                     "(%y) : (tensor<1x8x32xf16>) -> tensor<f32>"));
+  ASSERT_TRUE(withLoss);
+  auto w2 = orrery::buildWorkload(*withLoss);
+  ASSERT_TRUE(bool(w2)) << llvm::toString(w2.takeError());
+  EXPECT_FALSE(w2->hasImpliedLoss);
+  for (const orrery::OpCost &op : w2->kinds.front().ops)
+    EXPECT_NE(op.name, "training_loss:softmax_cross_entropy");
+}
+
+TEST(Workload, BackwardMovesWhatTheGradientsNeed) {
+  // Per op: dy is the result's gradient. A residual add passes dy through
+  // (no kernel); a bias add sums it (one read); GELU reads dy and its input
+  // and writes dx; softmax reads y and dy; dropout reads dy and its one-byte
+  // mask; a layer norm reads x and dy twice (dx, then dγ and dβ).
+  MLIRContext ctx;
+  auto module = orrery::test::parse(ctx, R"(
+module {
+  func.func @main(%x: tensor<1x8x16xf16>) -> tensor<1x8x16xf16> {
+    %b = orrery.weight "b" trainable : tensor<16xf16>
+    %g = orrery.weight "g" trainable : tensor<16xf16>
+    %y = func.call @layer(%x, %b, %g) : (tensor<1x8x16xf16>, tensor<16xf16>, tensor<16xf16>) -> tensor<1x8x16xf16>
+    return %y : tensor<1x8x16xf16>
+  }
+  func.func private @layer(%x: tensor<1x8x16xf16>, %b: tensor<16xf16> {orrery.weight = true}, %g: tensor<16xf16> {orrery.weight = true}) -> tensor<1x8x16xf16> {
+    %n = orrery.layer_normalization(%x, %g, %b) {axis = -1 : i64} : (tensor<1x8x16xf16>, tensor<16xf16>, tensor<16xf16>) -> tensor<1x8x16xf16>
+    %a = orrery.add(%n, %b) : (tensor<1x8x16xf16>, tensor<16xf16>) -> tensor<1x8x16xf16>
+    %s = orrery.softmax(%a) {axis = -1 : i64} : (tensor<1x8x16xf16>) -> tensor<1x8x16xf16>
+    %d = orrery.dropout(%s) : (tensor<1x8x16xf16>) -> tensor<1x8x16xf16>
+    %e = orrery.gelu(%d) : (tensor<1x8x16xf16>) -> tensor<1x8x16xf16>
+    %r = orrery.add(%e, %x) : (tensor<1x8x16xf16>, tensor<1x8x16xf16>) -> tensor<1x8x16xf16>
+    return %r : tensor<1x8x16xf16>
+  }
+}
+)");
+  ASSERT_TRUE(module);
+  auto w = orrery::buildWorkload(*module);
+  ASSERT_TRUE(bool(w)) << llvm::toString(w.takeError());
+  int64_t out = 2 * 8 * 16, elements = 8 * 16;
+  const auto &ops = w->kinds.front().ops;
+  ASSERT_EQ(ops.size(), 7u); // and the loss of @main's result
+  EXPECT_EQ(ops.back().name, "training_loss:softmax_cross_entropy");
+  auto backward = [&](size_t i) {
+    return std::make_pair(ops[i].backwardBytes, ops[i].backwardKernels);
+  };
+  EXPECT_EQ(ops[0].name, "orrery.layer_normalization");
+  EXPECT_EQ(backward(0), std::make_pair(5 * out, 2));
+  EXPECT_EQ(backward(1), std::make_pair(out, 1));                // bias add
+  EXPECT_EQ(backward(2), std::make_pair(3 * out, 1));            // softmax
+  EXPECT_EQ(backward(3), std::make_pair(2 * out + elements, 1)); // dropout
+  EXPECT_EQ(backward(4), std::make_pair(3 * out, 1));            // GELU
+  EXPECT_EQ(backward(5), std::make_pair(int64_t(0), 0));         // residual
+  // The kernel classes that set the memory-bound rate of each.
+  EXPECT_EQ(ops[0].kernelClass, orrery::KernelClass::Reduction);
+  EXPECT_EQ(ops[2].kernelClass, orrery::KernelClass::Reduction);
+  EXPECT_EQ(ops[3].kernelClass, orrery::KernelClass::Random);
+  EXPECT_EQ(ops[4].kernelClass, orrery::KernelClass::Pointwise);
+}
+
 } // namespace

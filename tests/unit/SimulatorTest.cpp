@@ -62,13 +62,63 @@ TEST(Simulator, OneDeviceIsComputePlusOptimizer) {
   double t = 0.010, flops = t * d.tensorPeak(Precision::BF16);
   Workload w = uniformModel(1, flops, 1000, 1 << 20);
   StepResult r = simulate(w, preset("1xA100-80G"), "mbs=1,gbs=1");
-  double eff = a.gemmEfficiency * t / (t + a.gemmHalfEfficiencyS);
-  double eff2 = a.gemmEfficiency * 2 * t / (2 * t + a.gemmHalfEfficiencyS);
+  double eff = a.kernels.gemmEfficiency * t / (t + a.kernels.gemmHalfEfficiencyS);
+  double eff2 = a.kernels.gemmEfficiency * 2 * t / (2 * t + a.kernels.gemmHalfEfficiencyS);
   double expected =
-      t / eff + a.kernelLaunchS + 2 * t / eff2 + 2 * a.kernelLaunchS;
+      t / eff + a.kernels.kernelLaunchS + 2 * t / eff2 + 2 * a.kernels.kernelLaunchS;
   EXPECT_NEAR(r.computeS, expected, 1e-9);
   EXPECT_NEAR(r.stepS, expected + r.optimizerS, 1e-9);
   EXPECT_EQ(r.bubbleS, 0);
+}
+
+TEST(Simulator, AMeasuredKernelProfileReplacesTheAssumptions) {
+  // On an H200 (which has a measured profile) the same step is priced with
+  // the profile's rates unless told not to; on an A100 (none) both agree.
+  Workload w = uniformModel(2, 1e13, 1000, 1 << 20);
+  auto s = parseStrategy("mbs=1,gbs=1");
+  ASSERT_TRUE(bool(s));
+  Assumptions datasheet;
+  datasheet.useMeasuredKernels = false;
+  for (const char *device : {"1xH200", "1xA100-80G"}) {
+    auto measured = simulateStep(w, preset(device), *s);
+    auto stated = simulateStep(w, preset(device), *s, datasheet);
+    ASSERT_TRUE(measured && stated);
+    if (std::string(device) == "1xH200")
+      EXPECT_GT(measured->computeS, stated->computeS * 1.05);
+    else
+      EXPECT_EQ(measured->computeS, stated->computeS);
+  }
+  // kernelSeconds: a memory-bound kernel at its class's rate.
+  const DeviceSpec &h200 = *HardwareCatalog::builtin().device("H200");
+  const KernelModel &k = *h200.measuredKernels;
+  double bytes = 1e9;
+  EXPECT_NEAR(kernelSeconds(h200, k, Precision::BF16, 0, bytes,
+                            KernelClass::Reduction, 1),
+              bytes / (h200.memoryBandwidthBytesPerS *
+                       k.reductionMemoryEfficiency) +
+                  k.kernelLaunchS,
+              1e-12);
+}
+
+TEST(Simulator, FullRecomputeSparesLayersThatOccurOnce) {
+  // Megatron-LM checkpoints its transformer layers; the embedding and the
+  // head (with its loss) keep their activations. A head that keeps 1 GB is
+  // neither recomputed nor reduced to its input.
+  Workload w = uniformModel(4, 1e12, 1000, 1 << 20);
+  LayerKind head = w.kinds[0];
+  head.name = "head";
+  head.count = 1;
+  head.savedShardedBytes = int64_t(1) << 30;
+  head.savedActivationBytes = head.savedShardedBytes;
+  w.kinds.push_back(head);
+  w.layers.push_back({1, 1});
+  StepResult none = simulate(w, preset("1xA100-80G"), "mbs=1,gbs=1");
+  StepResult full =
+      simulate(w, preset("1xA100-80G"), "mbs=1,gbs=1,recompute=full");
+  // Recompute re-runs the four repeated layers' forward only.
+  EXPECT_NEAR(full.computeS - none.computeS, 4 * none.kindSecondsPerMicroBatch[0] / 3,
+              1e-3 * none.computeS);
+  EXPECT_GT(full.stages[0].memory.activationsBytes, double(int64_t(1) << 30));
 }
 
 TEST(Simulator, OneFOneBBubbleIsPMinusOneOverMPlusPMinusOne) {

@@ -105,15 +105,16 @@ void defaultBatchToOne(ModelArgs &args) {
 
 /// Layout prices from a cluster's first device and its intra-node link.
 orrery::LayoutCosts layoutCostsFor(const orrery::Cluster &c,
-                                   orrery::Precision p) {
+                                   orrery::Precision p,
+                                   const orrery::Assumptions &a = {}) {
   orrery::LayoutCosts costs;
   const orrery::NodeGroup &g = c.groupOf(0);
-  orrery::Assumptions a;
+  const orrery::KernelModel &k = a.kernelsFor(*g.device);
   costs.degree = std::max(1, g.devicesPerNode);
-  costs.secondsPerFlop = 1.0 / (g.device->tensorPeak(p) * a.gemmEfficiency);
+  costs.secondsPerFlop = 1.0 / (g.device->tensorPeak(p) * k.gemmEfficiency);
   costs.secondsPerByte =
-      1.0 / (g.device->memoryBandwidthBytesPerS * a.memoryEfficiency);
-  costs.kernelS = a.kernelLaunchS;
+      1.0 / (g.device->memoryBandwidthBytesPerS * k.pointwiseMemoryEfficiency);
+  costs.kernelS = k.kernelLaunchS;
   if (g.intraNodeLink) {
     double n = costs.degree;
     double bw = g.intraNodeLink->bandwidthBytesPerS *
@@ -456,6 +457,10 @@ int main(int argc, char **argv) {
                    "only way to give a heterogeneous strategy)")
       ->excludes(strategyOpt);
   simCmd->add_flag("--json", simJson, "print JSON instead of a table");
+  bool noKernelProfile = false;
+  simCmd->add_flag("--no-kernel-profile", noKernelProfile,
+                   "price kernels with the stated assumptions even where the "
+                   "catalog has a measured kernel profile of the device");
   simCmd->add_option("--trace", traceFile,
                      "write a Chrome-trace / Perfetto timeline to FILE");
 
@@ -634,17 +639,19 @@ int main(int argc, char **argv) {
     if (!simPlan.empty())
       if (int readRc = readPlanFile(simPlan, planDoc))
         return readRc;
+    orrery::Assumptions assumptions;
+    assumptions.useMeasuredKernels = !noKernelProfile;
     if (!simPlan.empty() && orrery::isHeteroPlan(planDoc)) {
       auto hetero = orrery::heteroStrategyFromPlan(planDoc, simPlan);
       if (!hetero)
         return fail(llvm::toString(hetero.takeError()));
       auto workload = orrery::buildWorkload(
-          *module, layoutCostsFor(*cluster, hetero->precision));
+          *module, layoutCostsFor(*cluster, hetero->precision, assumptions));
       if (!workload)
         return fail(simArgs.path + ": " +
                     llvm::toString(workload.takeError()));
-      auto result = orrery::simulateHetero(*workload, *cluster, *hetero, {},
-                                           !traceFile.empty());
+      auto result = orrery::simulateHetero(*workload, *cluster, *hetero,
+                                           assumptions, !traceFile.empty());
       if (!result)
         return fail(simPlan + ": " + llvm::toString(result.takeError()));
       auto pools = orrery::clusterPools(*cluster);
@@ -677,11 +684,11 @@ int main(int argc, char **argv) {
     if (!strategy)
       return fail(llvm::toString(strategy.takeError()));
     auto workload = orrery::buildWorkload(
-        *module, layoutCostsFor(*cluster, strategy->precision));
+        *module, layoutCostsFor(*cluster, strategy->precision, assumptions));
     if (!workload)
       return fail(simArgs.path + ": " + llvm::toString(workload.takeError()));
-    auto result = orrery::simulateStep(*workload, *cluster, *strategy, {},
-                                       !traceFile.empty());
+    auto result = orrery::simulateStep(*workload, *cluster, *strategy,
+                                       assumptions, !traceFile.empty());
     if (!result)
       return fail(llvm::toString(result.takeError()));
     if (!traceFile.empty()) {

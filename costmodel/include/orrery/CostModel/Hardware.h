@@ -24,6 +24,38 @@ const char *precisionName(Precision p);
 /// Bytes per element of a precision (TF32 is stored as fp32).
 double precisionBytes(Precision p);
 
+/// What bounds a kernel that moves more bytes than it computes: a GEMM's
+/// operands and result, an elementwise pass, a reduction along rows
+/// (softmax, normalizations, reductions), or a pass that draws random
+/// numbers (dropout). Each reaches its own fraction of HBM bandwidth.
+enum class KernelClass { Gemm, Pointwise, Reduction, Random };
+
+/// How fast one kernel runs against the device's peaks (docs/costmodel.md):
+/// a GEMM reaches gemmEfficiency · t / (t + gemmHalfEfficiencyS) of the
+/// tensor-core peak (t: its duration at peak), a memory-bound kernel its
+/// class's fraction of HBM bandwidth, and each kernel costs kernelLaunchS.
+struct KernelModel {
+  double gemmEfficiency = 0.8;
+  double gemmHalfEfficiencyS = 15e-6;
+  /// Fraction of HBM bandwidth by KernelClass.
+  double gemmMemoryEfficiency = 0.8, pointwiseMemoryEfficiency = 0.8,
+         reductionMemoryEfficiency = 0.8, randomMemoryEfficiency = 0.8;
+  double kernelLaunchS = 3e-6;
+  double memoryEfficiency(KernelClass c) const {
+    switch (c) {
+    case KernelClass::Gemm:
+      return gemmMemoryEfficiency;
+    case KernelClass::Reduction:
+      return reductionMemoryEfficiency;
+    case KernelClass::Random:
+      return randomMemoryEfficiency;
+    case KernelClass::Pointwise:
+      break;
+    }
+    return pointwiseMemoryEfficiency;
+  }
+};
+
 /// One GPU (or accelerator) type.
 struct DeviceSpec {
   std::string name;
@@ -37,6 +69,10 @@ struct DeviceSpec {
   /// The link between devices of one node, by name.
   std::string intraNodeLink;
   std::string source;
+  /// Kernel speeds measured on this device type (the catalog's
+  /// `measured_kernel_profile`), which replace the stated assumptions.
+  std::optional<KernelModel> measuredKernels;
+  std::string measuredKernelsSource;
 
   /// Peak FLOP/s of tensor-core math in `p`; falls back to fp16 for bf16
   /// (and the reverse) and to fp32 when the precision is missing.

@@ -23,15 +23,17 @@ namespace orrery {
 /// The model's stated assumptions (docs/costmodel.md); a measured profile
 /// replaces them.
 struct Assumptions {
-  /// Fraction of tensor-core peak a large GEMM reaches.
-  double gemmEfficiency = 0.8;
-  /// Ideal (peak-rate) duration at which a GEMM reaches half of that
-  /// efficiency: launch, tail and wave quantization cost about this much.
-  double gemmHalfEfficiencyS = 15e-6;
-  /// Fraction of HBM bandwidth a memory-bound kernel reaches.
-  double memoryEfficiency = 0.8;
-  /// Fixed cost of one kernel launch.
-  double kernelLaunchS = 3e-6;
+  /// Kernel speeds on a device without a measured profile: big GEMMs reach
+  /// 80 % of peak, one whose duration at peak is 15 µs half of that (launch,
+  /// tail and wave quantization), memory-bound kernels of every class 80 %
+  /// of HBM bandwidth, 3 µs per kernel.
+  KernelModel kernels;
+  /// Use a device's measured kernel profile where the catalog has one.
+  bool useMeasuredKernels = true;
+  const KernelModel &kernelsFor(const DeviceSpec &d) const {
+    return useMeasuredKernels && d.measuredKernels ? *d.measuredKernels
+                                                   : kernels;
+  }
   /// Bytes per parameter for mixed-precision Adam: 2 weights + 4 fp32
   /// gradients + 12 optimizer (fp32 master, momentum, variance).
   double weightBytesPerParam = 2, gradBytesPerParam = 4,
@@ -40,6 +42,13 @@ struct Assumptions {
   double workspaceBytes = 1.5 * (1ull << 30);
   double fragmentation = 0.05;
 };
+
+/// Seconds of `kernels` kernels of class `c` doing `flops` (on tensor
+/// cores for a GEMM, else fp32 vector units) and moving `bytes` on `dev`:
+/// the roofline of docs/costmodel.md.
+double kernelSeconds(const DeviceSpec &dev, const KernelModel &k,
+                     Precision precision, double flops, double bytes,
+                     KernelClass c, int kernels);
 
 struct MemoryBreakdown {
   double weightsBytes = 0, gradientsBytes = 0, optimizerBytes = 0;

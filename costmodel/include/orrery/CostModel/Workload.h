@@ -8,6 +8,8 @@
 #ifndef ORRERY_COSTMODEL_WORKLOAD_H
 #define ORRERY_COSTMODEL_WORKLOAD_H
 
+#include "orrery/CostModel/Hardware.h"
+
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -23,8 +25,16 @@ struct OpCost {
   int64_t backwardFlops = 0;
   int64_t bytesRead = 0;
   int64_t bytesWritten = 0;
+  /// Bytes and kernels of its backward pass (docs/costmodel.md: what the
+  /// gradients need to read and write); negative: twice the forward bytes,
+  /// two kernels for a contraction, else one.
+  int64_t backwardBytes = -1;
+  int backwardKernels = -1;
   /// Runs on tensor cores (MatMul, Gemm, Conv).
   bool contraction = false;
+  /// What bounds its kernel when memory does, if it is not a contraction
+  /// (contractions are GEMMs).
+  KernelClass kernelClass = KernelClass::Pointwise;
   /// A view (Reshape, Transpose, Slice, ...): no kernel of its own.
   bool view = false;
   /// Split across the tensor-parallel group (Megatron: every op between a
@@ -120,6 +130,9 @@ struct Workload {
   int64_t tokensPerSample = 0;
   std::vector<LayerKind> kinds;
   std::vector<LayerRun> layers;
+  /// The graph has no loss op, so the step is priced with the softmax
+  /// cross-entropy of its logits (an op of the head's kind).
+  bool hasImpliedLoss = false;
   /// Op histogram of the imported graph (before outlining), by op name.
   std::map<std::string, int64_t> opHistogram;
   /// Op types kept by `orrery.onnx_op`, whose FLOPs are unknown.
