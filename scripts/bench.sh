@@ -5,7 +5,9 @@
 #  3. mixed clusters and two sites: the planner against the fastest type
 #     alone and against using every device alike, and its search time
 #     (3 types x 256 devices);
-#  4. the simulator against published training runs and NCCL measurements
+#  4. the simulator against training steps measured on an H200
+#     (bench/measured/, with and without the device's measured kernel profile);
+#  5. the simulator against published training runs and NCCL measurements
 #     (needs ../shared/validation).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,6 +28,8 @@ for c in a100-v100-h100 h100-a100-40g h100-l40s-a10g two-sites-wan; do
 done
 build/bin/orrery-bench-hetero build/models/gpt3-175b.onnx bench/clusters/3x256.json \
   --global-batch 1536 --repeat 3
+echo
+/usr/bin/python3 bench/gpu/compare.py bench/measured/h200-sxm-pytorch.json --build build
 if [ -f ../shared/validation/published_runs.json ]; then
   echo
   /usr/bin/python3 bench/validate.py --build build --shared ../shared

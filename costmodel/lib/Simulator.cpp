@@ -405,6 +405,11 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
 
   for (const auto &layers : chunkOf)
     r.chunkLayers.push_back(int(layers.size()));
+  for (const StagePlacement &p : at)
+    if (a.useMeasuredKernels && p.device->measuredKernels &&
+        r.measuredKernelDevices.find(p.device->name) == std::string::npos)
+      r.measuredKernelDevices +=
+          (r.measuredKernelDevices.empty() ? "" : ", ") + p.device->name;
 
   // Layer times per stage placement (once when every stage is alike).
   std::vector<std::vector<LayerTime>> kindTime(uniform ? 1 : pp);

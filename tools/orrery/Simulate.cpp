@@ -26,6 +26,9 @@ nlohmann::ordered_json simulateJson(const StepResult &r, const Cluster &c,
                       {"exposed_dp_communication", r.exposedDpCommS},
                       {"bubble", r.bubbleS},
                       {"optimizer", r.optimizerS}};
+  j["kernel_rates"] = r.measuredKernelDevices.empty()
+                         ? "stated assumptions"
+                         : "measured profile of " + r.measuredKernelDevices;
   j["fits"] = r.fits;
   if (!r.fits)
     j["does_not_fit"] = r.doesNotFit;
@@ -42,7 +45,11 @@ void printSimulation(std::ostream &os, const StepResult &r, const Cluster &c,
   os << "model        " << w.source << "\n";
   os << "cluster      " << c.name << " (" << c.numDevices() << " x "
      << c.deviceSpec(0).name << ")\n";
-  os << "strategy     " << r.strategy.str() << "\n\n";
+  os << "strategy     " << r.strategy.str() << "\n";
+  if (!r.measuredKernelDevices.empty())
+    os << "kernels      measured profile of " << r.measuredKernelDevices
+       << " (docs/costmodel.md)\n";
+  os << "\n";
   std::string tokens;
   if (r.tokensPerS > 0) {
     std::snprintf(buf, sizeof buf, "%.4g tokens/s   ", r.tokensPerS);
