@@ -13,7 +13,10 @@ and Inductor's whole-layer fusion (fusion=inductor) are printed beside it.
 Peak memory is compared with the unfused twin's, as the device memory the
 process held (Megatron's and Inductor's kernels keep other tensors). The
 profile was fitted to the same file's GEMMs and kernels, never to these
-step times.
+step times. The stated assumptions take their memory-bound rates from that
+profile too (docs/costmodel.md), so on this device the two columns differ
+only in the GEMM rates; the published A100 runs (bench/validate.py) are
+where the stated rates meet a device they were not measured on.
 """
 import argparse
 import json

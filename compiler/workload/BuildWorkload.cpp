@@ -89,15 +89,18 @@ static void priceBackward(Operation *op, OpCost &c) {
         ++kernels;
     return set(kernels * out, kernels);
   }
-  if (isa<MulOp, DivOp>(op)) {
-    // Each input's gradient: dy times the other input.
+  if (isa<MulOp, DivOp>(op) && op->getNumOperands() == 2) {
+    // Each input's gradient: dy times the other input, written at the
+    // input's size (a scale by a constant reads dy and writes dx).
     int64_t bytes = 0;
     int kernels = 0;
-    for (Value v : op->getOperands())
+    for (unsigned i = 0; i < 2; ++i) {
+      Value v = op->getOperand(i), other = op->getOperand(1 - i);
       if (needsGradient(v)) {
-        bytes += 2 * out + tensorBytes(v.getType());
+        bytes += out + tensorBytes(other.getType()) + tensorBytes(v.getType());
         ++kernels;
       }
+    }
     return set(bytes, kernels);
   }
   if (isa<CastOp, NegOp, IdentityOp>(op))

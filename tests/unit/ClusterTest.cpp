@@ -47,6 +47,14 @@ TEST(Catalog, MeasuredKernelProfiles) {
   EXPECT_NE(h200->measuredKernelsSource.find("bench/measured/"),
             std::string::npos);
   EXPECT_FALSE(c.device("A100-80G")->measuredKernels);
+  // Devices without a profile take the H200's memory-bound rates by kernel
+  // class (docs/costmodel.md); the two must not drift apart.
+  KernelModel stated;
+  for (KernelClass k : {KernelClass::Gemm, KernelClass::Pointwise,
+                        KernelClass::Reduction, KernelClass::Random})
+    EXPECT_EQ(stated.memoryEfficiency(k),
+              h200->measuredKernels->memoryEfficiency(k));
+  EXPECT_EQ(stated.gemmEfficiency, 0.8);
   // Each field is checked and named.
   auto parse = [](const std::string &profile) {
     return HardwareCatalog::parse(

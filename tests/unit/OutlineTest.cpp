@@ -308,7 +308,9 @@ TEST(Workload, BackwardMovesWhatTheGradientsNeed) {
   // Per op: dy is the result's gradient. A residual add passes dy through
   // (no kernel); a bias add sums it (one read); GELU reads dy and its input
   // and writes dx; softmax reads y and dy; dropout reads dy and its one-byte
-  // mask; a layer norm reads x and dy twice (dx, then dγ and dβ).
+  // mask; a layer norm reads x and dy twice (dx, then dγ and dβ); a scale
+  // by a constant reads dy and writes dx; a product of two activations
+  // reads dy and the other input for each input's gradient.
   MLIRContext ctx;
   auto module = orrery::test::parse(ctx, R"(
 module {
@@ -325,7 +327,10 @@ module {
     %d = orrery.dropout(%s) : (tensor<1x8x16xf16>) -> tensor<1x8x16xf16>
     %e = orrery.gelu(%d) : (tensor<1x8x16xf16>) -> tensor<1x8x16xf16>
     %r = orrery.add(%e, %x) : (tensor<1x8x16xf16>, tensor<1x8x16xf16>) -> tensor<1x8x16xf16>
-    return %r : tensor<1x8x16xf16>
+    %k = orrery.constant dense<0.5> : tensor<f16>
+    %m = orrery.mul(%r, %k) : (tensor<1x8x16xf16>, tensor<f16>) -> tensor<1x8x16xf16>
+    %p = orrery.mul(%m, %x) : (tensor<1x8x16xf16>, tensor<1x8x16xf16>) -> tensor<1x8x16xf16>
+    return %p : tensor<1x8x16xf16>
   }
 }
 )");
@@ -334,7 +339,7 @@ module {
   ASSERT_TRUE(bool(w)) << llvm::toString(w.takeError());
   int64_t out = 2 * 8 * 16, elements = 8 * 16;
   const auto &ops = w->kinds.front().ops;
-  ASSERT_EQ(ops.size(), 7u); // and the loss of @main's result
+  ASSERT_EQ(ops.size(), 9u); // and the loss of @main's result
   EXPECT_EQ(ops.back().name, "training_loss:softmax_cross_entropy");
   auto backward = [&](size_t i) {
     return std::make_pair(ops[i].backwardBytes, ops[i].backwardKernels);
@@ -346,6 +351,8 @@ module {
   EXPECT_EQ(backward(3), std::make_pair(2 * out + elements, 1)); // dropout
   EXPECT_EQ(backward(4), std::make_pair(3 * out, 1));            // GELU
   EXPECT_EQ(backward(5), std::make_pair(int64_t(0), 0));         // residual
+  EXPECT_EQ(backward(6), std::make_pair(2 * out + 2, 1));        // scale
+  EXPECT_EQ(backward(7), std::make_pair(6 * out, 2));            // product
   // The kernel classes that set the memory-bound rate of each.
   EXPECT_EQ(ops[0].kernelClass, orrery::KernelClass::Reduction);
   EXPECT_EQ(ops[2].kernelClass, orrery::KernelClass::Reduction);

@@ -23,10 +23,11 @@ namespace orrery {
 /// The model's stated assumptions (docs/costmodel.md); a measured profile
 /// replaces them.
 struct Assumptions {
-  /// Kernel speeds on a device without a measured profile: big GEMMs reach
-  /// 80 % of peak, one whose duration at peak is 15 µs half of that (launch,
-  /// tail and wave quantization), memory-bound kernels of every class 80 %
-  /// of HBM bandwidth, 3 µs per kernel.
+  /// Kernel speeds on a device without a measured profile (KernelModel's
+  /// defaults): big GEMMs reach 80 % of peak, one whose duration at peak is
+  /// 15 µs half of that (launch, tail and wave quantization), memory-bound
+  /// kernels their class's share of HBM bandwidth as measured on an H200,
+  /// 3 µs per kernel.
   KernelModel kernels;
   /// Use a device's measured kernel profile where the catalog has one.
   bool useMeasuredKernels = true;
