@@ -1,5 +1,6 @@
 //===- Plan.cpp - the plan format (version 1) ----------------------------===//
 #include "orrery/Plan/Plan.h"
+#include "llvm/ADT/StringExtras.h"
 
 #include <cstdio>
 
@@ -43,6 +44,13 @@ static ojson strategyJson(const Strategy &s) {
   return j;
 }
 
+/// How kernels were priced, for the metrics: "stated assumptions" or
+/// "measured profile of H200, ...".
+static std::string kernelRates(const std::string &devices) {
+  return devices.empty() ? "stated assumptions"
+                         : "measured profile of " + devices;
+}
+
 ojson metricsJson(const StepResult &r) {
   return {{"step_time_s", r.stepS},
           {"tokens_per_s", r.tokensPerS},
@@ -55,7 +63,8 @@ ojson metricsJson(const StepResult &r) {
            r.exposedTpCommS + r.exposedPpCommS + r.exposedDpCommS},
           {"peak_memory_bytes", r.peakMemoryBytes},
           {"energy_j_per_step", r.energyJ},
-          {"cost_usd_per_step", r.costUsd}};
+          {"cost_usd_per_step", r.costUsd},
+          {"kernel_rates", kernelRates(r.measuredKernelDevices)}};
 }
 
 ojson stageJson(const StageReport &st) {
@@ -293,6 +302,19 @@ static ojson heteroStrategyJson(const HeteroStrategy &s,
           {"summary", s.str(pools)}};
 }
 
+/// The devices of any replica group whose kernels a measured profile priced.
+static std::string heteroKernelDevices(const HeteroResult &r) {
+  std::vector<std::string> seen;
+  for (const StepResult &g : r.groups) {
+    llvm::SmallVector<llvm::StringRef> names;
+    llvm::StringRef(g.measuredKernelDevices).split(names, ", ", -1, false);
+    for (llvm::StringRef n : names)
+      if (!llvm::is_contained(seen, n.str()))
+        seen.push_back(n.str());
+  }
+  return llvm::join(seen, ", ");
+}
+
 ojson heteroMetricsJson(const HeteroResult &r) {
   return {{"step_time_s", r.stepS},
           {"tokens_per_s", r.tokensPerS},
@@ -306,7 +328,8 @@ ojson heteroMetricsJson(const HeteroResult &r) {
           {"peak_memory_bytes", r.peakMemoryBytes},
           {"devices_used", r.devicesUsed},
           {"energy_j_per_step", r.energyJ},
-          {"cost_usd_per_step", r.costUsd}};
+          {"cost_usd_per_step", r.costUsd},
+          {"kernel_rates", kernelRates(heteroKernelDevices(r))}};
 }
 
 ojson heteroStagesJson(const HeteroResult &r, const std::vector<Pool> &pools) {
