@@ -60,19 +60,19 @@ def main():
     steps = measured["steps"]
     by_config = {}
     for s in steps:
-        key = (s["name"], s["mbs"], s["recompute"])
+        key = (s["name"], s["seq"], s["mbs"], s["recompute"])
         by_config.setdefault(key, {})[s["fusion"]] = s
 
     time_errors = {True: [], False: []}
     mem_errors = []
     fit_agree = 0
-    print(f"\n{'':<30}{'-- measured step s --':^29}{'-- predicted step s --':^36}")
-    print(f"{'case':<30}{'unfused':>9}{'inductor':>10}{'megatron':>10}{'datasheet':>12}{'err':>8}"
+    print(f"\n{'':<36}{'-- measured step s --':^29}{'-- predicted step s --':^36}")
+    print(f"{'case':<36}{'unfused':>9}{'inductor':>10}{'megatron':>10}{'datasheet':>12}{'err':>8}"
           f"{'profile':>10}{'err':>8}   memory GiB measured / predicted")
     with tempfile.TemporaryDirectory() as tmp:
-        for (name, mbs, recompute), runs in by_config.items():
+        for (name, seq, mbs, recompute), runs in by_config.items():
             any_run = next(iter(runs.values()))
-            model = os.path.join(tmp, f"{name}.onnx")
+            model = os.path.join(tmp, f"{name}-s{seq}.onnx")
             if not os.path.exists(model):
                 subprocess.run([sys.executable, os.path.join(ROOT, "models", "generate.py"), "gpt",
                                 "--layers", str(any_run["layers"]), "--hidden", str(any_run["hidden"]),
@@ -80,11 +80,11 @@ def main():
                                 "--vocab", str(any_run["vocab"]), "-o", model], check=True)
             strategy = f"tp=1,pp=1,dp=1,mbs={mbs},gbs={mbs},recompute={recompute}"
             pred = {p: simulate(orrery, model, args.cluster, strategy, p) for p in (False, True)}
-            label = f"{name} mbs={mbs} rc={recompute}"
+            label = f"{name} mbs={mbs} rc={recompute}" + (f" s={seq}" if seq != 2048 else "")
             eager, fused = runs.get("none"), runs.get("megatron")
             ok = lambda r: r is not None and r["status"] == "ok"
             step = lambda r, w: f"{r['step_seconds_median']:{w}.3f}" if ok(r) else f"{'-':>{w}}"
-            cols = f"{label:<30}"
+            cols = f"{label:<36}"
             cols += f"{eager['step_seconds_median']:9.3f}" if ok(eager) else f"{'oom' if eager else '-':>9}"
             cols += step(runs.get("inductor"), 10) + step(fused, 10)
             for p in (False, True):

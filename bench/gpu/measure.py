@@ -314,9 +314,9 @@ def measure_step(case, quick):
     return row
 
 
-def step_cases(quick):
-    gpt = lambda name, layers, d, heads: dict(name=name, layers=layers, hidden=d, heads=heads,
-                                               seq=2048, vocab=51200)
+def step_cases(quick, which="all"):
+    gpt = lambda name, layers, d, heads, seq=2048: dict(
+        name=name, layers=layers, hidden=d, heads=heads, seq=seq, vocab=51200)
     small, xl, big, huge = (gpt("gpt-350m", 24, 1024, 16), gpt("gpt-1.3b", 24, 2048, 16),
                             gpt("gpt-2.7b", 32, 2560, 32), gpt("gpt-6.7b", 32, 4096, 32))
     cases = [(small, 8, "none"), (xl, 2, "none"), (xl, 4, "none"), (xl, 8, "none"),
@@ -324,6 +324,13 @@ def step_cases(quick):
              (huge, 1, "full"), (huge, 1, "none")]
     megatron = cases[:-1]
     inductor = [(small, 8, "none"), (xl, 4, "none")]
+    # Longer sequences: the attention core grows with s², the rest with s.
+    xl4k, xl8k = gpt("gpt-1.3b", 24, 2048, 16, 4096), gpt("gpt-1.3b", 24, 2048, 16, 8192)
+    long = [(xl4k, 2, "none"), (xl4k, 2, "full"), (xl8k, 1, "full"), (xl8k, 1, "none")]
+    if which == "long":
+        cases, megatron, inductor = long, long[:-1], []
+    else:
+        cases, megatron = cases + long, megatron + long[:-1]
     if quick:
         cases, megatron, inductor = cases[:1], cases[:1], []
     return ([dict(c, mbs=b, recompute=r, fusion="none") for c, b, r in cases] +
@@ -351,6 +358,9 @@ def main():
     ap.add_argument("-o", "--output", required=True)
     ap.add_argument("--quick", action="store_true", help="a few shapes and one step case")
     ap.add_argument("--skip-steps", action="store_true")
+    ap.add_argument("--skip-kernels", action="store_true", help="no GEMMs or kernels")
+    ap.add_argument("--cases", choices=["all", "long"], default="all",
+                    help="step cases: all, or only the longer sequences")
     args = ap.parse_args()
     if not torch.cuda.is_available():
         print("measure.py: error: PyTorch sees no CUDA device", file=sys.stderr)
@@ -365,15 +375,17 @@ def main():
 
     out["steps"] = []
     log(f"device {out['device']['name']}")
-    out["gemms"] = measure_gemms(args.quick)
-    log(f"{len(out['gemms'])} GEMMs")
-    out["kernels"] = measure_kernels(args.quick, False)
-    log(f"{len(out['kernels'])} memory-bound kernels (eager)")
+    out["gemms"], out["kernels"] = [], []
+    if not args.skip_kernels:
+        out["gemms"] = measure_gemms(args.quick)
+        log(f"{len(out['gemms'])} GEMMs")
+        out["kernels"] = measure_kernels(args.quick, False)
+        log(f"{len(out['kernels'])} memory-bound kernels (eager)")
+        save()
+        out["kernels"] += measure_kernels(args.quick, True)
+        log(f"{len(out['kernels'])} memory-bound kernels (eager and compiled)")
     save()
-    out["kernels"] += measure_kernels(args.quick, True)
-    log(f"{len(out['kernels'])} memory-bound kernels (eager and compiled)")
-    save()
-    for case in ([] if args.skip_steps else step_cases(args.quick)):
+    for case in ([] if args.skip_steps else step_cases(args.quick, args.cases)):
         out["steps"].append(measure_step(case, args.quick))
         save()
     return 0
