@@ -316,8 +316,9 @@ static bool hasLossOp(ModuleOp module) {
 /// with the softmax cross-entropy that Megatron-LM and PyTorch compute over
 /// the class (last) axis of @main's first floating-point result, in fp32:
 /// forward, the logits are read and an fp32 copy and its log-probabilities
-/// written (two kernels, 5 FLOP per element); backward, as the simulator
-/// prices every op, twice the bytes. The fp32 log-probabilities are kept
+/// written (5 FLOP per element); backward, the fp32 gradient from the
+/// log-probabilities, then the gradient in the logits' type (two kernels).
+/// The fp32 log-probabilities are kept
 /// for backward (Korthikanti et al. 2022 count these 4·s·b·v bytes on the
 /// last stage). The loss joins the layer that returns the logits when that
 /// layer occurs once (a model's head) and splits as the logits do (vocab-
