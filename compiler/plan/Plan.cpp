@@ -44,11 +44,9 @@ static ojson strategyJson(const Strategy &s) {
   return j;
 }
 
-/// How kernels were priced, for the metrics: "stated assumptions" or
-/// "measured profile of H200, ...".
-static std::string kernelRates(const std::string &devices) {
+std::string kernelRates(const std::vector<std::string> &devices) {
   return devices.empty() ? "stated assumptions"
-                         : "measured profile of " + devices;
+                         : "measured profile of " + llvm::join(devices, ", ");
 }
 
 ojson metricsJson(const StepResult &r) {
@@ -302,17 +300,15 @@ static ojson heteroStrategyJson(const HeteroStrategy &s,
           {"summary", s.str(pools)}};
 }
 
-/// The devices of any replica group whose kernels a measured profile priced.
-static std::string heteroKernelDevices(const HeteroResult &r) {
+/// The device types of any replica group whose kernels a measured profile
+/// priced.
+static std::vector<std::string> heteroKernelDevices(const HeteroResult &r) {
   std::vector<std::string> seen;
-  for (const StepResult &g : r.groups) {
-    llvm::SmallVector<llvm::StringRef> names;
-    llvm::StringRef(g.measuredKernelDevices).split(names, ", ", -1, false);
-    for (llvm::StringRef n : names)
-      if (!llvm::is_contained(seen, n.str()))
-        seen.push_back(n.str());
-  }
-  return llvm::join(seen, ", ");
+  for (const StepResult &g : r.groups)
+    for (const std::string &name : g.measuredKernelDevices)
+      if (!llvm::is_contained(seen, name))
+        seen.push_back(name);
+  return seen;
 }
 
 ojson heteroMetricsJson(const HeteroResult &r) {

@@ -44,6 +44,12 @@ static bool isFusible(Operation *op) {
              HardSigmoidOp, LeakyReluOp, MaxOp, MinOp, SumOp>(op);
 }
 
+/// Whether a layer kind lists `op` in its OpCosts (LayerKind::ops is in
+/// this order, one entry per such op).
+static bool hasOpCost(Operation &op) {
+  return isa<CostOpInterface>(op) && !isa<ConstantOp, NoneOp>(op);
+}
+
 /// What bounds the kernel of an op that is not a contraction when memory
 /// does.
 static KernelClass kernelClassOf(Operation *op) {
@@ -148,9 +154,9 @@ static void analyzeParallelism(func::FuncOp func, LayerKind &kind,
   llvm::DenseMap<Operation *, size_t> opIndex;
   Operation *previous = nullptr; // the last op with a kernel
   for (Operation &op : func.getBody().front().without_terminator()) {
-    auto cost = dyn_cast<CostOpInterface>(&op);
-    if (!cost || isa<ConstantOp, NoneOp>(op))
+    if (!hasOpCost(op))
       continue;
+    auto cost = cast<CostOpInterface>(&op);
     OpCost c;
     c.name = op.getName().getStringRef().str();
     if (auto unknown = dyn_cast<OnnxOp>(op))
@@ -348,7 +354,7 @@ static void addTrainingLoss(ModuleOp module, func::FuncOp main, Workload &w,
     size_t index = 0;
     bool found = false;
     for (Operation &op : callee.getBody().front().without_terminator()) {
-      if (!isa<CostOpInterface>(op) || isa<ConstantOp, NoneOp>(op))
+      if (!hasOpCost(op))
         continue;
       if (&op == producer) {
         found = true;

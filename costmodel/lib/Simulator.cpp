@@ -18,6 +18,7 @@
 
 #include "orrery/CostModel/Simulator.h"
 #include "orrery/CostModel/Collective.h"
+#include "llvm/ADT/STLExtras.h"
 
 #include <algorithm>
 #include <cmath>
@@ -407,9 +408,8 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
     r.chunkLayers.push_back(int(layers.size()));
   for (const StagePlacement &p : at)
     if (a.useMeasuredKernels && p.device->measuredKernels &&
-        r.measuredKernelDevices.find(p.device->name) == std::string::npos)
-      r.measuredKernelDevices +=
-          (r.measuredKernelDevices.empty() ? "" : ", ") + p.device->name;
+        !llvm::is_contained(r.measuredKernelDevices, p.device->name))
+      r.measuredKernelDevices.push_back(p.device->name);
 
   // Layer times per stage placement (once when every stage is alike).
   std::vector<std::vector<LayerTime>> kindTime(uniform ? 1 : pp);

@@ -44,7 +44,7 @@ void printSimulation(std::ostream &os, const StepResult &r, const Cluster &c,
      << c.deviceSpec(0).name << ")\n";
   os << "strategy     " << r.strategy.str() << "\n";
   if (!r.measuredKernelDevices.empty())
-    os << "kernels      measured profile of " << r.measuredKernelDevices
+    os << "kernels      " << kernelRates(r.measuredKernelDevices)
        << " (docs/costmodel.md)\n";
   os << "\n";
   std::string tokens;

@@ -28,6 +28,9 @@ struct PlanInputs {
 /// A step's predicted figures as JSON (step time, throughput, MFU, memory,
 /// energy, cost), shared by plans and `orrery simulate --json`.
 nlohmann::ordered_json metricsJson(const StepResult &r);
+/// How kernels were priced: "stated assumptions", or "measured profile of"
+/// the device types whose measured kernel profile priced them.
+std::string kernelRates(const std::vector<std::string> &measuredDevices);
 
 /// One pipeline stage as JSON (layers, times, memory breakdown), shared by
 /// plans and `orrery simulate --json`; units in every field name.

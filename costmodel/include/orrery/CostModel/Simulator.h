@@ -105,9 +105,9 @@ struct StepResult {
   /// Bytes chunk i sends to chunk i+1 per micro-batch and replica (all of
   /// its tp ranks together).
   std::vector<double> boundaryBytesPerMicroBatch;
-  /// Devices whose kernels were priced with their measured profile
-  /// (comma-separated; empty: the stated assumptions everywhere).
-  std::string measuredKernelDevices;
+  /// Device types whose kernels were priced with their measured profile
+  /// (empty: the stated assumptions everywhere).
+  std::vector<std::string> measuredKernelDevices;
   double peakMemoryBytes = 0; ///< largest over devices
   /// The largest memory need minus capacity over stages (<= 0 when it fits).
   double memoryShortfallBytes = 0;
