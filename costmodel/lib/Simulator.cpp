@@ -319,13 +319,32 @@ struct Timeline {
   std::vector<double> free, busy, lastBackwardS;
 };
 
+/// What moving one micro-batch's boundary tensor costs between the chunk
+/// `c` and the chunk `c + 1`. Megatron-LM's pipeline communication
+/// (p2p_communication._communicate: batch_isend_irecv, wait on every
+/// request, synchronize) and DeepSpeed's pipeline engine block the stage
+/// until its sends and receives are done: a stage that sends is busy for the
+/// transfer, and the receiver gets the tensor when the sender is done. A
+/// tensor sent as 1/tp shards (Megatron's scatter/gather, without sequence
+/// parallelism) is all-gathered over the receiver's tensor-parallel group
+/// before it is used.
+struct PipelineLinks {
+  std::vector<double> transferS;  ///< chunk c -> c + 1, each way
+  std::vector<double> gatherFwdS; ///< at the receiver of c's activation
+  std::vector<double> gatherBwdS; ///< at the receiver of c + 1's gradient
+  static PipelineLinks none(int chunks) {
+    return {std::vector<double>(chunks, 0.0), std::vector<double>(chunks, 0.0),
+            std::vector<double>(chunks, 0.0)};
+  }
+};
+
 /// Runs each stage's task list in order; a task starts when its stage is
-/// free and its inputs have arrived (`transfer(chunk)` after the producing
-/// task of chunk `chunk`).
+/// free and its inputs have arrived (when the producing task, which waits
+/// for its send, is done).
 Timeline runSchedule(const std::vector<std::vector<Task>> &order, int chunks,
                      int m, const std::vector<double> &fwdS,
                      const std::vector<double> &bwdS,
-                     const std::function<double(int)> &transfer,
+                     const PipelineLinks &links,
                      std::vector<TraceEvent> *trace) {
   int pp = int(order.size());
   int v = chunks / pp;
@@ -345,39 +364,49 @@ Timeline runSchedule(const std::vector<std::vector<Task>> &order, int chunks,
     for (int i = 0; i < pp; ++i) {
       while (next[i] < order[i].size()) {
         const Task &t = order[i][next[i]];
-        double ready = 0;
+        double ready = 0, gather = 0, send = 0;
         if (!t.backward) {
           if (t.vs > 0) {
-            double dep = fDone[idx(t.vs - 1, t.mb)];
-            if (dep < 0)
+            ready = fDone[idx(t.vs - 1, t.mb)];
+            if (ready < 0)
               break;
-            ready = dep + transfer(t.vs - 1);
+            gather = links.gatherFwdS[t.vs - 1];
           }
+          if (t.vs + 1 < chunks)
+            send = links.transferS[t.vs];
         } else {
-          double own = fDone[idx(t.vs, t.mb)];
-          if (own < 0)
+          ready = fDone[idx(t.vs, t.mb)];
+          if (ready < 0)
             break;
-          ready = own;
           if (t.vs + 1 < chunks) {
             double dep = bDone[idx(t.vs + 1, t.mb)];
             if (dep < 0)
               break;
-            ready = std::max(ready, dep + transfer(t.vs));
+            ready = std::max(ready, dep);
+            gather = links.gatherBwdS[t.vs];
           }
+          if (t.vs > 0)
+            send = links.transferS[t.vs - 1];
         }
         double start = std::max(tl.free[i], ready);
         double dur = t.backward ? bwdS[t.vs] : fwdS[t.vs];
-        tl.free[i] = start + dur;
+        tl.free[i] = start + gather + dur + send;
         tl.busy[i] += dur;
         (t.backward ? bDone : fDone)[idx(t.vs, t.mb)] = tl.free[i];
         if (t.backward)
           tl.lastBackwardS[i] = dur;
-        if (trace)
-          trace->push_back({i,
-                            std::string(t.backward ? "B" : "F") +
-                                std::to_string(t.mb) +
-                                (v > 1 ? "." + std::to_string(t.vs / pp) : ""),
-                            t.backward ? "backward" : "forward", start, dur});
+        if (trace) {
+          std::string name = std::string(t.backward ? "B" : "F") +
+                             std::to_string(t.mb) +
+                             (v > 1 ? "." + std::to_string(t.vs / pp) : "");
+          if (gather > 0)
+            trace->push_back({i, name + " gather", "p2p", start, gather});
+          trace->push_back({i, name, t.backward ? "backward" : "forward",
+                            start + gather, dur});
+          if (send > 0)
+            trace->push_back(
+                {i, name + " send", "p2p", start + gather + dur, send});
+        }
         ++next[i];
         --remaining;
         progress = true;
@@ -492,18 +521,29 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
       r.stageKindKeptBytes[i].push_back(t.keptBytes);
     }
 
-  // Pipeline transfers: to the next stage, over the link between them.
-  std::vector<double> transfer(chunks, 0.0);
-  for (int ch = 0; ch + 1 < chunks && pp > 1; ++ch)
-    transfer[ch] = collectiveTime(CollectiveKind::SendRecv, outBytes[ch],
-                                  at[ch % pp].toNext);
-  auto transferS = [&](int fromChunk) { return transfer[fromChunk]; };
+  // Pipeline transfers: to the next stage, over the link between them;
+  // shards gathered whole at the receiver.
+  PipelineLinks links = PipelineLinks::none(chunks);
+  for (int ch = 0; ch + 1 < chunks && pp > 1; ++ch) {
+    const StagePlacement &from = at[ch % pp], &to = at[(ch + 1) % pp];
+    links.transferS[ch] = collectiveTime(CollectiveKind::SendRecv,
+                                         outBytes[ch], from.toNext);
+    double whole = outBytes[ch] * from.tp;
+    if (!s.sequenceParallel) {
+      if (to.tp > 1)
+        links.gatherFwdS[ch] =
+            collectiveTime(CollectiveKind::AllGather, whole, to.tpGroup);
+      if (from.tp > 1)
+        links.gatherBwdS[ch] =
+            collectiveTime(CollectiveKind::AllGather, whole, from.tpGroup);
+    }
+  }
   for (int ch = 0; ch + 1 < chunks; ++ch)
     r.boundaryBytesPerMicroBatch.push_back(outBytes[ch] * at[ch % pp].tp);
 
   // Event simulation.
   std::vector<std::vector<Task>> order = schedule(m);
-  Timeline tl = runSchedule(order, chunks, m, fwdS, bwdS, transferS,
+  Timeline tl = runSchedule(order, chunks, m, fwdS, bwdS, links,
                             keepTrace ? &r.trace : nullptr);
   if (!tl.ok)
     return err("simulator: the schedule deadlocked (an internal error)");
@@ -557,8 +597,8 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
 
   // Transfers' share of the idle time: the same schedule without them.
   double noTransferEnd =
-      runSchedule(
-          order, chunks, m, fwdS, bwdS, [](int) { return 0.0; }, nullptr)
+      runSchedule(order, chunks, m, fwdS, bwdS, PipelineLinks::none(chunks),
+                  nullptr)
           .free[slowest];
 
   // Memory per stage: the schedule's peak of kept activations.

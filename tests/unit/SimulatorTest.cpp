@@ -2,6 +2,7 @@
 #include "orrery/CostModel/Simulator.h"
 #include "orrery/CostModel/Collective.h"
 
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include <gtest/gtest.h>
@@ -196,6 +197,45 @@ TEST(Simulator, TraceHasOneTrackPerStage) {
   }
   EXPECT_EQ(named, (std::set<int>{0, 1, 2, 3}));
   EXPECT_EQ(used, named);
+}
+
+TEST(Simulator, PipelineSendsHoldTheStageAndShardsAreGathered) {
+  // Megatron-LM waits for each pipeline send and receive before the stage
+  // goes on; without sequence parallelism the 1/tp shards sent are
+  // all-gathered at the receiver before use.
+  Workload w = uniformModel(8, 1e13, 1000, int64_t(1) << 31);
+  StepResult r =
+      simulate(w, preset("2x2xA100-80G"), "tp=2,pp=2,mbs=1,gbs=4", true);
+  std::map<std::string, TraceEvent> span[2];
+  for (const TraceEvent &e : r.trace)
+    if (e.track < 2)
+      span[e.track][e.name] = e;
+  for (int mb = 0; mb < 4; ++mb) {
+    std::string f = "F" + std::to_string(mb), b = "B" + std::to_string(mb);
+    // Stage 0 sends each activation when its forward ends and is busy
+    // until the send is done; stage 1 starts with the gather after it.
+    ASSERT_TRUE(span[0].count(f + " send")) << f;
+    const TraceEvent &send = span[0][f + " send"];
+    EXPECT_GT(send.durationS, 0);
+    EXPECT_DOUBLE_EQ(send.startS, span[0][f].startS + span[0][f].durationS);
+    ASSERT_TRUE(span[1].count(f + " gather")) << f;
+    EXPECT_GE(span[1][f + " gather"].startS, send.startS + send.durationS);
+    EXPECT_DOUBLE_EQ(span[1][f].startS, span[1][f + " gather"].startS +
+                                            span[1][f + " gather"].durationS);
+    // And the gradients the other way.
+    ASSERT_TRUE(span[1].count(b + " send")) << b;
+    ASSERT_TRUE(span[0].count(b + " gather")) << b;
+    EXPECT_GE(span[0][b + " gather"].startS,
+              span[1][b + " send"].startS + span[1][b + " send"].durationS);
+    EXPECT_FALSE(span[1].count(f + " send")); // the last stage sends no activation
+    EXPECT_FALSE(span[0].count(b + " send")); // nor the first a gradient
+  }
+  EXPECT_GT(r.exposedPpCommS, 4 * span[0]["F0 send"].durationS);
+  // With sequence parallelism each rank keeps its own shard: no gather.
+  StepResult sp = simulate(w, preset("2x2xA100-80G"),
+                           "tp=2,pp=2,sp=1,mbs=1,gbs=4", true);
+  for (const TraceEvent &e : sp.trace)
+    EXPECT_EQ(e.name.find("gather"), std::string::npos) << e.name;
 }
 
 TEST(Simulator, DeviceOrderPutsTensorParallelismAcrossNodes) {

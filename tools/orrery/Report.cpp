@@ -64,7 +64,8 @@ const std::map<std::string, std::string> &categoryColors() {
       {"forward", "#4e79a7"},
       {"backward", "#f28e2b"},
       {"dp", "#e15759"},
-      {"optimizer", "#59a14f"}};
+      {"optimizer", "#59a14f"},
+      {"p2p", "#b07aa1"}};
   return c;
 }
 
