@@ -161,7 +161,11 @@ LayerTime Simulation::layerTime(const LayerKind &k,
       backMoved = std::max(0.0, backMoved - 2.0 * op.fusedIntermediateBytes);
       backKernels = 0;
     }
-    double bwd = opTime(dev, b, backMoved * sc / split, cls, backKernels);
+    // Dropout's backward multiplies by the mask its forward kept: an
+    // elementwise kernel that draws no random numbers.
+    KernelClass backCls =
+        cls == KernelClass::Random ? KernelClass::Pointwise : cls;
+    double bwd = opTime(dev, b, backMoved * sc / split, backCls, backKernels);
     t.forwardComputeS += fwd;
     t.backwardComputeS += bwd;
     if (tpDeg > 1) {
