@@ -51,6 +51,10 @@ struct LayerTime {
 struct Task {
   int vs = 0, mb = 0;
   bool backward = false;
+  /// A forward whose output leaves with the next task's gradient, in one
+  /// communication after both (Megatron-LM's interleaved 1F1B in its steady
+  /// state: send_forward_backward_recv_forward_backward).
+  bool sendsWithNext = false;
 };
 
 class Simulation {
@@ -309,6 +313,7 @@ std::vector<std::vector<Task>> Simulation::schedule(int m) const {
       o.push_back(task(f, false));
     while (f < total) {
       o.push_back(task(f++, false));
+      o.back().sendsWithNext = v > 1;
       o.push_back(task(b++, true));
     }
     while (b < total)
@@ -356,10 +361,15 @@ Timeline runSchedule(const std::vector<std::vector<Task>> &order, int chunks,
   tl.free.assign(pp, 0);
   tl.busy.assign(pp, 0);
   tl.lastBackwardS.assign(pp, 0);
+  // When each task's result is sent (the next chunk may use it) and, for
+  // forwards, when it was computed (its own backward may start).
   std::vector<double> fDone(size_t(chunks) * m, -1),
-      bDone(size_t(chunks) * m, -1);
+      bDone(size_t(chunks) * m, -1), fComputed(size_t(chunks) * m, -1);
   auto idx = [&](int vs, int mb) { return size_t(vs) * m + mb; };
   std::vector<size_t> next(pp, 0);
+  // Per stage: a forward whose send waits for the next task (its index into
+  // fDone, and the send's duration), or none.
+  std::vector<std::pair<size_t, double>> pending(pp, {SIZE_MAX, 0.0});
   size_t remaining = 0;
   for (const auto &o : order)
     remaining += o.size();
@@ -379,7 +389,7 @@ Timeline runSchedule(const std::vector<std::vector<Task>> &order, int chunks,
           if (t.vs + 1 < chunks)
             send = links.transferS[t.vs];
         } else {
-          ready = fDone[idx(t.vs, t.mb)];
+          ready = fComputed[idx(t.vs, t.mb)];
           if (ready < 0)
             break;
           if (t.vs + 1 < chunks) {
@@ -394,9 +404,25 @@ Timeline runSchedule(const std::vector<std::vector<Task>> &order, int chunks,
         }
         double start = std::max(tl.free[i], ready);
         double dur = t.backward ? bwdS[t.vs] : fwdS[t.vs];
-        tl.free[i] = start + gather + dur + send;
+        double computed = start + gather + dur;
         tl.busy[i] += dur;
-        (t.backward ? bDone : fDone)[idx(t.vs, t.mb)] = tl.free[i];
+        if (!t.backward)
+          fComputed[idx(t.vs, t.mb)] = computed;
+        if (t.sendsWithNext) {
+          pending[i] = {idx(t.vs, t.mb), send};
+          tl.free[i] = computed;
+          send = 0;
+        } else {
+          if (pending[i].first != SIZE_MAX) {
+            // Both sends at once, to the previous and the next stage.
+            send = std::max(send, pending[i].second);
+            tl.free[i] = computed + send;
+            fDone[pending[i].first] = tl.free[i];
+            pending[i] = {SIZE_MAX, 0.0};
+          }
+          tl.free[i] = computed + send;
+          (t.backward ? bDone : fDone)[idx(t.vs, t.mb)] = tl.free[i];
+        }
         if (t.backward)
           tl.lastBackwardS[i] = dur;
         if (trace) {
@@ -408,8 +434,7 @@ Timeline runSchedule(const std::vector<std::vector<Task>> &order, int chunks,
           trace->push_back({i, name, t.backward ? "backward" : "forward",
                             start + gather, dur});
           if (send > 0)
-            trace->push_back(
-                {i, name + " send", "p2p", start + gather + dur, send});
+            trace->push_back({i, name + " send", "p2p", computed, send});
         }
         ++next[i];
         --remaining;
