@@ -185,6 +185,14 @@ llvm::Expected<std::string> megatron(const ExportPlan &p) {
   }
   if (s.zeroStage == 1)
     flag("--use-distributed-optimizer");
+  // The plan's price reduces gradients while the last backward runs;
+  // Megatron-LM does that only when asked (and then gathers the distributed
+  // optimizer's parameters during the next forward).
+  if (s.dp > 1 && s.zeroStage <= 1) {
+    flag("--overlap-grad-reduce");
+    if (s.zeroStage == 1)
+      flag("--overlap-param-gather");
+  }
   if (s.zeroStage == 3)
     flag("--use-torch-fsdp2");
   if (s.offloadOptimizer) {
