@@ -274,6 +274,11 @@ llvm::Expected<std::string> deepspeed(const ExportPlan &p) {
       return err("deepspeed: optimizer offload needs ZeRO-1 or more");
     zero["offload_optimizer"] = {{"device", "cpu"}, {"pin_memory", true}};
   }
+  // The plan's price reduces gradients while the last backward runs, which
+  // ZeRO-1/2 do with overlap_comm (its pipeline engine reduces after the
+  // schedule, whatever the setting).
+  if (s.dp > 1 && s.pp == 1 && (s.zeroStage == 1 || s.zeroStage == 2))
+    zero["overlap_comm"] = true;
   j["zero_optimization"] = zero;
   if (s.tp > 1)
     j["tensor_parallel"] = {{"autotp_size", s.tp}};
