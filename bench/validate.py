@@ -86,10 +86,14 @@ def measured_step(case):
 
 
 def report(rows, group):
-    errs = [abs(r[3]) for r in rows if r[3] is not None]
+    """Prints the group's mean absolute and mean signed error (a model that
+    is fast or slow across the board shows in the second) and worst case;
+    returns the signed errors."""
+    errs = [r[3] for r in rows if r[3] is not None]
     if errs:
         worst = max(rows, key=lambda r: abs(r[3]) if r[3] is not None else -1)
-        print(f"  {group}: mean abs error {sum(errs) / len(errs):.1f}% over {len(errs)} cases; "
+        print(f"  {group}: mean abs error {sum(map(abs, errs)) / len(errs):.1f}%, "
+              f"mean {sum(errs) / len(errs):+.1f}% over {len(errs)} cases; "
               f"worst {worst[0]} {worst[3]:+.1f}%")
     return errs
 
@@ -136,7 +140,8 @@ def main():
             headline += errs
     if headline:
         print(f"  SC21 Table 1 + Korthikanti Table 5 + BLOOM: mean abs error "
-              f"{sum(headline) / len(headline):.1f}%, worst {max(headline):.1f}% ({len(headline)} cases)")
+              f"{sum(map(abs, headline)) / len(headline):.1f}%, mean {sum(headline) / len(headline):+.1f}%, "
+              f"worst {max(map(abs, headline)):.1f}% ({len(headline)} cases)")
 
     # Memory (Korthikanti Fig. 1): the configurations of Table 5.
     print("\nmemory per GPU (Korthikanti Fig. 1), GiB:")

@@ -110,8 +110,10 @@ def main():
         if not errors:
             return "no cases"
         mean = sum(abs(e) for e in errors) / len(errors)
+        bias = sum(errors) / len(errors)
         worst = max(errors, key=abs)
-        return f"mean abs error {100 * mean:.1f}%, worst {100 * worst:+.1f}% ({len(errors)} cases)"
+        return (f"mean abs error {100 * mean:.1f}%, mean {100 * bias:+.1f}%, "
+                f"worst {100 * worst:+.1f}% ({len(errors)} cases)")
 
     print(f"\nstep time vs Megatron's kernels, stated assumptions:  {summary(time_errors[False])}")
     print(f"step time vs Megatron's kernels, measured profile:    {summary(time_errors[True])}")
