@@ -17,6 +17,10 @@ step times. The stated assumptions take their memory-bound rates from that
 profile too (docs/costmodel.md), so on this device the two columns differ
 only in the GEMM rates; the published A100 runs (bench/validate.py) are
 where the stated rates meet a device they were not measured on.
+
+The twin accumulates each weight gradient into its fp32 main gradient in a
+hook of its own, not inside the weight-gradient GEMM as Megatron-LM does;
+the simulation is told so (--separate-grad-accumulation).
 """
 import argparse
 import json
@@ -31,7 +35,8 @@ GIB = float(1 << 30)
 
 
 def simulate(orrery, model, cluster, strategy, profile):
-    cmd = [orrery, "simulate", model, "--cluster", cluster, "--strategy", strategy, "--json"]
+    cmd = [orrery, "simulate", model, "--cluster", cluster, "--strategy", strategy, "--json",
+           "--separate-grad-accumulation"]
     if not profile:
         cmd.append("--no-kernel-profile")
     out = subprocess.run(cmd, capture_output=True, text=True)

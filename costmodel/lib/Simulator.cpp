@@ -193,6 +193,15 @@ LayerTime Simulation::layerTime(const LayerKind &k,
       t.recomputeFlops += op.forwardFlops * sc / split;
     }
   }
+  if (!a.fusedGradientAccumulation && k.parameters > 0) {
+    // The fp32 main gradient and the 16-bit gradient read, the sum written.
+    double perDevice = double(k.parameters - k.replicatedParameters) / tpDeg +
+                       double(k.replicatedParameters);
+    t.backwardComputeS +=
+        opTime(dev, perDevice, perDevice * (2 * a.gradBytesPerParam +
+                                            a.weightBytesPerParam),
+               KernelClass::Pointwise, std::max(1, k.weightTensors));
+  }
   if (s.zeroStage == 3 && s.dp > 1 && k.parameters > 0) {
     // ZeRO-3 gathers each weight tensor before use (forward, and again in
     // backward) and reduce-scatters its gradient: one collective per tensor,
@@ -468,6 +477,7 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
     if (a.useMeasuredKernels && p.device->measuredKernels &&
         !llvm::is_contained(r.measuredKernelDevices, p.device->name))
       r.measuredKernelDevices.push_back(p.device->name);
+  r.separateGradientAccumulation = !a.fusedGradientAccumulation;
 
   // Layer times per stage placement (once when every stage is alike).
   std::vector<std::vector<LayerTime>> kindTime(uniform ? 1 : pp);

@@ -236,8 +236,9 @@ TEST(HeteroPlanner, OneMoreFasterDeviceNeverSlowsTheBestPlan) {
     ASSERT_TRUE(bool(r)) << llvm::toString(r.takeError());
     expectSound(r->top.front(), w, c, 256);
     double step = r->top.front().stepS;
-    if (extra > 0)
+    if (extra > 0) {
       EXPECT_LE(step, before * (1 + 1e-12)) << "with " << extra << " more";
+    }
     before = step;
   }
 }

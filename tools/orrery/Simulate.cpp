@@ -26,6 +26,8 @@ nlohmann::ordered_json simulateJson(const StepResult &r, const Cluster &c,
                       {"exposed_dp_communication", r.exposedDpCommS},
                       {"bubble", r.bubbleS},
                       {"optimizer", r.optimizerS}};
+  j["gradient_accumulation"] =
+      r.separateGradientAccumulation ? "separate" : "fused";
   j["fits"] = r.fits;
   if (!r.fits)
     j["does_not_fit"] = r.doesNotFit;
@@ -46,6 +48,9 @@ void printSimulation(std::ostream &os, const StepResult &r, const Cluster &c,
   if (!r.measuredKernelDevices.empty())
     os << "kernels      " << kernelRates(r.measuredKernelDevices)
        << " (docs/costmodel.md)\n";
+  if (r.separateGradientAccumulation)
+    os << "gradients    accumulated into fp32 main gradients by a kernel of "
+          "their own each micro-batch\n";
   os << "\n";
   std::string tokens;
   if (r.tokensPerS > 0) {

@@ -461,6 +461,12 @@ int main(int argc, char **argv) {
   simCmd->add_flag("--no-kernel-profile", noKernelProfile,
                    "price kernels with the stated assumptions even where the "
                    "catalog has a measured kernel profile of the device");
+  bool separateGradAccumulation = false;
+  simCmd->add_flag("--separate-grad-accumulation", separateGradAccumulation,
+                   "accumulate weight gradients into fp32 main gradients in "
+                   "a kernel of their own each micro-batch (PyTorch hooks, "
+                   "DeepSpeed's bf16 optimizer), not inside the "
+                   "weight-gradient GEMM (Megatron-LM)");
   simCmd->add_option("--trace", traceFile,
                      "write a Chrome-trace / Perfetto timeline to FILE");
 
@@ -641,6 +647,7 @@ int main(int argc, char **argv) {
         return readRc;
     orrery::Assumptions assumptions;
     assumptions.useMeasuredKernels = !noKernelProfile;
+    assumptions.fusedGradientAccumulation = !separateGradAccumulation;
     if (!simPlan.empty() && orrery::isHeteroPlan(planDoc)) {
       auto hetero = orrery::heteroStrategyFromPlan(planDoc, simPlan);
       if (!hetero)

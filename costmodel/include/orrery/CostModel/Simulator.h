@@ -31,6 +31,12 @@ struct Assumptions {
   KernelModel kernels;
   /// Use a device's measured kernel profile where the catalog has one.
   bool useMeasuredKernels = true;
+  /// Megatron-LM accumulates each weight gradient into its fp32 main
+  /// gradient inside the weight-gradient GEMM (gradient_accumulation_fusion).
+  /// Otherwise (PyTorch hooks, DeepSpeed's bf16 optimizer) a kernel per
+  /// weight tensor reads the main gradient and the 16-bit gradient and
+  /// writes the sum, every micro-batch.
+  bool fusedGradientAccumulation = true;
   const KernelModel &kernelsFor(const DeviceSpec &d) const {
     return useMeasuredKernels && d.measuredKernels ? *d.measuredKernels
                                                    : kernels;
@@ -108,6 +114,9 @@ struct StepResult {
   /// Device types whose kernels were priced with their measured profile
   /// (empty: the stated assumptions everywhere).
   std::vector<std::string> measuredKernelDevices;
+  /// Weight gradients accumulated in a kernel of their own (see
+  /// Assumptions::fusedGradientAccumulation).
+  bool separateGradientAccumulation = false;
   double peakMemoryBytes = 0; ///< largest over devices
   /// The largest memory need minus capacity over stages (<= 0 when it fits).
   double memoryShortfallBytes = 0;
