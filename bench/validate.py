@@ -67,9 +67,18 @@ def strategy_of(case):
     return ",".join(parts)
 
 
-def simulate(orrery, model, cluster, strategy):
+def framework_flags(case):
+    """What the case's training stack does that the default (Megatron-LM)
+    does not: DeepSpeed's optimizers accumulate each micro-batch's gradients
+    into fp32 in a pass of their own, not inside the weight-gradient GEMM."""
+    if "deepspeed" in json.dumps(case.get("source", {})).lower():
+        return ["--separate-grad-accumulation"]
+    return []
+
+
+def simulate(orrery, model, cluster, strategy, flags=()):
     proc = subprocess.run([orrery, "simulate", model, "--cluster", cluster, "--strategy", strategy,
-                           "--json"], capture_output=True, text=True)
+                           "--json", *flags], capture_output=True, text=True)
     if proc.returncode:
         return None, proc.stderr.strip()
     return json.loads(proc.stdout), None
@@ -122,14 +131,17 @@ def main():
             continue
         gpus, per_node = hw["num_gpus"], hw.get("gpus_per_node", 8)
         cluster = cluster_for(args.build, case)
-        result, error = simulate(orrery, gpt_model(args.build, m), cluster, strategy_of(case))
+        result, error = simulate(orrery, gpt_model(args.build, m), cluster, strategy_of(case),
+                                 framework_flags(case))
         if result is None:
             print(f"{case['id']:34} {step:11.2f} {'-':>12} {'-':>8}  cannot simulate: {error}")
             groups.setdefault(g, []).append((case["id"], step, None, None))
             continue
         pred = result["step_time_s"]
         e = 100 * (pred - step) / step
-        note = how + ("" if result["fits"] else "; predicted not to fit: " + result["does_not_fit"])
+        note = how + ("; fp32 gradient accumulation in a pass of its own (DeepSpeed)"
+                      if framework_flags(case) else "")
+        note += "" if result["fits"] else "; predicted not to fit: " + result["does_not_fit"]
         print(f"{case['id']:34} {step:11.2f} {pred:12.2f} {e:+7.1f}%  {note}")
         groups.setdefault(g, []).append((case["id"], step, pred, e))
     print("\nstep time, per group:")
