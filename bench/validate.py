@@ -68,12 +68,22 @@ def strategy_of(case):
 
 
 def framework_flags(case):
-    """What the case's training stack does that the default (Megatron-LM)
-    does not: DeepSpeed's optimizers accumulate each micro-batch's gradients
-    into fp32 in a pass of their own, not inside the weight-gradient GEMM."""
+    """What the case's training stack does that the default (today's
+    Megatron-LM: gradients accumulated into fp32 main gradients inside the
+    weight-gradient GEMM) does not, and why, for the report's note.
+    - DeepSpeed's optimizers (BLOOM's bf16 one) accumulate each micro-batch's
+      gradients into fp32 in a pass of their own.
+    - The SC'21 runs are fp16 on Megatron-LM of early 2021: its fused
+      accumulation did not exist yet (and Megatron-LM enables it only with
+      fp32 accumulation, which it forces for bf16, not fp16), so gradients
+      stayed fp16 and were accumulated by PyTorch's DDP or Megatron's local
+      DDP hook, a pass per micro-batch."""
     if "deepspeed" in json.dumps(case.get("source", {})).lower():
-        return ["--separate-grad-accumulation"]
-    return []
+        return ["--separate-grad-accumulation"], "fp32 gradient accumulation in a pass of its own (DeepSpeed)"
+    if case["group"].startswith("SC21") and case.get("parallel", {}).get("zero", 0) == 0:
+        return (["--separate-grad-accumulation", "--grad-bytes", "2"],
+                "fp16 gradients accumulated in a pass of their own (Megatron-LM of 2021)")
+    return [], ""
 
 
 def simulate(orrery, model, cluster, strategy, flags=()):
@@ -131,16 +141,16 @@ def main():
             continue
         gpus, per_node = hw["num_gpus"], hw.get("gpus_per_node", 8)
         cluster = cluster_for(args.build, case)
+        flags, why = framework_flags(case)
         result, error = simulate(orrery, gpt_model(args.build, m), cluster, strategy_of(case),
-                                 framework_flags(case))
+                                 flags)
         if result is None:
             print(f"{case['id']:34} {step:11.2f} {'-':>12} {'-':>8}  cannot simulate: {error}")
             groups.setdefault(g, []).append((case["id"], step, None, None))
             continue
         pred = result["step_time_s"]
         e = 100 * (pred - step) / step
-        note = how + ("; fp32 gradient accumulation in a pass of its own (DeepSpeed)"
-                      if framework_flags(case) else "")
+        note = how + ("; " + why if why else "")
         note += "" if result["fits"] else "; predicted not to fit: " + result["does_not_fit"]
         print(f"{case['id']:34} {step:11.2f} {pred:12.2f} {e:+7.1f}%  {note}")
         groups.setdefault(g, []).append((case["id"], step, pred, e))

@@ -467,6 +467,14 @@ int main(int argc, char **argv) {
                    "a kernel of their own each micro-batch (PyTorch hooks, "
                    "DeepSpeed's bf16 optimizer), not inside the "
                    "weight-gradient GEMM (Megatron-LM)");
+  double gradBytes = 4;
+  simCmd
+      ->add_option("--grad-bytes", gradBytes,
+                   "bytes per gradient element kept and reduced: 4 (fp32 "
+                   "main gradients, the default) or 2 (16-bit gradients: "
+                   "Megatron-LM with fp16 and without "
+                   "--accumulate-allreduce-grads-in-fp32)")
+      ->check(CLI::IsMember({2.0, 4.0}));
   simCmd->add_option("--trace", traceFile,
                      "write a Chrome-trace / Perfetto timeline to FILE");
 
@@ -648,6 +656,7 @@ int main(int argc, char **argv) {
     orrery::Assumptions assumptions;
     assumptions.useMeasuredKernels = !noKernelProfile;
     assumptions.fusedGradientAccumulation = !separateGradAccumulation;
+    assumptions.gradBytesPerParam = gradBytes;
     if (!simPlan.empty() && orrery::isHeteroPlan(planDoc)) {
       auto hetero = orrery::heteroStrategyFromPlan(planDoc, simPlan);
       if (!hetero)
