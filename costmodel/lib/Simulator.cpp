@@ -22,7 +22,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 
@@ -425,8 +424,7 @@ Timeline runSchedule(const std::vector<std::vector<Task>> &order, int chunks,
           if (pending[i].first != SIZE_MAX) {
             // Both sends at once, to the previous and the next stage.
             send = std::max(send, pending[i].second);
-            tl.free[i] = computed + send;
-            fDone[pending[i].first] = tl.free[i];
+            fDone[pending[i].first] = computed + send;
             pending[i] = {SIZE_MAX, 0.0};
           }
           tl.free[i] = computed + send;
