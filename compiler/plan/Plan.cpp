@@ -62,7 +62,10 @@ ojson metricsJson(const StepResult &r) {
           {"peak_memory_bytes", r.peakMemoryBytes},
           {"energy_j_per_step", r.energyJ},
           {"cost_usd_per_step", r.costUsd},
-          {"kernel_rates", kernelRates(r.measuredKernelDevices)}};
+          {"kernel_rates", kernelRates(r.measuredKernelDevices)},
+          {"gradient_accumulation",
+           r.separateGradientAccumulation ? "separate" : "fused"},
+          {"gradient_bytes_per_parameter", r.gradientBytesPerParameter}};
 }
 
 ojson stageJson(const StageReport &st) {
@@ -325,7 +328,14 @@ ojson heteroMetricsJson(const HeteroResult &r) {
           {"devices_used", r.devicesUsed},
           {"energy_j_per_step", r.energyJ},
           {"cost_usd_per_step", r.costUsd},
-          {"kernel_rates", kernelRates(heteroKernelDevices(r))}};
+          {"kernel_rates", kernelRates(heteroKernelDevices(r))},
+          {"gradient_accumulation",
+           !r.groups.empty() && r.groups.front().separateGradientAccumulation
+               ? "separate"
+               : "fused"},
+          {"gradient_bytes_per_parameter",
+           r.groups.empty() ? 4.0
+                            : r.groups.front().gradientBytesPerParameter}};
 }
 
 ojson heteroStagesJson(const HeteroResult &r, const std::vector<Pool> &pools) {
@@ -378,6 +388,29 @@ ojson heteroPlanJson(const HeteroPlanResult &r, const Workload &w,
   j["search"] = {{"candidates_priced", r.candidatesPriced},
                  {"candidates_pruned", r.candidatesPruned}};
   return j;
+}
+
+llvm::Expected<Assumptions> assumptionsFromPlan(const nlohmann::json &plan,
+                                                const std::string &what) {
+  Assumptions a;
+  if (!plan.contains("predicted") || !plan["predicted"].is_object())
+    return a;
+  const nlohmann::json &p = plan["predicted"];
+  if (p.contains("gradient_accumulation")) {
+    const nlohmann::json &v = p["gradient_accumulation"];
+    if (!v.is_string() || (v != "fused" && v != "separate"))
+      return err(what + ": predicted.gradient_accumulation: must be \"fused\" "
+                        "or \"separate\"");
+    a.fusedGradientAccumulation = v == "fused";
+  }
+  if (p.contains("gradient_bytes_per_parameter")) {
+    const nlohmann::json &v = p["gradient_bytes_per_parameter"];
+    if (!v.is_number() || (v.get<double>() != 2 && v.get<double>() != 4))
+      return err(what +
+                 ": predicted.gradient_bytes_per_parameter: must be 2 or 4");
+    a.gradBytesPerParam = v.get<double>();
+  }
+  return a;
 }
 
 bool isHeteroPlan(const nlohmann::json &plan) {

@@ -68,7 +68,7 @@ private:
   std::vector<size_t> sequence;
   int64_t gbs = 0;
   int heads = 0;
-  Assumptions a;
+  Assumptions a = o.assumptions;
   std::map<std::tuple<int, int, int64_t, int>, KindTable> tables;
   std::vector<Candidate> candidates;
   int64_t pruned = 0;

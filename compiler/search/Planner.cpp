@@ -139,7 +139,7 @@ searchPlans(const Workload &w, const Cluster &cluster, const PlanOptions &o) {
                std::to_string(kMaxStepTasks) +
                " micro-batch executions); give a smaller --global-batch");
   const DeviceSpec &dev = c.deviceSpec(0);
-  Assumptions a;
+  const Assumptions &a = o.assumptions;
 
   std::vector<StepResult> best;
   StepResult closest; // the smallest shortfall, when nothing fits

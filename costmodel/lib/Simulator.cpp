@@ -476,6 +476,7 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
         !llvm::is_contained(r.measuredKernelDevices, p.device->name))
       r.measuredKernelDevices.push_back(p.device->name);
   r.separateGradientAccumulation = !a.fusedGradientAccumulation;
+  r.gradientBytesPerParameter = a.gradBytesPerParam;
 
   // Layer times per stage placement (once when every stage is alike).
   std::vector<std::vector<LayerTime>> kindTime(uniform ? 1 : pp);

@@ -26,8 +26,6 @@ nlohmann::ordered_json simulateJson(const StepResult &r, const Cluster &c,
                       {"exposed_dp_communication", r.exposedDpCommS},
                       {"bubble", r.bubbleS},
                       {"optimizer", r.optimizerS}};
-  j["gradient_accumulation"] =
-      r.separateGradientAccumulation ? "separate" : "fused";
   j["fits"] = r.fits;
   if (!r.fits)
     j["does_not_fit"] = r.doesNotFit;

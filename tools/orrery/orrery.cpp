@@ -103,6 +103,34 @@ void defaultBatchToOne(ModelArgs &args) {
   args.dims.push_back("batch=1");
 }
 
+/// How the framework that runs a plan keeps its gradients: the flags
+/// `simulate` and `plan` share. Only flags given on the command line
+/// override (a plan's own assumptions, for `simulate --plan`).
+struct GradientFlags {
+  bool separate = false;
+  double bytes = 4;
+  CLI::Option *separateOpt = nullptr, *bytesOpt = nullptr;
+  void add(CLI::App *cmd) {
+    separateOpt = cmd->add_flag(
+        "--separate-grad-accumulation", separate,
+        "accumulate weight gradients into the main gradients in a kernel of "
+        "their own each micro-batch (PyTorch hooks, DeepSpeed's bf16 "
+        "optimizer), not inside the weight-gradient GEMM (Megatron-LM)");
+    bytesOpt = cmd->add_option("--grad-bytes", bytes,
+                               "bytes per gradient element kept and reduced: "
+                               "4 (fp32 main gradients, the default) or 2 "
+                               "(16-bit gradients: Megatron-LM with fp16 and "
+                               "without --accumulate-allreduce-grads-in-fp32)")
+                   ->check(CLI::IsMember({2.0, 4.0}));
+  }
+  void apply(orrery::Assumptions &a) const {
+    if (separateOpt && separateOpt->count())
+      a.fusedGradientAccumulation = !separate;
+    if (bytesOpt && bytesOpt->count())
+      a.gradBytesPerParam = bytes;
+  }
+};
+
 /// Layout prices from a cluster's first device and its intra-node link.
 orrery::LayoutCosts layoutCostsFor(const orrery::Cluster &c,
                                    orrery::Precision p,
@@ -316,7 +344,10 @@ int checkHeteroPlan(const nlohmann::json &planDoc, const std::string &what,
   auto strategy = orrery::heteroStrategyFromPlan(planDoc, what);
   if (!strategy)
     return fail(llvm::toString(strategy.takeError()));
-  auto result = orrery::simulateHetero(w, c, *strategy);
+  auto assumptions = orrery::assumptionsFromPlan(planDoc, what);
+  if (!assumptions)
+    return fail(llvm::toString(assumptions.takeError()));
+  auto result = orrery::simulateHetero(w, c, *strategy, *assumptions);
   if (!result)
     return fail(what + ": " + llvm::toString(result.takeError()));
   if (!result->fits)
@@ -354,7 +385,7 @@ int checkHeteroPlan(const nlohmann::json &planDoc, const std::string &what,
                 " differs from the re-simulated " +
                 std::to_string(result->stepS));
   if (!reportOut.empty()) {
-    auto traced = orrery::simulateHetero(w, c, *strategy, {}, true);
+    auto traced = orrery::simulateHetero(w, c, *strategy, *assumptions, true);
     if (!traced)
       return fail(what + ": " + llvm::toString(traced.takeError()));
     orrery::ReportData data = reportBase(planDoc, w, c, traced->stepS);
@@ -461,20 +492,8 @@ int main(int argc, char **argv) {
   simCmd->add_flag("--no-kernel-profile", noKernelProfile,
                    "price kernels with the stated assumptions even where the "
                    "catalog has a measured kernel profile of the device");
-  bool separateGradAccumulation = false;
-  simCmd->add_flag("--separate-grad-accumulation", separateGradAccumulation,
-                   "accumulate weight gradients into fp32 main gradients in "
-                   "a kernel of their own each micro-batch (PyTorch hooks, "
-                   "DeepSpeed's bf16 optimizer), not inside the "
-                   "weight-gradient GEMM (Megatron-LM)");
-  double gradBytes = 4;
-  simCmd
-      ->add_option("--grad-bytes", gradBytes,
-                   "bytes per gradient element kept and reduced: 4 (fp32 "
-                   "main gradients, the default) or 2 (16-bit gradients: "
-                   "Megatron-LM with fp16 and without "
-                   "--accumulate-allreduce-grads-in-fp32)")
-      ->check(CLI::IsMember({2.0, 4.0}));
+  GradientFlags simGradients;
+  simGradients.add(simCmd);
   simCmd->add_option("--trace", traceFile,
                      "write a Chrome-trace / Perfetto timeline to FILE");
 
@@ -526,6 +545,8 @@ int main(int argc, char **argv) {
                       "no search: price this strategy (docs/strategy.md) and "
                       "write it as the plan, e.g. to export a configuration "
                       "you already run");
+  GradientFlags planGradients;
+  planGradients.add(planCmd);
   std::string emitMlir;
   planCmd->add_option("--emit-mlir", emitMlir,
                       "write the model annotated with the plan's shardings "
@@ -654,9 +675,14 @@ int main(int argc, char **argv) {
       if (int readRc = readPlanFile(simPlan, planDoc))
         return readRc;
     orrery::Assumptions assumptions;
+    if (!simPlan.empty()) {
+      auto fromPlan = orrery::assumptionsFromPlan(planDoc, simPlan);
+      if (!fromPlan)
+        return fail(llvm::toString(fromPlan.takeError()));
+      assumptions = *fromPlan;
+    }
     assumptions.useMeasuredKernels = !noKernelProfile;
-    assumptions.fusedGradientAccumulation = !separateGradAccumulation;
-    assumptions.gradBytesPerParam = gradBytes;
+    simGradients.apply(assumptions);
     if (!simPlan.empty() && orrery::isHeteroPlan(planDoc)) {
       auto hetero = orrery::heteroStrategyFromPlan(planDoc, simPlan);
       if (!hetero)
@@ -789,7 +815,11 @@ int main(int argc, char **argv) {
       auto strategy = orrery::strategyFromPlan(planDoc, checkPlan);
       if (!strategy)
         return fail(llvm::toString(strategy.takeError()));
-      auto result = orrery::simulateStep(*workload, *cluster, *strategy);
+      auto assumptions = orrery::assumptionsFromPlan(planDoc, checkPlan);
+      if (!assumptions)
+        return fail(llvm::toString(assumptions.takeError()));
+      auto result =
+          orrery::simulateStep(*workload, *cluster, *strategy, *assumptions);
       if (!result)
         return fail(checkPlan + ": " + llvm::toString(result.takeError()));
       if (!result->fits)
@@ -821,7 +851,8 @@ int main(int argc, char **argv) {
             " differs from the re-simulated " + std::to_string(result->stepS));
       if (reporting) {
         auto traced =
-            orrery::simulateStep(*workload, *cluster, *strategy, {}, true);
+            orrery::simulateStep(*workload, *cluster, *strategy, *assumptions,
+                                 true);
         if (!traced)
           return fail(checkPlan + ": " + llvm::toString(traced.takeError()));
         orrery::ReportData data =
@@ -874,6 +905,7 @@ int main(int argc, char **argv) {
                                                 : orrery::Objective::Time;
     options.budgetUsdPerHour = budget;
     options.topK = topK;
+    planGradients.apply(options.assumptions);
     auto prec = orrery::parseStrategy("precision=" + precision);
     if (prec)
       options.precision = prec->precision;
@@ -926,7 +958,8 @@ int main(int argc, char **argv) {
         return s.takeError();
       if (s->globalBatch == 0)
         s->globalBatch = globalBatch;
-      auto r = orrery::simulateStep(*workload, *cluster, *s);
+      auto r = orrery::simulateStep(*workload, *cluster, *s,
+                                    options.assumptions);
       if (!r)
         return r.takeError();
       if (!r->fits)

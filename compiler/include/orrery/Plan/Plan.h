@@ -53,6 +53,12 @@ nlohmann::ordered_json heteroPlanJson(const HeteroPlanResult &r,
                                       const Workload &w, const PlanInputs &in,
                                       const Cluster &c);
 bool isHeteroPlan(const nlohmann::json &plan);
+/// How the plan was priced (predicted.gradient_accumulation "fused" or
+/// "separate", predicted.gradient_bytes_per_parameter 4 or 2), over the
+/// default assumptions; a plan written before these fields gets the
+/// defaults. A bad value is an error naming the field.
+llvm::Expected<Assumptions> assumptionsFromPlan(const nlohmann::json &plan,
+                                                const std::string &what);
 llvm::Expected<HeteroStrategy> heteroStrategyFromPlan(const nlohmann::json &plan,
                                                       const std::string &what);
 

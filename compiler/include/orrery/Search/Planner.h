@@ -27,6 +27,9 @@ struct PlanOptions {
   double budgetUsdPerHour = 0;
   int topK = 5;
   Precision precision = Precision::BF16;
+  /// How the framework that will run the plan keeps its gradients (the
+  /// rest of the assumptions stay the defaults).
+  Assumptions assumptions;
   /// Called now and then with the candidates priced so far and the best.
   std::function<void(int64_t priced, const StepResult *best)> progress;
 };

@@ -117,6 +117,8 @@ struct StepResult {
   /// Weight gradients accumulated in a kernel of their own (see
   /// Assumptions::fusedGradientAccumulation).
   bool separateGradientAccumulation = false;
+  /// Bytes per gradient element kept and reduced (Assumptions).
+  double gradientBytesPerParameter = 4;
   double peakMemoryBytes = 0; ///< largest over devices
   /// The largest memory need minus capacity over stages (<= 0 when it fits).
   double memoryShortfallBytes = 0;
