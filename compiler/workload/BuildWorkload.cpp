@@ -417,6 +417,7 @@ llvm::Expected<Workload> buildWorkload(ModuleOp module,
   }
   std::map<std::string, size_t> kindIndex;
   llvm::DenseSet<Value> countedWeights;
+  llvm::DenseMap<Value, size_t> weightKind; // the kind that counts a weight
   for (Operation &op : main.getBody().front()) {
     auto call = dyn_cast<func::CallOp>(op);
     if (!call)
@@ -452,8 +453,21 @@ llvm::Expected<Workload> buildWorkload(ModuleOp module,
       int64_t replicatedBatched = 0;
       for (auto [i, arg] : llvm::enumerate(call.getOperands())) {
         auto weight = arg.getDefiningOp<WeightOp>();
-        if (!weight || !countedWeights.insert(arg).second)
+        if (!weight)
           continue;
+        if (!countedWeights.insert(arg).second) {
+          auto owner = weightKind.find(arg);
+          if (weight.getTrainable() && owner != weightKind.end() &&
+              owner->second != it->second) {
+            int64_t n = numElements(arg.getType());
+            kind.tiedParameters += n;
+            if (!(i < split.size() && split[i]))
+              kind.tiedReplicatedParameters += n;
+            kind.tiedWithKind = int(owner->second);
+          }
+          continue;
+        }
+        weightKind[arg] = it->second;
         int64_t n = numElements(arg.getType());
         (weight.getTrainable() ? kind.parameters : kind.buffers) += n;
         if (weight.getTrainable() && !(i < split.size() && split[i]))
@@ -468,12 +482,15 @@ llvm::Expected<Workload> buildWorkload(ModuleOp module,
         alt->parameters = kind.parameters;
         alt->buffers = kind.buffers;
         alt->replicatedParameters = replicatedBatched;
+        alt->tiedParameters = kind.tiedParameters;
+        alt->tiedReplicatedParameters = kind.tiedReplicatedParameters;
+        alt->tiedWithKind = kind.tiedWithKind;
         kind.batchSplitLayout = alt;
       }
     } else {
       for (Value arg : call.getOperands())
-        if (arg.getDefiningOp<WeightOp>())
-          countedWeights.insert(arg);
+        if (arg.getDefiningOp<WeightOp>() && countedWeights.insert(arg).second)
+          weightKind[arg] = it->second;
     }
     if (!w.layers.empty() && w.layers.back().kind == it->second)
       w.layers.back().count++;

@@ -542,6 +542,41 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
         (place.tp > 1 ? place.tp : 1); // Megatron's scatter/gather of p2p
   }
 
+  // Tied weights (a head sharing the embedding's): a stage that uses them
+  // without holding their owner keeps a copy (weights, gradients, optimizer
+  // state), and the two stages all-reduce its gradient after the backward.
+  std::vector<double> tiedSyncS(pp, 0.0);
+  if (pp > 1) {
+    std::vector<std::vector<bool>> holds(pp,
+                                         std::vector<bool>(w.kinds.size()));
+    for (int ch = 0; ch < chunks; ++ch)
+      for (int l : chunkOf[ch])
+        holds[ch % pp][sequence[l]] = true;
+    std::vector<std::vector<bool>> copied = holds;
+    for (int ch = 0; ch < chunks; ++ch) {
+      int i = ch % pp;
+      for (int l : chunkOf[ch]) {
+        const LayerKind &kind = w.kinds[sequence[l]];
+        int owner = kind.tiedWithKind;
+        if (kind.tiedParameters <= 0 || owner < 0 || copied[i][owner])
+          continue;
+        copied[i][owner] = true; // one copy per stage
+        double copy = double(kind.tiedParameters -
+                             kind.tiedReplicatedParameters) /
+                          at[i].tp +
+                      double(kind.tiedReplicatedParameters);
+        params[ch] += copy;
+        double sync = collectiveTime(CollectiveKind::AllReduce,
+                                     copy * a.gradBytesPerParam, at[i].toNext);
+        tiedSyncS[i] += sync;
+        for (int j = 0; j < pp; ++j)
+          if (holds[j][owner]) {
+            tiedSyncS[j] += sync;
+            break;
+          }
+      }
+    }
+  }
   // Per stage and layer kind, for balancing uneven stages: seconds per
   // micro-batch, parameters per device, activation bytes one micro-batch
   // keeps.
@@ -611,7 +646,7 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
     if (at[i].tp > 1 && tpGrad > 0)
       grad += collectiveTime(CollectiveKind::AllReduce,
                              tpGrad * a.gradBytesPerParam, at[i].tpGroup);
-    dpExposed[i] = std::max(0.0, grad - lastBackwardS[i]);
+    dpExposed[i] = std::max(0.0, grad - lastBackwardS[i]) + tiedSyncS[i];
     double shard = s.zeroStage >= 1 ? s.dp : 1;
     // Megatron-LM's step over the device's shard, per parameter: the
     // gradient read for its norm (clipping) and again by Adam; the fp32

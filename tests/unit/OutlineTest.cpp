@@ -52,6 +52,12 @@ TEST(Outline, TinyGptIsEmbeddingLayersHead) {
   // the tied head adds no parameters.
   EXPECT_EQ(w.parameters(),
             12 * 2 * 64 * 64 + 13 * 2 * 64 + (128 + 32) * 64 + 2 * 64);
+  // It uses the embedding's [V, d] table, which the embedding counts.
+  const orrery::LayerKind &head = w.kinds[w.layers[2].kind];
+  EXPECT_EQ(head.tiedParameters, 128 * 64);
+  EXPECT_EQ(head.tiedWithKind, int(w.layers[0].kind));
+  EXPECT_EQ(w.kinds[w.layers[0].kind].tiedParameters, 0);
+  EXPECT_EQ(w.kinds[w.layers[1].kind].tiedParameters, 0);
   EXPECT_EQ(w.batchSize, 2);
   EXPECT_EQ(w.tokensPerSample, 32);
 }

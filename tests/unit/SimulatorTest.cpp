@@ -304,6 +304,37 @@ TEST(Simulator, InterleavedStepsSendBothWaysAtOnce) {
     }
 }
 
+TEST(Simulator, ATiedHeadOnAnotherStageKeepsACopy) {
+  // Embedding (owns a 1e9-parameter table), body layers, and a head that
+  // uses the table: on one stage nothing changes; on two, the head's stage
+  // holds a copy (weights, gradients, optimizer state) and both stages
+  // all-reduce its gradient after the backward.
+  Workload w = uniformModel(4, 1e12, int64_t(1e6), 1 << 20);
+  LayerKind emb = w.kinds[0], head = w.kinds[0];
+  emb.name = "embedding";
+  emb.count = head.count = 1;
+  emb.parameters = int64_t(1e9);
+  head.name = "head";
+  head.parameters = 0;
+  head.tiedParameters = int64_t(1e9);
+  head.tiedWithKind = 1;
+  w.kinds = {w.kinds[0], emb, head};
+  w.layers = {{1, 1}, {0, 4}, {2, 1}};
+  Cluster c = preset("2x1xA100-80G");
+  StepResult one = simulate(w, c, "dp=2,mbs=1,gbs=4");
+  StepResult two = simulate(w, c, "pp=2,mbs=1,gbs=4");
+  double copyBytes = 1e9 * (2 + 4 + 12);
+  EXPECT_NEAR(two.stages[1].memory.weightsBytes +
+                  two.stages[1].memory.gradientsBytes +
+                  two.stages[1].memory.optimizerBytes,
+              copyBytes + 2e6 * 18, 1);
+  EXPECT_NEAR(two.stages[0].memory.weightsBytes, (1e9 + 2e6) * 2, 1);
+  // The all-reduce of 4 GB of gradients between the stages is exposed.
+  EXPECT_GT(two.exposedDpCommS, 4e9 / 30e9);
+  EXPECT_EQ(one.stages.size(), 1u);
+  EXPECT_NEAR(one.stages[0].memory.weightsBytes, (1e9 + 4e6) * 2, 1);
+}
+
 TEST(Simulator, DeviceOrderPutsTensorParallelismAcrossNodes) {
   Workload w = uniformModel(4, 1e13, 1000, 1 << 20);
   w.kinds[0].ops[0].tpAllReduceForwardBytes = 64 << 20;

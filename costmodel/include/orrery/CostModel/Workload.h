@@ -73,6 +73,13 @@ struct LayerKind {
   /// scales, biases of replicated ops): every tp rank holds them whole.
   int64_t replicatedParameters = 0;
   int64_t buffers = 0;    ///< non-trainable weight elements
+  /// Trainable weights this kind uses that an earlier kind counts (a tied
+  /// head's embedding). A pipeline stage that holds this kind but not that
+  /// one keeps a copy of its own, whose gradient is all-reduced with the
+  /// owner's after the backward (Megatron-LM's embedding group).
+  int64_t tiedParameters = 0;
+  int64_t tiedReplicatedParameters = 0; ///< of those, not split by tp
+  int tiedWithKind = -1;                ///< the kind that counts them
   int64_t forwardFlops = 0;
   int64_t backwardFlops = 0;
   int64_t bytesRead = 0;
