@@ -671,11 +671,10 @@ int main(int argc, char **argv) {
     if (strategyText.empty() && simPlan.empty())
       return fail("simulate: give --strategy or --plan");
     nlohmann::json planDoc;
-    if (!simPlan.empty())
-      if (int readRc = readPlanFile(simPlan, planDoc))
-        return readRc;
     orrery::Assumptions assumptions;
     if (!simPlan.empty()) {
+      if (int readRc = readPlanFile(simPlan, planDoc))
+        return readRc;
       auto fromPlan = orrery::assumptionsFromPlan(planDoc, simPlan);
       if (!fromPlan)
         return fail(llvm::toString(fromPlan.takeError()));
