@@ -69,8 +69,13 @@ def strategy_of(case):
 
 def framework_flags(case):
     """What the case's training stack does that the default (today's
-    Megatron-LM: gradients accumulated into fp32 main gradients inside the
-    weight-gradient GEMM) does not, and why, for the report's note.
+    Megatron-Core: flash attention and fused kernels, gradients accumulated
+    into fp32 main gradients inside the weight-gradient GEMM) does not, and
+    why, for the report's note.
+    - The A100 runs of 2021-22 (SC'21, Korthikanti et al., BLOOM) predate
+      FlashAttention: Megatron-LM computed the attention scores in memory
+      with its fused scale-mask-softmax (Korthikanti et al.'s selective
+      recompute exists because of those scores): --kernels unfused-attention.
     - DeepSpeed's optimizers (BLOOM's bf16 one) accumulate each micro-batch's
       gradients into fp32 in a pass of their own.
     - The SC'21 runs are fp16 on Megatron-LM of early 2021: its fused
@@ -78,12 +83,17 @@ def framework_flags(case):
       fp32 accumulation, which it forces for bf16, not fp16), so gradients
       stayed fp16 and were accumulated by PyTorch's DDP or Megatron's local
       DDP hook, a pass per micro-batch."""
+    flags, why = [], []
+    if case["group"].startswith(("SC21", "Korthikanti", "BLOOM")):
+        flags += ["--kernels", "unfused-attention"]
+        why.append("attention scores in memory (before flash attention)")
     if "deepspeed" in json.dumps(case.get("source", {})).lower():
-        return ["--separate-grad-accumulation"], "fp32 gradient accumulation in a pass of its own (DeepSpeed)"
-    if case["group"].startswith("SC21") and case.get("parallel", {}).get("zero", 0) == 0:
-        return (["--separate-grad-accumulation", "--grad-bytes", "2"],
-                "fp16 gradients accumulated in a pass of their own (Megatron-LM of 2021)")
-    return [], ""
+        flags += ["--separate-grad-accumulation"]
+        why.append("fp32 gradient accumulation in a pass of its own (DeepSpeed)")
+    elif case["group"].startswith("SC21") and case.get("parallel", {}).get("zero", 0) == 0:
+        flags += ["--separate-grad-accumulation", "--grad-bytes", "2"]
+        why.append("fp16 gradients accumulated in a pass of their own (Megatron-LM of 2021)")
+    return flags, "; ".join(why)
 
 
 def simulate(orrery, model, cluster, strategy, flags=()):
@@ -102,6 +112,27 @@ def measured_step(case):
     if "iteration_time_s_from_F96" in d:
         return d["iteration_time_s_from_F96"], "from TFLOP/s (F96)"
     return None, None
+
+
+def f72(m, batch):
+    """Model FLOPs of one step (Korthikanti et al.; Megatron-Core's MFU)."""
+    s, l, h, v = m["seq_len"], m["layers"], m["hidden"], m["vocab"]
+    return 72 * batch * s * l * h * h * (1 + s / (6 * h) + v / (12 * l * h))
+
+
+# Megatron-Core r0.8 on H100 (its README's table) states tp, pp, dp, the
+# global batch and the overlaps, not the rest; what its performance runs
+# use is assumed: micro-batch 1, sequence parallelism with tp, no
+# recompute, the distributed optimizer (ZeRO-1: --overlap-param-gather
+# needs it), bf16, the 1F1B schedule, flash attention (Transformer Engine).
+def mcore_strategy(case):
+    p, t = case["parallel"], case["training"]
+    # The overlaps the README states: --overlap-grad-reduce,
+    # --overlap-param-gather, --tp-comm-overlap (with sequence parallelism).
+    overlap = "grad+param+tp" if p["tp"] > 1 else "grad+param"
+    return (f"tp={p['tp']},pp={p['pp']},dp={p['dp']},mbs=1,gbs={t['global_batch']},"
+            f"sp={1 if p['tp'] > 1 else 0},recompute=none,zero=1,precision=bf16,"
+            f"overlap={overlap}")
 
 
 def report(rows, group):
@@ -142,8 +173,12 @@ def main():
         gpus, per_node = hw["num_gpus"], hw.get("gpus_per_node", 8)
         cluster = cluster_for(args.build, case)
         flags, why = framework_flags(case)
-        result, error = simulate(orrery, gpt_model(args.build, m), cluster, strategy_of(case),
-                                 flags)
+        strategy = strategy_of(case)
+        if "deepspeed" in json.dumps(case.get("source", {})).lower():
+            # DeepSpeed's ZeRO-1/2 gathers the updated weights after the
+            # step; only the gradient reduction overlaps (overlap_comm).
+            strategy += ",overlap=grad"
+        result, error = simulate(orrery, gpt_model(args.build, m), cluster, strategy, flags)
         if result is None:
             print(f"{case['id']:34} {step:11.2f} {'-':>12} {'-':>8}  cannot simulate: {error}")
             groups.setdefault(g, []).append((case["id"], step, None, None))
@@ -154,6 +189,29 @@ def main():
         note += "" if result["fits"] else "; predicted not to fit: " + result["does_not_fit"]
         print(f"{case['id']:34} {step:11.2f} {pred:12.2f} {e:+7.1f}%  {note}")
         groups.setdefault(g, []).append((case["id"], step, pred, e))
+    # Megatron-Core on H100 at sequence 4096: TFLOP/s per GPU (model FLOPs)
+    # converted to a step time with F72.
+    for case in data["cases"]:
+        g = case["group"]
+        if g != "MegatronCore_r0.8_H100_weak_scaling":
+            continue
+        m, hw = case["model"], case["hardware"]
+        gpus = hw["num_gpus"]
+        step = f72(m, case["training"]["global_batch"]) / (
+            case["measured"]["tflops_per_gpu"] * 1e12 * gpus)
+        cluster = f"{gpus // hw.get('gpus_per_node', 8)}x{hw.get('gpus_per_node', 8)}xH100-SXM"
+        result, error = simulate(orrery, gpt_model(args.build, m), cluster, mcore_strategy(case))
+        if result is None:
+            print(f"{case['id']:34} {step:11.2f} {'-':>12} {'-':>8}  cannot simulate: {error}")
+            groups.setdefault(g, []).append((case["id"], step, None, None))
+            continue
+        pred = result["step_time_s"]
+        e = 100 * (pred - step) / step
+        note = "from TFLOP/s (F72); mbs 1, sp, no recompute, ZeRO-1 assumed"
+        note += "" if result["fits"] else "; predicted not to fit: " + result["does_not_fit"]
+        print(f"{case['id']:34} {step:11.2f} {pred:12.2f} {e:+7.1f}%  {note}")
+        groups.setdefault(g, []).append((case["id"], step, pred, e if result["fits"] else None))
+
     print("\nstep time, per group:")
     headline = []
     for g, rows in groups.items():
@@ -188,7 +246,8 @@ def main():
             common += f",vpp={v}"
         for key, extra in (("activations_GiB_no_recompute", ",recompute=none,sp=0"),
                            ("activations_GiB_seqpar_selective", ",recompute=selective,sp=1")):
-            result, error = simulate(orrery, gpt_model(args.build, m), cluster, common + extra)
+            result, error = simulate(orrery, gpt_model(args.build, m), cluster, common + extra,
+                                     ["--kernels", "unfused-attention"])
             if result is None:
                 print(f"  {case['id']} {key}: cannot simulate: {error}")
                 continue
@@ -200,7 +259,8 @@ def main():
             e = 100 * (pred - meas) / meas
             mem_errs.append(abs(e))
             print(f"  {case['id']:22} {key:34} measured {meas:8.2f}  predicted {pred:8.2f}  {e:+6.1f}%")
-        result, _ = simulate(orrery, gpt_model(args.build, m), cluster, common + ",recompute=full")
+        result, _ = simulate(orrery, gpt_model(args.build, m), cluster, common + ",recompute=full",
+                             ["--kernels", "unfused-attention"])
         if result:
             # Fig. 1's bar is the model's weights and optimizer state spread
             # over tp x pp GPUs (18 bytes x parameters / (t p)): the mean over

@@ -20,7 +20,11 @@ where the stated rates meet a device they were not measured on.
 
 The twin accumulates each weight gradient into its fp32 main gradient in a
 hook of its own, not inside the weight-gradient GEMM as Megatron-LM does;
-the simulation is told so (--separate-grad-accumulation).
+the simulation is told so (--separate-grad-accumulation). Its attention is
+unfused (scores in memory, Megatron's fused softmax chain): the Megatron-
+kernel steps are simulated with --kernels unfused-attention, and the steps
+that ran PyTorch's kernels one op at a time with --kernels eager (the host's
+dispatch per op included), with the measured profile.
 """
 import argparse
 import json
@@ -34,9 +38,9 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 GIB = float(1 << 30)
 
 
-def simulate(orrery, model, cluster, strategy, profile):
+def simulate(orrery, model, cluster, strategy, profile, kernels="unfused-attention"):
     cmd = [orrery, "simulate", model, "--cluster", cluster, "--strategy", strategy, "--json",
-           "--separate-grad-accumulation"]
+           "--separate-grad-accumulation", "--kernels", kernels]
     if not profile:
         cmd.append("--no-kernel-profile")
     out = subprocess.run(cmd, capture_output=True, text=True)
@@ -69,11 +73,12 @@ def main():
         by_config.setdefault(key, {})[s["fusion"]] = s
 
     time_errors = {True: [], False: []}
+    eager_errors = []
     mem_errors = []
     fit_agree = 0
     print(f"\n{'':<36}{'-- measured step s --':^29}{'-- predicted step s --':^36}")
     print(f"{'case':<36}{'unfused':>9}{'inductor':>10}{'megatron':>10}{'datasheet':>12}{'err':>8}"
-          f"{'profile':>10}{'err':>8}   memory GiB measured / predicted")
+          f"{'profile':>10}{'err':>8}{'eager':>8}{'err':>8}   memory GiB measured / predicted")
     with tempfile.TemporaryDirectory() as tmp:
         for (name, seq, mbs, recompute), runs in by_config.items():
             any_run = next(iter(runs.values()))
@@ -85,6 +90,7 @@ def main():
                                 "--vocab", str(any_run["vocab"]), "-o", model], check=True)
             strategy = f"tp=1,pp=1,dp=1,mbs={mbs},gbs={mbs},recompute={recompute}"
             pred = {p: simulate(orrery, model, args.cluster, strategy, p) for p in (False, True)}
+            pred_eager = simulate(orrery, model, args.cluster, strategy, True, "eager")
             label = f"{name} mbs={mbs} rc={recompute}" + (f" s={seq}" if seq != 2048 else "")
             eager, fused = runs.get("none"), runs.get("megatron")
             ok = lambda r: r is not None and r["status"] == "ok"
@@ -99,6 +105,12 @@ def main():
                     time_errors[p].append(pred[p]["step_time_s"] / fused["step_seconds_median"] - 1)
                 else:
                     cols += f"{'':>8}"
+            cols += f"{pred_eager['step_time_s']:8.3f}"
+            if ok(eager):
+                cols += f"{pct(pred_eager['step_time_s'], eager['step_seconds_median']):>8}"
+                eager_errors.append(pred_eager["step_time_s"] / eager["step_seconds_median"] - 1)
+            else:
+                cols += f"{'':>8}"
             fits = pred[True]["fits"]
             if ok(eager):
                 used = eager["device_used_bytes"] / GIB
@@ -122,6 +134,7 @@ def main():
 
     print(f"\nstep time vs Megatron's kernels, stated assumptions:  {summary(time_errors[False])}")
     print(f"step time vs Megatron's kernels, measured profile:    {summary(time_errors[True])}")
+    print(f"step time one op at a time, --kernels eager, profile: {summary(eager_errors)}")
     print(f"peak memory vs the unfused twin:                      {summary(mem_errors)}")
     print(f"fits / does not fit as on the device: {fit_agree} of "
           f"{sum(1 for r in by_config.values() if 'none' in r)}")

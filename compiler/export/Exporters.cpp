@@ -40,6 +40,10 @@ llvm::Expected<ExportPlan> readExportPlan(const nlohmann::json &plan,
     return s.takeError();
   ExportPlan p;
   p.strategy = *s;
+  auto assumptions = assumptionsFromPlan(plan, what);
+  if (!assumptions)
+    return assumptions.takeError();
+  p.kernels = assumptions->fusion;
   const nlohmann::json &model = plan.value("model", nlohmann::json::object());
   p.model = model.value("source", "");
   if (plan.contains("cluster") && plan["cluster"].is_object()) {
@@ -185,13 +189,33 @@ llvm::Expected<std::string> megatron(const ExportPlan &p) {
   }
   if (s.zeroStage == 1)
     flag("--use-distributed-optimizer");
-  // The plan's price reduces gradients while the last backward runs;
-  // Megatron-LM does that only when asked (and then gathers the distributed
-  // optimizer's parameters during the next forward).
-  if (s.dp > 1 && s.zeroStage <= 1) {
+  // Exactly the overlap the plan was priced with.
+  if (s.dp > 1 && s.zeroStage <= 1 && s.overlapGradReduce)
     flag("--overlap-grad-reduce");
-    if (s.zeroStage == 1)
-      flag("--overlap-param-gather");
+  if (s.dp > 1 && s.zeroStage == 1 && s.overlapParamGather) {
+    if (!s.overlapGradReduce)
+      return err("megatron: Megatron-LM overlaps the parameter all-gather "
+                 "(--overlap-param-gather) only with --overlap-grad-reduce; "
+                 "the plan overlaps one without the other");
+    flag("--overlap-param-gather");
+  }
+  if (s.tp > 1 && s.overlapTpComm)
+    flag("--tp-comm-overlap");
+  if (s.pp > 1 && s.overlapP2p)
+    flag("--overlap-p2p-communication");
+  switch (p.kernels) {
+  case KernelFusion::Fused:
+    flag("--transformer-impl", "transformer_engine");
+    flag("--attention-backend", "auto");
+    break;
+  case KernelFusion::UnfusedAttention:
+    flag("--transformer-impl", "transformer_engine");
+    flag("--attention-backend", "unfused");
+    break;
+  case KernelFusion::Eager:
+    return err("megatron: the plan was priced as plain PyTorch, one kernel "
+               "per op (--kernels eager); Megatron-LM runs its fused kernels: "
+               "plan with --kernels fused or unfused-attention");
   }
   if (s.zeroStage == 3)
     flag("--use-torch-fsdp2");
@@ -260,6 +284,21 @@ llvm::Expected<std::string> deepspeed(const ExportPlan &p) {
   }
   if (s.precision == Precision::FP8)
     return err("deepspeed: fp8 training is not a ds_config precision");
+  if (s.overlapTpComm && s.tp > 1)
+    return err("deepspeed: AutoTP has no overlap of its collectives with the "
+               "GEMMs (the plan has overlap=" + s.overlapName() + ")");
+  bool zero12 = s.zeroStage == 1 || s.zeroStage == 2;
+  if (s.dp > 1 && s.overlapGradReduce && (s.pp > 1 || s.zeroStage == 0))
+    return err("deepspeed: DeepSpeed's " +
+               std::string(s.pp > 1 ? "pipeline engine" : "ZeRO-0") +
+               " reduces gradients after the backward, not during it; plan "
+               "without the gradient overlap (overlap=none, or without "
+               "'grad')");
+  if (s.dp > 1 && zero12 && s.overlapParamGather)
+    return err("deepspeed: ZeRO-" + std::to_string(s.zeroStage) +
+               " all-gathers the updated weights after the optimizer step, "
+               "not during the next forward; plan without 'param' in overlap= "
+               "(e.g. overlap=grad)");
   nlohmann::ordered_json j;
   j["train_batch_size"] = s.globalBatch;
   j["train_micro_batch_size_per_gpu"] = s.microBatch;
@@ -274,11 +313,9 @@ llvm::Expected<std::string> deepspeed(const ExportPlan &p) {
       return err("deepspeed: optimizer offload needs ZeRO-1 or more");
     zero["offload_optimizer"] = {{"device", "cpu"}, {"pin_memory", true}};
   }
-  // The plan's price reduces gradients while the last backward runs, which
-  // ZeRO-1/2 do with overlap_comm (its pipeline engine reduces after the
-  // schedule, whatever the setting).
-  if (s.dp > 1 && s.pp == 1 && (s.zeroStage == 1 || s.zeroStage == 2))
-    zero["overlap_comm"] = true;
+  // The gradient reduction overlapped with the backward, as priced.
+  if (s.dp > 1 && s.pp == 1 && zero12)
+    zero["overlap_comm"] = s.overlapGradReduce;
   j["zero_optimization"] = zero;
   if (s.tp > 1)
     j["tensor_parallel"] = {{"autotp_size", s.tp}};
@@ -337,6 +374,15 @@ llvm::Expected<std::string> torchtitan(const ExportPlan &p) {
   if (s.offloadOptimizer && s.zeroStage == 0)
     return err("torchtitan: CPU offload needs FSDP (ZeRO-3); the plan "
                "replicates weights (ZeRO-0)");
+  if (p.kernels != KernelFusion::Fused)
+    return err(std::string("torchtitan: its models run attention through "
+                           "SDPA's flash kernels and fuse the rest with "
+                           "torch.compile; the plan was priced with --kernels ") +
+               kernelFusionName(p.kernels) + ": plan with --kernels fused");
+  if (s.overlapP2p && s.pp > 1)
+    return err("torchtitan: its pipeline schedules have no overlap of the "
+               "sends with compute (the plan has overlap=" +
+               s.overlapName() + ")");
   std::ostringstream t;
   t << "# torchtitan (0.1) job config: the parallelism part of an Orrery "
        "plan\n"
@@ -362,7 +408,8 @@ llvm::Expected<std::string> torchtitan(const ExportPlan &p) {
             : "float32")
     << "\"\n"
     << "enable_cpu_offload = " << (s.offloadOptimizer ? "true" : "false")
-    << "\n";
+    << "\n"
+    << "compile = true\n";
   t << "\n[parallelism]\n"
     << "data_parallel_replicate_degree = " << (shard ? 1 : s.dp) << "\n"
     << "data_parallel_shard_degree = " << (shard ? s.dp : 1) << "\n"
@@ -370,6 +417,8 @@ llvm::Expected<std::string> torchtitan(const ExportPlan &p) {
     << "context_parallel_degree = " << s.cp << "\n"
     << "expert_parallel_degree = " << s.ep << "\n"
     << "pipeline_parallel_degree = " << s.pp << "\n";
+  if (s.tp > 1 && s.overlapTpComm)
+    t << "enable_async_tensor_parallel = true\n";
   if (s.pp > 1) {
     auto points = splitPoints(p, "torchtitan");
     if (!points)
@@ -431,6 +480,10 @@ llvm::Expected<std::string> pytorch(const ExportPlan &p) {
   if (s.zeroStage == 2)
     return err("pytorch: ZeRO-2 has no PyTorch equivalent (FSDP2 is ZeRO-3, "
                "ZeroRedundancyOptimizer is ZeRO-1)");
+  if ((s.overlapTpComm && s.tp > 1) || (s.overlapP2p && s.pp > 1))
+    return err("pytorch: DTensor and torch.distributed.pipelining have no "
+               "overlap of tensor-parallel collectives or pipeline sends with "
+               "compute (the plan has overlap=" + s.overlapName() + ")");
   auto axes = meshAxes(s);
   std::vector<std::string> names, sizes;
   for (auto &[n, d] : axes) {
@@ -527,6 +580,9 @@ llvm::Expected<std::string> jax(const ExportPlan &p) {
   const Strategy &s = p.strategy;
   if (s.offloadActivations || s.offloadOptimizer)
     return err("jax: host offload is not part of a mesh and PartitionSpecs");
+  if ((s.overlapTpComm && s.tp > 1) || (s.overlapP2p && s.pp > 1))
+    return err("jax: a mesh and PartitionSpecs do not state how XLA overlaps "
+               "collectives (the plan has overlap=" + s.overlapName() + ")");
   auto axes = meshAxes(s);
   std::vector<std::string> names, sizes;
   for (auto &[n, d] : axes) {

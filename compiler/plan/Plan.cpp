@@ -40,6 +40,10 @@ static ojson strategyJson(const Strategy &s) {
   j["precision"] = precisionName(s.precision);
   j["device_order"] = s.order;
   j["layers_per_stage"] = s.stageLayers;
+  j["overlap"] = {{"grad_reduce", s.overlapGradReduce},
+                  {"param_gather", s.overlapParamGather},
+                  {"tp_comm", s.overlapTpComm},
+                  {"p2p", s.overlapP2p}};
   j["cli"] = s.str();
   return j;
 }
@@ -65,7 +69,8 @@ ojson metricsJson(const StepResult &r) {
           {"kernel_rates", kernelRates(r.measuredKernelDevices)},
           {"gradient_accumulation",
            r.separateGradientAccumulation ? "separate" : "fused"},
-          {"gradient_bytes_per_parameter", r.gradientBytesPerParameter}};
+          {"gradient_bytes_per_parameter", r.gradientBytesPerParameter},
+          {"kernels", kernelFusionName(r.kernels)}};
 }
 
 ojson stageJson(const StageReport &st) {
@@ -225,6 +230,24 @@ llvm::Expected<Strategy> strategyFromPlan(const nlohmann::json &plan,
   if (j.contains("tp_batch_split"))
     if (auto e = boolean("tp_batch_split", s.tpBatchSplit))
       return std::move(e);
+  if (j.contains("overlap")) {
+    const nlohmann::json &o = j["overlap"];
+    if (!o.is_object())
+      return err(what + ": strategy.overlap: must be an object");
+    for (auto [key, flag] :
+         std::initializer_list<std::pair<const char *, bool *>>{
+             {"grad_reduce", &s.overlapGradReduce},
+             {"param_gather", &s.overlapParamGather},
+             {"tp_comm", &s.overlapTpComm},
+             {"p2p", &s.overlapP2p}}) {
+      if (!o.contains(key))
+        continue;
+      if (!o[key].is_boolean())
+        return err(what + ": strategy.overlap." + key +
+                   ": must be true or false");
+      *flag = o[key];
+    }
+  }
   if (auto sc = scheduleFromName(j.value("schedule", "")))
     s.schedule = *sc;
   else
@@ -335,7 +358,10 @@ ojson heteroMetricsJson(const HeteroResult &r) {
                : "fused"},
           {"gradient_bytes_per_parameter",
            r.groups.empty() ? 4.0
-                            : r.groups.front().gradientBytesPerParameter}};
+                            : r.groups.front().gradientBytesPerParameter},
+          {"kernels", kernelFusionName(r.groups.empty()
+                                           ? KernelFusion::Fused
+                                           : r.groups.front().kernels)}};
 }
 
 ojson heteroStagesJson(const HeteroResult &r, const std::vector<Pool> &pools) {
@@ -409,6 +435,15 @@ llvm::Expected<Assumptions> assumptionsFromPlan(const nlohmann::json &plan,
       return err(what +
                  ": predicted.gradient_bytes_per_parameter: must be 2 or 4");
     a.gradBytesPerParam = v.get<double>();
+  }
+  // Plans written before `kernels` existed were priced with the attention
+  // scores in memory.
+  a.fusion = KernelFusion::UnfusedAttention;
+  if (p.contains("kernels")) {
+    const nlohmann::json &v = p["kernels"];
+    if (!v.is_string() || !parseKernelFusion(v.get<std::string>(), a.fusion))
+      return err(what + ": predicted.kernels: must be \"fused\", "
+                        "\"unfused-attention\" or \"eager\"");
   }
   return a;
 }

@@ -256,7 +256,7 @@ std::string Outliner::labelFor(const Instance &inst, bool repeated, size_t lo) {
        embedding = false;
   for (size_t t = 0; t < inst.length; ++t)
     seq[inst.start + t]->walk([&](Operation *op) {
-      softmax |= isa<SoftmaxOp>(op);
+      softmax |= isa<SoftmaxOp, FusedAttentionOp>(op);
       contraction |= isa<MatMulOp, GemmOp>(op);
       conv |= isa<ConvOp, ConvTransposeOp>(op);
       recurrent |= isa<LSTMOp, GRUOp, RNNOp>(op);

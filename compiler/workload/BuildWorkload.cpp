@@ -53,6 +53,10 @@ static bool hasOpCost(Operation &op) {
 /// What bounds the kernel of an op that is not a contraction when memory
 /// does.
 static KernelClass kernelClassOf(Operation *op) {
+  if (isa<FusedAttentionOp>(op))
+    return KernelClass::Attention;
+  if (isa<RmsNormalizationOp>(op))
+    return KernelClass::Reduction;
   if (isa<DropoutOp>(op))
     return KernelClass::Random;
   if (isa<SoftmaxOp, LogSoftmaxOp, LayerNormalizationOp,
@@ -79,6 +83,20 @@ static void priceBackward(Operation *op, OpCost &c) {
     c.backwardBytes = bytes;
     c.backwardKernels = kernels;
   };
+  if (auto attn = dyn_cast<FusedAttentionOp>(op)) {
+    // FlashAttention's backward reads Q, K, V, O, dO and the log-sum-exp
+    // rows and writes dQ, dK, dV; a small kernel first sums dO · O per row.
+    int64_t qkv = 0;
+    for (Value v : {attn.getQuery(), attn.getKey(), attn.getValue()})
+      qkv += tensorBytes(v.getType());
+    return set(2 * qkv + 2 * out + attn.getExtraSavedBytes(), 2);
+  }
+  if (isa<RmsNormalizationOp>(op))
+    return set(5 * out, 2); // as the other norms
+  if (isa<GatedActivationOp>(op))
+    return set(5 * out, 1); // dy, gate, up; d(gate), d(up)
+  if (isa<RotaryEmbeddingOp>(op))
+    return set(2 * out, 1); // dy; dx (rotated back by the tables)
   if (isa<DropoutOp>(op))
     return set(2 * out + elements, 1); // dy, the one-byte mask; dx
   if (isa<SoftmaxOp, LogSoftmaxOp>(op))
@@ -146,7 +164,7 @@ static bool isScoreProduct(Operation *op) {
 // output. For GPT this finds QKV and FC1 column-parallel, the output
 // projection and FC2 row-parallel, four all-reduces per layer.
 static void analyzeParallelism(func::FuncOp func, LayerKind &kind,
-                               const LayoutCosts &costs) {
+                               const LayoutCosts &costs, bool fuseChains) {
   TensorParallelLayout layout = layoutByDynamicProgramming(func, costs);
   llvm::DenseSet<Value> &sharded = layout.sharded;
   llvm::DenseSet<Value> core;
@@ -169,6 +187,18 @@ static void analyzeParallelism(func::FuncOp func, LayerKind &kind,
     c.kernelClass = kernelClassOf(&op);
     c.view = isView(&op);
     priceBackward(&op, c);
+    auto attention = dyn_cast<FusedAttentionOp>(op);
+    if (attention) {
+      c.attentionKeysPerQuery =
+          double(attention.getKvLen()) * attention.computedBlockFraction();
+      c.attentionQueries = attention.getQLen();
+      c.attentionKeys = attention.getKvLen();
+      c.attentionCausal = attention.getCausal();
+      kind.attentionHeads =
+          std::max<int>(kind.attentionHeads, int(attention.getHeads()));
+      kind.attentionKvHeads =
+          std::max<int>(kind.attentionKvHeads, int(attention.getKvHeads()));
+    }
     auto column = layout.columnParallel.find(&op);
     if (column != layout.columnParallel.end()) {
       c.tensorParallel = true;
@@ -225,10 +255,16 @@ static void analyzeParallelism(func::FuncOp func, LayerKind &kind,
     for (Value r : op.getResults())
       if (c.attentionCore)
         core.insert(r);
+    // Selective recompute of fused attention (Megatron-Core checkpoints the
+    // core attention) re-runs the kernel in backward and drops only its
+    // log-sum-exp rows: Q, K and V are the checkpoint's inputs and the
+    // output is the next projection's input, both kept.
+    if (attention)
+      c.attentionCore = true;
     // PyTorch's dropout is a kernel of its own (it draws random numbers);
     // what follows it may fuse with it (Megatron's bias-dropout-add).
-    if (!c.view && isFusible(&op) && !isa<DropoutOp>(op) && previous &&
-        isFusible(previous))
+    if (fuseChains && !c.view && isFusible(&op) && !isa<DropoutOp>(op) &&
+        previous && isFusible(previous))
       for (Value v : op.getOperands())
         if (producerThroughViews(v) == previous) {
           c.fusesWithPrevious = true;
@@ -255,7 +291,8 @@ static void analyzeParallelism(func::FuncOp func, LayerKind &kind,
     SmallVector<Value> values;
     cost.getSavedForBackward(values);
     for (Value v : values) {
-      if (!seen.insert(v).second)
+      // A view shares its tensor's storage: keeping both keeps one.
+      if (!seen.insert(storageRoot(v)).second)
         continue;
       int64_t bytes = tensorBytes(v.getType());
       bool split = sharded.contains(v) || layout.batchSplit.contains(v) ||
@@ -288,7 +325,8 @@ static std::vector<bool> splitArguments(func::FuncOp func,
   return split;
 }
 
-static LayerKind measureKind(func::FuncOp func, const LayoutCosts &costs) {
+static LayerKind measureKind(func::FuncOp func, const LayoutCosts &costs,
+                             KernelFusion kernels) {
   LayerKind kind;
   kind.name = func.getSymName().str();
   RegionCost cost = sumRegionCost(func.getBody());
@@ -303,7 +341,7 @@ static LayerKind measureKind(func::FuncOp func, const LayoutCosts &costs) {
     if (isa<OnnxOp>(op))
       kind.opsWithoutCostFormula++;
   });
-  analyzeParallelism(func, kind, costs);
+  analyzeParallelism(func, kind, costs, kernels != KernelFusion::Eager);
   return kind;
 }
 
@@ -400,12 +438,14 @@ static void addTrainingLoss(ModuleOp module, func::FuncOp main, Workload &w,
 }
 
 llvm::Expected<Workload> buildWorkload(ModuleOp module,
-                                       const LayoutCosts &costs) {
+                                       const LayoutCosts &costs,
+                                       KernelFusion kernels) {
   auto main = module.lookupSymbol<func::FuncOp>("main");
   if (!main || main.isExternal())
     return llvm::createStringError(llvm::inconvertibleErrorCode(),
                                    "module has no function @main");
   Workload w;
+  w.kernels = kernels;
   if (auto src = module->getAttrOfType<StringAttr>("orrery.source"))
     w.source = src.str();
   if (main.getNumArguments() > 0) {
@@ -437,8 +477,8 @@ llvm::Expected<Workload> buildWorkload(ModuleOp module,
     batched.samples = std::max(1, costs.degree);
     batched.sequenceParallel = true; // as the planner runs tp
     if (inserted) {
-      w.kinds.push_back(measureKind(callee, perSample));
-      LayerKind alt = measureKind(callee, batched);
+      w.kinds.push_back(measureKind(callee, perSample, kernels));
+      LayerKind alt = measureKind(callee, batched, kernels);
       if (alt.batchSplitInTp)
         w.kinds.back().batchSplitLayout =
             std::make_shared<LayerKind>(std::move(alt));

@@ -154,6 +154,28 @@ static llvm::Expected<HardwareCatalog> parseCatalog(const std::string &text,
     }
     devicesOut.push_back(std::move(s));
   }
+  // A device built on the same chip as a measured one (same SMs, clocks
+  // and tensor cores) takes its profile: a GEMM's share of the tensor-core
+  // peak and a kernel's share of HBM bandwidth carry over.
+  for (size_t i = 0; i < devices.size(); ++i) {
+    const nlohmann::json &d = devices[i];
+    if (!d.contains("kernel_profile_of"))
+      continue;
+    std::string path = "device '" + devicesOut[i].name + "'.kernel_profile_of";
+    if (!d["kernel_profile_of"].is_string())
+      return fieldError(what, path + ": must be a device name");
+    std::string other = d["kernel_profile_of"];
+    auto it = llvm::find_if(devicesOut, [&](const DeviceSpec &x) {
+      return x.name == other;
+    });
+    if (it == devicesOut.end() || !it->measuredKernels || &*it == &devicesOut[i])
+      return fieldError(what, path + ": '" + other +
+                                  "' is not a device with a measured profile");
+    devicesOut[i].measuredKernels = it->measuredKernels;
+    devicesOut[i].measuredKernelsSource =
+        "the profile measured on " + other + " (the same chip): " +
+        it->measuredKernelsSource;
+  }
   const nlohmann::json &links = j.value("links", nlohmann::json::array());
   for (size_t i = 0; i < links.size(); ++i) {
     const nlohmann::json &l = links[i];

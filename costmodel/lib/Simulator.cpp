@@ -79,7 +79,8 @@ private:
   }
   double opTime(const DeviceSpec &dev, double flops, double bytes,
                 KernelClass c, int kernels) const;
-  LayerTime layerTime(const LayerKind &k, const StagePlacement &p) const;
+  LayerTime layerTime(const LayerKind &k, const StagePlacement &p,
+                      LayerBreakdown *breakdown = nullptr) const;
   std::vector<std::vector<int>>
   chunkLayers(std::vector<size_t> &sequence) const;
   std::vector<std::vector<Task>> schedule(int microBatches) const;
@@ -120,6 +121,17 @@ double kernelSeconds(const DeviceSpec &dev, const KernelModel &k,
   return std::max(compute, memory) + kernels * k.kernelLaunchS;
 }
 
+double attentionSeconds(const DeviceSpec &dev, const KernelModel &k,
+                        Precision precision, double flops, double bytes,
+                        double keysPerQuery, bool backward) {
+  double compute =
+      flops / (dev.tensorPeak(precision) *
+               std::max(k.attentionEfficiency(keysPerQuery, backward), 1e-6));
+  double memory = bytes / (dev.memoryBandwidthBytesPerS *
+                           k.memoryEfficiency(KernelClass::Attention));
+  return std::max(compute, memory) + (backward ? 2 : 1) * k.kernelLaunchS;
+}
+
 namespace {
 
 double Simulation::opTime(const DeviceSpec &dev, double flops, double bytes,
@@ -128,13 +140,19 @@ double Simulation::opTime(const DeviceSpec &dev, double flops, double bytes,
                        kernels);
 }
 
-LayerTime Simulation::layerTime(const LayerKind &k,
-                               const StagePlacement &p) const {
+LayerTime Simulation::layerTime(const LayerKind &k, const StagePlacement &p,
+                                LayerBreakdown *breakdown) const {
   LayerTime t;
   double sc = scale();
   const DeviceSpec &dev = *p.device;
   const GroupShape &tpGroup = p.tpGroup;
   int tpDeg = p.tp;
+  bool eager = w.kernels == KernelFusion::Eager;
+  // Contractions with tensor-parallel collectives, when they overlap.
+  struct TpOverlap {
+    double fwd, bwd, rowAr, colAr;
+  };
+  std::vector<TpOverlap> overlapped;
   for (const OpCost &op : k.ops) {
     if (op.view)
       continue;
@@ -142,7 +160,7 @@ LayerTime Simulation::layerTime(const LayerKind &k,
     double f = op.forwardFlops * sc / split, b = op.backwardFlops * sc / split;
     double moved = double(op.bytesRead + op.bytesWritten);
     int kernels = 1;
-    if (op.fusesWithPrevious) {
+    if (op.fusesWithPrevious && !eager) {
       // One kernel with the op before: the tensor between them is neither
       // written nor read back.
       moved = std::max(0.0, moved - 2.0 * op.fusedIntermediateBytes);
@@ -160,7 +178,7 @@ LayerTime Simulation::layerTime(const LayerKind &k,
     int backKernels = op.backwardKernels >= 0 ? op.backwardKernels
                       : op.contraction        ? 2
                                               : 1;
-    if (op.fusesWithPrevious) {
+    if (op.fusesWithPrevious && !eager) {
       backMoved = std::max(0.0, backMoved - 2.0 * op.fusedIntermediateBytes);
       backKernels = 0;
     }
@@ -169,13 +187,51 @@ LayerTime Simulation::layerTime(const LayerKind &k,
     KernelClass backCls =
         cls == KernelClass::Random ? KernelClass::Pointwise : cls;
     double bwd = opTime(dev, b, backMoved * sc / split, backCls, backKernels);
+    if (cls == KernelClass::Attention) {
+      const KernelModel &km = a.kernelsFor(dev);
+      fwd = attentionSeconds(dev, km, s.precision, f, bytes,
+                             op.attentionKeysPerQuery, false);
+      bwd = attentionSeconds(dev, km, s.precision, b, backMoved * sc / split,
+                             op.attentionKeysPerQuery, true);
+    }
+    if (eager) { // a kernel shorter than the host's dispatch waits for it
+      fwd = std::max(fwd, kernels * a.hostDispatchS);
+      bwd = std::max(bwd, backKernels * a.hostDispatchS);
+    }
     t.forwardComputeS += fwd;
     t.backwardComputeS += bwd;
+    if (breakdown) {
+      // Ops that share a kernel with the one before are part of its time.
+      std::string name = op.name;
+      if (llvm::StringRef(name).starts_with("orrery."))
+        name = name.substr(7);
+      if (kernels == 0 && !breakdown->kernels.empty()) {
+        breakdown->kernels.back().forwardS += fwd;
+        breakdown->kernels.back().backwardS += bwd;
+      } else {
+        auto it = llvm::find_if(breakdown->kernels, [&](const KernelTime &x) {
+          return x.name == name;
+        });
+        if (it == breakdown->kernels.end())
+          it = breakdown->kernels.insert(breakdown->kernels.end(),
+                                         KernelTime{name, 0, 0, 0});
+        it->count++;
+        it->forwardS += fwd;
+        it->backwardS += bwd;
+      }
+    }
     if (tpDeg > 1) {
-      t.forwardTpS += collectiveTime(CollectiveKind::AllReduce,
-                                     op.tpAllReduceForwardBytes * sc, tpGroup);
-      t.backwardTpS += collectiveTime(
-          CollectiveKind::AllReduce, op.tpAllReduceBackwardBytes * sc, tpGroup);
+      double rowAr = collectiveTime(CollectiveKind::AllReduce,
+                                    op.tpAllReduceForwardBytes * sc, tpGroup);
+      double colAr = collectiveTime(CollectiveKind::AllReduce,
+                                    op.tpAllReduceBackwardBytes * sc, tpGroup);
+      if (s.overlapTpComm) {
+        // Priced after the loop, against the GEMMs they overlap.
+        overlapped.push_back({fwd, bwd, rowAr, colAr});
+      } else {
+        t.forwardTpS += rowAr;
+        t.backwardTpS += colAr;
+      }
       // A batch or spatial split gathered whole, and its gradient scattered
       // back; a spatial split's halo each way.
       t.forwardTpS += collectiveTime(CollectiveKind::AllGather,
@@ -190,6 +246,35 @@ LayerTime Simulation::layerTime(const LayerKind &k,
     if (s.recompute == Recompute::Selective && op.attentionCore) {
       t.recomputeS += fwd;
       t.recomputeFlops += op.forwardFlops * sc / split;
+    }
+  }
+  if (!overlapped.empty()) {
+    // Megatron-Core's --tp-comm-overlap (Transformer Engine's userbuffers)
+    // splits each GEMM into tp chunks and moves one chunk's data while the
+    // next computes: forward, a row-parallel GEMM's reduce-scatter with that
+    // GEMM and the all-gather that follows it with the next column-parallel
+    // GEMM (the first one's of the layer after the last); backward, a
+    // column-parallel GEMM's reduce-scatter of the input gradient with its
+    // weight-gradient GEMM (half its backward). At least one chunk's
+    // transfer stays exposed.
+    auto exposed = [&](double comm, double gemm) {
+      return std::max(comm / tpDeg, comm - gemm);
+    };
+    std::vector<size_t> columns;
+    for (size_t i = 0; i < overlapped.size(); ++i)
+      if (overlapped[i].colAr > 0)
+        columns.push_back(i);
+    for (size_t i = 0; i < overlapped.size(); ++i) {
+      const TpOverlap &o = overlapped[i];
+      if (o.rowAr > 0) {
+        auto next = llvm::upper_bound(columns, i);
+        double gather = next != columns.end() ? overlapped[*next].fwd
+                        : columns.empty()     ? 0.0
+                                              : overlapped[columns.front()].fwd;
+        t.forwardTpS += exposed(o.rowAr / 2, o.fwd) + exposed(o.rowAr / 2, gather);
+      }
+      if (o.colAr > 0)
+        t.backwardTpS += exposed(o.colAr, o.bwd / 2);
     }
   }
   if (!a.fusedGradientAccumulation && k.parameters > 0) {
@@ -349,9 +434,12 @@ struct PipelineLinks {
   std::vector<double> transferS;  ///< chunk c -> c + 1, each way
   std::vector<double> gatherFwdS; ///< at the receiver of c's activation
   std::vector<double> gatherBwdS; ///< at the receiver of c + 1's gradient
+  /// Sends overlap the sender's next compute (Megatron-Core's
+  /// --overlap-p2p-communication): the stage is free when it has computed.
+  bool asynchronous = false;
   static PipelineLinks none(int chunks) {
     return {std::vector<double>(chunks, 0.0), std::vector<double>(chunks, 0.0),
-            std::vector<double>(chunks, 0.0)};
+            std::vector<double>(chunks, 0.0), false};
   }
 };
 
@@ -416,7 +504,7 @@ Timeline runSchedule(const std::vector<std::vector<Task>> &order, int chunks,
         tl.busy[i] += dur;
         if (!t.backward)
           fComputed[idx(t.vs, t.mb)] = computed;
-        if (t.sendsWithNext) {
+        if (t.sendsWithNext && !links.asynchronous) {
           pending[i] = {idx(t.vs, t.mb), send};
           tl.free[i] = computed;
           send = 0;
@@ -427,8 +515,8 @@ Timeline runSchedule(const std::vector<std::vector<Task>> &order, int chunks,
             fDone[pending[i].first] = computed + send;
             pending[i] = {SIZE_MAX, 0.0};
           }
-          tl.free[i] = computed + send;
-          (t.backward ? bDone : fDone)[idx(t.vs, t.mb)] = tl.free[i];
+          tl.free[i] = links.asynchronous ? computed : computed + send;
+          (t.backward ? bDone : fDone)[idx(t.vs, t.mb)] = computed + send;
         }
         if (t.backward)
           tl.lastBackwardS[i] = dur;
@@ -457,6 +545,10 @@ Timeline runSchedule(const std::vector<std::vector<Task>> &order, int chunks,
 }
 
 llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
+  if (a.fusion != w.kernels)
+    return err(std::string("simulator: the model was built for --kernels ") +
+               kernelFusionName(w.kernels) + " but is priced as " +
+               kernelFusionName(a.fusion));
   StepResult r;
   r.strategy = s;
   int pp = s.pp, v = s.virtualStages, chunks = pp * v;
@@ -477,6 +569,7 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
       r.measuredKernelDevices.push_back(p.device->name);
   r.separateGradientAccumulation = !a.fusedGradientAccumulation;
   r.gradientBytesPerParameter = a.gradBytesPerParam;
+  r.kernels = a.fusion;
 
   // Layer times per stage placement (once when every stage is alike).
   std::vector<std::vector<LayerTime>> kindTime(uniform ? 1 : pp);
@@ -484,6 +577,18 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
     for (const LayerKind &k : w.kinds)
       kindTime[i].push_back(
           layerTime(k.forMicroBatch(s.microBatch, at[i].tp, s.tpBatchSplit), at[i]));
+  if (keepTrace)
+    for (const LayerKind &k : w.kinds) {
+      LayerBreakdown b;
+      b.kind = k.name;
+      b.count = k.count;
+      LayerTime t = layerTime(
+          k.forMicroBatch(s.microBatch, at[0].tp, s.tpBatchSplit), at[0], &b);
+      b.forwardS = t.forwardComputeS + t.forwardTpS;
+      b.backwardS = t.backwardComputeS + t.backwardTpS + t.recomputeS;
+      b.keptBytes = t.keptBytes;
+      r.layers.push_back(std::move(b));
+    }
   auto secondsOf = [](const LayerTime &t) {
     return t.forwardComputeS + t.forwardTpS + t.backwardComputeS +
            t.backwardTpS + t.recomputeS;
@@ -597,6 +702,7 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
   // Pipeline transfers: to the next stage, over the link between them;
   // shards gathered whole at the receiver.
   PipelineLinks links = PipelineLinks::none(chunks);
+  links.asynchronous = s.overlapP2p;
   for (int ch = 0; ch + 1 < chunks && pp > 1; ++ch) {
     const StagePlacement &from = at[ch % pp], &to = at[(ch + 1) % pp];
     links.transferS[ch] = collectiveTime(CollectiveKind::SendRecv,
@@ -635,18 +741,37 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
       tpGrad += tpGradParams[c2 * pp + i];
     }
     double perDevice = p; // already per tp rank
-    // ZeRO-3 reduces gradients layer by layer in backward (priced there).
+    // Gradients: all-reduced over dp, or (ZeRO-1/2, the distributed
+    // optimizer) reduce-scattered, the updated 16-bit weights all-gathered
+    // after the step. ZeRO-3 reduces gradients layer by layer in backward
+    // (priced there).
+    bool sharded = s.zeroStage == 1 || s.zeroStage == 2;
     double grad =
         s.zeroStage == 3
             ? 0
-            : collectiveTime(CollectiveKind::AllReduce,
+            : collectiveTime(sharded ? CollectiveKind::ReduceScatter
+                                     : CollectiveKind::AllReduce,
                              perDevice * a.gradBytesPerParam, at[i].dpGroup);
+    double gather = sharded ? collectiveTime(CollectiveKind::AllGather,
+                                             perDevice * a.weightBytesPerParam,
+                                             at[i].dpGroup)
+                            : 0;
     // Weights a batch or spatial split keeps whole on every tp rank: their
     // gradients are all-reduced across the tp group too.
     if (at[i].tp > 1 && tpGrad > 0)
       grad += collectiveTime(CollectiveKind::AllReduce,
                              tpGrad * a.gradBytesPerParam, at[i].tpGroup);
-    dpExposed[i] = std::max(0.0, grad - lastBackwardS[i]) + tiedSyncS[i];
+    // Overlapped (Megatron's --overlap-grad-reduce, DDP's buckets): the
+    // reduction runs as the last micro-batch's backward fills the buckets;
+    // the parameter all-gather (--overlap-param-gather) with the next
+    // step's first forward, layer by layer.
+    double firstForward = 0;
+    for (int c2 = 0; c2 < v; ++c2)
+      firstForward += fwdS[c2 * pp + i];
+    dpExposed[i] =
+        (s.overlapGradReduce ? std::max(0.0, grad - lastBackwardS[i]) : grad) +
+        (s.overlapParamGather ? std::max(0.0, gather - firstForward) : gather) +
+        tiedSyncS[i];
     double shard = s.zeroStage >= 1 ? s.dp : 1;
     // Megatron-LM's step over the device's shard, per parameter: the
     // gradient read for its norm (clipping) and again by Adam; the fp32

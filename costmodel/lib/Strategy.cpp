@@ -67,6 +67,17 @@ int Strategy::stride(const std::string &axis) const {
   return st;
 }
 
+std::string Strategy::overlapName() const {
+  std::string out;
+  for (auto [on, name] : {std::pair<bool, const char *>{overlapGradReduce, "grad"},
+                          {overlapParamGather, "param"},
+                          {overlapTpComm, "tp"},
+                          {overlapP2p, "p2p"}})
+    if (on)
+      out += (out.empty() ? "" : "+") + std::string(name);
+  return out.empty() ? "none" : out;
+}
+
 std::string Strategy::str() const {
   std::string s = "tp=" + std::to_string(tp) + ",pp=" + std::to_string(pp) +
                   ",dp=" + std::to_string(dp) + ",cp=" + std::to_string(cp) +
@@ -91,6 +102,8 @@ std::string Strategy::str() const {
   }
   if (tpBatchSplit)
     s += ",tpbatch=1";
+  if (overlapName() != "grad+param")
+    s += ",overlap=" + overlapName();
   if (!stageLayers.empty()) {
     s += ",layers=";
     for (size_t i = 0; i < stageLayers.size(); ++i)
@@ -196,6 +209,27 @@ llvm::Expected<Strategy> parseStrategy(const std::string &text) {
             ": order must list tp, cp, dp and pp once each, e.g. tp-cp-dp-pp");
       else
         s.order = order;
+    } else if (key == "overlap") {
+      s.overlapGradReduce = s.overlapParamGather = s.overlapTpComm =
+          s.overlapP2p = false;
+      if (value != "none") {
+        llvm::SmallVector<llvm::StringRef> parts;
+        value.split(parts, '+');
+        for (llvm::StringRef p : parts) {
+          bool *flag = p == "grad"    ? &s.overlapGradReduce
+                       : p == "param" ? &s.overlapParamGather
+                       : p == "tp"    ? &s.overlapTpComm
+                       : p == "p2p"   ? &s.overlapP2p
+                                      : nullptr;
+          if (!flag) {
+            e = err(where + ": overlap takes none or grad, param, tp and p2p "
+                            "joined by '+', not '" +
+                    p.str() + "'");
+            break;
+          }
+          *flag = true;
+        }
+      }
     } else if (key == "layers") {
       llvm::SmallVector<llvm::StringRef> parts;
       value.split(parts, ':');
@@ -210,7 +244,7 @@ llvm::Expected<Strategy> parseStrategy(const std::string &text) {
       e = err(where + ": unknown key '" + key.str() +
               "' (known: tp, pp, dp, cp, ep, sp, tpbatch, vpp, schedule, mbs, gbs, "
               "zero, recompute, "
-              "offload, precision, layers, order)");
+              "offload, precision, layers, order, overlap)");
     if (e)
       return std::move(e);
   }
@@ -227,6 +261,12 @@ llvm::Error completeAndValidate(Strategy &s, const Workload &w,
     return err("strategy: tp=" + std::to_string(s.tp) +
                " does not divide the " + std::to_string(heads) +
                " attention heads");
+  for (const LayerKind &k : w.kinds)
+    if (k.attentionKvHeads > 0 && k.attentionKvHeads % s.tp)
+      return err("strategy: tp=" + std::to_string(s.tp) +
+                 " does not divide the " + std::to_string(k.attentionKvHeads) +
+                 " key-value heads of " + k.name +
+                 " (each tp rank needs whole key-value groups)");
 
   int64_t model = int64_t(s.tp) * s.pp * s.cp;
   if (s.dp == 0) {
@@ -240,6 +280,13 @@ llvm::Error completeAndValidate(Strategy &s, const Workload &w,
     return err("strategy: tp x pp x cp x dp = " + std::to_string(model * s.dp) +
                " differs from the " + std::to_string(devices) +
                " devices of the cluster");
+  // Expert parallelism needs the experts' all-to-all and sharding, which
+  // the cost model does not price yet: a plan with ep > 1 would price the
+  // same as ep = 1.
+  if (s.ep > 1)
+    return err("strategy: ep=" + std::to_string(s.ep) +
+               ": expert parallelism is not priced yet (no token all-to-all, "
+               "no expert sharding); plan with ep=1");
   if (s.ep > 1 && s.dp % s.ep)
     return err("strategy: ep=" + std::to_string(s.ep) +
                " must divide dp=" + std::to_string(s.dp));
@@ -290,6 +337,13 @@ llvm::Error completeAndValidate(Strategy &s, const Workload &w,
       return err("strategy: layers= sums to " + std::to_string(sum) +
                  ", the model has " + std::to_string(layers) + " layers");
   }
+  if (s.overlapTpComm && s.tp > 1 && !s.sequenceParallel)
+    return err("strategy: overlap=tp needs sp=1 (Megatron-Core overlaps the "
+               "sequence-parallel all-gathers and reduce-scatters with the "
+               "GEMMs; it has no overlap for tensor parallelism alone)");
+  if (s.overlapP2p && s.pp > 1 && s.schedule != Schedule::Interleaved)
+    return err("strategy: overlap=p2p needs the interleaved schedule "
+               "(vpp > 1): Megatron-Core overlaps pipeline sends only there");
   if (s.sequenceParallel && s.tp == 1)
     s.sequenceParallel = false; // nothing to split
   return llvm::Error::success();

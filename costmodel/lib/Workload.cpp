@@ -18,6 +18,28 @@ template <typename F> static int64_t sumOverLayers(const Workload &w, F field) {
   return total;
 }
 
+const char *kernelFusionName(KernelFusion k) {
+  switch (k) {
+  case KernelFusion::Fused:
+    return "fused";
+  case KernelFusion::UnfusedAttention:
+    return "unfused-attention";
+  case KernelFusion::Eager:
+    return "eager";
+  }
+  return "fused";
+}
+
+bool parseKernelFusion(const std::string &name, KernelFusion &out) {
+  for (KernelFusion k : {KernelFusion::Fused, KernelFusion::UnfusedAttention,
+                         KernelFusion::Eager})
+    if (name == kernelFusionName(k)) {
+      out = k;
+      return true;
+    }
+  return false;
+}
+
 int64_t Workload::totalOps() const {
   int64_t n = 0;
   for (const auto &[name, count] : opHistogram)

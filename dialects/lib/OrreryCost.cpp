@@ -417,10 +417,22 @@ RegionCost orrery::sumRegionCost(Region &region) {
     SmallVector<Value> values;
     c.getSavedForBackward(values);
     for (Value v : values)
-      if (seen.insert(v.getAsOpaquePointer()).second)
+      if (seen.insert(storageRoot(v).getAsOpaquePointer()).second)
         cost.savedBytes = satAdd(cost.savedBytes, tensorBytes(v.getType()));
   }
   return cost;
+}
+
+Value orrery::storageRoot(Value v) {
+  while (Operation *def = v.getDefiningOp()) {
+    if (!isa<ReshapeOp, TransposeOp, SqueezeOp, UnsqueezeOp, FlattenOp,
+             IdentityOp>(def) ||
+        def->getNumOperands() == 0 ||
+        tensorBytes(def->getOperand(0).getType()) != tensorBytes(v.getType()))
+      break;
+    v = def->getOperand(0);
+  }
+  return v;
 }
 
 // How many times a body runs: If runs one branch once (the larger counts),

@@ -64,7 +64,11 @@ def main():
                 '"nodes": [{"count": 1, "device": "H100-SXM"}, {"count": 1, "device": "A100-80G"},'
                 ' {"count": 1, "device": "V100-32G"}]}]}')
     cases = [("one-type", args.model, "2x8xA100-80G", ["--global-batch", "64"]),
-             ("three-types", args.model, three, ["--global-batch", "64"])]
+             # A pipeline over the three types is what this case renders: with
+             # the attention scores in memory (Megatron-LM before flash
+             # attention) the model does not run best on the H100s alone.
+             ("three-types", args.model, three,
+              ["--global-batch", "64", "--kernels", "unfused-attention"])]
     passed, failed = 0, []
     for name, model, cluster, extra in cases:
         plan = os.path.join(args.workdir, name + ".plan.json")

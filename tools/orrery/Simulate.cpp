@@ -33,6 +33,22 @@ nlohmann::ordered_json simulateJson(const StepResult &r, const Cluster &c,
   for (const StageReport &st : r.stages)
     stages.push_back(stageJson(st));
   j["stages"] = stages;
+  ojson layers = ojson::array();
+  for (const LayerBreakdown &b : r.layers) {
+    ojson kernels = ojson::array();
+    for (const KernelTime &k : b.kernels)
+      kernels.push_back({{"kernel", k.name},
+                         {"count", k.count},
+                         {"forward_s", k.forwardS},
+                         {"backward_s", k.backwardS}});
+    layers.push_back({{"kind", b.kind},
+                      {"count", b.count},
+                      {"forward_s_per_micro_batch", b.forwardS},
+                      {"backward_s_per_micro_batch", b.backwardS},
+                      {"activation_bytes_per_micro_batch", b.keptBytes},
+                      {"kernels", kernels}});
+  }
+  j["layers"] = layers;
   return j;
 }
 
@@ -75,6 +91,28 @@ void printSimulation(std::ostream &os, const StepResult &r, const Cluster &c,
   line("gradient reduction", r.exposedDpCommS);
   line("pipeline bubble", r.bubbleS);
   line("optimizer step", r.optimizerS);
+  if (!r.layers.empty()) {
+    os << "\nlayers, per micro-batch on a device of stage 0 (kernels: "
+       << kernelFusionName(r.kernels) << ")\n";
+    for (const LayerBreakdown &b : r.layers) {
+      std::snprintf(buf, sizeof buf,
+                    "  %-20s x%-5lld forward %8.3f ms  backward %8.3f ms  "
+                    "activations kept %9.2f MiB\n",
+                    b.kind.c_str(), (long long)b.count, 1e3 * b.forwardS,
+                    1e3 * b.backwardS, b.keptBytes / double(1 << 20));
+      os << buf;
+      if (b.count < 2)
+        continue;
+      for (const KernelTime &k : b.kernels) {
+        if (k.forwardS + k.backwardS <= 0)
+          continue;
+        std::snprintf(buf, sizeof buf, "    %-24s x%-3d %8.3f ms %8.3f ms\n",
+                      k.name.c_str(), k.count, 1e3 * k.forwardS,
+                      1e3 * k.backwardS);
+        os << buf;
+      }
+    }
+  }
   os << "\nmemory per device (GiB)\n";
   std::snprintf(buf, sizeof buf, "  %-6s %-7s %8s %8s %9s %11s %9s %8s %9s\n",
                 "stage", "layers", "weights", "grads", "optimizer",

@@ -72,6 +72,10 @@ std::string parseDims(const std::vector<std::string> &specs,
 struct ModelArgs {
   std::string path;
   std::vector<std::string> dims;
+  /// The kernels the front end prepares the graph for when it outlines:
+  /// `orrery-fuse-kernels` runs first unless eager (attention stays unfused
+  /// for unfused-attention).
+  orrery::KernelFusion kernels = orrery::KernelFusion::Fused;
 };
 
 void addModelArgs(CLI::App *cmd, ModelArgs &args) {
@@ -103,14 +107,27 @@ void defaultBatchToOne(ModelArgs &args) {
   args.dims.push_back("batch=1");
 }
 
-/// How the framework that runs a plan keeps its gradients: the flags
-/// `simulate` and `plan` share. Only flags given on the command line
-/// override (a plan's own assumptions, for `simulate --plan`).
-struct GradientFlags {
+/// The help text of --kernels.
+constexpr const char *kKernelsHelp =
+    "which kernels the framework runs: fused (Megatron-Core with Transformer "
+    "Engine: flash attention, fused norms, SwiGLU and RoPE; the default), "
+    "unfused-attention (Megatron-LM before flash attention: the attention "
+    "scores in memory, fused softmax and elementwise chains) or eager (plain "
+    "PyTorch: one kernel per op, each dispatched by the host)";
+
+/// How the framework that runs a plan keeps its gradients and which kernels
+/// it runs: the flags `simulate` and `plan` share. Only flags given on the
+/// command line override (a plan's own assumptions, for `simulate --plan`).
+struct FrameworkFlags {
   bool separate = false;
   double bytes = 4;
-  CLI::Option *separateOpt = nullptr, *bytesOpt = nullptr;
+  std::string kernels = "fused";
+  CLI::Option *separateOpt = nullptr, *bytesOpt = nullptr,
+              *kernelsOpt = nullptr;
   void add(CLI::App *cmd) {
+    kernelsOpt =
+        cmd->add_option("--kernels", kernels, kKernelsHelp)
+            ->check(CLI::IsMember({"fused", "unfused-attention", "eager"}));
     separateOpt = cmd->add_flag(
         "--separate-grad-accumulation", separate,
         "accumulate weight gradients into the main gradients in a kernel of "
@@ -128,6 +145,8 @@ struct GradientFlags {
       a.fusedGradientAccumulation = !separate;
     if (bytesOpt && bytesOpt->count())
       a.gradBytesPerParam = bytes;
+    if (kernelsOpt && kernelsOpt->count())
+      orrery::parseKernelFusion(kernels, a.fusion);
   }
 };
 
@@ -173,6 +192,11 @@ mlir::OwningOpRef<mlir::ModuleOp> frontEnd(mlir::MLIRContext &ctx,
     *hist = orrery::opHistogram(**module);
   if (outline) {
     mlir::PassManager pm(&ctx);
+    if (args.kernels != orrery::KernelFusion::Eager) {
+      orrery::FuseKernelsPassOptions fusion;
+      fusion.attention = args.kernels == orrery::KernelFusion::Fused;
+      pm.addPass(orrery::createFuseKernelsPass(fusion));
+    }
     pm.addPass(orrery::createOutlineLayersPass());
     std::string diag;
     mlir::ScopedDiagnosticHandler handler(&ctx, [&](mlir::Diagnostic &d) {
@@ -445,6 +469,11 @@ int main(int argc, char **argv) {
   addModelArgs(importCmd, importArgs);
   importCmd->add_flag("--outline", outline,
                       "outline repeated layers into functions");
+  std::string importKernels = "fused", statsKernels = "fused";
+  importCmd
+      ->add_option("--kernels", importKernels,
+                   std::string("with --outline: ") + kKernelsHelp)
+      ->check(CLI::IsMember({"fused", "unfused-attention", "eager"}));
 
   ModelArgs statsArgs;
   bool json = false;
@@ -453,6 +482,8 @@ int main(int argc, char **argv) {
                                   "and the layer list of a model");
   addModelArgs(statsCmd, statsArgs);
   statsCmd->add_flag("--json", json, "print JSON instead of a table");
+  statsCmd->add_option("--kernels", statsKernels, kKernelsHelp)
+      ->check(CLI::IsMember({"fused", "unfused-attention", "eager"}));
 
   ModelArgs simArgs;
   std::string clusterSpec, strategyText, traceFile;
@@ -492,7 +523,7 @@ int main(int argc, char **argv) {
   simCmd->add_flag("--no-kernel-profile", noKernelProfile,
                    "price kernels with the stated assumptions even where the "
                    "catalog has a measured kernel profile of the device");
-  GradientFlags simGradients;
+  FrameworkFlags simGradients;
   simGradients.add(simCmd);
   simCmd->add_option("--trace", traceFile,
                      "write a Chrome-trace / Perfetto timeline to FILE");
@@ -545,7 +576,7 @@ int main(int argc, char **argv) {
                       "no search: price this strategy (docs/strategy.md) and "
                       "write it as the plan, e.g. to export a configuration "
                       "you already run");
-  GradientFlags planGradients;
+  FrameworkFlags planGradients;
   planGradients.add(planCmd);
   std::string emitMlir;
   planCmd->add_option("--emit-mlir", emitMlir,
@@ -609,6 +640,7 @@ int main(int argc, char **argv) {
   ctx.disableMultithreading();
   int rc = 0;
   if (*importCmd) {
+    orrery::parseKernelFusion(importKernels, importArgs.kernels);
     auto module = frontEnd(ctx, importArgs, outline, nullptr, rc);
     if (!module)
       return rc;
@@ -634,6 +666,10 @@ int main(int argc, char **argv) {
         return fail(exportPlanPath + ": cluster.spec: " +
                     llvm::toString(cluster.takeError()));
       ModelArgs args{exportModel.empty() ? plan->model : exportModel, {}};
+      auto framework = orrery::assumptionsFromPlan(planDoc, exportPlanPath);
+      if (!framework)
+        return fail(llvm::toString(framework.takeError()));
+      args.kernels = framework->fusion;
       std::string bytes;
       readFileBytes(resolveModel(args.path), bytes);
       std::string want = planDoc["model"].value("digest_fnv1a64", "");
@@ -660,14 +696,6 @@ int main(int argc, char **argv) {
     return 0;
   }
   if (*simCmd) {
-    defaultBatchToOne(simArgs);
-    auto module = frontEnd(ctx, simArgs, true, nullptr, rc);
-    if (!module)
-      return rc;
-    auto cluster =
-        orrery::loadCluster(clusterSpec, orrery::HardwareCatalog::builtin());
-    if (!cluster)
-      return fail(llvm::toString(cluster.takeError()));
     if (strategyText.empty() && simPlan.empty())
       return fail("simulate: give --strategy or --plan");
     nlohmann::json planDoc;
@@ -682,12 +710,22 @@ int main(int argc, char **argv) {
     }
     assumptions.useMeasuredKernels = !noKernelProfile;
     simGradients.apply(assumptions);
+    defaultBatchToOne(simArgs);
+    simArgs.kernels = assumptions.fusion;
+    auto module = frontEnd(ctx, simArgs, true, nullptr, rc);
+    if (!module)
+      return rc;
+    auto cluster =
+        orrery::loadCluster(clusterSpec, orrery::HardwareCatalog::builtin());
+    if (!cluster)
+      return fail(llvm::toString(cluster.takeError()));
     if (!simPlan.empty() && orrery::isHeteroPlan(planDoc)) {
       auto hetero = orrery::heteroStrategyFromPlan(planDoc, simPlan);
       if (!hetero)
         return fail(llvm::toString(hetero.takeError()));
       auto workload = orrery::buildWorkload(
-          *module, layoutCostsFor(*cluster, hetero->precision, assumptions));
+          *module, layoutCostsFor(*cluster, hetero->precision, assumptions),
+          assumptions.fusion);
       if (!workload)
         return fail(simArgs.path + ": " +
                     llvm::toString(workload.takeError()));
@@ -725,11 +763,13 @@ int main(int argc, char **argv) {
     if (!strategy)
       return fail(llvm::toString(strategy.takeError()));
     auto workload = orrery::buildWorkload(
-        *module, layoutCostsFor(*cluster, strategy->precision, assumptions));
+        *module, layoutCostsFor(*cluster, strategy->precision, assumptions),
+        assumptions.fusion);
     if (!workload)
       return fail(simArgs.path + ": " + llvm::toString(workload.takeError()));
+    // The trace's detail also gives the per-layer kernel breakdown.
     auto result = orrery::simulateStep(*workload, *cluster, *strategy,
-                                       assumptions, !traceFile.empty());
+                                       assumptions, true);
     if (!result)
       return fail(llvm::toString(result.takeError()));
     if (!traceFile.empty()) {
@@ -776,6 +816,17 @@ int main(int argc, char **argv) {
                         ? planDoc["cluster"]["spec"].get<std::string>()
                         : checkCluster;
     }
+    // The kernels the plan was priced with (check), or --kernels (plan).
+    orrery::Assumptions framework;
+    if (checking) {
+      auto fromPlan = orrery::assumptionsFromPlan(planDoc, checkPlan);
+      if (!fromPlan)
+        return fail(llvm::toString(fromPlan.takeError()));
+      framework = *fromPlan;
+    } else {
+      planGradients.apply(framework);
+    }
+    args.kernels = planArgs.kernels = framework.fusion;
     defaultBatchToOne(args);
     auto module = frontEnd(ctx, args, true, nullptr, rc);
     if (!module)
@@ -793,7 +844,8 @@ int main(int argc, char **argv) {
     else
       llvm::consumeError(p.takeError());
     orrery::LayoutCosts layoutCosts = layoutCostsFor(*cluster, layoutPrecision);
-    auto workload = orrery::buildWorkload(*module, layoutCosts);
+    auto workload =
+        orrery::buildWorkload(*module, layoutCosts, framework.fusion);
     if (!workload)
       return fail(args.path + ": " + llvm::toString(workload.takeError()));
     std::string modelBytes, clusterBytes = clusterSpec;
@@ -996,10 +1048,11 @@ int main(int argc, char **argv) {
   }
 
   std::map<std::string, int64_t> hist;
+  orrery::parseKernelFusion(statsKernels, statsArgs.kernels);
   auto module = frontEnd(ctx, statsArgs, true, &hist, rc);
   if (!module)
     return rc;
-  auto workload = orrery::buildWorkload(*module);
+  auto workload = orrery::buildWorkload(*module, {}, statsArgs.kernels);
   if (!workload)
     return fail(statsArgs.path + ": " + llvm::toString(workload.takeError()));
   workload->opHistogram = hist;

@@ -60,3 +60,27 @@ func.func @constant_type() {
   %0 = "orrery.constant"() {value = dense<1> : tensor<2xi64>} : () -> tensor<3xi64>
   return
 }
+
+// -----
+
+func.func @attention_heads(%q: tensor<1x4x8x16xf16>, %k: tensor<1x3x8x16xf16>) -> tensor<1x4x8x16xf16> {
+  // expected-error @+1 {{kv_heads 3 must divide heads 4}}
+  %o = orrery.fused_attention(%q, %k, %k) {batch = 1 : i64, heads = 4 : i64, kv_heads = 3 : i64, q_len = 8 : i64, kv_len = 8 : i64, head_dim = 16 : i64, value_dim = 16 : i64, scale = 0.25 : f64, dropout = 0.0 : f64} : (tensor<1x4x8x16xf16>, tensor<1x3x8x16xf16>, tensor<1x3x8x16xf16>) -> tensor<1x4x8x16xf16>
+  return %o : tensor<1x4x8x16xf16>
+}
+
+// -----
+
+func.func @attention_shape(%q: tensor<1x4x8x16xf16>) -> tensor<1x4x8x16xf16> {
+  // expected-error @+1 {{key has 512 elements; the attributes give 256}}
+  %o = orrery.fused_attention(%q, %q, %q) {batch = 1 : i64, heads = 4 : i64, kv_heads = 2 : i64, q_len = 8 : i64, kv_len = 8 : i64, head_dim = 16 : i64, value_dim = 16 : i64, scale = 0.25 : f64, dropout = 0.0 : f64} : (tensor<1x4x8x16xf16>, tensor<1x4x8x16xf16>, tensor<1x4x8x16xf16>) -> tensor<1x4x8x16xf16>
+  return %o : tensor<1x4x8x16xf16>
+}
+
+// -----
+
+func.func @gated(%g: tensor<1x4x64xf16>) -> tensor<1x4x64xf16> {
+  // expected-error @+1 {{activation must be 'silu' or 'gelu', got 'relu'}}
+  %o = orrery.gated_activation(%g, %g) {activation = "relu"} : (tensor<1x4x64xf16>, tensor<1x4x64xf16>) -> tensor<1x4x64xf16>
+  return %o : tensor<1x4x64xf16>
+}

@@ -12,6 +12,7 @@
 #define ORRERY_EXPORT_EXPORTERS_H
 
 #include "orrery/CostModel/Strategy.h"
+#include "orrery/CostModel/Workload.h"
 
 #include <nlohmann/json.hpp>
 
@@ -40,6 +41,8 @@ struct ExportPlan {
   /// Transformer-body layers per chunk; empty when the embedding or head
   /// layers are not all in the first and last chunks.
   std::vector<int64_t> chunkBodyLayers;
+  /// The kernels the plan was priced with (predicted.kernels).
+  KernelFusion kernels = KernelFusion::Fused;
 };
 
 /// Reads the plan (strategy fields checked as `orrery check` does).

@@ -55,4 +55,58 @@ def OutlineLayersPass : Pass<"orrery-outline-layers", "mlir::ModuleOp"> {
   let dependentDialects = ["::mlir::func::FuncDialect"];
 }
 
+
+def FuseKernelsPass : Pass<"orrery-fuse-kernels", "mlir::ModuleOp"> {
+  let summary = "Rewrite the regions modern stacks run as one kernel into fused ops";
+  let description = [{
+    Finds in every function the graphs that FlashAttention, Transformer
+    Engine and Megatron-Core run as one kernel and rewrites each into a
+    fused op with its own cost (OrreryFusedOps.td):
+
+    - scaled dot-product attention: MatMul(Q, Kᵀ) → scalar scales (on the
+      scores, or on Q and Kᵀ as torch's SDPA export writes) → masks and
+      biases (Add, Where) → Softmax → Dropout / Cast / NaN guard →
+      MatMul(·, V) becomes `orrery.fused_attention`. Keys and values
+      repeated for grouped-query attention (Reshape / Expand / Tile) are
+      taken before the repeat. A mask computed without the data whose
+      ancestry holds a triangle (Trilu) or a comparison of positions
+      (Less, LessOrEqual, ... of Range values) is the `causal` attribute
+      and leaves the graph; a mask that depends on the data (padding) stays
+      an operand, and marks the op causal too when its ancestry has the
+      triangle. Ops of the region used outside it keep the region unfused.
+    - RMSNorm written out: x · 1/sqrt(mean(x²) + ε) (or x / sqrt(...)),
+      times a scale, becomes `orrery.rms_normalization`.
+    - SwiGLU and GeGLU: (gate · sigmoid(gate)) · up and gelu(gate) · up
+      become `orrery.gated_activation`.
+    - Rotary embeddings: x · cos + concat(-x₂, x₁) · sin becomes
+      `orrery.rotary_embedding`.
+
+    Bias + GELU and bias + dropout + add chains are priced as one kernel by
+    the workload's elementwise fusion and are left as they are.
+
+    ```mlir
+    // before
+    %s = orrery.matmul(%q, %kt) : ... -> tensor<1x16x128x128xf16>
+    %t = orrery.mul(%s, %scale) : ...
+    %m = orrery.add(%t, %causal) : ...
+    %p = orrery.softmax(%m) {axis = -1 : i64} : ...
+    %o = orrery.matmul(%p, %v) : ... -> tensor<1x16x128x64xf16>
+    // after
+    %o = orrery.fused_attention(%q, %k, %v) {batch = 1 : i64, heads = 16 : i64,
+        kv_heads = 16 : i64, q_len = 128 : i64, kv_len = 128 : i64,
+        head_dim = 64 : i64, value_dim = 64 : i64, causal, scale = 0.125 : f64,
+        dropout = 0.0 : f64} : ...
+    ```
+  }];
+  let options = [
+    Option<"attention", "attention", "bool", "true",
+           "fuse scaled dot-product attention">,
+    Option<"norms", "norms", "bool", "true", "fuse written-out RMSNorm">,
+    Option<"gatedActivations", "gated-activations", "bool", "true",
+           "fuse SwiGLU and GeGLU">,
+    Option<"rotary", "rotary", "bool", "true", "fuse rotary embeddings">,
+  ];
+  let dependentDialects = ["::orrery::OrreryDialect"];
+}
+
 #endif // ORRERY_TRANSFORMS_PASSES_TD

@@ -17,9 +17,12 @@ std::map<std::string, int64_t> opHistogram(mlir::ModuleOp module);
 /// Reads the layer sequence of a module that `orrery-outline-layers` has
 /// run on: @main's calls in order, each callee a layer kind. Each layer's
 /// tensor-parallel layout is chosen with `costs` (those of the cluster's
-/// devices and intra-node link, when known).
+/// devices and intra-node link, when known). `kernels` says which stack
+/// runs it: the caller runs `orrery-fuse-kernels` first unless it is
+/// Eager, and Eager prices every op as a kernel of its own.
 llvm::Expected<Workload> buildWorkload(mlir::ModuleOp module,
-                                       const LayoutCosts &costs = {});
+                                       const LayoutCosts &costs = {},
+                                       KernelFusion kernels = KernelFusion::Fused);
 
 } // namespace orrery
 

@@ -27,8 +27,10 @@ double precisionBytes(Precision p);
 /// What bounds a kernel that moves more bytes than it computes: a GEMM's
 /// operands and result, an elementwise pass, a reduction along rows
 /// (softmax, normalizations, reductions), or a pass that draws random
-/// numbers (dropout). Each reaches its own fraction of HBM bandwidth.
-enum class KernelClass { Gemm, Pointwise, Reduction, Random };
+/// numbers (dropout). Each reaches its own fraction of HBM bandwidth. A
+/// fused attention kernel (FlashAttention) runs on tensor cores at its own
+/// efficiency (KernelModel::attentionEfficiency).
+enum class KernelClass { Gemm, Pointwise, Reduction, Random, Attention };
 
 /// How fast one kernel runs against the device's peaks (docs/costmodel.md):
 /// a GEMM reaches gemmEfficiency · t / (t + gemmHalfEfficiencyS) of the
@@ -50,8 +52,27 @@ struct KernelModel {
   double gemmMemoryEfficiency = 0.789, pointwiseMemoryEfficiency = 0.743,
          reductionMemoryEfficiency = 0.413, randomMemoryEfficiency = 0.358;
   double kernelLaunchS = 3e-6;
+  /// Fused attention (docs/costmodel.md): forward and backward reach
+  /// e · k / (k + k½) of the tensor-core peak, k the keys each query row
+  /// visits in one kernel call (half of them under a causal mask): the
+  /// per-query-block prologue and epilogue (loading Q, rescaling and
+  /// writing O) cost about k½ keys' worth of work. Read off the FlashAttention-3
+  /// paper's measurements of cuDNN's fused attention (what Transformer
+  /// Engine runs on Hopper) at head dim 128 on an H100 SXM (Shah et al.
+  /// 2024, Fig. 5 and 6, non-causal): forward 497, 574, 617 and 600
+  /// TFLOP/s at 512, 1k, 2k and 8k keys; backward 305, 408, 465, 518.
+  double attentionForwardEfficiency = 0.62, attentionForwardHalfKeys = 120;
+  double attentionBackwardEfficiency = 0.53, attentionBackwardHalfKeys = 360;
+  double attentionEfficiency(double keys, bool backward) const {
+    double e = backward ? attentionBackwardEfficiency
+                        : attentionForwardEfficiency;
+    double half =
+        backward ? attentionBackwardHalfKeys : attentionForwardHalfKeys;
+    return keys > 0 ? e * keys / (keys + half) : e;
+  }
   double memoryEfficiency(KernelClass c) const {
     switch (c) {
+    case KernelClass::Attention:
     case KernelClass::Gemm:
       return gemmMemoryEfficiency;
     case KernelClass::Reduction:

@@ -37,6 +37,14 @@ struct Assumptions {
   /// weight tensor reads the main gradient and the 16-bit gradient and
   /// writes the sum, every micro-batch.
   bool fusedGradientAccumulation = true;
+  /// The kernels the framework runs (`--kernels`); the workload must have
+  /// been built for the same (Workload::kernels).
+  KernelFusion fusion = KernelFusion::Fused;
+  /// Plain PyTorch (KernelFusion::Eager) dispatches every op from the
+  /// host: Python, the autograd and ATen dispatchers and the launch take
+  /// 5–25 µs per op, so a kernel shorter than that waits for the host. 10 µs
+  /// per kernel, forward and backward.
+  double hostDispatchS = 10e-6;
   const KernelModel &kernelsFor(const DeviceSpec &d) const {
     return useMeasuredKernels && d.measuredKernels ? *d.measuredKernels
                                                    : kernels;
@@ -56,6 +64,13 @@ struct Assumptions {
 double kernelSeconds(const DeviceSpec &dev, const KernelModel &k,
                      Precision precision, double flops, double bytes,
                      KernelClass c, int kernels);
+
+/// Seconds of a fused attention kernel doing `flops` and moving `bytes`,
+/// each query row visiting `keysPerQuery` keys (KernelModel's attention
+/// efficiency curve).
+double attentionSeconds(const DeviceSpec &dev, const KernelModel &k,
+                        Precision precision, double flops, double bytes,
+                        double keysPerQuery, bool backward);
 
 struct MemoryBreakdown {
   double weightsBytes = 0, gradientsBytes = 0, optimizerBytes = 0;
@@ -82,6 +97,22 @@ struct StageReport {
   MemoryBreakdown memory;
   double capacityBytes = 0;
   std::string device;
+};
+
+/// The kernels of one layer kind as priced on the first pipeline stage's
+/// devices: per kernel name, how many run in one instance and their seconds
+/// per micro-batch (forward, and backward with recompute), and the
+/// activations one instance keeps per micro-batch and device.
+struct KernelTime {
+  std::string name;
+  int count = 0;
+  double forwardS = 0, backwardS = 0;
+};
+struct LayerBreakdown {
+  std::string kind;
+  int64_t count = 0;
+  double forwardS = 0, backwardS = 0, keptBytes = 0;
+  std::vector<KernelTime> kernels;
 };
 
 struct StepResult {
@@ -119,6 +150,8 @@ struct StepResult {
   bool separateGradientAccumulation = false;
   /// Bytes per gradient element kept and reduced (Assumptions).
   double gradientBytesPerParameter = 4;
+  /// The kernels the step was priced with (Assumptions::fusion).
+  KernelFusion kernels = KernelFusion::Fused;
   double peakMemoryBytes = 0; ///< largest over devices
   /// The largest memory need minus capacity over stages (<= 0 when it fits).
   double memoryShortfallBytes = 0;
@@ -126,6 +159,8 @@ struct StepResult {
   std::string doesNotFit; ///< the reason when !fits
   double energyJ = 0, costUsd = 0;
   std::vector<TraceEvent> trace;
+  /// Per layer kind, with the trace (keepTrace).
+  std::vector<LayerBreakdown> layers;
 };
 
 /// Where one pipeline stage runs: the device type and node group, the

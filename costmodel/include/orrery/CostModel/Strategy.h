@@ -50,6 +50,18 @@ struct Strategy {
   /// slowest (Megatron-LM's --order). The default keeps tensor parallelism
   /// inside a node and puts pipeline stages across nodes.
   std::vector<std::string> order = {"tp", "cp", "dp", "pp"};
+  /// Communication overlapped with compute, as the frameworks offer it
+  /// (`overlap=grad+param+tp+p2p`, docs/strategy.md): the data-parallel
+  /// gradient reduction with the last micro-batch's backward (Megatron's
+  /// --overlap-grad-reduce, DDP's buckets); the distributed optimizer's
+  /// parameter all-gather with the next step's forward
+  /// (--overlap-param-gather); tensor-parallel collectives with the GEMMs
+  /// they feed (Megatron-Core's --tp-comm-overlap); pipeline sends with the
+  /// next chunk's compute (--overlap-p2p-communication, interleaved only).
+  bool overlapGradReduce = true, overlapParamGather = true,
+       overlapTpComm = false, overlapP2p = false;
+  /// "grad+param" style, "none" when nothing overlaps.
+  std::string overlapName() const;
 
   /// Distance in ranks between neighbours of one axis under `order`.
   int stride(const std::string &axis) const;

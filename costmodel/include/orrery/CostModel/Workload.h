@@ -60,6 +60,15 @@ struct OpCost {
   /// tensor never goes to memory.
   bool fusesWithPrevious = false;
   int64_t fusedIntermediateBytes = 0;
+  /// A fused attention kernel (KernelClass::Attention): the keys each query
+  /// row visits (kv_len times the fraction of blocks computed) and the
+  /// sequence of queries and keys, for pricing its efficiency and its
+  /// split under context parallelism.
+  double attentionKeysPerQuery = 0;
+  int64_t attentionQueries = 0, attentionKeys = 0;
+  bool attentionCausal = false;
+  /// Ops a fused kernel or an elementwise chain replaced are not in this
+  /// list; `kernelFusion` says which fusions the workload was built with.
 };
 
 /// One kind of layer (a function after outlining) and the cost of one
@@ -107,8 +116,11 @@ struct LayerKind {
   }
   /// Weight tensors of one instance (ZeRO-3 gathers each one by one).
   int weightTensors = 0;
-  /// Attention heads of the layer (0 without attention).
+  /// Attention heads of the layer (0 without attention), and its
+  /// key-value heads when a fused attention op states them (grouped-query
+  /// attention; 0 otherwise).
   int attentionHeads = 0;
+  int attentionKvHeads = 0;
   /// savedActivationBytes split by how parallelism treats them: replicated
   /// across tensor parallelism (the residual stream; split by sequence
   /// parallelism), split by tensor parallelism, and the attention core's
@@ -121,6 +133,24 @@ struct LayerKind {
   /// The activations the layer hands to the next one (pipeline transfers).
   int64_t outputBytes = 0;
 };
+
+/// Which kernels a training stack runs, and so how the graph is priced
+/// (docs/costmodel.md, `--kernels`).
+enum class KernelFusion {
+  /// Megatron-Core with Transformer Engine: FlashAttention-style fused
+  /// attention, fused RMSNorm / SwiGLU / RoPE, fused elementwise chains.
+  Fused,
+  /// Megatron-LM before FlashAttention (its fused scale-mask-softmax,
+  /// bias-GELU, bias-dropout-add; the attention scores in memory): what
+  /// the SC'21, Korthikanti et al. and BLOOM runs ran.
+  UnfusedAttention,
+  /// Plain PyTorch: one kernel per op, each paying the host's dispatch.
+  Eager,
+};
+
+/// The flag's spelling of a KernelFusion, and back (false: not one).
+const char *kernelFusionName(KernelFusion k);
+bool parseKernelFusion(const std::string &name, KernelFusion &out);
 
 /// A run of consecutive layers of one kind, in model order.
 struct LayerRun {
@@ -140,6 +170,9 @@ struct Workload {
   /// The graph has no loss op, so the step is priced with the softmax
   /// cross-entropy of its logits (an op of the head's kind).
   bool hasImpliedLoss = false;
+  /// The kernels the graph was built for (the fusion pass ran for Fused
+  /// and UnfusedAttention; elementwise chains fuse unless Eager).
+  KernelFusion kernels = KernelFusion::Fused;
   /// Op histogram of the imported graph (before outlining), by op name.
   std::map<std::string, int64_t> opHistogram;
   /// Op types kept by `orrery.onnx_op`, whose FLOPs are unknown.

@@ -101,6 +101,10 @@ RegionCost sumRegionCost(mlir::Region &region);
 /// transposed weight, a causal mask) are not activations: the backward pass
 /// recomputes or reuses them instead of keeping them per step.
 bool isActivation(mlir::Value value);
+/// The tensor whose storage `value` shares: through reshapes, transposes,
+/// (un)squeezes and identities of the same size (PyTorch views). Saved
+/// values with the same root are kept once.
+mlir::Value storageRoot(mlir::Value value);
 /// True when `value` is a weight (an `orrery.weight` or an outlined weight
 /// argument).
 bool isWeight(mlir::Value value);

@@ -534,4 +534,6 @@ def Orrery_ScanOp : Orrery_ControlFlowOp<"scan", "Scan", "a scan over a sequence
   let assemblyFormat = "`(` $inputs `)` attr-dict `:` functional-type($inputs, $outputs) $body";
 }
 
+include "orrery/Dialect/OrreryFusedOps.td"
+
 #endif // ORRERY_DIALECT_ORRERYOPS_TD

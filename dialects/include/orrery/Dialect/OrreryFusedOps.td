@@ -1,0 +1,144 @@
+//===- OrreryFusedOps.td - fused kernels of the orrery dialect -----------===//
+//
+// Ops that no ONNX file holds: `orrery-fuse-kernels` writes them where it
+// finds the graph that a modern training stack runs as one kernel
+// (FlashAttention, Transformer Engine's fused RMSNorm, Megatron-Core's fused
+// SwiGLU and rotary embedding). Each states its own cost: what that kernel
+// computes, moves and keeps, not what the ops it replaced would.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef ORRERY_DIALECT_ORRERYFUSEDOPS_TD
+#define ORRERY_DIALECT_ORRERYFUSEDOPS_TD
+
+def Orrery_FusedAttentionOp : Orrery_Op<"fused_attention",
+    ["getForwardFlops", "getBackwardFlops", "getBytesRead", "getBytesWritten",
+     "getSavedForBackward", "getExtraSavedBytes", "getSplitOptions"], [Pure]> {
+  let summary = "scaled dot-product attention as one fused kernel";
+  let description = [{
+    softmax(scale · Q·Kᵀ + bias, causal) · V as FlashAttention-2/3 and
+    cuDNN's fused attention run it: the [q_len, kv_len] scores never reach
+    memory. `query` holds `batch · heads · q_len · head_dim` elements,
+    `key` `batch · kv_heads · kv_len · head_dim` and `value` `batch ·
+    kv_heads · kv_len · value_dim` (grouped-query attention when kv_heads <
+    heads: each key-value head serves heads / kv_heads queries); the
+    result `batch · heads · q_len · value_dim`. The attributes give the
+    shapes, so any layout of the operands is allowed. `bias` is an additive
+    mask or bias that depends on the data (a padding mask); a causal mask
+    built in the graph is the `causal` attribute, not an operand. `dropout`
+    is applied to the probabilities inside the kernel (it keeps the random
+    generator's state, not a mask).
+
+    Cost: forward 2 · batch · heads · q_len · kv_len · (head_dim +
+    value_dim) FLOPs times the fraction of 128 × 128 blocks the kernel
+    computes (1; under a causal mask the blocks on and below the diagonal,
+    (n + 1) / 2n of them for n blocks per side: the diagonal blocks are
+    computed whole). Backward 2.5 × forward (its five GEMMs, recomputing
+    the scores). Bytes: the operands read and the result and the
+    log-sum-exp rows (fp32, batch · heads · q_len) written: O(s · d), not
+    O(s²). Keeps Q, K, V, the output and the log-sum-exp rows.
+
+    ```mlir
+    %o = orrery.fused_attention(%q, %k, %v) {batch = 1 : i64, heads = 32 : i64,
+        kv_heads = 8 : i64, q_len = 2048 : i64, kv_len = 2048 : i64,
+        head_dim = 128 : i64, value_dim = 128 : i64, causal,
+        scale = 0.088388 : f64, dropout = 0.0 : f64}
+        : (tensor<1x32x2048x128xbf16>, tensor<1x8x2048x128xbf16>,
+           tensor<1x8x2048x128xbf16>) -> tensor<1x32x2048x128xbf16>
+    ```
+  }];
+  let arguments = (ins AnyRankedTensor:$query, AnyRankedTensor:$key,
+                       AnyRankedTensor:$value,
+                       Optional<AnyRankedTensor>:$bias,
+                       I64Attr:$batch, I64Attr:$heads, I64Attr:$kv_heads,
+                       I64Attr:$q_len, I64Attr:$kv_len, I64Attr:$head_dim,
+                       I64Attr:$value_dim, UnitAttr:$causal, F64Attr:$scale,
+                       F64Attr:$dropout);
+  let results = (outs AnyRankedTensor:$output);
+  let assemblyFormat =
+      "`(` $query `,` $key `,` $value (`,` $bias^)? `)` attr-dict `:` "
+      "functional-type(operands, results)";
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    /// The fraction of the score blocks the kernel computes (1 without a
+    /// causal mask).
+    double computedBlockFraction();
+  }];
+}
+
+def Orrery_RmsNormalizationOp : Orrery_Op<"rms_normalization",
+    ["getForwardFlops", "getSavedForBackward", "getExtraSavedBytes"], [Pure]> {
+  let summary = "RMSNorm over the last axis as one fused kernel";
+  let description = [{
+    x / sqrt(mean(x², last axis) + epsilon) · scale, as Transformer
+    Engine's and Apex's fused RMSNorm run it (written by
+    `orrery-fuse-kernels` for the ReduceMean / Pow / Sqrt / Div chains
+    exporters write).
+
+    Cost: 4 FLOP per element forward (square, mean, reciprocal root,
+    scale), as many backward. Keeps the input and one fp32 reciprocal root
+    per row.
+
+    ```mlir
+    %y = orrery.rms_normalization(%x, %g) {epsilon = 1.0e-5 : f64}
+        : (tensor<1x2048x4096xbf16>, tensor<4096xbf16>) -> tensor<1x2048x4096xbf16>
+    ```
+  }];
+  let arguments = (ins AnyRankedTensor:$input, Optional<AnyRankedTensor>:$scale,
+                       F64Attr:$epsilon);
+  let results = (outs AnyRankedTensor:$output);
+  let assemblyFormat =
+      "`(` $input (`,` $scale^)? `)` attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+def Orrery_GatedActivationOp : Orrery_Op<"gated_activation",
+    ["getForwardFlops", "getSavedForBackward"], [Pure]> {
+  let summary = "a gated linear unit's activation (SwiGLU, GeGLU) as one kernel";
+  let description = [{
+    act(gate) · up, as Megatron-Core's fused `bias_swiglu` / `bias_geglu`
+    and Transformer Engine run it; `activation` is `silu` or `gelu`.
+
+    Cost: 6 FLOP per output element forward (silu or gelu, then the
+    product), as many backward. Keeps `gate` and `up` (the kernel's
+    input), not the activation or the product.
+
+    ```mlir
+    %h = orrery.gated_activation(%gate, %up) {activation = "silu"}
+        : (tensor<1x2048x14336xbf16>, tensor<1x2048x14336xbf16>) -> tensor<1x2048x14336xbf16>
+    ```
+  }];
+  let arguments = (ins AnyRankedTensor:$gate, AnyRankedTensor:$up,
+                       StrAttr:$activation);
+  let results = (outs AnyRankedTensor:$output);
+  let assemblyFormat =
+      "`(` $gate `,` $up `)` attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+def Orrery_RotaryEmbeddingOp : Orrery_Op<"rotary_embedding",
+    ["getForwardFlops", "getBytesRead", "getSavedForBackward"], [Pure]> {
+  let summary = "rotary position embedding (RoPE) as one fused kernel";
+  let description = [{
+    x · cos + rotate_half(x) · sin over the last axis, as Megatron-Core's
+    fused RoPE (`--apply-rope-fusion`) and Transformer Engine run it. `cos`
+    and `sin` are tables computed from positions, not activations.
+
+    Cost: 3 FLOP per element forward and backward; reads x (the tables
+    stay in cache across heads) and writes the result. Keeps nothing:
+    the backward rotates the gradient back with the same tables.
+
+    ```mlir
+    %r = orrery.rotary_embedding(%q, %cos, %sin)
+        : (tensor<1x32x2048x128xbf16>, tensor<2048x128xbf16>, tensor<2048x128xbf16>) -> tensor<1x32x2048x128xbf16>
+    ```
+  }];
+  let arguments = (ins AnyRankedTensor:$input, AnyRankedTensor:$cos,
+                       AnyRankedTensor:$sin);
+  let results = (outs AnyRankedTensor:$output);
+  let assemblyFormat =
+      "`(` $input `,` $cos `,` $sin `)` attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+#endif // ORRERY_DIALECT_ORRERYFUSEDOPS_TD

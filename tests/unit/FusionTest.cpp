@@ -1,0 +1,235 @@
+//===- FusionTest.cpp - fused kernels, kernel modes and overlap ----------===//
+//
+// The tiny GPT fixture (2 layers, d 64, 4 heads, 32 tokens, fp16) priced as
+// the stacks run it: fused attention keeps Q, K, V, O and the log-sum-exp
+// rows (Korthikanti et al.'s 34·s·b·h per layer), eager PyTorch pays the
+// host's dispatch per kernel, and every strategy field moves the price or
+// is refused.
+//
+//===----------------------------------------------------------------------===//
+#include "TestSupport.h"
+#include "orrery/CostModel/Simulator.h"
+#include "orrery/Transforms/Passes.h"
+#include "orrery/Workload/BuildWorkload.h"
+
+#include "mlir/Pass/PassManager.h"
+
+#include <gtest/gtest.h>
+
+using namespace mlir;
+using namespace orrery;
+
+namespace {
+
+/// tiny-gpt at `batch`, prepared for `kernels` as the CLI's front end does.
+Workload tinyGpt(MLIRContext &ctx, KernelFusion kernels, int64_t batch = 1) {
+  onnx::LoadOptions options;
+  options.dims["batch"] = batch;
+  auto module = importOnnxFile(
+      ctx, test::sourceDir() + "/models/fixtures/tiny-gpt.onnx", options);
+  EXPECT_TRUE(bool(module));
+  PassManager pm(&ctx);
+  if (kernels != KernelFusion::Eager) {
+    FuseKernelsPassOptions fusion;
+    fusion.attention = kernels == KernelFusion::Fused;
+    pm.addPass(createFuseKernelsPass(fusion));
+  }
+  pm.addPass(createOutlineLayersPass());
+  EXPECT_TRUE(succeeded(pm.run(**module)));
+  auto w = buildWorkload(**module, {}, kernels);
+  EXPECT_TRUE(bool(w));
+  return *w;
+}
+
+const LayerKind &layerKind(const Workload &w) {
+  for (const LayerKind &k : w.kinds)
+    if (k.count > 1)
+      return k;
+  ADD_FAILURE() << "no repeated layer";
+  return w.kinds.front();
+}
+
+Cluster preset(const char *text) {
+  auto c = parseClusterPreset(text, HardwareCatalog::builtin());
+  EXPECT_TRUE(bool(c));
+  return std::move(*c);
+}
+
+llvm::Expected<StepResult> run(const Workload &w, const Cluster &c,
+                               const std::string &strategy) {
+  auto s = parseStrategy(strategy);
+  if (!s)
+    return s.takeError();
+  Assumptions a;
+  a.fusion = w.kernels;
+  return simulateStep(w, c, *s, a);
+}
+
+StepResult simulate(const Workload &w, const Cluster &c,
+                    const std::string &strategy) {
+  auto r = run(w, c, strategy);
+  EXPECT_TRUE(bool(r)) << strategy << ": "
+                       << (r ? "" : llvm::toString(r.takeError()));
+  return r ? *r : StepResult{};
+}
+
+TEST(Fusion, AttentionIsOneKernelKeepingQKVAndItsOutput) {
+  MLIRContext ctx;
+  Workload fused = tinyGpt(ctx, KernelFusion::Fused, 2);
+  const LayerKind &k = layerKind(fused);
+  int attention = 0, softmax = 0;
+  for (const OpCost &op : k.ops) {
+    attention += op.kernelClass == KernelClass::Attention;
+    softmax += op.name == "orrery.softmax";
+  }
+  EXPECT_EQ(attention, 1);
+  EXPECT_EQ(softmax, 0);
+  EXPECT_EQ(k.attentionHeads, 4);
+  // s = 32, b = 2, h = 64, 2-byte activations: 34·s·b·h, plus the fp32
+  // log-sum-exp of 4 heads x 32 rows x 2 samples.
+  int64_t sbh = 32 * 2 * 64;
+  EXPECT_EQ(k.savedActivationBytes, 34 * sbh + 4 * 4 * 32 * 2);
+  // With the scores in memory: Korthikanti's 5·a·s/h term on top.
+  Workload unfused = tinyGpt(ctx, KernelFusion::UnfusedAttention, 2);
+  EXPECT_EQ(layerKind(unfused).savedActivationBytes,
+            34 * sbh + 5 * 4 * 32 * 32 * 2);
+}
+
+TEST(Fusion, SelectiveRecomputeRerunsTheAttentionKernelOnly) {
+  MLIRContext ctx;
+  Workload w = tinyGpt(ctx, KernelFusion::Fused, 1);
+  Cluster c = preset("1xH100-SXM");
+  StepResult none = simulate(w, c, "mbs=8,gbs=8,recompute=none");
+  StepResult sel = simulate(w, c, "mbs=8,gbs=8,recompute=selective");
+  EXPECT_GT(sel.stepS, none.stepS);
+  // Only the log-sum-exp rows are dropped: 2 layers x 4 heads x 32 rows x
+  // 8 samples x 4 bytes (x the fragmentation allowance).
+  double dropped = none.stages[0].memory.activationsBytes -
+                   sel.stages[0].memory.activationsBytes;
+  EXPECT_NEAR(dropped, 2 * 4 * 32 * 8 * 4 * 1.05, 1.0);
+}
+
+TEST(Fusion, EagerKernelsWaitForTheHost) {
+  MLIRContext ctx;
+  Workload fused = tinyGpt(ctx, KernelFusion::Fused);
+  Workload eager = tinyGpt(ctx, KernelFusion::Eager);
+  Cluster c = preset("1xH100-SXM");
+  StepResult f = simulate(fused, c, "mbs=1,gbs=1");
+  StepResult e = simulate(eager, c, "mbs=1,gbs=1");
+  // The tiny model's kernels all last less than the 10 µs dispatch: the
+  // step is at least the host's time for every forward and backward kernel.
+  int kernels = 0;
+  for (const LayerRun &run : eager.layers)
+    for (const OpCost &op : eager.kinds[run.kind].ops)
+      if (!op.view)
+        kernels += int(run.count) * (1 + std::max(0, op.backwardKernels));
+  EXPECT_GE(e.computeS, kernels * Assumptions().hostDispatchS * 0.99);
+  EXPECT_GT(e.stepS, 2 * f.stepS);
+  // A workload priced as another stack than it was built for is refused.
+  auto s = parseStrategy("mbs=1,gbs=1");
+  ASSERT_TRUE(bool(s));
+  Assumptions a;
+  a.fusion = KernelFusion::Eager;
+  auto wrong = simulateStep(fused, c, *s, a);
+  ASSERT_FALSE(bool(wrong));
+  EXPECT_EQ(llvm::toString(wrong.takeError()),
+            "simulator: the model was built for --kernels fused but is "
+            "priced as eager");
+}
+
+TEST(Overlap, EachOverlapMovesItsCommunication) {
+  MLIRContext ctx;
+  Workload w = tinyGpt(ctx, KernelFusion::Fused);
+  Cluster c = preset("4x8xH100-SXM");
+  const std::string base =
+      "tp=2,pp=2,dp=8,mbs=4,gbs=256,sp=1,vpp=2,zero=1,";
+  StepResult none = simulate(w, c, base + "overlap=none");
+  StepResult grad = simulate(w, c, base + "overlap=grad");
+  StepResult param = simulate(w, c, base + "overlap=grad+param");
+  StepResult tp = simulate(w, c, base + "overlap=grad+param+tp");
+  StepResult p2p = simulate(w, c, base + "overlap=grad+param+tp+p2p");
+  EXPECT_LT(grad.exposedDpCommS, none.exposedDpCommS);
+  EXPECT_LT(param.exposedDpCommS, grad.exposedDpCommS);
+  EXPECT_LT(tp.exposedTpCommS, param.exposedTpCommS);
+  EXPECT_LT(p2p.stepS, tp.stepS);
+  // The default is what the exporters write for Megatron-LM.
+  StepResult dflt = simulate(w, c, base.substr(0, base.size() - 1));
+  EXPECT_DOUBLE_EQ(dflt.stepS, param.stepS);
+  EXPECT_EQ(dflt.strategy.str().find("overlap"), std::string::npos);
+  EXPECT_NE(p2p.strategy.str().find("overlap=grad+param+tp+p2p"),
+            std::string::npos);
+}
+
+TEST(Overlap, OverlapsTheFrameworksDoNotOfferAreRefused) {
+  MLIRContext ctx;
+  Workload w = tinyGpt(ctx, KernelFusion::Fused);
+  Cluster c = preset("2x8xH100-SXM");
+  auto message = [&](const std::string &s) {
+    auto r = run(w, c, s);
+    return r ? std::string("no error") : llvm::toString(r.takeError());
+  };
+  EXPECT_EQ(message("tp=2,dp=8,overlap=tp"),
+            "strategy: overlap=tp needs sp=1 (Megatron-Core overlaps the "
+            "sequence-parallel all-gathers and reduce-scatters with the "
+            "GEMMs; it has no overlap for tensor parallelism alone)");
+  EXPECT_EQ(message("pp=2,dp=8,mbs=1,gbs=16,overlap=p2p"),
+            "strategy: overlap=p2p needs the interleaved schedule (vpp > 1): "
+            "Megatron-Core overlaps pipeline sends only there");
+  EXPECT_EQ(message("dp=16,overlap=grad+bucket"),
+            "--strategy 'overlap=grad+bucket': overlap takes none or grad, "
+            "param, tp and p2p joined by '+', not 'bucket'");
+}
+
+// Every strategy field moves the step time or the memory, or is refused
+// with one line: a field that parses and prices nothing is a wrong plan.
+TEST(Strategy, EveryFieldMovesThePriceOrIsRefused) {
+  MLIRContext ctx;
+  Workload w = tinyGpt(ctx, KernelFusion::Fused);
+  Workload eager = tinyGpt(ctx, KernelFusion::Eager);
+  Cluster c = preset("2x8xH100-SXM");
+  const std::string base = "tp=2,pp=2,dp=4,mbs=2,gbs=64,zero=0";
+  StepResult ref = simulate(w, c, base);
+  auto moves = [&](const std::string &flip, const Workload &model) {
+    auto r = run(model, c, flip);
+    if (!r) {
+      std::string e = llvm::toString(r.takeError());
+      EXPECT_EQ(e.find('\n'), std::string::npos) << flip;
+      return "refused: " + e;
+    }
+    bool changed = r->stepS != ref.stepS ||
+                   r->peakMemoryBytes != ref.peakMemoryBytes;
+    return std::string(changed ? "moves" : "prices nothing");
+  };
+  struct Flip {
+    const char *field;
+    std::string strategy;
+  };
+  std::vector<Flip> flips = {
+      {"tp", "tp=4,pp=2,dp=2,mbs=2,gbs=64,zero=0"},
+      {"pp", "tp=2,pp=1,dp=8,mbs=2,gbs=64,zero=0"},
+      {"dp", "tp=2,pp=2,dp=2,mbs=2,gbs=64,zero=0"},
+      {"sp", base + ",sp=1"},
+      {"vpp", base + ",vpp=2"},
+      {"schedule", base + ",schedule=gpipe"},
+      {"mbs", "tp=2,pp=2,dp=4,mbs=4,gbs=64,zero=0"},
+      {"gbs", "tp=2,pp=2,dp=4,mbs=2,gbs=128,zero=0"},
+      {"zero", "tp=2,pp=2,dp=4,mbs=2,gbs=64,zero=1"},
+      {"recompute", base + ",recompute=full"},
+      {"offload", base + ",offload=optimizer"},
+      {"precision", base + ",precision=fp8"},
+      {"order", base + ",order=dp-pp-tp-cp"},
+      {"layers", base + ",layers=1:3"},
+      {"overlap grad", base + ",overlap=param"},
+      {"overlap tp", base + ",sp=1,overlap=grad+param+tp"},
+      {"overlap p2p", base + ",vpp=2,overlap=grad+param+p2p"},
+      {"ep", base + ",ep=2"},
+  };
+  for (const Flip &f : flips) {
+    std::string outcome = moves(f.strategy, w);
+    EXPECT_NE(outcome, "prices nothing") << f.field << ": " << f.strategy;
+  }
+  // The kernels are a property of the workload (--kernels).
+  EXPECT_EQ(moves(base, eager), "moves");
+}
+
+} // namespace
