@@ -378,7 +378,7 @@ def gpt_closed_form(layers, d, seq, vocab, ffn=None):
 def gpt_entry(name, layers, d, heads, seq, vocab, nominal, source):
     """A GPT whose reference count is the closed form of its published shape;
     the paper's rounded size is named in the source text."""
-    return (lambda: gpt(name, layers, d, heads, seq, vocab),
+    return (lambda s=None: gpt(name, layers, d, heads, s or seq, vocab),
             gpt_closed_form(layers, d, seq, vocab),
             f"{source}: {nominal} (rounded); closed form of its shape")
 
@@ -410,24 +410,24 @@ MODELS = {
     "megatron-529.6b": gpt_entry("megatron-529.6b", 105, 20480, 128, 2048, 51200, "529.6B", SC21),
     "megatron-1008b": gpt_entry("megatron-1008b", 128, 25600, 160, 2048, 51200, "1008B", SC21),
     # Llama: layers, d, heads, kv heads, ffn, training sequence, vocab, RoPE theta.
-    "llama2-7b": (lambda: llama("llama2-7b", 32, 4096, 32, 32, 11008, 4096, 32000, 10000),
+    "llama2-7b": (lambda seq=None: llama("llama2-7b", 32, 4096, 32, 32, 11008, seq or 4096, 32000, 10000),
                   6.738e9, "Touvron et al. 2023 (Llama 2); 6,738,415,616 in the HF config"),
-    "llama2-13b": (lambda: llama("llama2-13b", 40, 5120, 40, 40, 13824, 4096, 32000, 10000),
+    "llama2-13b": (lambda seq=None: llama("llama2-13b", 40, 5120, 40, 40, 13824, seq or 4096, 32000, 10000),
                    13.016e9, "Touvron et al. 2023 (Llama 2); 13,015,864,320 in the HF config"),
-    "llama2-70b": (lambda: llama("llama2-70b", 80, 8192, 64, 8, 28672, 4096, 32000, 10000),
+    "llama2-70b": (lambda seq=None: llama("llama2-70b", 80, 8192, 64, 8, 28672, seq or 4096, 32000, 10000),
                    68.977e9, "Touvron et al. 2023 (Llama 2); 68,976,648,192 in the HF config"),
-    "llama3-8b": (lambda: llama("llama3-8b", 32, 4096, 32, 8, 14336, 8192, 128256, 500000),
+    "llama3-8b": (lambda seq=None: llama("llama3-8b", 32, 4096, 32, 8, 14336, seq or 8192, 128256, 500000),
                   8.030e9, "Meta Llama 3 model card: 8.03B"),
-    "llama3-70b": (lambda: llama("llama3-70b", 80, 8192, 64, 8, 28672, 8192, 128256, 500000),
+    "llama3-70b": (lambda seq=None: llama("llama3-70b", 80, 8192, 64, 8, 28672, seq or 8192, 128256, 500000),
                    70.554e9, "Meta Llama 3 model card: 70.6B"),
-    "llama3-405b": (lambda: llama("llama3-405b", 126, 16384, 128, 8, 53248, 8192, 128256, 500000),
+    "llama3-405b": (lambda seq=None: llama("llama3-405b", 126, 16384, 128, 8, 53248, seq or 8192, 128256, 500000),
                     405.85e9, "Llama 3 Herd of Models (Dubey et al. 2024), Table 3: 405B; 405.85B in the HF config"),
     # Mixture of experts: Mixtral 8x7B, 8 experts, top 2.
-    "mixtral-8x7b": (lambda: llama("mixtral-8x7b", 32, 4096, 32, 8, 14336, 4096, 32000, 1e6, moe=(8, 2)),
+    "mixtral-8x7b": (lambda seq=None: llama("mixtral-8x7b", 32, 4096, 32, 8, 14336, seq or 4096, 32000, 1e6, moe=(8, 2)),
                      46.70e9, "Jiang et al. 2024 (Mixtral of Experts): 46.7B total parameters"),
     # A tiny GPT for tests: 2 layers, d 64, 4 heads, 32 tokens, vocab 128;
     # closed form 12·L·d² + 13·L·d + (V + n_ctx)·d + 2·d.
-    "tiny-gpt": (lambda: gpt("tiny-gpt", 2, 64, 4, 32, 128), gpt_closed_form(2, 64, 32, 128),
+    "tiny-gpt": (lambda seq=None: gpt("tiny-gpt", 2, 64, 4, seq or 32, 128), gpt_closed_form(2, 64, 32, 128),
                  "closed form of the GPT parameter count"),
     # Encoders.
     "bert-base": (lambda: bert("bert-base", 12, 768, 12, 3072), 109.48e6,
@@ -447,9 +447,9 @@ MODELS = {
 }
 
 
-def write(name, path):
+def write(name, path, seq=None):
     build, _, _ = MODELS[name]
-    model = build()
+    model = build(seq) if seq else build()
     with open(path, "wb") as f:
         f.write(model.SerializeToString())
 
@@ -465,7 +465,9 @@ def main():
     shape.add_argument("--layers", type=int)
     shape.add_argument("--hidden", type=int)
     shape.add_argument("--heads", type=int)
-    shape.add_argument("--seq", type=int, default=2048)
+    shape.add_argument("--seq", type=int,
+                       help="sequence length (gpt: default 2048; a named GPT or "
+                            "Llama model: its own unless given)")
     shape.add_argument("--vocab", type=int, default=51200)
     shape.add_argument("--ffn", type=int)
     args = ap.parse_args()
@@ -476,7 +478,8 @@ def main():
         if args.hidden % args.heads:
             print("generate.py: error: --heads must divide --hidden", file=sys.stderr)
             return 2
-        model = gpt("gpt", args.layers, args.hidden, args.heads, args.seq, args.vocab, args.ffn)
+        model = gpt("gpt", args.layers, args.hidden, args.heads, args.seq or 2048, args.vocab,
+                    args.ffn)
         with open(args.output or "gpt.onnx", "wb") as f:
             f.write(model.SerializeToString())
         return 0
@@ -492,6 +495,14 @@ def main():
     if not args.name or args.name not in MODELS:
         print(f"generate.py: error: unknown model '{args.name}'; see --list", file=sys.stderr)
         return 2
+    if args.seq:
+        try:
+            write(args.name, args.output or args.name + ".onnx", args.seq)
+        except TypeError:
+            print(f"generate.py: error: {args.name} has a fixed shape; --seq applies to "
+                  "the GPT and Llama models", file=sys.stderr)
+            return 2
+        return 0
     write(args.name, args.output or args.name + ".onnx")
     return 0
 

@@ -143,6 +143,8 @@ llvm::Expected<std::string> megatron(const ExportPlan &p) {
   flag("--tensor-model-parallel-size", num(s.tp));
   flag("--pipeline-model-parallel-size", num(s.pp));
   flag("--context-parallel-size", num(s.cp));
+  if (s.cp > 1) // Megatron-Core's names: the ring is p2p, Ulysses a2a
+    flag("--cp-comm-type", s.cpComm == CpComm::Ring ? "p2p" : "a2a");
   if (s.ep > 1)
     flag("--expert-model-parallel-size", num(s.ep));
   if (s.sequenceParallel && s.tp > 1)
@@ -374,6 +376,9 @@ llvm::Expected<std::string> torchtitan(const ExportPlan &p) {
   if (s.offloadOptimizer && s.zeroStage == 0)
     return err("torchtitan: CPU offload needs FSDP (ZeRO-3); the plan "
                "replicates weights (ZeRO-0)");
+  if (s.cp > 1 && s.cpComm == CpComm::AllToAll)
+    return err("torchtitan: its context parallelism is ring attention; the "
+               "plan uses cp_comm=all-to-all (Ulysses)");
   if (p.kernels != KernelFusion::Fused)
     return err(std::string("torchtitan: its models run attention through "
                            "SDPA's flash kernels and fuse the rest with "
@@ -480,6 +485,9 @@ llvm::Expected<std::string> pytorch(const ExportPlan &p) {
   if (s.zeroStage == 2)
     return err("pytorch: ZeRO-2 has no PyTorch equivalent (FSDP2 is ZeRO-3, "
                "ZeroRedundancyOptimizer is ZeRO-1)");
+  if (s.cp > 1 && s.cpComm == CpComm::AllToAll)
+    return err("pytorch: torch's context_parallel is ring attention; the plan "
+               "uses cp_comm=all-to-all (Ulysses)");
   if ((s.overlapTpComm && s.tp > 1) || (s.overlapP2p && s.pp > 1))
     return err("pytorch: DTensor and torch.distributed.pipelining have no "
                "overlap of tensor-parallel collectives or pipeline sends with "
@@ -580,6 +588,9 @@ llvm::Expected<std::string> jax(const ExportPlan &p) {
   const Strategy &s = p.strategy;
   if (s.offloadActivations || s.offloadOptimizer)
     return err("jax: host offload is not part of a mesh and PartitionSpecs");
+  if (s.cp > 1 && s.cpComm == CpComm::AllToAll)
+    return err("jax: a sequence-sharded mesh runs ring-style attention; the "
+               "plan uses cp_comm=all-to-all (Ulysses)");
   if ((s.overlapTpComm && s.tp > 1) || (s.overlapP2p && s.pp > 1))
     return err("jax: a mesh and PartitionSpecs do not state how XLA overlaps "
                "collectives (the plan has overlap=" + s.overlapName() + ")");

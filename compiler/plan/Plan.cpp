@@ -25,6 +25,7 @@ static ojson strategyJson(const Strategy &s) {
   j["pp"] = s.pp;
   j["dp"] = s.dp;
   j["cp"] = s.cp;
+  j["cp_comm"] = cpCommName(s.cpComm);
   j["ep"] = s.ep;
   j["sequence_parallel"] = s.sequenceParallel;
   j["tp_batch_split"] = s.tpBatchSplit;
@@ -61,8 +62,8 @@ ojson metricsJson(const StepResult &r) {
           {"mfu", r.mfu},
           {"hfu", r.hfu},
           {"bubble_fraction", r.bubbleFraction},
-          {"exposed_communication_s",
-           r.exposedTpCommS + r.exposedPpCommS + r.exposedDpCommS},
+          {"exposed_communication_s", r.exposedTpCommS + r.exposedCpCommS +
+                                          r.exposedPpCommS + r.exposedDpCommS},
           {"peak_memory_bytes", r.peakMemoryBytes},
           {"energy_j_per_step", r.energyJ},
           {"cost_usd_per_step", r.costUsd},
@@ -230,6 +231,15 @@ llvm::Expected<Strategy> strategyFromPlan(const nlohmann::json &plan,
   if (j.contains("tp_batch_split"))
     if (auto e = boolean("tp_batch_split", s.tpBatchSplit))
       return std::move(e);
+  if (j.contains("cp_comm")) {
+    if (j["cp_comm"] == "ring")
+      s.cpComm = CpComm::Ring;
+    else if (j["cp_comm"] == "all-to-all")
+      s.cpComm = CpComm::AllToAll;
+    else
+      return err(what + ": strategy.cp_comm: must be \"ring\" or "
+                        "\"all-to-all\"");
+  }
   if (j.contains("overlap")) {
     const nlohmann::json &o = j["overlap"];
     if (!o.is_object())

@@ -186,7 +186,7 @@ searchPlans(const Workload &w, const Cluster &cluster, const PlanOptions &o) {
     }
   };
   priceOne = [&](Strategy s) {
-    auto r = simulateStep(w, c, s, a);
+    auto r = simulateStep(w, c, s, a, false, Detail::StepTime);
     if (!r) {
       llvm::consumeError(r.takeError());
       return;
@@ -201,7 +201,7 @@ searchPlans(const Workload &w, const Cluster &cluster, const PlanOptions &o) {
       std::vector<int> split = balanceLayers(perLayer, s.pp * s.virtualStages);
       if (!split.empty()) {
         s.stageLayers = split;
-        auto balanced = simulateStep(w, c, s, a);
+        auto balanced = simulateStep(w, c, s, a, false, Detail::StepTime);
         // Only a split that beats the default is a new plan.
         if (balanced && balanced->stepS < r->stepS * (1 - 1e-9))
           consider(*balanced);
@@ -222,9 +222,19 @@ searchPlans(const Workload &w, const Cluster &cluster, const PlanOptions &o) {
     for (int tp : divisors(devices, perNode)) {
       if (heads > 0 && heads % tp)
         continue;
-      for (int cp : divisors(devices / tp, perNode / tp)) {
-        if (cp > 1 &&
-            (w.tokensPerSample < 4096 || w.tokensPerSample % (2 * cp)))
+      // Context parallelism may leave the node: the ring's sends hide
+      // behind long sequences' attention even over the network.
+      // Each rank's two chunks of the sequence must fill FlashAttention's
+      // 128-token tiles (kAttentionTileTokens): shorter chunks leave the
+      // kernel's blocks part empty. At most 16 ranks.
+      int64_t maxCp = std::clamp<int64_t>(
+          w.tokensPerSample / (2 * kAttentionTileTokens), 1, 16);
+      for (int cp : divisors(devices / tp, maxCp)) {
+        // Context parallelism splits the sequence into 2·cp chunks (causal
+        // load balancing); it costs its exchange, so it is searched at any
+        // length and wins where the memory or the attention needs it.
+        if (cp > 1 && (w.tokensPerSample == 0 || w.attentionHeads() == 0 ||
+                       w.tokensPerSample % (2 * cp)))
           continue;
         for (int pp : divisors(devices / (int64_t(tp) * cp), layers)) {
           int64_t dp = devices / (int64_t(tp) * cp * pp);
@@ -283,6 +293,15 @@ searchPlans(const Workload &w, const Cluster &cluster, const PlanOptions &o) {
                 s.precision = o.precision;
                 s.offloadOptimizer = offload;
                 price(s);
+                // Ulysses where the heads split over cp (its all-to-all
+                // against the ring's overlapped sends), inside a node: over
+                // the network every rank's all-to-all crosses the cards,
+                // where the ring's sends hide behind compute.
+                if (cp > 1 && heads > 0 && (heads / tp) % cp == 0 &&
+                    int64_t(tp) * cp <= perNode) {
+                  s.cpComm = CpComm::AllToAll;
+                  price(s);
+                }
               }
             }
           }
@@ -322,6 +341,12 @@ searchPlans(const Workload &w, const Cluster &cluster, const PlanOptions &o) {
                   dev.name.c_str(), closest.doesNotFit.c_str());
     return err(buf);
   }
+  // The plans kept, priced in full (the breakdown's pipeline transfers).
+  for (StepResult &r : best)
+    if (auto full = simulateStep(w, c, r.strategy, a))
+      r = std::move(*full);
+    else
+      llvm::consumeError(full.takeError());
   result.top = std::move(best);
   if (o.progress)
     o.progress(result.candidatesPriced, &result.top.front());

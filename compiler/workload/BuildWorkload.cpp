@@ -194,6 +194,8 @@ static void analyzeParallelism(func::FuncOp func, LayerKind &kind,
       c.attentionQueries = attention.getQLen();
       c.attentionKeys = attention.getKvLen();
       c.attentionCausal = attention.getCausal();
+      c.attentionKvBytes = tensorBytes(attention.getKey().getType()) +
+                           tensorBytes(attention.getValue().getType());
       kind.attentionHeads =
           std::max<int>(kind.attentionHeads, int(attention.getHeads()));
       kind.attentionKvHeads =

@@ -37,6 +37,9 @@ namespace {
 struct LayerTime {
   double forwardComputeS = 0, backwardComputeS = 0;
   double forwardTpS = 0, backwardTpS = 0;
+  /// Context parallelism's key-value exchange, exposed, and all of it.
+  double forwardCpS = 0, backwardCpS = 0, cpTransferS = 0;
+  double forwardCpSendS = 0, backwardCpSendS = 0;
   double recomputeS = 0; ///< extra forward work in backward (compute + comm)
   double recomputeFlops = 0;
   /// Activation bytes one micro-batch keeps for this layer, per device.
@@ -65,6 +68,7 @@ public:
       : w(w), s(s), a(a), at(std::move(at)), uniform(uniform) {}
 
   llvm::Expected<StepResult> run(bool keepTrace);
+  Detail detail = Detail::Full;
 
 private:
   const Workload &w;
@@ -189,10 +193,59 @@ LayerTime Simulation::layerTime(const LayerKind &k, const StagePlacement &p,
     double bwd = opTime(dev, b, backMoved * sc / split, backCls, backKernels);
     if (cls == KernelClass::Attention) {
       const KernelModel &km = a.kernelsFor(dev);
-      fwd = attentionSeconds(dev, km, s.precision, f, bytes,
-                             op.attentionKeysPerQuery, false);
+      // Context parallelism: each rank holds s/cp of the queries (sc
+      // divides by cp). The ring computes them against one s/cp block of
+      // keys per step, each block a kernel call of its own; Ulysses runs
+      // the whole sequence for heads/cp heads.
+      bool ring = s.cp > 1 && s.cpComm == CpComm::Ring;
+      double keys = op.attentionKeysPerQuery / (ring ? s.cp : 1);
+      int calls = ring ? s.cp : 1;
+      fwd = attentionSeconds(dev, km, s.precision, f, bytes, keys, false) +
+            (calls - 1) * km.kernelLaunchS;
       bwd = attentionSeconds(dev, km, s.precision, b, backMoved * sc / split,
-                             op.attentionKeysPerQuery, true);
+                             keys, true) +
+            (calls - 1) * 2 * km.kernelLaunchS;
+      if (ring) {
+        // Megatron-Core / Transformer Engine: cp - 1 steps, each sending
+        // this rank's K and V block to the next rank while the current
+        // block computes (causal load balancing: 2·cp sequence chunks, two
+        // per rank, so every step has work); backward the blocks travel
+        // again with their dK and dV.
+        double block = double(op.attentionKvBytes) * sc / split;
+        double send = collectiveTime(CollectiveKind::SendRecv, block, p.cpGroup);
+        double sendBack =
+            collectiveTime(CollectiveKind::SendRecv, 2 * block, p.cpGroup);
+        t.forwardCpS += (s.cp - 1) * std::max(0.0, send - fwd / s.cp);
+        t.backwardCpS += (s.cp - 1) * std::max(0.0, sendBack - bwd / s.cp);
+        t.cpTransferS += (s.cp - 1) * (send + sendBack);
+        t.forwardCpSendS += (s.cp - 1) * send;
+        t.backwardCpSendS += (s.cp - 1) * sendBack;
+        // Each step after the first merges its partial result into the
+        // running one (Transformer Engine's out / log-sum-exp correction:
+        // O read and written); backward accumulates dQ in fp32 and dK, dV
+        // across the steps.
+        double out = double(op.bytesWritten) * sc / split;
+        double q = std::max(0.0, double(op.bytesRead - op.attentionKvBytes)) *
+                   sc / split;
+        t.forwardComputeS +=
+            (s.cp - 1) * opTime(dev, 0, 2 * out, KernelClass::Pointwise, 1);
+        t.backwardComputeS +=
+            (s.cp - 1) * opTime(dev, 0, 4 * q + 2 * block,
+                                KernelClass::Pointwise, 2);
+      } else if (s.cp > 1) {
+        // DeepSpeed-Ulysses: Q, K, V all-to-all (heads scattered, sequence
+        // gathered) before the kernel, the output back after it; backward
+        // the reverse. Nothing overlaps them.
+        double in = double(op.bytesRead) * sc / split;
+        double out = double(op.bytesWritten) * sc / split; // O (and rows)
+        double qkv = collectiveTime(CollectiveKind::AllToAll, in, p.cpGroup);
+        double o = collectiveTime(CollectiveKind::AllToAll, out, p.cpGroup);
+        t.forwardCpS += qkv + o;
+        t.backwardCpS += qkv + o;
+        t.cpTransferS += 2 * (qkv + o);
+        t.forwardCpSendS += qkv + o;
+        t.backwardCpSendS += qkv + o;
+      }
     }
     if (eager) { // a kernel shorter than the host's dispatch waits for it
       fwd = std::max(fwd, kernels * a.hostDispatchS);
@@ -305,6 +358,9 @@ LayerTime Simulation::layerTime(const LayerKind &k, const StagePlacement &p,
     t.forwardTpS += std::max(0.0, gather - t.forwardComputeS);
     t.backwardTpS += std::max(0.0, gather + scatter - t.backwardComputeS);
   }
+  // Selective recompute re-runs the attention with its exchange.
+  if (s.recompute == Recompute::Selective)
+    t.recomputeS += t.forwardCpS;
   double tp = tpDeg, stream = s.sequenceParallel ? tp : 1;
   double all = k.savedReplicatedBytes * sc / stream +
                k.savedShardedBytes * sc / tp + k.savedCoreBytes * sc / tp;
@@ -325,7 +381,7 @@ LayerTime Simulation::layerTime(const LayerKind &k, const StagePlacement &p,
   case Recompute::Full:
     t.fullRecompute = true;
     t.keptBytes = k.inputBytes * sc / stream;
-    t.recomputeS = t.forwardComputeS + t.forwardTpS;
+    t.recomputeS = t.forwardComputeS + t.forwardTpS + t.forwardCpS;
     t.recomputeFlops = 0;
     for (const OpCost &op : k.ops)
       t.recomputeFlops += op.forwardFlops * sc /
@@ -437,9 +493,16 @@ struct PipelineLinks {
   /// Sends overlap the sender's next compute (Megatron-Core's
   /// --overlap-p2p-communication): the stage is free when it has computed.
   bool asynchronous = false;
+  /// Per chunk: the context-parallel transfers of one forward and one
+  /// backward (shown in the trace beside the compute they overlap).
+  std::vector<double> cpForwardS, cpBackwardS;
   static PipelineLinks none(int chunks) {
-    return {std::vector<double>(chunks, 0.0), std::vector<double>(chunks, 0.0),
-            std::vector<double>(chunks, 0.0), false};
+    return {std::vector<double>(chunks, 0.0),
+            std::vector<double>(chunks, 0.0),
+            std::vector<double>(chunks, 0.0),
+            false,
+            {},
+            {}};
   }
 };
 
@@ -528,6 +591,13 @@ Timeline runSchedule(const std::vector<std::vector<Task>> &order, int chunks,
             trace->push_back({i, name + " gather", "p2p", start, gather});
           trace->push_back({i, name, t.backward ? "backward" : "forward",
                             start + gather, dur});
+          // The context-parallel transfers run beside the attention they
+          // feed; what compute cannot hide is part of the task's time.
+          const std::vector<double> &cp =
+              t.backward ? links.cpBackwardS : links.cpForwardS;
+          if (size_t(t.vs) < cp.size() && cp[t.vs] > 0)
+            trace->push_back({i, name + " cp exchange", "cp", start + gather,
+                              std::min(cp[t.vs], dur)});
           if (send > 0)
             trace->push_back({i, name + " send", "p2p", computed, send});
         }
@@ -584,13 +654,15 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
       b.count = k.count;
       LayerTime t = layerTime(
           k.forMicroBatch(s.microBatch, at[0].tp, s.tpBatchSplit), at[0], &b);
-      b.forwardS = t.forwardComputeS + t.forwardTpS;
-      b.backwardS = t.backwardComputeS + t.backwardTpS + t.recomputeS;
+      b.forwardS = t.forwardComputeS + t.forwardTpS + t.forwardCpS;
+      b.backwardS =
+          t.backwardComputeS + t.backwardTpS + t.backwardCpS + t.recomputeS;
       b.keptBytes = t.keptBytes;
       r.layers.push_back(std::move(b));
     }
   auto secondsOf = [](const LayerTime &t) {
-    return t.forwardComputeS + t.forwardTpS + t.backwardComputeS +
+    return t.forwardComputeS + t.forwardTpS + t.forwardCpS +
+           t.backwardCpS + t.backwardComputeS +
            t.backwardTpS + t.recomputeS;
   };
   for (const LayerTime &t : kindTime[0])
@@ -600,8 +672,8 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
   };
 
   // Per chunk: times per micro-batch, boundary bytes, parameters.
-  std::vector<double> fwdS(chunks), bwdS(chunks), tpS(chunks),
-      recompFlops(chunks);
+  std::vector<double> fwdS(chunks), bwdS(chunks), tpS(chunks), cpS(chunks),
+      cpAllS(chunks), recompFlops(chunks);
   std::vector<double> keptBytes(chunks), workingBytes(chunks), params(chunks),
       outBytes(chunks), tpGradParams(chunks);
   std::vector<double> computeS(chunks);
@@ -611,12 +683,21 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
     for (int l : chunkOf[ch]) {
       size_t k = sequence[l];
       const LayerTime &t = times[k];
-      fwdS[ch] += t.forwardComputeS + t.forwardTpS;
-      bwdS[ch] += t.backwardComputeS + t.backwardTpS + t.recomputeS;
+      fwdS[ch] += t.forwardComputeS + t.forwardTpS + t.forwardCpS;
+      bwdS[ch] += t.backwardComputeS + t.backwardTpS + t.backwardCpS +
+                  t.recomputeS;
       tpS[ch] += t.forwardTpS + t.backwardTpS +
                  (t.fullRecompute ? t.forwardTpS : 0);
+      // Recompute re-runs the exchange (selective: the attention's).
+      bool recomputesCp =
+          t.fullRecompute || s.recompute == Recompute::Selective;
+      cpS[ch] += t.forwardCpS + t.backwardCpS +
+                 (recomputesCp ? t.forwardCpS : 0);
+      cpAllS[ch] += t.cpTransferS;
       computeS[ch] += t.forwardComputeS + t.backwardComputeS +
-                      (t.fullRecompute ? t.forwardComputeS : t.recomputeS);
+                      (t.fullRecompute ? t.forwardComputeS
+                                       : t.recomputeS -
+                                             (recomputesCp ? t.forwardCpS : 0));
       recompFlops[ch] += t.recomputeFlops;
       keptBytes[ch] += t.keptBytes;
       workingBytes[ch] = std::max(workingBytes[ch], t.workingBytes);
@@ -703,6 +784,16 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
   // shards gathered whole at the receiver.
   PipelineLinks links = PipelineLinks::none(chunks);
   links.asynchronous = s.overlapP2p;
+  if (s.cp > 1) {
+    links.cpForwardS.assign(chunks, 0.0);
+    links.cpBackwardS.assign(chunks, 0.0);
+    for (int ch = 0; ch < chunks; ++ch)
+      for (int l : chunkOf[ch]) {
+        const LayerTime &t = stageTimes(ch % pp)[sequence[l]];
+        links.cpForwardS[ch] += t.forwardCpSendS;
+        links.cpBackwardS[ch] += t.backwardCpSendS;
+      }
+  }
   for (int ch = 0; ch + 1 < chunks && pp > 1; ++ch) {
     const StagePlacement &from = at[ch % pp], &to = at[(ch + 1) % pp];
     links.transferS[ch] = collectiveTime(CollectiveKind::SendRecv,
@@ -772,7 +863,9 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
         (s.overlapGradReduce ? std::max(0.0, grad - lastBackwardS[i]) : grad) +
         (s.overlapParamGather ? std::max(0.0, gather - firstForward) : gather) +
         tiedSyncS[i];
-    double shard = s.zeroStage >= 1 ? s.dp : 1;
+    // The distributed optimizer shards over the data-parallel ranks and
+    // the context-parallel ones (they hold the same weights).
+    double shard = s.zeroStage >= 1 ? double(s.dp) * s.cp : 1;
     // Megatron-LM's step over the device's shard, per parameter: the
     // gradient read for its norm (clipping) and again by Adam; the fp32
     // master weight, momentum and variance read and written; the master
@@ -795,9 +888,11 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
 
   // Transfers' share of the idle time: the same schedule without them.
   double noTransferEnd =
-      runSchedule(order, chunks, m, fwdS, bwdS, PipelineLinks::none(chunks),
-                  nullptr)
-          .free[slowest];
+      detail == Detail::StepTime || pp == 1
+          ? free[slowest]
+          : runSchedule(order, chunks, m, fwdS, bwdS,
+                        PipelineLinks::none(chunks), nullptr)
+                .free[slowest];
 
   // Memory per stage: the schedule's peak of kept activations.
   r.stages.resize(pp);
@@ -827,7 +922,7 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
     if (s.recompute == Recompute::Full)
       peak += working;    // the layer being recomputed
     double perDevice = p; // already per tp rank
-    double dp = s.dp;
+    double dp = double(s.dp) * s.cp; // ZeRO shards over dp x cp
     MemoryBreakdown &mem = st.memory;
     mem.weightsBytes =
         perDevice * a.weightBytesPerParam / (s.zeroStage >= 3 ? dp : 1);
@@ -882,13 +977,16 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
   r.modelTflopsPerDevice = r.modelFlopsPerStep / stepS / devices / 1e12;
   r.mfu = r.modelFlopsPerStep / stepS / peakFlops;
   r.hfu = r.hardwareFlopsPerStep / stepS / peakFlops;
-  double compute = 0, tp = 0;
+  double compute = 0, tp = 0, cpComm = 0;
   for (int c2 = 0; c2 < v; ++c2) {
     compute += computeS[c2 * pp + slowest] * m;
     tp += tpS[c2 * pp + slowest] * m;
+    cpComm += cpS[c2 * pp + slowest] * m;
+    r.cpTransferS += cpAllS[c2 * pp + slowest] * m;
   }
   r.computeS = compute;
   r.exposedTpCommS = tp;
+  r.exposedCpCommS = cpComm;
   r.exposedDpCommS = dpExposed[slowest];
   r.optimizerS = optS[slowest];
   double idle = std::max(0.0, free[slowest] - busy[slowest]);
@@ -911,7 +1009,7 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
 
 llvm::Expected<StepResult> simulateStep(const Workload &w, const Cluster &c,
                                         Strategy s, const Assumptions &a,
-                                        bool keepTrace) {
+                                        bool keepTrace, Detail detail) {
   if (auto e = completeAndValidate(s, w, c))
     return std::move(e);
   if (w.kinds.empty())
@@ -935,14 +1033,19 @@ llvm::Expected<StepResult> simulateStep(const Workload &w, const Cluster &c,
                "`orrery plan`, or simulate a heterogeneous plan with "
                "`orrery simulate --plan`");
   const NodeGroup &g = c.groupOf(0);
-  StagePlacement place{&c.deviceSpec(0),
-                       &g,
-                       s.tp,
-                       groupShapeIn(g, s.stride("tp"), s.tp),
-                       groupShapeIn(g, s.stride("dp"), s.dp),
-                       groupShapeIn(g, s.stride("pp"), 2)};
-  auto r = Simulation(w, s, a, std::vector<StagePlacement>(s.pp, place), true)
-               .run(keepTrace);
+  // Gradients are reduced over dp x cp: the context-parallel ranks hold the
+  // same weights (adjacent axes under the default order form one group).
+  StagePlacement place{
+      &c.deviceSpec(0),
+      &g,
+      s.tp,
+      groupShapeIn(g, s.stride("tp"), s.tp),
+      groupShapeIn(g, std::min(s.stride("dp"), s.stride("cp")), s.dp * s.cp),
+      groupShapeIn(g, s.stride("pp"), 2),
+      groupShapeIn(g, s.stride("cp"), s.cp)};
+  Simulation sim(w, s, a, std::vector<StagePlacement>(s.pp, place), true);
+  sim.detail = detail;
+  auto r = sim.run(keepTrace);
   if (r) { // every device of the cluster, with its own power and price
     r->energyJ = r->costUsd = 0;
     for (int d = 0; d < c.numDevices(); ++d) {

@@ -26,6 +26,10 @@ const char *recomputeName(Recompute r) {
                                      : "full";
 }
 
+const char *cpCommName(CpComm c) {
+  return c == CpComm::Ring ? "ring" : "all-to-all";
+}
+
 std::optional<Schedule> scheduleFromName(const std::string &name) {
   for (Schedule s :
        {Schedule::GPipe, Schedule::OneFOneB, Schedule::Interleaved})
@@ -102,6 +106,8 @@ std::string Strategy::str() const {
   }
   if (tpBatchSplit)
     s += ",tpbatch=1";
+  if (cpComm != CpComm::Ring)
+    s += std::string(",cp_comm=") + cpCommName(cpComm);
   if (overlapName() != "grad+param")
     s += ",overlap=" + overlapName();
   if (!stageLayers.empty()) {
@@ -209,6 +215,13 @@ llvm::Expected<Strategy> parseStrategy(const std::string &text) {
             ": order must list tp, cp, dp and pp once each, e.g. tp-cp-dp-pp");
       else
         s.order = order;
+    } else if (key == "cp_comm") {
+      if (value == "ring")
+        s.cpComm = CpComm::Ring;
+      else if (value == "all-to-all")
+        s.cpComm = CpComm::AllToAll;
+      else
+        e = err(where + ": cp_comm must be ring or all-to-all");
     } else if (key == "overlap") {
       s.overlapGradReduce = s.overlapParamGather = s.overlapTpComm =
           s.overlapP2p = false;
@@ -244,7 +257,7 @@ llvm::Expected<Strategy> parseStrategy(const std::string &text) {
       e = err(where + ": unknown key '" + key.str() +
               "' (known: tp, pp, dp, cp, ep, sp, tpbatch, vpp, schedule, mbs, gbs, "
               "zero, recompute, "
-              "offload, precision, layers, order, overlap)");
+              "offload, precision, layers, order, overlap, cp_comm)");
     if (e)
       return std::move(e);
   }
@@ -296,9 +309,27 @@ llvm::Error completeAndValidate(Strategy &s, const Workload &w,
     return err("strategy: mbs x dp = " + std::to_string(s.microBatch * s.dp) +
                " does not divide the global batch gbs=" +
                std::to_string(s.globalBatch));
-  if (heads > 0 && (heads / s.tp) % s.cp && s.cp > 1)
+  // DeepSpeed-Ulysses gives each cp rank whole heads (and key-value
+  // heads) for the whole sequence; the ring splits the sequence only.
+  if (s.cp > 1 && s.cpComm == CpComm::AllToAll) {
+    if (heads > 0 && (heads / s.tp) % s.cp)
+      return err("strategy: cp=" + std::to_string(s.cp) +
+                 ",cp_comm=all-to-all needs the " +
+                 std::to_string(heads / s.tp) +
+                 " heads per tp rank divisible by cp (Ulysses scatters "
+                 "heads); use cp_comm=ring");
+    for (const LayerKind &k : w.kinds)
+      if (k.attentionKvHeads > 0 && (k.attentionKvHeads / s.tp) % s.cp)
+        return err("strategy: cp=" + std::to_string(s.cp) +
+                   ",cp_comm=all-to-all needs the " +
+                   std::to_string(k.attentionKvHeads / s.tp) +
+                   " key-value heads per tp rank divisible by cp; use "
+                   "cp_comm=ring");
+  }
+  if (s.cp > 1 && heads == 0)
     return err("strategy: cp=" + std::to_string(s.cp) +
-               " does not divide the heads per tp rank");
+               ": context parallelism splits attention's sequence, and the "
+               "model has no attention");
   if (w.tokensPerSample > 0 && s.cp > 1 && w.tokensPerSample % (2 * s.cp))
     return err("strategy: cp=" + std::to_string(s.cp) +
                " needs a sequence divisible by 2 x cp");

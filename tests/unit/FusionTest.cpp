@@ -223,6 +223,8 @@ TEST(Strategy, EveryFieldMovesThePriceOrIsRefused) {
       {"overlap tp", base + ",sp=1,overlap=grad+param+tp"},
       {"overlap p2p", base + ",vpp=2,overlap=grad+param+p2p"},
       {"ep", base + ",ep=2"},
+      {"cp", "tp=2,pp=2,dp=2,cp=2,mbs=2,gbs=64,zero=0"},
+      {"cp_comm", "tp=2,pp=2,dp=2,cp=2,mbs=2,gbs=64,zero=0,cp_comm=all-to-all"},
   };
   for (const Flip &f : flips) {
     std::string outcome = moves(f.strategy, w);
@@ -230,6 +232,35 @@ TEST(Strategy, EveryFieldMovesThePriceOrIsRefused) {
   }
   // The kernels are a property of the workload (--kernels).
   EXPECT_EQ(moves(base, eager), "moves");
+}
+
+TEST(ContextParallel, RingAndAllToAllPriceTheirExchange) {
+  MLIRContext ctx;
+  Workload w = tinyGpt(ctx, KernelFusion::Fused);
+  Cluster one = preset("1xH100-SXM"), two = preset("2xH100-SXM");
+  StepResult whole = simulate(w, one, "mbs=1,gbs=1");
+  StepResult ring = simulate(w, two, "cp=2,mbs=1,gbs=1");
+  StepResult a2a = simulate(w, two, "cp=2,mbs=1,gbs=1,cp_comm=all-to-all");
+  // Each rank keeps half the sequence's activations.
+  EXPECT_NEAR(ring.stages[0].memory.activationsBytes,
+              whole.stages[0].memory.activationsBytes / 2,
+              0.02 * whole.stages[0].memory.activationsBytes);
+  // The tiny attention cannot hide the ring's sends (latency-bound), and
+  // Ulysses' all-to-all is never hidden: both cost, and both show.
+  EXPECT_GT(ring.exposedCpCommS, 0);
+  EXPECT_GT(a2a.exposedCpCommS, 0);
+  EXPECT_GT(ring.cpTransferS, 0);
+  // Half the work per rank, plus the exchange and the gradients the two
+  // ranks (the same weights) reduce together.
+  EXPECT_GT(ring.stepS, whole.stepS * 0.5);
+  EXPECT_GT(simulate(w, two, "cp=2,mbs=1,gbs=1,overlap=none").exposedDpCommS,
+            0);
+  // Ulysses scatters heads: 4 heads do not split over 8 ranks.
+  auto r = run(w, preset("8xH100-SXM"), "cp=8,mbs=1,gbs=1,cp_comm=all-to-all");
+  ASSERT_FALSE(bool(r));
+  EXPECT_EQ(llvm::toString(r.takeError()),
+            "strategy: cp=8,cp_comm=all-to-all needs the 4 heads per tp rank "
+            "divisible by cp (Ulysses scatters heads); use cp_comm=ring");
 }
 
 } // namespace

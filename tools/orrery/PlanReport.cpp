@@ -70,7 +70,8 @@ void printPlan(std::ostream &os, const PlanResult &r, const Workload &w,
   os << "\nwhy #1 wins\n";
   double cap = r.cluster.deviceSpec(0).memoryBytes;
   auto exposed = [](const StepResult &x) {
-    return x.exposedTpCommS + x.exposedPpCommS + x.exposedDpCommS;
+    return x.exposedTpCommS + x.exposedCpCommS + x.exposedPpCommS +
+           x.exposedDpCommS;
   };
   for (size_t i = 1; i < r.top.size(); ++i) {
     const StepResult &x = r.top[i];

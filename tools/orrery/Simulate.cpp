@@ -22,6 +22,8 @@ nlohmann::ordered_json simulateJson(const StepResult &r, const Cluster &c,
     j[key] = value;
   j["breakdown_s"] = {{"compute", r.computeS},
                       {"exposed_tp_communication", r.exposedTpCommS},
+                      {"exposed_cp_communication", r.exposedCpCommS},
+                      {"cp_transfers", r.cpTransferS},
                       {"exposed_pp_communication", r.exposedPpCommS},
                       {"exposed_dp_communication", r.exposedDpCommS},
                       {"bubble", r.bubbleS},
@@ -87,6 +89,16 @@ void printSimulation(std::ostream &os, const StepResult &r, const Cluster &c,
   };
   line("compute (incl. recompute)", r.computeS);
   line("tensor-parallel collectives", r.exposedTpCommS);
+  if (r.strategy.cp > 1) {
+    line(r.strategy.cpComm == CpComm::Ring ? "context-parallel ring"
+                                           : "context-parallel all-to-all",
+         r.exposedCpCommS);
+    std::snprintf(buf, sizeof buf,
+                  "    (%.3f s of key-value transfers, %.3f s hidden behind "
+                  "the attention)\n",
+                  r.cpTransferS, std::max(0.0, r.cpTransferS - r.exposedCpCommS));
+    os << buf;
+  }
   line("pipeline transfers", r.exposedPpCommS);
   line("gradient reduction", r.exposedDpCommS);
   line("pipeline bubble", r.bubbleS);

@@ -124,8 +124,11 @@ struct StepResult {
   double modelTflopsPerDevice = 0, mfu = 0, hfu = 0;
   double bubbleFraction = 0;
   /// Time breakdown of the slowest device (sums to stepS).
-  double computeS = 0, exposedTpCommS = 0, exposedPpCommS = 0,
-         exposedDpCommS = 0, bubbleS = 0, optimizerS = 0;
+  double computeS = 0, exposedTpCommS = 0, exposedCpCommS = 0,
+         exposedPpCommS = 0, exposedDpCommS = 0, bubbleS = 0, optimizerS = 0;
+  /// Context parallelism's transfers on the slowest stage, exposed or not
+  /// (exposedCpCommS is the part compute does not hide).
+  double cpTransferS = 0;
   std::vector<StageReport> stages;
   /// Layers per pipeline chunk (pp x vpp chunks in model order; chunk c
   /// runs on stage c % pp).
@@ -170,17 +173,26 @@ struct StagePlacement {
   const DeviceSpec *device = nullptr;
   const NodeGroup *group = nullptr;
   int tp = 1;
-  GroupShape tpGroup, dpGroup, toNext;
+  /// dpGroup: the ranks that reduce gradients (dp x cp: context-parallel
+  /// ranks hold the same weights); cpGroup: the context-parallel ring.
+  GroupShape tpGroup, dpGroup, toNext, cpGroup;
 };
 
 /// The shape of a group of `ranks` ranks `stride` apart on nodes of `group`.
 GroupShape groupShapeIn(const NodeGroup &group, int stride, int ranks);
 
+/// How much of a step to work out: all of it, or (for searches that price
+/// thousands and re-price the plans they keep) everything but the split of
+/// the idle time into bubble and pipeline transfers, which takes a second
+/// run of the schedule (the idle time is then all bubble).
+enum class Detail { Full, StepTime };
+
 /// Simulates one step. Fails with a one-line message when the strategy does
 /// not apply to this model or cluster.
 llvm::Expected<StepResult> simulateStep(const Workload &w, const Cluster &c,
                                         Strategy s, const Assumptions &a = {},
-                                        bool keepTrace = false);
+                                        bool keepTrace = false,
+                                        Detail detail = Detail::Full);
 
 /// Simulates one pipeline, replicated s.dp times, whose stages run where
 /// `stages` says (s.tp is ignored: each stage has its own). The building

@@ -22,12 +22,18 @@ class Cluster;
 
 enum class Schedule { GPipe, OneFOneB, Interleaved };
 enum class Recompute { None, Selective, Full };
+/// How context parallelism exchanges keys and values: Megatron-Core and
+/// Transformer Engine's ring (KV blocks passed around the cp ranks while
+/// the attention blocks compute), or DeepSpeed-Ulysses' all-to-all (heads
+/// scattered, the sequence gathered, around the attention).
+enum class CpComm { Ring, AllToAll };
 
 struct Strategy {
   int tp = 1; ///< tensor parallel (Megatron column/row)
   int pp = 1; ///< pipeline stages
   int dp = 0; ///< data parallel; 0 = the devices left over
   int cp = 1; ///< context parallel
+  CpComm cpComm = CpComm::Ring;
   int ep = 1; ///< expert parallel (inside dp)
   bool sequenceParallel = false;
   /// Let the tensor-parallel group split the batch of the ops whose layout
@@ -76,6 +82,7 @@ struct Strategy {
 /// an unknown name).
 const char *scheduleName(Schedule s);
 const char *recomputeName(Recompute r);
+const char *cpCommName(CpComm c);
 std::optional<Schedule> scheduleFromName(const std::string &name);
 std::optional<Recompute> recomputeFromName(const std::string &name);
 std::optional<Precision> precisionFromName(const std::string &name);

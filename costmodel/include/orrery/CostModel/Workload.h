@@ -66,6 +66,9 @@ struct OpCost {
   /// split under context parallelism.
   double attentionKeysPerQuery = 0;
   int64_t attentionQueries = 0, attentionKeys = 0;
+  /// Bytes of its K and V operands (what context parallelism's ring passes
+  /// around), at the workload's batch.
+  int64_t attentionKvBytes = 0;
   bool attentionCausal = false;
   /// Ops a fused kernel or an elementwise chain replaced are not in this
   /// list; `kernelFusion` says which fusions the workload was built with.
@@ -133,6 +136,10 @@ struct LayerKind {
   /// The activations the layer hands to the next one (pipeline transfers).
   int64_t outputBytes = 0;
 };
+
+/// FlashAttention's tile of queries and keys (FA2, FA3 and cuDNN at head
+/// dim 128); the dialect's fused_attention cost uses the same.
+constexpr int64_t kAttentionTileTokens = 128;
 
 /// Which kernels a training stack runs, and so how the graph is priced
 /// (docs/costmodel.md, `--kernels`).
