@@ -184,6 +184,14 @@ static void analyzeParallelism(func::FuncOp func, LayerKind &kind,
     c.bytesRead = cost.getBytesRead();
     c.bytesWritten = cost.getBytesWritten();
     c.contraction = isContractionOp(&op);
+    c.weighted = c.contraction && hasWeightOperand(&op);
+    if (c.weighted) {
+      for (Value v : op.getOperands())
+        if (isActivation(v))
+          c.activationInputBytes += tensorBytes(v.getType());
+      for (Value r : op.getResults())
+        c.outputBytes += tensorBytes(r.getType());
+    }
     c.kernelClass = kernelClassOf(&op);
     c.view = isView(&op);
     priceBackward(&op, c);
@@ -280,6 +288,10 @@ static void analyzeParallelism(func::FuncOp func, LayerKind &kind,
   }
   // Split the kept activations by how parallelism and recompute treat them.
   llvm::DenseSet<Value> seen;
+  // Kept tensors by who keeps them: inputs of weighted contractions (fp8
+  // can keep those in one byte) and everything else.
+  llvm::DenseMap<Value, std::pair<int64_t, bool>> linearInputs; // bytes, split
+  llvm::DenseSet<Value> keptByOthers;
   for (Operation &op : func.getBody().front().without_terminator()) {
     auto cost = dyn_cast<CostOpInterface>(&op);
     auto idx = opIndex.find(&op);
@@ -293,17 +305,42 @@ static void analyzeParallelism(func::FuncOp func, LayerKind &kind,
     SmallVector<Value> values;
     cost.getSavedForBackward(values);
     for (Value v : values) {
-      // A view shares its tensor's storage: keeping both keeps one.
-      if (!seen.insert(storageRoot(v)).second)
-        continue;
-      int64_t bytes = tensorBytes(v.getType());
+      Value root = storageRoot(v);
       bool split = sharded.contains(v) || layout.batchSplit.contains(v) ||
                    layout.spatialSplit.contains(v);
+      if (c.weighted && !core.contains(v))
+        linearInputs.try_emplace(root, tensorBytes(v.getType()), split);
+      else
+        keptByOthers.insert(root);
+      // A view shares its tensor's storage: keeping both keeps one.
+      if (!seen.insert(root).second)
+        continue;
+      int64_t bytes = tensorBytes(v.getType());
       (core.contains(v) ? kind.savedCoreBytes
        : split          ? kind.savedShardedBytes
                         : kind.savedReplicatedBytes) += bytes;
     }
   }
+  for (auto &[root, entry] : linearInputs)
+    if (!keptByOthers.contains(root))
+      (entry.second ? kind.savedLinearInputShardedBytes
+                    : kind.savedLinearInputReplicatedBytes) += entry.first;
+  // The weights of weighted contractions (fp8 keeps 1-byte copies).
+  llvm::DenseMap<BlockArgument, int> splitDims = splitWeightDims(func, layout);
+  llvm::DenseSet<Value> linearWeights;
+  for (Operation &op : func.getBody().front().without_terminator())
+    if (isContractionOp(&op) && hasWeightOperand(&op))
+      for (Value v : op.getOperands()) {
+        Value w = v;
+        if (auto t = w.getDefiningOp<TransposeOp>())
+          w = t->getOperand(0);
+        auto arg = dyn_cast<BlockArgument>(w);
+        if (!arg || !isWeight(arg) || !linearWeights.insert(arg).second)
+          continue;
+        kind.linearParameters += numElements(arg.getType());
+        if (!splitDims.count(arg))
+          kind.linearReplicatedParameters += numElements(arg.getType());
+      }
   for (BlockArgument arg : func.getArguments())
     if (isWeight(arg))
       kind.weightTensors++;

@@ -45,15 +45,10 @@ double DeviceSpec::tensorPeak(Precision p) const {
     auto it = peakFlopPerS.find(key);
     return it == peakFlopPerS.end() ? 0.0 : it->second;
   };
+  // Without tensor cores for the precision cuBLAS computes in fp32 on the
+  // CUDA cores (bf16 on Volta and Turing; tf32 before Ampere). fp8 has no
+  // such path: Transformer Engine refuses it (Simulation checks).
   double v = find(precisionName(p));
-  if (v == 0 && p == Precision::BF16)
-    v = find("fp16");
-  if (v == 0 && p == Precision::FP16)
-    v = find("bf16");
-  if (v == 0 && p == Precision::FP8)
-    v = find("fp16");
-  if (v == 0 && p == Precision::TF32)
-    v = find("fp32");
   return v ? v : find("fp32");
 }
 

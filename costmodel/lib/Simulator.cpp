@@ -82,7 +82,11 @@ private:
            s.cp;
   }
   double opTime(const DeviceSpec &dev, double flops, double bytes,
-                KernelClass c, int kernels) const;
+                KernelClass c, int kernels) const {
+    return opTime(dev, flops, bytes, c, kernels, s.precision);
+  }
+  double opTime(const DeviceSpec &dev, double flops, double bytes,
+                KernelClass c, int kernels, Precision precision) const;
   LayerTime layerTime(const LayerKind &k, const StagePlacement &p,
                       LayerBreakdown *breakdown = nullptr) const;
   std::vector<std::vector<int>>
@@ -139,8 +143,9 @@ double attentionSeconds(const DeviceSpec &dev, const KernelModel &k,
 namespace {
 
 double Simulation::opTime(const DeviceSpec &dev, double flops, double bytes,
-                          KernelClass c, int kernels) const {
-  return kernelSeconds(dev, a.kernelsFor(dev), s.precision, flops, bytes, c,
+                          KernelClass c, int kernels,
+                          Precision precision) const {
+  return kernelSeconds(dev, a.kernelsFor(dev), precision, flops, bytes, c,
                        kernels);
 }
 
@@ -172,7 +177,13 @@ LayerTime Simulation::layerTime(const LayerKind &k, const StagePlacement &p,
     }
     double bytes = moved * sc / split;
     KernelClass cls = op.contraction ? KernelClass::Gemm : op.kernelClass;
-    double fwd = opTime(dev, f, bytes, cls, kernels);
+    // fp8 as Transformer Engine runs it: the weighted GEMMs of the
+    // repeated layers in fp8, attention and the once-only layers (the
+    // embedding, the output head) in bf16.
+    bool fp8 = s.precision == Precision::FP8 && op.weighted && k.count > 1;
+    Precision prec = s.precision == Precision::FP8 && !fp8 ? Precision::BF16
+                                                           : s.precision;
+    double fwd = opTime(dev, f, bytes, cls, kernels, prec);
     // Backward: what the op's gradients read and write, else two kernels per
     // contraction (input and weight gradients), each moving about the
     // forward's bytes. A fused chain's backward is fused too.
@@ -190,7 +201,17 @@ LayerTime Simulation::layerTime(const LayerKind &k, const StagePlacement &p,
     // elementwise kernel that draws no random numbers.
     KernelClass backCls =
         cls == KernelClass::Random ? KernelClass::Pointwise : cls;
-    double bwd = opTime(dev, b, backMoved * sc / split, backCls, backKernels);
+    double bwd = opTime(dev, b, backMoved * sc / split, backCls, backKernels,
+                        prec);
+    if (fp8) {
+      // Its input cast to fp8 and transposed for the weight gradient
+      // (read 2 bytes, write 1 + 1 per element) before the forward GEMM,
+      // the output gradient likewise before the backward ones.
+      fwd += opTime(dev, 0, 2.0 * op.activationInputBytes * sc / split,
+                    KernelClass::Pointwise, 1);
+      bwd += opTime(dev, 0, 2.0 * op.outputBytes * sc / split,
+                    KernelClass::Pointwise, 1);
+    }
     if (cls == KernelClass::Attention) {
       const KernelModel &km = a.kernelsFor(dev);
       // Context parallelism: each rank holds s/cp of the queries (sc
@@ -200,9 +221,9 @@ LayerTime Simulation::layerTime(const LayerKind &k, const StagePlacement &p,
       bool ring = s.cp > 1 && s.cpComm == CpComm::Ring;
       double keys = op.attentionKeysPerQuery / (ring ? s.cp : 1);
       int calls = ring ? s.cp : 1;
-      fwd = attentionSeconds(dev, km, s.precision, f, bytes, keys, false) +
+      fwd = attentionSeconds(dev, km, prec, f, bytes, keys, false) +
             (calls - 1) * km.kernelLaunchS;
-      bwd = attentionSeconds(dev, km, s.precision, b, backMoved * sc / split,
+      bwd = attentionSeconds(dev, km, prec, b, backMoved * sc / split,
                              keys, true) +
             (calls - 1) * 2 * km.kernelLaunchS;
       if (ring) {
@@ -364,6 +385,11 @@ LayerTime Simulation::layerTime(const LayerKind &k, const StagePlacement &p,
   double tp = tpDeg, stream = s.sequenceParallel ? tp : 1;
   double all = k.savedReplicatedBytes * sc / stream +
                k.savedShardedBytes * sc / tp + k.savedCoreBytes * sc / tp;
+  // Transformer Engine keeps an fp8 GEMM's input in fp8 for the weight
+  // gradient: half the bytes of a 16-bit one.
+  if (s.precision == Precision::FP8 && k.count > 1)
+    all -= 0.5 * (k.savedLinearInputReplicatedBytes * sc / stream +
+                  k.savedLinearInputShardedBytes * sc / tp);
   t.workingBytes = all;
   // Recomputation checkpoints the repeated layers (Megatron-LM's
   // transformer layers); a layer that occurs once (the embedding, the head
@@ -621,6 +647,16 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
                kernelFusionName(a.fusion));
   StepResult r;
   r.strategy = s;
+  for (const StagePlacement &p : at) {
+    if (s.precision == Precision::FP8 &&
+        !p.device->hasTensorCores(Precision::FP8))
+      return err("strategy: precision=fp8: " + p.device->name +
+                 " has no fp8 tensor cores (Transformer Engine runs fp8 on "
+                 "Hopper, Ada and later)");
+    if (!p.device->hasTensorCores(s.precision) &&
+        !llvm::is_contained(r.precisionFallbackDevices, p.device->name))
+      r.precisionFallbackDevices.push_back(p.device->name);
+  }
   int pp = s.pp, v = s.virtualStages, chunks = pp * v;
   int m = int(s.microBatches());
   std::vector<size_t> sequence;
@@ -675,7 +711,7 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
   std::vector<double> fwdS(chunks), bwdS(chunks), tpS(chunks), cpS(chunks),
       cpAllS(chunks), recompFlops(chunks);
   std::vector<double> keptBytes(chunks), workingBytes(chunks), params(chunks),
-      outBytes(chunks), tpGradParams(chunks);
+      outBytes(chunks), tpGradParams(chunks), fp8Params(chunks);
   std::vector<double> computeS(chunks);
   for (int ch = 0; ch < chunks; ++ch) {
     const StagePlacement &place = at[ch % pp];
@@ -709,6 +745,11 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
           double(kind.parameters - kind.replicatedParameters) / place.tp +
           double(kind.replicatedParameters);
       tpGradParams[ch] += double(kind.tpGradientParameters);
+      if (s.precision == Precision::FP8 && kind.count > 1)
+        fp8Params[ch] +=
+            double(kind.linearParameters - kind.linearReplicatedParameters) /
+                place.tp +
+            double(kind.linearReplicatedParameters);
     }
     if (s.offloadActivations) {
       // Kept activations go to host memory in forward and come back in
@@ -903,10 +944,11 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
     st.capacityBytes = dev.memoryBytes;
     st.tp = at[i].tp;
     st.devices = at[i].tp * s.cp * s.dp;
-    double p = 0, live = 0, peak = 0, working = 0;
+    double p = 0, live = 0, peak = 0, working = 0, fp8Copies = 0;
     for (int c2 = 0; c2 < v; ++c2) {
       int ch = c2 * pp + i;
       p += params[ch];
+      fp8Copies += fp8Params[ch];
       st.numLayers += int(chunkOf[ch].size());
       st.forwardS += fwdS[ch];
       st.backwardS += bwdS[ch];
@@ -924,8 +966,11 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
     double perDevice = p; // already per tp rank
     double dp = double(s.dp) * s.cp; // ZeRO shards over dp x cp
     MemoryBreakdown &mem = st.memory;
+    // fp8 keeps each linear weight in fp8 and transposed (1 byte each)
+    // beside its 16-bit copy.
     mem.weightsBytes =
-        perDevice * a.weightBytesPerParam / (s.zeroStage >= 3 ? dp : 1);
+        perDevice * a.weightBytesPerParam / (s.zeroStage >= 3 ? dp : 1) +
+        2 * fp8Copies;
     mem.gradientsBytes =
         perDevice * a.gradBytesPerParam / (s.zeroStage >= 2 ? dp : 1);
     mem.optimizerBytes = s.offloadOptimizer

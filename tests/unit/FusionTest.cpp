@@ -234,6 +234,38 @@ TEST(Strategy, EveryFieldMovesThePriceOrIsRefused) {
   EXPECT_EQ(moves(base, eager), "moves");
 }
 
+TEST(Precision, Fp8AsTransformerEngineRunsIt) {
+  MLIRContext ctx;
+  Workload w = tinyGpt(ctx, KernelFusion::Fused, 1);
+  Cluster h100 = preset("1xH100-SXM");
+  StepResult bf16 = simulate(w, h100, "mbs=64,gbs=64");
+  StepResult fp8 = simulate(w, h100, "mbs=64,gbs=64,precision=fp8");
+  const LayerKind &k = layerKind(w);
+  // Each linear weight of the repeated layers gets an fp8 copy and its
+  // transpose; their inputs are kept in one byte for the backward.
+  EXPECT_GT(k.linearParameters, 0);
+  EXPECT_NEAR(fp8.stages[0].memory.weightsBytes -
+                  bf16.stages[0].memory.weightsBytes,
+              2.0 * k.count * k.linearParameters, 1.0);
+  EXPECT_LT(fp8.stages[0].memory.activationsBytes,
+            bf16.stages[0].memory.activationsBytes);
+  EXPECT_GT(k.savedLinearInputReplicatedBytes + k.savedLinearInputShardedBytes,
+            0);
+  // No fp8 tensor cores: refused. No bf16 ones: the fp32 rate, said so.
+  auto r = run(w, preset("1xA100-80G"), "mbs=1,gbs=1,precision=fp8");
+  ASSERT_FALSE(bool(r));
+  EXPECT_EQ(llvm::toString(r.takeError()),
+            "strategy: precision=fp8: A100-80G has no fp8 tensor cores "
+            "(Transformer Engine runs fp8 on Hopper, Ada and later)");
+  Cluster v100 = preset("1xV100-32G");
+  StepResult bf16v = simulate(w, v100, "mbs=64,gbs=64,precision=bf16");
+  StepResult fp16v = simulate(w, v100, "mbs=64,gbs=64,precision=fp16");
+  EXPECT_EQ(bf16v.precisionFallbackDevices,
+            std::vector<std::string>{"V100-32G"});
+  EXPECT_TRUE(fp16v.precisionFallbackDevices.empty());
+  EXPECT_GT(bf16v.computeS, fp16v.computeS);
+}
+
 TEST(ContextParallel, RingAndAllToAllPriceTheirExchange) {
   MLIRContext ctx;
   Workload w = tinyGpt(ctx, KernelFusion::Fused);

@@ -56,6 +56,9 @@ void printPlan(std::ostream &os, const PlanResult &r, const Workload &w,
       100 * b.bubbleFraction, gib(b.peakMemoryBytes),
       gib(r.cluster.deviceSpec(0).memoryBytes));
   os << buf;
+  for (const std::string &d : b.precisionFallbackDevices)
+    os << "precision    " << precisionName(b.strategy.precision) << " on " << d
+       << ": no tensor cores for it; its GEMMs priced at the fp32 rate\n";
   if (b.costUsd > 0 || o != Objective::Time) {
     std::snprintf(buf, sizeof buf, "energy/cost  %.4g J, %.4g USD per step\n",
                   b.energyJ, b.costUsd);
@@ -116,6 +119,14 @@ void printHeteroResult(std::ostream &os, const HeteroResult &b,
                 b.stepS, tokens.c_str(), b.samplesPerS, 100 * b.mfu,
                 b.devicesUsed, c.numDevices());
   os << buf;
+  std::vector<std::string> fallback;
+  for (const StepResult &g : b.groups)
+    for (const std::string &d : g.precisionFallbackDevices)
+      if (!llvm::is_contained(fallback, d))
+        fallback.push_back(d);
+  for (const std::string &d : fallback)
+    os << "precision    " << precisionName(b.strategy.precision) << " on " << d
+       << ": no tensor cores for it; its GEMMs priced at the fp32 rate\n";
   if (b.crossGroupSyncS > 0 || b.wanBytesPerStep > 0) {
     std::snprintf(buf, sizeof buf,
                   "gradients    %.3f s across replica groups;  WAN %.4g GB "

@@ -64,6 +64,9 @@ void printSimulation(std::ostream &os, const StepResult &r, const Cluster &c,
   if (!r.measuredKernelDevices.empty())
     os << "kernels      " << kernelRates(r.measuredKernelDevices)
        << " (docs/costmodel.md)\n";
+  for (const std::string &d : r.precisionFallbackDevices)
+    os << "precision    " << precisionName(r.strategy.precision) << " on " << d
+       << ": no tensor cores for it; its GEMMs priced at the fp32 rate\n";
   if (r.separateGradientAccumulation)
     os << "gradients    accumulated into fp32 main gradients by a kernel of "
           "their own each micro-batch\n";

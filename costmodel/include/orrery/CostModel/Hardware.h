@@ -104,9 +104,13 @@ struct DeviceSpec {
   std::optional<KernelModel> measuredKernels;
   std::string measuredKernelsSource;
 
-  /// Peak FLOP/s of tensor-core math in `p`; falls back to fp16 for bf16
-  /// (and the reverse) and to fp32 when the precision is missing.
+  /// Peak FLOP/s of tensor-core math in `p`; the fp32 peak where the device
+  /// has no tensor cores for `p` (cuBLAS's fallback: bf16 on a V100 or T4).
   double tensorPeak(Precision p) const;
+  /// Whether the device has tensor cores for `p` (fp32 always counts).
+  bool hasTensorCores(Precision p) const {
+    return p == Precision::FP32 || peakFlopPerS.count(precisionName(p));
+  }
   /// Peak FLOP/s of vector (non-tensor-core) fp32 math.
   double vectorPeak() const;
 };

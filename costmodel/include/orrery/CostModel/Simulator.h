@@ -155,6 +155,9 @@ struct StepResult {
   double gradientBytesPerParameter = 4;
   /// The kernels the step was priced with (Assumptions::fusion).
   KernelFusion kernels = KernelFusion::Fused;
+  /// Devices without tensor cores for the strategy's precision, whose
+  /// GEMMs were priced at their fp32 rate (bf16 on a V100).
+  std::vector<std::string> precisionFallbackDevices;
   double peakMemoryBytes = 0; ///< largest over devices
   /// The largest memory need minus capacity over stages (<= 0 when it fits).
   double memoryShortfallBytes = 0;

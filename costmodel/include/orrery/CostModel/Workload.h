@@ -32,6 +32,10 @@ struct OpCost {
   int backwardKernels = -1;
   /// Runs on tensor cores (MatMul, Gemm, Conv).
   bool contraction = false;
+  /// A contraction with a weight (a linear layer): fp8 under
+  /// Transformer Engine. Its activation operands' and its result's bytes.
+  bool weighted = false;
+  int64_t activationInputBytes = 0, outputBytes = 0;
   /// What bounds its kernel when memory does, if it is not a contraction
   /// (contractions are GEMMs).
   KernelClass kernelClass = KernelClass::Pointwise;
@@ -131,6 +135,14 @@ struct LayerKind {
   int64_t savedReplicatedBytes = 0;
   int64_t savedShardedBytes = 0;
   int64_t savedCoreBytes = 0;
+  /// Of the replicated and split saved bytes, those kept only as inputs of
+  /// weighted contractions (kept in fp8 under Transformer Engine's fp8).
+  int64_t savedLinearInputReplicatedBytes = 0,
+          savedLinearInputShardedBytes = 0;
+  /// Elements of the weights of weighted contractions, and of those the
+  /// ones tensor parallelism does not split (fp8 keeps a copy and its
+  /// transpose of each, 1 byte per element each).
+  int64_t linearParameters = 0, linearReplicatedParameters = 0;
   /// The activation the layer takes (kept alone under full recompute).
   int64_t inputBytes = 0;
   /// The activations the layer hands to the next one (pipeline transfers).
