@@ -135,6 +135,123 @@ def mcore_strategy(case):
             f"overlap={overlap}")
 
 
+# AMP (Li et al., NeurIPS'22) on 3 AWS p3.8xlarge (4 V100-16G each) and 1
+# g4dn.12xlarge (4 T4), with the bandwidths AMP's src/het_cluster.py gives
+# its own model (measured by its estimate_bandwidth.py): 10 Gb/s between the
+# V100 nodes and 170 Gb/s inside each, 50 Gb/s between and inside the T4
+# node.
+AMP_CLUSTER = {
+    "name": "AMP: 3 x p3.8xlarge (4 V100-16G) + 1 x g4dn.12xlarge (4 T4)",
+    "sites": [{"name": "aws", "nodes": [
+        {"count": 3, "device": "V100-16G", "devices_per_node": 4,
+         "intra_node_link": {"link": "NVLink2", "bandwidth_bytes_per_s": 21.25e9},
+         "nic": {"link": "Eth-10G", "count": 1}},
+        {"count": 1, "device": "T4", "devices_per_node": 4,
+         "intra_node_link": {"link": "PCIe3", "bandwidth_bytes_per_s": 6.25e9},
+         "nic": {"link": "Eth-25G", "bandwidth_bytes_per_s": 6.25e9, "count": 1}}]}]}
+
+# Micro-batch size of each AMP trial: the first field of its line in AMP's
+# src/results/het_cluster_results.txt ("rank N: ((mbs, {...}), ...)"; the
+# case amp_het_NN is rank NN), which published_runs.json does not carry.
+AMP_MICRO_BATCH = [1, 1, 1, 2, 2, 2, 4, 1, 1, 4, 4, 1, 2, 1, 2, 4, 2, 2, 1, 2, 4, 1, 2, 8, 4, 4,
+                   8, 1, 4, 1, 1, 2, 4, 8, 8, 2, 2, 4, 8, 4, 8, 8, 8, 8, 16, 16, 16, 16, 16, 16,
+                   32, 32, 32]
+
+
+def amp_plan(case, mbs):
+    """AMP's trial as an Orrery heterogeneous plan. DeepSpeed's pipeline
+    topology numbers ranks ((stage * dp) + replica) * tp + tp_rank, four to a
+    node, the T4 node last; its PipelineModule's 30 entries are the
+    embedding, a transpose, the 24 blocks (entries 2-25), a transpose, the
+    final norm and the tied head, a cast: a stage holding entry 0 holds the
+    embedding, one ending at 30 the head."""
+    p = case["parallel"]
+    tp, dp, pp = p["tp"], p["dp"], p["pp"]
+    bounds = p["layer_partition_boundaries"]
+    layers = []
+    for a, b in zip(bounds, bounds[1:]):
+        blocks = max(0, min(b, 26) - max(a, 2))
+        layers.append(blocks + (a == 0) + (b == 30))
+    gbs = case["training"]["global_batch"]
+    groups = {}
+    for d in range(dp):
+        pools = tuple(int(((i * dp + d) * tp) // 4 == 3) for i in range(pp))
+        groups.setdefault(pools, []).append(d)
+    replica_groups = []
+    for pools, replicas in groups.items():
+        replica_groups.append({
+            "replicas": len(replicas), "micro_batch_size_samples": mbs, "recompute": "none",
+            "micro_batches_per_replica": [gbs // (dp * mbs)] * len(replicas),
+            "stages": [{"pool": pool, "tp": tp, "layers": n} for pool, n in zip(pools, layers)]})
+    # DeepSpeed 2021 (ZeRO-0 under its pipeline engine): fp16 gradients
+    # accumulated by autograd and reduced after the backward; attention
+    # scores in memory.
+    return {"schema": "orrery-plan", "version": 1,
+            "strategy": {"kind": "heterogeneous", "global_batch_size_samples": gbs,
+                         "zero_stage": 0, "precision": "fp16",
+                         "overlap": {"grad_reduce": False, "param_gather": False},
+                         "replica_groups": replica_groups},
+            "predicted": {"kernels": "unfused-attention", "gradient_accumulation": "separate",
+                          "gradient_bytes_per_parameter": 2}}
+
+
+def spearman(xs, ys):
+    """Spearman's rank correlation, ties given their mean rank."""
+    def ranks(v):
+        order = sorted(range(len(v)), key=lambda i: v[i])
+        r = [0.0] * len(v)
+        i = 0
+        while i < len(order):
+            j = i
+            while j + 1 < len(order) and v[order[j + 1]] == v[order[i]]:
+                j += 1
+            for k in range(i, j + 1):
+                r[order[k]] = (i + j) / 2 + 1
+            i = j + 1
+        return r
+    rx, ry = ranks(xs), ranks(ys)
+    mx, my = sum(rx) / len(rx), sum(ry) / len(ry)
+    cov = sum((a - mx) * (b - my) for a, b in zip(rx, ry))
+    vx = sum((a - mx) ** 2 for a in rx) ** 0.5
+    vy = sum((b - my) ** 2 for b in ry) ** 0.5
+    return cov / (vx * vy) if vx and vy else float("nan")
+
+
+def amp_group(orrery, build, cases):
+    """Simulates AMP's 43 trials; prints their errors and both models' rank
+    correlation with the measured times."""
+    work = os.path.join(build, "models", "validation")
+    os.makedirs(work, exist_ok=True)
+    cluster = os.path.join(work, "amp-cluster.json")
+    with open(cluster, "w") as f:
+        json.dump(AMP_CLUSTER, f)
+    rows = []
+    for case in cases:
+        idx = int(case["id"].rsplit("_", 1)[1])
+        mbs = AMP_MICRO_BATCH[idx]
+        m = dict(case["model"], heads=16)
+        plan = os.path.join(work, case["id"] + ".plan.json")
+        with open(plan, "w") as f:
+            json.dump(amp_plan(case, mbs), f)
+        proc = subprocess.run([orrery, "simulate", gpt_model(build, m), "--cluster", cluster,
+                               "--plan", plan, "--json"], capture_output=True, text=True)
+        step = case["measured"]["iteration_time_s"]
+        amp = case["reference_prediction"]["amp_predicted_s"]
+        if proc.returncode:
+            print(f"{case['id']:34} {step:11.2f} {'-':>12} {'-':>8}  cannot simulate: "
+                  f"{proc.stderr.strip()}")
+            continue
+        r = json.loads(proc.stdout)
+        pred = r["predicted"]["step_time_s"]
+        e = 100 * (pred - step) / step
+        p = case["parallel"]
+        note = (f"tp{p['tp']} dp{p['dp']} pp{p['pp']} mbs{mbs}; AMP's model {amp:.2f} s"
+                + ("" if r["fits"] else "; predicted not to fit: " + r["does_not_fit"]))
+        print(f"{case['id']:34} {step:11.2f} {pred:12.2f} {e:+7.1f}%  {note}")
+        rows.append((case["id"], step, pred, e, amp))
+    return rows
+
+
 def report(rows, group):
     """Prints the group's mean absolute and mean signed error (a model that
     is fast or slow across the board shows in the second) and worst case;
@@ -212,12 +329,23 @@ def main():
         print(f"{case['id']:34} {step:11.2f} {pred:12.2f} {e:+7.1f}%  {note}")
         groups.setdefault(g, []).append((case["id"], step, pred, e if result["fits"] else None))
 
+    amp = [c for c in data["cases"] if c["group"] == "AMP_heterogeneous_cluster"]
+    amp_rows = amp_group(orrery, args.build, amp) if amp else []
+    for r in amp_rows:
+        groups.setdefault("AMP_heterogeneous_cluster", []).append(r[:4])
+
     print("\nstep time, per group:")
     headline = []
     for g, rows in groups.items():
         errs = report(rows, g)
         if g in ("SC21_Table1_weak_scaling", "Korthikanti_Table5", "BLOOM"):
             headline += errs
+    if amp_rows:
+        meas = [r[1] for r in amp_rows]
+        print(f"  AMP_heterogeneous_cluster rank correlation with the measured times (Spearman): "
+              f"Orrery {spearman([r[2] for r in amp_rows], meas):.2f}, "
+              f"AMP's own model {spearman([r[4] for r in amp_rows], meas):.2f} "
+              f"({len(amp_rows)} trials)")
     if headline:
         print(f"  SC21 Table 1 + Korthikanti Table 5 + BLOOM: mean abs error "
               f"{sum(map(abs, headline)) / len(headline):.1f}%, mean {sum(headline) / len(headline):+.1f}%, "

@@ -332,6 +332,9 @@ static ojson heteroStrategyJson(const HeteroStrategy &s,
           {"global_batch_size_samples", s.globalBatch},
           {"zero_stage", s.zeroStage},
           {"precision", precisionName(s.precision)},
+          {"overlap",
+           {{"grad_reduce", s.overlapGradReduce},
+            {"param_gather", s.overlapParamGather}}},
           {"replica_groups", groups},
           {"summary", s.str(pools)}};
 }
@@ -486,6 +489,22 @@ llvm::Expected<HeteroStrategy> heteroStrategyFromPlan(const nlohmann::json &plan
     return std::move(e);
   if (s.zeroStage > 3)
     return err(what + ": strategy.zero_stage: must be 0 to 3");
+  if (j.contains("overlap")) {
+    const nlohmann::json &o = j["overlap"];
+    if (!o.is_object())
+      return err(what + ": strategy.overlap: must be an object");
+    for (auto [key, flag] :
+         std::initializer_list<std::pair<const char *, bool *>>{
+             {"grad_reduce", &s.overlapGradReduce},
+             {"param_gather", &s.overlapParamGather}}) {
+      if (!o.contains(key))
+        continue;
+      if (!o[key].is_boolean())
+        return err(what + ": strategy.overlap." + key +
+                   ": must be true or false");
+      *flag = o[key];
+    }
+  }
   if (auto p = precisionFromName(j.value("precision", "")))
     s.precision = *p;
   else

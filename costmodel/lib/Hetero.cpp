@@ -256,6 +256,8 @@ llvm::Expected<HeteroResult> simulateHetero(const Workload &w,
     st.zeroStage = s.zeroStage;
     st.recompute = rg.recompute;
     st.precision = s.precision;
+    st.overlapGradReduce = s.overlapGradReduce;
+    st.overlapParamGather = s.overlapParamGather;
     st.sequenceParallel = true; // only where a stage has tp > 1
     for (const HeteroStage &hs : rg.stages)
       st.stageLayers.push_back(hs.layers);

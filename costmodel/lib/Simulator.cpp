@@ -793,8 +793,13 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
                           at[i].tp +
                       double(kind.tiedReplicatedParameters);
         params[ch] += copy;
-        double sync = collectiveTime(CollectiveKind::AllReduce,
-                                     copy * a.gradBytesPerParam, at[i].toNext);
+        // Between the two stages: over the slowest of the pipeline's links
+        // (the last stage has no link of its own to the next).
+        double sync = 0;
+        for (int j = 0; j + 1 < pp; ++j)
+          sync = std::max(sync, collectiveTime(CollectiveKind::AllReduce,
+                                               copy * a.gradBytesPerParam,
+                                               at[j].toNext));
         tiedSyncS[i] += sync;
         for (int j = 0; j < pp; ++j)
           if (holds[j][owner]) {

@@ -58,6 +58,10 @@ struct HeteroStrategy {
   int64_t globalBatch = 0;
   int zeroStage = 1;
   Precision precision = Precision::BF16;
+  /// The overlaps of Strategy (docs/strategy.md): gradient reduction with
+  /// the last backward, the distributed optimizer's all-gather with the
+  /// next forward.
+  bool overlapGradReduce = true, overlapParamGather = true;
   /// One line: "[H100-SXM tp8 x2 | A100-80G tp8 x4] x3 replicas, ..."
   std::string str(const std::vector<Pool> &pools) const;
 };
