@@ -11,11 +11,15 @@ static double gib(double b) { return b / double(1ull << 30); }
 static std::string row(int rank, const StepResult &r) {
   const Strategy &s = r.strategy;
   char buf[256];
+  // cp with its exchange: "4r" the ring, "4a" all-to-all.
+  std::string cp = std::to_string(s.cp);
+  if (s.cp > 1)
+    cp += s.cpComm == CpComm::Ring ? "r" : "a";
   std::snprintf(buf, sizeof buf,
-                "  %-3d %9.3f %7.1f%% %7.1f%% %8.1f  %3d %3d %4d %3d %4lld %4d "
+                "  %-3d %9.3f %7.1f%% %7.1f%% %8.1f  %3d %3d %4d %3s %4lld %4d "
                 "%-10s %4d%s\n",
                 rank, r.stepS, 100 * r.mfu, 100 * r.bubbleFraction,
-                gib(r.peakMemoryBytes), s.tp, s.pp, s.dp, s.cp,
+                gib(r.peakMemoryBytes), s.tp, s.pp, s.dp, cp.c_str(),
                 (long long)s.microBatch, s.virtualStages,
                 s.recompute == Recompute::None        ? "none"
                 : s.recompute == Recompute::Selective ? "selective"
