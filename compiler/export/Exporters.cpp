@@ -145,8 +145,14 @@ llvm::Expected<std::string> megatron(const ExportPlan &p) {
   flag("--context-parallel-size", num(s.cp));
   if (s.cp > 1) // Megatron-Core's names: the ring is p2p, Ulysses a2a
     flag("--cp-comm-type", s.cpComm == CpComm::Ring ? "p2p" : "a2a");
-  if (s.ep > 1)
+  if (s.ep > 1) {
+    // As priced: experts split over ep, the tensor-parallel split of the
+    // rest kept for them, tokens moved by all-to-all into grouped GEMMs.
     flag("--expert-model-parallel-size", num(s.ep));
+    flag("--expert-tensor-parallel-size", num(s.tp));
+    flag("--moe-token-dispatcher-type", "alltoall");
+    flag("--moe-grouped-gemm");
+  }
   if (s.sequenceParallel && s.tp > 1)
     flag("--sequence-parallel");
   if (tpPpDp)
@@ -259,6 +265,9 @@ llvm::Expected<std::string> megatron(const ExportPlan &p) {
 
 llvm::Expected<std::string> deepspeed(const ExportPlan &p) {
   const Strategy &s = p.strategy;
+  if (s.ep > 1)
+    return err("deepspeed: expert parallelism (ep=" + std::to_string(s.ep) +
+               ") lives in DeepSpeed-MoE's model code, not in ds_config");
   if (s.cp > 1)
     return err("deepspeed: context parallelism (cp=" + std::to_string(s.cp) +
                ") has no ds_config setting");
@@ -485,6 +494,10 @@ llvm::Expected<std::string> pytorch(const ExportPlan &p) {
   if (s.zeroStage == 2)
     return err("pytorch: ZeRO-2 has no PyTorch equivalent (FSDP2 is ZeRO-3, "
                "ZeroRedundancyOptimizer is ZeRO-1)");
+  if (s.ep > 1)
+    return err("pytorch: expert parallelism (ep=" + std::to_string(s.ep) +
+               ") has no DTensor / FSDP2 setting here; export to megatron or "
+               "torchtitan");
   if (s.cp > 1 && s.cpComm == CpComm::AllToAll)
     return err("pytorch: torch's context_parallel is ring attention; the plan "
                "uses cp_comm=all-to-all (Ulysses)");
@@ -588,6 +601,10 @@ llvm::Expected<std::string> jax(const ExportPlan &p) {
   const Strategy &s = p.strategy;
   if (s.offloadActivations || s.offloadOptimizer)
     return err("jax: host offload is not part of a mesh and PartitionSpecs");
+  if (s.ep > 1)
+    return err("jax: expert parallelism (ep=" + std::to_string(s.ep) +
+               ") is not written as a mesh axis here; export to megatron or "
+               "torchtitan");
   if (s.cp > 1 && s.cpComm == CpComm::AllToAll)
     return err("jax: a sequence-sharded mesh runs ring-style attention; the "
                "plan uses cp_comm=all-to-all (Ulysses)");

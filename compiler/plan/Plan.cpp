@@ -62,8 +62,9 @@ ojson metricsJson(const StepResult &r) {
           {"mfu", r.mfu},
           {"hfu", r.hfu},
           {"bubble_fraction", r.bubbleFraction},
-          {"exposed_communication_s", r.exposedTpCommS + r.exposedCpCommS +
-                                          r.exposedPpCommS + r.exposedDpCommS},
+          {"exposed_communication_s",
+           r.exposedTpCommS + r.exposedCpCommS + r.exposedEpCommS +
+               r.exposedPpCommS + r.exposedDpCommS},
           {"peak_memory_bytes", r.peakMemoryBytes},
           {"energy_j_per_step", r.energyJ},
           {"cost_usd_per_step", r.costUsd},

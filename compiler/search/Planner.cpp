@@ -216,6 +216,9 @@ searchPlans(const Workload &w, const Cluster &cluster, const PlanOptions &o) {
   // ZeRO-3 (priced optimistically at scale, see docs/costmodel.md, so it is
   // never preferred over a plan that fits without it); ZeRO-3 with the
   // optimizer offloaded to host memory.
+  int maxExperts = 0;
+  for (const LayerKind &k : w.kinds)
+    maxExperts = std::max(maxExperts, k.experts);
   for (int pass = 0; pass < 3; ++pass) {
     bool offload = pass == 2;
     int zero = pass == 0 ? 1 : 3;
@@ -293,6 +296,14 @@ searchPlans(const Workload &w, const Cluster &cluster, const PlanOptions &o) {
                 s.precision = o.precision;
                 s.offloadOptimizer = offload;
                 price(s);
+                // Expert parallelism for mixture-of-experts models: ep of
+                // the dp x cp ranks that divides the experts.
+                for (int ep = 2; ep <= maxExperts && ep <= dp * cp; ep *= 2)
+                  if (maxExperts % ep == 0 && (dp * cp) % ep == 0) {
+                    Strategy e = s;
+                    e.ep = ep;
+                    price(e);
+                  }
                 // Ulysses where the heads split over cp (its all-to-all
                 // against the ring's overlapped sends), inside a node: over
                 // the network every rank's all-to-all crosses the cards,

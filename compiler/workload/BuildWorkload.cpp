@@ -185,6 +185,24 @@ static void analyzeParallelism(func::FuncOp func, LayerKind &kind,
     c.bytesWritten = cost.getBytesWritten();
     c.contraction = isContractionOp(&op);
     c.weighted = c.contraction && hasWeightOperand(&op);
+    // A mixture-of-experts GEMM: [E, capacity, d] tokens times [E, d, f]
+    // expert weights (the generator's and Megatron's batched experts).
+    if (c.weighted && isa<MatMulOp>(op) && op.getNumOperands() == 2) {
+      auto x = dyn_cast<RankedTensorType>(op.getOperand(0).getType());
+      Value wv = op.getOperand(1);
+      if (auto t = wv.getDefiningOp<TransposeOp>())
+        wv = t->getOperand(0);
+      auto wt = dyn_cast<RankedTensorType>(wv.getType());
+      if (x && wt && x.getRank() == 3 && wt.getRank() == 3 && isWeight(wv) &&
+          isActivation(op.getOperand(0)) && x.getDimSize(0) == wt.getDimSize(0) &&
+          wt.getDimSize(0) > 1) {
+        c.experts = int(wt.getDimSize(0));
+        kind.experts = std::max(kind.experts, c.experts);
+        // The first expert GEMM's input is the dispatched tokens.
+        if (kind.expertDispatchBytes == 0)
+          kind.expertDispatchBytes = tensorBytes(x);
+      }
+    }
     if (c.weighted) {
       for (Value v : op.getOperands())
         if (isActivation(v))
@@ -325,6 +343,14 @@ static void analyzeParallelism(func::FuncOp func, LayerKind &kind,
     if (!keptByOthers.contains(root))
       (entry.second ? kind.savedLinearInputShardedBytes
                     : kind.savedLinearInputReplicatedBytes) += entry.first;
+  // The router's top k (TopK's K, a constant).
+  for (Operation &op : func.getBody().front().without_terminator())
+    if (auto topk = dyn_cast<OnnxOp>(op))
+      if (topk.getOpType() == "TopK" && op.getNumOperands() > 1)
+        if (auto k = op.getOperand(1).getDefiningOp<ConstantOp>())
+          if (auto attr = dyn_cast<DenseIntElementsAttr>(k.getValue()))
+            if (attr.getNumElements() == 1)
+              kind.expertTopK = int((*attr.begin()).getSExtValue());
   // The weights of weighted contractions (fp8 keeps 1-byte copies).
   llvm::DenseMap<BlockArgument, int> splitDims = splitWeightDims(func, layout);
   llvm::DenseSet<Value> linearWeights;
@@ -340,6 +366,13 @@ static void analyzeParallelism(func::FuncOp func, LayerKind &kind,
         kind.linearParameters += numElements(arg.getType());
         if (!splitDims.count(arg))
           kind.linearReplicatedParameters += numElements(arg.getType());
+        auto wt = cast<RankedTensorType>(arg.getType());
+        if (kind.experts > 1 && wt.getRank() == 3 &&
+            wt.getDimSize(0) == kind.experts) {
+          kind.expertParameters += numElements(wt);
+          if (!splitDims.count(arg))
+            kind.expertReplicatedParameters += numElements(wt);
+        }
       }
   for (BlockArgument arg : func.getArguments())
     if (isWeight(arg))

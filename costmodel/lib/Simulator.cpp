@@ -40,6 +40,8 @@ struct LayerTime {
   /// Context parallelism's key-value exchange, exposed, and all of it.
   double forwardCpS = 0, backwardCpS = 0, cpTransferS = 0;
   double forwardCpSendS = 0, backwardCpSendS = 0;
+  /// Expert parallelism's token all-to-alls (dispatch and combine).
+  double forwardEpS = 0, backwardEpS = 0;
   double recomputeS = 0; ///< extra forward work in backward (compute + comm)
   double recomputeFlops = 0;
   /// Activation bytes one micro-batch keeps for this layer, per device.
@@ -203,6 +205,19 @@ LayerTime Simulation::layerTime(const LayerKind &k, const StagePlacement &p,
         cls == KernelClass::Random ? KernelClass::Pointwise : cls;
     double bwd = opTime(dev, b, backMoved * sc / split, backCls, backKernels,
                         prec);
+    if (op.experts > 1) {
+      // The device runs its E/ep local experts as one grouped GEMM: E/ep
+      // products of the tokens routed to each (FLOPs and bytes per device
+      // are the same at any ep; each product is ep times larger, and
+      // more efficient, as ep grows).
+      int local = std::max(1, op.experts / std::max(1, s.ep));
+      const KernelModel &km = a.kernelsFor(dev);
+      fwd = local * (opTime(dev, f / local, bytes / local, cls, 0, prec)) +
+            kernels * km.kernelLaunchS;
+      bwd = local * (opTime(dev, b / local, backMoved * sc / split / local,
+                            backCls, 0, prec)) +
+            backKernels * km.kernelLaunchS;
+    }
     if (fp8) {
       // Its input cast to fp8 and transposed for the weight gradient
       // (read 2 bytes, write 1 + 1 per element) before the forward GEMM,
@@ -379,6 +394,17 @@ LayerTime Simulation::layerTime(const LayerKind &k, const StagePlacement &p,
     t.forwardTpS += std::max(0.0, gather - t.forwardComputeS);
     t.backwardTpS += std::max(0.0, gather + scatter - t.backwardComputeS);
   }
+  if (k.experts > 1 && s.ep > 1 && k.expertDispatchBytes > 0) {
+    // Megatron-Core's alltoall token dispatcher: each token's hidden state
+    // to the ranks of its top-k experts and back (dispatch, combine), each
+    // way again for the gradients; (ep - 1)/ep of the bytes leave the
+    // device. Nothing overlaps them.
+    double tokens = double(k.expertDispatchBytes) * sc /
+                    (s.sequenceParallel ? tpDeg : 1);
+    double a2a = collectiveTime(CollectiveKind::AllToAll, tokens, p.epGroup);
+    t.forwardEpS += 2 * a2a;
+    t.backwardEpS += 2 * a2a;
+  }
   // Selective recompute re-runs the attention with its exchange.
   if (s.recompute == Recompute::Selective)
     t.recomputeS += t.forwardCpS;
@@ -407,7 +433,8 @@ LayerTime Simulation::layerTime(const LayerKind &k, const StagePlacement &p,
   case Recompute::Full:
     t.fullRecompute = true;
     t.keptBytes = k.inputBytes * sc / stream;
-    t.recomputeS = t.forwardComputeS + t.forwardTpS + t.forwardCpS;
+    t.recomputeS =
+        t.forwardComputeS + t.forwardTpS + t.forwardCpS + t.forwardEpS;
     t.recomputeFlops = 0;
     for (const OpCost &op : k.ops)
       t.recomputeFlops += op.forwardFlops * sc /
@@ -690,15 +717,16 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
       b.count = k.count;
       LayerTime t = layerTime(
           k.forMicroBatch(s.microBatch, at[0].tp, s.tpBatchSplit), at[0], &b);
-      b.forwardS = t.forwardComputeS + t.forwardTpS + t.forwardCpS;
-      b.backwardS =
-          t.backwardComputeS + t.backwardTpS + t.backwardCpS + t.recomputeS;
+      b.forwardS =
+          t.forwardComputeS + t.forwardTpS + t.forwardCpS + t.forwardEpS;
+      b.backwardS = t.backwardComputeS + t.backwardTpS + t.backwardCpS +
+                    t.backwardEpS + t.recomputeS;
       b.keptBytes = t.keptBytes;
       r.layers.push_back(std::move(b));
     }
   auto secondsOf = [](const LayerTime &t) {
-    return t.forwardComputeS + t.forwardTpS + t.forwardCpS +
-           t.backwardCpS + t.backwardComputeS +
+    return t.forwardComputeS + t.forwardTpS + t.forwardCpS + t.forwardEpS +
+           t.backwardCpS + t.backwardEpS + t.backwardComputeS +
            t.backwardTpS + t.recomputeS;
   };
   for (const LayerTime &t : kindTime[0])
@@ -709,9 +737,10 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
 
   // Per chunk: times per micro-batch, boundary bytes, parameters.
   std::vector<double> fwdS(chunks), bwdS(chunks), tpS(chunks), cpS(chunks),
-      cpAllS(chunks), recompFlops(chunks);
+      cpAllS(chunks), epS(chunks), recompFlops(chunks);
   std::vector<double> keptBytes(chunks), workingBytes(chunks), params(chunks),
-      outBytes(chunks), tpGradParams(chunks), fp8Params(chunks);
+      outBytes(chunks), tpGradParams(chunks), fp8Params(chunks),
+      expertParams(chunks);
   std::vector<double> computeS(chunks);
   for (int ch = 0; ch < chunks; ++ch) {
     const StagePlacement &place = at[ch % pp];
@@ -719,9 +748,12 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
     for (int l : chunkOf[ch]) {
       size_t k = sequence[l];
       const LayerTime &t = times[k];
-      fwdS[ch] += t.forwardComputeS + t.forwardTpS + t.forwardCpS;
+      fwdS[ch] += t.forwardComputeS + t.forwardTpS + t.forwardCpS +
+                  t.forwardEpS;
       bwdS[ch] += t.backwardComputeS + t.backwardTpS + t.backwardCpS +
-                  t.recomputeS;
+                  t.backwardEpS + t.recomputeS;
+      epS[ch] += t.forwardEpS + t.backwardEpS +
+                 (t.fullRecompute ? t.forwardEpS : 0);
       tpS[ch] += t.forwardTpS + t.backwardTpS +
                  (t.fullRecompute ? t.forwardTpS : 0);
       // Recompute re-runs the exchange (selective: the attention's).
@@ -745,6 +777,15 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
           double(kind.parameters - kind.replicatedParameters) / place.tp +
           double(kind.replicatedParameters);
       tpGradParams[ch] += double(kind.tpGradientParameters);
+      // Expert parallelism: a device holds 1/ep of the experts.
+      if (kind.experts > 1 && kind.expertParameters > 0) {
+        double experts =
+            double(kind.expertParameters - kind.expertReplicatedParameters) /
+                place.tp +
+            double(kind.expertReplicatedParameters);
+        params[ch] -= experts * (1 - 1.0 / s.ep);
+        expertParams[ch] += experts / s.ep;
+      }
       if (s.precision == Precision::FP8 && kind.count > 1)
         fp8Params[ch] +=
             double(kind.linearParameters - kind.linearReplicatedParameters) /
@@ -872,27 +913,36 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
   int slowest = 0;
   std::vector<double> dpExposed(pp, 0), optS(pp, 0), finish(pp, 0);
   for (int i = 0; i < pp; ++i) {
-    double p = 0, tpGrad = 0;
+    double p = 0, tpGrad = 0, experts = 0;
     for (int c2 = 0; c2 < v; ++c2) {
       p += params[c2 * pp + i];
       tpGrad += tpGradParams[c2 * pp + i];
+      experts += expertParams[c2 * pp + i];
     }
     double perDevice = p; // already per tp rank
+    // The experts' gradients are reduced over the ranks that hold the same
+    // experts (dp x cp / ep), the rest over dp x cp.
+    double dense = perDevice - experts;
+    bool expertGroup = experts > 0 && s.ep > 1;
     // Gradients: all-reduced over dp, or (ZeRO-1/2, the distributed
     // optimizer) reduce-scattered, the updated 16-bit weights all-gathered
     // after the step. ZeRO-3 reduces gradients layer by layer in backward
     // (priced there).
     bool sharded = s.zeroStage == 1 || s.zeroStage == 2;
-    double grad =
-        s.zeroStage == 3
-            ? 0
-            : collectiveTime(sharded ? CollectiveKind::ReduceScatter
-                                     : CollectiveKind::AllReduce,
-                             perDevice * a.gradBytesPerParam, at[i].dpGroup);
-    double gather = sharded ? collectiveTime(CollectiveKind::AllGather,
-                                             perDevice * a.weightBytesPerParam,
-                                             at[i].dpGroup)
-                            : 0;
+    CollectiveKind reduce =
+        sharded ? CollectiveKind::ReduceScatter : CollectiveKind::AllReduce;
+    auto overGroups = [&](CollectiveKind kind, double bytesPerParam) {
+      return expertGroup
+                 ? collectiveTime(kind, dense * bytesPerParam, at[i].dpGroup) +
+                       collectiveTime(kind, experts * bytesPerParam,
+                                      at[i].expertDpGroup)
+                 : collectiveTime(kind, perDevice * bytesPerParam,
+                                  at[i].dpGroup);
+    };
+    double grad = s.zeroStage == 3 ? 0 : overGroups(reduce, a.gradBytesPerParam);
+    double gather =
+        sharded ? overGroups(CollectiveKind::AllGather, a.weightBytesPerParam)
+                : 0;
     // Weights a batch or spatial split keeps whole on every tp rank: their
     // gradients are all-reduced across the tp group too.
     if (at[i].tp > 1 && tpGrad > 0)
@@ -912,18 +962,22 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
     // The distributed optimizer shards over the data-parallel ranks and
     // the context-parallel ones (they hold the same weights).
     double shard = s.zeroStage >= 1 ? double(s.dp) * s.cp : 1;
+    // The parameters of the device's optimizer shard (the experts' shard
+    // over dp x cp / ep ranks).
+    double shardParams =
+        dense / shard + experts / std::max(1.0, shard / (expertGroup ? s.ep : 1));
     // Megatron-LM's step over the device's shard, per parameter: the
     // gradient read for its norm (clipping) and again by Adam; the fp32
     // master weight, momentum and variance read and written; the master
     // read again and copied into the half-precision weight; the gradient
     // buffer zeroed for the next step. Five kernels.
     double masterBytes = 4;
-    double optBytes = perDevice / shard *
+    double optBytes = shardParams *
                       (3 * a.gradBytesPerParam + 2 * a.optimizerBytesPerParam +
                        masterBytes + a.weightBytesPerParam);
     optS[i] = s.offloadOptimizer
-                  ? perDevice / shard * 16 / 31.5e9
-                  : opTime(*at[i].device, perDevice / shard * 10, optBytes,
+                  ? shardParams * 16 / 31.5e9
+                  : opTime(*at[i].device, shardParams * 10, optBytes,
                            KernelClass::Pointwise, 5);
     finish[i] = free[i] + dpExposed[i] + optS[i];
     if (finish[i] > stepS) {
@@ -970,18 +1024,23 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
       peak += working;    // the layer being recomputed
     double perDevice = p; // already per tp rank
     double dp = double(s.dp) * s.cp; // ZeRO shards over dp x cp
+    // ZeRO shards the experts over the ranks that hold them: dp x cp / ep.
+    double expertsHere = 0;
+    for (int c2 = 0; c2 < v; ++c2)
+      expertsHere += expertParams[c2 * pp + i];
+    auto sharded = [&](int stage) {
+      if (s.zeroStage < stage)
+        return perDevice;
+      return (perDevice - expertsHere) / dp +
+             expertsHere / std::max(1.0, dp / s.ep);
+    };
     MemoryBreakdown &mem = st.memory;
     // fp8 keeps each linear weight in fp8 and transposed (1 byte each)
     // beside its 16-bit copy.
-    mem.weightsBytes =
-        perDevice * a.weightBytesPerParam / (s.zeroStage >= 3 ? dp : 1) +
-        2 * fp8Copies;
-    mem.gradientsBytes =
-        perDevice * a.gradBytesPerParam / (s.zeroStage >= 2 ? dp : 1);
-    mem.optimizerBytes = s.offloadOptimizer
-                             ? 0
-                             : perDevice * a.optimizerBytesPerParam /
-                                   (s.zeroStage >= 1 ? dp : 1);
+    mem.weightsBytes = sharded(3) * a.weightBytesPerParam + 2 * fp8Copies;
+    mem.gradientsBytes = sharded(2) * a.gradBytesPerParam;
+    mem.optimizerBytes =
+        s.offloadOptimizer ? 0 : sharded(1) * a.optimizerBytesPerParam;
     mem.activationsBytes = peak * (1 + a.fragmentation);
     mem.workspaceBytes = a.workspaceBytes;
     if (mem.total() > r.peakMemoryBytes)
@@ -1032,6 +1091,7 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
     compute += computeS[c2 * pp + slowest] * m;
     tp += tpS[c2 * pp + slowest] * m;
     cpComm += cpS[c2 * pp + slowest] * m;
+    r.exposedEpCommS += epS[c2 * pp + slowest] * m;
     r.cpTransferS += cpAllS[c2 * pp + slowest] * m;
   }
   r.computeS = compute;
@@ -1092,7 +1152,12 @@ llvm::Expected<StepResult> simulateStep(const Workload &w, const Cluster &c,
       groupShapeIn(g, s.stride("tp"), s.tp),
       groupShapeIn(g, std::min(s.stride("dp"), s.stride("cp")), s.dp * s.cp),
       groupShapeIn(g, s.stride("pp"), 2),
-      groupShapeIn(g, s.stride("cp"), s.cp)};
+      groupShapeIn(g, s.stride("cp"), s.cp),
+      // ep adjacent data-parallel ranks (inside a node first), and the
+      // ranks holding the same experts, ep apart.
+      groupShapeIn(g, s.stride("dp"), s.ep),
+      groupShapeIn(g, s.stride("dp") * s.ep,
+                   std::max(1, s.dp * s.cp / std::max(1, s.ep)))};
   Simulation sim(w, s, a, std::vector<StagePlacement>(s.pp, place), true);
   sim.detail = detail;
   auto r = sim.run(keepTrace);

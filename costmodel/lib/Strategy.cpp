@@ -293,16 +293,25 @@ llvm::Error completeAndValidate(Strategy &s, const Workload &w,
     return err("strategy: tp x pp x cp x dp = " + std::to_string(model * s.dp) +
                " differs from the " + std::to_string(devices) +
                " devices of the cluster");
-  // Expert parallelism needs the experts' all-to-all and sharding, which
-  // the cost model does not price yet: a plan with ep > 1 would price the
-  // same as ep = 1.
-  if (s.ep > 1)
-    return err("strategy: ep=" + std::to_string(s.ep) +
-               ": expert parallelism is not priced yet (no token all-to-all, "
-               "no expert sharding); plan with ep=1");
-  if (s.ep > 1 && s.dp % s.ep)
-    return err("strategy: ep=" + std::to_string(s.ep) +
-               " must divide dp=" + std::to_string(s.dp));
+  // Expert parallelism splits the experts of mixture-of-experts layers
+  // over ep of the data-parallel (x cp) ranks (Megatron-Core's expert
+  // parallel group).
+  if (s.ep > 1) {
+    int experts = 0;
+    for (const LayerKind &k : w.kinds)
+      experts = std::max(experts, k.experts);
+    if (experts < 2)
+      return err("strategy: ep=" + std::to_string(s.ep) +
+                 ": the model has no mixture-of-experts layers to split");
+    for (const LayerKind &k : w.kinds)
+      if (k.experts > 1 && k.experts % s.ep)
+        return err("strategy: ep=" + std::to_string(s.ep) +
+                   " does not divide the " + std::to_string(k.experts) +
+                   " experts of " + k.name);
+    if ((int64_t(s.dp) * s.cp) % s.ep)
+      return err("strategy: ep=" + std::to_string(s.ep) +
+                 " must divide dp x cp = " + std::to_string(s.dp * s.cp));
+  }
   if (s.globalBatch == 0)
     s.globalBatch = s.microBatch * s.dp;
   if (s.globalBatch % (s.microBatch * s.dp))

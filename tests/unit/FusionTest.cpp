@@ -8,6 +8,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "TestSupport.h"
+#include "orrery/CostModel/Collective.h"
 #include "orrery/CostModel/Simulator.h"
 #include "orrery/Transforms/Passes.h"
 #include "orrery/Workload/BuildWorkload.h"
@@ -264,6 +265,81 @@ TEST(Precision, Fp8AsTransformerEngineRunsIt) {
             std::vector<std::string>{"V100-32G"});
   EXPECT_TRUE(fp16v.precisionFallbackDevices.empty());
   EXPECT_GT(bf16v.computeS, fp16v.computeS);
+}
+
+/// `layers` mixture-of-experts layers: a router-free stand-in with one
+/// batched expert GEMM over 8 experts (all the layer's parameters), and the
+/// tokens it dispatches.
+Workload moeModel(int layers, int64_t expertParams, int64_t dispatchBytes) {
+  Workload w;
+  LayerKind k;
+  k.name = "moe_layer";
+  k.count = layers;
+  k.parameters = expertParams;
+  k.experts = 8;
+  k.expertTopK = 2;
+  k.expertParameters = expertParams;
+  k.expertReplicatedParameters = expertParams; // tp = 1 here
+  k.replicatedParameters = expertParams;
+  k.expertDispatchBytes = dispatchBytes;
+  OpCost op;
+  op.name = "orrery.matmul";
+  op.forwardFlops = int64_t(2e12);
+  op.backwardFlops = int64_t(4e12);
+  op.contraction = op.weighted = true;
+  op.experts = 8;
+  k.ops = {op};
+  k.forwardFlops = op.forwardFlops;
+  k.backwardFlops = op.backwardFlops;
+  k.inputBytes = k.outputBytes = dispatchBytes / 2;
+  w.kinds = {k};
+  w.layers = {{0, layers}};
+  w.tokensPerSample = 4096;
+  return w;
+}
+
+TEST(ExpertParallel, ExpertsSplitAndTokensMoveByAllToAll) {
+  const int layers = 4;
+  const int64_t expertParams = 1'000'000'000, dispatch = 64 << 20;
+  Workload w = moeModel(layers, expertParams, dispatch);
+  Cluster c = preset("8xH100-SXM");
+  StepResult one = simulate(w, c, "dp=8,mbs=1,gbs=16,zero=1,ep=1");
+  StepResult eight = simulate(w, c, "dp=8,mbs=1,gbs=16,zero=1,ep=8");
+  // Each device holds 1/8 of the experts: weights and fp32 gradients
+  // shrink eightfold; ZeRO-1 shards their optimizer state over the dp / ep
+  // ranks that hold the same experts, the same bytes per device as before.
+  EXPECT_NEAR(eight.stages[0].memory.weightsBytes,
+              one.stages[0].memory.weightsBytes / 8, 1.0);
+  EXPECT_NEAR(eight.stages[0].memory.gradientsBytes,
+              one.stages[0].memory.gradientsBytes / 8, 1.0);
+  EXPECT_NEAR(eight.stages[0].memory.optimizerBytes,
+              one.stages[0].memory.optimizerBytes, 1.0);
+  // The all-to-all by hand: per layer and micro-batch, dispatch and combine
+  // forward and their gradients backward, each moving 7/8 of the 64 MiB of
+  // tokens over the node's NVLink at the ring's bus bandwidth, with NCCL's
+  // 8.4 µs base and 7 link latencies: 2 micro-batches per replica.
+  GroupShape g = groupShapeIn(c.groupOf(0), 1, 8);
+  double b = ringBusBandwidth(g);
+  double a2a = 8.4e-6 + 7.0 / 8 * double(dispatch) / b +
+               7 * c.groupOf(0).intraNodeLink->latencyS;
+  EXPECT_NEAR(a2a, collectiveTime(CollectiveKind::AllToAll, dispatch, g),
+              1e-12);
+  EXPECT_NEAR(eight.exposedEpCommS, layers * 2 * 4 * a2a, 1e-9);
+  EXPECT_EQ(one.exposedEpCommS, 0);
+  EXPECT_NE(one.stepS, eight.stepS);
+  // ep must divide the experts and dp x cp; a model without experts has
+  // nothing to split.
+  auto r = run(w, c, "dp=8,mbs=1,gbs=16,ep=16");
+  ASSERT_FALSE(bool(r));
+  EXPECT_EQ(llvm::toString(r.takeError()),
+            "strategy: ep=16 does not divide the 8 experts of moe_layer");
+  MLIRContext ctx;
+  auto dense = run(tinyGpt(ctx, KernelFusion::Fused), preset("2xH100-SXM"),
+                   "dp=2,ep=2");
+  ASSERT_FALSE(bool(dense));
+  EXPECT_EQ(llvm::toString(dense.takeError()),
+            "strategy: ep=2: the model has no mixture-of-experts layers to "
+            "split");
 }
 
 TEST(ContextParallel, RingAndAllToAllPriceTheirExchange) {

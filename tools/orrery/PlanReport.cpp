@@ -16,10 +16,10 @@ static std::string row(int rank, const StepResult &r) {
   if (s.cp > 1)
     cp += s.cpComm == CpComm::Ring ? "r" : "a";
   std::snprintf(buf, sizeof buf,
-                "  %-3d %9.3f %7.1f%% %7.1f%% %8.1f  %3d %3d %4d %3s %4lld %4d "
+                "  %-3d %9.3f %7.1f%% %7.1f%% %8.1f  %3d %3d %4d %3s %3d %4lld %4d "
                 "%-10s %4d%s\n",
                 rank, r.stepS, 100 * r.mfu, 100 * r.bubbleFraction,
-                gib(r.peakMemoryBytes), s.tp, s.pp, s.dp, cp.c_str(),
+                gib(r.peakMemoryBytes), s.tp, s.pp, s.dp, cp.c_str(), s.ep,
                 (long long)s.microBatch, s.virtualStages,
                 s.recompute == Recompute::None        ? "none"
                 : s.recompute == Recompute::Selective ? "selective"
@@ -68,7 +68,7 @@ void printPlan(std::ostream &os, const PlanResult &r, const Workload &w,
                   b.energyJ, b.costUsd);
     os << buf;
   }
-  os << "\n  #    step s     MFU  bubble  mem GiB   tp  pp   dp  cp  mbs  vpp "
+  os << "\n  #    step s     MFU  bubble  mem GiB   tp  pp   dp  cp  ep  mbs  vpp "
         "recompute  zero\n";
   for (size_t i = 0; i < r.top.size(); ++i)
     os << row(int(i + 1), r.top[i]);
@@ -77,8 +77,8 @@ void printPlan(std::ostream &os, const PlanResult &r, const Workload &w,
   os << "\nwhy #1 wins\n";
   double cap = r.cluster.deviceSpec(0).memoryBytes;
   auto exposed = [](const StepResult &x) {
-    return x.exposedTpCommS + x.exposedCpCommS + x.exposedPpCommS +
-           x.exposedDpCommS;
+    return x.exposedTpCommS + x.exposedCpCommS + x.exposedEpCommS +
+           x.exposedPpCommS + x.exposedDpCommS;
   };
   for (size_t i = 1; i < r.top.size(); ++i) {
     const StepResult &x = r.top[i];

@@ -24,6 +24,7 @@ nlohmann::ordered_json simulateJson(const StepResult &r, const Cluster &c,
                       {"exposed_tp_communication", r.exposedTpCommS},
                       {"exposed_cp_communication", r.exposedCpCommS},
                       {"cp_transfers", r.cpTransferS},
+                      {"exposed_ep_communication", r.exposedEpCommS},
                       {"exposed_pp_communication", r.exposedPpCommS},
                       {"exposed_dp_communication", r.exposedDpCommS},
                       {"bubble", r.bubbleS},
@@ -102,6 +103,8 @@ void printSimulation(std::ostream &os, const StepResult &r, const Cluster &c,
                   r.cpTransferS, std::max(0.0, r.cpTransferS - r.exposedCpCommS));
     os << buf;
   }
+  if (r.strategy.ep > 1 || r.exposedEpCommS > 0)
+    line("expert all-to-all", r.exposedEpCommS);
   line("pipeline transfers", r.exposedPpCommS);
   line("gradient reduction", r.exposedDpCommS);
   line("pipeline bubble", r.bubbleS);

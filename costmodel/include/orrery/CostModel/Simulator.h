@@ -129,6 +129,9 @@ struct StepResult {
   /// Context parallelism's transfers on the slowest stage, exposed or not
   /// (exposedCpCommS is the part compute does not hide).
   double cpTransferS = 0;
+  /// Mixture of experts: the dispatch and combine all-to-alls on the
+  /// slowest stage (exposed: nothing overlaps them).
+  double exposedEpCommS = 0;
   std::vector<StageReport> stages;
   /// Layers per pipeline chunk (pp x vpp chunks in model order; chunk c
   /// runs on stage c % pp).
@@ -179,6 +182,9 @@ struct StagePlacement {
   /// dpGroup: the ranks that reduce gradients (dp x cp: context-parallel
   /// ranks hold the same weights); cpGroup: the context-parallel ring.
   GroupShape tpGroup, dpGroup, toNext, cpGroup;
+  /// Expert parallelism: the ranks that split the experts, and those that
+  /// reduce the experts' gradients (dp x cp / ep).
+  GroupShape epGroup, expertDpGroup;
 };
 
 /// The shape of a group of `ranks` ranks `stride` apart on nodes of `group`.

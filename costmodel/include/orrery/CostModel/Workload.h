@@ -36,6 +36,9 @@ struct OpCost {
   /// Transformer Engine. Its activation operands' and its result's bytes.
   bool weighted = false;
   int64_t activationInputBytes = 0, outputBytes = 0;
+  /// A mixture-of-experts GEMM: one batched product over `experts` expert
+  /// weights ([E, tokens, d] x [E, d, f]); expert parallelism splits it.
+  int experts = 0;
   /// What bounds its kernel when memory does, if it is not a contraction
   /// (contractions are GEMMs).
   KernelClass kernelClass = KernelClass::Pointwise;
@@ -143,6 +146,14 @@ struct LayerKind {
   /// ones tensor parallelism does not split (fp8 keeps a copy and its
   /// transpose of each, 1 byte per element each).
   int64_t linearParameters = 0, linearReplicatedParameters = 0;
+  /// Mixture of experts: the experts of the layer, the tokens each token is
+  /// routed to (TopK's k), the experts' parameters (tp-split ones, and of
+  /// those the ones tp does not split), and the bytes of the dispatched
+  /// tokens ([E, capacity, d] at the workload's batch): what the dispatch
+  /// and the combine all-to-all move.
+  int experts = 0, expertTopK = 0;
+  int64_t expertParameters = 0, expertReplicatedParameters = 0;
+  int64_t expertDispatchBytes = 0;
   /// The activation the layer takes (kept alone under full recompute).
   int64_t inputBytes = 0;
   /// The activations the layer hands to the next one (pipeline transfers).
