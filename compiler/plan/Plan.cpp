@@ -186,6 +186,26 @@ static llvm::Error checkEnvelope(const nlohmann::json &plan,
   return llvm::Error::success();
 }
 
+/// strategy.overlap's booleans into `flags` (a missing one keeps its
+/// default).
+static llvm::Error
+readOverlap(const nlohmann::json &j, const std::string &what,
+            std::initializer_list<std::pair<const char *, bool *>> flags) {
+  if (!j.contains("overlap"))
+    return llvm::Error::success();
+  const nlohmann::json &o = j["overlap"];
+  if (!o.is_object())
+    return err(what + ": strategy.overlap: must be an object");
+  for (auto [key, flag] : flags) {
+    if (!o.contains(key))
+      continue;
+    if (!o[key].is_boolean())
+      return err(what + ": strategy.overlap." + key + ": must be true or false");
+    *flag = o[key];
+  }
+  return llvm::Error::success();
+}
+
 llvm::Expected<Strategy> strategyFromPlan(const nlohmann::json &plan,
                                           const std::string &what) {
   if (auto e = checkEnvelope(plan, what))
@@ -241,24 +261,12 @@ llvm::Expected<Strategy> strategyFromPlan(const nlohmann::json &plan,
       return err(what + ": strategy.cp_comm: must be \"ring\" or "
                         "\"all-to-all\"");
   }
-  if (j.contains("overlap")) {
-    const nlohmann::json &o = j["overlap"];
-    if (!o.is_object())
-      return err(what + ": strategy.overlap: must be an object");
-    for (auto [key, flag] :
-         std::initializer_list<std::pair<const char *, bool *>>{
-             {"grad_reduce", &s.overlapGradReduce},
-             {"param_gather", &s.overlapParamGather},
-             {"tp_comm", &s.overlapTpComm},
-             {"p2p", &s.overlapP2p}}) {
-      if (!o.contains(key))
-        continue;
-      if (!o[key].is_boolean())
-        return err(what + ": strategy.overlap." + key +
-                   ": must be true or false");
-      *flag = o[key];
-    }
-  }
+  if (auto e = readOverlap(j, what,
+                           {{"grad_reduce", &s.overlapGradReduce},
+                            {"param_gather", &s.overlapParamGather},
+                            {"tp_comm", &s.overlapTpComm},
+                            {"p2p", &s.overlapP2p}}))
+    return std::move(e);
   if (auto sc = scheduleFromName(j.value("schedule", "")))
     s.schedule = *sc;
   else
@@ -490,22 +498,10 @@ llvm::Expected<HeteroStrategy> heteroStrategyFromPlan(const nlohmann::json &plan
     return std::move(e);
   if (s.zeroStage > 3)
     return err(what + ": strategy.zero_stage: must be 0 to 3");
-  if (j.contains("overlap")) {
-    const nlohmann::json &o = j["overlap"];
-    if (!o.is_object())
-      return err(what + ": strategy.overlap: must be an object");
-    for (auto [key, flag] :
-         std::initializer_list<std::pair<const char *, bool *>>{
-             {"grad_reduce", &s.overlapGradReduce},
-             {"param_gather", &s.overlapParamGather}}) {
-      if (!o.contains(key))
-        continue;
-      if (!o[key].is_boolean())
-        return err(what + ": strategy.overlap." + key +
-                   ": must be true or false");
-      *flag = o[key];
-    }
-  }
+  if (auto e = readOverlap(j, what,
+                           {{"grad_reduce", &s.overlapGradReduce},
+                            {"param_gather", &s.overlapParamGather}}))
+    return std::move(e);
   if (auto p = precisionFromName(j.value("precision", "")))
     s.precision = *p;
   else
