@@ -545,8 +545,8 @@ Value affine(Value v, bool shift, Region &region, Value &param) {
   Value other = otherOperand(user, v);
   auto t = other ? rankedOf(other) : RankedTensorType();
   auto vt = rankedOf(v);
-  if (!t || isActivation(other) || !vt || t.getRank() != 1 ||
-      t.getDimSize(0) != vt.getShape().back())
+  if (!t || isActivation(other) || !vt || vt.getRank() == 0 ||
+      t.getRank() != 1 || t.getDimSize(0) != vt.getShape().back())
     return v;
   region.add(user);
   param = other;

@@ -173,3 +173,16 @@ func.func @swiglu_rope(%gate: tensor<1x4x64xf16>, %up: tensor<1x4x64xf16>, %x: t
   %y = orrery.add(%a, %b) : (tensor<1x2x4x8xf16>, tensor<1x2x4x8xf16>) -> tensor<1x2x4x8xf16>
   return %h, %y : tensor<1x4x64xf16>, tensor<1x2x4x8xf16>
 }
+
+// -----
+
+// Scalars and shapes that are not a norm or attention stay as they are.
+// CHECK-LABEL: func.func @not_fused
+// CHECK: orrery.reduce_mean
+// CHECK: orrery.matmul
+func.func @not_fused(%x: tensor<8xf32>, %a: tensor<2x3x4xf32>, %b: tensor<2x4x3xf32>) -> (tensor<1xf32>, tensor<2x3x3xf32>) {
+  %sq = orrery.mul(%x, %x) : (tensor<8xf32>, tensor<8xf32>) -> tensor<8xf32>
+  %m = orrery.reduce_mean(%sq) {axes = array<i64: 0>, keepdims = 1 : i64} : (tensor<8xf32>) -> tensor<1xf32>
+  %s = orrery.matmul(%a, %b) : (tensor<2x3x4xf32>, tensor<2x4x3xf32>) -> tensor<2x3x3xf32>
+  return %m, %s : tensor<1xf32>, tensor<2x3x3xf32>
+}
