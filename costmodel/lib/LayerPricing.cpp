@@ -1,0 +1,322 @@
+//===- LayerPricing.cpp - one layer kind's times under a strategy -------===//
+//
+// Per op: the roofline (or the attention kernel's curve), its backward,
+// fp8's casts, the experts' grouped GEMM; then the layer's tensor-,
+// context- and expert-parallel communication, recompute and the
+// activations it keeps (docs/costmodel.md).
+//
+//===----------------------------------------------------------------------===//
+#include "Simulation.h"
+#include "orrery/CostModel/Collective.h"
+
+#include "llvm/ADT/STLExtras.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace orrery {
+namespace detail {
+
+
+double Simulation::opTime(const DeviceSpec &dev, double flops, double bytes,
+                          KernelClass c, int kernels,
+                          Precision precision) const {
+  return kernelSeconds(dev, a.kernelsFor(dev), precision, flops, bytes, c,
+                       kernels);
+}
+
+LayerTime Simulation::layerTime(const LayerKind &k, const StagePlacement &p,
+                                LayerBreakdown *breakdown) const {
+  LayerTime t;
+  double sc = scale();
+  const DeviceSpec &dev = *p.device;
+  const GroupShape &tpGroup = p.tpGroup;
+  int tpDeg = p.tp;
+  bool eager = w.kernels == KernelFusion::Eager;
+  // Contractions with tensor-parallel collectives, when they overlap.
+  struct TpOverlap {
+    double fwd, bwd, rowAr, colAr;
+  };
+  std::vector<TpOverlap> overlapped;
+  for (const OpCost &op : k.ops) {
+    if (op.view)
+      continue;
+    double split = (op.tensorParallel || s.sequenceParallel) ? tpDeg : 1;
+    double f = op.forwardFlops * sc / split, b = op.backwardFlops * sc / split;
+    double moved = double(op.bytesRead + op.bytesWritten);
+    int kernels = 1;
+    if (op.fusesWithPrevious && !eager) {
+      // One kernel with the op before: the tensor between them is neither
+      // written nor read back.
+      moved = std::max(0.0, moved - 2.0 * op.fusedIntermediateBytes);
+      kernels = 0;
+    }
+    double bytes = moved * sc / split;
+    KernelClass cls = op.contraction ? KernelClass::Gemm : op.kernelClass;
+    // fp8 as Transformer Engine runs it: the weighted GEMMs of the
+    // repeated layers in fp8, attention and the once-only layers (the
+    // embedding, the output head) in bf16.
+    bool fp8 = s.precision == Precision::FP8 && op.weighted && k.count > 1;
+    Precision prec = s.precision == Precision::FP8 && !fp8 ? Precision::BF16
+                                                           : s.precision;
+    double fwd = opTime(dev, f, bytes, cls, kernels, prec);
+    // Backward: what the op's gradients read and write, else two kernels per
+    // contraction (input and weight gradients), each moving about the
+    // forward's bytes. A fused chain's backward is fused too.
+    double backMoved = op.backwardBytes >= 0 ? double(op.backwardBytes)
+                                             : 2 * double(op.bytesRead +
+                                                          op.bytesWritten);
+    int backKernels = op.backwardKernels >= 0 ? op.backwardKernels
+                      : op.contraction        ? 2
+                                              : 1;
+    if (op.fusesWithPrevious && !eager) {
+      backMoved = std::max(0.0, backMoved - 2.0 * op.fusedIntermediateBytes);
+      backKernels = 0;
+    }
+    // Dropout's backward multiplies by the mask its forward kept: an
+    // elementwise kernel that draws no random numbers.
+    KernelClass backCls =
+        cls == KernelClass::Random ? KernelClass::Pointwise : cls;
+    double bwd = opTime(dev, b, backMoved * sc / split, backCls, backKernels,
+                        prec);
+    if (op.experts > 1) {
+      // The device runs its E/ep local experts as one grouped GEMM: E/ep
+      // products of the tokens routed to each (FLOPs and bytes per device
+      // are the same at any ep; each product is ep times larger, and
+      // more efficient, as ep grows).
+      int local = std::max(1, op.experts / std::max(1, s.ep));
+      const KernelModel &km = a.kernelsFor(dev);
+      fwd = local * (opTime(dev, f / local, bytes / local, cls, 0, prec)) +
+            kernels * km.kernelLaunchS;
+      bwd = local * (opTime(dev, b / local, backMoved * sc / split / local,
+                            backCls, 0, prec)) +
+            backKernels * km.kernelLaunchS;
+    }
+    if (fp8) {
+      // Its input cast to fp8 and transposed for the weight gradient
+      // (read 2 bytes, write 1 + 1 per element) before the forward GEMM,
+      // the output gradient likewise before the backward ones.
+      fwd += opTime(dev, 0, 2.0 * op.activationInputBytes * sc / split,
+                    KernelClass::Pointwise, 1);
+      bwd += opTime(dev, 0, 2.0 * op.outputBytes * sc / split,
+                    KernelClass::Pointwise, 1);
+    }
+    if (cls == KernelClass::Attention) {
+      const KernelModel &km = a.kernelsFor(dev);
+      // Context parallelism: each rank holds s/cp of the queries (sc
+      // divides by cp). The ring computes them against one s/cp block of
+      // keys per step, each block a kernel call of its own; Ulysses runs
+      // the whole sequence for heads/cp heads.
+      bool ring = s.cp > 1 && s.cpComm == CpComm::Ring;
+      double keys = op.attentionKeysPerQuery / (ring ? s.cp : 1);
+      int calls = ring ? s.cp : 1;
+      fwd = attentionSeconds(dev, km, prec, f, bytes, keys, false) +
+            (calls - 1) * km.kernelLaunchS;
+      bwd = attentionSeconds(dev, km, prec, b, backMoved * sc / split,
+                             keys, true) +
+            (calls - 1) * 2 * km.kernelLaunchS;
+      if (ring) {
+        // Megatron-Core / Transformer Engine: cp - 1 steps, each sending
+        // this rank's K and V block to the next rank while the current
+        // block computes (causal load balancing: 2·cp sequence chunks, two
+        // per rank, so every step has work); backward the blocks travel
+        // again with their dK and dV.
+        double block = double(op.attentionKvBytes) * sc / split;
+        double send = collectiveTime(CollectiveKind::SendRecv, block, p.cpGroup);
+        double sendBack =
+            collectiveTime(CollectiveKind::SendRecv, 2 * block, p.cpGroup);
+        t.forwardCpS += (s.cp - 1) * std::max(0.0, send - fwd / s.cp);
+        t.backwardCpS += (s.cp - 1) * std::max(0.0, sendBack - bwd / s.cp);
+        t.cpTransferS += (s.cp - 1) * (send + sendBack);
+        t.forwardCpSendS += (s.cp - 1) * send;
+        t.backwardCpSendS += (s.cp - 1) * sendBack;
+        // Each step after the first merges its partial result into the
+        // running one (Transformer Engine's out / log-sum-exp correction:
+        // O read and written); backward accumulates dQ in fp32 and dK, dV
+        // across the steps.
+        double out = double(op.bytesWritten) * sc / split;
+        double q = std::max(0.0, double(op.bytesRead - op.attentionKvBytes)) *
+                   sc / split;
+        t.forwardComputeS +=
+            (s.cp - 1) * opTime(dev, 0, 2 * out, KernelClass::Pointwise, 1);
+        t.backwardComputeS +=
+            (s.cp - 1) * opTime(dev, 0, 4 * q + 2 * block,
+                                KernelClass::Pointwise, 2);
+      } else if (s.cp > 1) {
+        // DeepSpeed-Ulysses: Q, K, V all-to-all (heads scattered, sequence
+        // gathered) before the kernel, the output back after it; backward
+        // the reverse. Nothing overlaps them.
+        double in = double(op.bytesRead) * sc / split;
+        double out = double(op.bytesWritten) * sc / split; // O (and rows)
+        double qkv = collectiveTime(CollectiveKind::AllToAll, in, p.cpGroup);
+        double o = collectiveTime(CollectiveKind::AllToAll, out, p.cpGroup);
+        t.forwardCpS += qkv + o;
+        t.backwardCpS += qkv + o;
+        t.cpTransferS += 2 * (qkv + o);
+        t.forwardCpSendS += qkv + o;
+        t.backwardCpSendS += qkv + o;
+      }
+    }
+    if (eager) { // a kernel shorter than the host's dispatch waits for it
+      fwd = std::max(fwd, kernels * a.hostDispatchS);
+      bwd = std::max(bwd, backKernels * a.hostDispatchS);
+    }
+    t.forwardComputeS += fwd;
+    t.backwardComputeS += bwd;
+    if (breakdown) {
+      // Ops that share a kernel with the one before are part of its time.
+      std::string name = op.name;
+      if (llvm::StringRef(name).starts_with("orrery."))
+        name = name.substr(7);
+      if (kernels == 0 && !breakdown->kernels.empty()) {
+        breakdown->kernels.back().forwardS += fwd;
+        breakdown->kernels.back().backwardS += bwd;
+      } else {
+        auto it = llvm::find_if(breakdown->kernels, [&](const KernelTime &x) {
+          return x.name == name;
+        });
+        if (it == breakdown->kernels.end())
+          it = breakdown->kernels.insert(breakdown->kernels.end(),
+                                         KernelTime{name, 0, 0, 0});
+        it->count++;
+        it->forwardS += fwd;
+        it->backwardS += bwd;
+      }
+    }
+    if (tpDeg > 1) {
+      double rowAr = collectiveTime(CollectiveKind::AllReduce,
+                                    op.tpAllReduceForwardBytes * sc, tpGroup);
+      double colAr = collectiveTime(CollectiveKind::AllReduce,
+                                    op.tpAllReduceBackwardBytes * sc, tpGroup);
+      if (s.overlapTpComm) {
+        // Priced after the loop, against the GEMMs they overlap.
+        overlapped.push_back({fwd, bwd, rowAr, colAr});
+      } else {
+        t.forwardTpS += rowAr;
+        t.backwardTpS += colAr;
+      }
+      // A batch or spatial split gathered whole, and its gradient scattered
+      // back; a spatial split's halo each way.
+      t.forwardTpS += collectiveTime(CollectiveKind::AllGather,
+                                     op.tpAllGatherForwardBytes * sc, tpGroup);
+      t.backwardTpS += collectiveTime(CollectiveKind::ReduceScatter,
+                                      op.tpAllGatherForwardBytes * sc, tpGroup);
+      double halo = collectiveTime(CollectiveKind::SendRecv,
+                                   op.tpHaloBytes * sc, tpGroup);
+      t.forwardTpS += halo;
+      t.backwardTpS += halo;
+    }
+    if (s.recompute == Recompute::Selective && op.attentionCore) {
+      t.recomputeS += fwd;
+      t.recomputeFlops += op.forwardFlops * sc / split;
+    }
+  }
+  if (!overlapped.empty()) {
+    // Megatron-Core's --tp-comm-overlap (Transformer Engine's userbuffers)
+    // splits each GEMM into tp chunks and moves one chunk's data while the
+    // next computes: forward, a row-parallel GEMM's reduce-scatter with that
+    // GEMM and the all-gather that follows it with the next column-parallel
+    // GEMM (the first one's of the layer after the last); backward, a
+    // column-parallel GEMM's reduce-scatter of the input gradient with its
+    // weight-gradient GEMM (half its backward). At least one chunk's
+    // transfer stays exposed.
+    auto exposed = [&](double comm, double gemm) {
+      return std::max(comm / tpDeg, comm - gemm);
+    };
+    std::vector<size_t> columns;
+    for (size_t i = 0; i < overlapped.size(); ++i)
+      if (overlapped[i].colAr > 0)
+        columns.push_back(i);
+    for (size_t i = 0; i < overlapped.size(); ++i) {
+      const TpOverlap &o = overlapped[i];
+      if (o.rowAr > 0) {
+        auto next = llvm::upper_bound(columns, i);
+        double gather = next != columns.end() ? overlapped[*next].fwd
+                        : columns.empty()     ? 0.0
+                                              : overlapped[columns.front()].fwd;
+        t.forwardTpS += exposed(o.rowAr / 2, o.fwd) + exposed(o.rowAr / 2, gather);
+      }
+      if (o.colAr > 0)
+        t.backwardTpS += exposed(o.colAr, o.bwd / 2);
+    }
+  }
+  if (!a.fusedGradientAccumulation && k.parameters > 0) {
+    // The fp32 main gradient and the 16-bit gradient read, the sum written.
+    double perDevice = double(k.parameters - k.replicatedParameters) / tpDeg +
+                       double(k.replicatedParameters);
+    t.backwardComputeS +=
+        opTime(dev, perDevice, perDevice * (2 * a.gradBytesPerParam +
+                                            a.weightBytesPerParam),
+               KernelClass::Pointwise, std::max(1, k.weightTensors));
+  }
+  if (s.zeroStage == 3 && s.dp > 1 && k.parameters > 0) {
+    // ZeRO-3 gathers each weight tensor before use (forward, and again in
+    // backward) and reduce-scatters its gradient: one collective per tensor,
+    // prefetched while the layer computes. What the compute cannot hide is
+    // exposed.
+    const GroupShape &dpGroup = p.dpGroup;
+    int tensors = std::max(1, k.weightTensors);
+    double perTensor = (double(k.parameters - k.replicatedParameters) / tpDeg +
+                        double(k.replicatedParameters)) /
+                       tensors;
+    double gather =
+        tensors * collectiveTime(CollectiveKind::AllGather,
+                                 perTensor * a.weightBytesPerParam, dpGroup);
+    double scatter =
+        tensors * collectiveTime(CollectiveKind::ReduceScatter,
+                                 perTensor * a.gradBytesPerParam, dpGroup);
+    t.forwardTpS += std::max(0.0, gather - t.forwardComputeS);
+    t.backwardTpS += std::max(0.0, gather + scatter - t.backwardComputeS);
+  }
+  if (k.experts > 1 && s.ep > 1 && k.expertDispatchBytes > 0) {
+    // Megatron-Core's alltoall token dispatcher: each token's hidden state
+    // to the ranks of its top-k experts and back (dispatch, combine), each
+    // way again for the gradients; (ep - 1)/ep of the bytes leave the
+    // device. Nothing overlaps them.
+    double tokens = double(k.expertDispatchBytes) * sc /
+                    (s.sequenceParallel ? tpDeg : 1);
+    double a2a = collectiveTime(CollectiveKind::AllToAll, tokens, p.epGroup);
+    t.forwardEpS += 2 * a2a;
+    t.backwardEpS += 2 * a2a;
+  }
+  // Selective recompute re-runs the attention with its exchange.
+  if (s.recompute == Recompute::Selective)
+    t.recomputeS += t.forwardCpS;
+  double tp = tpDeg, stream = s.sequenceParallel ? tp : 1;
+  double all = k.savedReplicatedBytes * sc / stream +
+               k.savedShardedBytes * sc / tp + k.savedCoreBytes * sc / tp;
+  // Transformer Engine keeps an fp8 GEMM's input in fp8 for the weight
+  // gradient: half the bytes of a 16-bit one.
+  if (s.precision == Precision::FP8 && k.count > 1)
+    all -= 0.5 * (k.savedLinearInputReplicatedBytes * sc / stream +
+                  k.savedLinearInputShardedBytes * sc / tp);
+  t.workingBytes = all;
+  // Recomputation checkpoints the repeated layers (Megatron-LM's
+  // transformer layers); a layer that occurs once (the embedding, the head
+  // and its loss) keeps its activations.
+  Recompute recompute = k.count > 1 ? s.recompute : Recompute::None;
+  if (recompute == Recompute::None)
+    t.workingBytes = 0;
+  switch (recompute) {
+  case Recompute::None:
+    t.keptBytes = all;
+    break;
+  case Recompute::Selective:
+    t.keptBytes = all - k.savedCoreBytes * sc / tp;
+    break;
+  case Recompute::Full:
+    t.fullRecompute = true;
+    t.keptBytes = k.inputBytes * sc / stream;
+    t.recomputeS =
+        t.forwardComputeS + t.forwardTpS + t.forwardCpS + t.forwardEpS;
+    t.recomputeFlops = 0;
+    for (const OpCost &op : k.ops)
+      t.recomputeFlops += op.forwardFlops * sc /
+                          ((op.tensorParallel || s.sequenceParallel) ? tp : 1);
+    break;
+  }
+  return t;
+}
+
+} // namespace detail
+} // namespace orrery
