@@ -238,18 +238,26 @@ def amp_group(orrery, build, cases):
         step = case["measured"]["iteration_time_s"]
         amp = case["reference_prediction"]["amp_predicted_s"]
         if proc.returncode:
-            print(f"{case['id']:34} {step:11.2f} {'-':>12} {'-':>8}  cannot simulate: "
-                  f"{proc.stderr.strip()}")
+            print_row(case["id"], step, None, proc.stderr.strip())
             continue
         r = json.loads(proc.stdout)
         pred = r["predicted"]["step_time_s"]
-        e = 100 * (pred - step) / step
         p = case["parallel"]
         note = (f"tp{p['tp']} dp{p['dp']} pp{p['pp']} mbs{mbs}; AMP's model {amp:.2f} s"
                 + ("" if r["fits"] else "; predicted not to fit: " + r["does_not_fit"]))
-        print(f"{case['id']:34} {step:11.2f} {pred:12.2f} {e:+7.1f}%  {note}")
+        e = print_row(case["id"], step, pred, note)
         rows.append((case["id"], step, pred, e, amp))
     return rows
+
+
+def print_row(case_id, step, pred, note):
+    """One case: measured and predicted seconds, the error (returned)."""
+    if pred is None:
+        print(f"{case_id:34} {step:11.2f} {'-':>12} {'-':>8}  cannot simulate: {note}")
+        return None
+    e = 100 * (pred - step) / step
+    print(f"{case_id:34} {step:11.2f} {pred:12.2f} {e:+7.1f}%  {note}")
+    return e
 
 
 def report(rows, group):
@@ -297,14 +305,13 @@ def main():
             strategy += ",overlap=grad"
         result, error = simulate(orrery, gpt_model(args.build, m), cluster, strategy, flags)
         if result is None:
-            print(f"{case['id']:34} {step:11.2f} {'-':>12} {'-':>8}  cannot simulate: {error}")
+            print_row(case["id"], step, None, error)
             groups.setdefault(g, []).append((case["id"], step, None, None))
             continue
         pred = result["step_time_s"]
-        e = 100 * (pred - step) / step
         note = how + ("; " + why if why else "")
         note += "" if result["fits"] else "; predicted not to fit: " + result["does_not_fit"]
-        print(f"{case['id']:34} {step:11.2f} {pred:12.2f} {e:+7.1f}%  {note}")
+        e = print_row(case["id"], step, pred, note)
         groups.setdefault(g, []).append((case["id"], step, pred, e))
     # Megatron-Core on H100 at sequence 4096: TFLOP/s per GPU (model FLOPs)
     # converted to a step time with F72.
@@ -319,14 +326,13 @@ def main():
         cluster = f"{gpus // hw.get('gpus_per_node', 8)}x{hw.get('gpus_per_node', 8)}xH100-SXM"
         result, error = simulate(orrery, gpt_model(args.build, m), cluster, mcore_strategy(case))
         if result is None:
-            print(f"{case['id']:34} {step:11.2f} {'-':>12} {'-':>8}  cannot simulate: {error}")
+            print_row(case["id"], step, None, error)
             groups.setdefault(g, []).append((case["id"], step, None, None))
             continue
         pred = result["step_time_s"]
-        e = 100 * (pred - step) / step
         note = "from TFLOP/s (F72); mbs 1, sp, no recompute, ZeRO-1 assumed"
         note += "" if result["fits"] else "; predicted not to fit: " + result["does_not_fit"]
-        print(f"{case['id']:34} {step:11.2f} {pred:12.2f} {e:+7.1f}%  {note}")
+        e = print_row(case["id"], step, pred, note)
         groups.setdefault(g, []).append((case["id"], step, pred, e if result["fits"] else None))
 
     amp = [c for c in data["cases"] if c["group"] == "AMP_heterogeneous_cluster"]

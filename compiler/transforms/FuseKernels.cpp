@@ -205,6 +205,25 @@ Value beforeRepeat(Value v, int64_t heads) {
   return v;
 }
 
+/// A two-operand Mul or Div of data by a one-element non-data tensor (x·c,
+/// c·x, x/c): folds c into `scale` (`known` false when c is not a
+/// constant) and returns the data operand's index; -1 for anything else.
+int foldScale(Operation *def, double &scale, bool &known) {
+  if (!isa<MulOp, DivOp>(def) || def->getNumOperands() != 2)
+    return -1;
+  int data = isScalarNonActivation(def->getOperand(1))   ? 0
+             : isScalarNonActivation(def->getOperand(0)) ? 1
+                                                         : -1;
+  if (data < 0 || (isa<DivOp>(def) && data != 0))
+    return -1;
+  std::optional<double> c = scalarConstant(def->getOperand(1 - data));
+  if (c && *c != 0)
+    scale = isa<DivOp>(def) ? scale / *c : scale * *c;
+  else
+    known = false;
+  return data;
+}
+
 /// Follows `cur` back through Mul / Div by one-element non-data tensors
 /// used only inside the region, folding constants into `scale`.
 Value absorbScales(Value cur, Region &region, Operation *user, double &scale,
@@ -213,16 +232,9 @@ Value absorbScales(Value cur, Region &region, Operation *user, double &scale,
     if (!isa<MulOp, DivOp>(def) || def->getNumOperands() != 2 ||
         !def->hasOneUse() || *def->getUsers().begin() != user)
       break;
-    int data = isScalarNonActivation(def->getOperand(1))   ? 0
-               : isScalarNonActivation(def->getOperand(0)) ? 1
-                                                           : -1;
-    if (data < 0 || (isa<DivOp>(def) && data != 0))
+    int data = foldScale(def, scale, known);
+    if (data < 0)
       break;
-    std::optional<double> c = scalarConstant(def->getOperand(1 - data));
-    if (c && *c != 0)
-      scale = isa<DivOp>(def) ? scale / *c : scale * *c;
-    else
-      known = false;
     region.add(def);
     user = def;
     cur = def->getOperand(data);
@@ -318,16 +330,9 @@ LogicalResult fuseAttention(MatMulOp pv,
     if (isa<CastOp, IdentityOp>(def)) {
       cur = def->getOperand(0);
     } else if (isa<MulOp, DivOp>(def) && def->getNumOperands() == 2) {
-      int data = isScalarNonActivation(def->getOperand(1))   ? 0
-                 : isScalarNonActivation(def->getOperand(0)) ? 1
-                                                             : -1;
-      if (data < 0 || (isa<DivOp>(def) && data != 0))
+      int data = foldScale(def, scale, scaleKnown);
+      if (data < 0)
         return failure();
-      std::optional<double> c = scalarConstant(def->getOperand(1 - data));
-      if (c && *c != 0)
-        scale = isa<DivOp>(def) ? scale / *c : scale * *c;
-      else
-        scaleKnown = false;
       cur = def->getOperand(data);
     } else if (isa<AddOp>(def) && def->getNumOperands() == 2) {
       int data = reachesScores(def->getOperand(0), 6)   ? 0

@@ -189,11 +189,10 @@ static void analyzeParallelism(func::FuncOp func, LayerKind &kind,
     // expert weights (the generator's and Megatron's batched experts).
     if (c.weighted && isa<MatMulOp>(op) && op.getNumOperands() == 2) {
       auto x = dyn_cast<RankedTensorType>(op.getOperand(0).getType());
-      Value wv = op.getOperand(1);
-      if (auto t = wv.getDefiningOp<TransposeOp>())
-        wv = t->getOperand(0);
-      auto wt = dyn_cast<RankedTensorType>(wv.getType());
-      if (x && wt && x.getRank() == 3 && wt.getRank() == 3 && isWeight(wv) &&
+      bool swapped;
+      BlockArgument wv = weightSource(op.getOperand(1), swapped);
+      auto wt = wv ? dyn_cast<RankedTensorType>(wv.getType()) : nullptr;
+      if (x && wt && x.getRank() == 3 && wt.getRank() == 3 &&
           isActivation(op.getOperand(0)) && x.getDimSize(0) == wt.getDimSize(0) &&
           wt.getDimSize(0) > 1) {
         c.experts = int(wt.getDimSize(0));
@@ -217,9 +216,6 @@ static void analyzeParallelism(func::FuncOp func, LayerKind &kind,
     if (attention) {
       c.attentionKeysPerQuery =
           double(attention.getKvLen()) * attention.computedBlockFraction();
-      c.attentionQueries = attention.getQLen();
-      c.attentionKeys = attention.getKvLen();
-      c.attentionCausal = attention.getCausal();
       c.attentionKvBytes = tensorBytes(attention.getKey().getType()) +
                            tensorBytes(attention.getValue().getType());
       kind.attentionHeads =
@@ -343,25 +339,15 @@ static void analyzeParallelism(func::FuncOp func, LayerKind &kind,
     if (!keptByOthers.contains(root))
       (entry.second ? kind.savedLinearInputShardedBytes
                     : kind.savedLinearInputReplicatedBytes) += entry.first;
-  // The router's top k (TopK's K, a constant).
-  for (Operation &op : func.getBody().front().without_terminator())
-    if (auto topk = dyn_cast<OnnxOp>(op))
-      if (topk.getOpType() == "TopK" && op.getNumOperands() > 1)
-        if (auto k = op.getOperand(1).getDefiningOp<ConstantOp>())
-          if (auto attr = dyn_cast<DenseIntElementsAttr>(k.getValue()))
-            if (attr.getNumElements() == 1)
-              kind.expertTopK = int((*attr.begin()).getSExtValue());
   // The weights of weighted contractions (fp8 keeps 1-byte copies).
   llvm::DenseMap<BlockArgument, int> splitDims = splitWeightDims(func, layout);
   llvm::DenseSet<Value> linearWeights;
   for (Operation &op : func.getBody().front().without_terminator())
     if (isContractionOp(&op) && hasWeightOperand(&op))
       for (Value v : op.getOperands()) {
-        Value w = v;
-        if (auto t = w.getDefiningOp<TransposeOp>())
-          w = t->getOperand(0);
-        auto arg = dyn_cast<BlockArgument>(w);
-        if (!arg || !isWeight(arg) || !linearWeights.insert(arg).second)
+        bool swapped;
+        BlockArgument arg = weightSource(v, swapped);
+        if (!arg || !linearWeights.insert(arg).second)
           continue;
         kind.linearParameters += numElements(arg.getType());
         if (!splitDims.count(arg))

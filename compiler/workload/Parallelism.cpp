@@ -246,10 +246,7 @@ TensorParallelLayout layoutByDynamicProgramming(func::FuncOp layer,
   return l;
 }
 
-/// The weight argument a value comes from, looking through a transpose of
-/// a matrix (torch exports nn.Linear as MatMul(x, Transpose(W))); `swapped`
-/// says the dims were exchanged.
-static BlockArgument weightSource(Value v, bool &swapped) {
+BlockArgument weightSource(Value v, bool &swapped) {
   swapped = false;
   if (auto t = v.getDefiningOp<TransposeOp>()) {
     v = t->getOperand(0);

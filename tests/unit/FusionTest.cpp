@@ -277,7 +277,6 @@ Workload moeModel(int layers, int64_t expertParams, int64_t dispatchBytes) {
   k.count = layers;
   k.parameters = expertParams;
   k.experts = 8;
-  k.expertTopK = 2;
   k.expertParameters = expertParams;
   k.expertReplicatedParameters = expertParams; // tp = 1 here
   k.replicatedParameters = expertParams;

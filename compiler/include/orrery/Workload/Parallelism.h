@@ -36,6 +36,11 @@ bool isContractionOp(mlir::Operation *op);
 /// True when an op has a weight (or weight-derived) tensor operand.
 bool hasWeightOperand(mlir::Operation *op);
 
+/// The weight argument a value comes from, looking through a transpose of
+/// a matrix (torch exports nn.Linear as MatMul(x, Transpose(W))); `swapped`
+/// says the dims were exchanged. Null when it is not a weight.
+mlir::BlockArgument weightSource(mlir::Value v, bool &swapped);
+
 /// Megatron's rule: the layout above, decided op by op.
 TensorParallelLayout layoutTensorParallel(mlir::func::FuncOp layer);
 

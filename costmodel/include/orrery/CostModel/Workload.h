@@ -68,17 +68,13 @@ struct OpCost {
   bool fusesWithPrevious = false;
   int64_t fusedIntermediateBytes = 0;
   /// A fused attention kernel (KernelClass::Attention): the keys each query
-  /// row visits (kv_len times the fraction of blocks computed) and the
-  /// sequence of queries and keys, for pricing its efficiency and its
-  /// split under context parallelism.
+  /// row visits (kv_len times the fraction of blocks computed), for its
+  /// efficiency.
   double attentionKeysPerQuery = 0;
-  int64_t attentionQueries = 0, attentionKeys = 0;
   /// Bytes of its K and V operands (what context parallelism's ring passes
   /// around), at the workload's batch.
   int64_t attentionKvBytes = 0;
   bool attentionCausal = false;
-  /// Ops a fused kernel or an elementwise chain replaced are not in this
-  /// list; `kernelFusion` says which fusions the workload was built with.
 };
 
 /// One kind of layer (a function after outlining) and the cost of one
@@ -146,12 +142,11 @@ struct LayerKind {
   /// ones tensor parallelism does not split (fp8 keeps a copy and its
   /// transpose of each, 1 byte per element each).
   int64_t linearParameters = 0, linearReplicatedParameters = 0;
-  /// Mixture of experts: the experts of the layer, the tokens each token is
-  /// routed to (TopK's k), the experts' parameters (tp-split ones, and of
+  /// Mixture of experts: the experts of the layer, their parameters (and of
   /// those the ones tp does not split), and the bytes of the dispatched
-  /// tokens ([E, capacity, d] at the workload's batch): what the dispatch
-  /// and the combine all-to-all move.
-  int experts = 0, expertTopK = 0;
+  /// tokens ([E, capacity, d] at the workload's batch, top-k copies of each
+  /// token): what the dispatch and the combine all-to-all move.
+  int experts = 0;
   int64_t expertParameters = 0, expertReplicatedParameters = 0;
   int64_t expertDispatchBytes = 0;
   /// The activation the layer takes (kept alone under full recompute).
