@@ -87,6 +87,21 @@ TEST(Catalog, MeasuredKernelProfiles) {
                                   "gemm_half_efficiency_s: missing"),
             std::string::npos)
       << errorOf(missing);
+  // A device on the same chip takes another's profile; naming a device
+  // without one is an error.
+  EXPECT_TRUE(bool(c.device("H100-SXM")->measuredKernels));
+  auto borrow = [](const std::string &from) {
+    return HardwareCatalog::parse(
+        R"({"devices": [{"name": "X", "peak_flop_per_s": {"fp16": 1e14},
+            "memory_bytes": 1e10, "memory_bandwidth_bytes_per_s": 1e12,
+            "power_w": 300, "kernel_profile_of": ")" +
+            from + R"("}]})",
+        "catalog.json");
+  };
+  auto unknown = borrow("Y");
+  EXPECT_EQ(errorOf(unknown),
+            "catalog.json: device 'X'.kernel_profile_of: 'Y' is not a device "
+            "with a measured profile");
 }
 
 TEST(Cluster, Presets) {
