@@ -260,6 +260,21 @@ def print_row(case_id, step, pred, note):
     return e
 
 
+def add_case(rows, case_id, step, result, error, note, unfit_counts=True):
+    """Prints one simulated case and adds it to its group's rows; a case
+    predicted not to fit counts towards the group's error unless
+    unfit_counts is False."""
+    if result is None:
+        print_row(case_id, step, None, error)
+        rows.append((case_id, step, None, None))
+        return
+    pred = result["step_time_s"]
+    if not result["fits"]:
+        note += "; predicted not to fit: " + result["does_not_fit"]
+    e = print_row(case_id, step, pred, note)
+    rows.append((case_id, step, pred, e if result["fits"] or unfit_counts else None))
+
+
 def report(rows, group):
     """Prints the group's mean absolute and mean signed error (a model that
     is fast or slow across the board shows in the second) and worst case;
@@ -304,15 +319,8 @@ def main():
             # step; only the gradient reduction overlaps (overlap_comm).
             strategy += ",overlap=grad"
         result, error = simulate(orrery, gpt_model(args.build, m), cluster, strategy, flags)
-        if result is None:
-            print_row(case["id"], step, None, error)
-            groups.setdefault(g, []).append((case["id"], step, None, None))
-            continue
-        pred = result["step_time_s"]
-        note = how + ("; " + why if why else "")
-        note += "" if result["fits"] else "; predicted not to fit: " + result["does_not_fit"]
-        e = print_row(case["id"], step, pred, note)
-        groups.setdefault(g, []).append((case["id"], step, pred, e))
+        add_case(groups.setdefault(g, []), case["id"], step, result, error,
+                 how + ("; " + why if why else ""))
     # Megatron-Core on H100 at sequence 4096: TFLOP/s per GPU (model FLOPs)
     # converted to a step time with F72.
     for case in data["cases"]:
@@ -325,15 +333,9 @@ def main():
             case["measured"]["tflops_per_gpu"] * 1e12 * gpus)
         cluster = f"{gpus // hw.get('gpus_per_node', 8)}x{hw.get('gpus_per_node', 8)}xH100-SXM"
         result, error = simulate(orrery, gpt_model(args.build, m), cluster, mcore_strategy(case))
-        if result is None:
-            print_row(case["id"], step, None, error)
-            groups.setdefault(g, []).append((case["id"], step, None, None))
-            continue
-        pred = result["step_time_s"]
-        note = "from TFLOP/s (F72); mbs 1, sp, no recompute, ZeRO-1 assumed"
-        note += "" if result["fits"] else "; predicted not to fit: " + result["does_not_fit"]
-        e = print_row(case["id"], step, pred, note)
-        groups.setdefault(g, []).append((case["id"], step, pred, e if result["fits"] else None))
+        add_case(groups.setdefault(g, []), case["id"], step, result, error,
+                 "from TFLOP/s (F72); mbs 1, sp, no recompute, ZeRO-1 assumed",
+                 unfit_counts=False)
 
     amp = [c for c in data["cases"] if c["group"] == "AMP_heterogeneous_cluster"]
     amp_rows = amp_group(orrery, args.build, amp) if amp else []
