@@ -216,9 +216,7 @@ searchPlans(const Workload &w, const Cluster &cluster, const PlanOptions &o) {
   // ZeRO-3 (priced optimistically at scale, see docs/costmodel.md, so it is
   // never preferred over a plan that fits without it); ZeRO-3 with the
   // optimizer offloaded to host memory.
-  int maxExperts = 0;
-  for (const LayerKind &k : w.kinds)
-    maxExperts = std::max(maxExperts, k.experts);
+  int maxExperts = w.experts();
   for (int pass = 0; pass < 3; ++pass) {
     bool offload = pass == 2;
     int zero = pass == 0 ? 1 : 3;
@@ -236,7 +234,7 @@ searchPlans(const Workload &w, const Cluster &cluster, const PlanOptions &o) {
         // Context parallelism splits the sequence into 2·cp chunks (causal
         // load balancing); it costs its exchange, so it is searched at any
         // length and wins where the memory or the attention needs it.
-        if (cp > 1 && (w.tokensPerSample == 0 || w.attentionHeads() == 0 ||
+        if (cp > 1 && (w.tokensPerSample == 0 || heads == 0 ||
                        w.tokensPerSample % (2 * cp)))
           continue;
         for (int pp : divisors(devices / (int64_t(tp) * cp), layers)) {

@@ -297,10 +297,7 @@ llvm::Error completeAndValidate(Strategy &s, const Workload &w,
   // over ep of the data-parallel (x cp) ranks (Megatron-Core's expert
   // parallel group).
   if (s.ep > 1) {
-    int experts = 0;
-    for (const LayerKind &k : w.kinds)
-      experts = std::max(experts, k.experts);
-    if (experts < 2)
+    if (w.experts() < 2)
       return err("strategy: ep=" + std::to_string(s.ep) +
                  ": the model has no mixture-of-experts layers to split");
     for (const LayerKind &k : w.kinds)

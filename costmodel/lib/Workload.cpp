@@ -60,6 +60,13 @@ int Workload::attentionHeads() const {
   return heads;
 }
 
+int Workload::experts() const {
+  int n = 0;
+  for (const LayerKind &k : kinds)
+    n = std::max(n, k.experts);
+  return n;
+}
+
 int64_t Workload::parameters() const {
   return sumOverLayers(*this, [](const LayerKind &k) { return k.parameters; });
 }

@@ -208,6 +208,9 @@ struct Workload {
   int64_t totalLayers() const;
   /// Attention heads (the largest over layer kinds; 0 without attention).
   int attentionHeads() const;
+  /// Experts of a mixture-of-experts layer (the largest over layer kinds;
+  /// 0 without one).
+  int experts() const;
   int64_t parameters() const;
   int64_t buffers() const;
   int64_t forwardFlops() const;
