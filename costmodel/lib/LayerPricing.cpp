@@ -25,14 +25,175 @@ double Simulation::opTime(const DeviceSpec &dev, double flops, double bytes,
                        kernels);
 }
 
-LayerTime Simulation::layerTime(const LayerKind &k, const StagePlacement &p,
-                                LayerBreakdown *breakdown) const {
-  LayerTime t;
+OpPrice Simulation::priceOp(const OpCost &op, const LayerKind &k,
+                             const StagePlacement &p) const {
+  OpPrice o;
   double sc = scale();
   const DeviceSpec &dev = *p.device;
   const GroupShape &tpGroup = p.tpGroup;
   int tpDeg = p.tp;
   bool eager = w.kernels == KernelFusion::Eager;
+  double split = (op.tensorParallel || s.sequenceParallel) ? tpDeg : 1;
+  o.split = split;
+  double f = op.forwardFlops * sc / split, b = op.backwardFlops * sc / split;
+  double moved = double(op.bytesRead + op.bytesWritten);
+  int kernels = 1;
+  if (op.fusesWithPrevious && !eager) {
+    // One kernel with the op before: the tensor between them is neither
+    // written nor read back.
+    moved = std::max(0.0, moved - 2.0 * op.fusedIntermediateBytes);
+    kernels = 0;
+  }
+  double bytes = moved * sc / split;
+  KernelClass cls = op.contraction ? KernelClass::Gemm : op.kernelClass;
+  // fp8 as Transformer Engine runs it: the weighted GEMMs of the
+  // repeated layers in fp8, attention and the once-only layers (the
+  // embedding, the output head) in bf16.
+  bool fp8 = s.precision == Precision::FP8 && op.weighted && k.count > 1;
+  Precision prec = s.precision == Precision::FP8 && !fp8 ? Precision::BF16
+                                                         : s.precision;
+  double fwd = opTime(dev, f, bytes, cls, kernels, prec);
+  // Backward: what the op's gradients read and write, else two kernels per
+  // contraction (input and weight gradients), each moving about the
+  // forward's bytes. A fused chain's backward is fused too.
+  double backMoved = op.backwardBytes >= 0 ? double(op.backwardBytes)
+                                           : 2 * double(op.bytesRead +
+                                                        op.bytesWritten);
+  int backKernels = op.backwardKernels >= 0 ? op.backwardKernels
+                    : op.contraction        ? 2
+                                            : 1;
+  if (op.fusesWithPrevious && !eager) {
+    backMoved = std::max(0.0, backMoved - 2.0 * op.fusedIntermediateBytes);
+    backKernels = 0;
+  }
+  // Dropout's backward multiplies by the mask its forward kept: an
+  // elementwise kernel that draws no random numbers.
+  KernelClass backCls =
+      cls == KernelClass::Random ? KernelClass::Pointwise : cls;
+  double bwd = opTime(dev, b, backMoved * sc / split, backCls, backKernels,
+                      prec);
+  if (op.experts > 1) {
+    // The device runs its E/ep local experts as one grouped GEMM: E/ep
+    // products of the tokens routed to each (FLOPs and bytes per device
+    // are the same at any ep; each product is ep times larger, and
+    // more efficient, as ep grows).
+    int local = std::max(1, op.experts / std::max(1, s.ep));
+    o.localExperts = local;
+    const KernelModel &km = a.kernelsFor(dev);
+    fwd = local * (opTime(dev, f / local, bytes / local, cls, 0, prec)) +
+          kernels * km.kernelLaunchS;
+    bwd = local * (opTime(dev, b / local, backMoved * sc / split / local,
+                          backCls, 0, prec)) +
+          backKernels * km.kernelLaunchS;
+  }
+  if (fp8) {
+    // Its input cast to fp8 and transposed for the weight gradient
+    // (read 2 bytes, write 1 + 1 per element) before the forward GEMM,
+    // the output gradient likewise before the backward ones.
+    o.castForwardS = opTime(dev, 0, 2.0 * op.activationInputBytes * sc / split,
+                            KernelClass::Pointwise, 1);
+    o.castBackwardS = opTime(dev, 0, 2.0 * op.outputBytes * sc / split,
+                             KernelClass::Pointwise, 1);
+    fwd += o.castForwardS;
+    bwd += o.castBackwardS;
+  }
+  if (cls == KernelClass::Attention) {
+    o.attention = true;
+    const KernelModel &km = a.kernelsFor(dev);
+    // Context parallelism: each rank holds s/cp of the queries (sc
+    // divides by cp). The ring computes them against one s/cp block of
+    // keys per step, each block a kernel call of its own; Ulysses runs
+    // the whole sequence for heads/cp heads.
+    bool ring = s.cp > 1 && s.cpComm == CpComm::Ring;
+    double keys = op.attentionKeysPerQuery / (ring ? s.cp : 1);
+    int calls = ring ? s.cp : 1;
+    o.attentionCalls = calls;
+    o.attentionKeys = keys;
+    fwd = attentionSeconds(dev, km, prec, f, bytes, keys, false) +
+          (calls - 1) * km.kernelLaunchS;
+    bwd = attentionSeconds(dev, km, prec, b, backMoved * sc / split, keys,
+                           true) +
+          (calls - 1) * 2 * km.kernelLaunchS;
+    o.attentionForwardS = fwd;
+    o.attentionBackwardS = bwd;
+    if (ring) {
+      // Megatron-Core / Transformer Engine: cp - 1 steps, each sending
+      // this rank's K and V block to the next rank while the current
+      // block computes (causal load balancing: 2·cp sequence chunks, two
+      // per rank, so every step has work); backward the blocks travel
+      // again with their dK and dV.
+      o.cpRing = true;
+      double block = double(op.attentionKvBytes) * sc / split;
+      o.cpBlockBytes = block;
+      o.cpSendS = collectiveTime(CollectiveKind::SendRecv, block, p.cpGroup);
+      o.cpSendBackS =
+          collectiveTime(CollectiveKind::SendRecv, 2 * block, p.cpGroup);
+      // Each step after the first merges its partial result into the
+      // running one (Transformer Engine's out / log-sum-exp correction:
+      // O read and written); backward accumulates dQ in fp32 and dK, dV
+      // across the steps.
+      double out = double(op.bytesWritten) * sc / split;
+      double q = std::max(0.0, double(op.bytesRead - op.attentionKvBytes)) *
+                 sc / split;
+      o.cpMergeForwardBytes = 2 * out;
+      o.cpMergeBackwardBytes = 4 * q + 2 * block;
+      o.cpMergeForwardS =
+          (s.cp - 1) * opTime(dev, 0, 2 * out, KernelClass::Pointwise, 1);
+      o.cpMergeBackwardS =
+          (s.cp - 1) *
+          opTime(dev, 0, 4 * q + 2 * block, KernelClass::Pointwise, 2);
+    } else if (s.cp > 1) {
+      // DeepSpeed-Ulysses: Q, K, V all-to-all (heads scattered, sequence
+      // gathered) before the kernel, the output back after it; backward
+      // the reverse. Nothing overlaps them.
+      o.cpQkvBytes = double(op.bytesRead) * sc / split;
+      o.cpOutBytes = double(op.bytesWritten) * sc / split; // O (and rows)
+      o.cpQkvAllToAllS =
+          collectiveTime(CollectiveKind::AllToAll, o.cpQkvBytes, p.cpGroup);
+      o.cpOutAllToAllS =
+          collectiveTime(CollectiveKind::AllToAll, o.cpOutBytes, p.cpGroup);
+    }
+  }
+  if (eager) { // a kernel shorter than the host's dispatch waits for it
+    fwd = std::max(fwd, kernels * a.hostDispatchS);
+    bwd = std::max(bwd, backKernels * a.hostDispatchS);
+  }
+  o.forwardS = fwd;
+  o.backwardS = bwd;
+  o.kernels = kernels;
+  o.backwardKernels = backKernels;
+  o.kernelClass = cls;
+  o.backwardClass = backCls;
+  o.precision = prec;
+  o.forwardFlops = f;
+  o.backwardFlops = b;
+  o.forwardBytes = bytes;
+  o.backwardBytes = backMoved * sc / split;
+  if (tpDeg > 1) {
+    o.tpRowAllReduceBytes = op.tpAllReduceForwardBytes * sc;
+    o.tpColumnAllReduceBytes = op.tpAllReduceBackwardBytes * sc;
+    o.tpGatherBytes = op.tpAllGatherForwardBytes * sc;
+    o.tpHaloBytes = op.tpHaloBytes * sc;
+    o.tpRowAllReduceS = collectiveTime(CollectiveKind::AllReduce,
+                                       o.tpRowAllReduceBytes, tpGroup);
+    o.tpColumnAllReduceS = collectiveTime(CollectiveKind::AllReduce,
+                                          o.tpColumnAllReduceBytes, tpGroup);
+    o.tpGatherS =
+        collectiveTime(CollectiveKind::AllGather, o.tpGatherBytes, tpGroup);
+    o.tpScatterS = collectiveTime(CollectiveKind::ReduceScatter,
+                                  o.tpGatherBytes, tpGroup);
+    o.tpHaloS =
+        collectiveTime(CollectiveKind::SendRecv, o.tpHaloBytes, tpGroup);
+  }
+  return o;
+}
+
+LayerTime Simulation::layerTime(const LayerKind &k, const StagePlacement &p,
+                                LayerBreakdown *breakdown) const {
+  LayerTime t;
+  double sc = scale();
+  const DeviceSpec &dev = *p.device;
+  int tpDeg = p.tp;
   // Contractions with tensor-parallel collectives, when they overlap.
   struct TpOverlap {
     double fwd, bwd, rowAr, colAr;
@@ -41,126 +202,26 @@ LayerTime Simulation::layerTime(const LayerKind &k, const StagePlacement &p,
   for (const OpCost &op : k.ops) {
     if (op.view)
       continue;
-    double split = (op.tensorParallel || s.sequenceParallel) ? tpDeg : 1;
-    double f = op.forwardFlops * sc / split, b = op.backwardFlops * sc / split;
-    double moved = double(op.bytesRead + op.bytesWritten);
-    int kernels = 1;
-    if (op.fusesWithPrevious && !eager) {
-      // One kernel with the op before: the tensor between them is neither
-      // written nor read back.
-      moved = std::max(0.0, moved - 2.0 * op.fusedIntermediateBytes);
-      kernels = 0;
+    OpPrice o = priceOp(op, k, p);
+    t.forwardComputeS += o.cpMergeForwardS;
+    t.backwardComputeS += o.cpMergeBackwardS;
+    if (o.cpRing) {
+      t.forwardCpS +=
+          (s.cp - 1) * std::max(0.0, o.cpSendS - o.attentionForwardS / s.cp);
+      t.backwardCpS += (s.cp - 1) * std::max(0.0, o.cpSendBackS -
+                                                    o.attentionBackwardS / s.cp);
+      t.cpTransferS += (s.cp - 1) * (o.cpSendS + o.cpSendBackS);
+      t.forwardCpSendS += (s.cp - 1) * o.cpSendS;
+      t.backwardCpSendS += (s.cp - 1) * o.cpSendBackS;
+    } else if (s.cp > 1 && o.attention) {
+      double both = o.cpQkvAllToAllS + o.cpOutAllToAllS;
+      t.forwardCpS += both;
+      t.backwardCpS += both;
+      t.cpTransferS += 2 * both;
+      t.forwardCpSendS += both;
+      t.backwardCpSendS += both;
     }
-    double bytes = moved * sc / split;
-    KernelClass cls = op.contraction ? KernelClass::Gemm : op.kernelClass;
-    // fp8 as Transformer Engine runs it: the weighted GEMMs of the
-    // repeated layers in fp8, attention and the once-only layers (the
-    // embedding, the output head) in bf16.
-    bool fp8 = s.precision == Precision::FP8 && op.weighted && k.count > 1;
-    Precision prec = s.precision == Precision::FP8 && !fp8 ? Precision::BF16
-                                                           : s.precision;
-    double fwd = opTime(dev, f, bytes, cls, kernels, prec);
-    // Backward: what the op's gradients read and write, else two kernels per
-    // contraction (input and weight gradients), each moving about the
-    // forward's bytes. A fused chain's backward is fused too.
-    double backMoved = op.backwardBytes >= 0 ? double(op.backwardBytes)
-                                             : 2 * double(op.bytesRead +
-                                                          op.bytesWritten);
-    int backKernels = op.backwardKernels >= 0 ? op.backwardKernels
-                      : op.contraction        ? 2
-                                              : 1;
-    if (op.fusesWithPrevious && !eager) {
-      backMoved = std::max(0.0, backMoved - 2.0 * op.fusedIntermediateBytes);
-      backKernels = 0;
-    }
-    // Dropout's backward multiplies by the mask its forward kept: an
-    // elementwise kernel that draws no random numbers.
-    KernelClass backCls =
-        cls == KernelClass::Random ? KernelClass::Pointwise : cls;
-    double bwd = opTime(dev, b, backMoved * sc / split, backCls, backKernels,
-                        prec);
-    if (op.experts > 1) {
-      // The device runs its E/ep local experts as one grouped GEMM: E/ep
-      // products of the tokens routed to each (FLOPs and bytes per device
-      // are the same at any ep; each product is ep times larger, and
-      // more efficient, as ep grows).
-      int local = std::max(1, op.experts / std::max(1, s.ep));
-      const KernelModel &km = a.kernelsFor(dev);
-      fwd = local * (opTime(dev, f / local, bytes / local, cls, 0, prec)) +
-            kernels * km.kernelLaunchS;
-      bwd = local * (opTime(dev, b / local, backMoved * sc / split / local,
-                            backCls, 0, prec)) +
-            backKernels * km.kernelLaunchS;
-    }
-    if (fp8) {
-      // Its input cast to fp8 and transposed for the weight gradient
-      // (read 2 bytes, write 1 + 1 per element) before the forward GEMM,
-      // the output gradient likewise before the backward ones.
-      fwd += opTime(dev, 0, 2.0 * op.activationInputBytes * sc / split,
-                    KernelClass::Pointwise, 1);
-      bwd += opTime(dev, 0, 2.0 * op.outputBytes * sc / split,
-                    KernelClass::Pointwise, 1);
-    }
-    if (cls == KernelClass::Attention) {
-      const KernelModel &km = a.kernelsFor(dev);
-      // Context parallelism: each rank holds s/cp of the queries (sc
-      // divides by cp). The ring computes them against one s/cp block of
-      // keys per step, each block a kernel call of its own; Ulysses runs
-      // the whole sequence for heads/cp heads.
-      bool ring = s.cp > 1 && s.cpComm == CpComm::Ring;
-      double keys = op.attentionKeysPerQuery / (ring ? s.cp : 1);
-      int calls = ring ? s.cp : 1;
-      fwd = attentionSeconds(dev, km, prec, f, bytes, keys, false) +
-            (calls - 1) * km.kernelLaunchS;
-      bwd = attentionSeconds(dev, km, prec, b, backMoved * sc / split,
-                             keys, true) +
-            (calls - 1) * 2 * km.kernelLaunchS;
-      if (ring) {
-        // Megatron-Core / Transformer Engine: cp - 1 steps, each sending
-        // this rank's K and V block to the next rank while the current
-        // block computes (causal load balancing: 2·cp sequence chunks, two
-        // per rank, so every step has work); backward the blocks travel
-        // again with their dK and dV.
-        double block = double(op.attentionKvBytes) * sc / split;
-        double send = collectiveTime(CollectiveKind::SendRecv, block, p.cpGroup);
-        double sendBack =
-            collectiveTime(CollectiveKind::SendRecv, 2 * block, p.cpGroup);
-        t.forwardCpS += (s.cp - 1) * std::max(0.0, send - fwd / s.cp);
-        t.backwardCpS += (s.cp - 1) * std::max(0.0, sendBack - bwd / s.cp);
-        t.cpTransferS += (s.cp - 1) * (send + sendBack);
-        t.forwardCpSendS += (s.cp - 1) * send;
-        t.backwardCpSendS += (s.cp - 1) * sendBack;
-        // Each step after the first merges its partial result into the
-        // running one (Transformer Engine's out / log-sum-exp correction:
-        // O read and written); backward accumulates dQ in fp32 and dK, dV
-        // across the steps.
-        double out = double(op.bytesWritten) * sc / split;
-        double q = std::max(0.0, double(op.bytesRead - op.attentionKvBytes)) *
-                   sc / split;
-        t.forwardComputeS +=
-            (s.cp - 1) * opTime(dev, 0, 2 * out, KernelClass::Pointwise, 1);
-        t.backwardComputeS +=
-            (s.cp - 1) * opTime(dev, 0, 4 * q + 2 * block,
-                                KernelClass::Pointwise, 2);
-      } else if (s.cp > 1) {
-        // DeepSpeed-Ulysses: Q, K, V all-to-all (heads scattered, sequence
-        // gathered) before the kernel, the output back after it; backward
-        // the reverse. Nothing overlaps them.
-        double in = double(op.bytesRead) * sc / split;
-        double out = double(op.bytesWritten) * sc / split; // O (and rows)
-        double qkv = collectiveTime(CollectiveKind::AllToAll, in, p.cpGroup);
-        double o = collectiveTime(CollectiveKind::AllToAll, out, p.cpGroup);
-        t.forwardCpS += qkv + o;
-        t.backwardCpS += qkv + o;
-        t.cpTransferS += 2 * (qkv + o);
-        t.forwardCpSendS += qkv + o;
-        t.backwardCpSendS += qkv + o;
-      }
-    }
-    if (eager) { // a kernel shorter than the host's dispatch waits for it
-      fwd = std::max(fwd, kernels * a.hostDispatchS);
-      bwd = std::max(bwd, backKernels * a.hostDispatchS);
-    }
+    double fwd = o.forwardS, bwd = o.backwardS;
     t.forwardComputeS += fwd;
     t.backwardComputeS += bwd;
     if (breakdown) {
@@ -168,7 +229,7 @@ LayerTime Simulation::layerTime(const LayerKind &k, const StagePlacement &p,
       std::string name = op.name;
       if (llvm::StringRef(name).starts_with("orrery."))
         name = name.substr(7);
-      if (kernels == 0 && !breakdown->kernels.empty()) {
+      if (o.kernels == 0 && !breakdown->kernels.empty()) {
         breakdown->kernels.back().forwardS += fwd;
         breakdown->kernels.back().backwardS += bwd;
       } else {
@@ -184,31 +245,23 @@ LayerTime Simulation::layerTime(const LayerKind &k, const StagePlacement &p,
       }
     }
     if (tpDeg > 1) {
-      double rowAr = collectiveTime(CollectiveKind::AllReduce,
-                                    op.tpAllReduceForwardBytes * sc, tpGroup);
-      double colAr = collectiveTime(CollectiveKind::AllReduce,
-                                    op.tpAllReduceBackwardBytes * sc, tpGroup);
       if (s.overlapTpComm) {
         // Priced after the loop, against the GEMMs they overlap.
-        overlapped.push_back({fwd, bwd, rowAr, colAr});
+        overlapped.push_back({fwd, bwd, o.tpRowAllReduceS, o.tpColumnAllReduceS});
       } else {
-        t.forwardTpS += rowAr;
-        t.backwardTpS += colAr;
+        t.forwardTpS += o.tpRowAllReduceS;
+        t.backwardTpS += o.tpColumnAllReduceS;
       }
       // A batch or spatial split gathered whole, and its gradient scattered
       // back; a spatial split's halo each way.
-      t.forwardTpS += collectiveTime(CollectiveKind::AllGather,
-                                     op.tpAllGatherForwardBytes * sc, tpGroup);
-      t.backwardTpS += collectiveTime(CollectiveKind::ReduceScatter,
-                                      op.tpAllGatherForwardBytes * sc, tpGroup);
-      double halo = collectiveTime(CollectiveKind::SendRecv,
-                                   op.tpHaloBytes * sc, tpGroup);
-      t.forwardTpS += halo;
-      t.backwardTpS += halo;
+      t.forwardTpS += o.tpGatherS;
+      t.backwardTpS += o.tpScatterS;
+      t.forwardTpS += o.tpHaloS;
+      t.backwardTpS += o.tpHaloS;
     }
     if (s.recompute == Recompute::Selective && op.attentionCore) {
       t.recomputeS += fwd;
-      t.recomputeFlops += op.forwardFlops * sc / split;
+      t.recomputeFlops += o.forwardFlops;
     }
   }
   if (!overlapped.empty()) {

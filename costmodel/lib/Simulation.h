@@ -34,6 +34,43 @@ struct LayerTime {
   bool fullRecompute = false;
 };
 
+/// One op's kernels and collectives under the strategy, per micro-batch on
+/// one device of a stage: what the simulator sums into a layer's time and
+/// what the lowering (Lowering.cpp) writes as instructions. Times include
+/// launches; fused ops (kernels == 0) belong to the kernel before them.
+struct OpPrice {
+  double split = 1; ///< the tensor-parallel (or sequence-parallel) divisor
+  double forwardS = 0, backwardS = 0; ///< compute, casts included
+  double forwardFlops = 0, backwardFlops = 0, forwardBytes = 0,
+         backwardBytes = 0;
+  int kernels = 1, backwardKernels = 1;
+  KernelClass kernelClass = KernelClass::Pointwise,
+              backwardClass = KernelClass::Pointwise;
+  Precision precision = Precision::BF16;
+  int localExperts = 0; ///< a grouped expert GEMM's products on the device
+  /// fp8: the casts before the forward and the backward GEMMs.
+  double castForwardS = 0, castBackwardS = 0;
+  /// Tensor-parallel collectives (bytes per rank, seconds).
+  double tpRowAllReduceBytes = 0, tpColumnAllReduceBytes = 0,
+         tpGatherBytes = 0, tpHaloBytes = 0;
+  double tpRowAllReduceS = 0, tpColumnAllReduceS = 0, tpGatherS = 0,
+         tpScatterS = 0, tpHaloS = 0;
+  /// Fused attention: kernel calls (cp blocks under the ring), keys per
+  /// query row of each, and their times before host dispatch.
+  bool attention = false;
+  int attentionCalls = 1;
+  double attentionKeys = 0, attentionForwardS = 0, attentionBackwardS = 0;
+  /// Context parallelism: the ring's block and its sends (forward, and
+  /// backward with dK/dV), the merge kernels of its cp - 1 steps; Ulysses'
+  /// all-to-alls around the kernel.
+  bool cpRing = false;
+  double cpBlockBytes = 0, cpSendS = 0, cpSendBackS = 0;
+  double cpMergeForwardBytes = 0, cpMergeBackwardBytes = 0,
+         cpMergeForwardS = 0, cpMergeBackwardS = 0;
+  double cpQkvBytes = 0, cpOutBytes = 0, cpQkvAllToAllS = 0,
+         cpOutAllToAllS = 0;
+};
+
 struct Task {
   int vs = 0, mb = 0;
   bool backward = false;
@@ -71,6 +108,8 @@ private:
   }
   double opTime(const DeviceSpec &dev, double flops, double bytes,
                 KernelClass c, int kernels, Precision precision) const;
+  OpPrice priceOp(const OpCost &op, const LayerKind &k,
+                  const StagePlacement &p) const;
   LayerTime layerTime(const LayerKind &k, const StagePlacement &p,
                       LayerBreakdown *breakdown = nullptr) const;
   std::vector<std::vector<int>>
