@@ -155,6 +155,32 @@ static bool isScoreProduct(Operation *op) {
          t.getDimSize(t.getRank() - 1) == t.getDimSize(t.getRank() - 2);
 }
 
+/// The GEMM a runtime runs for a contraction (OpCost::gemmM...): the
+/// result's leading dimensions are products of their own when both operands
+/// are activations (attention scores) or experts' weights, else rows of one
+/// product; k gives the op's FLOPs.
+static void gemmShape(Operation *op, OpCost &c) {
+  if (op->getNumResults() != 1)
+    return;
+  auto t = dyn_cast<RankedTensorType>(op->getResult(0).getType());
+  if (!t || !t.hasStaticShape() || t.getRank() < 1 || t.getNumElements() <= 0)
+    return;
+  int64_t rank = t.getRank(), elements = t.getNumElements();
+  bool conv = op->getName().getStringRef().contains("conv");
+  int64_t n = conv && rank >= 2 ? t.getDimSize(1) : t.getDimSize(rank - 1);
+  int64_t batch = 1;
+  if (!conv && rank >= 3 && (!c.weighted || c.experts > 1))
+    for (int64_t i = 0; i + 2 < rank; ++i)
+      batch *= t.getDimSize(i);
+  if (n <= 0 || batch <= 0)
+    return;
+  c.gemmBatch = batch;
+  c.gemmN = n;
+  c.gemmM = std::max<int64_t>(1, elements / n / batch);
+  c.gemmK = std::max<int64_t>(
+      1, int64_t(std::llround(double(c.forwardFlops) / 2.0 / double(elements))));
+}
+
 // The Megatron-LM analysis of a layer: a contraction with a weight whose
 // input is replicated is column-parallel (its output is split across the
 // tensor-parallel group; its input gradient is all-reduced in backward); one
@@ -209,6 +235,8 @@ static void analyzeParallelism(func::FuncOp func, LayerKind &kind,
       for (Value r : op.getResults())
         c.outputBytes += tensorBytes(r.getType());
     }
+    if (c.contraction)
+      gemmShape(&op, c);
     c.kernelClass = kernelClassOf(&op);
     c.view = isView(&op);
     priceBackward(&op, c);
@@ -218,6 +246,14 @@ static void analyzeParallelism(func::FuncOp func, LayerKind &kind,
           double(attention.getKvLen()) * attention.computedBlockFraction();
       c.attentionKvBytes = tensorBytes(attention.getKey().getType()) +
                            tensorBytes(attention.getValue().getType());
+      c.attentionBatch = attention.getBatch();
+      c.attentionQueryHeads = attention.getHeads();
+      c.attentionKvHeads = attention.getKvHeads();
+      c.attentionQueryLen = attention.getQLen();
+      c.attentionKvLen = attention.getKvLen();
+      c.attentionHeadDim = attention.getHeadDim();
+      c.attentionValueDim = attention.getValueDim();
+      c.attentionCausal = attention.getCausal();
       kind.attentionHeads =
           std::max<int>(kind.attentionHeads, int(attention.getHeads()));
       kind.attentionKvHeads =

@@ -19,6 +19,7 @@
 
 #include "orrery/CostModel/Hetero.h"
 #include "orrery/CostModel/Collective.h"
+#include "Simulation.h"
 
 #include <algorithm>
 #include <map>
@@ -233,6 +234,48 @@ static GroupShape pathBetween(const Cluster &c, int a, int b, int streams) {
   return g;
 }
 
+namespace detail {
+
+void groupPipeline(const Cluster &c, const HeteroStrategy &s, size_t g,
+                   const std::vector<Pool> &pools, Strategy &st,
+                   std::vector<StagePlacement> &at) {
+  const ReplicaGroup &rg = s.groups[g];
+  int pp = int(rg.stages.size());
+  st = Strategy();
+  st.pp = pp;
+  st.dp = rg.replicas;
+  st.microBatch = rg.microBatch;
+  int64_t most = *std::max_element(rg.microBatches.begin(),
+                                   rg.microBatches.end());
+  st.globalBatch = most * rg.microBatch * rg.replicas;
+  st.zeroStage = s.zeroStage;
+  st.recompute = rg.recompute;
+  st.precision = s.precision;
+  st.overlapGradReduce = s.overlapGradReduce;
+  st.overlapParamGather = s.overlapParamGather;
+  st.sequenceParallel = true; // only where a stage has tp > 1
+  for (const HeteroStage &hs : rg.stages)
+    st.stageLayers.push_back(hs.layers);
+  at.clear();
+  for (int i = 0; i < pp; ++i) {
+    const HeteroStage &hs = rg.stages[i];
+    const NodeGroup &ng = *pools[hs.pool].nodes;
+    StagePlacement p{ng.device,
+                     &ng,
+                     hs.tp,
+                     groupShapeIn(ng, 1, hs.tp),
+                     groupShapeIn(ng, hs.tp, rg.replicas),
+                     {}};
+    if (i + 1 < pp)
+      p.toNext = pathBetween(c, hs.devices.front(),
+                             rg.stages[i + 1].devices.front(),
+                             rg.replicas * hs.tp);
+    at.push_back(p);
+  }
+}
+
+} // namespace detail
+
 llvm::Expected<HeteroResult> simulateHetero(const Workload &w,
                                             const Cluster &c, HeteroStrategy s,
                                             const Assumptions &a,
@@ -247,35 +290,11 @@ llvm::Expected<HeteroResult> simulateHetero(const Workload &w,
     const ReplicaGroup &rg = s.groups[g];
     int pp = int(rg.stages.size());
     Strategy st;
-    st.pp = pp;
-    st.dp = rg.replicas;
-    st.microBatch = rg.microBatch;
-    int64_t most = *std::max_element(rg.microBatches.begin(),
-                                     rg.microBatches.end());
-    st.globalBatch = most * rg.microBatch * rg.replicas;
-    st.zeroStage = s.zeroStage;
-    st.recompute = rg.recompute;
-    st.precision = s.precision;
-    st.overlapGradReduce = s.overlapGradReduce;
-    st.overlapParamGather = s.overlapParamGather;
-    st.sequenceParallel = true; // only where a stage has tp > 1
-    for (const HeteroStage &hs : rg.stages)
-      st.stageLayers.push_back(hs.layers);
     std::vector<StagePlacement> at;
+    detail::groupPipeline(c, s, g, pools, st, at);
     for (int i = 0; i < pp; ++i) {
       const HeteroStage &hs = rg.stages[i];
       const NodeGroup &ng = *pools[hs.pool].nodes;
-      StagePlacement p{ng.device,
-                       &ng,
-                       hs.tp,
-                       groupShapeIn(ng, 1, hs.tp),
-                       groupShapeIn(ng, hs.tp, rg.replicas),
-                       {}};
-      if (i + 1 < pp)
-        p.toNext = pathBetween(c, hs.devices.front(),
-                               rg.stages[i + 1].devices.front(),
-                               rg.replicas * hs.tp);
-      at.push_back(p);
       peakFlops += double(hs.tp) * rg.replicas *
                    ng.device->tensorPeak(s.precision);
       for (int d : hs.devices) {

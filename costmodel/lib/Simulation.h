@@ -8,6 +8,7 @@
 #ifndef ORRERY_COSTMODEL_LIB_SIMULATION_H
 #define ORRERY_COSTMODEL_LIB_SIMULATION_H
 
+#include "orrery/CostModel/Hetero.h"
 #include "orrery/CostModel/Simulator.h"
 
 #include <vector>
@@ -80,6 +81,23 @@ struct Task {
   bool sendsWithNext = false;
 };
 
+/// What the lowering takes from a simulated step (Simulation::parts):
+/// the chunks, the schedule, per chunk its times and the bytes it keeps
+/// and sends, per stage its gradient reduction and optimizer step.
+struct StepParts {
+  std::vector<size_t> sequence; ///< layer -> kind
+  std::vector<std::vector<int>> chunkOf;
+  std::vector<std::vector<Task>> order; ///< per stage
+  std::vector<double> fwdS, bwdS, keptBytes, workingBytes, outBytes;
+  std::vector<double> transferS, gatherFwdS, gatherBwdS;
+  /// Per stage: parameters per device (dense, experts, split by batch in
+  /// tp), the tied copy's and its sync, the optimizer shard.
+  std::vector<double> denseParams, expertParams, tpGradParams, tiedParams,
+      tiedSyncS, shardParams, optS, optBytes;
+  /// Per stage: the tied weights it holds as a copy (not its own layer's).
+  std::vector<double> tiedCopyParams;
+};
+
 class Simulation {
 public:
   /// `at[i]` says where pipeline stage i runs; `uniform` when every stage
@@ -90,6 +108,24 @@ public:
 
   llvm::Expected<StepResult> run(bool keepTrace);
   Detail detail = Detail::Full;
+  /// Filled by run() when set.
+  StepParts *parts = nullptr;
+  /// One op's price, and the layer layout a stage runs (for the lowering).
+  OpPrice priceOp(const OpCost &op, const LayerKind &k,
+                  const StagePlacement &p) const;
+  const LayerKind &layout(const LayerKind &k, int stage) const {
+    return k.forMicroBatch(s.microBatch, at[stage].tp, s.tpBatchSplit);
+  }
+  const StagePlacement &placement(int stage) const { return at[stage]; }
+  std::vector<std::vector<Task>> scheduleOf(int microBatches) const {
+    return schedule(microBatches);
+  }
+  double scale() const {
+    return double(s.microBatch) / double(std::max<int64_t>(1, w.batchSize)) /
+           s.cp;
+  }
+  double opTime(const DeviceSpec &dev, double flops, double bytes,
+                KernelClass c, int kernels, Precision precision) const;
 
 private:
   const Workload &w;
@@ -98,24 +134,26 @@ private:
   std::vector<StagePlacement> at;
   bool uniform;
 
-  double scale() const {
-    return double(s.microBatch) / double(std::max<int64_t>(1, w.batchSize)) /
-           s.cp;
-  }
   double opTime(const DeviceSpec &dev, double flops, double bytes,
                 KernelClass c, int kernels) const {
     return opTime(dev, flops, bytes, c, kernels, s.precision);
   }
-  double opTime(const DeviceSpec &dev, double flops, double bytes,
-                KernelClass c, int kernels, Precision precision) const;
-  OpPrice priceOp(const OpCost &op, const LayerKind &k,
-                  const StagePlacement &p) const;
   LayerTime layerTime(const LayerKind &k, const StagePlacement &p,
                       LayerBreakdown *breakdown = nullptr) const;
   std::vector<std::vector<int>>
   chunkLayers(std::vector<size_t> &sequence) const;
   std::vector<std::vector<Task>> schedule(int microBatches) const;
 };
+
+/// The pipeline of replica group `g` of a placed heterogeneous strategy:
+/// the Strategy its simulation runs (the most micro-batches of any of its
+/// replicas) and each stage's placement (Hetero.cpp).
+/// The placement of every stage of a homogeneous step (simulateStep's).
+StagePlacement homogeneousPlacement(const Cluster &c, const Strategy &s);
+
+void groupPipeline(const Cluster &c, const HeteroStrategy &s, size_t g,
+                   const std::vector<Pool> &pools, Strategy &st,
+                   std::vector<StagePlacement> &at);
 
 } // namespace detail
 } // namespace orrery

@@ -449,7 +449,9 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
   // Tied weights (a head sharing the embedding's): a stage that uses them
   // without holding their owner keeps a copy (weights, gradients, optimizer
   // state), and the two stages all-reduce its gradient after the backward.
-  std::vector<double> tiedSyncS(pp, 0.0);
+  std::vector<double> tiedSyncS(pp, 0.0), tiedCopy(pp, 0.0);
+  if (parts)
+    parts->tiedCopyParams.assign(pp, 0.0);
   if (pp > 1) {
     std::vector<std::vector<bool>> holds(pp,
                                          std::vector<bool>(w.kinds.size()));
@@ -478,9 +480,13 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
                                                copy * a.gradBytesPerParam,
                                                at[j].toNext));
         tiedSyncS[i] += sync;
+        tiedCopy[i] += copy;
+        if (parts)
+          parts->tiedCopyParams[i] += copy;
         for (int j = 0; j < pp; ++j)
           if (holds[j][owner]) {
             tiedSyncS[j] += sync;
+            tiedCopy[j] += copy;
             break;
           }
       }
@@ -548,6 +554,25 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
   double stepS = 0;
   int slowest = 0;
   std::vector<double> dpExposed(pp, 0), optS(pp, 0), finish(pp, 0);
+  if (parts) {
+    parts->sequence = sequence;
+    parts->chunkOf = chunkOf;
+    parts->order = order;
+    parts->fwdS = fwdS;
+    parts->bwdS = bwdS;
+    parts->keptBytes = keptBytes;
+    parts->workingBytes = workingBytes;
+    parts->outBytes = outBytes;
+    parts->transferS = links.transferS;
+    parts->gatherFwdS = links.gatherFwdS;
+    parts->gatherBwdS = links.gatherBwdS;
+    parts->tiedParams = tiedCopy;
+    parts->tiedSyncS = tiedSyncS;
+    for (auto *v : {&parts->denseParams, &parts->expertParams,
+                    &parts->tpGradParams, &parts->shardParams, &parts->optS,
+                    &parts->optBytes})
+      v->assign(pp, 0.0);
+  }
   for (int i = 0; i < pp; ++i) {
     double p = 0, tpGrad = 0, experts = 0;
     for (int c2 = 0; c2 < v; ++c2) {
@@ -615,6 +640,14 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
                   ? shardParams * 16 / 31.5e9
                   : opTime(*at[i].device, shardParams * 10, optBytes,
                            KernelClass::Pointwise, 5);
+    if (parts) {
+      parts->denseParams[i] = dense;
+      parts->expertParams[i] = experts;
+      parts->tpGradParams[i] = tpGrad;
+      parts->shardParams[i] = shardParams;
+      parts->optS[i] = optS[i];
+      parts->optBytes[i] = optBytes;
+    }
     finish[i] = free[i] + dpExposed[i] + optS[i];
     if (finish[i] > stepS) {
       stepS = finish[i];
@@ -753,6 +786,27 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
 
 } // namespace detail
 
+namespace detail {
+StagePlacement homogeneousPlacement(const Cluster &c, const Strategy &s) {
+  const NodeGroup &g = c.groupOf(0);
+  // Gradients are reduced over dp x cp: the context-parallel ranks hold the
+  // same weights (adjacent axes under the default order form one group).
+  return StagePlacement{
+      &c.deviceSpec(0),
+      &g,
+      s.tp,
+      groupShapeIn(g, s.stride("tp"), s.tp),
+      groupShapeIn(g, std::min(s.stride("dp"), s.stride("cp")), s.dp * s.cp),
+      groupShapeIn(g, s.stride("pp"), 2),
+      groupShapeIn(g, s.stride("cp"), s.cp),
+      // ep adjacent data-parallel ranks (inside a node first), and the
+      // ranks holding the same experts, ep apart.
+      groupShapeIn(g, s.stride("dp"), s.ep),
+      groupShapeIn(g, s.stride("dp") * s.ep,
+                   std::max(1, s.dp * s.cp / std::max(1, s.ep)))};
+}
+} // namespace detail
+
 llvm::Expected<StepResult> simulateStep(const Workload &w, const Cluster &c,
                                         Strategy s, const Assumptions &a,
                                         bool keepTrace, Detail detail) {
@@ -778,22 +832,7 @@ llvm::Expected<StepResult> simulateStep(const Workload &w, const Cluster &c,
                " sites, which one strategy string cannot place; plan it with "
                "`orrery plan`, or simulate a heterogeneous plan with "
                "`orrery simulate --plan`");
-  const NodeGroup &g = c.groupOf(0);
-  // Gradients are reduced over dp x cp: the context-parallel ranks hold the
-  // same weights (adjacent axes under the default order form one group).
-  StagePlacement place{
-      &c.deviceSpec(0),
-      &g,
-      s.tp,
-      groupShapeIn(g, s.stride("tp"), s.tp),
-      groupShapeIn(g, std::min(s.stride("dp"), s.stride("cp")), s.dp * s.cp),
-      groupShapeIn(g, s.stride("pp"), 2),
-      groupShapeIn(g, s.stride("cp"), s.cp),
-      // ep adjacent data-parallel ranks (inside a node first), and the
-      // ranks holding the same experts, ep apart.
-      groupShapeIn(g, s.stride("dp"), s.ep),
-      groupShapeIn(g, s.stride("dp") * s.ep,
-                   std::max(1, s.dp * s.cp / std::max(1, s.ep)))};
+  StagePlacement place = homogeneousPlacement(c, s);
   Simulation sim(w, s, a, std::vector<StagePlacement>(s.pp, place), true);
   sim.detail = detail;
   auto r = sim.run(keepTrace);

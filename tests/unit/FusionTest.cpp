@@ -22,25 +22,9 @@ using namespace orrery;
 
 namespace {
 
-/// tiny-gpt at `batch`, prepared for `kernels` as the CLI's front end does.
-Workload tinyGpt(MLIRContext &ctx, KernelFusion kernels, int64_t batch = 1) {
-  onnx::LoadOptions options;
-  options.dims["batch"] = batch;
-  auto module = importOnnxFile(
-      ctx, test::sourceDir() + "/models/fixtures/tiny-gpt.onnx", options);
-  EXPECT_TRUE(bool(module));
-  PassManager pm(&ctx);
-  if (kernels != KernelFusion::Eager) {
-    FuseKernelsPassOptions fusion;
-    fusion.attention = kernels == KernelFusion::Fused;
-    pm.addPass(createFuseKernelsPass(fusion));
-  }
-  pm.addPass(createOutlineLayersPass());
-  EXPECT_TRUE(succeeded(pm.run(**module)));
-  auto w = buildWorkload(**module, {}, kernels);
-  EXPECT_TRUE(bool(w));
-  return *w;
-}
+using test::moeModel;
+using test::preset;
+using test::tinyGpt;
 
 const LayerKind &layerKind(const Workload &w) {
   for (const LayerKind &k : w.kinds)
@@ -48,12 +32,6 @@ const LayerKind &layerKind(const Workload &w) {
       return k;
   ADD_FAILURE() << "no repeated layer";
   return w.kinds.front();
-}
-
-Cluster preset(const char *text) {
-  auto c = parseClusterPreset(text, HardwareCatalog::builtin());
-  EXPECT_TRUE(bool(c));
-  return std::move(*c);
 }
 
 llvm::Expected<StepResult> run(const Workload &w, const Cluster &c,
@@ -265,36 +243,6 @@ TEST(Precision, Fp8AsTransformerEngineRunsIt) {
             std::vector<std::string>{"V100-32G"});
   EXPECT_TRUE(fp16v.precisionFallbackDevices.empty());
   EXPECT_GT(bf16v.computeS, fp16v.computeS);
-}
-
-/// `layers` mixture-of-experts layers: a router-free stand-in with one
-/// batched expert GEMM over 8 experts (all the layer's parameters), and the
-/// tokens it dispatches.
-Workload moeModel(int layers, int64_t expertParams, int64_t dispatchBytes) {
-  Workload w;
-  LayerKind k;
-  k.name = "moe_layer";
-  k.count = layers;
-  k.parameters = expertParams;
-  k.experts = 8;
-  k.expertParameters = expertParams;
-  k.expertReplicatedParameters = expertParams; // tp = 1 here
-  k.replicatedParameters = expertParams;
-  k.expertDispatchBytes = dispatchBytes;
-  OpCost op;
-  op.name = "orrery.matmul";
-  op.forwardFlops = int64_t(2e12);
-  op.backwardFlops = int64_t(4e12);
-  op.contraction = op.weighted = true;
-  op.experts = 8;
-  k.ops = {op};
-  k.forwardFlops = op.forwardFlops;
-  k.backwardFlops = op.backwardFlops;
-  k.inputBytes = k.outputBytes = dispatchBytes / 2;
-  w.kinds = {k};
-  w.layers = {{0, layers}};
-  w.tokensPerSample = 4096;
-  return w;
 }
 
 TEST(ExpertParallel, ExpertsSplitAndTokensMoveByAllToAll) {

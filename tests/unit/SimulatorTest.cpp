@@ -1,4 +1,5 @@
 //===- SimulatorTest.cpp - the step simulator on hand-made workloads ------===//
+#include "TestSupport.h"
 #include "orrery/CostModel/Simulator.h"
 #include "orrery/CostModel/Collective.h"
 
@@ -40,11 +41,7 @@ Workload uniformModel(int layers, double flops, int64_t params,
   return w;
 }
 
-Cluster preset(const char *text) {
-  auto c = parseClusterPreset(text, HardwareCatalog::builtin());
-  EXPECT_TRUE(bool(c));
-  return std::move(*c);
-}
+using test::preset;
 
 StepResult simulate(const Workload &w, const Cluster &c, const char *strategy,
                     bool trace = false) {

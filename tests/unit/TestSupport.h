@@ -2,7 +2,14 @@
 #ifndef ORRERY_TESTS_UNIT_TESTSUPPORT_H
 #define ORRERY_TESTS_UNIT_TESTSUPPORT_H
 
+#include "orrery/CostModel/Cluster.h"
+#include "orrery/CostModel/Workload.h"
 #include "orrery/Import/Importer.h"
+#include "orrery/Transforms/Passes.h"
+#include "orrery/Workload/BuildWorkload.h"
+
+#include "mlir/Pass/PassManager.h"
+#include <gtest/gtest.h>
 
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Parser/Parser.h"
@@ -19,6 +26,62 @@ inline mlir::OwningOpRef<mlir::ModuleOp> parse(mlir::MLIRContext &ctx,
                                                const std::string &text) {
   registerOrreryDialects(ctx);
   return mlir::parseSourceString<mlir::ModuleOp>(text, &ctx);
+}
+
+inline Cluster preset(const char *text) {
+  auto c = parseClusterPreset(text, HardwareCatalog::builtin());
+  EXPECT_TRUE(bool(c));
+  return std::move(*c);
+}
+
+/// tiny-gpt at `batch`, prepared for `kernels` as the CLI's front end does.
+inline Workload tinyGpt(mlir::MLIRContext &ctx, KernelFusion kernels, int64_t batch = 1) {
+  onnx::LoadOptions options;
+  options.dims["batch"] = batch;
+  auto module = importOnnxFile(
+      ctx, test::sourceDir() + "/models/fixtures/tiny-gpt.onnx", options);
+  EXPECT_TRUE(bool(module));
+  mlir::PassManager pm(&ctx);
+  if (kernels != KernelFusion::Eager) {
+    FuseKernelsPassOptions fusion;
+    fusion.attention = kernels == KernelFusion::Fused;
+    pm.addPass(createFuseKernelsPass(fusion));
+  }
+  pm.addPass(createOutlineLayersPass());
+  EXPECT_TRUE(mlir::succeeded(pm.run(**module)));
+  auto w = buildWorkload(**module, {}, kernels);
+  EXPECT_TRUE(bool(w));
+  return *w;
+}
+
+/// `layers` mixture-of-experts layers: a router-free stand-in with one
+/// batched expert GEMM over 8 experts (all the layer's parameters), and the
+/// tokens it dispatches.
+inline Workload moeModel(int layers, int64_t expertParams, int64_t dispatchBytes) {
+  Workload w;
+  LayerKind k;
+  k.name = "moe_layer";
+  k.count = layers;
+  k.parameters = expertParams;
+  k.experts = 8;
+  k.expertParameters = expertParams;
+  k.expertReplicatedParameters = expertParams; // tp = 1 here
+  k.replicatedParameters = expertParams;
+  k.expertDispatchBytes = dispatchBytes;
+  OpCost op;
+  op.name = "orrery.matmul";
+  op.forwardFlops = int64_t(2e12);
+  op.backwardFlops = int64_t(4e12);
+  op.contraction = op.weighted = true;
+  op.experts = 8;
+  k.ops = {op};
+  k.forwardFlops = op.forwardFlops;
+  k.backwardFlops = op.backwardFlops;
+  k.inputBytes = k.outputBytes = dispatchBytes / 2;
+  w.kinds = {k};
+  w.layers = {{0, layers}};
+  w.tokensPerSample = 4096;
+  return w;
 }
 
 } // namespace orrery::test

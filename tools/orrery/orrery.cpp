@@ -14,6 +14,8 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "Common.h"
+#include "Lower.h"
 #include "PlanReport.h"
 #include "Report.h"
 #include "Simulate.h"
@@ -44,68 +46,8 @@
 
 namespace {
 
-int fail(const std::string &message) {
-  std::string line = message;
-  std::replace(line.begin(), line.end(), '\n', ' ');
-  std::cerr << "orrery: error: " << line << "\n";
-  return 1;
-}
+using namespace orrery::cli;
 
-/// Parses NAME=VALUE pairs of --dim; returns an error message or "".
-std::string parseDims(const std::vector<std::string> &specs,
-                      orrery::onnx::LoadOptions &options) {
-  for (const std::string &spec : specs) {
-    size_t eq = spec.find('=');
-    if (eq == std::string::npos || eq == 0)
-      return "--dim '" + spec + "': expected NAME=VALUE";
-    std::string name = spec.substr(0, eq), value = spec.substr(eq + 1);
-    char *end = nullptr;
-    errno = 0;
-    long long v = std::strtoll(value.c_str(), &end, 10);
-    if (value.empty() || *end || errno || v <= 0)
-      return "--dim '" + spec + "': value must be a positive integer";
-    options.dims[name] = v;
-  }
-  return "";
-}
-
-struct ModelArgs {
-  std::string path;
-  std::vector<std::string> dims;
-  /// The kernels the front end prepares the graph for when it outlines:
-  /// `orrery-fuse-kernels` runs first unless eager (attention stays unfused
-  /// for unfused-attention).
-  orrery::KernelFusion kernels = orrery::KernelFusion::Fused;
-};
-
-void addModelArgs(CLI::App *cmd, ModelArgs &args) {
-  cmd->add_option("model", args.path, "ONNX model file (.onnx)")->required();
-  cmd->add_option("--dim", args.dims,
-                  "bind a symbolic dimension, NAME=VALUE (repeatable)")
-      ->type_name("NAME=VALUE");
-}
-
-/// A model argument: an existing file, or the name of a built-in model
-/// (`orrery simulate gpt3-175b`), written at build time by models/generate.py.
-std::string resolveModel(const std::string &arg) {
-  struct stat st;
-  if (stat(arg.c_str(), &st) == 0 || arg.find('/') != std::string::npos ||
-      arg.find(".onnx") != std::string::npos)
-    return arg;
-  const char *dir = std::getenv("ORRERY_MODELS_DIR");
-  std::string base = dir ? dir : ORRERY_MODELS_DIR;
-  std::string path = base + "/" + arg + ".onnx";
-  return stat(path.c_str(), &st) == 0 ? path : arg;
-}
-
-/// Binds `batch` to 1 unless the user bound it: workloads for simulate and
-/// plan are per sample, and the strategy sets the micro-batch.
-void defaultBatchToOne(ModelArgs &args) {
-  for (const std::string &d : args.dims)
-    if (d.rfind("batch=", 0) == 0)
-      return;
-  args.dims.push_back("batch=1");
-}
 
 /// The help text of --kernels.
 constexpr const char *kKernelsHelp =
@@ -150,68 +92,6 @@ struct FrameworkFlags {
   }
 };
 
-/// Layout prices from a cluster's first device and its intra-node link.
-orrery::LayoutCosts layoutCostsFor(const orrery::Cluster &c,
-                                   orrery::Precision p,
-                                   const orrery::Assumptions &a = {}) {
-  orrery::LayoutCosts costs;
-  const orrery::NodeGroup &g = c.groupOf(0);
-  const orrery::KernelModel &k = a.kernelsFor(*g.device);
-  costs.degree = std::max(1, g.devicesPerNode);
-  costs.secondsPerFlop = 1.0 / (g.device->tensorPeak(p) * k.gemmEfficiency);
-  costs.secondsPerByte =
-      1.0 / (g.device->memoryBandwidthBytesPerS * k.pointwiseMemoryEfficiency);
-  costs.kernelS = k.kernelLaunchS;
-  if (g.intraNodeLink) {
-    double n = costs.degree;
-    double bw = g.intraNodeLink->bandwidthBytesPerS *
-                orrery::ncclLinkEfficiency(*g.intraNodeLink);
-    costs.secondsPerAllReduceByte = 2.0 * (n - 1) / n / bw;
-    costs.allReduceLatencyS = 2.0 * (n - 1) * g.intraNodeLink->latencyS;
-  }
-  return costs;
-}
-
-/// Import and (optionally) outline; on error prints it and returns null.
-mlir::OwningOpRef<mlir::ModuleOp> frontEnd(mlir::MLIRContext &ctx,
-                                           const ModelArgs &args, bool outline,
-                                           std::map<std::string, int64_t> *hist,
-                                           int &rc) {
-  orrery::onnx::LoadOptions options;
-  std::string err = parseDims(args.dims, options);
-  if (!err.empty()) {
-    rc = fail(err);
-    return nullptr;
-  }
-  auto module = orrery::importOnnxFile(ctx, resolveModel(args.path), options);
-  if (!module) {
-    rc = fail(llvm::toString(module.takeError()));
-    return nullptr;
-  }
-  if (hist)
-    *hist = orrery::opHistogram(**module);
-  if (outline) {
-    mlir::PassManager pm(&ctx);
-    if (args.kernels != orrery::KernelFusion::Eager) {
-      orrery::FuseKernelsPassOptions fusion;
-      fusion.attention = args.kernels == orrery::KernelFusion::Fused;
-      pm.addPass(orrery::createFuseKernelsPass(fusion));
-    }
-    pm.addPass(orrery::createOutlineLayersPass());
-    std::string diag;
-    mlir::ScopedDiagnosticHandler handler(&ctx, [&](mlir::Diagnostic &d) {
-      if (diag.empty())
-        diag = d.str();
-      return mlir::success();
-    });
-    if (mlir::failed(pm.run(**module))) {
-      rc = fail(args.path + ": layer outlining failed: " + diag);
-      return nullptr;
-    }
-  }
-  rc = 0;
-  return std::move(*module);
-}
 
 /// Writes the model at one step's micro-batch (batch = mbs x dp) with the
 /// strategy's shardings in MLIR's shard dialect to `path` ("-": stdout).
@@ -321,45 +201,6 @@ int writeReport(const orrery::ReportData &d, const std::string &path) {
   return 0;
 }
 
-/// The bytes of a file; false when it cannot be read.
-bool readFileBytes(const std::string &path, std::string &out) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f)
-    return false;
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  out = ss.str();
-  return true;
-}
-
-/// A plan file as JSON; on failure prints the one-line error and returns
-/// its exit code.
-int readPlanFile(const std::string &path, nlohmann::json &doc) {
-  std::string text;
-  if (!readFileBytes(path, text))
-    return fail(path + ": cannot open file");
-  doc = nlohmann::json::parse(text, nullptr, false);
-  if (doc.is_discarded() || !doc.is_object())
-    return fail(path + ": not valid JSON");
-  return 0;
-}
-
-/// A plan's model and cluster digests against the inputs at hand.
-int checkDigests(const nlohmann::json &planDoc, const std::string &what,
-                 const orrery::PlanInputs &inputs, const std::string &modelPath,
-                 const std::string &clusterSpec) {
-  std::string wantModel = planDoc["model"].value("digest_fnv1a64", "");
-  if (wantModel != inputs.modelDigest)
-    return fail(what + ": model.digest_fnv1a64 " + wantModel +
-                " differs from " + modelPath + " (" + inputs.modelDigest +
-                "): the plan is for another model");
-  std::string wantCluster = planDoc["cluster"].value("digest_fnv1a64", "");
-  if (wantCluster != inputs.clusterDigest)
-    return fail(what + ": cluster.digest_fnv1a64 " + wantCluster +
-                " differs from " + clusterSpec + " (" + inputs.clusterDigest +
-                "): the plan is for another cluster");
-  return 0;
-}
 
 /// `orrery check` of a heterogeneous plan: re-simulates it and compares.
 int checkHeteroPlan(const nlohmann::json &planDoc, const std::string &what,
@@ -464,6 +305,7 @@ int main(int argc, char **argv) {
 
   ModelArgs importArgs;
   bool outline = false;
+  orrery::cli::LowerCommand lowerCmd;
   CLI::App *importCmd = app.add_subcommand(
       "import", "Import an ONNX model and print it in the orrery MLIR dialect");
   addModelArgs(importCmd, importArgs);
@@ -623,6 +465,7 @@ int main(int argc, char **argv) {
                         "mlir: the model (default: the plan's model.source)");
   exportCmd->add_option("--cluster", exportCluster,
                         "mlir: the cluster (default: the plan's cluster.spec)");
+  lowerCmd.add(app);
 
   try {
     app.parse(argc, argv);
@@ -635,6 +478,9 @@ int main(int argc, char **argv) {
   } catch (const CLI::ParseError &e) {
     return fail(e.what());
   }
+
+  if (*lowerCmd.cmd)
+    return lowerCmd.run();
 
   mlir::MLIRContext ctx;
   ctx.disableMultithreading();

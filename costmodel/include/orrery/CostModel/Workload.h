@@ -75,6 +75,15 @@ struct OpCost {
   /// around), at the workload's batch.
   int64_t attentionKvBytes = 0;
   bool attentionCausal = false;
+  /// A contraction as the GEMM a runtime runs, at the workload's batch:
+  /// gemmBatch products of [gemmM, gemmK] x [gemmK, gemmN] with the op's
+  /// result ([.., m, n]; a convolution's output channels are n, its other
+  /// output positions m) and its FLOPs (k = FLOPs / 2 / result elements).
+  int64_t gemmBatch = 0, gemmM = 0, gemmN = 0, gemmK = 0;
+  /// A fused attention's shape (orrery.fused_attention's attributes).
+  int64_t attentionBatch = 0, attentionQueryHeads = 0, attentionKvHeads = 0,
+          attentionQueryLen = 0, attentionKvLen = 0, attentionHeadDim = 0,
+          attentionValueDim = 0;
 };
 
 /// One kind of layer (a function after outlining) and the cost of one

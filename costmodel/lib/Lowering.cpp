@@ -1,0 +1,936 @@
+//===- Lowering.cpp - a plan's step as one program per rank --------------===//
+//
+// Per rank, in its stage's schedule order (Simulation::schedule), each task
+// becomes: the receive of its input from the previous chunk's rank (and its
+// gather over tp), an allocation of the activations it keeps, every op of
+// every layer of the chunk as the simulator prices it (priceOp: GEMMs,
+// fused attention with context parallelism's ring or all-to-alls, memory-
+// bound kernels, fp8 casts, tensor-parallel collectives, expert all-to-
+// alls, ZeRO-3 gathers, recompute), the send of its output. Backward tasks
+// run the layers' ops in reverse and free the activations; during the last
+// micro-batch's backward each layer's gradients are reduced as their
+// bucket fills (--overlap-grad-reduce). The step ends with the tied
+// embedding's all-reduce, a wait for every stream, the optimizer step and
+// the distributed optimizer's parameter all-gather.
+//
+//===----------------------------------------------------------------------===//
+
+#include "orrery/CostModel/Lowering.h"
+#include "Simulation.h"
+#include "orrery/CostModel/Collective.h"
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <map>
+
+namespace orrery {
+
+static llvm::Error err(const std::string &msg) {
+  return llvm::createStringError(llvm::inconvertibleErrorCode(), msg);
+}
+
+namespace detail {
+namespace {
+
+/// World rank of (stage, tp rank, cp rank, replica).
+using RankOf = std::function<int(int, int, int, int)>;
+
+struct Groups {
+  ProgramSet &set;
+  std::map<std::vector<int>, int> ids;
+  /// The group's index (-1 for a group of one rank).
+  int get(std::vector<int> ranks, const std::string &name) {
+    std::sort(ranks.begin(), ranks.end());
+    ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
+    if (ranks.size() < 2)
+      return -1;
+    auto [it, added] = ids.emplace(ranks, int(set.groups.size()));
+    if (added) {
+      set.groups.push_back(ranks);
+      set.groupNames.push_back(name);
+    }
+    return it->second;
+  }
+};
+
+std::string shortName(const std::string &op) {
+  for (const char *prefix : {"orrery.", "onnx_op:"})
+    if (op.rfind(prefix, 0) == 0)
+      return op.substr(std::string(prefix).size());
+  return op;
+}
+
+int64_t roundUp(double x) {
+  return std::max<int64_t>(1, int64_t(std::llround(x)));
+}
+
+/// Lowers one pipeline (a homogeneous step, or a replica group).
+class PipelineLowering {
+public:
+  PipelineLowering(const Workload &w, const Strategy &s, const Assumptions &a,
+                   const Simulation &sim, const StepParts &parts,
+                   const StepResult &r, RankOf rankOf, Groups &groups,
+                   int replicaGroup)
+      : w(w), s(s), a(a), sim(sim), parts(parts), r(r),
+        rankOf(std::move(rankOf)), groups(groups), replicaGroup(replicaGroup) {}
+
+  /// The program of one rank, running `microBatches` micro-batches.
+  Program lower(int stage, int t, int c, int d, int64_t microBatches);
+
+private:
+  const Workload &w;
+  const Strategy &s;
+  const Assumptions &a;
+  const Simulation &sim;
+  const StepParts &parts;
+  const StepResult &r;
+  RankOf rankOf;
+  Groups &groups;
+  int replicaGroup;
+
+  // The rank being lowered.
+  Program *prog = nullptr;
+  int stage = 0, t = 0, c = 0, d = 0;
+  int64_t m = 1;
+  int tpG = -1, cpG = -1, dpG = -1, epG = -1, edpG = -1;
+  int cpNext = -1, cpPrev = -1;
+  int64_t cpTag = 0;
+  std::string span;
+  /// Instructions the next compute instruction waits for.
+  std::vector<int> pending;
+  int lastCompute = -1;
+  /// Backward: fused ops' kernels, carried to the op they fuse with.
+  double carryS = 0, carryBytes = 0, carryFlops = 0;
+
+  const StagePlacement &place() const { return sim.placement(stage); }
+  int tp() const { return place().tp; }
+
+  int push(Instruction in) {
+    in.span = span;
+    prog->code.push_back(std::move(in));
+    return int(prog->code.size()) - 1;
+  }
+  int compute(Instruction in) {
+    in.stream = StreamKind::Compute;
+    in.deps = pending;
+    pending.clear();
+    lastCompute = push(std::move(in));
+    return lastCompute;
+  }
+  /// A collective after the last compute; the next compute waits for it
+  /// when `blocking`.
+  int collective(CollectiveKind kind, int group, double bytes, double seconds,
+                 const std::string &name, StreamKind stream, bool blocking) {
+    if (group < 0 || bytes <= 0)
+      return -1;
+    Instruction in;
+    in.kind = InstrKind::Collective;
+    in.stream = stream;
+    in.collective = kind;
+    in.group = group;
+    in.bytes = bytes;
+    in.name = name;
+    in.predictedS = seconds;
+    if (lastCompute >= 0)
+      in.deps.push_back(lastCompute);
+    int i = push(std::move(in));
+    if (blocking)
+      pending.push_back(i);
+    return i;
+  }
+  Instruction kernel(const std::string &name, KernelClass cls, double bytes,
+                     double flops, double seconds) {
+    Instruction in;
+    in.kind = InstrKind::Kernel;
+    in.name = name;
+    in.kernelClass = cls;
+    in.bytes = bytes;
+    in.flops = flops;
+    in.predictedS = seconds;
+    return in;
+  }
+
+  Instruction gemm(const OpCost &op, const OpPrice &o, bool backward,
+                   int part) const;
+  Instruction attention(const OpCost &op, const OpPrice &o, bool backward,
+                        int calls) const;
+  void ringStep(double bytes, double seconds, const std::string &name);
+  void opForward(const OpCost &op, const OpPrice &o);
+  void opBackward(const OpCost &op, const OpPrice &o);
+  void layerForward(const LayerKind &k, bool coreOnly, bool recompute);
+  void layerBackward(const LayerKind &k, bool lastMicroBatch,
+                     double &bucketed);
+  double layerParams(const LayerKind &k) const;
+  void gradientBuckets(double dense, double experts, double seconds);
+};
+
+Instruction PipelineLowering::gemm(const OpCost &op, const OpPrice &o,
+                                   bool backward, int part) const {
+  // The op's GEMM at the micro-batch (tokens per rank: / cp), split as
+  // tensor parallelism splits it: a row-parallel product's k, an
+  // activation-activation product's heads, another split product's n.
+  double sc = sim.scale();
+  int64_t batch = std::max<int64_t>(1, op.gemmBatch), mm = op.gemmM,
+          nn = op.gemmN, kk = op.gemmK;
+  double rows = double(mm) * sc;
+  if (op.experts > 1 && o.localExperts > 0) {
+    rows *= double(batch) / o.localExperts; // tokens per local expert
+    batch = o.localExperts;
+  }
+  if (o.split > 1) {
+    if (!op.tensorParallel) // sequence parallelism splits the tokens
+      rows /= o.split;
+    else if (op.tpAllReduceForwardBytes > 0 && op.weighted)
+      kk = roundUp(double(kk) / o.split);
+    else if (!op.weighted && batch % int64_t(o.split) == 0)
+      batch /= int64_t(o.split);
+    else
+      nn = roundUp(double(nn) / o.split);
+  }
+  Instruction in;
+  in.kind = InstrKind::Gemm;
+  in.precision = o.precision;
+  in.name = shortName(op.name);
+  in.batch = batch;
+  in.m = roundUp(rows);
+  in.n = std::max<int64_t>(1, nn);
+  in.k = std::max<int64_t>(1, kk);
+  if (backward) {
+    // Input gradient [m, n] x [n, k], then the weight's [k, m] x [m, n].
+    int64_t m0 = in.m, n0 = in.n, k0 = in.k;
+    in.name += part == 0 ? " dgrad" : " wgrad";
+    if (part == 0) {
+      in.n = k0;
+      in.k = n0;
+    } else {
+      in.m = k0;
+      in.k = m0;
+    }
+    int parts = std::max(1, o.backwardKernels);
+    in.flops = o.backwardFlops / parts;
+    in.predictedS = (o.backwardS - o.castBackwardS) / parts;
+  } else {
+    in.flops = o.forwardFlops;
+    in.predictedS = o.forwardS - o.castForwardS;
+  }
+  return in;
+}
+
+Instruction PipelineLowering::attention(const OpCost &op, const OpPrice &o,
+                                        bool backward, int calls) const {
+  bool ring = s.cp > 1 && s.cpComm == CpComm::Ring;
+  Instruction in;
+  in.kind = InstrKind::Attention;
+  in.name = "fused_attention";
+  in.precision = o.precision;
+  in.backward = backward;
+  in.causal = op.attentionCausal;
+  in.batch = roundUp(double(std::max<int64_t>(1, op.attentionBatch)) *
+                     double(s.microBatch) /
+                     double(std::max<int64_t>(1, w.batchSize)));
+  int64_t heads = std::max<int64_t>(1, op.attentionQueryHeads),
+          kvHeads = std::max<int64_t>(1, op.attentionKvHeads);
+  double headSplit = o.split * (s.cp > 1 && !ring ? s.cp : 1);
+  in.heads = roundUp(double(heads) / headSplit);
+  in.kvHeads = roundUp(double(kvHeads) / headSplit);
+  in.qLen = roundUp(double(op.attentionQueryLen) / (s.cp > 1 && ring ? s.cp : 1));
+  in.kvLen = roundUp(double(op.attentionKvLen) / (ring ? s.cp : 1));
+  in.headDim = op.attentionHeadDim;
+  in.valueDim = op.attentionValueDim;
+  in.flops = (backward ? o.backwardFlops : o.forwardFlops) / calls;
+  in.bytes = (backward ? o.backwardBytes : o.forwardBytes) / calls;
+  in.predictedS = (backward ? o.backwardS : o.forwardS) / calls;
+  return in;
+}
+
+/// One step of context parallelism's ring: this rank's block to the next
+/// cp rank and the previous rank's block in, as one NCCL group; the next
+/// attention block waits for it.
+void PipelineLowering::ringStep(double bytes, double seconds,
+                                const std::string &name) {
+  Instruction send;
+  send.kind = InstrKind::Send;
+  send.stream = StreamKind::Comm;
+  send.name = name;
+  send.peer = cpNext;
+  send.bytes = bytes;
+  send.tag = (int64_t(1) << 40) + cpTag;
+  send.predictedS = seconds;
+  if (lastCompute >= 0)
+    send.deps.push_back(lastCompute);
+  send.p2pGroup = int(prog->code.size());
+  int first = push(send);
+  Instruction recv = send;
+  recv.kind = InstrKind::Recv;
+  recv.peer = cpPrev;
+  recv.deps.clear();
+  recv.p2pGroup = first;
+  recv.predictedS = 0;
+  pending.push_back(push(recv));
+  ++cpTag;
+}
+
+void PipelineLowering::opForward(const OpCost &op, const OpPrice &o) {
+  if (o.kernels == 0 && lastCompute >= 0 &&
+      prog->code[lastCompute].kind == InstrKind::Kernel) {
+    // Fused into the kernel before it.
+    Instruction &prev = prog->code[lastCompute];
+    prev.predictedS += o.forwardS;
+    prev.bytes += o.forwardBytes;
+    prev.flops += o.forwardFlops;
+    prev.name += "+" + shortName(op.name);
+    return;
+  }
+  if (o.castForwardS > 0)
+    compute(kernel("fp8 cast", KernelClass::Pointwise,
+                   2.0 * op.activationInputBytes * sim.scale() / o.split, 0,
+                   o.castForwardS));
+  if (o.attention) {
+    bool ring = o.cpRing;
+    if (s.cp > 1 && !ring)
+      collective(CollectiveKind::AllToAll, cpG, o.cpQkvBytes, o.cpQkvAllToAllS,
+                 "qkv all-to-all", StreamKind::Comm, true);
+    int calls = std::max(1, o.attentionCalls);
+    for (int j = 0; j < calls; ++j) {
+      if (ring && j + 1 < calls)
+        ringStep(o.cpBlockBytes, o.cpSendS, "kv block");
+      compute(attention(op, o, false, calls));
+      if (ring && j > 0)
+        compute(kernel("attention merge", KernelClass::Pointwise,
+                       o.cpMergeForwardBytes, 0,
+                       o.cpMergeForwardS / (s.cp - 1)));
+    }
+    if (s.cp > 1 && !ring)
+      collective(CollectiveKind::AllToAll, cpG, o.cpOutBytes, o.cpOutAllToAllS,
+                 "output all-to-all", StreamKind::Comm, true);
+  } else if (op.contraction) {
+    compute(gemm(op, o, false, 0));
+  } else {
+    compute(kernel(shortName(op.name), o.kernelClass, o.forwardBytes,
+                   o.forwardFlops, o.forwardS));
+  }
+  if (tp() > 1) {
+    collective(CollectiveKind::AllReduce, tpG, o.tpRowAllReduceBytes,
+               o.tpRowAllReduceS, "row-parallel all-reduce", StreamKind::Comm,
+               true);
+    collective(CollectiveKind::AllGather, tpG, o.tpGatherBytes, o.tpGatherS,
+               "split gather", StreamKind::Comm, true);
+    collective(CollectiveKind::SendRecv, tpG, o.tpHaloBytes, o.tpHaloS,
+               "halo", StreamKind::Comm, true);
+  }
+}
+
+void PipelineLowering::opBackward(const OpCost &op, const OpPrice &o) {
+  if (o.backwardKernels == 0) { // fused: runs in the kernel of the op before
+    carryS += o.backwardS;
+    carryBytes += o.backwardBytes;
+    carryFlops += o.backwardFlops;
+    return;
+  }
+  auto withCarry = [&](Instruction in) {
+    in.predictedS += carryS;
+    in.bytes += carryBytes;
+    in.flops += carryFlops;
+    carryS = carryBytes = carryFlops = 0;
+    return in;
+  };
+  if (tp() > 1) {
+    collective(CollectiveKind::SendRecv, tpG, o.tpHaloBytes, o.tpHaloS,
+               "halo", StreamKind::Comm, true);
+    collective(CollectiveKind::ReduceScatter, tpG, o.tpGatherBytes,
+               o.tpScatterS, "split gradient reduce-scatter",
+               StreamKind::Comm, true);
+  }
+  if (o.castBackwardS > 0)
+    compute(kernel("fp8 cast", KernelClass::Pointwise,
+                   2.0 * op.outputBytes * sim.scale() / o.split, 0,
+                   o.castBackwardS));
+  if (o.attention) {
+    bool ring = o.cpRing;
+    if (s.cp > 1 && !ring)
+      collective(CollectiveKind::AllToAll, cpG, o.cpOutBytes, o.cpOutAllToAllS,
+                 "output gradient all-to-all", StreamKind::Comm, true);
+    int calls = std::max(1, o.attentionCalls);
+    for (int j = 0; j < calls; ++j) {
+      if (ring && j + 1 < calls)
+        ringStep(2 * o.cpBlockBytes, o.cpSendBackS, "kv block and gradients");
+      compute(withCarry(attention(op, o, true, calls)));
+      if (ring && j > 0)
+        compute(kernel("attention gradient merge", KernelClass::Pointwise,
+                       o.cpMergeBackwardBytes, 0,
+                       o.cpMergeBackwardS / (s.cp - 1)));
+    }
+    if (s.cp > 1 && !ring)
+      collective(CollectiveKind::AllToAll, cpG, o.cpQkvBytes, o.cpQkvAllToAllS,
+                 "qkv gradient all-to-all", StreamKind::Comm, true);
+  } else if (op.contraction && o.backwardKernels == 2) {
+    compute(withCarry(gemm(op, o, true, 0)));
+    if (tp() > 1)
+      collective(CollectiveKind::AllReduce, tpG, o.tpColumnAllReduceBytes,
+                 o.tpColumnAllReduceS, "column-parallel all-reduce",
+                 StreamKind::Comm, true);
+    compute(gemm(op, o, true, 1));
+    return;
+  } else if (op.contraction) {
+    Instruction g = gemm(op, o, true, 0);
+    g.name = shortName(op.name) + " backward";
+    g.flops = o.backwardFlops;
+    g.predictedS = o.backwardS - o.castBackwardS;
+    compute(withCarry(g));
+  } else {
+    compute(withCarry(kernel(shortName(op.name) + " backward",
+                             o.backwardClass, o.backwardBytes,
+                             o.backwardFlops, o.backwardS)));
+  }
+  if (tp() > 1)
+    collective(CollectiveKind::AllReduce, tpG, o.tpColumnAllReduceBytes,
+               o.tpColumnAllReduceS, "column-parallel all-reduce",
+               StreamKind::Comm, true);
+}
+
+double PipelineLowering::layerParams(const LayerKind &k) const {
+  return double(k.parameters - k.replicatedParameters) / tp() +
+         double(k.replicatedParameters);
+}
+
+/// ZeRO-3's gathers and scatters of one layer's weights (LayerPricing's).
+static double zero3Seconds(const LayerKind &k, const StagePlacement &p,
+                           double bytesPerParam, CollectiveKind kind) {
+  int tensors = std::max(1, k.weightTensors);
+  double perTensor = (double(k.parameters - k.replicatedParameters) / p.tp +
+                      double(k.replicatedParameters)) /
+                     tensors;
+  return tensors * collectiveTime(kind, perTensor * bytesPerParam, p.dpGroup);
+}
+
+void PipelineLowering::layerForward(const LayerKind &k, bool coreOnly,
+                                    bool recompute) {
+  const StagePlacement &p = place();
+  if (!coreOnly && s.zeroStage == 3 && s.dp > 1 && k.parameters > 0)
+    collective(CollectiveKind::AllGather, dpG,
+               layerParams(k) * a.weightBytesPerParam,
+               zero3Seconds(k, p, a.weightBytesPerParam,
+                            CollectiveKind::AllGather),
+               "zero-3 weight gather", StreamKind::DataParallel, true);
+  bool ep = !coreOnly && k.experts > 1 && s.ep > 1 && k.expertDispatchBytes > 0;
+  double tokens = double(k.expertDispatchBytes) * sim.scale() /
+                  (s.sequenceParallel ? tp() : 1);
+  double a2a = ep ? collectiveTime(CollectiveKind::AllToAll, tokens, p.epGroup)
+                  : 0;
+  int lastExpert = -1;
+  for (int i = 0; i < int(k.ops.size()); ++i)
+    if (k.ops[i].experts > 1 && !k.ops[i].view)
+      lastExpert = i;
+  bool dispatched = false;
+  for (int i = 0; i < int(k.ops.size()); ++i) {
+    const OpCost &op = k.ops[i];
+    if (op.view || (coreOnly && !op.attentionCore))
+      continue;
+    if (ep && op.experts > 1 && !dispatched) {
+      collective(CollectiveKind::AllToAll, epG, tokens, a2a, "expert dispatch",
+                 StreamKind::Comm, true);
+      dispatched = true;
+    }
+    size_t before = prog->code.size();
+    opForward(op, sim.priceOp(op, k, p));
+    if (recompute)
+      for (size_t j = before; j < prog->code.size(); ++j)
+        if (prog->code[j].stream == StreamKind::Compute &&
+            prog->code[j].name.rfind("recompute ", 0) != 0)
+          prog->code[j].name = "recompute " + prog->code[j].name;
+    if (ep && i == lastExpert)
+      collective(CollectiveKind::AllToAll, epG, tokens, a2a, "expert combine",
+                 StreamKind::Comm, true);
+  }
+}
+
+void PipelineLowering::layerBackward(const LayerKind &k, bool lastMicroBatch,
+                                     double &bucketed) {
+  const StagePlacement &p = place();
+  if (k.count > 1 && s.recompute == Recompute::Full)
+    layerForward(k, false, true);
+  bool zero3 = s.zeroStage == 3 && s.dp > 1 && k.parameters > 0;
+  if (zero3)
+    collective(CollectiveKind::AllGather, dpG,
+               layerParams(k) * a.weightBytesPerParam,
+               zero3Seconds(k, p, a.weightBytesPerParam,
+                            CollectiveKind::AllGather),
+               "zero-3 weight gather", StreamKind::DataParallel, true);
+  bool ep = k.experts > 1 && s.ep > 1 && k.expertDispatchBytes > 0;
+  double tokens = double(k.expertDispatchBytes) * sim.scale() /
+                  (s.sequenceParallel ? tp() : 1);
+  double a2a = ep ? collectiveTime(CollectiveKind::AllToAll, tokens, p.epGroup)
+                  : 0;
+  int firstExpert = -1, lastCore = -1;
+  for (int i = int(k.ops.size()) - 1; i >= 0; --i) {
+    if (k.ops[i].view)
+      continue;
+    if (k.ops[i].experts > 1)
+      firstExpert = i;
+    if (k.ops[i].attentionCore && lastCore < 0)
+      lastCore = i;
+  }
+  bool combined = false;
+  carryS = carryBytes = carryFlops = 0;
+  for (int i = int(k.ops.size()) - 1; i >= 0; --i) {
+    const OpCost &op = k.ops[i];
+    if (op.view)
+      continue;
+    if (i == lastCore && s.recompute == Recompute::Selective && k.count > 1 &&
+        s.recompute != Recompute::Full)
+      layerForward(k, true, true); // the attention core again
+    if (ep && op.experts > 1 && !combined) {
+      collective(CollectiveKind::AllToAll, epG, tokens, a2a,
+                 "expert combine gradient", StreamKind::Comm, true);
+      combined = true;
+    }
+    opBackward(op, sim.priceOp(op, k, p));
+    if (ep && i == firstExpert)
+      collective(CollectiveKind::AllToAll, epG, tokens, a2a,
+                 "expert dispatch gradient", StreamKind::Comm, true);
+  }
+  if (carryS > 0 && lastCompute >= 0) { // a fused chain at the layer's start
+    prog->code[lastCompute].predictedS += carryS;
+    carryS = carryBytes = carryFlops = 0;
+  }
+  if (!a.fusedGradientAccumulation && k.parameters > 0) {
+    double perDevice = layerParams(k);
+    compute(kernel("gradient accumulation", KernelClass::Pointwise,
+                   perDevice * (2 * a.gradBytesPerParam + a.weightBytesPerParam),
+                   perDevice,
+                   sim.opTime(*p.device, perDevice,
+                              perDevice * (2 * a.gradBytesPerParam +
+                                           a.weightBytesPerParam),
+                              KernelClass::Pointwise,
+                              std::max(1, k.weightTensors), s.precision)));
+  }
+  if (zero3)
+    collective(CollectiveKind::ReduceScatter, dpG,
+               layerParams(k) * a.gradBytesPerParam,
+               zero3Seconds(k, p, a.gradBytesPerParam,
+                            CollectiveKind::ReduceScatter),
+               "zero-3 gradient reduce-scatter", StreamKind::DataParallel,
+               false);
+  if (lastMicroBatch && s.overlapGradReduce && s.zeroStage != 3 && s.dp * s.cp > 1) {
+    // This layer's bucket is full: reduce it while the backward goes on.
+    double params = layerParams(k);
+    double experts = 0;
+    if (k.experts > 1 && k.expertParameters > 0) {
+      experts = (double(k.expertParameters - k.expertReplicatedParameters) /
+                     tp() +
+                 double(k.expertReplicatedParameters)) /
+                s.ep;
+      params -= experts * s.ep;
+    }
+    gradientBuckets(params, experts, -1);
+    bucketed += params + experts;
+  }
+}
+
+/// Gradient reduction of `dense` and `experts` parameters per device over
+/// the data-parallel (and expert data-parallel) groups; priced by the cost
+/// model unless `seconds` is given.
+void PipelineLowering::gradientBuckets(double dense, double experts,
+                                       double seconds) {
+  const StagePlacement &p = place();
+  bool sharded = s.zeroStage == 1 || s.zeroStage == 2;
+  CollectiveKind kind =
+      sharded ? CollectiveKind::ReduceScatter : CollectiveKind::AllReduce;
+  bool expertGroup = experts > 0 && s.ep > 1;
+  if (!expertGroup) {
+    dense += experts;
+    experts = 0;
+  }
+  double bytes = dense * a.gradBytesPerParam;
+  collective(kind, dpG, bytes,
+             seconds >= 0 ? seconds : collectiveTime(kind, bytes, p.dpGroup),
+             "gradient " + std::string(collectiveKindName(kind)),
+             StreamKind::DataParallel, false);
+  if (expertGroup) {
+    double eb = experts * a.gradBytesPerParam;
+    collective(kind, edpG, eb, collectiveTime(kind, eb, p.expertDpGroup),
+               "expert gradient " + std::string(collectiveKindName(kind)),
+               StreamKind::DataParallel, false);
+  }
+}
+
+Program PipelineLowering::lower(int stage_, int t_, int c_, int d_,
+                                int64_t microBatches) {
+  Program out;
+  prog = &out;
+  stage = stage_;
+  t = t_;
+  c = c_;
+  d = d_;
+  m = microBatches;
+  pending.clear();
+  lastCompute = -1;
+  cpTag = 0;
+  int pp = s.pp, chunks = pp * s.virtualStages, T = tp();
+  out.rank = rankOf(stage, t, c, d);
+  out.device = place().device->name;
+  out.stage = stage;
+  out.replicaGroup = replicaGroup;
+  out.tpRank = t;
+  out.tp = T;
+  out.cpRank = c;
+  out.cp = s.cp;
+  out.dpRank = d;
+  out.dp = s.dp;
+  const StageReport &rep = r.stages[stage];
+  out.predictedPeakBytes = rep.memory.total();
+  out.staticBytes = rep.memory.total() - rep.memory.activationsBytes;
+
+  // Groups of this rank.
+  std::vector<int> ranks;
+  auto build = [&](auto member, const std::string &name) {
+    ranks.clear();
+    member();
+    return groups.get(ranks, name);
+  };
+  tpG = build([&] { for (int x = 0; x < T; ++x) ranks.push_back(rankOf(stage, x, c, d)); }, "tp");
+  cpG = build([&] { for (int x = 0; x < s.cp; ++x) ranks.push_back(rankOf(stage, t, x, d)); }, "cp");
+  dpG = build([&] {
+    for (int y = 0; y < s.dp; ++y)
+      for (int x = 0; x < s.cp; ++x)
+        ranks.push_back(rankOf(stage, t, x, y));
+  }, "dp");
+  int ep = std::max(1, s.ep);
+  epG = build([&] {
+    for (int y = d / ep * ep; y < d / ep * ep + ep && y < s.dp; ++y)
+      ranks.push_back(rankOf(stage, t, c, y));
+  }, "ep");
+  edpG = build([&] {
+    for (int y = d % ep; y < s.dp; y += ep)
+      for (int x = 0; x < s.cp; ++x)
+        ranks.push_back(rankOf(stage, t, x, y));
+  }, "expert-dp");
+  cpNext = rankOf(stage, t, (c + 1) % s.cp, d);
+  cpPrev = rankOf(stage, t, (c + s.cp - 1) % s.cp, d);
+
+  // The schedule of this stage at this replica's micro-batches.
+  std::vector<std::vector<Task>> order = sim.scheduleOf(int(m));
+  const std::vector<Task> &tasks = order[stage];
+  std::vector<int64_t> lastBackwardOf(chunks, -1);
+  for (const Task &task : tasks)
+    if (task.backward)
+      lastBackwardOf[task.vs] = task.mb;
+  int v = s.virtualStages;
+  // Pipeline peers: chunk ch runs on stage ch % pp; tp shards pair up as
+  // n = max(tp_from, tp_to) messages, shard q from tp rank q % tp_from to
+  // q % tp_to.
+  auto pipeTransfer = [&](int fromChunk, bool backward, int64_t mb,
+                          bool sending) {
+    // Forward: chunk fromChunk's output to fromChunk + 1; backward: its
+    // gradient back.
+    int a = fromChunk % pp, b = (fromChunk + 1) % pp;
+    int src = backward ? b : a, dst = backward ? a : b;
+    int tpSrc = sim.placement(src).tp, tpDst = sim.placement(dst).tp;
+    int n = std::max(tpSrc, tpDst);
+    double whole = parts.outBytes[fromChunk] * sim.placement(a).tp;
+    for (int q = 0; q < n; ++q) {
+      if ((sending ? q % tpSrc : q % tpDst) != t)
+        continue;
+      Instruction in;
+      in.kind = sending ? InstrKind::Send : InstrKind::Recv;
+      in.stream = sending ? StreamKind::PipeSend : StreamKind::PipeRecv;
+      in.name = backward ? "gradient" : "activation";
+      in.peer = sending ? rankOf(dst, q % tpDst, c, d)
+                        : rankOf(src, q % tpSrc, c, d);
+      in.bytes = whole / n;
+      in.tag = ((int64_t(fromChunk) * m + mb) * 2 + (backward ? 1 : 0)) *
+                   1024 +
+               q;
+      in.predictedS = sending ? parts.transferS[fromChunk] : 0;
+      if (sending && lastCompute >= 0)
+        in.deps.push_back(lastCompute);
+      int i = push(in);
+      if (!sending || !s.overlapP2p)
+        pending.push_back(i);
+    }
+  };
+
+  for (const Task &task : tasks) {
+    span = std::string(task.backward ? "B" : "F") + std::to_string(task.mb) +
+           (v > 1 ? "." + std::to_string(task.vs / pp) : "");
+    const std::vector<int> &layers = parts.chunkOf[task.vs];
+    if (!task.backward) {
+      if (task.vs > 0) {
+        pipeTransfer(task.vs - 1, false, task.mb, false);
+        if (!s.sequenceParallel && T > 1)
+          collective(CollectiveKind::AllGather, tpG,
+                     parts.outBytes[task.vs - 1] *
+                         sim.placement((task.vs - 1) % pp).tp,
+                     parts.gatherFwdS[task.vs - 1], "input gather",
+                     StreamKind::Comm, true);
+      }
+      Instruction alloc;
+      alloc.kind = InstrKind::Alloc;
+      alloc.name = "activations";
+      alloc.buffer = int(task.vs * m + task.mb);
+      alloc.bytes = parts.keptBytes[task.vs];
+      compute(alloc);
+      for (int l : layers)
+        layerForward(sim.layout(w.kinds[parts.sequence[l]], stage), false,
+                     false);
+      if (task.vs + 1 < chunks)
+        pipeTransfer(task.vs, false, task.mb, true);
+    } else {
+      if (task.vs + 1 < chunks) {
+        pipeTransfer(task.vs, true, task.mb, false);
+        if (!s.sequenceParallel && T > 1)
+          collective(CollectiveKind::AllGather, tpG,
+                     parts.outBytes[task.vs] * sim.placement(task.vs % pp).tp,
+                     parts.gatherBwdS[task.vs], "gradient gather",
+                     StreamKind::Comm, true);
+      }
+      bool last = task.mb == lastBackwardOf[task.vs];
+      double bucketed = 0;
+      for (auto it = layers.rbegin(); it != layers.rend(); ++it)
+        layerBackward(sim.layout(w.kinds[parts.sequence[*it]], stage), last,
+                      bucketed);
+      Instruction free;
+      free.kind = InstrKind::Free;
+      free.name = "activations";
+      free.buffer = int(task.vs * m + task.mb);
+      free.bytes = parts.keptBytes[task.vs];
+      compute(free);
+      if (task.vs > 0)
+        pipeTransfer(task.vs - 1, true, task.mb, true);
+    }
+  }
+
+  span = "step";
+  double dense = parts.denseParams[stage], experts = parts.expertParams[stage];
+  bool bucketsRan = s.overlapGradReduce && s.zeroStage != 3 && s.dp * s.cp > 1;
+  if (s.zeroStage != 3 && s.dp * s.cp > 1) {
+    if (bucketsRan) {
+      // The tied copy's gradient, which no layer's bucket holds.
+      if (parts.tiedCopyParams[stage] > 0)
+        gradientBuckets(parts.tiedCopyParams[stage], 0, -1);
+    } else {
+      gradientBuckets(dense, experts, -1);
+    }
+  }
+  if (T > 1 && parts.tpGradParams[stage] > 0)
+    collective(CollectiveKind::AllReduce, tpG,
+               parts.tpGradParams[stage] * a.gradBytesPerParam,
+               collectiveTime(CollectiveKind::AllReduce,
+                              parts.tpGradParams[stage] * a.gradBytesPerParam,
+                              place().tpGroup),
+               "split-weight gradient all-reduce", StreamKind::DataParallel,
+               false);
+  if (parts.tiedSyncS[stage] > 0) {
+    // The stages that hold the tied weights (the embedding and the head's
+    // copy) all-reduce its gradient: shard q of g (the smallest tp of
+    // those stages) between the ranks whose tp rank is q modulo g.
+    int g = T;
+    double bytes = parts.tiedParams[stage];
+    for (int j = 0; j < pp; ++j)
+      if (parts.tiedSyncS[j] > 0 && sim.placement(j).tp <= g) {
+        g = sim.placement(j).tp;
+        bytes = parts.tiedParams[j];
+      }
+    ranks.clear();
+    for (int j = 0; j < pp; ++j)
+      if (parts.tiedSyncS[j] > 0)
+        for (int x = t % g; x < sim.placement(j).tp; x += g)
+          ranks.push_back(rankOf(j, x, c, d));
+    int tied = groups.get(ranks, "embedding");
+    collective(CollectiveKind::AllReduce, tied, bytes * a.gradBytesPerParam,
+               parts.tiedSyncS[stage], "tied embedding all-reduce",
+               StreamKind::DataParallel, false);
+  }
+  // Every stream done, then the optimizer step over this rank's shard.
+  Instruction wait;
+  wait.kind = InstrKind::Wait;
+  wait.name = "gradients";
+  for (int i = int(out.code.size()) - 1; i >= 0; --i)
+    if (out.code[i].stream != StreamKind::Compute &&
+        std::none_of(wait.deps.begin(), wait.deps.end(), [&](int x) {
+          return out.code[x].stream == out.code[i].stream;
+        }))
+      wait.deps.push_back(i);
+  wait.deps.insert(wait.deps.end(), pending.begin(), pending.end());
+  std::sort(wait.deps.begin(), wait.deps.end());
+  wait.deps.erase(std::unique(wait.deps.begin(), wait.deps.end()),
+                  wait.deps.end());
+  wait.stream = StreamKind::Compute;
+  wait.span = span;
+  pending.clear();
+  out.code.push_back(wait);
+  lastCompute = int(out.code.size()) - 1;
+  Instruction opt;
+  opt.kind = InstrKind::Optimizer;
+  opt.name = s.zeroStage >= 1 ? "adam (sharded)" : "adam";
+  opt.bytes = parts.optBytes[stage];
+  opt.flops = parts.shardParams[stage] * 10;
+  opt.predictedS = parts.optS[stage];
+  compute(opt);
+  if ((s.zeroStage == 1 || s.zeroStage == 2) && s.dp * s.cp > 1)
+    collective(CollectiveKind::AllGather, dpG,
+               (dense) * a.weightBytesPerParam,
+               collectiveTime(CollectiveKind::AllGather,
+                              dense * a.weightBytesPerParam, place().dpGroup),
+               "parameter all-gather", StreamKind::DataParallel, false);
+  prog = nullptr;
+  return out;
+}
+
+} // namespace
+} // namespace detail
+
+static llvm::Error refuseUnsupported(const Strategy &s) {
+  if (s.offloadActivations)
+    return err("lower: offload_activations: the runtime does not offload "
+               "activations to host memory yet");
+  if (s.offloadOptimizer)
+    return err("lower: offload_optimizer: the runtime does not run the "
+               "optimizer on the host yet");
+  return llvm::Error::success();
+}
+
+llvm::Expected<ProgramSet> lowerStep(const Workload &w, const Cluster &c,
+                                     Strategy s, const Assumptions &a) {
+  if (auto e = refuseUnsupported(s))
+    return std::move(e);
+  auto result = simulateStep(w, c, s, a);
+  if (!result)
+    return result.takeError();
+  s = result->strategy;
+  StagePlacement place = detail::homogeneousPlacement(c, s);
+  detail::Simulation sim(w, s, a, std::vector<StagePlacement>(s.pp, place),
+                         true);
+  detail::StepParts parts;
+  sim.parts = &parts;
+  auto again = sim.run(false);
+  if (!again)
+    return again.takeError();
+  ProgramSet set;
+  set.worldSize = s.tp * s.cp * s.dp * s.pp;
+  set.ranks.resize(set.worldSize);
+  set.memoryAllowanceBytes = kProgramMemoryAllowanceBytes;
+  set.predictedStepS = again->stepS;
+  set.schedule = scheduleName(s.schedule);
+  detail::Groups groups{set, {}};
+  int st = s.stride("tp"), sc = s.stride("cp"), sd = s.stride("dp"),
+      sp = s.stride("pp");
+  detail::PipelineLowering lowering(
+      w, s, a, sim, parts, *again,
+      [=](int stage, int t, int cc, int d) {
+        return t * st + cc * sc + d * sd + stage * sp;
+      },
+      groups, 0);
+  for (int stage = 0; stage < s.pp; ++stage)
+    for (int d = 0; d < s.dp; ++d)
+      for (int cc = 0; cc < s.cp; ++cc)
+        for (int t = 0; t < s.tp; ++t) {
+          Program p = lowering.lower(stage, t, cc, d, s.microBatches());
+          int rank = p.rank;
+          set.ranks[rank] = std::move(p);
+        }
+  return set;
+}
+
+llvm::Expected<ProgramSet> lowerHetero(const Workload &w, const Cluster &c,
+                                       HeteroStrategy s,
+                                       const Assumptions &a) {
+  if (auto e = placeDevices(s, w, c))
+    return std::move(e);
+  auto result = simulateHetero(w, c, s, a);
+  if (!result)
+    return result.takeError();
+  std::vector<Pool> pools = clusterPools(c);
+  // World ranks: the devices used, in cluster order.
+  std::vector<int> used;
+  for (const ReplicaGroup &rg : s.groups)
+    for (const HeteroStage &hs : rg.stages)
+      used.insert(used.end(), hs.devices.begin(), hs.devices.end());
+  std::sort(used.begin(), used.end());
+  std::map<int, int> rankOfDevice;
+  for (size_t i = 0; i < used.size(); ++i)
+    rankOfDevice[used[i]] = int(i);
+  ProgramSet set;
+  set.worldSize = int(used.size());
+  set.ranks.resize(set.worldSize);
+  set.memoryAllowanceBytes = kProgramMemoryAllowanceBytes;
+  set.predictedStepS = result->stepS;
+  set.schedule = scheduleName(Schedule::OneFOneB);
+  detail::Groups groups{set, {}};
+  for (size_t g = 0; g < s.groups.size(); ++g) {
+    const ReplicaGroup &rg = s.groups[g];
+    Strategy st;
+    std::vector<StagePlacement> at;
+    detail::groupPipeline(c, s, g, pools, st, at);
+    detail::Simulation sim(w, st, a, at, false);
+    detail::StepParts parts;
+    sim.parts = &parts;
+    auto sr = sim.run(false);
+    if (!sr)
+      return sr.takeError();
+    // HeteroStage::devices: replica by replica, tp consecutive devices.
+    auto rankOf = [&rg, &rankOfDevice](int stage, int t, int, int d) {
+      const HeteroStage &hs = rg.stages[stage];
+      return rankOfDevice.at(hs.devices[size_t(d) * hs.tp + t]);
+    };
+    detail::PipelineLowering lowering(w, st, a, sim, parts, *sr, rankOf,
+                                      groups, int(g));
+    for (int stage = 0; stage < st.pp; ++stage)
+      for (int d = 0; d < rg.replicas; ++d)
+        for (int t = 0; t < rg.stages[stage].tp; ++t) {
+          Program p = lowering.lower(stage, t, 0, d, rg.microBatches[d]);
+          set.ranks[p.rank] = std::move(p);
+        }
+  }
+  // Across groups: ring q joins the q-th device of every group (in the
+  // group's device order) and all-reduces 1/n of the gradients (Hetero.cpp).
+  int G = int(s.groups.size());
+  if (G > 1 && result->crossGroupSyncS > 0) {
+    int streams = s.groups.front().devices();
+    for (const ReplicaGroup &rg : s.groups)
+      streams = std::min(streams, rg.devices());
+    double bytes = double(w.parameters()) * a.gradBytesPerParam /
+                   std::max(1, streams);
+    std::vector<std::vector<int>> devicesOf(G);
+    for (int g = 0; g < G; ++g)
+      for (const HeteroStage &hs : s.groups[g].stages)
+        for (int dev : hs.devices)
+          devicesOf[g].push_back(rankOfDevice.at(dev));
+    for (int q = 0; q < streams; ++q) {
+      std::vector<int> ring;
+      for (int g = 0; g < G; ++g)
+        ring.push_back(devicesOf[g][q]);
+      int id = groups.get(ring, "cross-group");
+      for (int rank : ring) {
+        Program &p = set.ranks[rank];
+        // Before the optimizer: after this rank's own reduction.
+        auto opt = std::find_if(p.code.begin(), p.code.end(),
+                                [](const Instruction &in) {
+                                  return in.kind == InstrKind::Optimizer;
+                                });
+        int at = int(opt - p.code.begin());
+        Instruction in;
+        in.kind = InstrKind::Collective;
+        in.stream = StreamKind::DataParallel;
+        in.collective = CollectiveKind::AllReduce;
+        in.group = id;
+        in.bytes = bytes;
+        in.name = "gradient all-reduce across groups";
+        in.span = "step";
+        in.predictedS = result->crossGroupSyncS;
+        in.deps = {at - 1}; // the wait for this rank's own streams
+        p.code.insert(p.code.begin() + at, in);
+        // The optimizer, now one later, waits for it; later deps shift.
+        for (size_t i = size_t(at) + 1; i < p.code.size(); ++i)
+          for (int &dep : p.code[i].deps)
+            if (dep >= at)
+              ++dep;
+        p.code[at + 1].deps.push_back(at);
+      }
+    }
+  }
+  return set;
+}
+
+} // namespace orrery

@@ -1,0 +1,506 @@
+//===- Program.cpp - per-rank programs: text and the static check --------===//
+//
+// The check runs the set as the runtime would, without running a kernel:
+// every stream of every rank executes its instructions in order, an
+// instruction starts when its dependencies are done, a send and its
+// receive complete together (a rendezvous, as NCCL's send/recv), a
+// collective when every member of its group has reached it. A set that
+// stops before its end deadlocks on a real cluster too.
+//
+//===----------------------------------------------------------------------===//
+
+#include "orrery/CostModel/Program.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <tuple>
+
+namespace orrery {
+
+static llvm::Error err(const std::string &msg) {
+  return llvm::createStringError(llvm::inconvertibleErrorCode(), msg);
+}
+
+const char *instrKindName(InstrKind k) {
+  switch (k) {
+  case InstrKind::Gemm:
+    return "gemm";
+  case InstrKind::Attention:
+    return "attention";
+  case InstrKind::Kernel:
+    return "kernel";
+  case InstrKind::Collective:
+    return "collective";
+  case InstrKind::Send:
+    return "send";
+  case InstrKind::Recv:
+    return "recv";
+  case InstrKind::Wait:
+    return "wait";
+  case InstrKind::Alloc:
+    return "alloc";
+  case InstrKind::Free:
+    return "free";
+  case InstrKind::Optimizer:
+    return "optimizer";
+  }
+  return "?";
+}
+
+const char *streamKindName(StreamKind s) {
+  switch (s) {
+  case StreamKind::Compute:
+    return "compute";
+  case StreamKind::Comm:
+    return "comm";
+  case StreamKind::DataParallel:
+    return "dp";
+  case StreamKind::PipeSend:
+    return "pp-send";
+  case StreamKind::PipeRecv:
+    return "pp-recv";
+  }
+  return "?";
+}
+
+const char *collectiveKindName(CollectiveKind k) {
+  switch (k) {
+  case CollectiveKind::AllReduce:
+    return "all-reduce";
+  case CollectiveKind::AllGather:
+    return "all-gather";
+  case CollectiveKind::ReduceScatter:
+    return "reduce-scatter";
+  case CollectiveKind::AllToAll:
+    return "all-to-all";
+  case CollectiveKind::SendRecv:
+    return "neighbour-exchange";
+  }
+  return "?";
+}
+
+static const char *className(KernelClass c) {
+  switch (c) {
+  case KernelClass::Gemm:
+    return "gemm";
+  case KernelClass::Pointwise:
+    return "pointwise";
+  case KernelClass::Reduction:
+    return "reduction";
+  case KernelClass::Random:
+    return "random";
+  case KernelClass::Attention:
+    return "attention";
+  }
+  return "?";
+}
+
+static std::string bytesText(double b) {
+  char buf[32];
+  if (b >= 1 << 30)
+    std::snprintf(buf, sizeof buf, "%.2f GiB", b / (1 << 30));
+  else if (b >= 1 << 20)
+    std::snprintf(buf, sizeof buf, "%.2f MiB", b / (1 << 20));
+  else if (b >= 1 << 10)
+    std::snprintf(buf, sizeof buf, "%.2f KiB", b / (1 << 10));
+  else
+    std::snprintf(buf, sizeof buf, "%.0f B", b);
+  return buf;
+}
+
+/// What an instruction does, without its index, stream or timing.
+static std::string describe(const ProgramSet &set, const Instruction &in) {
+  char buf[256];
+  switch (in.kind) {
+  case InstrKind::Gemm:
+    std::snprintf(buf, sizeof buf, "gemm %s m=%lld n=%lld k=%lld batch=%lld %s",
+                  in.name.c_str(), (long long)in.m, (long long)in.n,
+                  (long long)in.k, (long long)in.batch,
+                  precisionName(in.precision));
+    return buf;
+  case InstrKind::Attention:
+    std::snprintf(buf, sizeof buf,
+                  "attention %s batch=%lld heads=%lld kv_heads=%lld q=%lld "
+                  "kv=%lld d=%lld dv=%lld%s %s",
+                  in.backward ? "backward" : "forward", (long long)in.batch,
+                  (long long)in.heads, (long long)in.kvHeads,
+                  (long long)in.qLen, (long long)in.kvLen,
+                  (long long)in.headDim, (long long)in.valueDim,
+                  in.causal ? " causal" : "", precisionName(in.precision));
+    return buf;
+  case InstrKind::Kernel:
+    return "kernel " + in.name + " " + className(in.kernelClass) + " " +
+           bytesText(in.bytes);
+  case InstrKind::Collective: {
+    std::string g = in.group >= 0 && size_t(in.group) < set.groups.size()
+                        ? "g" + std::to_string(in.group) + " (" +
+                              set.groupNames[in.group] + ")"
+                        : "g" + std::to_string(in.group);
+    return std::string(collectiveKindName(in.collective)) + " " + g + " " +
+           bytesText(in.bytes) + " " + in.name;
+  }
+  case InstrKind::Send:
+    return "send to " + std::to_string(in.peer) + " tag " +
+           std::to_string(in.tag) + " " + bytesText(in.bytes);
+  case InstrKind::Recv:
+    return "recv from " + std::to_string(in.peer) + " tag " +
+           std::to_string(in.tag) + " " + bytesText(in.bytes);
+  case InstrKind::Wait:
+    return "wait " + in.name;
+  case InstrKind::Alloc:
+    return "alloc #" + std::to_string(in.buffer) + " " + bytesText(in.bytes);
+  case InstrKind::Free:
+    return "free #" + std::to_string(in.buffer) + " " + bytesText(in.bytes);
+  case InstrKind::Optimizer:
+    return "optimizer " + in.name + " " + bytesText(in.bytes);
+  }
+  return "?";
+}
+
+static std::string where(const ProgramSet &set, int rank, int i) {
+  const Instruction &in = set.ranks[rank].code[i];
+  return "rank " + std::to_string(rank) + " instruction " + std::to_string(i) +
+         " (" + describe(set, in) + (in.span.empty() ? "" : ", " + in.span) +
+         ")";
+}
+
+std::string programText(const ProgramSet &set, int rank) {
+  const Program &p = set.ranks[rank];
+  std::string out;
+  char buf[512];
+  std::snprintf(buf, sizeof buf,
+                "rank %d of %d: %s, replica group %d, stage %d; tp %d/%d, "
+                "cp %d/%d, dp %d/%d; schedule %s\n",
+                p.rank, set.worldSize, p.device.c_str(), p.replicaGroup,
+                p.stage, p.tpRank, p.tp, p.cpRank, p.cp, p.dpRank, p.dp,
+                set.schedule.c_str());
+  out += buf;
+  out += "memory: static " + bytesText(p.staticBytes) + ", predicted peak " +
+         bytesText(p.predictedPeakBytes) + "\n";
+  out += "groups:";
+  for (size_t g = 0; g < set.groups.size(); ++g) {
+    if (std::find(set.groups[g].begin(), set.groups[g].end(), rank) ==
+        set.groups[g].end())
+      continue;
+    out += " g" + std::to_string(g) + " " + set.groupNames[g] + " [";
+    for (size_t i = 0; i < set.groups[g].size(); ++i)
+      out += (i ? " " : "") + std::to_string(set.groups[g][i]);
+    out += "]";
+  }
+  out += "\n";
+  for (size_t i = 0; i < p.code.size(); ++i) {
+    const Instruction &in = p.code[i];
+    std::string deps;
+    for (int d : in.deps)
+      deps += (deps.empty() ? " after " : ",") + std::to_string(d);
+    std::snprintf(buf, sizeof buf, "%6zu %-7s %-7s %s%s  %.2f us\n", i,
+                  streamKindName(in.stream), in.span.c_str(),
+                  describe(set, in).c_str(), deps.c_str(),
+                  in.predictedS * 1e6);
+    out += buf;
+  }
+  return out;
+}
+
+llvm::Error checkPrograms(const ProgramSet &set) {
+  int world = int(set.ranks.size());
+  if (world != set.worldSize)
+    return err("program set: " + std::to_string(world) + " programs for " +
+               std::to_string(set.worldSize) + " ranks");
+  if (set.groupNames.size() != set.groups.size())
+    return err("program set: groups and their names differ in number");
+  for (size_t g = 0; g < set.groups.size(); ++g)
+    for (int r : set.groups[g])
+      if (r < 0 || r >= world)
+        return err("program set: group g" + std::to_string(g) +
+                   " names rank " + std::to_string(r) + " of " +
+                   std::to_string(world));
+
+  // Per instruction: references in range, dependencies back in the program.
+  using Key = std::tuple<int, int, int64_t>; // from, to, tag
+  std::map<Key, std::pair<int, int>> sends, recvs; // -> (rank, instruction)
+  // Per group and member: its collectives in program order.
+  std::vector<std::map<int, std::vector<int>>> collectives(set.groups.size());
+  for (int r = 0; r < world; ++r) {
+    const Program &p = set.ranks[r];
+    if (p.rank != r)
+      return err("program set: program " + std::to_string(r) + " says rank " +
+                 std::to_string(p.rank));
+    for (int i = 0; i < int(p.code.size()); ++i) {
+      const Instruction &in = p.code[i];
+      for (int d : in.deps)
+        if (d < 0 || d >= i)
+          return err(where(set, r, i) + ": depends on instruction " +
+                     std::to_string(d) +
+                     ", which does not come before it (a cycle)");
+      if (in.p2pGroup >= 0) {
+        bool ok = (in.kind == InstrKind::Send || in.kind == InstrKind::Recv) &&
+                  in.p2pGroup <= i &&
+                  p.code[in.p2pGroup].p2pGroup == in.p2pGroup;
+        for (int j = in.p2pGroup; ok && j < i; ++j)
+          ok = p.code[j].p2pGroup == in.p2pGroup &&
+               p.code[j].stream == in.stream;
+        if (!ok)
+          return err(where(set, r, i) +
+                     ": its send/receive group is not consecutive sends and "
+                     "receives on one stream");
+      }
+      if (in.kind == InstrKind::Send || in.kind == InstrKind::Recv) {
+        if (in.peer < 0 || in.peer >= world || in.peer == r)
+          return err(where(set, r, i) + ": no such peer");
+        bool send = in.kind == InstrKind::Send;
+        Key key = send ? Key{r, in.peer, in.tag} : Key{in.peer, r, in.tag};
+        auto &table = send ? sends : recvs;
+        if (!table.emplace(key, std::make_pair(r, i)).second)
+          return err(where(set, r, i) + ": a second " +
+                     (send ? "send" : "receive") + " with this peer and tag");
+      }
+      if (in.kind == InstrKind::Collective) {
+        if (in.group < 0 || size_t(in.group) >= set.groups.size())
+          return err(where(set, r, i) + ": no such group");
+        const auto &members = set.groups[in.group];
+        if (std::find(members.begin(), members.end(), r) == members.end())
+          return err(where(set, r, i) + ": rank " + std::to_string(r) +
+                     " is not in the group");
+        collectives[in.group][r].push_back(i);
+      }
+    }
+  }
+  for (const auto &[key, at] : sends) {
+    auto it = recvs.find(key);
+    if (it == recvs.end())
+      return err(where(set, at.first, at.second) + ": rank " +
+                 std::to_string(std::get<1>(key)) +
+                 " has no matching receive");
+    const Instruction &s = set.ranks[at.first].code[at.second];
+    const Instruction &v = set.ranks[it->second.first].code[it->second.second];
+    if (s.bytes != v.bytes)
+      return err(where(set, at.first, at.second) + ": its receive (" +
+                 where(set, it->second.first, it->second.second) +
+                 ") expects " + bytesText(v.bytes));
+  }
+  for (const auto &[key, at] : recvs)
+    if (!sends.count(key))
+      return err(where(set, at.first, at.second) + ": rank " +
+                 std::to_string(std::get<0>(key)) + " never sends it");
+  for (size_t g = 0; g < set.groups.size(); ++g) {
+    const auto &members = set.groups[g];
+    const std::vector<int> &first = collectives[g][members.front()];
+    for (int r : members) {
+      const std::vector<int> &mine = collectives[g][r];
+      for (size_t c = 0; c < std::max(mine.size(), first.size()); ++c) {
+        if (c >= mine.size() || c >= first.size()) {
+          int who = c >= mine.size() ? members.front() : r;
+          int idx = c >= mine.size() ? first[c] : mine[c];
+          int other = who == r ? members.front() : r;
+          return err(where(set, who, idx) + ": rank " +
+                     std::to_string(other) + " never enters collective #" +
+                     std::to_string(c) + " of group g" + std::to_string(g));
+        }
+        const Instruction &a = set.ranks[members.front()].code[first[c]];
+        const Instruction &b = set.ranks[r].code[mine[c]];
+        if (a.collective != b.collective || a.bytes != b.bytes)
+          return err(where(set, r, mine[c]) + ": collective #" +
+                     std::to_string(c) + " of group g" + std::to_string(g) +
+                     " is out of order: rank " +
+                     std::to_string(members.front()) + " enters " +
+                     where(set, members.front(), first[c]) + " there");
+      }
+    }
+  }
+
+  // Memory: static + live buffers against the prediction.
+  for (int r = 0; r < world; ++r) {
+    const Program &p = set.ranks[r];
+    std::map<int, double> live;
+    double now = 0, peak = 0;
+    for (int i = 0; i < int(p.code.size()); ++i) {
+      const Instruction &in = p.code[i];
+      if (in.kind == InstrKind::Alloc) {
+        if (!live.emplace(in.buffer, in.bytes).second)
+          return err(where(set, r, i) + ": buffer already allocated");
+        now += in.bytes;
+        peak = std::max(peak, now);
+        if (p.staticBytes + peak >
+            p.predictedPeakBytes + set.memoryAllowanceBytes)
+          return err(where(set, r, i) + ": holds " +
+                     bytesText(p.staticBytes + peak) +
+                     ", above the predicted peak " +
+                     bytesText(p.predictedPeakBytes) + " plus the allowance " +
+                     bytesText(set.memoryAllowanceBytes));
+      } else if (in.kind == InstrKind::Free) {
+        auto it = live.find(in.buffer);
+        if (it == live.end())
+          return err(where(set, r, i) + ": frees a buffer it does not hold");
+        now -= it->second;
+        live.erase(it);
+      }
+    }
+    if (!live.empty())
+      return err("rank " + std::to_string(r) + ": buffer #" +
+                 std::to_string(live.begin()->first) +
+                 " is never freed");
+  }
+
+  // Run it: streams in order, rendezvous sends, whole-group collectives.
+  struct Rank {
+    std::vector<std::vector<int>> streams;
+    std::vector<size_t> head;
+    std::vector<char> done;
+  };
+  std::vector<Rank> st(world);
+  size_t remaining = 0;
+  for (int r = 0; r < world; ++r) {
+    const Program &p = set.ranks[r];
+    st[r].streams.resize(kStreamKinds);
+    st[r].head.assign(kStreamKinds, 0);
+    st[r].done.assign(p.code.size(), 0);
+    for (int i = 0; i < int(p.code.size()); ++i)
+      st[r].streams[int(p.code[i].stream)].push_back(i);
+    remaining += p.code.size();
+  }
+  // Next collective index per group and member.
+  std::vector<std::map<int, size_t>> nextCollective(set.groups.size());
+  auto atHead = [&](int r, int i) {
+    int sIdx = int(set.ranks[r].code[i].stream);
+    const Rank &x = st[r];
+    return x.head[sIdx] < x.streams[sIdx].size() &&
+           x.streams[sIdx][x.head[sIdx]] == i;
+  };
+  auto ready = [&](int r, int i) {
+    if (!atHead(r, i))
+      return false;
+    for (int d : set.ranks[r].code[i].deps)
+      if (!st[r].done[d])
+        return false;
+    return true;
+  };
+  // A send/receive and the others of its group (consecutive, one stream).
+  auto batchOf = [&](int r, int i) {
+    const std::vector<Instruction> &code = set.ranks[r].code;
+    std::vector<int> out{i};
+    int g = code[i].p2pGroup;
+    if (g >= 0)
+      for (int j = i + 1; j < int(code.size()) && code[j].p2pGroup == g; ++j)
+        out.push_back(j);
+    return out;
+  };
+  auto batchReady = [&](int r, const std::vector<int> &members) {
+    if (!atHead(r, members.front()))
+      return false;
+    for (int j : members)
+      for (int dep : set.ranks[r].code[j].deps)
+        if (!st[r].done[dep] && (dep < members.front() || dep > members.back()))
+          return false;
+    return true;
+  };
+  auto finish = [&](int r, int i) {
+    st[r].done[i] = 1;
+    ++st[r].head[int(set.ranks[r].code[i].stream)];
+    --remaining;
+  };
+  while (remaining) {
+    bool progress = false;
+    for (int r = 0; r < world; ++r)
+      for (int s = 0; s < kStreamKinds; ++s) {
+        Rank &x = st[r];
+        while (x.head[s] < x.streams[s].size()) {
+          int i = x.streams[s][x.head[s]];
+          if (!ready(r, i))
+            break;
+          const Instruction &in = set.ranks[r].code[i];
+          if (in.kind == InstrKind::Send || in.kind == InstrKind::Recv) {
+            // The batches joined by their partners complete together.
+            std::vector<std::pair<int, int>> todo{{r, i}}, seen;
+            bool all = true;
+            while (!todo.empty() && all) {
+              auto [q, first] = todo.back();
+              todo.pop_back();
+              if (std::find(seen.begin(), seen.end(),
+                            std::make_pair(q, first)) != seen.end())
+                continue;
+              seen.push_back({q, first});
+              std::vector<int> members = batchOf(q, first);
+              if (!batchReady(q, members)) {
+                all = false;
+                break;
+              }
+              for (int j : members) {
+                const Instruction &x = set.ranks[q].code[j];
+                bool xs = x.kind == InstrKind::Send;
+                Key key = xs ? Key{q, x.peer, x.tag} : Key{x.peer, q, x.tag};
+                auto other = (xs ? recvs : sends).at(key);
+                int of = set.ranks[other.first].code[other.second].p2pGroup;
+                todo.push_back({other.first, of >= 0 ? of : other.second});
+              }
+            }
+            if (!all)
+              break;
+            for (auto [q, first] : seen)
+              for (int j : batchOf(q, first))
+                finish(q, j);
+          } else if (in.kind == InstrKind::Collective) {
+            const auto &members = set.groups[in.group];
+            size_t c = nextCollective[in.group][r];
+            bool all = true;
+            for (int q : members)
+              if (!ready(q, collectives[in.group][q][c])) {
+                all = false;
+                break;
+              }
+            if (!all)
+              break;
+            for (int q : members) {
+              finish(q, collectives[in.group][q][c]);
+              ++nextCollective[in.group][q];
+            }
+          } else {
+            finish(r, i);
+          }
+          progress = true;
+        }
+      }
+    if (!progress) {
+      // Name a waiting instruction and the rank it waits for: one that
+      // waits on another rank first, else one that waits on its own.
+      for (int pass = 0; pass < 2; ++pass)
+        for (int r = 0; r < world; ++r)
+          for (int s = 0; s < kStreamKinds; ++s) {
+            const Rank &x = st[r];
+            if (x.head[s] >= x.streams[s].size())
+              continue;
+            int i = x.streams[s][x.head[s]];
+            const Instruction &in = set.ranks[r].code[i];
+            std::string why;
+            bool own = !batchReady(r, batchOf(r, i));
+            if (own && pass == 1) {
+              for (int d : in.deps)
+                if (!st[r].done[d]) {
+                  why = "its dependency " + std::to_string(d) +
+                        " never finishes";
+                  break;
+                }
+            } else if (!own && (in.kind == InstrKind::Send ||
+                                in.kind == InstrKind::Recv)) {
+              why = "rank " + std::to_string(in.peer) +
+                    " never reaches its " +
+                    (in.kind == InstrKind::Send ? "receive" : "send");
+            } else if (!own && in.kind == InstrKind::Collective) {
+              size_t c = nextCollective[in.group][r];
+              for (int q : set.groups[in.group])
+                if (!ready(q, collectives[in.group][q][c])) {
+                  why = "rank " + std::to_string(q) + " never enters it";
+                  break;
+                }
+            }
+            if (!why.empty())
+              return err("deadlock: " + where(set, r, i) + " waits: " + why);
+          }
+      return err("deadlock: no rank can make progress");
+    }
+  }
+  return llvm::Error::success();
+}
+
+} // namespace orrery

@@ -1,0 +1,324 @@
+//===- LoweringTest.cpp - per-rank programs and their static check -------===//
+//
+// Every generated plan (schedules, interleaving, uneven stages, tp, cp,
+// ZeRO stages, recompute, experts, heterogeneous groups over sites) lowers
+// to a program set that passes the check; its instructions price to the
+// simulated stage; hand-broken programs fail with the rank and the
+// instruction named.
+//
+//===----------------------------------------------------------------------===//
+#include "TestSupport.h"
+#include "orrery/CostModel/Lowering.h"
+
+#include <gtest/gtest.h>
+
+using namespace orrery;
+
+namespace {
+
+using test::preset;
+
+Assumptions fusedAssumptions(const Workload &w) {
+  Assumptions a;
+  a.fusion = w.kernels;
+  return a;
+}
+
+/// Lowers and checks; false (with the reason in `why`) when the strategy
+/// does not apply to the model or cluster.
+bool lowerAndCheck(const Workload &w, const Cluster &c, const std::string &st,
+                   std::string &why, ProgramSet *out = nullptr) {
+  auto s = parseStrategy(st);
+  EXPECT_TRUE(bool(s)) << st;
+  if (!s)
+    return false;
+  auto set = lowerStep(w, c, *s, fusedAssumptions(w));
+  if (!set) {
+    why = llvm::toString(set.takeError());
+    return false;
+  }
+  llvm::Error e = checkPrograms(*set);
+  EXPECT_FALSE(bool(e)) << st << ": " << llvm::toString(std::move(e));
+  if (out)
+    *out = std::move(*set);
+  return true;
+}
+
+TEST(Lowering, EveryGeneratedPlanPassesTheCheck) {
+  mlir::MLIRContext ctx;
+  Workload w = test::tinyGpt(ctx, KernelFusion::Fused);
+  Cluster c8 = preset("8xA100-80G"), c2x4 = preset("2x4xA100-80G");
+  int lowered = 0;
+  const char *schedules[] = {"schedule=gpipe", "schedule=1f1b",
+                             "schedule=interleaved,vpp=2"};
+  const char *extras[] = {"zero=0",
+                          "zero=1,recompute=selective",
+                          "zero=3,recompute=full",
+                          "zero=2,overlap=none",
+                          "zero=1,sp=1,overlap=grad+param+tp+p2p"};
+  for (const Cluster *c : {&c8, &c2x4})
+    for (int tp : {1, 2})
+      for (int pp : {1, 2, 4})
+        for (int cp : {1, 2})
+          for (const char *sched : schedules)
+            for (const char *extra : extras)
+              for (int mbs : {1, 2}) {
+                int dp = 8 / (tp * pp * cp);
+                if (dp < 1)
+                  continue;
+                std::string st = "tp=" + std::to_string(tp) +
+                                 ",pp=" + std::to_string(pp) +
+                                 ",cp=" + std::to_string(cp) +
+                                 ",dp=" + std::to_string(dp) +
+                                 ",mbs=" + std::to_string(mbs) + ",gbs=" +
+                                 std::to_string(mbs * dp * 4) + "," + sched +
+                                 "," + extra;
+                std::string why;
+                if (lowerAndCheck(w, *c, st, why))
+                  ++lowered;
+              }
+  // Uneven stages and the all-to-all context exchange.
+  for (const char *st :
+       {"pp=2,dp=4,mbs=1,gbs=16,layers=3:1",
+        "pp=2,dp=4,mbs=1,gbs=16,layers=1:3,schedule=gpipe",
+        "pp=4,dp=2,mbs=1,gbs=8,layers=1:1:1:1",
+        "tp=2,pp=2,dp=2,mbs=1,gbs=8,layers=3:1",
+        "cp=2,dp=4,mbs=1,gbs=8,cp_comm=all-to-all",
+        "tp=2,cp=2,dp=2,mbs=2,gbs=8,cp_comm=all-to-all,recompute=selective"}) {
+    std::string why;
+    EXPECT_TRUE(lowerAndCheck(w, c8, st, why)) << st << ": " << why;
+    ++lowered;
+  }
+  // Experts split over ep ranks, with their all-to-alls.
+  Workload moe = test::moeModel(4, 100'000'000, 64 << 20);
+  for (const char *st : {"ep=2,dp=8,mbs=1,gbs=16", "ep=4,dp=8,mbs=1,gbs=16",
+                         "ep=8,dp=8,mbs=1,gbs=16,zero=1",
+                         "pp=2,ep=4,dp=4,mbs=1,gbs=16,zero=1"}) {
+    std::string why;
+    ProgramSet set;
+    EXPECT_TRUE(lowerAndCheck(moe, preset("2x4xA100-80G"), st, why, &set))
+        << st << ": " << why;
+    ++lowered;
+    int a2a = 0;
+    for (const Instruction &in : set.ranks[0].code)
+      a2a += in.kind == InstrKind::Collective &&
+             in.collective == CollectiveKind::AllToAll;
+    EXPECT_GT(a2a, 0) << st;
+  }
+  EXPECT_GE(lowered, 200);
+}
+
+TEST(Lowering, HeterogeneousGroupsAndSitesPassTheCheck) {
+  mlir::MLIRContext ctx;
+  Workload w = test::tinyGpt(ctx, KernelFusion::Fused);
+  auto c = parseClusterJson(
+      R"({"name": "mixed", "sites": [
+        {"name": "east", "nodes": [
+          {"count": 1, "device": "A100-80G", "devices_per_node": 4},
+          {"count": 1, "device": "H100-SXM", "devices_per_node": 4}]},
+        {"name": "west", "nodes": [
+          {"count": 1, "device": "A100-80G", "devices_per_node": 4}]}],
+        "inter_site_links": [{"sites": ["east", "west"], "link": "WAN-100G"}]})",
+      "mixed.json", HardwareCatalog::builtin());
+  ASSERT_TRUE(bool(c)) << llvm::toString(c.takeError());
+  int lowered = 0;
+  for (int variant = 0; variant < 6; ++variant) {
+    HeteroStrategy h;
+    ReplicaGroup a, b;
+    // Group a: A100 (tp 2) then H100 (tp 1 or 2), uneven layers; group b
+    // on the other site's A100s, one pipeline stage.
+    a.replicas = 2;
+    a.microBatch = 1;
+    a.microBatches = {int64_t(3 + variant % 2), 3};
+    a.stages = {{0, 2, 1 + variant % 3, {}},
+                {1, variant % 2 ? 2 : 1, 3 - variant % 3, {}}};
+    a.recompute = variant >= 3 ? Recompute::Full : Recompute::None;
+    b.replicas = 2;
+    b.microBatch = 1;
+    b.microBatches = {2, 2};
+    b.stages = {{2, 2, 4, {}}};
+    h.groups = {a, b};
+    h.globalBatch = a.samples() + b.samples();
+    h.zeroStage = variant % 2;
+    auto set = lowerHetero(w, *c, h, fusedAssumptions(w));
+    ASSERT_TRUE(bool(set)) << variant << ": "
+                           << llvm::toString(set.takeError());
+    llvm::Error e = checkPrograms(*set);
+    EXPECT_FALSE(bool(e)) << variant << ": " << llvm::toString(std::move(e));
+    // Across groups the gradients meet on the rings of Hetero.cpp.
+    bool cross = false;
+    for (size_t g = 0; g < set->groupNames.size(); ++g)
+      cross |= set->groupNames[g] == "cross-group";
+    EXPECT_TRUE(cross);
+    ++lowered;
+  }
+  EXPECT_EQ(lowered, 6);
+}
+
+/// The instructions of micro-batch 0's tasks on each stage, compute and
+/// tensor-parallel communication, against the simulator's per micro-batch
+/// stage times.
+TEST(Lowering, InstructionsPriceToTheSimulatedStage) {
+  mlir::MLIRContext ctx;
+  Workload w = test::tinyGpt(ctx, KernelFusion::Fused, 1);
+  Cluster c = preset("8xA100-80G");
+  for (const char *st : {"tp=2,pp=2,dp=2,mbs=2,gbs=16",
+                         "pp=4,dp=2,mbs=1,gbs=8,recompute=full",
+                         "tp=2,pp=2,dp=2,mbs=1,gbs=8,vpp=2,"
+                         "schedule=interleaved,recompute=selective",
+                         "tp=4,dp=2,mbs=1,gbs=8,sp=1"}) {
+    auto s = parseStrategy(st);
+    ASSERT_TRUE(bool(s));
+    auto r = simulateStep(w, c, *s, fusedAssumptions(w));
+    ASSERT_TRUE(bool(r)) << llvm::toString(r.takeError());
+    std::string why;
+    ProgramSet set;
+    ASSERT_TRUE(lowerAndCheck(w, c, st, why, &set)) << why;
+    for (const Program &p : set.ranks) {
+      double fwd = 0, bwd = 0;
+      for (const Instruction &in : p.code) {
+        bool task = in.span.size() > 1 && in.span[1] == '0' &&
+                    (in.span.size() == 2 || in.span[2] == '.');
+        bool counted = in.stream == StreamKind::Compute ||
+                       (in.stream == StreamKind::Comm &&
+                        in.name.find("gather") == std::string::npos);
+        if (!task || !counted)
+          continue;
+        (in.span[0] == 'F' ? fwd : bwd) += in.predictedS;
+      }
+      const StageReport &stage = r->stages[p.stage];
+      EXPECT_NEAR(fwd, stage.forwardS, 1e-9 + 1e-6 * stage.forwardS)
+          << st << " rank " << p.rank;
+      EXPECT_NEAR(bwd, stage.backwardS, 1e-9 + 1e-6 * stage.backwardS)
+          << st << " rank " << p.rank;
+    }
+    EXPECT_NEAR(set.predictedStepS, r->stepS, 1e-12);
+  }
+}
+
+ProgramSet pipelineSet() {
+  mlir::MLIRContext ctx;
+  Workload w = test::tinyGpt(ctx, KernelFusion::Fused);
+  std::string why;
+  ProgramSet set;
+  EXPECT_TRUE(lowerAndCheck(w, preset("4xA100-80G"),
+                            "tp=2,pp=2,mbs=1,gbs=4", why, &set))
+      << why;
+  return set;
+}
+
+std::string checkError(const ProgramSet &set) {
+  llvm::Error e = checkPrograms(set);
+  return e ? llvm::toString(std::move(e)) : "";
+}
+
+int find(const Program &p, InstrKind kind, int nth = 0) {
+  for (int i = 0; i < int(p.code.size()); ++i)
+    if (p.code[i].kind == kind && nth-- == 0)
+      return i;
+  ADD_FAILURE() << "no such instruction";
+  return 0;
+}
+
+TEST(Lowering, BrokenProgramsNameTheRankAndTheInstruction) {
+  ProgramSet good = pipelineSet();
+  ASSERT_EQ(good.worldSize, 4);
+  ASSERT_EQ(checkError(good), "");
+  // Rank 2 runs stage 1 (pp stride 2); it receives stage 0's activations.
+  ASSERT_EQ(good.ranks[2].stage, 1);
+
+  { // A missing receive.
+    ProgramSet bad = good;
+    int recv = find(bad.ranks[2], InstrKind::Recv);
+    bad.ranks[2].code[recv].kind = InstrKind::Kernel;
+    std::string e = checkError(bad);
+    EXPECT_NE(e.find("rank 0 instruction"), std::string::npos) << e;
+    EXPECT_NE(e.find("has no matching receive"), std::string::npos) << e;
+  }
+  { // A collective out of order: rank 1 swaps two of its tp all-reduces
+    // of different sizes.
+    ProgramSet bad = good;
+    std::vector<int> coll;
+    for (int i = 0; i < int(bad.ranks[1].code.size()); ++i)
+      if (bad.ranks[1].code[i].kind == InstrKind::Collective &&
+          bad.ranks[1].code[i].group == bad.ranks[1].code[
+                                                find(bad.ranks[1], InstrKind::Collective)]
+                                            .group)
+        coll.push_back(i);
+    ASSERT_GE(coll.size(), 2u);
+    size_t j = 1;
+    while (j < coll.size() && bad.ranks[1].code[coll[j]].bytes ==
+                                  bad.ranks[1].code[coll[0]].bytes &&
+           bad.ranks[1].code[coll[j]].collective ==
+               bad.ranks[1].code[coll[0]].collective)
+      ++j;
+    ASSERT_LT(j, coll.size());
+    std::swap(bad.ranks[1].code[coll[0]].bytes, bad.ranks[1].code[coll[j]].bytes);
+    std::swap(bad.ranks[1].code[coll[0]].collective,
+              bad.ranks[1].code[coll[j]].collective);
+    std::string e = checkError(bad);
+    EXPECT_NE(e.find("rank 1 instruction " + std::to_string(coll[0])),
+              std::string::npos)
+        << e;
+    EXPECT_NE(e.find("out of order"), std::string::npos) << e;
+  }
+  { // A dependency on a later instruction: a cycle.
+    ProgramSet bad = good;
+    bad.ranks[3].code[5].deps.push_back(9);
+    std::string e = checkError(bad);
+    EXPECT_NE(e.find("rank 3 instruction 5"), std::string::npos) << e;
+    EXPECT_NE(e.find("cycle"), std::string::npos) << e;
+  }
+  { // Receives in the wrong order: stage 1 waits for micro-batch 1 first,
+    // stage 0 sends micro-batch 0 first; the sends rendezvous: deadlock.
+    ProgramSet bad = good;
+    Program &p = bad.ranks[2];
+    int a = find(p, InstrKind::Recv, 0), b = find(p, InstrKind::Recv, 1);
+    std::swap(p.code[a].tag, p.code[b].tag);
+    std::string e = checkError(bad);
+    EXPECT_NE(e.find("deadlock: rank 0 instruction"), std::string::npos) << e;
+    EXPECT_NE(e.find("send to 2"), std::string::npos) << e;
+    EXPECT_NE(e.find("rank 2 never reaches its receive"), std::string::npos)
+        << e;
+  }
+  { // More memory than the plan predicts.
+    ProgramSet bad = good;
+    bad.ranks[0].predictedPeakBytes = bad.ranks[0].staticBytes;
+    bad.memoryAllowanceBytes = 0;
+    std::string e = checkError(bad);
+    EXPECT_NE(e.find("rank 0 instruction"), std::string::npos) << e;
+    EXPECT_NE(e.find("above the predicted peak"), std::string::npos) << e;
+  }
+  { // A buffer never freed.
+    ProgramSet bad = good;
+    bad.ranks[0].code[find(bad.ranks[0], InstrKind::Free)].kind =
+        InstrKind::Wait;
+    std::string e = checkError(bad);
+    EXPECT_NE(e.find("rank 0: buffer #"), std::string::npos) << e;
+  }
+}
+
+TEST(Lowering, TheTextNamesSpansStreamsAndShapes) {
+  ProgramSet set = pipelineSet();
+  std::string text = programText(set, 2);
+  EXPECT_NE(text.find("rank 2 of 4: A100-80G, replica group 0, stage 1; tp "
+                      "0/2"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("pp-recv F0      recv from 0 tag"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("gemm matmul m="), std::string::npos) << text;
+  EXPECT_NE(text.find("all-reduce g"), std::string::npos) << text;
+  EXPECT_NE(text.find("optimizer"), std::string::npos) << text;
+}
+
+TEST(Lowering, WhatTheRuntimeCannotRunIsRefused) {
+  mlir::MLIRContext ctx;
+  Workload w = test::tinyGpt(ctx, KernelFusion::Fused);
+  std::string why;
+  EXPECT_FALSE(lowerAndCheck(w, preset("2xA100-80G"),
+                             "dp=2,mbs=1,gbs=2,offload=activations", why));
+  EXPECT_NE(why.find("offload_activations"), std::string::npos) << why;
+}
+
+} // namespace

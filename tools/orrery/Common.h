@@ -1,0 +1,94 @@
+//===- Common.h - what the subcommands share -------------------*- C++ -*-===//
+#ifndef ORRERY_TOOLS_COMMON_H
+#define ORRERY_TOOLS_COMMON_H
+
+#include "orrery/CostModel/Lowering.h"
+#include "orrery/Import/Importer.h"
+#include "orrery/Plan/Plan.h"
+#include "orrery/Transforms/ShardAnnotations.h"
+
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/IR/OwningOpRef.h"
+
+#include <CLI/CLI.hpp>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+namespace orrery {
+namespace cli {
+
+/// Prints "orrery: error: MESSAGE" (one line) and returns 1.
+int fail(const std::string &message);
+
+/// Parses NAME=VALUE pairs of --dim; returns an error message or "".
+std::string parseDims(const std::vector<std::string> &specs,
+                      onnx::LoadOptions &options);
+
+struct ModelArgs {
+  std::string path;
+  std::vector<std::string> dims;
+  /// The kernels the front end prepares the graph for when it outlines:
+  /// `orrery-fuse-kernels` runs first unless eager (attention stays unfused
+  /// for unfused-attention).
+  KernelFusion kernels = KernelFusion::Fused;
+};
+
+void addModelArgs(CLI::App *cmd, ModelArgs &args);
+
+/// A model argument: an existing file, or the name of a built-in model
+/// (`orrery simulate gpt3-175b`), written at build time by models/generate.py.
+std::string resolveModel(const std::string &arg);
+
+/// Binds `batch` to 1 unless the user bound it: workloads for simulate and
+/// plan are per sample, and the strategy sets the micro-batch.
+void defaultBatchToOne(ModelArgs &args);
+
+/// Layout prices from a cluster's first device and its intra-node link.
+LayoutCosts layoutCostsFor(const Cluster &c, Precision p,
+                           const Assumptions &a = {});
+
+/// Import and (optionally) outline; on error prints it and returns null.
+mlir::OwningOpRef<mlir::ModuleOp> frontEnd(mlir::MLIRContext &ctx,
+                                           const ModelArgs &args, bool outline,
+                                           std::map<std::string, int64_t> *hist,
+                                           int &rc);
+
+/// The bytes of a file; false when it cannot be read.
+bool readFileBytes(const std::string &path, std::string &out);
+
+/// A plan file as JSON; on failure prints the one-line error and returns
+/// its exit code.
+int readPlanFile(const std::string &path, nlohmann::json &doc);
+
+/// A plan's model and cluster digests against the inputs at hand.
+int checkDigests(const nlohmann::json &planDoc, const std::string &what,
+                 const PlanInputs &inputs, const std::string &modelPath,
+                 const std::string &clusterSpec);
+
+/// What a plan was made for, loaded as `orrery check` loads it.
+struct LoadedPlan {
+  nlohmann::json doc;
+  Workload workload;
+  std::unique_ptr<Cluster> cluster;
+  Assumptions assumptions;
+  bool hetero = false;
+  Strategy strategy;
+  HeteroStrategy heteroStrategy;
+};
+
+/// Reads a plan and the model and cluster it names (or the given ones),
+/// checks the digests; on failure prints the error and returns its code.
+int loadPlan(const std::string &planPath, const std::string &model,
+             const std::string &cluster, LoadedPlan &out);
+
+/// The plan's per-rank programs (Lowering.h).
+llvm::Expected<ProgramSet> lowerPlan(const LoadedPlan &plan);
+
+} // namespace cli
+} // namespace orrery
+
+#endif // ORRERY_TOOLS_COMMON_H

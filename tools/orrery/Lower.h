@@ -1,0 +1,25 @@
+//===- Lower.h - `orrery lower` ---------------------------------*- C++ -*-===//
+#ifndef ORRERY_TOOLS_LOWER_H
+#define ORRERY_TOOLS_LOWER_H
+
+#include <CLI/CLI.hpp>
+#include <string>
+
+namespace orrery {
+namespace cli {
+
+/// `orrery lower plan.json [--rank R] [--summary]`: the plan's program of
+/// one rank as text, after the static check of the whole set.
+struct LowerCommand {
+  std::string plan, model, cluster;
+  int rank = 0;
+  bool summary = false;
+  CLI::App *cmd = nullptr;
+  void add(CLI::App &app);
+  int run() const;
+};
+
+} // namespace cli
+} // namespace orrery
+
+#endif // ORRERY_TOOLS_LOWER_H
