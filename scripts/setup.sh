@@ -11,6 +11,7 @@ packages=(
   nlohmann-json3-dev libcli11-dev libgtest-dev libzstd-dev
   python3-onnx python3-numpy python3-jsonschema
   chromium fonts-dejavu-core fonts-liberation python3-pil
+  libopenblas-dev libgloo-dev libopenmpi-dev openmpi-bin
 )
 
 missing=()

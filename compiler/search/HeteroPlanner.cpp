@@ -169,8 +169,8 @@ bool Search::balance(const std::vector<StageSlot> &stages, int replicas,
     tab.push_back(&table(stages[i].pool, stages[i].tp, mbs, rec));
     if (tab.back()->seconds.empty())
       return false;
-    cap[i] = pools[stages[i].pool].nodes->device->memoryBytes -
-             a.workspaceBytes;
+    const DeviceSpec &dev = *pools[stages[i].pool].nodes->device;
+    cap[i] = dev.memoryBytes - a.workspaceFor(dev);
     inFlight[i] = double(std::min<int64_t>(m, S - i));
   }
   auto cost = [&](int i, int l, double &t, double &b) {
@@ -718,7 +718,8 @@ llvm::Expected<HeteroPlanResult> Search::run() {
                    a.optimizerBytesPerParam);
     double have = 0;
     for (int p : usable) {
-      double cap = pools[p].nodes->device->memoryBytes - a.workspaceBytes;
+      const DeviceSpec &dev = *pools[p].nodes->device;
+      double cap = dev.memoryBytes - a.workspaceFor(dev);
       have += pools[p].devices * cap;
     }
     char buf[512];

@@ -252,12 +252,12 @@ searchPlans(const Workload &w, const Cluster &cluster, const PlanOptions &o) {
                         params * optimizer
                   : params * (a.weightBytesPerParam + a.gradBytesPerParam +
                               optimizer);
-          if (floorBytes + a.workspaceBytes > dev.memoryBytes) {
+          if (floorBytes + a.workspaceFor(dev) > dev.memoryBytes) {
             ++result.candidatesPruned;
-            double shortBy = floorBytes + a.workspaceBytes - dev.memoryBytes;
+            double shortBy = floorBytes + a.workspaceFor(dev) - dev.memoryBytes;
             if (shortBy < floorShortfall) {
               floorShortfall = shortBy;
-              floorNeed = floorBytes + a.workspaceBytes;
+              floorNeed = floorBytes + a.workspaceFor(dev);
               floorWhere =
                   "tp=" + std::to_string(tp) + ",cp=" + std::to_string(cp) +
                   ",pp=" + std::to_string(pp) + ",dp=" + std::to_string(dp) +

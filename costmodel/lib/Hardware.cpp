@@ -123,6 +123,9 @@ static llvm::Expected<HardwareCatalog> parseCatalog(const std::string &text,
       return std::move(e);
     if (auto e = number(d, "power_w", path, s.powerW))
       return std::move(e);
+    if (d.contains("workspace_bytes"))
+      if (auto e = number(d, "workspace_bytes", path, s.workspaceBytes))
+        return std::move(e);
     if (d.contains("measured_kernel_profile")) {
       const nlohmann::json &k = d["measured_kernel_profile"];
       std::string kpath = path + ".measured_kernel_profile";

@@ -711,7 +711,7 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
     mem.optimizerBytes =
         s.offloadOptimizer ? 0 : sharded(1) * a.optimizerBytesPerParam;
     mem.activationsBytes = peak * (1 + a.fragmentation);
-    mem.workspaceBytes = a.workspaceBytes;
+    mem.workspaceBytes = a.workspaceFor(dev);
     if (mem.total() > r.peakMemoryBytes)
       r.peakMemoryBytes = mem.total();
     if (i == 0 || mem.total() - st.capacityBytes > r.memoryShortfallBytes)

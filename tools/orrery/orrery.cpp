@@ -16,6 +16,7 @@
 
 #include "Common.h"
 #include "Lower.h"
+#include "Run.h"
 #include "PlanReport.h"
 #include "Report.h"
 #include "Simulate.h"
@@ -306,6 +307,7 @@ int main(int argc, char **argv) {
   ModelArgs importArgs;
   bool outline = false;
   orrery::cli::LowerCommand lowerCmd;
+  orrery::cli::RunCommand runCmd;
   CLI::App *importCmd = app.add_subcommand(
       "import", "Import an ONNX model and print it in the orrery MLIR dialect");
   addModelArgs(importCmd, importArgs);
@@ -466,6 +468,7 @@ int main(int argc, char **argv) {
   exportCmd->add_option("--cluster", exportCluster,
                         "mlir: the cluster (default: the plan's cluster.spec)");
   lowerCmd.add(app);
+  runCmd.add(app);
 
   try {
     app.parse(argc, argv);
@@ -481,6 +484,8 @@ int main(int argc, char **argv) {
 
   if (*lowerCmd.cmd)
     return lowerCmd.run();
+  if (*runCmd.cmd)
+    return runCmd.run(argc, argv);
 
   mlir::MLIRContext ctx;
   ctx.disableMultithreading();

@@ -96,6 +96,9 @@ struct DeviceSpec {
   double memoryBytes = 0;
   double memoryBandwidthBytesPerS = 0;
   double powerW = 0;
+  /// Memory a process holds on the device besides the model's (the CUDA
+  /// context, cuBLAS and NCCL buffers on a GPU); 0: Assumptions'.
+  double workspaceBytes = 0;
   /// The link between devices of one node, by name.
   std::string intraNodeLink;
   std::string source;

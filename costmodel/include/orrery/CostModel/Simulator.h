@@ -55,6 +55,10 @@ struct Assumptions {
          optimizerBytesPerParam = 12;
   /// Workspace (CUDA context, cuBLAS and NCCL buffers) and fragmentation.
   double workspaceBytes = 1.5 * (1ull << 30);
+  /// A device's own workspace where the catalog states one.
+  double workspaceFor(const DeviceSpec &d) const {
+    return d.workspaceBytes > 0 ? d.workspaceBytes : workspaceBytes;
+  }
   double fragmentation = 0.05;
 };
 

@@ -1,0 +1,591 @@
+//===- CpuBackend.cpp - a rank's program on CPUs: OpenBLAS and Gloo ------===//
+//
+// GEMMs are OpenBLAS sgemm on synthetic fp32 operands of the instruction's
+// shape; fused attention runs its blocks as GEMMs and a row softmax (the
+// causal blocks above the diagonal skipped, as FlashAttention skips them;
+// backward five GEMMs per block); a memory-bound kernel streams its bytes;
+// the optimizer streams its shard. Collectives are Gloo's (ring all-reduce,
+// all-gather, halving-doubling reduce-scatter, all-to-all) on a context per
+// group and stream; sends and receives are Gloo unbound buffers on one
+// context, matched by tag. Messages carry the plan's bytes.
+//
+//===----------------------------------------------------------------------===//
+#include "orrery/Runtime/Runtime.h"
+#include "TcpStore.h"
+
+#include <gloo/allgather.h>
+#include <gloo/allreduce.h>
+#include <gloo/alltoall.h>
+#include <gloo/barrier.h>
+#include <gloo/reduce_scatter.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/prefix_store.h>
+#include <gloo/transport/tcp/device.h>
+
+#include <cblas.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <condition_variable>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <sys/resource.h>
+#include <thread>
+
+namespace orrery {
+
+static llvm::Error err(const std::string &msg) {
+  return llvm::createStringError(llvm::inconvertibleErrorCode(), msg);
+}
+
+bool haveCpuBackend() { return true; }
+
+std::vector<double> RunResult::stepS() const {
+  std::vector<double> out;
+  for (const RankMeasurement &r : ranks)
+    for (size_t i = 0; i < r.stepS.size(); ++i) {
+      if (out.size() <= i)
+        out.push_back(0);
+      out[i] = std::max(out[i], r.stepS[i]);
+    }
+  return out;
+}
+
+namespace runtime {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+/// Scratch memory of one stream's thread, grown as instructions need.
+struct Scratch {
+  std::vector<float> a, b, c, d;
+  float *get(std::vector<float> &v, size_t n) {
+    if (v.size() < n)
+      v.assign(n, 0.5f);
+    return v.data();
+  }
+};
+
+void gemm(Scratch &s, int64_t m, int64_t n, int64_t k, int64_t batch) {
+  float *A = s.get(s.a, size_t(m * k)), *B = s.get(s.b, size_t(k * n)),
+        *C = s.get(s.c, size_t(m * n));
+  for (int64_t i = 0; i < batch; ++i)
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(m), int(n),
+                int(k), 1.0f, A, int(k), B, int(n), 0.0f, C, int(n));
+}
+
+/// Streams `bytes`: reads two thirds, writes one third (y = a·x + y).
+void stream(Scratch &s, double bytes) {
+  size_t n = size_t(std::max(1.0, bytes / 12));
+  float *x = s.get(s.a, n), *y = s.get(s.b, n);
+  for (size_t i = 0; i < n; ++i)
+    y[i] = 0.999f * x[i] + y[i] * 0.5f;
+}
+
+/// Attention as blocks of 128 queries: scores = Q·Kᵀ over the keys the
+/// block sees, a row softmax, out = P·V; backward recomputes the scores
+/// and runs dV, dP, dQ and dK.
+void attention(Scratch &s, const Instruction &in) {
+  const int64_t tile = 128;
+  int64_t q = std::max<int64_t>(1, in.qLen), kv = std::max<int64_t>(1, in.kvLen),
+          d = std::max<int64_t>(1, in.headDim),
+          dv = std::max<int64_t>(1, in.valueDim);
+  float *Q = s.get(s.a, size_t(tile * std::max(d, dv))),
+        *K = s.get(s.b, size_t(kv * std::max(d, dv))),
+        *S = s.get(s.c, size_t(tile * kv)), *O = s.get(s.d, size_t(tile * std::max(d, dv)));
+  for (int64_t bh = 0; bh < std::max<int64_t>(1, in.batch * in.heads); ++bh)
+    for (int64_t q0 = 0; q0 < q; q0 += tile) {
+      int64_t rows = std::min(tile, q - q0);
+      // Causal: keys up to the block's last query (query i sees the first
+      // i + 1 keys when the lengths match).
+      int64_t keys = in.causal ? std::min(kv, q0 + rows + (kv - q)) : kv;
+      keys = std::max<int64_t>(1, keys);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(rows),
+                  int(keys), int(d), 1.0f, Q, int(d), K, int(d), 0.0f, S,
+                  int(keys));
+      for (int64_t r = 0; r < rows; ++r) {
+        float *row = S + r * keys, mx = row[0], sum = 0;
+        for (int64_t j = 1; j < keys; ++j)
+          mx = std::max(mx, row[j]);
+        for (int64_t j = 0; j < keys; ++j)
+          sum += row[j] = std::exp(row[j] - mx);
+        for (int64_t j = 0; j < keys; ++j)
+          row[j] /= sum;
+      }
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(rows),
+                  int(dv), int(keys), 1.0f, S, int(keys), K, int(dv), 0.0f, O,
+                  int(dv));
+      if (in.backward) {
+        // dV = Pᵀ·dO, dP = dO·Vᵀ, dQ = dS·K, dK = dSᵀ·Q.
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(keys),
+                    int(dv), int(rows), 1.0f, S, int(keys), O, int(dv), 0.0f,
+                    K, int(dv));
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(rows),
+                    int(keys), int(dv), 1.0f, O, int(dv), K, int(dv), 0.0f, S,
+                    int(keys));
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(rows),
+                    int(d), int(keys), 1.0f, S, int(keys), K, int(d), 0.0f, Q,
+                    int(d));
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(keys),
+                    int(d), int(rows), 1.0f, S, int(keys), Q, int(d), 0.0f, K,
+                    int(d));
+      }
+    }
+}
+
+size_t elementsOf(double bytes) {
+  return size_t(std::max(1.0, std::ceil(bytes / 4)));
+}
+
+class CpuRank {
+public:
+  CpuRank(const ProgramSet &set, const LaunchEnv &env,
+          const RunOptions &options)
+      : set(set), prog(set.ranks[env.rank]), env(env), options(options) {}
+
+  llvm::Expected<RunResult> run();
+
+private:
+  const ProgramSet &set;
+  const Program &prog;
+  const LaunchEnv &env;
+  const RunOptions &options;
+  std::unique_ptr<TcpStoreServer> server;
+  std::unique_ptr<TcpStore> store;
+  std::shared_ptr<gloo::transport::Device> device;
+  std::shared_ptr<gloo::Context> world, p2p;
+  /// (group, stream) -> context, and each context's next tag.
+  std::map<std::pair<int, int>, std::shared_ptr<gloo::Context>> contexts;
+  std::map<gloo::Context *, uint32_t> tags;
+  /// Per send/receive: its buffer and Gloo's view of it.
+  std::map<int, std::vector<char>> messages;
+  std::map<int, std::unique_ptr<gloo::transport::UnboundBuffer>> unbound;
+  std::map<int, std::vector<char>> live; ///< allocated activations
+  std::vector<char> held;                ///< weights, gradients, optimizer
+  // Completion: instruction i is done in step s when done[i] >= s.
+  std::unique_ptr<std::atomic<int>[]> done;
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<double> startS, endS;
+  std::atomic<bool> watching{false};
+  std::thread watchdog;
+
+  std::shared_ptr<gloo::Context> connect(const std::string &prefix, int rank,
+                                         int size) {
+    auto ctx = std::make_shared<gloo::rendezvous::Context>(rank, size);
+    ctx->setTimeout(options.timeout);
+    gloo::rendezvous::PrefixStore prefixed(prefix, *store);
+    ctx->connectFullMesh(prefixed, device);
+    return ctx;
+  }
+  std::string where(int i) const {
+    const Instruction &in = prog.code[i];
+    return "instruction " + std::to_string(i) + " (" + instrKindName(in.kind) +
+           " " + in.name + ", " + in.span + ")";
+  }
+  [[noreturn]] void lost(std::string what) {
+    // One report: the other streams and the watchdog wait for the exit.
+    static std::mutex once;
+    if (!once.try_lock())
+      for (;;)
+        std::this_thread::sleep_for(std::chrono::seconds(1));
+    // Gloo's messages start with their source location.
+    if (!what.empty()) {
+      size_t at = what.find("[./gloo/");
+      if (at == std::string::npos)
+        at = what.find("[/");
+      size_t close = at == std::string::npos ? at : what.find("] ", at);
+      if (close != std::string::npos)
+        what.erase(at, close + 2 - at);
+    }
+    std::vector<char> v;
+    std::string lostRank;
+    try {
+      if (store && store->tryGet(kLostRankKey, v))
+        lostRank = std::string(v.begin(), v.end());
+    } catch (...) {
+      lostRank = "0";
+    }
+    std::string msg =
+        lostRank.empty()
+            ? "rank " + std::to_string(env.rank) + ": " + what
+            : "rank " + std::to_string(env.rank) + ": lost rank " + lostRank +
+                  " (it exited or was killed): " + what;
+    options.fatal(msg);
+    std::abort(); // fatal does not return
+  }
+  void execute(int i, Scratch &scratch);
+  void collective(const Instruction &in, Scratch &scratch);
+  void runStream(int streamKind, int step, Scratch &scratch);
+};
+
+void CpuRank::collective(const Instruction &in, Scratch &scratch) {
+  auto &ctx = contexts.at({in.group, int(in.stream)});
+  uint32_t tag = tags[ctx.get()]++;
+  const std::vector<int> &members = set.groups[in.group];
+  int n = int(members.size());
+  size_t elems = elementsOf(in.bytes);
+  switch (in.collective) {
+  case CollectiveKind::AllReduce: {
+    float *buf = scratch.get(scratch.a, elems);
+    gloo::AllreduceOptions opts(ctx);
+    opts.setOutput(buf, elems);
+    opts.setReduceFunction(
+        [](void *c, const void *a, const void *b, size_t k) {
+          gloo::sum<float>(c, a, b, k);
+        });
+    opts.setTag(tag);
+    opts.setTimeout(options.timeout);
+    gloo::allreduce(opts);
+    break;
+  }
+  case CollectiveKind::AllGather: {
+    size_t each = std::max<size_t>(1, elems / n);
+    float *in_ = scratch.get(scratch.a, each),
+          *out = scratch.get(scratch.b, each * n);
+    gloo::AllgatherOptions opts(ctx);
+    opts.setInput(in_, each);
+    opts.setOutput(out, each * n);
+    opts.setTag(tag);
+    opts.setTimeout(options.timeout);
+    gloo::allgather(opts);
+    break;
+  }
+  case CollectiveKind::ReduceScatter: {
+    size_t each = std::max<size_t>(1, elems / n);
+    float *buf = scratch.get(scratch.a, each * n);
+    std::vector<int> counts(n, int(each));
+    gloo::ReduceScatterHalvingDoubling<float> rs(ctx, {buf}, int(each * n),
+                                                 counts);
+    rs.run();
+    break;
+  }
+  case CollectiveKind::AllToAll: {
+    size_t each = std::max<size_t>(1, elems / n);
+    float *in_ = scratch.get(scratch.a, each * n),
+          *out = scratch.get(scratch.b, each * n);
+    gloo::AlltoallOptions opts(ctx);
+    opts.setInput(in_, each * n);
+    opts.setOutput(out, each * n);
+    opts.setTag(tag);
+    opts.setTimeout(options.timeout);
+    gloo::alltoall(opts);
+    break;
+  }
+  case CollectiveKind::SendRecv: {
+    // A neighbour exchange: to the next member, from the previous one.
+    int me = int(std::find(members.begin(), members.end(), env.rank) -
+                 members.begin());
+    float *out = scratch.get(scratch.a, elems),
+          *inb = scratch.get(scratch.b, elems);
+    auto sendBuf = ctx->createUnboundBuffer(out, elems * 4);
+    auto recvBuf = ctx->createUnboundBuffer(inb, elems * 4);
+    sendBuf->send((me + 1) % n, tag);
+    recvBuf->recv((me + n - 1) % n, tag);
+    sendBuf->waitSend(options.timeout);
+    recvBuf->waitRecv(options.timeout);
+    break;
+  }
+  }
+}
+
+void CpuRank::execute(int i, Scratch &scratch) {
+  const Instruction &in = prog.code[i];
+  switch (in.kind) {
+  case InstrKind::Gemm:
+    gemm(scratch, in.m, in.n, in.k, in.batch);
+    break;
+  case InstrKind::Attention:
+    attention(scratch, in);
+    break;
+  case InstrKind::Kernel:
+  case InstrKind::Optimizer:
+    stream(scratch, in.bytes);
+    break;
+  case InstrKind::Collective:
+    collective(in, scratch);
+    break;
+  case InstrKind::Send:
+  case InstrKind::Recv: {
+    // A group of sends and receives: issue them all, then wait for all.
+    int last = i;
+    if (in.p2pGroup >= 0)
+      while (last + 1 < int(prog.code.size()) &&
+             prog.code[last + 1].p2pGroup == in.p2pGroup)
+        ++last;
+    for (int j = i; j <= last; ++j) {
+      const Instruction &x = prog.code[j];
+      uint64_t slot = uint64_t(x.tag);
+      if (x.kind == InstrKind::Send)
+        unbound.at(j)->send(x.peer, slot);
+      else
+        unbound.at(j)->recv(x.peer, slot);
+    }
+    for (int j = i; j <= last; ++j) {
+      if (prog.code[j].kind == InstrKind::Send)
+        unbound.at(j)->waitSend(options.timeout);
+      else
+        unbound.at(j)->waitRecv(options.timeout);
+    }
+    break;
+  }
+  case InstrKind::Alloc: {
+    std::vector<char> &b = live[in.buffer];
+    b.assign(size_t(in.bytes), 1); // touched: resident
+    break;
+  }
+  case InstrKind::Free:
+    live.erase(in.buffer);
+    break;
+  case InstrKind::Wait:
+    break;
+  }
+}
+
+void CpuRank::runStream(int streamKind, int step, Scratch &scratch) {
+  auto t0 = Clock::now();
+  for (int i = 0; i < int(prog.code.size()); ++i) {
+    const Instruction &in = prog.code[i];
+    if (int(in.stream) != streamKind)
+      continue;
+    // A member of a send/receive group after its first ran with it.
+    if (in.p2pGroup >= 0 && in.p2pGroup != i) {
+      continue;
+    }
+    {
+      std::unique_lock<std::mutex> lock(mu);
+      cv.wait(lock, [&] {
+        for (int d : in.deps)
+          if (done[d].load() < step)
+            return false;
+        return true;
+      });
+    }
+    auto s = Clock::now();
+    try {
+      execute(i, scratch);
+    } catch (const std::exception &e) {
+      lost(where(i) + ": " + e.what());
+    }
+    auto e = Clock::now();
+    startS[i] = std::chrono::duration<double>(s - t0).count();
+    endS[i] = std::chrono::duration<double>(e - t0).count();
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      done[i] = step;
+      if (in.p2pGroup == i)
+        for (int j = i + 1;
+             j < int(prog.code.size()) && prog.code[j].p2pGroup == i; ++j) {
+          done[j] = step;
+          startS[j] = startS[i];
+          endS[j] = endS[i];
+        }
+    }
+    cv.notify_all();
+  }
+}
+
+llvm::Expected<RunResult> CpuRank::run() {
+  if (prog.device != "CPU")
+    return err("rank " + std::to_string(env.rank) + ": the plan places it on " +
+               prog.device + ", and the CPU backend runs CPU devices (plan "
+               "for a cluster of CPU, e.g. --cluster 2xCPU)");
+  try {
+    if (env.rank == 0)
+      server = std::make_unique<TcpStoreServer>(env.masterPort);
+    store = std::make_unique<TcpStore>(env.masterAddr, env.masterPort,
+                                       env.rank, options.timeout);
+    gloo::transport::tcp::attr attr;
+    if (const char *host = std::getenv("ORRERY_GLOO_HOST"))
+      attr.hostname = host;
+    else if (env.masterAddr == "127.0.0.1" || env.masterAddr == "localhost")
+      attr.hostname = "127.0.0.1";
+    device = gloo::transport::tcp::CreateDevice(attr);
+    world = connect("world", env.rank, set.worldSize);
+    bool anyP2p = false;
+    for (const Program &p : set.ranks)
+      for (const Instruction &in : p.code)
+        anyP2p |= in.kind == InstrKind::Send;
+    if (anyP2p)
+      p2p = connect("p2p", env.rank, set.worldSize);
+    // A context per group this rank is in and stream that uses it, made in
+    // group order on every rank.
+    std::map<int, std::vector<int>> streamsOf;
+    for (const Instruction &in : prog.code)
+      if (in.kind == InstrKind::Collective) {
+        auto &v = streamsOf[in.group];
+        if (std::find(v.begin(), v.end(), int(in.stream)) == v.end())
+          v.push_back(int(in.stream));
+      }
+    for (auto &[g, streams] : streamsOf) {
+      std::sort(streams.begin(), streams.end());
+      const std::vector<int> &m = set.groups[g];
+      int me = int(std::find(m.begin(), m.end(), env.rank) - m.begin());
+      for (int st : streams)
+        contexts[{g, st}] = connect("g" + std::to_string(g) + "/" +
+                                        std::to_string(st),
+                                    me, int(m.size()));
+    }
+    for (int i = 0; i < int(prog.code.size()); ++i) {
+      const Instruction &in = prog.code[i];
+      if (in.kind != InstrKind::Send && in.kind != InstrKind::Recv)
+        continue;
+      std::vector<char> &buf = messages[i];
+      buf.assign(size_t(std::max(1.0, in.bytes)), 0);
+      unbound[i] = p2p->createUnboundBuffer(buf.data(), buf.size());
+    }
+  } catch (const std::exception &e) {
+    return err("rank " + std::to_string(env.rank) + ": " + e.what());
+  }
+  // Weights, gradients and optimizer state: held (and touched) all run.
+  held.assign(size_t(std::max(0.0, prog.staticBytes)), 1);
+
+  // A rank that disconnects from the rendezvous is lost: stop at once.
+  watching = true;
+  watchdog = std::thread([this] {
+    std::vector<char> v;
+    while (watching) {
+      bool gone = false;
+      try {
+        gone = store->tryGet(kLostRankKey, v);
+      } catch (...) {
+        if (watching)
+          lost("the rendezvous on rank 0 is gone");
+        return;
+      }
+      if (gone && watching)
+        lost("stopping");
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  });
+
+  size_t n = prog.code.size();
+  done.reset(new std::atomic<int>[n]);
+  for (size_t i = 0; i < n; ++i)
+    done[i] = 0;
+  startS.assign(n, 0);
+  endS.assign(n, 0);
+  RankMeasurement me;
+  me.rank = env.rank;
+  me.device = prog.device;
+  me.stage = prog.stage;
+  me.replicaGroup = prog.replicaGroup;
+  me.predictedPeakBytes = prog.predictedPeakBytes;
+  me.kindS.assign(10, 0.0);
+  int total = options.warmupSteps + options.steps;
+  std::vector<Scratch> scratch(kStreamKinds);
+  for (int step = 1; step <= total; ++step) {
+    try {
+      gloo::BarrierOptions barrier(world);
+      barrier.setTimeout(options.timeout);
+      gloo::barrier(barrier);
+    } catch (const std::exception &e) {
+      lost(std::string("step barrier: ") + e.what());
+    }
+    auto t0 = Clock::now();
+    std::vector<std::thread> threads;
+    for (int st = 0; st < kStreamKinds; ++st)
+      threads.emplace_back(
+          [this, st, step, &scratch] { runStream(st, step, scratch[st]); });
+    for (std::thread &t : threads)
+      t.join();
+    double stepS = std::chrono::duration<double>(Clock::now() - t0).count();
+    if (step <= options.warmupSteps)
+      continue;
+    me.stepS.push_back(stepS);
+    for (size_t i = 0; i < n; ++i) {
+      const Instruction &in = prog.code[i];
+      double busy = (endS[i] - startS[i]) / options.steps;
+      me.kindS[int(in.kind)] += busy;
+      if (in.stream == StreamKind::Compute) {
+        (in.span.empty() ? me.stepTailS
+         : in.span[0] == 'F' ? me.forwardS
+         : in.span[0] == 'B' ? me.backwardS
+                             : me.stepTailS) += busy;
+      }
+    }
+  }
+  for (size_t i = 0; i < n; ++i) {
+    const Instruction &in = prog.code[i];
+    if (in.kind == InstrKind::Wait || endS[i] <= startS[i])
+      continue;
+    me.spans.push_back({in.span + " " + in.name, int(in.stream), startS[i],
+                        endS[i] - startS[i]});
+  }
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  me.peakMemoryBytes = double(usage.ru_maxrss) * 1024;
+
+  // Everyone's measurement through the rendezvous.
+  RunResult result;
+  result.predictedStepS = set.predictedStepS;
+  try {
+    nlohmann::json j = {{"rank", me.rank},
+                        {"device", me.device},
+                        {"stage", me.stage},
+                        {"group", me.replicaGroup},
+                        {"step_s", me.stepS},
+                        {"kind_s", me.kindS},
+                        {"forward_s", me.forwardS},
+                        {"backward_s", me.backwardS},
+                        {"tail_s", me.stepTailS},
+                        {"peak_bytes", me.peakMemoryBytes},
+                        {"predicted_peak_bytes", me.predictedPeakBytes}};
+    nlohmann::json spans = nlohmann::json::array();
+    for (const MeasuredSpan &s : me.spans)
+      spans.push_back({s.name, s.stream, s.startS, s.durationS});
+    j["spans"] = spans;
+    std::string text = j.dump();
+    store->set("result/" + std::to_string(env.rank),
+               std::vector<char>(text.begin(), text.end()));
+    for (int r = 0; r < set.worldSize; ++r) {
+      std::vector<char> v = store->get("result/" + std::to_string(r));
+      nlohmann::json x = nlohmann::json::parse(v.begin(), v.end());
+      RankMeasurement m;
+      m.rank = x["rank"];
+      m.device = x["device"];
+      m.stage = x["stage"];
+      m.replicaGroup = x["group"];
+      m.stepS = x["step_s"].get<std::vector<double>>();
+      m.kindS = x["kind_s"].get<std::vector<double>>();
+      m.forwardS = x["forward_s"];
+      m.backwardS = x["backward_s"];
+      m.stepTailS = x["tail_s"];
+      m.peakMemoryBytes = x["peak_bytes"];
+      m.predictedPeakBytes = x["predicted_peak_bytes"];
+      for (const auto &s : x["spans"])
+        m.spans.push_back({s[0], s[1], s[2], s[3]});
+      result.ranks.push_back(std::move(m));
+    }
+    watching = false;
+    watchdog.join();
+    gloo::BarrierOptions barrier(world);
+    barrier.setTimeout(options.timeout);
+    gloo::barrier(barrier);
+    store->goodbye();
+  } catch (const std::exception &e) {
+    lost(std::string("collecting the measurements: ") + e.what());
+  }
+  return result;
+}
+
+} // namespace
+} // namespace runtime
+
+llvm::Expected<RunResult> runOnCpu(const ProgramSet &set, const LaunchEnv &env,
+                                   const RunOptions &options) {
+  if (env.worldSize != set.worldSize)
+    return err("the launcher started " + std::to_string(env.worldSize) +
+               " ranks; the plan has " + std::to_string(set.worldSize));
+  if (env.rank < 0 || env.rank >= set.worldSize)
+    return err("rank " + std::to_string(env.rank) + " is not in the plan");
+  if (auto e = checkPrograms(set))
+    return std::move(e);
+  runtime::CpuRank rank(set, env, options);
+  return rank.run();
+}
+
+} // namespace orrery

@@ -1,0 +1,72 @@
+//===- TcpStore.h - the rendezvous key-value store over TCP ---------------===//
+//
+// Rank 0 serves it at MASTER_ADDR:MASTER_PORT, every rank (rank 0 too) is a
+// client: Gloo's rendezvous (gloo::rendezvous::Store) and the runtime's own
+// keys. A client that disconnects without saying goodbye is a lost rank:
+// the server records it under kLostRankKey, which every rank's watchdog
+// reads.
+//
+//===----------------------------------------------------------------------===//
+#ifndef ORRERY_RUNTIME_LIB_TCPSTORE_H
+#define ORRERY_RUNTIME_LIB_TCPSTORE_H
+
+#include <gloo/rendezvous/store.h>
+
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace orrery {
+namespace runtime {
+
+constexpr const char *kLostRankKey = "orrery/lost-rank";
+
+class TcpStoreServer {
+public:
+  /// Listens on `port` (all interfaces); throws std::runtime_error.
+  explicit TcpStoreServer(int port);
+  ~TcpStoreServer();
+
+private:
+  void serve();
+  void client(int fd);
+  int listenFd = -1;
+  std::atomic<bool> stopping{false};
+  std::mutex mu;
+  std::map<std::string, std::vector<char>> data;
+  std::thread acceptor;
+  std::vector<std::thread> clients;
+};
+
+class TcpStore : public gloo::rendezvous::Store {
+public:
+  /// Connects (retrying until `timeout`) and says which rank it is.
+  TcpStore(const std::string &host, int port, int rank,
+           std::chrono::milliseconds timeout);
+  ~TcpStore() override;
+
+  void set(const std::string &key, const std::vector<char> &value) override;
+  std::vector<char> get(const std::string &key) override;
+  void wait(const std::vector<std::string> &keys) override;
+  void wait(const std::vector<std::string> &keys,
+            const std::chrono::milliseconds &timeout) override;
+  /// The value if it is there; throws when the server is gone.
+  bool tryGet(const std::string &key, std::vector<char> &value);
+  /// Tells the server this rank leaves on purpose.
+  void goodbye();
+
+private:
+  int fd = -1;
+  std::mutex mu;
+  std::chrono::milliseconds timeout;
+};
+
+} // namespace runtime
+} // namespace orrery
+
+#endif // ORRERY_RUNTIME_LIB_TCPSTORE_H
