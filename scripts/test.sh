@@ -13,7 +13,8 @@ ctest --test-dir build --output-on-failure
 # strategy and collective code on the unit tests' specs and topologies.
 if [ "${ORRERY_SKIP_SANITIZERS:-0}" != 1 ]; then
   if [ ! -f build-asan/build.ninja ]; then
-    cmake -G Ninja -S . -B build-asan -DCMAKE_BUILD_TYPE=Release -DORRERY_SANITIZE=ON
+    cmake -G Ninja -S . -B build-asan -DCMAKE_BUILD_TYPE=Release -DORRERY_SANITIZE=ON \
+      -DORRERY_WITH_CUDA=OFF
   fi
   cmake --build build-asan -j "${ORRERY_JOBS:-2}" --target orrery orrery-opt orrery-unit-tests \
     orrery-builtin-models

@@ -147,6 +147,21 @@ static llvm::Expected<HardwareCatalog> parseCatalog(const std::string &text,
           return fieldError(what, kpath + "." + key +
                                       ": an efficiency above 1");
       }
+      // Optional: the fused attention's curve where it was measured.
+      for (auto [key, out] :
+           {std::pair<const char *, double *>{"attention_forward_efficiency",
+                                              &m.attentionForwardEfficiency},
+            {"attention_forward_half_keys", &m.attentionForwardHalfKeys},
+            {"attention_backward_efficiency", &m.attentionBackwardEfficiency},
+            {"attention_backward_half_keys", &m.attentionBackwardHalfKeys}}) {
+        if (!k.contains(key))
+          continue;
+        if (auto e = number(k, key, kpath, *out))
+          return std::move(e);
+        if (llvm::StringRef(key).ends_with("efficiency") && *out > 1)
+          return fieldError(what, kpath + "." + key +
+                                      ": an efficiency above 1");
+      }
       s.measuredKernels = m;
       s.measuredKernelsSource = k.value("source", "");
     }

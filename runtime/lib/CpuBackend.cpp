@@ -11,6 +11,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "orrery/Runtime/Runtime.h"
+#include "CpuKernels.h"
 #include "TcpStore.h"
 
 #include <gloo/allgather.h>
@@ -59,83 +60,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-/// Scratch memory of one stream's thread, grown as instructions need.
-struct Scratch {
-  std::vector<float> a, b, c, d;
-  float *get(std::vector<float> &v, size_t n) {
-    if (v.size() < n)
-      v.assign(n, 0.5f);
-    return v.data();
-  }
-};
-
-void gemm(Scratch &s, int64_t m, int64_t n, int64_t k, int64_t batch) {
-  float *A = s.get(s.a, size_t(m * k)), *B = s.get(s.b, size_t(k * n)),
-        *C = s.get(s.c, size_t(m * n));
-  for (int64_t i = 0; i < batch; ++i)
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(m), int(n),
-                int(k), 1.0f, A, int(k), B, int(n), 0.0f, C, int(n));
-}
-
-/// Streams `bytes`: reads two thirds, writes one third (y = a·x + y).
-void stream(Scratch &s, double bytes) {
-  size_t n = size_t(std::max(1.0, bytes / 12));
-  float *x = s.get(s.a, n), *y = s.get(s.b, n);
-  for (size_t i = 0; i < n; ++i)
-    y[i] = 0.999f * x[i] + y[i] * 0.5f;
-}
-
-/// Attention as blocks of 128 queries: scores = Q·Kᵀ over the keys the
-/// block sees, a row softmax, out = P·V; backward recomputes the scores
-/// and runs dV, dP, dQ and dK.
-void attention(Scratch &s, const Instruction &in) {
-  const int64_t tile = 128;
-  int64_t q = std::max<int64_t>(1, in.qLen), kv = std::max<int64_t>(1, in.kvLen),
-          d = std::max<int64_t>(1, in.headDim),
-          dv = std::max<int64_t>(1, in.valueDim);
-  float *Q = s.get(s.a, size_t(tile * std::max(d, dv))),
-        *K = s.get(s.b, size_t(kv * std::max(d, dv))),
-        *S = s.get(s.c, size_t(tile * kv)), *O = s.get(s.d, size_t(tile * std::max(d, dv)));
-  for (int64_t bh = 0; bh < std::max<int64_t>(1, in.batch * in.heads); ++bh)
-    for (int64_t q0 = 0; q0 < q; q0 += tile) {
-      int64_t rows = std::min(tile, q - q0);
-      // Causal: keys up to the block's last query (query i sees the first
-      // i + 1 keys when the lengths match).
-      int64_t keys = in.causal ? std::min(kv, q0 + rows + (kv - q)) : kv;
-      keys = std::max<int64_t>(1, keys);
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(rows),
-                  int(keys), int(d), 1.0f, Q, int(d), K, int(d), 0.0f, S,
-                  int(keys));
-      for (int64_t r = 0; r < rows; ++r) {
-        float *row = S + r * keys, mx = row[0], sum = 0;
-        for (int64_t j = 1; j < keys; ++j)
-          mx = std::max(mx, row[j]);
-        for (int64_t j = 0; j < keys; ++j)
-          sum += row[j] = std::exp(row[j] - mx);
-        for (int64_t j = 0; j < keys; ++j)
-          row[j] /= sum;
-      }
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(rows),
-                  int(dv), int(keys), 1.0f, S, int(keys), K, int(dv), 0.0f, O,
-                  int(dv));
-      if (in.backward) {
-        // dV = Pᵀ·dO, dP = dO·Vᵀ, dQ = dS·K, dK = dSᵀ·Q.
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(keys),
-                    int(dv), int(rows), 1.0f, S, int(keys), O, int(dv), 0.0f,
-                    K, int(dv));
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(rows),
-                    int(keys), int(dv), 1.0f, O, int(dv), K, int(dv), 0.0f, S,
-                    int(keys));
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(rows),
-                    int(d), int(keys), 1.0f, S, int(keys), K, int(d), 0.0f, Q,
-                    int(d));
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(keys),
-                    int(d), int(rows), 1.0f, S, int(keys), Q, int(d), 0.0f, K,
-                    int(d));
-      }
-    }
-}
-
 size_t elementsOf(double bytes) {
   return size_t(std::max(1.0, std::ceil(bytes / 4)));
 }
@@ -153,9 +77,8 @@ private:
   const Program &prog;
   const LaunchEnv &env;
   const RunOptions &options;
-  std::unique_ptr<TcpStoreServer> server;
-  std::unique_ptr<TcpStore> store;
-  std::shared_ptr<gloo::transport::Device> device;
+  std::unique_ptr<Rendezvous> rv;
+  TcpStore *store = nullptr;
   std::shared_ptr<gloo::Context> world, p2p;
   /// (group, stream) -> context, and each context's next tag.
   std::map<std::pair<int, int>, std::shared_ptr<gloo::Context>> contexts;
@@ -175,11 +98,7 @@ private:
 
   std::shared_ptr<gloo::Context> connect(const std::string &prefix, int rank,
                                          int size) {
-    auto ctx = std::make_shared<gloo::rendezvous::Context>(rank, size);
-    ctx->setTimeout(options.timeout);
-    gloo::rendezvous::PrefixStore prefixed(prefix, *store);
-    ctx->connectFullMesh(prefixed, device);
-    return ctx;
+    return rv->connect(prefix, rank, size);
   }
   std::string where(int i) const {
     const Instruction &in = prog.code[i];
@@ -394,16 +313,9 @@ llvm::Expected<RunResult> CpuRank::run() {
                prog.device + ", and the CPU backend runs CPU devices (plan "
                "for a cluster of CPU, e.g. --cluster 2xCPU)");
   try {
-    if (env.rank == 0)
-      server = std::make_unique<TcpStoreServer>(env.masterPort);
-    store = std::make_unique<TcpStore>(env.masterAddr, env.masterPort,
-                                       env.rank, options.timeout);
-    gloo::transport::tcp::attr attr;
-    if (const char *host = std::getenv("ORRERY_GLOO_HOST"))
-      attr.hostname = host;
-    else if (env.masterAddr == "127.0.0.1" || env.masterAddr == "localhost")
-      attr.hostname = "127.0.0.1";
-    device = gloo::transport::tcp::CreateDevice(attr);
+    rv = std::make_unique<Rendezvous>(env.rank, env.masterAddr,
+                                      env.masterPort, options.timeout);
+    store = rv->store.get();
     world = connect("world", env.rank, set.worldSize);
     bool anyP2p = false;
     for (const Program &p : set.ranks)

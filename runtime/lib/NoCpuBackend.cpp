@@ -15,4 +15,12 @@ llvm::Expected<RunResult> runOnCpu(const ProgramSet &, const LaunchEnv &,
       "run scripts/setup.sh and rebuild)");
 }
 
+llvm::Expected<nlohmann::ordered_json> profileCpu(const LaunchEnv &,
+                                                  const ProfileOptions &) {
+  return llvm::createStringError(
+      llvm::inconvertibleErrorCode(),
+      "this orrery was built without the CPU backend (OpenBLAS and Gloo: "
+      "run scripts/setup.sh and rebuild)");
+}
+
 } // namespace orrery

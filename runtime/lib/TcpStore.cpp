@@ -7,6 +7,10 @@
 //===----------------------------------------------------------------------===//
 #include "TcpStore.h"
 
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/prefix_store.h>
+#include <gloo/transport/tcp/device.h>
+
 #include <arpa/inet.h>
 #include <cstring>
 #include <netdb.h>
@@ -240,6 +244,29 @@ void TcpStore::wait(const std::vector<std::string> &keys,
                                  "' at the rendezvous");
       std::this_thread::sleep_for(std::chrono::milliseconds(2));
     }
+}
+
+Rendezvous::Rendezvous(int rank, const std::string &masterAddr,
+                       int masterPort, std::chrono::milliseconds timeout)
+    : timeout(timeout) {
+  if (rank == 0)
+    server = std::make_unique<TcpStoreServer>(masterPort);
+  store = std::make_unique<TcpStore>(masterAddr, masterPort, rank, timeout);
+  gloo::transport::tcp::attr attr;
+  if (const char *host = std::getenv("ORRERY_GLOO_HOST"))
+    attr.hostname = host;
+  else if (masterAddr == "127.0.0.1" || masterAddr == "localhost")
+    attr.hostname = "127.0.0.1";
+  device = gloo::transport::tcp::CreateDevice(attr);
+}
+
+std::shared_ptr<gloo::Context> Rendezvous::connect(const std::string &prefix,
+                                                   int rank, int size) {
+  auto ctx = std::make_shared<gloo::rendezvous::Context>(rank, size);
+  ctx->setTimeout(timeout);
+  gloo::rendezvous::PrefixStore prefixed(prefix, *store);
+  ctx->connectFullMesh(prefixed, device);
+  return ctx;
 }
 
 } // namespace runtime

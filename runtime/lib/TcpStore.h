@@ -10,7 +10,9 @@
 #ifndef ORRERY_RUNTIME_LIB_TCPSTORE_H
 #define ORRERY_RUNTIME_LIB_TCPSTORE_H
 
+#include <gloo/context.h>
 #include <gloo/rendezvous/store.h>
+#include <gloo/transport/device.h>
 
 #include <atomic>
 #include <chrono>
@@ -64,6 +66,22 @@ private:
   int fd = -1;
   std::mutex mu;
   std::chrono::milliseconds timeout;
+};
+
+/// A rank's way into the others: the rendezvous (served by rank 0), Gloo's
+/// TCP device, and contexts over any group of ranks made from them.
+struct Rendezvous {
+  std::unique_ptr<TcpStoreServer> server;
+  std::unique_ptr<TcpStore> store;
+  std::shared_ptr<gloo::transport::Device> device;
+  std::chrono::milliseconds timeout;
+  /// Throws std::runtime_error.
+  Rendezvous(int rank, const std::string &masterAddr, int masterPort,
+             std::chrono::milliseconds timeout);
+  /// A context of `size` ranks, this one `rank` of them, under `prefix`
+  /// (every member calls it with the same prefix).
+  std::shared_ptr<gloo::Context> connect(const std::string &prefix, int rank,
+                                         int size);
 };
 
 } // namespace runtime

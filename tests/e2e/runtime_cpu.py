@@ -136,7 +136,7 @@ def main():
 
     # A plan for GPUs on the CPU backend: one line naming both device types.
     gpu = plan("gpu", "dp=2,mbs=1,gbs=2", cluster="2xA100-80G")
-    p = orrery("run", gpu, "--local", "2", check=False)
+    p = orrery("run", gpu, "--local", "2", "--backend", "cpu", check=False)
     if p.returncode != 1 or "A100-80G" not in p.stderr or "CPU" not in p.stderr:
         failures.append(f"GPU plan on the CPU backend: exit {p.returncode}, {p.stderr!r}")
     # --local with the wrong rank count.

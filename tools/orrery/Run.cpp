@@ -50,6 +50,10 @@ void RunCommand::add(CLI::App &app) {
                   "seconds a rank waits for a peer before it stops with an "
                   "error (a lost rank stops the others at once)")
       ->check(CLI::Range(1, 86400));
+  cmd->add_option("--backend", backend,
+                  "cpu (OpenBLAS, Gloo), cuda (cuBLASLt, NCCL), or auto: "
+                  "cuda for a plan on GPUs, cpu for one on CPU ranks")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
   cmd->add_flag("--json", json, "print the measurement as JSON");
   cmd->add_option("--trace", trace,
                   "write the last measured step as a Chrome trace");
@@ -106,6 +110,10 @@ int RunCommand::spawnLocal(int argc, char **argv) const {
   if (set->worldSize != local)
     return fail("--local " + std::to_string(local) + ": the plan has " +
                 std::to_string(set->worldSize) + " ranks");
+  return spawnRanks(argc, argv, local, timeoutS);
+}
+
+int spawnRanks(int argc, char **argv, int local, int timeoutS) {
   std::vector<std::string> args;
   for (int i = 0; i < argc; ++i) {
     std::string a = argv[i];
@@ -209,7 +217,11 @@ int RunCommand::run(int argc, char **argv) const {
     std::cerr.flush();
     std::_Exit(1);
   };
-  auto result = runOnCpu(*set, *env, options);
+  bool cuda = backend == "cuda" ||
+              (backend == "auto" && env->rank < set->worldSize &&
+               set->ranks[env->rank].device != "CPU");
+  auto result = cuda ? runOnCuda(*set, *env, options)
+                     : runOnCpu(*set, *env, options);
   if (!result)
     return fail(plan + ": " + llvm::toString(result.takeError()));
   if (env->rank != 0)
@@ -290,7 +302,7 @@ int RunCommand::run(int argc, char **argv) const {
   if (json) {
     nlohmann::ordered_json j;
     j["plan"] = plan;
-    j["backend"] = "cpu";
+    j["backend"] = cuda ? "cuda" : "cpu";
     j["launcher"] = env->launcher;
     j["ranks"] = set->worldSize;
     j["warmup_steps"] = warmup;
@@ -333,7 +345,8 @@ int RunCommand::run(int argc, char **argv) const {
   }
   std::printf("%s on %d ranks (%s backend, launched by %s): %zu steps after "
               "%d warm-up\n",
-              plan.c_str(), set->worldSize, "cpu", env->launcher.c_str(),
+              plan.c_str(), set->worldSize, cuda ? "cuda" : "cpu",
+              env->launcher.c_str(),
               steps.size(), warmup);
   std::printf("step         measured %.2f ms (median; mean %.2f, min %.2f, "
               "max %.2f; slowest rank %d)   predicted %.2f ms   error %s\n",
@@ -357,6 +370,90 @@ int RunCommand::run(int argc, char **argv) const {
                 r.peakMemoryBytes / (1 << 20),
                 r.predictedPeakBytes / (1 << 20));
   }
+  return 0;
+}
+
+} // namespace cli
+} // namespace orrery
+
+namespace orrery {
+namespace cli {
+
+void ProfileCommand::add(CLI::App &app) {
+  cmd = app.add_subcommand(
+      "profile", "Measure this machine for the cost model (GEMMs, memory-"
+                 "bound kernels, attention, and the collectives between "
+                 "ranks) and write it as a cluster spec (docs/runtime.md)");
+  cmd->add_option("-o,--output", output,
+                  "write the cluster spec here (default: stdout)");
+  cmd->add_option("--local", local,
+                  "profile this many ranks on this machine (the links "
+                  "between them too)")
+      ->check(CLI::Range(1, 256));
+  cmd->add_option("--plan", plan,
+                  "also measure the GEMM shapes of rank 0 of this plan");
+  cmd->add_option("--seconds-per-point", secondsPerPoint,
+                  "about how long each measured point runs")
+      ->check(CLI::Range(0.001, 60.0));
+}
+
+int ProfileCommand::run(int argc, char **argv) const {
+  if (local > 1)
+    return spawnRanks(argc, argv, local, 60);
+  LaunchEnv env;
+  if (local != 1 && std::getenv("RANK") == nullptr &&
+      std::getenv("OMPI_COMM_WORLD_RANK") == nullptr &&
+      std::getenv("SLURM_PROCID") == nullptr) {
+    env = LaunchEnv(); // one rank, this process
+  } else if (local != 1) {
+    auto e = launchFromEnvironment();
+    if (!e)
+      return fail("profile: " + llvm::toString(e.takeError()));
+    env = *e;
+  }
+  ProfileOptions options;
+  options.secondsPerPoint = secondsPerPoint;
+  if (!plan.empty()) {
+    LoadedPlan loaded;
+    if (int rc = loadPlan(plan, "", "", loaded))
+      return rc;
+    auto set = lowerPlan(loaded);
+    if (!set)
+      return fail(plan + ": " + llvm::toString(set.takeError()));
+    for (const Instruction &in : set->ranks[0].code)
+      if (in.kind == InstrKind::Gemm &&
+          std::none_of(options.gemmShapes.begin(), options.gemmShapes.end(),
+                       [&](const ProfileOptions::GemmShape &g) {
+                         return g.m == in.m && g.n == in.n && g.k == in.k;
+                       }))
+        options.gemmShapes.push_back({in.m, in.n, in.k});
+  }
+  auto spec = profileCpu(env, options);
+  if (!spec)
+    return fail("profile: " + llvm::toString(spec.takeError()));
+  if (env.rank != 0)
+    return 0;
+  std::string text = spec->dump(2) + "\n";
+  if (output.empty()) {
+    std::cout << text;
+    return 0;
+  }
+  std::ofstream out(output);
+  out << text;
+  if (!out)
+    return fail("-o " + output + ": cannot write the file");
+  const auto &dev = (*spec)["sites"][0]["nodes"][0]["device"];
+  std::printf("%s: %d CPU rank(s): sgemm %.1f GFLOP/s, streaming %.1f GB/s",
+              output.c_str(), std::max(1, env.worldSize),
+              dev["peak_flop_per_s"]["fp32"].get<double>() / 1e9,
+              dev["memory_bandwidth_bytes_per_s"].get<double>() / 1e9);
+  const auto &node = (*spec)["sites"][0]["nodes"][0];
+  if (node.contains("intra_node_link"))
+    std::printf(", link %.2f GB/s and %.1f us",
+                node["intra_node_link"]["bandwidth_bytes_per_s"].get<double>() /
+                    1e9,
+                node["intra_node_link"]["latency_s"].get<double>() * 1e6);
+  std::printf("\n");
   return 0;
 }
 

@@ -308,6 +308,7 @@ int main(int argc, char **argv) {
   bool outline = false;
   orrery::cli::LowerCommand lowerCmd;
   orrery::cli::RunCommand runCmd;
+  orrery::cli::ProfileCommand profileCmd;
   CLI::App *importCmd = app.add_subcommand(
       "import", "Import an ONNX model and print it in the orrery MLIR dialect");
   addModelArgs(importCmd, importArgs);
@@ -469,6 +470,7 @@ int main(int argc, char **argv) {
                         "mlir: the cluster (default: the plan's cluster.spec)");
   lowerCmd.add(app);
   runCmd.add(app);
+  profileCmd.add(app);
 
   try {
     app.parse(argc, argv);
@@ -486,6 +488,8 @@ int main(int argc, char **argv) {
     return lowerCmd.run();
   if (*runCmd.cmd)
     return runCmd.run(argc, argv);
+  if (*profileCmd.cmd)
+    return profileCmd.run(argc, argv);
 
   mlir::MLIRContext ctx;
   ctx.disableMultithreading();

@@ -15,6 +15,8 @@
 #include "orrery/CostModel/Program.h"
 #include "orrery/Runtime/Launch.h"
 
+#include <nlohmann/json.hpp>
+
 #include <chrono>
 #include <functional>
 #include <string>
@@ -68,6 +70,36 @@ bool haveCpuBackend();
 /// the CPU backend: warm-up steps, then measured ones.
 llvm::Expected<RunResult> runOnCpu(const ProgramSet &set, const LaunchEnv &env,
                                    const RunOptions &options);
+
+/// Whether this build has the CUDA backend (the CUDA toolkit, cuBLASLt and
+/// NCCL were found).
+bool haveCudaBackend();
+
+/// Runs `env.rank`'s program on the GPU of its local rank: cuBLASLt GEMMs,
+/// NCCL collectives and sends (docs/runtime.md).
+llvm::Expected<RunResult> runOnCuda(const ProgramSet &set,
+                                    const LaunchEnv &env,
+                                    const RunOptions &options);
+
+struct ProfileOptions {
+  std::chrono::milliseconds timeout{60000};
+  /// About how long each measured point runs.
+  double secondsPerPoint = 0.02;
+  /// Memory each rank may use (the profile's device memory).
+  double memoryBytes = 8.0 * (1ull << 30);
+  /// A plan's own GEMM shapes, measured beside the grid.
+  struct GemmShape {
+    int64_t m, n, k;
+  };
+  std::vector<GemmShape> gemmShapes;
+};
+
+/// `orrery profile` on the CPU backend: rank 0 measures its kernels, all
+/// ranks the collectives between them. On rank 0, a cluster spec of
+/// `env.worldSize` ranks of the measured CPU device and link, with the
+/// measured points (docs/runtime.md); on the others, null.
+llvm::Expected<nlohmann::ordered_json> profileCpu(const LaunchEnv &env,
+                                                  const ProfileOptions &options);
 
 } // namespace orrery
 

@@ -1,0 +1,572 @@
+//===- CudaBackend.cpp - a rank's program on one GPU: cuBLASLt and NCCL --===//
+//
+// One host thread issues the program in its order onto one CUDA stream per
+// stream kind; a dependency on another stream is an event the stream waits
+// for. GEMMs are cuBLASLt matmuls (the algorithm chosen once per shape by
+// the heuristic and cached), fused attention is batched cuBLASLt GEMMs and
+// a row softmax (cuDNN's fused attention is the next step), memory-bound
+// kernels and the optimizer a streaming kernel of their bytes.
+// Collectives run on NCCL communicators split from the world
+// (ncclCommSplit), one per group and stream; pipeline sends and receives on
+// one communicator per sending stage, so that no communicator is used by
+// two CUDA streams of one rank; a send/receive group is one NCCL group.
+// The world's unique id travels through the rendezvous (TcpStore).
+//
+//===----------------------------------------------------------------------===//
+#include "orrery/Runtime/Runtime.h"
+#include "CudaKernels.h"
+#include "TcpStore.h"
+
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <stdexcept>
+#include <thread>
+#include <tuple>
+
+namespace orrery {
+
+static llvm::Error err(const std::string &msg) {
+  return llvm::createStringError(llvm::inconvertibleErrorCode(), msg);
+}
+
+bool haveCudaBackend() { return true; }
+
+namespace runtime {
+namespace {
+
+void check(cudaError_t e, const char *what) {
+  if (e != cudaSuccess)
+    throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
+}
+void check(cublasStatus_t e, const char *what) {
+  if (e != CUBLAS_STATUS_SUCCESS)
+    throw std::runtime_error(std::string(what) + ": cuBLAS status " +
+                             std::to_string(int(e)));
+}
+void check(ncclResult_t e, const char *what) {
+  if (e != ncclSuccess)
+    throw std::runtime_error(std::string(what) + ": " + ncclGetErrorString(e));
+}
+
+/// The catalog's chip name ("A100-80G" -> "A100") appears in CUDA's.
+bool sameDevice(const std::string &catalog, const std::string &cuda) {
+  std::string chip = catalog.substr(0, catalog.find('-'));
+  return cuda.find(chip) != std::string::npos;
+}
+
+cudaDataType_t dataType(Precision p) {
+  switch (p) {
+  case Precision::FP16:
+    return CUDA_R_16F;
+  case Precision::FP32:
+  case Precision::TF32:
+    return CUDA_R_32F;
+  default:
+    return CUDA_R_16BF;
+  }
+}
+size_t elementBytes(Precision p) {
+  return p == Precision::FP32 || p == Precision::TF32 ? 4 : 2;
+}
+
+class CudaRank {
+public:
+  CudaRank(const ProgramSet &set, const LaunchEnv &env,
+           const RunOptions &options)
+      : set(set), prog(set.ranks[env.rank]), env(env), options(options) {}
+  ~CudaRank();
+  llvm::Expected<RunResult> run();
+
+private:
+  const ProgramSet &set;
+  const Program &prog;
+  const LaunchEnv &env;
+  const RunOptions &options;
+  std::unique_ptr<Rendezvous> rv;
+  cudaStream_t streams[kStreamKinds] = {};
+  cublasLtHandle_t lt = nullptr;
+  void *workspace = nullptr;
+  size_t workspaceBytes = 32u << 20;
+  ncclComm_t world = nullptr;
+  /// ("g", group, stream) and ("pipe", sending stage, 0), ("ring", 0, 0).
+  std::map<std::tuple<std::string, int, int>, ncclComm_t> comms;
+  struct Gemm {
+    cublasLtMatmulDesc_t desc = nullptr;
+    cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+    cublasLtMatmulAlgo_t algo{};
+    void *A = nullptr, *B = nullptr, *C = nullptr;
+  };
+  std::map<std::tuple<int64_t, int64_t, int64_t, int64_t, int, int, int>, Gemm>
+      gemms;
+  /// Device buffers: by size class for messages and kernels, by id for
+  /// activations.
+  std::map<size_t, void *> scratch;
+  std::map<int, void *> live;
+  void *held = nullptr;
+  std::vector<cudaEvent_t> begin, end;
+  cudaEvent_t stepStart = nullptr;
+
+  void *buffer(size_t bytes, int slot) {
+    size_t key = (std::max<size_t>(bytes, 256) << 3) | size_t(slot & 7);
+    auto it = scratch.find(key);
+    if (it != scratch.end())
+      return it->second;
+    void *p = nullptr;
+    check(cudaMalloc(&p, std::max<size_t>(bytes, 256)), "cudaMalloc");
+    check(cudaMemset(p, 0, std::max<size_t>(bytes, 256)), "cudaMemset");
+    scratch[key] = p;
+    return p;
+  }
+  int globalStage(int rank) const {
+    // Stages numbered over the replica groups.
+    int offset = 0;
+    for (int g = 0; g < set.ranks[rank].replicaGroup; ++g) {
+      int most = 0;
+      for (const Program &p : set.ranks)
+        if (p.replicaGroup == g)
+          most = std::max(most, p.stage + 1);
+      offset += most;
+    }
+    return offset + set.ranks[rank].stage;
+  }
+  Gemm &gemmFor(int64_t m, int64_t n, int64_t k, int64_t batch, Precision p,
+                bool transA, bool transB);
+  void matmul(int64_t m, int64_t n, int64_t k, int64_t batch, Precision p,
+              bool transA, bool transB, cudaStream_t st);
+  void setUp();
+  void issue(int i);
+};
+
+CudaRank::~CudaRank() {
+  for (auto &[key, comm] : comms)
+    ncclCommDestroy(comm);
+  if (world)
+    ncclCommDestroy(world);
+  for (auto &[key, g] : gemms) {
+    cublasLtMatmulDescDestroy(g.desc);
+    cublasLtMatrixLayoutDestroy(g.a);
+    cublasLtMatrixLayoutDestroy(g.b);
+    cublasLtMatrixLayoutDestroy(g.c);
+  }
+  if (lt)
+    cublasLtDestroy(lt);
+}
+
+CudaRank::Gemm &CudaRank::gemmFor(int64_t m, int64_t n, int64_t k,
+                                  int64_t batch, Precision p, bool transA,
+                                  bool transB) {
+  auto key = std::make_tuple(m, n, k, batch, int(p), int(transA), int(transB));
+  auto it = gemms.find(key);
+  if (it != gemms.end())
+    return it->second;
+  Gemm g;
+  cudaDataType_t t = dataType(p);
+  cublasComputeType_t compute = p == Precision::TF32
+                                    ? CUBLAS_COMPUTE_32F_FAST_TF32
+                                    : CUBLAS_COMPUTE_32F;
+  check(cublasLtMatmulDescCreate(&g.desc, compute, CUDA_R_32F),
+        "cublasLtMatmulDescCreate");
+  // Row-major C[m,n] = A[m,k]·B[k,n] is column-major Cᵀ = Bᵀ·Aᵀ.
+  cublasOperation_t opB = transB ? CUBLAS_OP_T : CUBLAS_OP_N,
+                    opA = transA ? CUBLAS_OP_T : CUBLAS_OP_N;
+  check(cublasLtMatmulDescSetAttribute(g.desc, CUBLASLT_MATMUL_DESC_TRANSA,
+                                       &opB, sizeof opB),
+        "TRANSA");
+  check(cublasLtMatmulDescSetAttribute(g.desc, CUBLASLT_MATMUL_DESC_TRANSB,
+                                       &opA, sizeof opA),
+        "TRANSB");
+  check(cublasLtMatrixLayoutCreate(&g.a, t, transB ? k : n, transB ? n : k,
+                                   transB ? k : n),
+        "layout B");
+  check(cublasLtMatrixLayoutCreate(&g.b, t, transA ? m : k, transA ? k : m,
+                                   transA ? m : k),
+        "layout A");
+  check(cublasLtMatrixLayoutCreate(&g.c, t, n, m, n), "layout C");
+  if (batch > 1)
+    for (auto [layout, stride] :
+         {std::pair{g.a, n * k}, std::pair{g.b, m * k}, std::pair{g.c, m * n}}) {
+      int32_t count = int32_t(batch);
+      int64_t s = stride;
+      check(cublasLtMatrixLayoutSetAttribute(
+                layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count,
+                sizeof count),
+            "batch count");
+      check(cublasLtMatrixLayoutSetAttribute(
+                layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &s,
+                sizeof s),
+            "batch stride");
+    }
+  cublasLtMatmulPreference_t pref = nullptr;
+  check(cublasLtMatmulPreferenceCreate(&pref), "preference");
+  check(cublasLtMatmulPreferenceSetAttribute(
+            pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspaceBytes,
+            sizeof workspaceBytes),
+        "workspace preference");
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  check(cublasLtMatmulAlgoGetHeuristic(lt, g.desc, g.a, g.b, g.c, g.c, pref, 1,
+                                       &result, &found),
+        "cublasLtMatmulAlgoGetHeuristic");
+  cublasLtMatmulPreferenceDestroy(pref);
+  if (found == 0)
+    throw std::runtime_error("cuBLASLt has no algorithm for a " +
+                             std::to_string(m) + "x" + std::to_string(n) +
+                             "x" + std::to_string(k) + " GEMM");
+  g.algo = result.algo;
+  size_t e = elementBytes(p);
+  g.A = buffer(size_t(batch * m * k) * e, 0);
+  g.B = buffer(size_t(batch * k * n) * e, 1);
+  g.C = buffer(size_t(batch * m * n) * e, 2);
+  return gemms.emplace(key, g).first->second;
+}
+
+void CudaRank::matmul(int64_t m, int64_t n, int64_t k, int64_t batch,
+                      Precision p, bool transA, bool transB, cudaStream_t st) {
+  Gemm &g = gemmFor(m, n, k, batch, p, transA, transB);
+  float alpha = 1, beta = 0;
+  check(cublasLtMatmul(lt, g.desc, &alpha, g.B, g.a, g.A, g.b, &beta, g.C,
+                       g.c, g.C, g.c, &g.algo, workspace, workspaceBytes, st),
+        "cublasLtMatmul");
+}
+
+void CudaRank::setUp() {
+  int devices = 0;
+  cudaError_t count = cudaGetDeviceCount(&devices);
+  if (count != cudaSuccess || devices == 0)
+    throw std::runtime_error(
+        "no CUDA GPU on this machine for a plan on " + prog.device + " (" +
+        (count != cudaSuccess ? cudaGetErrorString(count) : "no device") +
+        "); a plan for --cluster NxCPU runs on the CPU backend");
+  int dev = env.localRank % devices;
+  check(cudaSetDevice(dev), "cudaSetDevice");
+  cudaDeviceProp prop{};
+  check(cudaGetDeviceProperties(&prop, dev), "cudaGetDeviceProperties");
+  if (!sameDevice(prog.device, prop.name))
+    throw std::runtime_error("the plan places it on " + prog.device +
+                             ", and this GPU is an " + prop.name);
+  for (cudaStream_t &s : streams)
+    check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking),
+          "cudaStreamCreate");
+  check(cublasLtCreate(&lt), "cublasLtCreate");
+  check(cudaMalloc(&workspace, workspaceBytes), "cudaMalloc workspace");
+
+  rv = std::make_unique<Rendezvous>(env.rank, env.masterAddr, env.masterPort,
+                                    options.timeout);
+  ncclUniqueId id;
+  if (env.rank == 0) {
+    check(ncclGetUniqueId(&id), "ncclGetUniqueId");
+    rv->store->set("nccl/world",
+                   std::vector<char>(id.internal, id.internal + sizeof id));
+  } else {
+    std::vector<char> v = rv->store->get("nccl/world");
+    std::copy(v.begin(), v.end(), id.internal);
+  }
+  check(ncclCommInitRank(&world, set.worldSize, id, env.rank),
+        "ncclCommInitRank");
+  // The same splits in the same order on every rank, from the whole set.
+  std::set<std::tuple<std::string, int, int>> keys;
+  for (const Program &p : set.ranks)
+    for (const Instruction &in : p.code) {
+      if (in.kind == InstrKind::Collective)
+        keys.insert({"g", in.group, int(in.stream)});
+      else if ((in.kind == InstrKind::Send || in.kind == InstrKind::Recv) &&
+               in.stream == StreamKind::Comm)
+        keys.insert({"ring", 0, 0});
+      else if (in.kind == InstrKind::Send)
+        keys.insert({"pipe", globalStage(p.rank), 0});
+    }
+  for (const auto &key : keys) {
+    int color = 0, rankInComm = env.rank;
+    if (std::get<0>(key) == "g") {
+      const std::vector<int> &m = set.groups[std::get<1>(key)];
+      auto it = std::find(m.begin(), m.end(), env.rank);
+      color = it == m.end() ? NCCL_SPLIT_NOCOLOR : 1;
+      rankInComm = int(it - m.begin());
+    }
+    ncclComm_t comm = nullptr;
+    check(ncclCommSplit(world, color, rankInComm, &comm, nullptr),
+          "ncclCommSplit");
+    if (comm)
+      comms[key] = comm;
+  }
+  held = nullptr;
+  if (prog.staticBytes > 0)
+    check(cudaMalloc(&held, size_t(prog.staticBytes)), "cudaMalloc weights");
+  begin.resize(prog.code.size());
+  end.resize(prog.code.size());
+  for (size_t i = 0; i < prog.code.size(); ++i) {
+    check(cudaEventCreate(&begin[i]), "cudaEventCreate");
+    check(cudaEventCreate(&end[i]), "cudaEventCreate");
+  }
+  check(cudaEventCreate(&stepStart), "cudaEventCreate");
+}
+
+void CudaRank::issue(int i) {
+  const Instruction &in = prog.code[i];
+  cudaStream_t st = streams[int(in.stream)];
+  for (int d : in.deps)
+    check(cudaStreamWaitEvent(st, end[d], 0), "cudaStreamWaitEvent");
+  check(cudaEventRecord(begin[i], st), "cudaEventRecord");
+  auto groupComm = [&]() -> std::pair<ncclComm_t, int> {
+    auto it = comms.find({"g", in.group, int(in.stream)});
+    if (it == comms.end())
+      throw std::runtime_error("no communicator for group g" +
+                               std::to_string(in.group));
+    const std::vector<int> &m = set.groups[in.group];
+    return {it->second, int(m.size())};
+  };
+  switch (in.kind) {
+  case InstrKind::Gemm:
+    if (in.precision == Precision::FP8)
+      throw std::runtime_error("fp8 GEMMs are not run by this backend yet");
+    matmul(in.m, in.n, in.k, in.batch, in.precision, false, false, st);
+    break;
+  case InstrKind::Attention: {
+    // batch·heads products: S = Q·Kᵀ, softmax, O = P·V; backward
+    // recomputes S and runs dV, dP, dQ, dK.
+    int64_t bh = std::max<int64_t>(1, in.batch * in.heads);
+    int64_t q = in.qLen, kv = in.kvLen, d = in.headDim, dv = in.valueDim;
+    matmul(q, kv, d, bh, Precision::BF16, false, true, st);
+    Gemm &s = gemmFor(q, kv, d, bh, Precision::BF16, false, true);
+    launchSoftmax(s.C, int(bh * q), int(kv), st);
+    matmul(q, dv, kv, bh, Precision::BF16, false, false, st);
+    if (in.backward) {
+      matmul(kv, dv, q, bh, Precision::BF16, true, false, st);
+      matmul(q, kv, dv, bh, Precision::BF16, false, true, st);
+      matmul(q, d, kv, bh, Precision::BF16, false, false, st);
+      matmul(kv, d, q, bh, Precision::BF16, true, false, st);
+    }
+    break;
+  }
+  case InstrKind::Kernel:
+  case InstrKind::Optimizer: {
+    size_t bytes = size_t(std::max(6.0, in.bytes));
+    launchStream(buffer(bytes / 3 + 2, 3), buffer(bytes / 3 + 2, 4), bytes,
+                 st);
+    break;
+  }
+  case InstrKind::Collective: {
+    auto [comm, n] = groupComm();
+    size_t bytes = size_t(std::max(2.0, in.bytes));
+    size_t elems = bytes / 2;
+    void *a = buffer(bytes, 5), *b = buffer(bytes, 6);
+    switch (in.collective) {
+    case CollectiveKind::AllReduce:
+      check(ncclAllReduce(a, a, elems, ncclBfloat16, ncclSum, comm, st),
+            "ncclAllReduce");
+      break;
+    case CollectiveKind::AllGather:
+      check(ncclAllGather(a, b, std::max<size_t>(1, elems / n), ncclBfloat16,
+                          comm, st),
+            "ncclAllGather");
+      break;
+    case CollectiveKind::ReduceScatter:
+      check(ncclReduceScatter(a, b, std::max<size_t>(1, elems / n),
+                              ncclBfloat16, ncclSum, comm, st),
+            "ncclReduceScatter");
+      break;
+    case CollectiveKind::AllToAll: {
+      size_t each = std::max<size_t>(1, elems / n);
+      check(ncclGroupStart(), "ncclGroupStart");
+      for (int peer = 0; peer < n; ++peer) {
+        check(ncclSend(static_cast<char *>(a) + peer * each * 2, each,
+                       ncclBfloat16, peer, comm, st),
+              "ncclSend");
+        check(ncclRecv(static_cast<char *>(b) + peer * each * 2, each,
+                       ncclBfloat16, peer, comm, st),
+              "ncclRecv");
+      }
+      check(ncclGroupEnd(), "ncclGroupEnd");
+      break;
+    }
+    case CollectiveKind::SendRecv: {
+      const std::vector<int> &m = set.groups[in.group];
+      int me = int(std::find(m.begin(), m.end(), env.rank) - m.begin());
+      check(ncclGroupStart(), "ncclGroupStart");
+      check(ncclSend(a, elems, ncclBfloat16, (me + 1) % n, comm, st),
+            "ncclSend");
+      check(ncclRecv(b, elems, ncclBfloat16, (me + n - 1) % n, comm, st),
+            "ncclRecv");
+      check(ncclGroupEnd(), "ncclGroupEnd");
+      break;
+    }
+    }
+    break;
+  }
+  case InstrKind::Send:
+  case InstrKind::Recv: {
+    // A send/receive group is one NCCL group; its members are issued with
+    // its first.
+    if (in.p2pGroup >= 0 && in.p2pGroup != i)
+      break;
+    int last = i;
+    if (in.p2pGroup == i)
+      while (last + 1 < int(prog.code.size()) &&
+             prog.code[last + 1].p2pGroup == i)
+        ++last;
+    check(ncclGroupStart(), "ncclGroupStart");
+    for (int j = i; j <= last; ++j) {
+      const Instruction &x = prog.code[j];
+      bool send = x.kind == InstrKind::Send;
+      ncclComm_t comm =
+          x.stream == StreamKind::Comm
+              ? comms.at({"ring", 0, 0})
+              : comms.at({"pipe", globalStage(send ? env.rank : x.peer), 0});
+      size_t bytes = size_t(std::max(1.0, x.bytes));
+      void *p = buffer(bytes, send ? 5 : 6);
+      if (send)
+        check(ncclSend(p, bytes, ncclUint8, x.peer, comm, st), "ncclSend");
+      else
+        check(ncclRecv(p, bytes, ncclUint8, x.peer, comm, st), "ncclRecv");
+    }
+    check(ncclGroupEnd(), "ncclGroupEnd");
+    break;
+  }
+  case InstrKind::Alloc: {
+    void *p = nullptr;
+    check(cudaMallocAsync(&p, std::max<size_t>(1, size_t(in.bytes)), st),
+          "cudaMallocAsync");
+    live[in.buffer] = p;
+    break;
+  }
+  case InstrKind::Free: {
+    auto it = live.find(in.buffer);
+    if (it != live.end()) {
+      check(cudaFreeAsync(it->second, st), "cudaFreeAsync");
+      live.erase(it);
+    }
+    break;
+  }
+  case InstrKind::Wait:
+    break;
+  }
+  check(cudaEventRecord(end[i], st), "cudaEventRecord");
+}
+
+llvm::Expected<RunResult> CudaRank::run() {
+  try {
+    setUp();
+  } catch (const std::exception &e) {
+    return err("rank " + std::to_string(env.rank) + ": " + e.what());
+  }
+  RankMeasurement me;
+  me.rank = env.rank;
+  me.device = prog.device;
+  me.stage = prog.stage;
+  me.replicaGroup = prog.replicaGroup;
+  me.predictedPeakBytes = prog.predictedPeakBytes;
+  me.kindS.assign(10, 0.0);
+  size_t peakUsed = 0, freeBytes = 0, totalBytes = 0;
+  int total = options.warmupSteps + options.steps;
+  try {
+    void *token = buffer(4, 7);
+    for (int step = 1; step <= total; ++step) {
+      // Every rank starts the step together: a one-element all-reduce.
+      check(ncclAllReduce(token, token, 1, ncclFloat32, ncclSum, world,
+                          streams[0]),
+            "ncclAllReduce (step barrier)");
+      check(cudaStreamSynchronize(streams[0]), "cudaStreamSynchronize");
+      check(cudaEventRecord(stepStart, streams[0]), "cudaEventRecord");
+      for (cudaStream_t s : streams)
+        check(cudaStreamWaitEvent(s, stepStart, 0), "cudaStreamWaitEvent");
+      for (int i = 0; i < int(prog.code.size()); ++i)
+        issue(i);
+      for (cudaStream_t s : streams)
+        check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+      check(cudaMemGetInfo(&freeBytes, &totalBytes), "cudaMemGetInfo");
+      peakUsed = std::max(peakUsed, totalBytes - freeBytes);
+      if (step <= options.warmupSteps)
+        continue;
+      float ms = 0, last = 0;
+      me.spans.clear();
+      for (size_t i = 0; i < prog.code.size(); ++i) {
+        const Instruction &in = prog.code[i];
+        if (in.p2pGroup >= 0 && in.p2pGroup != int(i))
+          continue;
+        float a = 0, b = 0;
+        check(cudaEventElapsedTime(&a, stepStart, begin[i]), "elapsed");
+        check(cudaEventElapsedTime(&b, stepStart, end[i]), "elapsed");
+        double busy = (b - a) * 1e-3 / options.steps;
+        me.kindS[int(in.kind)] += busy;
+        if (in.stream == StreamKind::Compute)
+          (in.span.empty() ? me.stepTailS
+           : in.span[0] == 'F' ? me.forwardS
+           : in.span[0] == 'B' ? me.backwardS
+                               : me.stepTailS) += busy;
+        last = std::max(last, b);
+        if (step == total && in.kind != InstrKind::Wait)
+          me.spans.push_back(
+              {in.span + " " + in.name, int(in.stream), a * 1e-3, (b - a) * 1e-3});
+      }
+      ms = last;
+      me.stepS.push_back(ms * 1e-3);
+    }
+  } catch (const std::exception &e) {
+    options.fatal("rank " + std::to_string(env.rank) + ": " + e.what());
+  }
+  me.peakMemoryBytes = double(peakUsed);
+
+  RunResult result;
+  result.predictedStepS = set.predictedStepS;
+  // Every rank's figures through the rendezvous (as the CPU backend).
+  try {
+    nlohmann::json j = {{"step_s", me.stepS}, {"kind_s", me.kindS},
+                        {"forward_s", me.forwardS}, {"backward_s", me.backwardS},
+                        {"tail_s", me.stepTailS}, {"peak_bytes", me.peakMemoryBytes}};
+    std::string text = j.dump();
+    rv->store->set("result/" + std::to_string(env.rank),
+                   std::vector<char>(text.begin(), text.end()));
+    for (int r = 0; r < set.worldSize; ++r) {
+      std::vector<char> v = rv->store->get("result/" + std::to_string(r));
+      nlohmann::json x = nlohmann::json::parse(v.begin(), v.end());
+      RankMeasurement m;
+      m.rank = r;
+      m.device = set.ranks[r].device;
+      m.stage = set.ranks[r].stage;
+      m.replicaGroup = set.ranks[r].replicaGroup;
+      m.predictedPeakBytes = set.ranks[r].predictedPeakBytes;
+      m.stepS = x["step_s"].get<std::vector<double>>();
+      m.kindS = x["kind_s"].get<std::vector<double>>();
+      m.forwardS = x["forward_s"];
+      m.backwardS = x["backward_s"];
+      m.stepTailS = x["tail_s"];
+      m.peakMemoryBytes = x["peak_bytes"];
+      if (r == env.rank)
+        m.spans = me.spans;
+      result.ranks.push_back(std::move(m));
+    }
+    void *token = buffer(4, 7);
+    check(ncclAllReduce(token, token, 1, ncclFloat32, ncclSum, world,
+                        streams[0]),
+          "ncclAllReduce (end)");
+    check(cudaStreamSynchronize(streams[0]), "cudaStreamSynchronize");
+    rv->store->goodbye();
+  } catch (const std::exception &e) {
+    return err("rank " + std::to_string(env.rank) +
+               ": collecting the measurements: " + e.what());
+  }
+  return result;
+}
+
+} // namespace
+} // namespace runtime
+
+llvm::Expected<RunResult> runOnCuda(const ProgramSet &set, const LaunchEnv &env,
+                                    const RunOptions &options) {
+  if (env.worldSize != set.worldSize)
+    return err("the launcher started " + std::to_string(env.worldSize) +
+               " ranks; the plan has " + std::to_string(set.worldSize));
+  if (env.rank < 0 || env.rank >= set.worldSize)
+    return err("rank " + std::to_string(env.rank) + " is not in the plan");
+  if (auto e = checkPrograms(set))
+    return std::move(e);
+  runtime::CudaRank rank(set, env, options);
+  return rank.run();
+}
+
+} // namespace orrery
