@@ -10,6 +10,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "orrery/CostModel/Program.h"
+#include "orrery/CostModel/Strategy.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -501,6 +502,223 @@ llvm::Error checkPrograms(const ProgramSet &set) {
     }
   }
   return llvm::Error::success();
+}
+
+static const std::vector<std::pair<const char *, InstrKind>> kKinds = {
+    {"gemm", InstrKind::Gemm},       {"attention", InstrKind::Attention},
+    {"kernel", InstrKind::Kernel},   {"collective", InstrKind::Collective},
+    {"send", InstrKind::Send},       {"recv", InstrKind::Recv},
+    {"wait", InstrKind::Wait},       {"alloc", InstrKind::Alloc},
+    {"free", InstrKind::Free},       {"optimizer", InstrKind::Optimizer}};
+static const std::vector<std::pair<const char *, StreamKind>> kStreams = {
+    {"compute", StreamKind::Compute},
+    {"comm", StreamKind::Comm},
+    {"dp", StreamKind::DataParallel},
+    {"pp-send", StreamKind::PipeSend},
+    {"pp-recv", StreamKind::PipeRecv}};
+static const std::vector<std::pair<const char *, CollectiveKind>> kColls = {
+    {"all-reduce", CollectiveKind::AllReduce},
+    {"all-gather", CollectiveKind::AllGather},
+    {"reduce-scatter", CollectiveKind::ReduceScatter},
+    {"all-to-all", CollectiveKind::AllToAll},
+    {"neighbour-exchange", CollectiveKind::SendRecv}};
+static const std::vector<std::pair<const char *, KernelClass>> kClasses = {
+    {"gemm", KernelClass::Gemm},
+    {"pointwise", KernelClass::Pointwise},
+    {"reduction", KernelClass::Reduction},
+    {"random", KernelClass::Random},
+    {"attention", KernelClass::Attention}};
+
+template <typename T>
+static const char *nameIn(const std::vector<std::pair<const char *, T>> &t,
+                          T v) {
+  for (const auto &[n, x] : t)
+    if (x == v)
+      return n;
+  return "?";
+}
+
+nlohmann::ordered_json programSetJson(const ProgramSet &set) {
+  using nlohmann::ordered_json;
+  ordered_json j;
+  j["schema"] = "orrery-programs";
+  j["version"] = 1;
+  j["world_size"] = set.worldSize;
+  j["schedule"] = set.schedule;
+  j["predicted_step_time_s"] = set.predictedStepS;
+  j["memory_allowance_bytes"] = set.memoryAllowanceBytes;
+  ordered_json groups = ordered_json::array();
+  for (size_t g = 0; g < set.groups.size(); ++g)
+    groups.push_back({{"name", set.groupNames[g]}, {"ranks", set.groups[g]}});
+  j["groups"] = groups;
+  ordered_json ranks = ordered_json::array();
+  for (const Program &p : set.ranks) {
+    ordered_json code = ordered_json::array();
+    for (const Instruction &in : p.code) {
+      ordered_json x = {{"kind", nameIn(kKinds, in.kind)},
+                        {"stream", nameIn(kStreams, in.stream)},
+                        {"name", in.name},
+                        {"span", in.span}};
+      switch (in.kind) {
+      case InstrKind::Gemm:
+        x["m"] = in.m, x["n"] = in.n, x["k"] = in.k, x["batch"] = in.batch;
+        x["precision"] = precisionName(in.precision);
+        break;
+      case InstrKind::Attention:
+        x["batch"] = in.batch, x["heads"] = in.heads,
+        x["kv_heads"] = in.kvHeads, x["q_len"] = in.qLen,
+        x["kv_len"] = in.kvLen, x["head_dim"] = in.headDim,
+        x["value_dim"] = in.valueDim, x["causal"] = in.causal,
+        x["backward"] = in.backward;
+        x["precision"] = precisionName(in.precision);
+        break;
+      case InstrKind::Kernel:
+        x["class"] = nameIn(kClasses, in.kernelClass);
+        break;
+      case InstrKind::Collective:
+        x["collective"] = nameIn(kColls, in.collective);
+        x["group"] = in.group;
+        break;
+      case InstrKind::Send:
+      case InstrKind::Recv:
+        x["peer"] = in.peer, x["tag"] = in.tag;
+        if (in.p2pGroup >= 0)
+          x["p2p_group"] = in.p2pGroup;
+        break;
+      case InstrKind::Alloc:
+      case InstrKind::Free:
+        x["buffer"] = in.buffer;
+        break;
+      default:
+        break;
+      }
+      x["flops"] = in.flops;
+      x["bytes"] = in.bytes;
+      if (!in.deps.empty())
+        x["deps"] = in.deps;
+      x["predicted_s"] = in.predictedS;
+      code.push_back(std::move(x));
+    }
+    ranks.push_back({{"rank", p.rank},
+                     {"device", p.device},
+                     {"replica_group", p.replicaGroup},
+                     {"stage", p.stage},
+                     {"tp", {p.tpRank, p.tp}},
+                     {"cp", {p.cpRank, p.cp}},
+                     {"dp", {p.dpRank, p.dp}},
+                     {"static_bytes", p.staticBytes},
+                     {"predicted_peak_bytes", p.predictedPeakBytes},
+                     {"code", std::move(code)}});
+  }
+  j["ranks"] = std::move(ranks);
+  return j;
+}
+
+llvm::Expected<ProgramSet> programSetFromJson(const nlohmann::json &j) {
+  ProgramSet set;
+  std::string at;
+  try {
+    if (!j.is_object() || j.value("schema", "") != "orrery-programs")
+      return err("schema: expected \"orrery-programs\"");
+    at = "version";
+    if (j.at("version").get<int>() != 1)
+      return err("version: only version 1 is known");
+    at = "world_size";
+    set.worldSize = j.at("world_size").get<int>();
+    if (set.worldSize < 1 || set.worldSize > (1 << 20))
+      return err("world_size: must be 1 to 1048576");
+    at = "schedule";
+    set.schedule = j.at("schedule").get<std::string>();
+    at = "predicted_step_time_s";
+    set.predictedStepS = j.at("predicted_step_time_s").get<double>();
+    at = "memory_allowance_bytes";
+    set.memoryAllowanceBytes = j.at("memory_allowance_bytes").get<double>();
+    for (size_t g = 0; g < j.at("groups").size(); ++g) {
+      at = "groups[" + std::to_string(g) + "]";
+      set.groupNames.push_back(j["groups"][g].at("name").get<std::string>());
+      set.groups.push_back(j["groups"][g].at("ranks").get<std::vector<int>>());
+    }
+    at = "ranks";
+    if (j.at("ranks").size() != size_t(set.worldSize))
+      return err("ranks: " + std::to_string(j["ranks"].size()) +
+                 " programs for world_size " + std::to_string(set.worldSize));
+    for (size_t r = 0; r < j["ranks"].size(); ++r) {
+      const nlohmann::json &pj = j["ranks"][r];
+      std::string base = "ranks[" + std::to_string(r) + "]";
+      at = base;
+      Program p;
+      p.rank = pj.at("rank").get<int>();
+      p.device = pj.at("device").get<std::string>();
+      p.replicaGroup = pj.at("replica_group").get<int>();
+      p.stage = pj.at("stage").get<int>();
+      p.tpRank = pj.at("tp").at(0), p.tp = pj["tp"].at(1);
+      p.cpRank = pj.at("cp").at(0), p.cp = pj["cp"].at(1);
+      p.dpRank = pj.at("dp").at(0), p.dp = pj["dp"].at(1);
+      p.staticBytes = pj.at("static_bytes").get<double>();
+      p.predictedPeakBytes = pj.at("predicted_peak_bytes").get<double>();
+      const nlohmann::json &code = pj.at("code");
+      for (size_t i = 0; i < code.size(); ++i) {
+        at = base + ".code[" + std::to_string(i) + "]";
+        const nlohmann::json &x = code[i];
+        Instruction in;
+        auto pick = [&](const auto &table, const char *field, auto &out) {
+          std::string v = x.at(field).template get<std::string>();
+          for (const auto &[n, k] : table)
+            if (v == n) {
+              out = k;
+              return true;
+            }
+          return false;
+        };
+        if (!pick(kKinds, "kind", in.kind))
+          return err(at + ".kind: unknown");
+        if (!pick(kStreams, "stream", in.stream))
+          return err(at + ".stream: unknown");
+        in.name = x.value("name", "");
+        in.span = x.value("span", "");
+        in.m = x.value("m", int64_t(0)), in.n = x.value("n", int64_t(0)),
+        in.k = x.value("k", int64_t(0)), in.batch = x.value("batch", int64_t(1));
+        in.heads = x.value("heads", int64_t(0));
+        in.kvHeads = x.value("kv_heads", int64_t(0));
+        in.qLen = x.value("q_len", int64_t(0));
+        in.kvLen = x.value("kv_len", int64_t(0));
+        in.headDim = x.value("head_dim", int64_t(0));
+        in.valueDim = x.value("value_dim", int64_t(0));
+        in.causal = x.value("causal", false);
+        in.backward = x.value("backward", false);
+        if (x.contains("precision")) {
+          auto p2 = precisionFromName(x["precision"].get<std::string>());
+          if (!p2)
+            return err(at + ".precision: unknown");
+          in.precision = *p2;
+        }
+        if (x.contains("class") && !pick(kClasses, "class", in.kernelClass))
+          return err(at + ".class: unknown");
+        if (x.contains("collective") &&
+            !pick(kColls, "collective", in.collective))
+          return err(at + ".collective: unknown");
+        in.group = x.value("group", -1);
+        in.peer = x.value("peer", -1);
+        in.tag = x.value("tag", int64_t(-1));
+        in.p2pGroup = x.value("p2p_group", -1);
+        in.buffer = x.value("buffer", -1);
+        in.flops = x.value("flops", 0.0);
+        in.bytes = x.value("bytes", 0.0);
+        if (in.m < 0 || in.n < 0 || in.k < 0 || in.batch < 0 ||
+            in.bytes < 0 || in.bytes > 1e15 || double(in.m) * in.n > 1e13 ||
+            double(in.n) * in.k > 1e13 || double(in.m) * in.k > 1e13)
+          return err(at + ": a size out of range");
+        if (x.contains("deps"))
+          in.deps = x["deps"].get<std::vector<int>>();
+        in.predictedS = x.value("predicted_s", 0.0);
+        p.code.push_back(std::move(in));
+      }
+      set.ranks.push_back(std::move(p));
+    }
+  } catch (const std::exception &e) {
+    return err(at + ": missing or of the wrong type");
+  }
+  return set;
 }
 
 } // namespace orrery

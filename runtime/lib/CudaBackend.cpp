@@ -14,6 +14,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "orrery/Runtime/Runtime.h"
+#include "orrery/CostModel/Hardware.h"
 #include "CudaKernels.h"
 #include "TcpStore.h"
 
@@ -74,6 +75,63 @@ size_t elementBytes(Precision p) {
   return p == Precision::FP32 || p == Precision::TF32 ? 4 : 2;
 }
 
+/// cuBLASLt and the device buffers: one per rank (and per profile).
+class Blas {
+public:
+  ~Blas();
+  void init();
+  struct Gemm {
+    cublasLtMatmulDesc_t desc = nullptr;
+    cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+    cublasLtMatmulAlgo_t algo{};
+    void *A = nullptr, *B = nullptr, *C = nullptr;
+  };
+  /// The GEMM of this shape, its algorithm chosen once (the heuristic's
+  /// first) and cached.
+  Gemm &gemmFor(int64_t m, int64_t n, int64_t k, int64_t batch, Precision p,
+                bool transA, bool transB);
+  void matmul(int64_t m, int64_t n, int64_t k, int64_t batch, Precision p,
+              bool transA, bool transB, cudaStream_t st);
+  /// A device buffer of at least `bytes`, one per size and slot.
+  void *buffer(size_t bytes, int slot);
+
+private:
+  cublasLtHandle_t lt = nullptr;
+  void *workspace = nullptr;
+  size_t workspaceBytes = 32u << 20;
+  std::map<std::tuple<int64_t, int64_t, int64_t, int64_t, int, int, int>, Gemm>
+      gemms;
+  std::map<size_t, void *> scratch;
+};
+
+Blas::~Blas() {
+  for (auto &[key, g] : gemms) {
+    cublasLtMatmulDescDestroy(g.desc);
+    cublasLtMatrixLayoutDestroy(g.a);
+    cublasLtMatrixLayoutDestroy(g.b);
+    cublasLtMatrixLayoutDestroy(g.c);
+  }
+  if (lt)
+    cublasLtDestroy(lt);
+}
+
+void Blas::init() {
+  check(cublasLtCreate(&lt), "cublasLtCreate");
+  check(cudaMalloc(&workspace, workspaceBytes), "cudaMalloc workspace");
+}
+
+void *Blas::buffer(size_t bytes, int slot) {
+  size_t key = (std::max<size_t>(bytes, 256) << 3) | size_t(slot & 7);
+  auto it = scratch.find(key);
+  if (it != scratch.end())
+    return it->second;
+  void *p = nullptr;
+  check(cudaMalloc(&p, std::max<size_t>(bytes, 256)), "cudaMalloc");
+  check(cudaMemset(p, 0, std::max<size_t>(bytes, 256)), "cudaMemset");
+  scratch[key] = p;
+  return p;
+}
+
 class CudaRank {
 public:
   CudaRank(const ProgramSet &set, const LaunchEnv &env,
@@ -89,39 +147,17 @@ private:
   const RunOptions &options;
   std::unique_ptr<Rendezvous> rv;
   cudaStream_t streams[kStreamKinds] = {};
-  cublasLtHandle_t lt = nullptr;
-  void *workspace = nullptr;
-  size_t workspaceBytes = 32u << 20;
+  Blas blas;
   ncclComm_t world = nullptr;
   /// ("g", group, stream) and ("pipe", sending stage, 0), ("ring", 0, 0).
   std::map<std::tuple<std::string, int, int>, ncclComm_t> comms;
-  struct Gemm {
-    cublasLtMatmulDesc_t desc = nullptr;
-    cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
-    cublasLtMatmulAlgo_t algo{};
-    void *A = nullptr, *B = nullptr, *C = nullptr;
-  };
-  std::map<std::tuple<int64_t, int64_t, int64_t, int64_t, int, int, int>, Gemm>
-      gemms;
-  /// Device buffers: by size class for messages and kernels, by id for
-  /// activations.
-  std::map<size_t, void *> scratch;
+  /// Activations, by buffer id.
   std::map<int, void *> live;
   void *held = nullptr;
   std::vector<cudaEvent_t> begin, end;
   cudaEvent_t stepStart = nullptr;
 
-  void *buffer(size_t bytes, int slot) {
-    size_t key = (std::max<size_t>(bytes, 256) << 3) | size_t(slot & 7);
-    auto it = scratch.find(key);
-    if (it != scratch.end())
-      return it->second;
-    void *p = nullptr;
-    check(cudaMalloc(&p, std::max<size_t>(bytes, 256)), "cudaMalloc");
-    check(cudaMemset(p, 0, std::max<size_t>(bytes, 256)), "cudaMemset");
-    scratch[key] = p;
-    return p;
-  }
+  void *buffer(size_t bytes, int slot) { return blas.buffer(bytes, slot); }
   int globalStage(int rank) const {
     // Stages numbered over the replica groups.
     int offset = 0;
@@ -134,10 +170,10 @@ private:
     }
     return offset + set.ranks[rank].stage;
   }
-  Gemm &gemmFor(int64_t m, int64_t n, int64_t k, int64_t batch, Precision p,
-                bool transA, bool transB);
   void matmul(int64_t m, int64_t n, int64_t k, int64_t batch, Precision p,
-              bool transA, bool transB, cudaStream_t st);
+              bool transA, bool transB, cudaStream_t st) {
+    blas.matmul(m, n, k, batch, p, transA, transB, st);
+  }
   void setUp();
   void issue(int i);
 };
@@ -147,17 +183,9 @@ CudaRank::~CudaRank() {
     ncclCommDestroy(comm);
   if (world)
     ncclCommDestroy(world);
-  for (auto &[key, g] : gemms) {
-    cublasLtMatmulDescDestroy(g.desc);
-    cublasLtMatrixLayoutDestroy(g.a);
-    cublasLtMatrixLayoutDestroy(g.b);
-    cublasLtMatrixLayoutDestroy(g.c);
-  }
-  if (lt)
-    cublasLtDestroy(lt);
 }
 
-CudaRank::Gemm &CudaRank::gemmFor(int64_t m, int64_t n, int64_t k,
+Blas::Gemm &Blas::gemmFor(int64_t m, int64_t n, int64_t k,
                                   int64_t batch, Precision p, bool transA,
                                   bool transB) {
   auto key = std::make_tuple(m, n, k, batch, int(p), int(transA), int(transB));
@@ -225,8 +253,8 @@ CudaRank::Gemm &CudaRank::gemmFor(int64_t m, int64_t n, int64_t k,
   return gemms.emplace(key, g).first->second;
 }
 
-void CudaRank::matmul(int64_t m, int64_t n, int64_t k, int64_t batch,
-                      Precision p, bool transA, bool transB, cudaStream_t st) {
+void Blas::matmul(int64_t m, int64_t n, int64_t k, int64_t batch,
+                  Precision p, bool transA, bool transB, cudaStream_t st) {
   Gemm &g = gemmFor(m, n, k, batch, p, transA, transB);
   float alpha = 1, beta = 0;
   check(cublasLtMatmul(lt, g.desc, &alpha, g.B, g.a, g.A, g.b, &beta, g.C,
@@ -252,8 +280,7 @@ void CudaRank::setUp() {
   for (cudaStream_t &s : streams)
     check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking),
           "cudaStreamCreate");
-  check(cublasLtCreate(&lt), "cublasLtCreate");
-  check(cudaMalloc(&workspace, workspaceBytes), "cudaMalloc workspace");
+  blas.init();
 
   rv = std::make_unique<Rendezvous>(env.rank, env.masterAddr, env.masterPort,
                                     options.timeout);
@@ -332,7 +359,7 @@ void CudaRank::issue(int i) {
     int64_t bh = std::max<int64_t>(1, in.batch * in.heads);
     int64_t q = in.qLen, kv = in.kvLen, d = in.headDim, dv = in.valueDim;
     matmul(q, kv, d, bh, Precision::BF16, false, true, st);
-    Gemm &s = gemmFor(q, kv, d, bh, Precision::BF16, false, true);
+    Blas::Gemm &s = blas.gemmFor(q, kv, d, bh, Precision::BF16, false, true);
     launchSoftmax(s.C, int(bh * q), int(kv), st);
     matmul(q, dv, kv, bh, Precision::BF16, false, false, st);
     if (in.backward) {
@@ -555,6 +582,132 @@ llvm::Expected<RunResult> CudaRank::run() {
 
 } // namespace
 } // namespace runtime
+
+llvm::Expected<nlohmann::ordered_json>
+profileCuda(const LaunchEnv &env, const ProfileOptions &options) {
+  using nlohmann::ordered_json;
+  using runtime::check;
+  try {
+    int devices = 0;
+    cudaError_t count = cudaGetDeviceCount(&devices);
+    if (count != cudaSuccess || devices == 0)
+      return err(std::string("no CUDA GPU on this machine (") +
+                 (count != cudaSuccess ? cudaGetErrorString(count)
+                                       : "no device") +
+                 ")");
+    int dev = env.localRank % devices;
+    check(cudaSetDevice(dev), "cudaSetDevice");
+    cudaDeviceProp prop{};
+    check(cudaGetDeviceProperties(&prop, dev), "cudaGetDeviceProperties");
+    // The catalog's device of this chip and memory size.
+    const DeviceSpec *spec = nullptr;
+    for (const DeviceSpec &d : HardwareCatalog::builtin().devices())
+      if (runtime::sameDevice(d.name, prop.name) &&
+          (!spec || std::abs(d.memoryBytes - double(prop.totalGlobalMem)) <
+                        std::abs(spec->memoryBytes -
+                                 double(prop.totalGlobalMem))))
+        spec = &d;
+    if (!spec)
+      return err(std::string("the catalog has no device for this GPU (") +
+                 prop.name + ")");
+    runtime::Blas blas;
+    blas.init();
+    cudaStream_t st;
+    check(cudaStreamCreate(&st), "cudaStreamCreate");
+    cudaEvent_t a, b;
+    check(cudaEventCreate(&a), "cudaEventCreate");
+    check(cudaEventCreate(&b), "cudaEventCreate");
+    auto timeIt = [&](auto &&fn) {
+      fn();
+      check(cudaStreamSynchronize(st), "sync");
+      std::vector<float> t;
+      for (int i = 0; i < 10; ++i) {
+        check(cudaEventRecord(a, st), "record");
+        fn();
+        check(cudaEventRecord(b, st), "record");
+        check(cudaEventSynchronize(b), "sync");
+        float ms = 0;
+        check(cudaEventElapsedTime(&ms, a, b), "elapsed");
+        t.push_back(ms * 1e-3f);
+      }
+      std::sort(t.begin(), t.end());
+      return double(t[t.size() / 2]);
+    };
+    double peak = spec->tensorPeak(Precision::BF16);
+    ordered_json gemms = ordered_json::array();
+    std::vector<ProfileOptions::GemmShape> shapes = options.gemmShapes;
+    for (int64_t m : {512, 2048, 8192})
+      for (int64_t n : {1024, 4096, 16384})
+        for (int64_t k : {1024, 4096})
+          shapes.push_back({m, n, k});
+    std::vector<double> invT, invEff;
+    for (const auto &g : shapes) {
+      double t = timeIt([&] {
+        blas.matmul(g.m, g.n, g.k, 1, Precision::BF16, false, false, st);
+      });
+      double f = 2.0 * g.m * g.n * g.k, atPeak = f / peak;
+      invT.push_back(1.0 / atPeak);
+      invEff.push_back(t / atPeak);
+      gemms.push_back({{"m", g.m}, {"n", g.n}, {"k", g.k}, {"seconds", t}});
+    }
+    // 1/eff = 1/e + (t½/e)/t (Profile.cpp).
+    double n = double(invT.size()), sx = 0, sy = 0, sxx = 0, sxy = 0;
+    for (size_t i = 0; i < invT.size(); ++i) {
+      sx += invT[i];
+      sy += invEff[i];
+      sxx += invT[i] * invT[i];
+      sxy += invT[i] * invEff[i];
+    }
+    double slope = (n * sxy - sx * sy) / (n * sxx - sx * sx);
+    double icpt = (sy - slope * sx) / n;
+    double e = std::min(1.0, icpt > 0 ? 1.0 / icpt : 1.0);
+    double half = std::max(1e-9, slope * e);
+    ordered_json mem = ordered_json::array();
+    double bw = 0;
+    for (double bytes : {64e6, 256e6, 1024e6}) {
+      size_t sz = size_t(bytes);
+      void *y = blas.buffer(sz / 3 + 2, 3), *x = blas.buffer(sz / 3 + 2, 4);
+      double t = timeIt([&] { runtime::launchStream(y, x, sz, st); });
+      bw = bytes / t;
+      mem.push_back({{"bytes", bytes}, {"seconds", t}});
+    }
+    void *y = blas.buffer(64, 3), *x = blas.buffer(64, 4);
+    double launch = timeIt([&] { runtime::launchStream(y, x, 6, st); });
+    double memEff = std::min(1.0, bw / spec->memoryBandwidthBytesPerS);
+    ordered_json device = {
+        {"name", spec->name},
+        {"vendor", spec->vendor},
+        {"peak_flop_per_s", spec->peakFlopPerS},
+        {"memory_bytes", double(prop.totalGlobalMem)},
+        {"memory_bandwidth_bytes_per_s", spec->memoryBandwidthBytesPerS},
+        {"power_w", spec->powerW},
+        {"intra_node_link", spec->intraNodeLink},
+        {"measured_kernel_profile",
+         {{"gemm_efficiency", e},
+          {"gemm_half_efficiency_s", half},
+          {"gemm_memory_efficiency", memEff},
+          {"pointwise_memory_efficiency", memEff},
+          {"reduction_memory_efficiency", memEff},
+          {"random_memory_efficiency", memEff},
+          {"kernel_launch_s", launch},
+          {"source", std::string("measured by orrery profile --backend cuda "
+                                 "on one ") +
+                         prop.name + " (cuBLASLt bf16 GEMMs, the runtime's "
+                                     "streaming kernel)"}}},
+        {"source", spec->source}};
+    ordered_json spec2;
+    spec2["name"] = std::string("1 x ") + prop.name + " (measured)";
+    spec2["_measured"] = {{"gemm", gemms}, {"memory_bound", mem}};
+    spec2["sites"] = ordered_json::array(
+        {{{"name", "local"},
+          {"nodes", ordered_json::array({{{"count", 1},
+                                          {"devices_per_node", 1},
+                                          {"device", device}}})}}});
+    return spec2;
+  } catch (const std::exception &e) {
+    return err(std::string("profile: ") + e.what());
+  }
+}
 
 llvm::Expected<RunResult> runOnCuda(const ProgramSet &set, const LaunchEnv &env,
                                     const RunOptions &options) {

@@ -13,4 +13,11 @@ llvm::Expected<RunResult> runOnCuda(const ProgramSet &, const LaunchEnv &,
       "with cuBLASLt and NCCL was not found at build time)");
 }
 
+llvm::Expected<nlohmann::ordered_json> profileCuda(const LaunchEnv &,
+                                                   const ProfileOptions &) {
+  return llvm::createStringError(
+      llvm::inconvertibleErrorCode(),
+      "this orrery was built without the CUDA backend");
+}
+
 } // namespace orrery

@@ -312,6 +312,24 @@ TEST(Lowering, TheTextNamesSpansStreamsAndShapes) {
   EXPECT_NE(text.find("optimizer"), std::string::npos) << text;
 }
 
+TEST(Lowering, ProgramsRoundTripThroughJson) {
+  ProgramSet set = pipelineSet();
+  nlohmann::ordered_json j = programSetJson(set);
+  auto back = programSetFromJson(nlohmann::json::parse(j.dump()));
+  ASSERT_TRUE(bool(back)) << llvm::toString(back.takeError());
+  EXPECT_EQ(checkError(*back), "");
+  for (int r = 0; r < set.worldSize; ++r)
+    EXPECT_EQ(programText(*back, r), programText(set, r));
+  EXPECT_EQ(programSetJson(*back).dump(), j.dump());
+  // A field of the wrong type is named.
+  nlohmann::json bad = nlohmann::json::parse(j.dump());
+  bad["ranks"][1]["code"][3]["kind"] = "teleport";
+  auto refused = programSetFromJson(bad);
+  ASSERT_FALSE(bool(refused));
+  EXPECT_EQ(llvm::toString(refused.takeError()),
+            "ranks[1].code[3].kind: unknown");
+}
+
 TEST(Lowering, WhatTheRuntimeCannotRunIsRefused) {
   mlir::MLIRContext ctx;
   Workload w = test::tinyGpt(ctx, KernelFusion::Fused);

@@ -4,6 +4,7 @@
 #include "Common.h"
 
 #include <cstdio>
+#include <fstream>
 #include <iostream>
 
 namespace orrery {
@@ -20,6 +21,10 @@ void LowerCommand::add(CLI::App &app) {
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--model", model, "the model, if not the plan's own");
   cmd->add_option("--cluster", cluster, "the cluster, if not the plan's own");
+  cmd->add_flag("--json", json,
+                "write every rank's program as JSON (schema orrery-programs, "
+                "what orrery-run executes)");
+  cmd->add_option("-o,--output", output, "write to FILE instead of stdout");
   cmd->add_flag("--summary", summary,
                 "print per rank its instruction counts by kind and its "
                 "predicted compute and communication instead");
@@ -34,6 +39,18 @@ int LowerCommand::run() const {
     return fail(plan + ": " + llvm::toString(set.takeError()));
   if (auto e = checkPrograms(*set))
     return fail(plan + ": program check: " + llvm::toString(std::move(e)));
+  if (json) {
+    std::string text = programSetJson(*set).dump() + "\n";
+    if (output.empty()) {
+      std::cout << text;
+      return 0;
+    }
+    std::ofstream out(output);
+    out << text;
+    if (!out)
+      return fail("-o " + output + ": cannot write the file");
+    return 0;
+  }
   if (rank >= set->worldSize)
     return fail("--rank " + std::to_string(rank) + ": the plan has " +
                 std::to_string(set->worldSize) + " ranks (0 to " +

@@ -11,9 +11,9 @@ namespace cli {
 /// `orrery lower plan.json [--rank R] [--summary]`: the plan's program of
 /// one rank as text, after the static check of the whole set.
 struct LowerCommand {
-  std::string plan, model, cluster;
+  std::string plan, model, cluster, output;
   int rank = 0;
-  bool summary = false;
+  bool summary = false, json = false;
   CLI::App *cmd = nullptr;
   void add(CLI::App &app);
   int run() const;

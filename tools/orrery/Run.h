@@ -2,6 +2,8 @@
 #ifndef ORRERY_TOOLS_RUN_H
 #define ORRERY_TOOLS_RUN_H
 
+#include "RunPrograms.h"
+
 #include <CLI/CLI.hpp>
 #include <string>
 
@@ -23,18 +25,13 @@ private:
 
 /// `orrery profile [-o cluster.json] [--local N] [--plan plan.json]`.
 struct ProfileCommand {
-  std::string output, plan;
+  std::string output, plan, backend = "cpu";
   int local = 0;
   double secondsPerPoint = 0.02;
   CLI::App *cmd = nullptr;
   void add(CLI::App &app);
   int run(int argc, char **argv) const;
 };
-
-/// Starts `local` copies of this command line (without --local) as ranks
-/// 0 to local - 1 with torchrun's variables and a free port on 127.0.0.1;
-/// waits for them (a failed rank stops the rest within the timeout).
-int spawnRanks(int argc, char **argv, int local, int timeoutS);
 
 } // namespace cli
 } // namespace orrery

@@ -18,6 +18,8 @@
 
 #include "llvm/Support/Error.h"
 
+#include <nlohmann/json.hpp>
+
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -127,6 +129,13 @@ std::string programText(const ProgramSet &set, int rank);
 /// memory above its predicted peak plus the allowance. The error names the
 /// rank and the instruction.
 llvm::Error checkPrograms(const ProgramSet &set);
+
+/// The whole set as JSON (schema "orrery-programs", docs/runtime.md): what
+/// `orrery lower --json` writes and `orrery-run` executes on a machine
+/// without the compiler.
+nlohmann::ordered_json programSetJson(const ProgramSet &set);
+/// And back; an error names the offending field.
+llvm::Expected<ProgramSet> programSetFromJson(const nlohmann::json &j);
 
 } // namespace orrery
 

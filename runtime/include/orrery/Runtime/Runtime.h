@@ -101,6 +101,12 @@ struct ProfileOptions {
 llvm::Expected<nlohmann::ordered_json> profileCpu(const LaunchEnv &env,
                                                   const ProfileOptions &options);
 
+/// `orrery profile --backend cuda`: this machine's GPU (of the local rank)
+/// against its catalog device: a cluster spec of one of it with its
+/// measured kernel profile.
+llvm::Expected<nlohmann::ordered_json> profileCuda(const LaunchEnv &env,
+                                                   const ProfileOptions &options);
+
 } // namespace orrery
 
 #endif // ORRERY_RUNTIME_RUNTIME_H
