@@ -8,7 +8,9 @@
 #  4. the simulator against training steps measured on an H200
 #     (bench/measured/, with and without the device's measured kernel profile);
 #  5. the simulator against published training runs and NCCL measurements
-#     (needs ../shared/validation).
+#     (needs ../shared/validation);
+#  6. the runtime's CPU backend: profile this machine, plan a small GPT on
+#     2 CPU ranks, run 7 plans, predicted against measured.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/build.sh
@@ -30,6 +32,8 @@ build/bin/orrery-bench-hetero build/models/gpt3-175b.onnx bench/clusters/3x256.j
   --global-batch 1536 --repeat 3
 echo
 /usr/bin/python3 bench/gpu/compare.py bench/measured/h200-sxm-pytorch.json --build build
+echo
+/usr/bin/python3 bench/runtime_cpu.py --orrery build/bin/orrery
 if [ -f ../shared/validation/published_runs.json ]; then
   echo
   /usr/bin/python3 bench/validate.py --build build --shared ../shared

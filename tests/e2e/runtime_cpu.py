@@ -117,7 +117,19 @@ def main():
     # A rank killed mid-run: the other stops within the timeout, one line
     # naming it.
     procs = by_hand(plans["pp2-1f1b"], ["--steps", "100000", "--timeout", "20"])
-    time.sleep(2.0)
+
+    def cpu_seconds(pid):
+        try:
+            fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        except (OSError, IndexError, ValueError):
+            return 0.0
+    # Both ranks are in their steps once rank 0 has computed a while (the
+    # step barrier needs both); a loaded machine only takes longer.
+    start = time.time()
+    while cpu_seconds(procs[0].pid) < 1.5 and time.time() - start < 120 and \
+            procs[0].poll() is None:
+        time.sleep(0.1)
     procs[1].kill()
     killed_at = time.time()
     try:
