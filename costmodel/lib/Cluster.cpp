@@ -172,8 +172,8 @@ parseClusterJsonImpl(const std::string &text, const std::string &what,
       l.source = "inline in the cluster spec";
     }
     if (v.is_object()) {
-      known.insert(known.begin(),
-                   {"link", "bandwidth_bytes_per_s", "latency_s"});
+      known.insert(known.begin(), {"link", "bandwidth_bytes_per_s",
+                                   "latency_s", "measured_collectives"});
       if (auto e = onlyKeys(v, path, known))
         return std::move(e);
       for (const char *key : {"bandwidth_bytes_per_s", "latency_s"}) {
@@ -190,6 +190,43 @@ parseClusterJsonImpl(const std::string &text, const std::string &what,
       l.bandwidthBytesPerS =
           v.value("bandwidth_bytes_per_s", l.bandwidthBytesPerS);
       l.latencyS = v.value("latency_s", l.latencyS);
+      if (v.contains("measured_collectives")) {
+        const json &m = v["measured_collectives"];
+        std::string mpath = path + ".measured_collectives";
+        if (!m.is_array() || m.size() > 10000)
+          return err(what, mpath + ": expected an array of at most 10000 "
+                                   "points");
+        static const char *kinds[] = {"all-reduce", "all-gather",
+                                      "reduce-scatter", "all-to-all",
+                                      "send-recv"};
+        for (size_t i = 0; i < m.size(); ++i) {
+          std::string ip = mpath + "[" + std::to_string(i) + "]";
+          const json &p = m[i];
+          if (!p.is_object() || !p.contains("collective") ||
+              !p["collective"].is_string() ||
+              std::none_of(std::begin(kinds), std::end(kinds),
+                           [&](const char *k) { return p["collective"] == k; }))
+            return err(what, ip + ".collective: expected all-reduce, "
+                                  "all-gather, reduce-scatter, all-to-all or "
+                                  "send-recv");
+          for (const char *key : {"ranks", "bytes", "seconds"})
+            if (!p.contains(key) || !p[key].is_number() ||
+                !(p[key].get<double>() > 0) || p[key].get<double>() > 1e18)
+              return err(what, ip + "." + key + ": expected a positive number");
+          if (!p["ranks"].is_number_integer() || p["ranks"].get<int64_t>() < 2 ||
+              p["ranks"].get<int64_t>() > 1000000)
+            return err(what, ip + ".ranks: expected an integer from 2");
+          l.measured.push_back({p["collective"].get<std::string>(),
+                                int(p["ranks"].get<int64_t>()),
+                                p["bytes"].get<double>(),
+                                p["seconds"].get<double>()});
+        }
+        std::stable_sort(l.measured.begin(), l.measured.end(),
+                         [](const LinkSpec::MeasuredPoint &a,
+                            const LinkSpec::MeasuredPoint &b) {
+                           return a.bytes < b.bytes;
+                         });
+      }
     }
     c.inlineLinks.push_back(l);
     return &c.inlineLinks.back();

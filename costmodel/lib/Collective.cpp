@@ -180,9 +180,48 @@ static double ringTime(double bytes, int ranks, double factor, double bw,
          (steps - interSteps) * latency + interSteps * netLatency;
 }
 
+/// The time a measured curve gives (piecewise linear in bytes, the first
+/// point's time below it, the last segment's slope above it); < 0 when the
+/// link has no curve for this kind and group size.
+static double measuredTime(const LinkSpec &l, CollectiveKind kind,
+                           double bytes, int ranks) {
+  const char *name = kind == CollectiveKind::AllReduce      ? "all-reduce"
+                     : kind == CollectiveKind::AllGather     ? "all-gather"
+                     : kind == CollectiveKind::ReduceScatter ? "reduce-scatter"
+                     : kind == CollectiveKind::AllToAll      ? "all-to-all"
+                                                             : "send-recv";
+  const LinkSpec::MeasuredPoint *prev = nullptr, *last = nullptr,
+                                *beforeLast = nullptr;
+  for (const LinkSpec::MeasuredPoint &p : l.measured) {
+    if (p.collective != name || p.ranks != ranks)
+      continue;
+    if (p.bytes >= bytes) {
+      if (!prev)
+        return p.seconds;
+      double f = (bytes - prev->bytes) / std::max(1e-30, p.bytes - prev->bytes);
+      return prev->seconds + f * (p.seconds - prev->seconds);
+    }
+    beforeLast = last;
+    last = prev = &p;
+  }
+  if (!last)
+    return -1;
+  if (!beforeLast)
+    return last->seconds * bytes / last->bytes;
+  double slope = (last->seconds - beforeLast->seconds) /
+                 std::max(1e-30, last->bytes - beforeLast->bytes);
+  return last->seconds + slope * (bytes - last->bytes);
+}
+
 double collectiveTime(CollectiveKind kind, double bytes, const GroupShape &g) {
   if (g.ranks <= 1 || bytes <= 0)
     return 0;
+  if (g.intraLink && !g.intraLink->measured.empty() &&
+      g.ranksPerNode >= g.ranks) {
+    double t = measuredTime(*g.intraLink, kind, bytes, g.ranks);
+    if (t >= 0)
+      return t;
+  }
   double intraLat = g.intraLink ? g.intraLink->latencyS : 0;
   double netLat = g.nic ? g.nic->latencyS : intraLat;
   bool spansNodes = g.ranksPerNode < g.ranks;

@@ -12,18 +12,14 @@
 //===----------------------------------------------------------------------===//
 #include "orrery/Runtime/Runtime.h"
 #include "CpuKernels.h"
+#include "GlooCollectives.h"
 #include "TcpStore.h"
 
-#include <gloo/allgather.h>
-#include <gloo/allreduce.h>
-#include <gloo/alltoall.h>
 #include <gloo/barrier.h>
-#include <gloo/reduce_scatter.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/prefix_store.h>
 #include <gloo/transport/tcp/device.h>
 
-#include <cblas.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -60,9 +56,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-size_t elementsOf(double bytes) {
-  return size_t(std::max(1.0, std::ceil(bytes / 4)));
-}
 
 class CpuRank {
 public:
@@ -145,70 +138,10 @@ void CpuRank::collective(const Instruction &in, Scratch &scratch) {
   auto &ctx = contexts.at({in.group, int(in.stream)});
   uint32_t tag = tags[ctx.get()]++;
   const std::vector<int> &members = set.groups[in.group];
-  int n = int(members.size());
-  size_t elems = elementsOf(in.bytes);
-  switch (in.collective) {
-  case CollectiveKind::AllReduce: {
-    float *buf = scratch.get(scratch.a, elems);
-    gloo::AllreduceOptions opts(ctx);
-    opts.setOutput(buf, elems);
-    opts.setReduceFunction(
-        [](void *c, const void *a, const void *b, size_t k) {
-          gloo::sum<float>(c, a, b, k);
-        });
-    opts.setTag(tag);
-    opts.setTimeout(options.timeout);
-    gloo::allreduce(opts);
-    break;
-  }
-  case CollectiveKind::AllGather: {
-    size_t each = std::max<size_t>(1, elems / n);
-    float *in_ = scratch.get(scratch.a, each),
-          *out = scratch.get(scratch.b, each * n);
-    gloo::AllgatherOptions opts(ctx);
-    opts.setInput(in_, each);
-    opts.setOutput(out, each * n);
-    opts.setTag(tag);
-    opts.setTimeout(options.timeout);
-    gloo::allgather(opts);
-    break;
-  }
-  case CollectiveKind::ReduceScatter: {
-    size_t each = std::max<size_t>(1, elems / n);
-    float *buf = scratch.get(scratch.a, each * n);
-    std::vector<int> counts(n, int(each));
-    gloo::ReduceScatterHalvingDoubling<float> rs(ctx, {buf}, int(each * n),
-                                                 counts);
-    rs.run();
-    break;
-  }
-  case CollectiveKind::AllToAll: {
-    size_t each = std::max<size_t>(1, elems / n);
-    float *in_ = scratch.get(scratch.a, each * n),
-          *out = scratch.get(scratch.b, each * n);
-    gloo::AlltoallOptions opts(ctx);
-    opts.setInput(in_, each * n);
-    opts.setOutput(out, each * n);
-    opts.setTag(tag);
-    opts.setTimeout(options.timeout);
-    gloo::alltoall(opts);
-    break;
-  }
-  case CollectiveKind::SendRecv: {
-    // A neighbour exchange: to the next member, from the previous one.
-    int me = int(std::find(members.begin(), members.end(), env.rank) -
-                 members.begin());
-    float *out = scratch.get(scratch.a, elems),
-          *inb = scratch.get(scratch.b, elems);
-    auto sendBuf = ctx->createUnboundBuffer(out, elems * 4);
-    auto recvBuf = ctx->createUnboundBuffer(inb, elems * 4);
-    sendBuf->send((me + 1) % n, tag);
-    recvBuf->recv((me + n - 1) % n, tag);
-    sendBuf->waitSend(options.timeout);
-    recvBuf->waitRecv(options.timeout);
-    break;
-  }
-  }
+  int me = int(std::find(members.begin(), members.end(), env.rank) -
+               members.begin());
+  runCollective(ctx, in.collective, in.bytes, int(members.size()), me, tag,
+                scratch, options.timeout);
 }
 
 void CpuRank::execute(int i, Scratch &scratch) {

@@ -8,8 +8,10 @@
 //    the caches), and the per-call cost of a tiny one (the launch);
 //  - fused attention over key counts, forward and backward: e·k/(k + k½),
 //    fitted as 1/eff = 1/e + (k½/e)/k;
-//  - between the ranks: all-reduce over message sizes, the ring's
-//    2(n-1)/n·S/bw + 2(n-1)·latency fitted to the points.
+//  - between the ranks: every collective kind over message sizes, as the
+//    backend runs them: the measured curves the cost model reads (a link's
+//    measured_collectives), and the ring's 2(n-1)/n·S/bw + 2(n-1)·latency
+//    fitted to the all-reduce points for other group sizes.
 // The result is a cluster spec (docs/runtime.md): the CPU device with its
 // measured_kernel_profile, linked by the measured loopback link, with
 // every point measured beside it.
@@ -17,6 +19,7 @@
 //===----------------------------------------------------------------------===//
 #include "orrery/Runtime/Runtime.h"
 #include "CpuKernels.h"
+#include "GlooCollectives.h"
 #include "TcpStore.h"
 
 #include <gloo/allreduce.h>
@@ -176,36 +179,39 @@ profileCpu(const LaunchEnv &env, const ProfileOptions &options) {
       ordered_json coll = ordered_json::array();
       std::vector<double> sizes, secs;
       uint32_t tag = 0;
-      for (double bytes : {4e3, 64e3, 1e6, 4e6, 16e6}) {
-        size_t elems = size_t(bytes / 4);
-        float *buf = scratch.get(scratch.a, elems);
-        auto once = [&] {
-          gloo::AllreduceOptions o(world);
-          o.setOutput(buf, elems);
-          o.setReduceFunction(
-              [](void *c, const void *x, const void *y, size_t k) {
-                gloo::sum<float>(c, x, y, k);
-              });
-          o.setTag(tag++);
-          o.setTimeout(options.timeout);
-          gloo::allreduce(o);
-        };
-        // The same number of repetitions on every rank.
-        once();
-        std::vector<double> t;
-        for (int i = 0; i < 10; ++i) {
-          auto a = Clock::now();
+      // Every kind the cost model prices, run as the backend runs it; the
+      // same repetitions on every rank.
+      const std::pair<const char *, CollectiveKind> kinds[] = {
+          {"all-reduce", CollectiveKind::AllReduce},
+          {"all-gather", CollectiveKind::AllGather},
+          {"reduce-scatter", CollectiveKind::ReduceScatter},
+          {"all-to-all", CollectiveKind::AllToAll},
+          {"send-recv", CollectiveKind::SendRecv}};
+      for (const auto &[name, kind] : kinds)
+        for (double bytes : {4e3, 64e3, 1e6, 4e6, 16e6}) {
+          auto once = [&] {
+            runtime::runCollective(world, kind, bytes, env.worldSize,
+                                   env.rank, tag++, scratch, options.timeout);
+          };
           once();
-          t.push_back(std::chrono::duration<double>(Clock::now() - a).count());
+          std::vector<double> t;
+          for (int i = 0; i < 10; ++i) {
+            auto t0 = Clock::now();
+            once();
+            t.push_back(
+                std::chrono::duration<double>(Clock::now() - t0).count());
+          }
+          std::sort(t.begin(), t.end());
+          double median = t[t.size() / 2];
+          if (kind == CollectiveKind::AllReduce) {
+            sizes.push_back(bytes);
+            secs.push_back(median);
+          }
+          coll.push_back({{"collective", name},
+                          {"ranks", env.worldSize},
+                          {"bytes", bytes},
+                          {"seconds", median}});
         }
-        std::sort(t.begin(), t.end());
-        sizes.push_back(bytes);
-        secs.push_back(t[t.size() / 2]);
-        coll.push_back({{"collective", "all-reduce"},
-                        {"ranks", env.worldSize},
-                        {"bytes", bytes},
-                        {"seconds", t[t.size() / 2]}});
-      }
       int n = env.worldSize;
       auto [a, b] = fitLine(sizes, secs);
       linkBandwidth = b > 0 ? 2.0 * (n - 1) / n / b : 0;
@@ -242,7 +248,8 @@ profileCpu(const LaunchEnv &env, const ProfileOptions &options) {
   if (linkBandwidth > 0)
     node["intra_node_link"] = {{"link", "Loopback-TCP"},
                                {"bandwidth_bytes_per_s", linkBandwidth},
-                               {"latency_s", linkLatency}};
+                               {"latency_s", linkLatency},
+                               {"measured_collectives", points["collectives"]}};
   ordered_json spec;
   spec["name"] = std::to_string(std::max(1, env.worldSize)) +
                  " CPU ranks (measured)";

@@ -1,5 +1,7 @@
 //===- ClusterTest.cpp - catalog, cluster specs, presets, strategies -----===//
 #include "orrery/CostModel/Cluster.h"
+#include "orrery/CostModel/Collective.h"
+#include "orrery/CostModel/Simulator.h"
 #include "orrery/CostModel/Strategy.h"
 #include "orrery/CostModel/Workload.h"
 
@@ -226,3 +228,44 @@ TEST(Strategy, InvalidStrategiesAreNamed) {
 }
 
 } // namespace
+
+TEST(Collective, AMeasuredCurveIsReadWhereItApplies) {
+  auto spec = [](const std::string &points) {
+    return R"({"name": "m", "sites": [{"name": "a", "nodes": [{"count": 1,
+      "device": "CPU", "devices_per_node": 2, "intra_node_link": {"link":
+      "Loopback-TCP", "measured_collectives": [)" +
+           points + "]}}]}]}";
+  };
+  auto c = parseClusterJson(
+      spec(R"({"collective": "all-reduce", "ranks": 2, "bytes": 1000, "seconds": 0.001},
+              {"collective": "all-reduce", "ranks": 2, "bytes": 3000, "seconds": 0.002})"),
+      "m.json", HardwareCatalog::builtin());
+  ASSERT_TRUE(bool(c)) << llvm::toString(c.takeError());
+  GroupShape g = groupShapeIn(c->groupOf(0), 1, 2);
+  // Between the points, below the first, past the last (its slope).
+  EXPECT_NEAR(collectiveTime(CollectiveKind::AllReduce, 2000, g), 0.0015, 1e-12);
+  EXPECT_NEAR(collectiveTime(CollectiveKind::AllReduce, 500, g), 0.001, 1e-12);
+  EXPECT_NEAR(collectiveTime(CollectiveKind::AllReduce, 5000, g), 0.003, 1e-12);
+  // A kind the curve does not hold is priced by the link's formula.
+  auto plain = parseClusterPreset("2xCPU", HardwareCatalog::builtin());
+  ASSERT_TRUE(bool(plain));
+  GroupShape p = groupShapeIn(plain->groupOf(0), 1, 2);
+  EXPECT_DOUBLE_EQ(collectiveTime(CollectiveKind::AllGather, 2000, g),
+                   collectiveTime(CollectiveKind::AllGather, 2000, p));
+  EXPECT_NE(collectiveTime(CollectiveKind::AllReduce, 2000, p), 0.0015);
+  // Bad points name their field.
+  auto bad = parseClusterJson(
+      spec(R"({"collective": "broadcast", "ranks": 2, "bytes": 1, "seconds": 1})"),
+      "m.json", HardwareCatalog::builtin());
+  ASSERT_FALSE(bool(bad));
+  EXPECT_NE(llvm::toString(bad.takeError())
+                .find("sites[0].nodes[0].intra_node_link.measured_collectives[0]"
+                      ".collective"),
+            std::string::npos);
+  auto negative = parseClusterJson(
+      spec(R"({"collective": "all-reduce", "ranks": 2, "bytes": 1, "seconds": -1})"),
+      "m.json", HardwareCatalog::builtin());
+  ASSERT_FALSE(bool(negative));
+  EXPECT_NE(llvm::toString(negative.takeError()).find("seconds: expected a positive number"),
+            std::string::npos);
+}

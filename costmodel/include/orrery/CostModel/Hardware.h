@@ -139,6 +139,16 @@ struct LinkSpec {
   double ncclNvlsEfficiency = 0;
   std::string fallbackLink;
   std::string source;
+  /// Collectives measured over this link (`orrery profile`): per kind
+  /// ("all-reduce", ...) and group size, seconds at message sizes (bytes
+  /// as collectiveTime takes them), ascending. Where a group inside one
+  /// node matches a curve, its time is read off it.
+  struct MeasuredPoint {
+    std::string collective;
+    int ranks = 0;
+    double bytes = 0, seconds = 0;
+  };
+  std::vector<MeasuredPoint> measured;
 };
 
 /// The catalog of known devices and links.
