@@ -115,9 +115,18 @@ private:
     }
     std::vector<char> v;
     std::string lostRank;
+    // A peer's death reaches a Gloo pair and the rendezvous at about the
+    // same moment: give the rendezvous a second to say which rank it was.
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
     try {
-      if (store && store->tryGet(kLostRankKey, v))
-        lostRank = std::string(v.begin(), v.end());
+      while (store && lostRank.empty()) {
+        if (store->tryGet(kLostRankKey, v))
+          lostRank = std::string(v.begin(), v.end());
+        else if (std::chrono::steady_clock::now() > deadline)
+          break;
+        else
+          std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
     } catch (...) {
       lostRank = "0";
     }
