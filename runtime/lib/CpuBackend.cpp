@@ -375,45 +375,8 @@ llvm::Expected<RunResult> CpuRank::run() {
 
   // Everyone's measurement through the rendezvous.
   RunResult result;
-  result.predictedStepS = set.predictedStepS;
   try {
-    nlohmann::json j = {{"rank", me.rank},
-                        {"device", me.device},
-                        {"stage", me.stage},
-                        {"group", me.replicaGroup},
-                        {"step_s", me.stepS},
-                        {"kind_s", me.kindS},
-                        {"forward_s", me.forwardS},
-                        {"backward_s", me.backwardS},
-                        {"tail_s", me.stepTailS},
-                        {"peak_bytes", me.peakMemoryBytes},
-                        {"predicted_peak_bytes", me.predictedPeakBytes}};
-    nlohmann::json spans = nlohmann::json::array();
-    for (const MeasuredSpan &s : me.spans)
-      spans.push_back({s.name, s.stream, s.startS, s.durationS});
-    j["spans"] = spans;
-    std::string text = j.dump();
-    store->set("result/" + std::to_string(env.rank),
-               std::vector<char>(text.begin(), text.end()));
-    for (int r = 0; r < set.worldSize; ++r) {
-      std::vector<char> v = store->get("result/" + std::to_string(r));
-      nlohmann::json x = nlohmann::json::parse(v.begin(), v.end());
-      RankMeasurement m;
-      m.rank = x["rank"];
-      m.device = x["device"];
-      m.stage = x["stage"];
-      m.replicaGroup = x["group"];
-      m.stepS = x["step_s"].get<std::vector<double>>();
-      m.kindS = x["kind_s"].get<std::vector<double>>();
-      m.forwardS = x["forward_s"];
-      m.backwardS = x["backward_s"];
-      m.stepTailS = x["tail_s"];
-      m.peakMemoryBytes = x["peak_bytes"];
-      m.predictedPeakBytes = x["predicted_peak_bytes"];
-      for (const auto &s : x["spans"])
-        m.spans.push_back({s[0], s[1], s[2], s[3]});
-      result.ranks.push_back(std::move(m));
-    }
+    result = exchangeMeasurements(*store, set, me);
     watching = false;
     watchdog.join();
     gloo::BarrierOptions barrier(world);
@@ -431,12 +394,7 @@ llvm::Expected<RunResult> CpuRank::run() {
 
 llvm::Expected<RunResult> runOnCpu(const ProgramSet &set, const LaunchEnv &env,
                                    const RunOptions &options) {
-  if (env.worldSize != set.worldSize)
-    return err("the launcher started " + std::to_string(env.worldSize) +
-               " ranks; the plan has " + std::to_string(set.worldSize));
-  if (env.rank < 0 || env.rank >= set.worldSize)
-    return err("rank " + std::to_string(env.rank) + " is not in the plan");
-  if (auto e = checkPrograms(set))
+  if (auto e = runtime::checkLaunch(set, env))
     return std::move(e);
   runtime::CpuRank rank(set, env, options);
   return rank.run();

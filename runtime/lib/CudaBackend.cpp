@@ -16,6 +16,7 @@
 #include "orrery/Runtime/Runtime.h"
 #include "orrery/CostModel/Hardware.h"
 #include "CudaKernels.h"
+#include "ProfileFit.h"
 #include "TcpStore.h"
 
 #include <cublasLt.h>
@@ -538,35 +539,10 @@ llvm::Expected<RunResult> CudaRank::run() {
   }
   me.peakMemoryBytes = double(peakUsed);
 
-  RunResult result;
-  result.predictedStepS = set.predictedStepS;
   // Every rank's figures through the rendezvous (as the CPU backend).
+  RunResult result;
   try {
-    nlohmann::json j = {{"step_s", me.stepS}, {"kind_s", me.kindS},
-                        {"forward_s", me.forwardS}, {"backward_s", me.backwardS},
-                        {"tail_s", me.stepTailS}, {"peak_bytes", me.peakMemoryBytes}};
-    std::string text = j.dump();
-    rv->store->set("result/" + std::to_string(env.rank),
-                   std::vector<char>(text.begin(), text.end()));
-    for (int r = 0; r < set.worldSize; ++r) {
-      std::vector<char> v = rv->store->get("result/" + std::to_string(r));
-      nlohmann::json x = nlohmann::json::parse(v.begin(), v.end());
-      RankMeasurement m;
-      m.rank = r;
-      m.device = set.ranks[r].device;
-      m.stage = set.ranks[r].stage;
-      m.replicaGroup = set.ranks[r].replicaGroup;
-      m.predictedPeakBytes = set.ranks[r].predictedPeakBytes;
-      m.stepS = x["step_s"].get<std::vector<double>>();
-      m.kindS = x["kind_s"].get<std::vector<double>>();
-      m.forwardS = x["forward_s"];
-      m.backwardS = x["backward_s"];
-      m.stepTailS = x["tail_s"];
-      m.peakMemoryBytes = x["peak_bytes"];
-      if (r == env.rank)
-        m.spans = me.spans;
-      result.ranks.push_back(std::move(m));
-    }
+    result = exchangeMeasurements(*rv->store, set, me);
     void *token = buffer(4, 7);
     check(ncclAllReduce(token, token, 1, ncclFloat32, ncclSum, world,
                         streams[0]),
@@ -640,28 +616,16 @@ profileCuda(const LaunchEnv &env, const ProfileOptions &options) {
       for (int64_t n : {1024, 4096, 16384})
         for (int64_t k : {1024, 4096})
           shapes.push_back({m, n, k});
-    std::vector<double> invT, invEff;
+    std::vector<double> atPeakS, measuredS;
     for (const auto &g : shapes) {
       double t = timeIt([&] {
         blas.matmul(g.m, g.n, g.k, 1, Precision::BF16, false, false, st);
       });
-      double f = 2.0 * g.m * g.n * g.k, atPeak = f / peak;
-      invT.push_back(1.0 / atPeak);
-      invEff.push_back(t / atPeak);
+      atPeakS.push_back(2.0 * g.m * g.n * g.k / peak);
+      measuredS.push_back(t);
       gemms.push_back({{"m", g.m}, {"n", g.n}, {"k", g.k}, {"seconds", t}});
     }
-    // 1/eff = 1/e + (t½/e)/t (Profile.cpp).
-    double n = double(invT.size()), sx = 0, sy = 0, sxx = 0, sxy = 0;
-    for (size_t i = 0; i < invT.size(); ++i) {
-      sx += invT[i];
-      sy += invEff[i];
-      sxx += invT[i] * invT[i];
-      sxy += invT[i] * invEff[i];
-    }
-    double slope = (n * sxy - sx * sy) / (n * sxx - sx * sx);
-    double icpt = (sy - slope * sx) / n;
-    double e = std::min(1.0, icpt > 0 ? 1.0 / icpt : 1.0);
-    double half = std::max(1e-9, slope * e);
+    auto [e, half] = runtime::fitEfficiency(atPeakS, measuredS);
     ordered_json mem = ordered_json::array();
     double bw = 0;
     for (double bytes : {64e6, 256e6, 1024e6}) {
@@ -711,12 +675,7 @@ profileCuda(const LaunchEnv &env, const ProfileOptions &options) {
 
 llvm::Expected<RunResult> runOnCuda(const ProgramSet &set, const LaunchEnv &env,
                                     const RunOptions &options) {
-  if (env.worldSize != set.worldSize)
-    return err("the launcher started " + std::to_string(env.worldSize) +
-               " ranks; the plan has " + std::to_string(set.worldSize));
-  if (env.rank < 0 || env.rank >= set.worldSize)
-    return err("rank " + std::to_string(env.rank) + " is not in the plan");
-  if (auto e = checkPrograms(set))
+  if (auto e = runtime::checkLaunch(set, env))
     return std::move(e);
   runtime::CudaRank rank(set, env, options);
   return rank.run();

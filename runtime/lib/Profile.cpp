@@ -20,6 +20,7 @@
 #include "orrery/Runtime/Runtime.h"
 #include "CpuKernels.h"
 #include "GlooCollectives.h"
+#include "ProfileFit.h"
 #include "TcpStore.h"
 
 #include <gloo/allreduce.h>
@@ -52,21 +53,6 @@ template <typename Fn> double timeIt(Fn &&fn, double budget) {
   return t[t.size() / 2];
 }
 
-/// Least squares y = a + b·x.
-std::pair<double, double> fitLine(const std::vector<double> &x,
-                                  const std::vector<double> &y) {
-  double n = double(x.size()), sx = 0, sy = 0, sxx = 0, sxy = 0;
-  for (size_t i = 0; i < x.size(); ++i) {
-    sx += x[i];
-    sy += y[i];
-    sxx += x[i] * x[i];
-    sxy += x[i] * y[i];
-  }
-  double d = n * sxx - sx * sx;
-  double b = d != 0 ? (n * sxy - sx * sy) / d : 0;
-  return {(sy - b * sx) / n, b};
-}
-
 } // namespace
 
 llvm::Expected<nlohmann::ordered_json>
@@ -96,17 +82,10 @@ profileCpu(const LaunchEnv &env, const ProfileOptions &options) {
       peak = std::max(peak, f / t);
       gemms.push_back({{"m", s.m}, {"n", s.n}, {"k", s.k}, {"seconds", t}});
     }
-    // eff = e·t/(t + t½), t the time at peak: 1/eff = 1/e + (t½/e)/t,
-    // a line in 1/t (each shape weighs alike, small or large).
-    std::vector<double> invT, invEff;
-    for (size_t i = 0; i < flops.size(); ++i) {
-      double t = flops[i] / peak;
-      invT.push_back(1.0 / t);
-      invEff.push_back(secs[i] / t);
-    }
-    auto [a, b] = fitLine(invT, invEff);
-    double e = std::min(1.0, a > 0 ? 1.0 / a : 1.0);
-    double half = std::max(1e-9, b * e); // the parser wants it positive
+    std::vector<double> atPeak;
+    for (double f : flops)
+      atPeak.push_back(f / peak);
+    auto [e, half] = runtime::fitEfficiency(atPeak, secs);
     points["gemm"] = gemms;
 
     // The memory-bound kernel, and the cost of a tiny call.
@@ -145,7 +124,7 @@ profileCpu(const LaunchEnv &env, const ProfileOptions &options) {
                         {"backward", backward},
                         {"seconds", t}});
       }
-      auto [ia, ib] = fitLine(invK, invEff);
+      auto [ia, ib] = runtime::fitLine(invK, invEff);
       double ee = std::min(1.0, ia > 0 ? 1.0 / ia : 1.0);
       double hk = std::max(1e-9, ib * ee);
       (backward ? bwdE : fwdE) = ee;
@@ -213,7 +192,7 @@ profileCpu(const LaunchEnv &env, const ProfileOptions &options) {
                           {"seconds", median}});
         }
       int n = env.worldSize;
-      auto [a, b] = fitLine(sizes, secs);
+      auto [a, b] = runtime::fitLine(sizes, secs);
       linkBandwidth = b > 0 ? 2.0 * (n - 1) / n / b : 0;
       linkLatency = std::max(1e-6, a / (2.0 * (n - 1)));
       points["collectives"] = coll;

@@ -7,6 +7,8 @@
 //===----------------------------------------------------------------------===//
 #include "TcpStore.h"
 
+#include <nlohmann/json.hpp>
+
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/prefix_store.h>
 #include <gloo/transport/tcp/device.h>
@@ -267,6 +269,59 @@ std::shared_ptr<gloo::Context> Rendezvous::connect(const std::string &prefix,
   gloo::rendezvous::PrefixStore prefixed(prefix, *store);
   ctx->connectFullMesh(prefixed, device);
   return ctx;
+}
+
+RunResult exchangeMeasurements(TcpStore &store, const ProgramSet &set,
+                               const RankMeasurement &me) {
+  nlohmann::json j = {{"rank", me.rank},
+                      {"step_s", me.stepS},
+                      {"kind_s", me.kindS},
+                      {"forward_s", me.forwardS},
+                      {"backward_s", me.backwardS},
+                      {"tail_s", me.stepTailS},
+                      {"peak_bytes", me.peakMemoryBytes}};
+  nlohmann::json spans = nlohmann::json::array();
+  for (const MeasuredSpan &s : me.spans)
+    spans.push_back({s.name, s.stream, s.startS, s.durationS});
+  j["spans"] = spans;
+  std::string text = j.dump();
+  store.set("result/" + std::to_string(me.rank),
+            std::vector<char>(text.begin(), text.end()));
+  RunResult result;
+  result.predictedStepS = set.predictedStepS;
+  for (int r = 0; r < set.worldSize; ++r) {
+    std::vector<char> v = store.get("result/" + std::to_string(r));
+    nlohmann::json x = nlohmann::json::parse(v.begin(), v.end());
+    const Program &p = set.ranks[r];
+    RankMeasurement m;
+    m.rank = r;
+    m.device = p.device;
+    m.stage = p.stage;
+    m.replicaGroup = p.replicaGroup;
+    m.predictedPeakBytes = p.predictedPeakBytes;
+    m.stepS = x.at("step_s").get<std::vector<double>>();
+    m.kindS = x.at("kind_s").get<std::vector<double>>();
+    m.forwardS = x.at("forward_s");
+    m.backwardS = x.at("backward_s");
+    m.stepTailS = x.at("tail_s");
+    m.peakMemoryBytes = x.at("peak_bytes");
+    for (const auto &s : x.at("spans"))
+      m.spans.push_back({s.at(0), s.at(1), s.at(2), s.at(3)});
+    result.ranks.push_back(std::move(m));
+  }
+  return result;
+}
+
+llvm::Error checkLaunch(const ProgramSet &set, const LaunchEnv &env) {
+  auto err = [](const std::string &m) {
+    return llvm::createStringError(llvm::inconvertibleErrorCode(), m);
+  };
+  if (env.worldSize != set.worldSize)
+    return err("the launcher started " + std::to_string(env.worldSize) +
+               " ranks; the plan has " + std::to_string(set.worldSize));
+  if (env.rank < 0 || env.rank >= set.worldSize)
+    return err("rank " + std::to_string(env.rank) + " is not in the plan");
+  return checkPrograms(set);
 }
 
 } // namespace runtime

@@ -10,6 +10,8 @@
 #ifndef ORRERY_RUNTIME_LIB_TCPSTORE_H
 #define ORRERY_RUNTIME_LIB_TCPSTORE_H
 
+#include "orrery/Runtime/Runtime.h"
+
 #include <gloo/context.h>
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/device.h>
@@ -83,6 +85,15 @@ struct Rendezvous {
   std::shared_ptr<gloo::Context> connect(const std::string &prefix, int rank,
                                          int size);
 };
+
+/// Every rank's measurement, in rank order, through the rendezvous (each
+/// rank publishes its own and reads the others'); throws.
+RunResult exchangeMeasurements(TcpStore &store, const ProgramSet &set,
+                               const RankMeasurement &mine);
+
+/// The launch against the programs: the world size, the rank, and the
+/// static check of the set (checkPrograms).
+llvm::Error checkLaunch(const ProgramSet &set, const LaunchEnv &env);
 
 } // namespace runtime
 } // namespace orrery

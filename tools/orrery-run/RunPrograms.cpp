@@ -154,6 +154,18 @@ int spawnRanks(int argc, char **argv, int local, int timeoutS) {
   return rc;
 }
 
+int writeText(const std::string &text, const std::string &path) {
+  if (path.empty()) {
+    std::cout << text;
+    return 0;
+  }
+  std::ofstream out(path);
+  out << text;
+  if (!out)
+    return failLine("-o " + path + ": cannot write the file");
+  return 0;
+}
+
 int runPrograms(const ProgramSet &programs, const LaunchEnv &launch,
                 const RunArgs &args) {
   const ProgramSet *set = &programs;
@@ -335,15 +347,10 @@ int runProfile(const LaunchEnv &env, const ProfileOptions &options,
     return failLine("profile: " + llvm::toString(spec.takeError()));
   if (env.rank != 0)
     return 0;
-  std::string text = spec->dump(2) + "\n";
-  if (output.empty()) {
-    std::cout << text;
+  if (int rc = writeText(spec->dump(2) + "\n", output))
+    return rc;
+  if (output.empty())
     return 0;
-  }
-  std::ofstream out(output);
-  out << text;
-  if (!out)
-    return failLine("-o " + output + ": cannot write the file");
   const auto &dev = (*spec)["sites"][0]["nodes"][0]["device"];
   const auto &prof = dev["measured_kernel_profile"];
   if (backend == "cuda")

@@ -13,6 +13,9 @@ namespace cli {
 /// Prints "orrery: error: MESSAGE" (one line) and returns 1.
 int failLine(const std::string &message);
 
+/// `text` to `path` (stdout when empty); a failure is the one-line error.
+int writeText(const std::string &text, const std::string &path);
+
 struct RunArgs {
   int steps = 3, warmup = 1, timeoutS = 60;
   bool json = false;

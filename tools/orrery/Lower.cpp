@@ -2,6 +2,7 @@
 
 #include "Lower.h"
 #include "Common.h"
+#include "RunPrograms.h"
 
 #include <cstdio>
 #include <fstream>
@@ -39,18 +40,8 @@ int LowerCommand::run() const {
     return fail(plan + ": " + llvm::toString(set.takeError()));
   if (auto e = checkPrograms(*set))
     return fail(plan + ": program check: " + llvm::toString(std::move(e)));
-  if (json) {
-    std::string text = programSetJson(*set).dump() + "\n";
-    if (output.empty()) {
-      std::cout << text;
-      return 0;
-    }
-    std::ofstream out(output);
-    out << text;
-    if (!out)
-      return fail("-o " + output + ": cannot write the file");
-    return 0;
-  }
+  if (json)
+    return writeText(programSetJson(*set).dump() + "\n", output);
   if (rank >= set->worldSize)
     return fail("--rank " + std::to_string(rank) + ": the plan has " +
                 std::to_string(set->worldSize) + " ranks (0 to " +

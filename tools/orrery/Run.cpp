@@ -14,19 +14,9 @@
 #include "orrery/Runtime/Runtime.h"
 
 #include <algorithm>
-#include <arpa/inet.h>
-#include <csignal>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
-#include <netinet/in.h>
-#include <spawn.h>
-#include <sys/socket.h>
-#include <sys/wait.h>
-#include <thread>
-#include <unistd.h>
-
-extern char **environ;
 
 namespace orrery {
 namespace cli {
