@@ -76,6 +76,17 @@ def main():
         p = orrery("run", path, "--local", "2", "--steps", "2", "--json")
         if p.returncode == 0:
             check_report(f"--local 2 {name}", p.stdout)
+            # The measured step beside the prediction in the HTML report.
+            run_json = os.path.join(args.workdir, name + "-run.json")
+            with open(run_json, "w") as f:
+                f.write(p.stdout)
+            html = os.path.join(args.workdir, name + "-report.html")
+            r = orrery("report", path, "--measured", run_json, "-o", html)
+            if r.returncode == 0:
+                text = open(html).read()
+                if "Measured: one step, rank by rank" not in text or \
+                        "measured step" not in text or "rank 1 (group" not in text:
+                    failures.append(f"report --measured {name}: no measured timeline")
 
     # Under mpirun (Open MPI from Debian), and under torchrun's variables.
     mpirun = shutil.which("mpirun")

@@ -54,6 +54,32 @@ int freePort() {
   return port;
 }
 
+/// The simulator's spans of a rank's last step (F0, B3.1, ...): from its
+/// first instruction's start to its last one's end.
+nlohmann::ordered_json taskSpans(const RankMeasurement &r) {
+  std::map<std::string, std::pair<double, double>> tasks;
+  for (const MeasuredSpan &s : r.spans) {
+    if (s.stream != int(StreamKind::Compute))
+      continue;
+    std::string task = s.name.substr(0, s.name.find(' '));
+    auto [it, fresh] =
+        tasks.emplace(task, std::make_pair(s.startS, s.startS + s.durationS));
+    if (!fresh) {
+      it->second.first = std::min(it->second.first, s.startS);
+      it->second.second = std::max(it->second.second, s.startS + s.durationS);
+    }
+  }
+  nlohmann::ordered_json out = nlohmann::ordered_json::array();
+  for (const auto &[task, span] : tasks)
+    out.push_back({{"name", task},
+                   {"category", task[0] == 'F'   ? "forward"
+                                : task[0] == 'B' ? "backward"
+                                                 : "optimizer"},
+                   {"start_s", span.first},
+                   {"duration_s", span.second - span.first}});
+  return out;
+}
+
 double median(std::vector<double> v) {
   if (v.empty())
     return 0;
@@ -303,7 +329,8 @@ int runPrograms(const ProgramSet &programs, const LaunchEnv &launch,
            {"predicted_backward_s", predictedOf(r.rank, 'B')},
            {"instruction_s", kinds},
            {"peak_memory_bytes", r.peakMemoryBytes},
-           {"predicted_peak_memory_bytes", r.predictedPeakBytes}});
+           {"predicted_peak_memory_bytes", r.predictedPeakBytes},
+           {"spans", taskSpans(r)}});
     }
     j["per_rank"] = ranks;
     std::cout << j.dump(2) << "\n";

@@ -69,12 +69,13 @@ const std::map<std::string, std::string> &categoryColors() {
   return c;
 }
 
-void timeline(std::ostringstream &o, const ReportData &d) {
+void timeline(std::ostringstream &o, const std::vector<std::string> &labels,
+              const std::vector<TraceEvent> &trace, double stepS) {
   const double labelW = 260, plotW = 900, rowH = 22;
-  size_t tracks = d.stages.size();
+  size_t tracks = labels.size();
   double h = rowH * double(tracks) + 40;
-  double span = std::max(d.stepS, 1e-12);
-  for (const TraceEvent &e : d.trace)
+  double span = std::max(stepS, 1e-12);
+  for (const TraceEvent &e : trace)
     span = std::max(span, e.startS + e.durationS);
   double perPx = span / plotW;
   o << "<svg class=\"timeline\" width=\"" << labelW + plotW + 20
@@ -82,13 +83,13 @@ void timeline(std::ostringstream &o, const ReportData &d) {
     << h << "\" xmlns=\"http://www.w3.org/2000/svg\">\n";
   // Per track, spans of one category closer than half a pixel merge.
   std::vector<std::vector<TraceEvent>> byTrack(tracks);
-  for (const TraceEvent &e : d.trace)
+  for (const TraceEvent &e : trace)
     if (e.track >= 0 && size_t(e.track) < tracks)
       byTrack[e.track].push_back(e);
   for (size_t t = 0; t < tracks; ++t) {
     double y = rowH * double(t) + 4;
     o << "<text x=\"4\" y=\"" << y + 14 << "\" class=\"lbl\">"
-      << esc(d.stages[t].label) << "</text>\n";
+      << esc(labels[t]) << "</text>\n";
     auto &ev = byTrack[t];
     std::stable_sort(ev.begin(), ev.end(),
                      [](const TraceEvent &a, const TraceEvent &b) {
@@ -174,9 +175,20 @@ void memoryBars(std::ostringstream &o, const ReportData &d) {
         << fmt("%.2f", gib(values[p])) << " GiB</title></rect>\n";
       x += w;
     }
+    double measured = d.hasMeasured && i < d.measured.stagePeakBytes.size()
+                          ? d.measured.stagePeakBytes[i]
+                          : 0;
+    if (measured > 0 && most > 0) {
+      double mx = labelW + barW * std::min(measured, most) / most;
+      o << "<line x1=\"" << fmt("%.2f", mx) << "\" y1=\"" << y - 2
+        << "\" x2=\"" << fmt("%.2f", mx) << "\" y2=\"" << y + rowH - 6
+        << "\" stroke=\"#000\" stroke-width=\"2\"><title>measured peak "
+        << fmt("%.2f", gib(measured)) << " GiB</title></line>\n";
+    }
     o << "<text x=\"" << labelW + barW + 8 << "\" y=\"" << y + 14
       << "\" class=\"lbl\">" << fmt("%.1f", gib(m.total())) << " / "
       << fmt("%.0f", gib(s.capacityBytes)) << " GiB " << esc(s.device)
+      << (measured > 0 ? ", measured " + fmt("%.1f", gib(measured)) : "")
       << "</text>\n";
   }
   o << "</svg>\n<p class=\"legend\">";
@@ -276,7 +288,21 @@ std::string reportHtml(const ReportData &d) {
       << "</b></div>";
   o << "</div>\n";
   o << "<h2>One step, stage by stage</h2>\n";
-  timeline(o, d);
+  std::vector<std::string> labels;
+  for (const ReportStage &s : d.stages)
+    labels.push_back(s.label);
+  timeline(o, labels, d.trace, d.stepS);
+  if (d.hasMeasured) {
+    const MeasuredRun &m = d.measured;
+    o << "<h2>Measured: one step, rank by rank</h2>\n<p class=\"sub\">"
+      << esc(m.source) << " (" << esc(m.backend) << " backend): measured "
+      << fmt("%.4g", m.stepS) << " s, predicted " << fmt("%.4g", m.predictedStepS)
+      << " s ("
+      << fmt("%+.1f%%", m.stepS > 0 ? 100 * (m.predictedStepS - m.stepS) / m.stepS
+                                    : 0.0)
+      << "), the same spans as the prediction above</p>\n";
+    timeline(o, m.tracks, m.trace, std::max(m.stepS, d.stepS));
+  }
   o << "<h2>Memory per device</h2>\n";
   memoryBars(o, d);
   o << "<h2>Stages on the cluster</h2>\n";
@@ -294,6 +320,60 @@ std::string reportHtml(const ReportData &d) {
   }
   o << "</table>\n</body></html>\n";
   return o.str();
+}
+
+llvm::Error addMeasuredRun(ReportData &d, const nlohmann::json &run,
+                           const std::string &what) {
+  auto err = [&](const std::string &m) {
+    return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                   what + ": " + m);
+  };
+  if (!run.is_object() || !run.contains("per_rank") ||
+      !run["per_rank"].is_array())
+    return err("per_rank: missing (write it with orrery run --json)");
+  MeasuredRun m;
+  m.source = what;
+  m.backend = run.value("backend", "");
+  try {
+    m.stepS = run.at("measured").at("step_time_s").at("median").get<double>();
+    m.predictedStepS = run.at("predicted").at("step_time_s").get<double>();
+  } catch (const std::exception &) {
+    return err("measured.step_time_s.median or predicted.step_time_s: "
+               "missing or not a number");
+  }
+  m.stagePeakBytes.assign(d.stages.size(), 0.0);
+  for (size_t i = 0; i < run["per_rank"].size(); ++i) {
+    const nlohmann::json &r = run["per_rank"][i];
+    std::string at = "per_rank[" + std::to_string(i) + "]";
+    if (!r.is_object() || !r.contains("rank") || !r["rank"].is_number_integer())
+      return err(at + ".rank: missing");
+    int stage = r.value("stage", 0);
+    int group = r.value("replica_group", 0);
+    m.tracks.push_back("rank " + std::to_string(r["rank"].get<int>()) +
+                       " (group " + std::to_string(group) + " stage " +
+                       std::to_string(stage) + ", " +
+                       r.value("device", std::string("?")) + ")");
+    // Stages of the plan in order: group by group.
+    size_t index = 0;
+    for (size_t s = 0; s < d.stages.size(); ++s)
+      if (d.stages[s].label == "stage " + std::to_string(stage) ||
+          d.stages[s].label.rfind("group " + std::to_string(group) +
+                                      " stage " + std::to_string(stage) + " ",
+                                  0) == 0)
+        index = s;
+    if (index < m.stagePeakBytes.size())
+      m.stagePeakBytes[index] = std::max(m.stagePeakBytes[index],
+                                         r.value("peak_memory_bytes", 0.0));
+    if (r.contains("spans") && r["spans"].is_array())
+      for (const auto &sp : r["spans"])
+        if (sp.is_object())
+          m.trace.push_back({int(m.tracks.size()) - 1, sp.value("name", ""),
+                             sp.value("category", ""), sp.value("start_s", 0.0),
+                             sp.value("duration_s", 0.0)});
+  }
+  d.hasMeasured = true;
+  d.measured = std::move(m);
+  return llvm::Error::success();
 }
 
 } // namespace orrery

@@ -4,6 +4,8 @@
 
 #include "orrery/CostModel/Simulator.h"
 
+#include <nlohmann/json.hpp>
+
 #include <string>
 #include <utility>
 #include <vector>
@@ -29,6 +31,16 @@ struct ReportRow {
   int devices = 0;
 };
 
+/// A step measured by `orrery run` (its --json), beside the prediction.
+struct MeasuredRun {
+  std::string source, backend;
+  double stepS = 0, predictedStepS = 0;
+  std::vector<std::string> tracks; ///< one per rank
+  std::vector<TraceEvent> trace;   ///< track = index into tracks
+  /// The largest resident peak over the ranks of each stage (0: none ran).
+  std::vector<double> stagePeakBytes;
+};
+
 struct ReportData {
   std::string model, cluster, strategy;
   /// Headline figures: label and formatted value.
@@ -38,7 +50,14 @@ struct ReportData {
   double stepS = 0;
   std::vector<ReportNode> nodes;
   std::vector<ReportRow> top; ///< the plan first, then its runners-up
+  bool hasMeasured = false;
+  MeasuredRun measured;
 };
+
+/// Reads `orrery run --json` output into d.measured (ranks onto the plan's
+/// stages in order); an error names the field.
+llvm::Error addMeasuredRun(ReportData &d, const nlohmann::json &run,
+                           const std::string &what);
 
 /// One HTML file: no scripts, no fetches; the timeline, the memory bars and
 /// the topology are inline SVG.

@@ -192,7 +192,24 @@ orrery::ReportData reportBase(const nlohmann::json &planDoc,
   return d;
 }
 
-int writeReport(const orrery::ReportData &d, const std::string &path) {
+int writeReport(orrery::ReportData d, const std::string &path,
+                const std::string &measuredPath) {
+  if (!measuredPath.empty()) {
+    nlohmann::json run;
+    if (int rc = readPlanFile(measuredPath, run))
+      return rc;
+    if (auto e = orrery::addMeasuredRun(d, run, measuredPath))
+      return fail("--measured " + llvm::toString(std::move(e)));
+    const orrery::MeasuredRun &m = d.measured;
+    d.figures.insert(d.figures.begin() + 1,
+                     {"measured step",
+                      fmtNum("%.3f s", m.stepS) + " (" +
+                          fmtNum("%+.1f%%", m.stepS > 0
+                                                ? 100 * (m.predictedStepS - m.stepS) /
+                                                      m.stepS
+                                                : 0.0) +
+                          ")"});
+  }
   std::ofstream out(path);
   out << orrery::reportHtml(d);
   if (!out)
@@ -206,7 +223,8 @@ int writeReport(const orrery::ReportData &d, const std::string &path) {
 /// `orrery check` of a heterogeneous plan: re-simulates it and compares.
 int checkHeteroPlan(const nlohmann::json &planDoc, const std::string &what,
                     const orrery::Workload &w, const orrery::Cluster &c,
-                    const std::string &reportOut) {
+                    const std::string &reportOut,
+                    const std::string &measuredPath) {
   auto strategy = orrery::heteroStrategyFromPlan(planDoc, what);
   if (!strategy)
     return fail(llvm::toString(strategy.takeError()));
@@ -284,7 +302,7 @@ int checkHeteroPlan(const nlohmann::json &planDoc, const std::string &what,
          fmtNum("%.1f GiB", traced->peakMemoryBytes / double(1ull << 30))},
         {"energy per step", fmtNum("%.4g J", traced->energyJ)},
         {"cost per step", fmtNum("%.4g USD", traced->costUsd)}};
-    return writeReport(data, reportOut);
+    return writeReport(data, reportOut, measuredPath);
   }
   char buf[256];
   std::snprintf(buf, sizeof buf,
@@ -438,7 +456,8 @@ int main(int argc, char **argv) {
   checkCmd->add_option("--cluster", checkCluster,
                        "the cluster (default: the plan's cluster.spec)");
 
-  std::string reportPlan, reportOut, reportModel, reportCluster;
+  std::string reportPlan, reportOut, reportModel, reportCluster,
+      reportMeasured;
   CLI::App *reportCmd = app.add_subcommand(
       "report", "Write a plan as one self-contained HTML page: the step's "
                 "timeline, memory per device, the stages on the cluster, "
@@ -450,6 +469,9 @@ int main(int argc, char **argv) {
                         "the model (default: the plan's model.source)");
   reportCmd->add_option("--cluster", reportCluster,
                         "the cluster (default: the plan's cluster.spec)");
+  reportCmd->add_option("--measured", reportMeasured,
+                        "a step measured by `orrery run --json`: its timeline "
+                        "and memory beside the prediction");
 
   std::string exportPlanPath, exportFormat, exportOut, exportModel,
       exportCluster;
@@ -716,7 +738,8 @@ int main(int argc, char **argv) {
         return digestRc;
     if (checking && orrery::isHeteroPlan(planDoc))
       return checkHeteroPlan(planDoc, checkPlan, *workload, *cluster,
-                             reporting ? reportOut : "");
+                             reporting ? reportOut : "",
+                             reporting ? reportMeasured : "");
     if (checking) {
       auto strategy = orrery::strategyFromPlan(planDoc, checkPlan);
       if (!strategy)
@@ -792,7 +815,7 @@ int main(int argc, char **argv) {
             {"devices", std::to_string(cluster->numDevices())},
             {"energy per step", fmtNum("%.4g J", traced->energyJ)},
             {"cost per step", fmtNum("%.4g USD", traced->costUsd)}};
-        return writeReport(data, reportOut);
+        return writeReport(data, reportOut, reportMeasured);
       }
       char buf[256];
       std::snprintf(buf, sizeof buf,
