@@ -93,7 +93,7 @@ def main():
     if not mpirun:
         failures.append("mpirun not found (scripts/setup.sh installs openmpi-bin)")
     else:
-        for name in ("pp2-1f1b", "dp2-zero1"):
+        for name in plans:
             p = subprocess.run(
                 [mpirun, "--allow-run-as-root", "--oversubscribe", "-np", "2",
                  "-x", f"MASTER_PORT={free_port()}", "-x", "OPENBLAS_NUM_THREADS=1",
@@ -116,7 +116,7 @@ def main():
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE))
         return procs
 
-    for name in ("tp2", "hetero-two-pools"):
+    for name in plans:
         procs = by_hand(plans[name], ["--steps", "2", "--json"])
         outs = [p.communicate(timeout=300) for p in procs]
         if any(p.returncode for p in procs):
