@@ -159,10 +159,9 @@ private:
   void opForward(const OpCost &op, const OpPrice &o);
   void opBackward(const OpCost &op, const OpPrice &o);
   void layerForward(const LayerKind &k, bool coreOnly, bool recompute);
-  void layerBackward(const LayerKind &k, bool lastMicroBatch,
-                     double &bucketed);
+  void layerBackward(const LayerKind &k, bool lastMicroBatch);
   double layerParams(const LayerKind &k) const;
-  void gradientBuckets(double dense, double experts, double seconds);
+  void gradientBuckets(double dense, double experts);
 };
 
 Instruction PipelineLowering::gemm(const OpCost &op, const OpPrice &o,
@@ -445,8 +444,7 @@ void PipelineLowering::layerForward(const LayerKind &k, bool coreOnly,
   }
 }
 
-void PipelineLowering::layerBackward(const LayerKind &k, bool lastMicroBatch,
-                                     double &bucketed) {
+void PipelineLowering::layerBackward(const LayerKind &k, bool lastMicroBatch) {
   const StagePlacement &p = place();
   if (k.count > 1 && s.recompute == Recompute::Full)
     layerForward(k, false, true);
@@ -477,8 +475,7 @@ void PipelineLowering::layerBackward(const LayerKind &k, bool lastMicroBatch,
     const OpCost &op = k.ops[i];
     if (op.view)
       continue;
-    if (i == lastCore && s.recompute == Recompute::Selective && k.count > 1 &&
-        s.recompute != Recompute::Full)
+    if (i == lastCore && s.recompute == Recompute::Selective && k.count > 1)
       layerForward(k, true, true); // the attention core again
     if (ep && op.experts > 1 && !combined) {
       collective(CollectiveKind::AllToAll, epG, tokens, a2a,
@@ -523,16 +520,13 @@ void PipelineLowering::layerBackward(const LayerKind &k, bool lastMicroBatch,
                 s.ep;
       params -= experts * s.ep;
     }
-    gradientBuckets(params, experts, -1);
-    bucketed += params + experts;
+    gradientBuckets(params, experts);
   }
 }
 
 /// Gradient reduction of `dense` and `experts` parameters per device over
-/// the data-parallel (and expert data-parallel) groups; priced by the cost
-/// model unless `seconds` is given.
-void PipelineLowering::gradientBuckets(double dense, double experts,
-                                       double seconds) {
+/// the data-parallel (and expert data-parallel) groups.
+void PipelineLowering::gradientBuckets(double dense, double experts) {
   const StagePlacement &p = place();
   bool sharded = s.zeroStage == 1 || s.zeroStage == 2;
   CollectiveKind kind =
@@ -544,7 +538,7 @@ void PipelineLowering::gradientBuckets(double dense, double experts,
   }
   double bytes = dense * a.gradBytesPerParam;
   collective(kind, dpG, bytes,
-             seconds >= 0 ? seconds : collectiveTime(kind, bytes, p.dpGroup),
+             collectiveTime(kind, bytes, p.dpGroup),
              "gradient " + std::string(collectiveKindName(kind)),
              StreamKind::DataParallel, false);
   if (expertGroup) {
@@ -610,7 +604,7 @@ Program PipelineLowering::lower(int stage_, int t_, int c_, int d_,
   cpPrev = rankOf(stage, t, (c + s.cp - 1) % s.cp, d);
 
   // The schedule of this stage at this replica's micro-batches.
-  std::vector<std::vector<Task>> order = sim.scheduleOf(int(m));
+  std::vector<std::vector<Task>> order = sim.schedule(int(m));
   const std::vector<Task> &tasks = order[stage];
   std::vector<int64_t> lastBackwardOf(chunks, -1);
   for (const Task &task : tasks)
@@ -686,10 +680,8 @@ Program PipelineLowering::lower(int stage_, int t_, int c_, int d_,
                      StreamKind::Comm, true);
       }
       bool last = task.mb == lastBackwardOf[task.vs];
-      double bucketed = 0;
       for (auto it = layers.rbegin(); it != layers.rend(); ++it)
-        layerBackward(sim.layout(w.kinds[parts.sequence[*it]], stage), last,
-                      bucketed);
+        layerBackward(sim.layout(w.kinds[parts.sequence[*it]], stage), last);
       Instruction free;
       free.kind = InstrKind::Free;
       free.name = "activations";
@@ -708,9 +700,9 @@ Program PipelineLowering::lower(int stage_, int t_, int c_, int d_,
     if (bucketsRan) {
       // The tied copy's gradient, which no layer's bucket holds.
       if (parts.tiedCopyParams[stage] > 0)
-        gradientBuckets(parts.tiedCopyParams[stage], 0, -1);
+        gradientBuckets(parts.tiedCopyParams[stage], 0);
     } else {
-      gradientBuckets(dense, experts, -1);
+      gradientBuckets(dense, experts);
     }
   }
   if (T > 1 && parts.tpGradParams[stage] > 0)

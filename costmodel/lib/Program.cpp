@@ -23,79 +23,44 @@ static llvm::Error err(const std::string &msg) {
   return llvm::createStringError(llvm::inconvertibleErrorCode(), msg);
 }
 
-const char *instrKindName(InstrKind k) {
-  switch (k) {
-  case InstrKind::Gemm:
-    return "gemm";
-  case InstrKind::Attention:
-    return "attention";
-  case InstrKind::Kernel:
-    return "kernel";
-  case InstrKind::Collective:
-    return "collective";
-  case InstrKind::Send:
-    return "send";
-  case InstrKind::Recv:
-    return "recv";
-  case InstrKind::Wait:
-    return "wait";
-  case InstrKind::Alloc:
-    return "alloc";
-  case InstrKind::Free:
-    return "free";
-  case InstrKind::Optimizer:
-    return "optimizer";
-  }
+static const std::vector<std::pair<const char *, InstrKind>> kKinds = {
+    {"gemm", InstrKind::Gemm},       {"attention", InstrKind::Attention},
+    {"kernel", InstrKind::Kernel},   {"collective", InstrKind::Collective},
+    {"send", InstrKind::Send},       {"recv", InstrKind::Recv},
+    {"wait", InstrKind::Wait},       {"alloc", InstrKind::Alloc},
+    {"free", InstrKind::Free},       {"optimizer", InstrKind::Optimizer}};
+static const std::vector<std::pair<const char *, StreamKind>> kStreams = {
+    {"compute", StreamKind::Compute},
+    {"comm", StreamKind::Comm},
+    {"dp", StreamKind::DataParallel},
+    {"pp-send", StreamKind::PipeSend},
+    {"pp-recv", StreamKind::PipeRecv}};
+static const std::vector<std::pair<const char *, CollectiveKind>> kColls = {
+    {"all-reduce", CollectiveKind::AllReduce},
+    {"all-gather", CollectiveKind::AllGather},
+    {"reduce-scatter", CollectiveKind::ReduceScatter},
+    {"all-to-all", CollectiveKind::AllToAll},
+    {"neighbour-exchange", CollectiveKind::SendRecv}};
+static const std::vector<std::pair<const char *, KernelClass>> kClasses = {
+    {"gemm", KernelClass::Gemm},
+    {"pointwise", KernelClass::Pointwise},
+    {"reduction", KernelClass::Reduction},
+    {"random", KernelClass::Random},
+    {"attention", KernelClass::Attention}};
+
+template <typename T>
+static const char *nameIn(const std::vector<std::pair<const char *, T>> &t,
+                          T v) {
+  for (const auto &[n, x] : t)
+    if (x == v)
+      return n;
   return "?";
 }
 
-const char *streamKindName(StreamKind s) {
-  switch (s) {
-  case StreamKind::Compute:
-    return "compute";
-  case StreamKind::Comm:
-    return "comm";
-  case StreamKind::DataParallel:
-    return "dp";
-  case StreamKind::PipeSend:
-    return "pp-send";
-  case StreamKind::PipeRecv:
-    return "pp-recv";
-  }
-  return "?";
-}
-
-const char *collectiveKindName(CollectiveKind k) {
-  switch (k) {
-  case CollectiveKind::AllReduce:
-    return "all-reduce";
-  case CollectiveKind::AllGather:
-    return "all-gather";
-  case CollectiveKind::ReduceScatter:
-    return "reduce-scatter";
-  case CollectiveKind::AllToAll:
-    return "all-to-all";
-  case CollectiveKind::SendRecv:
-    return "neighbour-exchange";
-  }
-  return "?";
-}
-
-static const char *className(KernelClass c) {
-  switch (c) {
-  case KernelClass::Gemm:
-    return "gemm";
-  case KernelClass::Pointwise:
-    return "pointwise";
-  case KernelClass::Reduction:
-    return "reduction";
-  case KernelClass::Random:
-    return "random";
-  case KernelClass::Attention:
-    return "attention";
-  }
-  return "?";
-}
+const char *instrKindName(InstrKind k) { return nameIn(kKinds, k); }
+const char *streamKindName(StreamKind s) { return nameIn(kStreams, s); }
+const char *collectiveKindName(CollectiveKind k) { return nameIn(kColls, k); }
+static const char *className(KernelClass c) { return nameIn(kClasses, c); }
 
 static std::string bytesText(double b) {
   char buf[32];
@@ -502,40 +467,6 @@ llvm::Error checkPrograms(const ProgramSet &set) {
     }
   }
   return llvm::Error::success();
-}
-
-static const std::vector<std::pair<const char *, InstrKind>> kKinds = {
-    {"gemm", InstrKind::Gemm},       {"attention", InstrKind::Attention},
-    {"kernel", InstrKind::Kernel},   {"collective", InstrKind::Collective},
-    {"send", InstrKind::Send},       {"recv", InstrKind::Recv},
-    {"wait", InstrKind::Wait},       {"alloc", InstrKind::Alloc},
-    {"free", InstrKind::Free},       {"optimizer", InstrKind::Optimizer}};
-static const std::vector<std::pair<const char *, StreamKind>> kStreams = {
-    {"compute", StreamKind::Compute},
-    {"comm", StreamKind::Comm},
-    {"dp", StreamKind::DataParallel},
-    {"pp-send", StreamKind::PipeSend},
-    {"pp-recv", StreamKind::PipeRecv}};
-static const std::vector<std::pair<const char *, CollectiveKind>> kColls = {
-    {"all-reduce", CollectiveKind::AllReduce},
-    {"all-gather", CollectiveKind::AllGather},
-    {"reduce-scatter", CollectiveKind::ReduceScatter},
-    {"all-to-all", CollectiveKind::AllToAll},
-    {"neighbour-exchange", CollectiveKind::SendRecv}};
-static const std::vector<std::pair<const char *, KernelClass>> kClasses = {
-    {"gemm", KernelClass::Gemm},
-    {"pointwise", KernelClass::Pointwise},
-    {"reduction", KernelClass::Reduction},
-    {"random", KernelClass::Random},
-    {"attention", KernelClass::Attention}};
-
-template <typename T>
-static const char *nameIn(const std::vector<std::pair<const char *, T>> &t,
-                          T v) {
-  for (const auto &[n, x] : t)
-    if (x == v)
-      return n;
-  return "?";
 }
 
 nlohmann::ordered_json programSetJson(const ProgramSet &set) {

@@ -117,9 +117,8 @@ public:
     return k.forMicroBatch(s.microBatch, at[stage].tp, s.tpBatchSplit);
   }
   const StagePlacement &placement(int stage) const { return at[stage]; }
-  std::vector<std::vector<Task>> scheduleOf(int microBatches) const {
-    return schedule(microBatches);
-  }
+  /// Per stage, its tasks in the order the strategy's schedule runs them.
+  std::vector<std::vector<Task>> schedule(int microBatches) const;
   double scale() const {
     return double(s.microBatch) / double(std::max<int64_t>(1, w.batchSize)) /
            s.cp;
@@ -142,7 +141,6 @@ private:
                       LayerBreakdown *breakdown = nullptr) const;
   std::vector<std::vector<int>>
   chunkLayers(std::vector<size_t> &sequence) const;
-  std::vector<std::vector<Task>> schedule(int microBatches) const;
 };
 
 /// The pipeline of replica group `g` of a placed heterogeneous strategy:

@@ -159,18 +159,9 @@ private:
   cudaEvent_t stepStart = nullptr;
 
   void *buffer(size_t bytes, int slot) { return blas.buffer(bytes, slot); }
-  int globalStage(int rank) const {
-    // Stages numbered over the replica groups.
-    int offset = 0;
-    for (int g = 0; g < set.ranks[rank].replicaGroup; ++g) {
-      int most = 0;
-      for (const Program &p : set.ranks)
-        if (p.replicaGroup == g)
-          most = std::max(most, p.stage + 1);
-      offset += most;
-    }
-    return offset + set.ranks[rank].stage;
-  }
+  /// Each rank's stage numbered over the replica groups (setUp).
+  std::vector<int> stageOfRank;
+  int globalStage(int rank) const { return stageOfRank[rank]; }
   void matmul(int64_t m, int64_t n, int64_t k, int64_t batch, Precision p,
               bool transA, bool transB, cudaStream_t st) {
     blas.matmul(m, n, k, batch, p, transA, transB, st);
@@ -296,6 +287,17 @@ void CudaRank::setUp() {
   }
   check(ncclCommInitRank(&world, set.worldSize, id, env.rank),
         "ncclCommInitRank");
+  std::map<int, int> stagesOfGroup; // replica group -> its stage count
+  for (const Program &p : set.ranks)
+    stagesOfGroup[p.replicaGroup] =
+        std::max(stagesOfGroup[p.replicaGroup], p.stage + 1);
+  for (const Program &p : set.ranks) {
+    int offset = 0;
+    for (const auto &[g, n] : stagesOfGroup)
+      if (g < p.replicaGroup)
+        offset += n;
+    stageOfRank.push_back(offset + p.stage);
+  }
   // The same splits in the same order on every rank, from the whole set.
   std::set<std::tuple<std::string, int, int>> keys;
   for (const Program &p : set.ranks)

@@ -162,6 +162,15 @@ def main():
     p = orrery("run", gpu, "--local", "2", "--backend", "cpu", check=False)
     if p.returncode != 1 or "A100-80G" not in p.stderr or "CPU" not in p.stderr:
         failures.append(f"GPU plan on the CPU backend: exit {p.returncode}, {p.stderr!r}")
+    # A measured run that is not one.
+    bad = os.path.join(args.workdir, "not-a-run.json")
+    with open(bad, "w") as f:
+        f.write("{}")
+    p = orrery("report", plans["tp2"], "--measured", bad, "-o",
+               os.path.join(args.workdir, "x.html"), check=False)
+    if p.returncode != 1 or p.stderr.count("\n") != 1 or \
+            "--measured" not in p.stderr or "per_rank: missing" not in p.stderr:
+        failures.append(f"report --measured of a bad file: exit {p.returncode}, {p.stderr!r}")
     # --local with the wrong rank count.
     p = orrery("run", plans["tp2"], "--local", "3", check=False)
     if p.returncode != 1 or "--local 3: the plan has 2 ranks" not in p.stderr:

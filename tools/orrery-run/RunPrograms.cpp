@@ -254,16 +254,7 @@ int runPrograms(const ProgramSet &programs, const LaunchEnv &launch,
                                        ", " + r.device + ")"}}}});
       // The simulator's spans (F0, B3.1, ...) on track 0, the
       // instructions on one track per stream.
-      std::map<std::string, std::pair<double, double>> tasks;
-      for (const MeasuredSpan &s : r.spans) {
-        std::string task = s.name.substr(0, s.name.find(' '));
-        auto [it, fresh] = tasks.emplace(
-            task, std::make_pair(s.startS, s.startS + s.durationS));
-        if (!fresh) {
-          it->second.first = std::min(it->second.first, s.startS);
-          it->second.second =
-              std::max(it->second.second, s.startS + s.durationS);
-        }
+      for (const MeasuredSpan &s : r.spans)
         events.push_back({{"name", s.name},
                           {"cat", streamKindName(StreamKind(s.stream))},
                           {"ph", "X"},
@@ -271,17 +262,14 @@ int runPrograms(const ProgramSet &programs, const LaunchEnv &launch,
                           {"tid", 1 + s.stream},
                           {"ts", s.startS * 1e6},
                           {"dur", s.durationS * 1e6}});
-      }
-      for (const auto &[task, span] : tasks)
-        events.push_back({{"name", task},
-                          {"cat", task[0] == 'F'   ? "forward"
-                                  : task[0] == 'B' ? "backward"
-                                                   : "step"},
+      for (const auto &task : taskSpans(r))
+        events.push_back({{"name", task["name"]},
+                          {"cat", task["category"]},
                           {"ph", "X"},
                           {"pid", r.rank},
                           {"tid", 0},
-                          {"ts", span.first * 1e6},
-                          {"dur", (span.second - span.first) * 1e6}});
+                          {"ts", task["start_s"].get<double>() * 1e6},
+                          {"dur", task["duration_s"].get<double>() * 1e6}});
     }
     nlohmann::ordered_json doc;
     doc["traceEvents"] = events;

@@ -180,6 +180,14 @@ int checkDigests(const nlohmann::json &planDoc, const std::string &what,
 }
 
 
+void addPlanSource(CLI::App *cmd, std::string &plan, std::string &model,
+                   std::string &cluster) {
+  cmd->add_option("plan", plan, "plan JSON written by `orrery plan`")
+      ->required();
+  cmd->add_option("--model", model, "the model, if not the plan's own");
+  cmd->add_option("--cluster", cluster, "the cluster, if not the plan's own");
+}
+
 int loadPlan(const std::string &planPath, const std::string &model,
              const std::string &cluster, LoadedPlan &out) {
   if (int rc = readPlanFile(planPath, out.doc))

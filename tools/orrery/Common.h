@@ -69,6 +69,10 @@ int checkDigests(const nlohmann::json &planDoc, const std::string &what,
                  const PlanInputs &inputs, const std::string &modelPath,
                  const std::string &clusterSpec);
 
+/// The plan argument, and --model and --cluster in place of its own.
+void addPlanSource(CLI::App *cmd, std::string &plan, std::string &model,
+                   std::string &cluster);
+
 /// What a plan was made for, loaded as `orrery check` loads it.
 struct LoadedPlan {
   nlohmann::json doc;

@@ -16,12 +16,9 @@ void LowerCommand::add(CLI::App &app) {
       "lower", "Lower a plan into one program per rank, check the set "
                "(matched sends and receives, collectives in order, no "
                "deadlock, memory) and print one rank's program");
-  cmd->add_option("plan", plan, "plan JSON written by `orrery plan`")
-      ->required();
+  addPlanSource(cmd, plan, model, cluster);
   cmd->add_option("--rank", rank, "the rank whose program to print")
       ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--model", model, "the model, if not the plan's own");
-  cmd->add_option("--cluster", cluster, "the cluster, if not the plan's own");
   cmd->add_flag("--json", json,
                 "write every rank's program as JSON (schema orrery-programs, "
                 "what orrery-run executes)");

@@ -26,8 +26,7 @@ void RunCommand::add(CLI::App &app) {
       "run", "Execute a plan's per-rank programs on this machine's backend "
              "and measure the step against the plan's prediction "
              "(docs/runtime.md)");
-  cmd->add_option("plan", plan, "plan JSON written by `orrery plan`")
-      ->required();
+  addPlanSource(cmd, plan, model, cluster);
   cmd->add_option("--local", local,
                   "start this many ranks on this machine (else the launcher "
                   "started this process: torchrun, mpirun or srun)")
@@ -47,8 +46,6 @@ void RunCommand::add(CLI::App &app) {
   cmd->add_flag("--json", json, "print the measurement as JSON");
   cmd->add_option("--trace", trace,
                   "write the last measured step as a Chrome trace");
-  cmd->add_option("--model", model, "the model, if not the plan's own");
-  cmd->add_option("--cluster", cluster, "the cluster, if not the plan's own");
 }
 
 int RunCommand::spawnLocal(int argc, char **argv) const {
