@@ -21,6 +21,9 @@
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/StringMap.h"
 
+#include <cmath>
+#include <optional>
+
 using namespace mlir;
 
 namespace orrery {
@@ -74,6 +77,13 @@ private:
   FailureOr<Attribute> denseValues(const onnx::ValueDesc &v);
   LogicalResult importGraph(const onnx::GraphDesc &g);
   LogicalResult importNode(const onnx::GraphDesc &g, const onnx::NodeDesc &n);
+  /// ONNX's own fused ops (opset 23 Attention, RMSNormalization,
+  /// RotaryEmbedding) as the dialect's fused ops; nullopt for other ops.
+  std::optional<LogicalResult> importFusedNode(const onnx::GraphDesc &g,
+                                               const onnx::NodeDesc &n,
+                                               ArrayRef<Value> operands,
+                                               ArrayRef<Type> resultTypes,
+                                               Location loc);
   Location locFor(llvm::StringRef name) {
     return NameLoc::get(StringAttr::get(&ctx, name),
                         FileLineColLoc::get(&ctx, model.path, 0, 0));
@@ -113,6 +123,20 @@ FailureOr<Type> Importer::elementType(onnx::ElemType t, llvm::StringRef what) {
     return Type(builder.getIntegerType(32, false));
   case E::UInt64:
     return Type(builder.getIntegerType(64, false));
+  case E::Int4:
+    return Type(builder.getIntegerType(4));
+  case E::UInt4:
+    return Type(builder.getIntegerType(4, false));
+  case E::Float8E4M3FN:
+    return Type(builder.getType<Float8E4M3FNType>());
+  case E::Float8E4M3FNUZ:
+    return Type(builder.getType<Float8E4M3FNUZType>());
+  case E::Float8E5M2:
+    return Type(builder.getType<Float8E5M2Type>());
+  case E::Float8E5M2FNUZ:
+    return Type(builder.getType<Float8E5M2FNUZType>());
+  case E::Float4E2M1:
+    return Type(builder.getType<Float4E2M1FNType>());
   default:
     (void)fail(model.path + ": value '" + what.str() + "' has element type " +
                onnx::elemTypeName(t) +
@@ -198,6 +222,19 @@ LogicalResult Importer::importNode(const onnx::GraphDesc &g,
     resultTypes.push_back(*t);
   }
 
+  // An Identity of a weight is that weight (TorchScript writes a shared
+  // weight through one Identity per user: ALBERT's twelve layers read one
+  // set).
+  if (n.opType == "Identity" && n.domain.empty() && operands.size() == 1 &&
+      n.outputs.size() == 1 && !n.outputs[0].empty() &&
+      operands[0].getDefiningOp<WeightOp>() &&
+      operands[0].getType() == resultTypes[0]) {
+    scopes.back()[n.outputs[0]] = operands[0];
+    return success();
+  }
+  if (std::optional<LogicalResult> fused =
+          importFusedNode(g, n, operands, resultTypes, loc))
+    return *fused;
   std::string name = "orrery." + mnemonicFor(n.opType);
   bool known = n.domain.empty() &&
                RegisteredOperationName::lookup(name, &ctx).has_value() &&
@@ -321,6 +358,187 @@ LogicalResult Importer::importNode(const onnx::GraphDesc &g,
   return success();
 }
 
+std::optional<LogicalResult>
+Importer::importFusedNode(const onnx::GraphDesc &g, const onnx::NodeDesc &n,
+                          ArrayRef<Value> operands, ArrayRef<Type> resultTypes,
+                          Location loc) {
+  if (!n.domain.empty())
+    return std::nullopt;
+  auto intAttr = [&](const char *name, int64_t dflt) {
+    for (const onnx::AttrDesc &a : n.attrs)
+      if (a.name == name && a.kind == onnx::AttrDesc::Kind::Int)
+        return a.i;
+    return dflt;
+  };
+  auto floatAttr = [&](const char *name, double dflt) {
+    for (const onnx::AttrDesc &a : n.attrs)
+      if (a.name == name && a.kind == onnx::AttrDesc::Kind::Float)
+        return a.f;
+    return dflt;
+  };
+  auto present = [&](size_t i) {
+    return i < n.outputs.size() && !n.outputs[i].empty();
+  };
+  auto refuse = [&](const std::string &why) -> std::optional<LogicalResult> {
+    return fail(model.path + ": node '" + n.name + "' (" + n.opType + "): " +
+                why);
+  };
+  auto bind = [&](Operation *op) -> std::optional<LogicalResult> {
+    std::string why;
+    {
+      ScopedDiagnosticHandler quiet(&ctx, [&](Diagnostic &d) {
+        if (why.empty())
+          why = d.str();
+        return success();
+      });
+      if (failed(mlir::verify(op, /*verifyRecursively=*/false))) {
+        op->erase();
+        return refuse("not one fused kernel: " + why);
+      }
+    }
+    scopes.back()[n.outputs[0]] = op->getResult(0);
+    return success();
+  };
+  if (n.opType == "Attention" && model.opsetVersion >= 23) {
+    if (operands.size() > 4)
+      return refuse("past key/value inputs (a decoding export with a KV "
+                    "cache) are not priced; export without the cache");
+    if (present(1) || present(2) || present(3))
+      return refuse("its present key/value or score outputs are used; only "
+                    "the attention output is priced");
+    const onnx::ValueDesc &q = g.values.at(n.inputs[0]),
+                          &k = g.values.at(n.inputs[1]),
+                          &v = g.values.at(n.inputs[2]);
+    int64_t batch = q.shape[0], heads, kvHeads, sq, skv, d, dv;
+    if (q.shape.size() == 4) {
+      heads = q.shape[1], sq = q.shape[2], d = q.shape[3];
+      kvHeads = k.shape[1], skv = k.shape[2], dv = v.shape[3];
+    } else {
+      heads = intAttr("q_num_heads", 0), kvHeads = intAttr("kv_num_heads", 0);
+      sq = q.shape[1], skv = k.shape[1], d = q.shape[2] / heads;
+      dv = v.shape[2] / kvHeads;
+    }
+    double scale = floatAttr("scale", 0);
+    if (scale == 0)
+      scale = 1.0 / std::sqrt(double(d));
+    SmallVector<Value> ops{operands[0], operands[1], operands[2]};
+    if (operands.size() > 3 && !isa<NoneType>(operands[3].getType()))
+      ops.push_back(operands[3]);
+    SmallVector<NamedAttribute> attrs{
+        builder.getNamedAttr("batch", builder.getI64IntegerAttr(batch)),
+        builder.getNamedAttr("heads", builder.getI64IntegerAttr(heads)),
+        builder.getNamedAttr("kv_heads", builder.getI64IntegerAttr(kvHeads)),
+        builder.getNamedAttr("q_len", builder.getI64IntegerAttr(sq)),
+        builder.getNamedAttr("kv_len", builder.getI64IntegerAttr(skv)),
+        builder.getNamedAttr("head_dim", builder.getI64IntegerAttr(d)),
+        builder.getNamedAttr("value_dim", builder.getI64IntegerAttr(dv)),
+        builder.getNamedAttr("scale", builder.getF64FloatAttr(scale)),
+        builder.getNamedAttr("dropout", builder.getF64FloatAttr(0))};
+    if (intAttr("is_causal", 0))
+      attrs.push_back(builder.getNamedAttr("causal", builder.getUnitAttr()));
+    return bind(builder.create<FusedAttentionOp>(
+        loc, TypeRange{resultTypes[0]}, ops, attrs));
+  }
+  if (n.opType == "RMSNormalization" && operands.size() == 2) {
+    int64_t rank = cast<RankedTensorType>(resultTypes[0]).getRank();
+    int64_t axis = intAttr("axis", -1);
+    if (axis != -1 && axis != rank - 1)
+      return std::nullopt; // over several axes: an op without a formula
+    return bind(builder.create<RmsNormalizationOp>(
+        loc, TypeRange{resultTypes[0]}, ValueRange{operands[0], operands[1]},
+        ArrayRef<NamedAttribute>{builder.getNamedAttr(
+            "epsilon", builder.getF64FloatAttr(floatAttr("epsilon", 1e-5)))}));
+  }
+  if (n.opType == "RotaryEmbedding" && operands.size() >= 3)
+    // position_ids (input 3) index the tables inside the kernel.
+    return bind(builder.create<RotaryEmbeddingOp>(
+        loc, TypeRange{resultTypes[0]},
+        ValueRange{operands[0], operands[1], operands[2]},
+        ArrayRef<NamedAttribute>{}));
+  return std::nullopt;
+}
+
+/// Ties an output projection that an exporter wrote as its own initializer
+/// back to the embedding table it shares in the training framework.
+/// TorchScript folds the head's Transpose(table) into a new anonymous
+/// initializer, so GPT-2, OPT, Qwen2, T5 and Whisper reach ONNX with the
+/// table twice; the training job holds it once (Megatron's
+/// --untie-embeddings-and-output-weights off, HF's tie_word_embeddings).
+/// The rule, by structure because the values are not in the file: a
+/// trainable weight that TorchScript folded (named `onnx::...`), used only
+/// by a MatMul (or Gemm) as its [hidden, vocab] operand, with the shape,
+/// transposed, and the element type of a table an embedding Gather reads,
+/// is that table. A head of another element type (Pythia's fp32 embed_out
+/// beside an fp16 embed_in) stays its own weight, and so does every head
+/// the dynamo exporter wrote apart: it keeps a shared table shared (one
+/// initializer, a Transpose node), so a head it stored on its own
+/// (Mixtral's `val_980`) is untied. An untied TorchScript head of the
+/// table's shape and type is not told apart (docs/importer.md).
+/// The head then reads the table through a Transpose (a view) and the
+/// module records each tie in `orrery.tied_weights` for `orrery stats`.
+void tieEmbeddingAndHead(ModuleOp module, func::FuncOp main) {
+  SmallVector<WeightOp> tables;
+  main.walk([&](GatherOp g) {
+    auto w = g->getOperand(0).getDefiningOp<WeightOp>();
+    auto t = w ? dyn_cast<RankedTensorType>(w.getType()) : nullptr;
+    int64_t axis = 0;
+    if (auto a = g->getAttrOfType<IntegerAttr>("axis"))
+      axis = a.getInt();
+    if (t && w.getTrainable() && t.getRank() == 2 && axis == 0 &&
+        t.getDimSize(0) != t.getDimSize(1) && !llvm::is_contained(tables, w))
+      tables.push_back(w);
+  });
+  if (tables.empty())
+    return;
+  OpBuilder b(module.getContext());
+  SmallVector<Attribute> notes;
+  SmallVector<WeightOp> dead;
+  main.walk([&](Operation *op) {
+    if (!isa<MatMulOp, GemmOp>(op) || op->getNumOperands() < 2)
+      return;
+    auto head = op->getOperand(1).getDefiningOp<WeightOp>();
+    if (!head || !head.getTrainable() || !head->hasOneUse() ||
+        !head.getName().starts_with("onnx::") ||
+        llvm::is_contained(tables, head))
+      return;
+    auto ht = cast<RankedTensorType>(head.getType());
+    if (ht.getRank() != 2)
+      return;
+    bool transB = false;
+    if (auto a = op->getAttrOfType<IntegerAttr>("transB"))
+      transB = isa<GemmOp>(op) && a.getInt() != 0;
+    // The weight as [vocab, hidden], the table's layout.
+    int64_t vocab = transB ? ht.getDimSize(0) : ht.getDimSize(1);
+    int64_t hidden = transB ? ht.getDimSize(1) : ht.getDimSize(0);
+    for (WeightOp table : tables) {
+      auto tt = cast<RankedTensorType>(table.getType());
+      if (tt.getDimSize(0) != vocab || tt.getDimSize(1) != hidden ||
+          tt.getElementType() != ht.getElementType())
+        continue;
+      Value replacement = table;
+      if (!transB) {
+        b.setInsertionPoint(op);
+        replacement =
+            b.create<TransposeOp>(
+                 head.getLoc(), TypeRange{ht}, ValueRange{table},
+                 ArrayRef<NamedAttribute>{b.getNamedAttr(
+                     "perm", b.getDenseI64ArrayAttr({1, 0}))})
+                ->getResult(0);
+      }
+      op->setOperand(1, replacement);
+      notes.push_back(b.getStringAttr(head.getName() + " = " +
+                                      table.getName() +
+                                      (transB ? "" : " transposed")));
+      dead.push_back(head);
+      break;
+    }
+  });
+  for (WeightOp w : dead)
+    w->erase();
+  if (!notes.empty())
+    module->setAttr("orrery.tied_weights", b.getArrayAttr(notes));
+}
+
 FailureOr<OwningOpRef<ModuleOp>> Importer::run() {
   OwningOpRef<ModuleOp> module = ModuleOp::create(locFor(model.path));
   module->getOperation()->setAttr("orrery.source",
@@ -386,6 +604,7 @@ FailureOr<OwningOpRef<ModuleOp>> Importer::run() {
     results.push_back(v);
   }
   func::ReturnOp::create(builder, locFor("main"), results);
+  tieEmbeddingAndHead(*module, func);
 
   // The verifier's diagnostics become the one-line error.
   std::string diag;

@@ -402,6 +402,14 @@ void rematerializeSharedViews(Block &body) {
       uses.push_back(&use);
     if (uses.size() < 2)
       continue;
+    // Only users of one op kind are repeats that each need a copy (every
+    // decoder layer's key and value projections); a view read by ops of
+    // different kinds (a block's conv and its residual add) is one block's.
+    OperationName userKind = uses.front()->getOwner()->getName();
+    if (llvm::any_of(uses, [&](OpOperand *u) {
+          return u->getOwner()->getName() != userKind;
+        }))
+      continue;
     // Every user gets a copy right before it; the original goes.
     for (OpOperand *use : uses) {
       Operation *top = body.findAncestorOpInBlock(*use->getOwner());
@@ -416,12 +424,19 @@ void rematerializeSharedViews(Block &body) {
 }
 
 // Puts @main's ops in a canonical topological order, so that exporters'
-// habits do not hide a repeat: ops computed from constants alone (a causal
-// mask built once and unsqueezed per layer) come first; ops computed from
-// weights alone (a weight transpose) come right before their first user;
-// every other op keeps its place.
+// habits do not hide a repeat. What every layer shares is computed before
+// the first layer, however the exporter placed it:
+//   - ops computed from constants alone (a causal mask built once and
+//     unsqueezed per layer);
+//   - side computations: ops computed from the graph's other inputs (an
+//     attention mask, position ids) without the first input's data and
+//     without a contraction or an embedding lookup of their own;
+//   - weight-derived values that reach more than one op (rotary tables from
+//     an inv_freq buffer, a weight shared by every layer transposed once).
+// Other ops computed from weights alone (a weight transpose) come right
+// before their first user; every other op keeps its place.
 void canonicalizeOrder(Block &body) {
-  enum class Source { Constant, Weight, Activation };
+  enum class Source { Constant, Weight, Side, Activation };
   llvm::DenseMap<Operation *, Source> source;
   std::vector<Operation *> original;
   for (Operation &op : body.without_terminator())
@@ -429,6 +444,15 @@ void canonicalizeOrder(Block &body) {
   auto definingTop = [&](Value v) -> Operation * {
     Operation *def = v.getDefiningOp();
     return def ? body.findAncestorOpInBlock(*def) : nullptr;
+  };
+  auto sourceOf = [&](Value v) {
+    if (auto arg = dyn_cast<BlockArgument>(v))
+      return arg.getOwner() == &body && arg.getArgNumber() > 0
+                 ? Source::Side
+                 : Source::Activation;
+    Operation *def = definingTop(v);
+    auto it = def ? source.find(def) : source.end();
+    return it == source.end() ? Source::Activation : it->second;
   };
   for (Operation *op : original) {
     if (isa<ConstantOp, NoneOp>(op)) {
@@ -442,16 +466,49 @@ void canonicalizeOrder(Block &body) {
     Source s = op->getNumOperands() && !op->getNumRegions()
                    ? Source::Constant
                    : Source::Activation;
-    for (Value v : op->getOperands()) {
-      Operation *def = definingTop(v);
-      Source d = def ? source.lookup(def) : Source::Activation;
-      if (d == Source::Activation || (def && !source.count(def)))
-        s = Source::Activation;
-      else if (d == Source::Weight && s == Source::Constant)
-        s = Source::Weight;
-    }
+    op->walk([&](Operation *inner) {
+      for (Value v : inner->getOperands()) {
+        Operation *def = definingTop(v);
+        if (def == op)
+          continue;
+        s = std::max(s, sourceOf(v));
+      }
+    });
+    // A contraction or an embedding lookup is a layer's own work, even on
+    // a side input (a decoder's token ids).
+    bool own = isContraction(op) ||
+               (isa<GatherOp>(op) && isWeight(op->getOperand(0)));
+    if (s == Source::Side && own)
+      s = Source::Activation;
     source[op] = s;
   }
+  // Weight-derived ops whose values reach two or more other ops.
+  llvm::DenseMap<Operation *, llvm::SmallVector<Operation *, 2>> reach;
+  for (auto it = original.rbegin(); it != original.rend(); ++it) {
+    Operation *op = *it;
+    if (source[op] != Source::Weight || isa<WeightOp>(op))
+      continue;
+    llvm::SmallVector<Operation *, 2> &r = reach[op];
+    auto add = [&](Operation *x) {
+      if (r.size() < 2 && !llvm::is_contained(r, x))
+        r.push_back(x);
+    };
+    for (Operation *user : op->getUsers()) {
+      Operation *top = body.findAncestorOpInBlock(*user);
+      if (!top || top == op)
+        continue;
+      if (source[top] == Source::Weight && reach.count(top))
+        for (Operation *x : reach[top])
+          add(x);
+      else
+        add(top);
+    }
+  }
+  auto shared = [&](Operation *op) {
+    Source s = source[op];
+    return s == Source::Side ||
+           (s == Source::Weight && reach.count(op) && reach[op].size() >= 2);
+  };
   llvm::SmallPtrSet<Operation *, 32> emitted;
   std::vector<Operation *> order;
   auto emit = [&](Operation *op) {
@@ -483,6 +540,9 @@ void canonicalizeOrder(Block &body) {
       });
     }
   };
+  for (Operation *op : original)
+    if (!emitted.count(op) && shared(op))
+      pull(op);
   for (Operation *op : original)
     if (!emitted.count(op) && source[op] == Source::Activation)
       pull(op);

@@ -542,6 +542,10 @@ llvm::Expected<Workload> buildWorkload(ModuleOp module,
   w.kernels = kernels;
   if (auto src = module->getAttrOfType<StringAttr>("orrery.source"))
     w.source = src.str();
+  if (auto tied = module->getAttrOfType<ArrayAttr>("orrery.tied_weights"))
+    for (Attribute a : tied)
+      if (auto note = dyn_cast<StringAttr>(a))
+        w.tiedWeights.push_back(note.str());
   if (main.getNumArguments() > 0) {
     auto first = dyn_cast<RankedTensorType>(main.getArgument(0).getType());
     if (first && first.getRank() >= 1)
@@ -622,9 +626,24 @@ llvm::Expected<Workload> buildWorkload(ModuleOp module,
         kind.batchSplitLayout = alt;
       }
     } else {
+      bool allShared = kind.parameters + kind.buffers > 0;
       for (Value arg : call.getOperands())
-        if (arg.getDefiningOp<WeightOp>() && countedWeights.insert(arg).second)
-          weightKind[arg] = it->second;
+        if (arg.getDefiningOp<WeightOp>()) {
+          if (countedWeights.insert(arg).second) {
+            weightKind[arg] = it->second;
+            allShared = false;
+          } else if (weightKind.lookup(arg) != it->second) {
+            allShared = false;
+          }
+        }
+      // Shared only when every instance so far reads the first one's.
+      kind.instancesShareWeights =
+          allShared && (kind.count == 2 || kind.instancesShareWeights);
+      if (kind.batchSplitLayout && kind.count == 2) {
+        auto alt = std::make_shared<LayerKind>(*kind.batchSplitLayout);
+        alt->instancesShareWeights = kind.instancesShareWeights;
+        kind.batchSplitLayout = alt;
+      }
     }
     if (!w.layers.empty() && w.layers.back().kind == it->second)
       w.layers.back().count++;

@@ -381,8 +381,12 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
   for (int ch = 0; ch < chunks; ++ch) {
     const StagePlacement &place = at[ch % pp];
     const std::vector<LayerTime> &times = stageTimes(ch % pp);
+    std::vector<bool> kindSeen(w.kinds.size(), false);
     for (int l : chunkOf[ch]) {
       size_t k = sequence[l];
+      // Weights every instance shares are held once per chunk.
+      bool repeatShared = w.kinds[k].instancesShareWeights && kindSeen[k];
+      kindSeen[k] = true;
       const LayerTime &t = times[k];
       fwdS[ch] += t.forwardComputeS + t.forwardTpS + t.forwardCpS +
                   t.forwardEpS;
@@ -409,12 +413,13 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
       // others repeat them (a tied head reuses the embedding's).
       // Per tp rank: the split parameters divided, the replicated whole.
       const LayerKind &kind = w.kinds[k].forMicroBatch(s.microBatch, place.tp, s.tpBatchSplit);
-      params[ch] +=
-          double(kind.parameters - kind.replicatedParameters) / place.tp +
-          double(kind.replicatedParameters);
+      if (!repeatShared)
+        params[ch] +=
+            double(kind.parameters - kind.replicatedParameters) / place.tp +
+            double(kind.replicatedParameters);
       tpGradParams[ch] += double(kind.tpGradientParameters);
       // Expert parallelism: a device holds 1/ep of the experts.
-      if (kind.experts > 1 && kind.expertParameters > 0) {
+      if (kind.experts > 1 && kind.expertParameters > 0 && !repeatShared) {
         double experts =
             double(kind.expertParameters - kind.expertReplicatedParameters) /
                 place.tp +

@@ -7,11 +7,14 @@
 namespace orrery {
 
 // Saturates at INT64_MAX rather than overflowing (shapes are untrusted).
-template <typename F> static int64_t sumOverLayers(const Workload &w, F field) {
+template <typename F>
+static int64_t sumOverLayers(const Workload &w, F field,
+                             bool weights = false) {
   int64_t total = 0;
   for (const LayerKind &k : w.kinds) {
     int64_t term;
-    if (__builtin_mul_overflow(k.count, field(k), &term) ||
+    int64_t count = weights && k.instancesShareWeights ? 1 : k.count;
+    if (__builtin_mul_overflow(count, field(k), &term) ||
         __builtin_add_overflow(total, term, &total))
       return INT64_MAX;
   }
@@ -68,10 +71,12 @@ int Workload::experts() const {
 }
 
 int64_t Workload::parameters() const {
-  return sumOverLayers(*this, [](const LayerKind &k) { return k.parameters; });
+  return sumOverLayers(
+      *this, [](const LayerKind &k) { return k.parameters; }, true);
 }
 int64_t Workload::buffers() const {
-  return sumOverLayers(*this, [](const LayerKind &k) { return k.buffers; });
+  return sumOverLayers(
+      *this, [](const LayerKind &k) { return k.buffers; }, true);
 }
 int64_t Workload::forwardFlops() const {
   return sumOverLayers(*this,

@@ -28,7 +28,12 @@ int64_t orrery::tensorBytes(Type type) {
   if (!tensor)
     return 0;
   int64_t bits = tensor.getElementType().getIntOrFloatBitWidth();
-  return satMul(numElements(type), std::max<int64_t>(1, (bits + 7) / 8));
+  if (bits >= 8)
+    return satMul(numElements(type), (bits + 7) / 8);
+  // Sub-byte types (int4, fp4) pack; a bool still takes a byte.
+  if (bits == 1)
+    return numElements(type);
+  return (satMul(numElements(type), bits) + 7) / 8;
 }
 
 bool orrery::isWeight(Value value) {

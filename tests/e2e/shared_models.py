@@ -1,6 +1,6 @@
 #!/usr/bin/python3
-"""End-to-end: every model in shared/models (written by tools outside this
-project) imports, outlines and reports its parameter count.
+"""End-to-end: every model in shared/models and shared/models/hf (written by
+tools outside this project) imports, outlines and reports its parameter count.
 
 Expected counts come from shared/models/MANIFEST.md: exact counts must agree
 within 1%; "about N M" counts (two significant digits) within 5%. Counts the
@@ -10,6 +10,11 @@ parameters + buffers. Transformer models must outline their repeated layers.
 Each model also plans on a 64-GPU preset (8 nodes of 8 A100) with its
 shardings written in MLIR's shard dialect (`--emit-mlir`, which verifies the
 module before writing it).
+
+shared/models/hf/MANIFEST.md (real exports of current architectures) gives
+each file's trainable parameters (within 1%), the counts of its repeated
+layer kinds (any order; "or" separates acceptable outlinings) and the dims
+to bind.
 
 Skips (exit 0 with a message) when shared/ is absent, as on a user's machine.
 """
@@ -79,6 +84,68 @@ def manifest_counts(path):
     return counts
 
 
+# Known failures, each with what is missing; an entry that passes fails the
+# test (as lit's XPASS), so the list shrinks as the importer learns.
+HF_XFAIL = {
+    # The fp16 export computes layer 0 in fp16 and layers 1-11 in fp32 (its
+    # fp32 attention mask promotes the residual stream; the later layers cast
+    # their fp16 weights up), so layer 0 is a different graph. Outlining
+    # modulo float precision (a training job runs every layer in one compute
+    # dtype) is not done yet.
+    "pythia160m_ts_op17_fp16.onnx": "repeated layers [11], expected [12]",
+}
+
+
+def hf_manifest(path):
+    """file -> (parameters, [acceptable sorted repeat lists], [dims])."""
+    rows = {}
+    for line in open(path):
+        cells = [c.strip() for c in line.split("|")]
+        if len(cells) < 9 or not cells[1].endswith(".onnx"):
+            continue
+        params = float(cells[6].replace(",", ""))
+        layers = [sorted(int(x) for x in re.findall(r"\d+", alt))
+                  for alt in cells[7].split(" or ")] if cells[7] else [[]]
+        dims = re.findall(r"`([^`]+)`", cells[8])
+        rows[cells[1]] = (params, layers, dims)
+    return rows
+
+
+def check_hf(orrery, folder, workdir, tally):
+    manifest = os.path.join(folder, "MANIFEST.md")
+    if not os.path.exists(manifest):
+        return
+    for name, (want, layers, dims) in sorted(hf_manifest(manifest).items()):
+        path = os.path.join(folder, name)
+        cmd = [orrery, "stats", path, "--json"]
+        for d in dims:
+            cmd += ["--dim", d]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        problems = []
+        if proc.returncode != 0:
+            problems.append(f"exit {proc.returncode}: {proc.stderr.strip()}")
+            tally.record("hf/" + name, problems, "")
+            continue
+        stats = json.loads(proc.stdout)
+        got = stats["parameters"]
+        err = abs(got - want) / want
+        if err > 0.01:
+            problems.append(f"parameters {got:,} vs manifest {want:,.0f} ({err:.1%} > 1%)")
+        repeats = sorted(l["count"] for l in stats["layers"] if l["count"] > 1)
+        if repeats not in layers:
+            problems.append(f"repeated layers {repeats}, expected {' or '.join(map(str, layers))}")
+        problems += plan_problems(orrery, path, dims, workdir)
+        detail = f"{got:,} params ({err:.2%}), layers " + \
+            " ".join(f"{l['kind']}x{l['count']}" for l in stats["layers"])
+        if name in HF_XFAIL:
+            known = HF_XFAIL[name]
+            if problems == [known]:
+                print(f"xfail hf/{name}: {known}")
+                continue
+            problems = problems or [f"XPASS: expected to fail with: {known}"]
+        tally.record("hf/" + name, problems, detail)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--orrery", required=True)
@@ -121,6 +188,7 @@ def main():
             f"{stats['parameters']:,} params, layers " + \
             " ".join(f"{l['kind']}x{l['count']}" for l in stats["layers"])
         tally.record(name, problems, detail)
+    check_hf(args.orrery, os.path.join(models, "hf"), args.workdir, tally)
     return tally.finish()
 
 

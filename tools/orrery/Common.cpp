@@ -116,6 +116,23 @@ mlir::OwningOpRef<mlir::ModuleOp> frontEnd(mlir::MLIRContext &ctx,
   }
   if (hist)
     *hist = orrery::opHistogram(**module);
+  if (args.kernels == orrery::KernelFusion::UnfusedAttention) {
+    // The file states attention fused (opset 23's Attention): pricing it
+    // with the scores in memory would need the graph it does not hold.
+    std::string fused;
+    (*module)->walk([&](orrery::FusedAttentionOp op) {
+      if (fused.empty())
+        if (auto name = mlir::dyn_cast<mlir::NameLoc>(op.getLoc()))
+          fused = name.getName().str();
+    });
+    if (!fused.empty()) {
+      rc = fail(args.path + ": node '" + fused +
+                "' is one fused Attention op in the file; --kernels "
+                "unfused-attention prices attention written out as MatMul / "
+                "Softmax / MatMul (use --kernels fused or eager)");
+      return nullptr;
+    }
+  }
   if (outline) {
     mlir::PassManager pm(&ctx);
     if (args.kernels != orrery::KernelFusion::Eager) {

@@ -59,6 +59,7 @@ nlohmann::ordered_json statsJson(const Workload &w,
   j["ops"] = w.totalOps();
   j["parameters"] = w.parameters();
   j["buffers"] = w.buffers();
+  j["tied_weights"] = w.tiedWeights;
   j["forward_flops_per_sample"] = double(w.forwardFlops()) / samples;
   j["training_flops_per_sample"] =
       (double(w.forwardFlops()) + double(w.backwardFlops())) / samples;
@@ -105,6 +106,8 @@ void printStats(std::ostream &os, const Workload &w,
   if (w.buffers())
     os << ", buffers " << grouped(w.buffers());
   os << "\n";
+  for (const std::string &tie : w.tiedWeights)
+    os << "tied         " << tie << " (one table, counted once)\n";
   double fwd = double(w.forwardFlops()),
          train = (double(w.forwardFlops()) + double(w.backwardFlops()));
   os << "forward      " << withUnit(fwd / samples, "FLOP") << " per sample";

@@ -89,10 +89,7 @@ int64_t toInt(double v) {
   return static_cast<int64_t>(v);
 }
 
-bool isFloatType(ElemType t) {
-  return t == ElemType::Float || t == ElemType::Float16 ||
-         t == ElemType::BFloat16 || t == ElemType::Double;
-}
+bool isFloatType(ElemType t) { return isFloatElemType(t); }
 
 struct Ctx {
   const NodeDesc &node;
@@ -363,7 +360,13 @@ std::map<std::string, Rule> &rules() {
         c.setValues(0, std::move(v));
     };
   r["Cast"] = [](Ctx &c) {
-    c.same().type = static_cast<ElemType>(attrInt(c.node, "to", 1));
+    int64_t to = attrInt(c.node, "to", 1);
+    ElemType type = elemTypeFromOnnx(to >= 0 && to <= INT32_MAX ? int32_t(to) : -1);
+    if (type == ElemType::Undefined || type == ElemType::String ||
+        type == ElemType::Complex64 || type == ElemType::Complex128)
+      throw LoadError(describe(c.node) + ": cannot cast to element type " +
+                      std::to_string(to));
+    c.same().type = type;
     if (c.isConst(0) && c.out[0].numElements() <= kMaxFoldElements) {
       std::vector<double> v = c.in[0]->values;
       if (!isFloatType(c.out[0].type))
@@ -736,6 +739,94 @@ std::map<std::string, Rule> &rules() {
   };
   r["GatherElements"] = [](Ctx &c) {
     c.result(0, c.input(0).type, c.shape(1));
+  };
+  r["GatherND"] = [](Ctx &c) {
+    // indices.shape[:-1] + data.shape[batch_dims + indices.shape[-1]:].
+    const Shape &x = c.shape(0), &idx = c.shape(1);
+    int64_t b = attrInt(c.node, "batch_dims", 0);
+    if (idx.empty() || b < 0 || b >= (int64_t)idx.size() ||
+        b >= (int64_t)x.size())
+      fail(c.node, "indices " + shapeStr(idx) + " and batch_dims " +
+                       std::to_string(b) + " do not fit data " + shapeStr(x));
+    int64_t depth = idx.back();
+    if (depth < 1 || b + depth > (int64_t)x.size())
+      fail(c.node, "index depth " + std::to_string(depth) +
+                       " exceeds the rank of data " + shapeStr(x));
+    Shape r(idx.begin(), idx.end() - 1);
+    r.insert(r.end(), x.begin() + b + depth, x.end());
+    c.result(0, c.input(0).type, r);
+    if (b != 0 || !c.isConst(0) || !c.isConst(1) ||
+        product(r) > kMaxFoldElements)
+      return;
+    // Fold: each index tuple picks a slice of `data`.
+    int64_t sliceSize = 1;
+    for (size_t i = depth; i < x.size(); ++i)
+      sliceSize *= x[i];
+    std::vector<double> v;
+    const std::vector<double> &iv = c.in[1]->values;
+    for (size_t t = 0; t + depth <= iv.size(); t += depth) {
+      int64_t flat = 0;
+      for (int64_t k = 0; k < depth; ++k) {
+        int64_t i = toInt(iv[t + k]);
+        if (i < -x[k] || i >= x[k])
+          fail(c.node, "index " + std::to_string(i) + " out of range");
+        flat = flat * x[k] + (i < 0 ? i + x[k] : i);
+      }
+      for (int64_t e = 0; e < sliceSize; ++e)
+        v.push_back(c.in[0]->values[flat * sliceSize + e]);
+    }
+    c.setValues(0, std::move(v));
+  };
+  // Scatters write into a copy of `data`.
+  for (const char *op : {"ScatterND", "ScatterElements", "Scatter"})
+    r[op] = [](Ctx &c) {
+      c.input(1);
+      c.input(2);
+      c.same();
+    };
+  // Opset 23's fused ops. Attention: Q, K, V as [batch, heads, seq, dim] or
+  // [batch, seq, heads · dim] (with q_num_heads / kv_num_heads).
+  r["Attention"] = [](Ctx &c) {
+    const Shape &q = c.shape(0), &k = c.shape(1), &v = c.shape(2);
+    if (q.size() != k.size() || q.size() != v.size() ||
+        (q.size() != 3 && q.size() != 4))
+      fail(c.node, "Q, K and V must all be 3-d or all 4-d, got " +
+                       shapeStr(q) + ", " + shapeStr(k) + ", " + shapeStr(v));
+    int64_t past = c.has(4) && c.shape(4).size() == 4 ? c.shape(4)[2] : 0;
+    ElemType t = c.input(0).type;
+    int64_t batch = q[0], heads, sq, kvHeads, skv, d, dv;
+    if (q.size() == 4) {
+      heads = q[1], sq = q[2], d = q[3];
+      kvHeads = k[1], skv = k[2], dv = v[3];
+      c.result(0, t, {batch, heads, sq, dv});
+    } else {
+      heads = attrInt(c.node, "q_num_heads", 0);
+      kvHeads = attrInt(c.node, "kv_num_heads", 0);
+      if (heads <= 0 || kvHeads <= 0 || q[2] % heads || k[2] % kvHeads ||
+          v[2] % kvHeads)
+        fail(c.node, "3-d Q, K and V need q_num_heads and kv_num_heads that "
+                     "divide their last dims");
+      sq = q[1], skv = k[1], d = q[2] / heads, dv = v[2] / kvHeads;
+      c.result(0, t, {batch, sq, heads * dv});
+    }
+    if (k[0] != batch || v[0] != batch || kvHeads <= 0 || heads % kvHeads)
+      fail(c.node, "key-value heads " + std::to_string(kvHeads) +
+                       " do not divide query heads " + std::to_string(heads));
+    if (c.node.outputs.size() > 1 && !c.node.outputs[1].empty())
+      c.result(1, t, {batch, kvHeads, past + skv, d});
+    if (c.node.outputs.size() > 2 && !c.node.outputs[2].empty())
+      c.result(2, t, {batch, kvHeads, past + skv, dv});
+    if (c.node.outputs.size() > 3 && !c.node.outputs[3].empty())
+      c.result(3, t, {batch, heads, sq, past + skv});
+  };
+  r["RMSNormalization"] = [](Ctx &c) {
+    c.input(1);
+    c.same();
+  };
+  r["RotaryEmbedding"] = [](Ctx &c) {
+    c.input(1);
+    c.input(2);
+    c.same();
   };
   r["Squeeze"] = [](Ctx &c) {
     const Shape &x = c.shape(0);

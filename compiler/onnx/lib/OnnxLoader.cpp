@@ -59,50 +59,91 @@ const char *elemTypeName(ElemType type) {
     return "uint32";
   case ElemType::UInt64:
     return "uint64";
+  case ElemType::Complex64:
+    return "complex64";
+  case ElemType::Complex128:
+    return "complex128";
   case ElemType::BFloat16:
     return "bfloat16";
+  case ElemType::Float8E4M3FN:
+    return "float8e4m3fn";
+  case ElemType::Float8E4M3FNUZ:
+    return "float8e4m3fnuz";
+  case ElemType::Float8E5M2:
+    return "float8e5m2";
+  case ElemType::Float8E5M2FNUZ:
+    return "float8e5m2fnuz";
+  case ElemType::UInt4:
+    return "uint4";
+  case ElemType::Int4:
+    return "int4";
+  case ElemType::Float4E2M1:
+    return "float4e2m1";
   default:
     return "undefined";
   }
 }
 
-int64_t elemTypeBytes(ElemType type) {
+int64_t elemTypeBits(ElemType type) {
   switch (type) {
   case ElemType::Float16:
   case ElemType::BFloat16:
   case ElemType::Int16:
   case ElemType::UInt16:
-    return 2;
+    return 16;
   case ElemType::Float:
   case ElemType::Int32:
   case ElemType::UInt32:
-    return 4;
+    return 32;
   case ElemType::Double:
   case ElemType::Int64:
   case ElemType::UInt64:
-    return 8;
+  case ElemType::Complex64:
+    return 64;
+  case ElemType::Complex128:
+    return 128;
+  case ElemType::UInt4:
+  case ElemType::Int4:
+  case ElemType::Float4E2M1:
+    return 4;
   default:
-    return 1;
+    return 8;
+  }
+}
+
+ElemType elemTypeFromOnnx(int32_t t) {
+  if (t < 0 || t > int32_t(ElemType::Float4E2M1))
+    return ElemType::Undefined;
+  return static_cast<ElemType>(t);
+}
+
+bool isFloatElemType(ElemType t) {
+  switch (t) {
+  case ElemType::Float:
+  case ElemType::Float16:
+  case ElemType::BFloat16:
+  case ElemType::Double:
+  case ElemType::Float8E4M3FN:
+  case ElemType::Float8E4M3FNUZ:
+  case ElemType::Float8E5M2:
+  case ElemType::Float8E5M2FNUZ:
+  case ElemType::Float4E2M1:
+    return true;
+  default:
+    return false;
   }
 }
 
 namespace {
 
-constexpr int64_t kMinIr = 3, kMaxIr = 10, kMinOpset = 7, kMaxOpset = 21;
+constexpr int64_t kMinIr = 3, kMaxIr = 11, kMinOpset = 7, kMaxOpset = 23;
 /// Float constants up to this many elements keep their values (scalars such
 /// as epsilon); larger ones are buffers.
 constexpr int64_t kMaxConstantElements = 4096;
 
-bool isFloat(ElemType t) {
-  return t == ElemType::Float || t == ElemType::Float16 ||
-         t == ElemType::BFloat16 || t == ElemType::Double;
-}
+bool isFloat(ElemType t) { return isFloatElemType(t); }
 
-ElemType toElemType(int32_t t) {
-  if (t < 0 || t > 16 || t == 14 || t == 15)
-    return ElemType::Undefined;
-  return static_cast<ElemType>(t);
-}
+ElemType toElemType(int32_t t) { return elemTypeFromOnnx(t); }
 
 double halfToDouble(uint16_t h, bool bf16) {
   if (bf16) {
@@ -125,13 +166,26 @@ bool readValues(const ::onnx::TensorProto &t, int64_t count,
     return false;
   out.clear();
   ElemType type = toElemType(t.data_type());
+  if (type == ElemType::Float8E4M3FN || type == ElemType::Float8E4M3FNUZ ||
+      type == ElemType::Float8E5M2 || type == ElemType::Float8E5M2FNUZ)
+    return false; // fp8 values never steer shapes; they stay weights
   if (t.has_raw_data()) {
     const std::string &raw = t.raw_data();
-    int64_t size = elemTypeBytes(type);
-    if ((int64_t)raw.size() != count * size)
+    int64_t bits = elemTypeBits(type);
+    if ((int64_t)raw.size() != (count * bits + 7) / 8)
       throw LoadError(what + " has " + std::to_string(raw.size()) +
                       " bytes of data for " + std::to_string(count) +
                       " elements of " + elemTypeName(type));
+    if (bits == 4) {
+      // Two elements a byte, the first in the low nibble.
+      for (int64_t i = 0; i < count; ++i) {
+        int nibble = (uint8_t(raw[i / 2]) >> (4 * (i % 2))) & 0xf;
+        out.push_back(type == ElemType::Int4 && nibble >= 8 ? nibble - 16
+                                                            : nibble);
+      }
+      return type != ElemType::Float4E2M1;
+    }
+    int64_t size = bits / 8;
     const char *p = raw.data();
     for (int64_t i = 0; i < count; ++i, p += size) {
       switch (type) {
@@ -223,6 +277,18 @@ bool readValues(const ::onnx::TensorProto &t, int64_t count,
     for (int32_t v : t.int32_data())
       out.push_back(halfToDouble(uint16_t(v), type == ElemType::BFloat16));
     break;
+  case ElemType::Int4:
+  case ElemType::UInt4:
+    // Two elements an entry, the first in the low nibble.
+    for (int32_t v : t.int32_data())
+      for (int half = 0; half < 2 && (int64_t)out.size() < count; ++half) {
+        int nibble = (v >> (4 * half)) & 0xf;
+        out.push_back(type == ElemType::Int4 && nibble >= 8 ? nibble - 16
+                                                            : nibble);
+      }
+    break;
+  case ElemType::Float4E2M1:
+    return false;
   default:
     take(t.int32_data());
     break;
@@ -240,6 +306,10 @@ ValueDesc tensorDesc(const ::onnx::TensorProto &t, const std::string &what) {
   if (v.type == ElemType::Undefined)
     throw LoadError(what + " has unknown element type " +
                     std::to_string(t.data_type()));
+  if (v.type == ElemType::String || v.type == ElemType::Complex64 ||
+      v.type == ElemType::Complex128)
+    throw LoadError(what + " has element type " + elemTypeName(v.type) +
+                    ", which no GPU kernel Orrery prices computes on");
   int64_t elements = 1;
   for (int64_t d : t.dims()) {
     if (d < 0)
@@ -280,6 +350,9 @@ private:
   std::map<std::string, ValueDesc> onnxInferred;
   std::set<std::string> bnStatistics;
   std::set<std::string> initializerNames;
+  /// Values every use of which is a parameter slot (a Conv's weight and
+  /// bias, BatchNorm's scale and statistics, ...).
+  std::map<std::string, bool> onlyParameterSlots;
 
   void collectBnStatistics(const ::onnx::GraphProto &g);
   void addInitializers(const ::onnx::GraphProto &g, GraphDesc &out);
@@ -321,7 +394,13 @@ void Loader::addInitializers(const ::onnx::GraphProto &g, GraphDesc &out) {
       throw LoadError("an initializer has no name");
     ValueDesc v = tensorDesc(t, what);
     initializerNames.insert(t.name());
-    if (isFloat(v.type)) {
+    if (isFloat(v.type) && v.numElements() == 1 &&
+        readValues(t, 1, v.values, what)) {
+      // A one-element float (an epsilon, a fill value, a scale) is a
+      // constant the graph computes with, not a weight.
+      v.kind = ValueKind::Constant;
+    } else if (isFloat(v.type)) {
+      v.values.clear();
       v.kind =
           bnStatistics.count(t.name()) ? ValueKind::Buffer : ValueKind::Param;
     } else if (v.numElements() <= detail::kMaxFoldElements &&
@@ -507,9 +586,19 @@ void Loader::processNode(const ::onnx::NodeProto &n, GraphDesc &out,
     } else
       throw LoadError(describe(node) + ": unsupported constant attribute '" +
                       a.name + "'");
-    v.kind = (int64_t)v.values.size() == v.numElements() ? ValueKind::Constant
-                                                         : ValueKind::Buffer;
-    if (v.kind == ValueKind::Buffer)
+    // Weights held in Constant nodes (Paddle2ONNX writes every weight so):
+    // a float tensor too large to keep, or one only parameter slots read.
+    auto slot = onlyParameterSlots.find(v.name);
+    bool weightSlot = slot != onlyParameterSlots.end() && slot->second;
+    bool complete = (int64_t)v.values.size() == v.numElements();
+    if (isFloat(v.type) && (!complete || (weightSlot && v.numElements() > 1))) {
+      v.kind =
+          bnStatistics.count(v.name) ? ValueKind::Buffer : ValueKind::Param;
+      v.values.clear();
+    } else {
+      v.kind = complete ? ValueKind::Constant : ValueKind::Buffer;
+    }
+    if (v.kind != ValueKind::Constant)
       out.weights.push_back(v.name);
     addValue(out, std::move(v));
     return;
@@ -879,7 +968,6 @@ void Loader::run(::onnx::ModelProto &proto) {
   // Graph inputs used only in parameter slots (BatchNorm scale and
   // statistics, Conv and Gemm weights, ...) are weights supplied as inputs,
   // as some exporters write them: they count as parameters (or buffers).
-  std::map<std::string, bool> onlyParameterSlots;
   for (const auto &n : g.node())
     for (int i = 0; i < n.input_size(); ++i) {
       const std::string &op = n.op_type();

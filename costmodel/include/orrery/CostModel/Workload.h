@@ -97,6 +97,10 @@ struct LayerKind {
   /// scales, biases of replicated ops): every tp rank holds them whole.
   int64_t replicatedParameters = 0;
   int64_t buffers = 0;    ///< non-trainable weight elements
+  /// Every instance reads the same weights (ALBERT's one set for all its
+  /// layers): the model holds them once, and a pipeline chunk holds one
+  /// copy however many instances it runs.
+  bool instancesShareWeights = false;
   /// Trainable weights this kind uses that an earlier kind counts (a tied
   /// head's embedding). A pipeline stage that holds this kind but not that
   /// one keeps a copy of its own, whose gradient is all-reduced with the
@@ -209,6 +213,9 @@ struct Workload {
   KernelFusion kernels = KernelFusion::Fused;
   /// Op histogram of the imported graph (before outlining), by op name.
   std::map<std::string, int64_t> opHistogram;
+  /// Output projections the importer tied back to their embedding table
+  /// ("head = table transposed"), as the training framework holds them.
+  std::vector<std::string> tiedWeights;
   /// Op types kept by `orrery.onnx_op`, whose FLOPs are unknown.
   std::map<std::string, int64_t> opsWithoutCostFormula;
 

@@ -17,23 +17,33 @@
 
 namespace orrery::onnx {
 
-/// Element types, named as ONNX's TensorProto.DataType.
-enum class ElemType {
-  Undefined,
-  Float,
-  UInt8,
-  Int8,
-  UInt16,
-  Int16,
-  Int32,
-  Int64,
-  String,
-  Bool,
-  Float16,
-  Double,
-  UInt32,
-  UInt64,
-  BFloat16
+/// Element types, numbered as ONNX's TensorProto.DataType (so that a Cast's
+/// `to` and a tensor's data_type map one to one).
+enum class ElemType : int32_t {
+  Undefined = 0,
+  Float = 1,
+  UInt8 = 2,
+  Int8 = 3,
+  UInt16 = 4,
+  Int16 = 5,
+  Int32 = 6,
+  Int64 = 7,
+  String = 8,
+  Bool = 9,
+  Float16 = 10,
+  Double = 11,
+  UInt32 = 12,
+  UInt64 = 13,
+  Complex64 = 14,
+  Complex128 = 15,
+  BFloat16 = 16,
+  Float8E4M3FN = 17,
+  Float8E4M3FNUZ = 18,
+  Float8E5M2 = 19,
+  Float8E5M2FNUZ = 20,
+  UInt4 = 21,
+  Int4 = 22,
+  Float4E2M1 = 23,
 };
 
 /// What a value is, for the planner.
@@ -137,8 +147,13 @@ LoadResult loadOnnxModelFromBytes(const std::string &bytes,
 
 /// "float32", "int64", ... as in numpy.
 const char *elemTypeName(ElemType type);
-/// Bytes per element (Bool and 8-bit types: 1).
-int64_t elemTypeBytes(ElemType type);
+/// Bits per element (Bool: 8; 4-bit types: 4).
+int64_t elemTypeBits(ElemType type);
+/// The element type of an ONNX data_type number; Undefined for numbers this
+/// loader does not know (ONNX's later types).
+ElemType elemTypeFromOnnx(int32_t dataType);
+/// Floating-point types: the ones a weight is trained in or stored as.
+bool isFloatElemType(ElemType type);
 
 } // namespace orrery::onnx
 
