@@ -791,9 +791,7 @@ llvm::Expected<ProgramSet> lowerStep(const Workload &w, const Cluster &c,
   if (!result)
     return result.takeError();
   s = result->strategy;
-  StagePlacement place = detail::homogeneousPlacement(c, s);
-  detail::Simulation sim(w, s, a, std::vector<StagePlacement>(s.pp, place),
-                         true);
+  detail::Simulation sim(w, s, a, detail::homogeneousStages(c, s), true);
   detail::StepParts parts;
   sim.parts = &parts;
   auto again = sim.run(false);

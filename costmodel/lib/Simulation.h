@@ -143,11 +143,19 @@ private:
   chunkLayers(std::vector<size_t> &sequence) const;
 };
 
+/// The placement of a stage of a homogeneous step: its groups, and the
+/// link to the next stage as stage 0 crosses it.
+StagePlacement homogeneousPlacement(const Cluster &c, const Strategy &s);
+/// Every stage's placement (simulateStep's and the lowering's), each
+/// boundary on the link it really crosses: stage i's ranks send to the
+/// ranks pp-stride further on, which share the node only when both stages
+/// fit in one.
+std::vector<StagePlacement> homogeneousStages(const Cluster &c,
+                                              const Strategy &s);
+
 /// The pipeline of replica group `g` of a placed heterogeneous strategy:
 /// the Strategy its simulation runs (the most micro-batches of any of its
 /// replicas) and each stage's placement (Hetero.cpp).
-/// The placement of every stage of a homogeneous step (simulateStep's).
-StagePlacement homogeneousPlacement(const Cluster &c, const Strategy &s);
 
 void groupPipeline(const Cluster &c, const HeteroStrategy &s, size_t g,
                    const std::vector<Pool> &pools, Strategy &st,

@@ -810,6 +810,26 @@ StagePlacement homogeneousPlacement(const Cluster &c, const Strategy &s) {
       groupShapeIn(g, s.stride("dp") * s.ep,
                    std::max(1, s.dp * s.cp / std::max(1, s.ep)))};
 }
+
+std::vector<StagePlacement> homogeneousStages(const Cluster &c,
+                                              const Strategy &s) {
+  StagePlacement place = homogeneousPlacement(c, s);
+  std::vector<StagePlacement> at(std::max(1, s.pp), place);
+  const NodeGroup &g = c.groupOf(0);
+  int64_t stride = s.stride("pp"), perNode = std::max(1, g.devicesPerNode);
+  for (int i = 0; i < s.pp && s.pp > 1; ++i) {
+    // Ranks [i·stride, (i+2)·stride) hold stages i and i+1 (replica 0; the
+    // others repeat the pattern pp·stride further on). The last stage sends
+    // to the first (the next virtual chunk): both in one node only when the
+    // whole pipeline is.
+    int64_t first = i + 1 < s.pp ? int64_t(i) * stride : 0;
+    int64_t last = i + 1 < s.pp ? int64_t(i + 2) * stride - 1
+                                : int64_t(s.pp) * stride - 1;
+    bool sameNode = first / perNode == last / perNode;
+    at[i].toNext.ranksPerNode = sameNode ? 2 : 1;
+  }
+  return at;
+}
 } // namespace detail
 
 llvm::Expected<StepResult> simulateStep(const Workload &w, const Cluster &c,
@@ -837,8 +857,7 @@ llvm::Expected<StepResult> simulateStep(const Workload &w, const Cluster &c,
                " sites, which one strategy string cannot place; plan it with "
                "`orrery plan`, or simulate a heterogeneous plan with "
                "`orrery simulate --plan`");
-  StagePlacement place = homogeneousPlacement(c, s);
-  Simulation sim(w, s, a, std::vector<StagePlacement>(s.pp, place), true);
+  Simulation sim(w, s, a, homogeneousStages(c, s), true);
   sim.detail = detail;
   auto r = sim.run(keepTrace);
   if (r) { // every device of the cluster, with its own power and price

@@ -258,6 +258,36 @@ TEST(Simulator, PipelineSendsHoldTheStageAndShardsAreGathered) {
     EXPECT_EQ(e.name.find("gather"), std::string::npos) << e.name;
 }
 
+TEST(Simulator, EachPipelineBoundaryCrossesItsOwnLink) {
+  // tp=4, pp=4 on nodes of 8: stages 0 and 1 share node 0, 2 and 3 node 1.
+  // The 1 -> 2 boundary crosses the nodes' InfiniBand; 0 -> 1 and 2 -> 3
+  // stay on NVLink. (Every boundary was once priced as the first.)
+  Workload w = uniformModel(8, 1e12, 1000, int64_t(1) << 30);
+  StepResult r =
+      simulate(w, preset("2x8xA100-80G"), "tp=4,pp=4,mbs=1,gbs=8", true);
+  double send[4] = {0, 0, 0, 0};
+  for (const TraceEvent &e : r.trace)
+    if (e.track < 4 && e.name == "F0 send")
+      send[e.track] = e.durationS;
+  ASSERT_GT(send[0], 0);
+  ASSERT_GT(send[1], 0);
+  ASSERT_GT(send[2], 0);
+  EXPECT_NEAR(send[0], send[2], 1e-12);
+  EXPECT_GT(send[1], 3 * send[0]);
+  // With pp outermost of 8 ranks a stage (tp=8), every boundary crosses.
+  StepResult wide =
+      simulate(w, preset("4x8xA100-80G"), "tp=8,pp=4,mbs=1,gbs=8", true);
+  double first = 0, second = 0;
+  for (const TraceEvent &e : wide.trace) {
+    if (e.track == 0 && e.name == "F0 send")
+      first = e.durationS;
+    if (e.track == 1 && e.name == "F0 send")
+      second = e.durationS;
+  }
+  EXPECT_GT(first, 0);
+  EXPECT_NEAR(first, second, 1e-12);
+}
+
 TEST(Simulator, InterleavedStepsSendBothWaysAtOnce) {
   // Megatron-LM's interleaved 1F1B runs a forward and a backward, then one
   // communication that sends both results: in the steady state no send
