@@ -12,6 +12,7 @@ packages=(
   python3-onnx python3-numpy python3-jsonschema
   chromium fonts-dejavu-core fonts-liberation python3-pil
   libopenblas-dev libgloo-dev libopenmpi-dev openmpi-bin
+  clang libclang-rt-14-dev
 )
 
 missing=()

@@ -21,3 +21,12 @@ if [ "${ORRERY_SKIP_SANITIZERS:-0}" != 1 ]; then
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     ctest --test-dir build-asan --output-on-failure -R "^(lit|e2e-shared-models|Loader\.|Outline\.|CostTest\.|Collective\.|Cluster\.|Strategy\.|Hetero\.|HeteroPlanner\.|Parallelism\.|Workload\.|Catalog\.|Simulator\.|Fusion\.|Overlap\.|ContextParallel\.|Precision\.|ExpertParallel\.|Lowering\.|Launch\.)"
 fi
+
+# Fuzzers: every reader of untrusted input (ONNX, cluster spec, strategy,
+# plan, program set) under libFuzzer with ASan/UBSan, briefly: a fixed
+# number of inputs from a fixed seed, so every run feeds the same ones; any
+# finding fails the suite. `ORRERY_FUZZ_SECONDS=600 scripts/fuzz.sh` runs
+# them long.
+if [ "${ORRERY_SKIP_FUZZERS:-0}" != 1 ]; then
+  ORRERY_FUZZ_RUNS="${ORRERY_FUZZ_RUNS:-30000}" ORRERY_FUZZ_SECONDS=120 scripts/fuzz.sh
+fi

@@ -1,5 +1,6 @@
 //===- Plan.cpp - the plan format (version 1) ----------------------------===//
 #include "orrery/Plan/Plan.h"
+#include "orrery/CostModel/Errors.h"
 #include "llvm/ADT/StringExtras.h"
 
 #include <cstdio>
@@ -167,9 +168,7 @@ ojson planJson(const PlanResult &r, const Workload &w, const PlanInputs &in) {
   return j;
 }
 
-static llvm::Error err(const std::string &msg) {
-  return llvm::createStringError(llvm::inconvertibleErrorCode(), msg);
-}
+static llvm::Error err(const std::string &msg) { return inputError(msg); }
 
 /// The checks every plan passes whatever its strategy's kind.
 static llvm::Error checkEnvelope(const nlohmann::json &plan,
@@ -206,8 +205,8 @@ readOverlap(const nlohmann::json &j, const std::string &what,
   return llvm::Error::success();
 }
 
-llvm::Expected<Strategy> strategyFromPlan(const nlohmann::json &plan,
-                                          const std::string &what) {
+static llvm::Expected<Strategy>
+strategyFromPlanImpl(const nlohmann::json &plan, const std::string &what) {
   if (auto e = checkEnvelope(plan, what))
     return std::move(e);
   const nlohmann::json &j = plan["strategy"];
@@ -438,8 +437,8 @@ ojson heteroPlanJson(const HeteroPlanResult &r, const Workload &w,
   return j;
 }
 
-llvm::Expected<Assumptions> assumptionsFromPlan(const nlohmann::json &plan,
-                                                const std::string &what) {
+static llvm::Expected<Assumptions>
+assumptionsFromPlanImpl(const nlohmann::json &plan, const std::string &what) {
   Assumptions a;
   if (!plan.contains("predicted") || !plan["predicted"].is_object())
     return a;
@@ -471,13 +470,17 @@ llvm::Expected<Assumptions> assumptionsFromPlan(const nlohmann::json &plan,
 }
 
 bool isHeteroPlan(const nlohmann::json &plan) {
-  return plan.is_object() && plan.contains("strategy") &&
-         plan["strategy"].is_object() &&
-         plan["strategy"].value("kind", "") == "heterogeneous";
+  if (!plan.is_object() || !plan.contains("strategy") ||
+      !plan["strategy"].is_object())
+    return false;
+  const nlohmann::json &s = plan["strategy"];
+  return s.contains("kind") && s["kind"].is_string() &&
+         s["kind"].get<std::string>() == "heterogeneous";
 }
 
-llvm::Expected<HeteroStrategy> heteroStrategyFromPlan(const nlohmann::json &plan,
-                                                      const std::string &what) {
+static llvm::Expected<HeteroStrategy>
+heteroStrategyFromPlanImpl(const nlohmann::json &plan,
+                           const std::string &what) {
   if (auto e = checkEnvelope(plan, what))
     return std::move(e);
   const nlohmann::json &j = plan["strategy"];
@@ -550,6 +553,36 @@ llvm::Expected<HeteroStrategy> heteroStrategyFromPlan(const nlohmann::json &plan
     s.groups.push_back(std::move(rg));
   }
   return s;
+}
+
+// nlohmann::json reports a value of the wrong type by exception: each
+// reader turns one into the one-line error, never lets it escape.
+template <typename F>
+static auto catchingJsonErrors(const std::string &what, F read)
+    -> decltype(read()) {
+  try {
+    return read();
+  } catch (const nlohmann::json::exception &e) {
+    return err(what + ": malformed plan: " + e.what());
+  }
+}
+
+llvm::Expected<Strategy> strategyFromPlan(const nlohmann::json &plan,
+                                          const std::string &what) {
+  return catchingJsonErrors(what,
+                            [&] { return strategyFromPlanImpl(plan, what); });
+}
+
+llvm::Expected<Assumptions> assumptionsFromPlan(const nlohmann::json &plan,
+                                                const std::string &what) {
+  return catchingJsonErrors(
+      what, [&] { return assumptionsFromPlanImpl(plan, what); });
+}
+
+llvm::Expected<HeteroStrategy>
+heteroStrategyFromPlan(const nlohmann::json &plan, const std::string &what) {
+  return catchingJsonErrors(
+      what, [&] { return heteroStrategyFromPlanImpl(plan, what); });
 }
 
 } // namespace orrery

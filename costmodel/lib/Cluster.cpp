@@ -1,5 +1,6 @@
 //===- Cluster.cpp - cluster specs and presets ---------------------------===//
 #include "orrery/CostModel/Cluster.h"
+#include "orrery/CostModel/Errors.h"
 
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FileSystem.h"
@@ -14,8 +15,7 @@ namespace orrery {
 using json = nlohmann::json;
 
 static llvm::Error err(const std::string &what, const std::string &msg) {
-  return llvm::createStringError(llvm::inconvertibleErrorCode(),
-                                 what + ": " + msg);
+  return inputError(what + ": " + msg);
 }
 
 const NodeGroup &Cluster::groupOf(int device) const {

@@ -18,6 +18,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "orrery/CostModel/Hetero.h"
+#include "orrery/CostModel/Errors.h"
 #include "orrery/CostModel/Collective.h"
 #include "Simulation.h"
 
@@ -27,9 +28,7 @@
 
 namespace orrery {
 
-static llvm::Error err(const std::string &msg) {
-  return llvm::createStringError(llvm::inconvertibleErrorCode(), msg);
-}
+static llvm::Error err(const std::string &msg) { return inputError(msg); }
 
 std::vector<Pool> clusterPools(const Cluster &c) {
   std::vector<Pool> pools;

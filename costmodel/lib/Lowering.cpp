@@ -16,6 +16,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "orrery/CostModel/Lowering.h"
+#include "orrery/CostModel/Errors.h"
 #include "Simulation.h"
 #include "orrery/CostModel/Collective.h"
 
@@ -26,9 +27,7 @@
 
 namespace orrery {
 
-static llvm::Error err(const std::string &msg) {
-  return llvm::createStringError(llvm::inconvertibleErrorCode(), msg);
-}
+static llvm::Error err(const std::string &msg) { return inputError(msg); }
 
 namespace detail {
 namespace {

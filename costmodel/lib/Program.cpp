@@ -10,6 +10,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "orrery/CostModel/Program.h"
+#include "orrery/CostModel/Errors.h"
 #include "orrery/CostModel/Strategy.h"
 
 #include <algorithm>
@@ -19,9 +20,7 @@
 
 namespace orrery {
 
-static llvm::Error err(const std::string &msg) {
-  return llvm::createStringError(llvm::inconvertibleErrorCode(), msg);
-}
+static llvm::Error err(const std::string &msg) { return inputError(msg); }
 
 static const std::vector<std::pair<const char *, InstrKind>> kKinds = {
     {"gemm", InstrKind::Gemm},       {"attention", InstrKind::Attention},

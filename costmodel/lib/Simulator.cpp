@@ -17,6 +17,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "orrery/CostModel/Simulator.h"
+#include "orrery/CostModel/Errors.h"
 #include "Simulation.h"
 #include "orrery/CostModel/Collective.h"
 #include "llvm/ADT/STLExtras.h"
@@ -28,9 +29,7 @@
 
 namespace orrery {
 
-static llvm::Error err(const std::string &msg) {
-  return llvm::createStringError(llvm::inconvertibleErrorCode(), msg);
-}
+static llvm::Error err(const std::string &msg) { return inputError(msg); }
 
 using namespace detail;
 

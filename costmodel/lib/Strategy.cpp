@@ -1,18 +1,18 @@
 //===- Strategy.cpp - parse and validate strategies ----------------------===//
 #include "orrery/CostModel/Strategy.h"
+#include "orrery/CostModel/Errors.h"
 #include "orrery/CostModel/Cluster.h"
 #include "orrery/CostModel/Workload.h"
 
 #include "llvm/ADT/StringExtras.h"
 
 #include <algorithm>
+#include <limits>
 #include <set>
 
 namespace orrery {
 
-static llvm::Error err(const std::string &msg) {
-  return llvm::createStringError(llvm::inconvertibleErrorCode(), msg);
-}
+static llvm::Error err(const std::string &msg) { return inputError(msg); }
 
 const char *scheduleName(Schedule s) {
   return s == Schedule::GPipe      ? "gpipe"
@@ -127,18 +127,23 @@ llvm::Expected<Strategy> parseStrategy(const std::string &text) {
         "--strategy: empty; expected e.g. tp=8,pp=8,dp=16,mbs=1,gbs=1536");
   std::set<std::string> seen;
   for (llvm::StringRef item : items) {
-    auto [key, value] = item.trim().split('=');
+    std::pair<llvm::StringRef, llvm::StringRef> kv = item.trim().split('=');
+    llvm::StringRef key = kv.first, value = kv.second;
     std::string where = "--strategy '" + item.trim().str() + "'";
     if (value.empty())
       return err(where + ": expected KEY=VALUE");
     if (!seen.insert(key.str()).second)
       return err(where + ": " + key.str() + " is given twice");
     auto integer = [&](auto &out, long long lo) -> llvm::Error {
+      using T = std::remove_reference_t<decltype(out)>;
+      // Never narrowed past the field's range (2^32 must not wrap to 0).
+      long long hi = std::min<long long>(std::numeric_limits<T>::max(),
+                                         1LL << 40);
       long long v;
-      if (value.getAsInteger(10, v) || v < lo || v > (1LL << 40))
-        return err(where + ": " + key.str() +
-                   " must be an integer >= " + std::to_string(lo));
-      out = static_cast<std::remove_reference_t<decltype(out)>>(v);
+      if (value.getAsInteger(10, v) || v < lo || v > hi)
+        return err(where + ": " + key.str() + " must be an integer from " +
+                   std::to_string(lo) + " to " + std::to_string(hi));
+      out = static_cast<T>(v);
       return llvm::Error::success();
     };
     auto boolean = [&](bool &out) -> llvm::Error {

@@ -7,6 +7,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "RunPrograms.h"
+#include "orrery/CostModel/Errors.h"
 
 #include <algorithm>
 #include <arpa/inet.h>
@@ -28,9 +29,7 @@ namespace orrery {
 namespace cli {
 
 int failLine(const std::string &message) {
-  std::string line = message;
-  std::replace(line.begin(), line.end(), '\n', ' ');
-  std::cerr << "orrery: error: " << line << "\n";
+  std::cerr << "orrery: error: " << orrery::printableLine(message) << "\n";
   return 1;
 }
 

@@ -6,6 +6,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "Common.h"
+#include "orrery/CostModel/Errors.h"
 #include "orrery/Import/Importer.h"
 #include "orrery/Transforms/Passes.h"
 #include "orrery/Workload/BuildWorkload.h"
@@ -22,9 +23,7 @@ namespace orrery {
 namespace cli {
 
 int fail(const std::string &message) {
-  std::string line = message;
-  std::replace(line.begin(), line.end(), '\n', ' ');
-  std::cerr << "orrery: error: " << line << "\n";
+  std::cerr << "orrery: error: " << orrery::printableLine(message) << "\n";
   return 1;
 }
 

@@ -1159,6 +1159,9 @@ bool inferNode(const NodeDesc &node, int64_t opset,
   outputs.assign(node.outputs.size(), ValueDesc{});
   Ctx ctx{node, opset, inputs, outputs};
   it->second(ctx);
+  // A rule may state more results than the node names (TopK's indices, a
+  // Dropout's mask): the node's own outputs are what exists.
+  outputs.resize(node.outputs.size());
   for (size_t i = 0; i < outputs.size(); ++i) {
     outputs[i].name = node.outputs[i];
     if (outputs[i].type == ElemType::Undefined && !node.outputs[i].empty())

@@ -14,6 +14,7 @@
 
 #include "Inference.h"
 #include "orrery/Onnx/GraphDesc.h"
+#include "orrery/CostModel/PrintableLine.h"
 
 #include "onnx/defs/parser.h"
 #include "onnx/defs/schema.h"
@@ -555,6 +556,25 @@ void Loader::processNode(const ::onnx::NodeProto &n, GraphDesc &out,
       throw LoadError(describe(node) + ": redefines value '" + o + "'");
 
   const bool defaultDomain = node.domain.empty();
+  if (node.outputs.empty())
+    throw LoadError(describe(node) + ": has no outputs");
+  // Arity against ONNX's schema, before any rule or fold reads an operand
+  // (ONNX 1.12 knows opsets to 17; newer files rely on our rules' checks).
+  if (model.opsetVersion <= 17)
+    if (const ::onnx::OpSchema *schema = ::onnx::OpSchemaRegistry::Schema(
+            node.opType, model.opsetVersion, defaultDomain ? "" : node.domain)) {
+      int ins = n.input_size(), outs = n.output_size();
+      if (ins < schema->min_input() || ins > schema->max_input())
+        throw LoadError(describe(node) + ": takes " +
+                        std::to_string(schema->min_input()) + " to " +
+                        std::to_string(schema->max_input()) + " inputs, has " +
+                        std::to_string(ins));
+      if (outs < schema->min_output() || outs > schema->max_output())
+        throw LoadError(describe(node) + ": gives " +
+                        std::to_string(schema->min_output()) + " to " +
+                        std::to_string(schema->max_output()) +
+                        " outputs, has " + std::to_string(outs));
+    }
 
   // Constants: small ones keep their values, large float ones are buffers.
   if (defaultDomain && node.opType == "Constant") {
@@ -1066,6 +1086,7 @@ LoadResult loadOnnxModelFromBytes(const std::string &bytes,
   } catch (...) {
     result.error = path + ": unknown error while loading";
   }
+  result.error = printableLine(result.error);
   return result;
 }
 

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer targets (clang, with ASan and UBSan) in build-fuzz and
+# runs each for ORRERY_FUZZ_SECONDS seconds (default 60) from a seed corpus
+# made of the project's own inputs: the fixture models, the benchmark
+# clusters, and plans and program sets the main build writes. Any finding
+# (crash, leak, UB, timeout, out-of-memory) fails the script and leaves its
+# input in build-fuzz/findings/. The corpus grows in build-fuzz/corpus/ from
+# run to run. docs/fuzzing.md.
+# With ORRERY_FUZZ_RUNS=N each target runs N inputs from a fixed seed
+# instead (what CI does: the same inputs on every run, so a finding is
+# reproducible and CI does not turn red by chance), still within the time.
+#   scripts/fuzz.sh                      every target
+#   ORRERY_FUZZ_SECONDS=600 scripts/fuzz.sh onnx
+set -euo pipefail
+cd "$(dirname "$0")/.."
+seconds=${ORRERY_FUZZ_SECONDS:-60}
+limit=(-max_total_time="$seconds")
+[ -n "${ORRERY_FUZZ_RUNS:-}" ] && limit+=(-runs="$ORRERY_FUZZ_RUNS" -seed=1)
+targets=("$@")
+[ ${#targets[@]} -eq 0 ] && targets=(onnx cluster strategy plan programs)
+
+if [ ! -f build-fuzz/build.ninja ]; then
+  cmake -G Ninja -S . -B build-fuzz -DCMAKE_BUILD_TYPE=Release \
+    -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
+    -DORRERY_FUZZERS=ON -DORRERY_WITH_CUDA=OFF >/dev/null
+fi
+cmake --build build-fuzz -j "${ORRERY_JOBS:-2}" \
+  --target "${targets[@]/#/orrery-fuzz-}"
+
+seeds=build-fuzz/seeds
+rm -rf "$seeds"
+mkdir -p "$seeds"/{onnx,cluster,strategy,plan,programs} build-fuzz/findings
+cp models/fixtures/*.onnx "$seeds/onnx/"
+cp bench/clusters/*.json bench/measured/*.json "$seeds/cluster/"
+i=0
+for s in tp=8,pp=8,dp=16,mbs=1,gbs=1536 tp=2,cp=2,ep=4,zero=3,recompute=selective \
+         pp=4,vpp=2,schedule=interleaved,overlap=grad+p2p sp=1,precision=fp8,offload=optimizer; do
+  printf '%s' "$s" > "$seeds/strategy/$((i++))"
+done
+orrery=build/bin/orrery
+if [ -x "$orrery" ]; then
+  tiny=(models/fixtures/tiny-gpt.onnx --dim batch=8 --global-batch 8 --quiet)
+  "$orrery" plan "${tiny[@]}" --cluster 1x4xA100-80G \
+    -o "$seeds/plan/homogeneous.json" >/dev/null
+  "$orrery" plan "${tiny[@]}" --cluster bench/clusters/two-cpu-pools.json \
+    -o "$seeds/plan/hetero.json" >/dev/null
+  for p in "$seeds"/plan/*.json; do
+    "$orrery" lower "$p" --json -o "$seeds/programs/$(basename "$p")" >/dev/null
+  done
+fi
+
+status=0
+for t in "${targets[@]}"; do
+  mkdir -p "build-fuzz/corpus/$t"
+  log="build-fuzz/fuzz-$t.log"
+  if ! ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 \
+       UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+       "build-fuzz/bin/orrery-fuzz-$t" "${limit[@]}" -timeout=20 \
+       -rss_limit_mb=4096 -max_len=1048576 -print_final_stats=1 \
+       -artifact_prefix="build-fuzz/findings/$t-" \
+       "build-fuzz/corpus/$t" "$seeds/$t" >"$log" 2>&1; then
+    echo "fuzz $t: FINDING (build-fuzz/findings/, log $log)"
+    grep -E "ERROR|SUMMARY|==[0-9]+==|runtime error|Test unit written" "$log" | head -8
+    status=1
+    continue
+  fi
+  runs=$(grep -oE "stat::number_of_executed_units: *[0-9]+" "$log" | grep -oE "[0-9]+$" || echo 0)
+  cov=$(grep -oE "cov: [0-9]+ ft: [0-9]+" "$log" | tail -1)
+  took=$(grep -oE "Done [0-9]+ runs in [0-9]+ second" "$log" | grep -oE "[0-9]+ second" || echo "${seconds} second")
+  echo "fuzz $t: ${runs} executions in ${took}s, ${cov:-cov: ?}, no finding"
+done
+exit $status
