@@ -1,6 +1,8 @@
 //===- Cluster.cpp - cluster specs and presets ---------------------------===//
 #include "orrery/CostModel/Cluster.h"
 #include "orrery/CostModel/Errors.h"
+#include "orrery/CostModel/InputFile.h"
+#include "orrery/CostModel/JsonInput.h"
 
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FileSystem.h"
@@ -92,9 +94,10 @@ llvm::Expected<Cluster> parseClusterPreset(const std::string &preset,
 static llvm::Expected<Cluster>
 parseClusterJsonImpl(const std::string &text, const std::string &what,
                      const HardwareCatalog &catalog) {
-  json j = json::parse(text, nullptr, false);
+  std::string problem;
+  json j = parseJsonInput(text, problem);
   if (j.is_discarded())
-    return err(what, "not valid JSON");
+    return err(what, problem);
   if (!j.is_object())
     return err(what, "the cluster spec must be a JSON object");
   // A misspelt field would otherwise fall back to its default and price a
@@ -382,10 +385,11 @@ llvm::Expected<Cluster> loadCluster(const std::string &spec,
       spec.find(".json") == std::string::npos &&
       !llvm::sys::fs::is_regular_file(spec))
     return parseClusterPreset(spec, catalog);
-  auto buf = llvm::MemoryBuffer::getFile(spec);
-  if (!buf)
-    return err(spec, "cannot open file: " + buf.getError().message());
-  return parseClusterJson((*buf)->getBuffer().str(), spec, catalog);
+  std::string text;
+  std::string problem = readInputFile(spec, kMaxJsonInputBytes, text);
+  if (!problem.empty())
+    return err(spec, problem);
+  return parseClusterJson(text, spec, catalog);
 }
 
 } // namespace orrery

@@ -1,6 +1,7 @@
 //===- FuzzPlan.cpp - the plan file readers on arbitrary JSON -------------===//
 #include "orrery/Plan/Plan.h"
 
+#include "orrery/CostModel/JsonInput.h"
 #include "llvm/Support/Error.h"
 
 #include <cstdint>
@@ -22,7 +23,8 @@ template <typename T> void check(llvm::Expected<T> r) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   std::string text(reinterpret_cast<const char *>(data), size);
-  nlohmann::json plan = nlohmann::json::parse(text, nullptr, false);
+  std::string problem;
+  nlohmann::json plan = orrery::parseJsonInput(text, problem);
   if (plan.is_discarded())
     return 0;
   check(orrery::assumptionsFromPlan(plan, "fuzz.json"));

@@ -6,6 +6,7 @@
 //===----------------------------------------------------------------------===//
 #include "orrery/CostModel/Program.h"
 
+#include "orrery/CostModel/JsonInput.h"
 #include "llvm/Support/Error.h"
 
 #include <cstdint>
@@ -15,7 +16,8 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   std::string text(reinterpret_cast<const char *>(data), size);
-  nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+  std::string problem;
+  nlohmann::json j = orrery::parseJsonInput(text, problem);
   if (j.is_discarded())
     return 0;
   auto set = orrery::programSetFromJson(j);

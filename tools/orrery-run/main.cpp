@@ -9,6 +9,8 @@
 //
 //===----------------------------------------------------------------------===//
 #include "RunPrograms.h"
+#include "orrery/CostModel/InputFile.h"
+#include "orrery/CostModel/JsonInput.h"
 
 #include <CLI/CLI.hpp>
 #include <fstream>
@@ -56,14 +58,14 @@ int main(int argc, char **argv) {
   }
   std::optional<ProgramSet> set;
   if (*run) { // read and check the file before any rank starts
-    std::ifstream in(programs);
-    if (!in)
-      return failLine(programs + ": cannot open file");
-    std::stringstream ss;
-    ss << in.rdbuf();
-    nlohmann::json doc = nlohmann::json::parse(ss.str(), nullptr, false);
+    std::string text;
+    std::string problem =
+        readInputFile(programs, kMaxJsonInputBytes, text);
+    if (!problem.empty())
+      return failLine(programs + ": " + problem);
+    nlohmann::json doc = parseJsonInput(text, problem);
     if (doc.is_discarded())
-      return failLine(programs + ": not valid JSON");
+      return failLine(programs + ": " + problem);
     auto parsed = programSetFromJson(doc);
     if (!parsed)
       return failLine(programs + ": " + llvm::toString(parsed.takeError()));

@@ -7,6 +7,8 @@
 
 #include "Common.h"
 #include "orrery/CostModel/Errors.h"
+#include "orrery/CostModel/InputFile.h"
+#include "orrery/CostModel/JsonInput.h"
 #include "orrery/Import/Importer.h"
 #include "orrery/Transforms/Passes.h"
 #include "orrery/Workload/BuildWorkload.h"
@@ -155,26 +157,25 @@ mlir::OwningOpRef<mlir::ModuleOp> frontEnd(mlir::MLIRContext &ctx,
   return std::move(*module);
 }
 
-/// The bytes of a file; false when it cannot be read.
+/// The bytes of a file; false when it cannot be read (or is not a regular
+/// file, or is larger than 4 GiB).
 bool readFileBytes(const std::string &path, std::string &out) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f)
-    return false;
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  out = ss.str();
-  return true;
+  return orrery::readInputFile(path, int64_t(4) << 30, out).empty();
 }
 
 /// A plan file as JSON; on failure prints the one-line error and returns
 /// its exit code.
 int readPlanFile(const std::string &path, nlohmann::json &doc) {
   std::string text;
-  if (!readFileBytes(path, text))
-    return fail(path + ": cannot open file");
-  doc = nlohmann::json::parse(text, nullptr, false);
-  if (doc.is_discarded() || !doc.is_object())
-    return fail(path + ": not valid JSON");
+  std::string problem =
+      orrery::readInputFile(path, orrery::kMaxJsonInputBytes, text);
+  if (!problem.empty())
+    return fail(path + ": " + problem);
+  doc = orrery::parseJsonInput(text, problem);
+  if (doc.is_discarded())
+    return fail(path + ": " + problem);
+  if (!doc.is_object())
+    return fail(path + ": a plan must be a JSON object");
   return 0;
 }
 

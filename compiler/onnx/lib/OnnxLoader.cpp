@@ -15,6 +15,7 @@
 #include "Inference.h"
 #include "orrery/Onnx/GraphDesc.h"
 #include "orrery/CostModel/PrintableLine.h"
+#include "orrery/CostModel/InputFile.h"
 
 #include "onnx/defs/parser.h"
 #include "onnx/defs/schema.h"
@@ -1091,26 +1092,15 @@ LoadResult loadOnnxModelFromBytes(const std::string &bytes,
 }
 
 LoadResult loadOnnxModel(const std::string &path, const LoadOptions &options) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) {
+  // Protobuf's own limit: a binary ONNX file is under 2 GiB.
+  std::string bytes;
+  std::string problem = readInputFile(path, INT32_MAX, bytes);
+  if (!problem.empty()) {
     LoadResult r;
-    r.error = path + ": is a directory, not an ONNX file";
+    r.error = printableLine(path + ": " + problem);
     return r;
   }
-  std::ifstream file(path, std::ios::binary);
-  if (!file) {
-    LoadResult r;
-    r.error = path + ": cannot open file: " + std::strerror(errno);
-    return r;
-  }
-  std::ostringstream buf;
-  buf << file.rdbuf();
-  if (file.bad()) {
-    LoadResult r;
-    r.error = path + ": cannot read file";
-    return r;
-  }
-  return loadOnnxModelFromBytes(buf.str(), path, options);
+  return loadOnnxModelFromBytes(bytes, path, options);
 }
 
 } // namespace orrery::onnx
