@@ -347,8 +347,8 @@ void Search::pipelines(const std::vector<int> &order) {
         if (gbs % mbs || gbs / mbs < R)
           continue;
         int64_t N = gbs / mbs, m = (N + R - 1) / R;
-        if (m * int64_t(slots.size()) > kMaxStepTasks) {
-          ++tooLong; // more micro-batches than a step simulates
+        if (m * int64_t(slots.size()) > kMaxPlanStepTasks) {
+          ++tooLong; // more micro-batches than a search simulates
           continue;
         }
         for (Recompute rec :
@@ -502,7 +502,7 @@ void Search::perPoolGroups() {
           next.push({opt.fixedS + 2 * opt.perMicroBatchS, int(j), r});
       }
       std::vector<Entry> tooBig;
-      if (left > kMaxStepTasks) { // more micro-batches than a step simulates
+      if (left > kMaxPlanStepTasks) { // more micro-batches than a search simulates
         ++tooLong;
         left = -1;
       }
@@ -571,8 +571,8 @@ void Search::uniformPerPoolGroups() {
             gbs / mbs < all)
           continue;
         int64_t N = gbs / mbs, m = (N + all - 1) / all;
-        if (m * k > kMaxStepTasks) {
-          ++tooLong; // more micro-batches than a step simulates
+        if (m * k > kMaxPlanStepTasks) {
+          ++tooLong; // more micro-batches than a search simulates
           continue;
         }
         for (Recompute rec :
@@ -699,9 +699,9 @@ llvm::Expected<HeteroPlanResult> Search::run() {
   if (best.empty()) {
     if (!closest && tooLong > 0)
       return err("plan: a global batch of " + std::to_string(gbs) +
-                 " samples is more micro-batches than the simulator takes "
-                 "in one step (" +
-                 std::to_string(kMaxStepTasks) +
+                 " samples is more micro-batches than the planner simulates "
+                 "per candidate (" +
+                 std::to_string(kMaxPlanStepTasks) +
                  " micro-batch executions); give a smaller --global-batch");
     if (closest) {
       char buf[512];

@@ -132,12 +132,15 @@ searchPlans(const Workload &w, const Cluster &cluster, const PlanOptions &o) {
   int64_t layers = w.totalLayers();
   // Even the widest data parallelism with the largest micro-batch searched
   // (64) leaves this many micro-batches per replica.
-  if (gbs / (devices * 64) > kMaxStepTasks)
+  if (gbs / (devices * 64) > kMaxPlanStepTasks)
     return err("plan: a global batch of " + std::to_string(gbs) +
-               " samples is more micro-batches than the simulator takes in "
-               "one step (" +
-               std::to_string(kMaxStepTasks) +
-               " micro-batch executions); give a smaller --global-batch");
+               " samples is more micro-batches than the planner simulates "
+               "per candidate (" +
+               std::to_string(kMaxPlanStepTasks) +
+               " micro-batch executions, even at the widest data "
+               "parallelism and micro-batch 64); give a smaller "
+               "--global-batch, or `orrery simulate` one strategy (up to " +
+               std::to_string(kMaxStepTasks) + ")");
   const DeviceSpec &dev = c.deviceSpec(0);
   const Assumptions &a = o.assumptions;
 
@@ -186,6 +189,8 @@ searchPlans(const Workload &w, const Cluster &cluster, const PlanOptions &o) {
     }
   };
   priceOne = [&](Strategy s) {
+    if (s.microBatches() * s.pp * s.virtualStages > kMaxPlanStepTasks)
+      return; // too many events to price in a search
     auto r = simulateStep(w, c, s, a, false, Detail::StepTime);
     if (!r) {
       llvm::consumeError(r.takeError());

@@ -91,6 +91,11 @@ std::optional<Precision> precisionFromName(const std::string &name);
 /// pipeline chunks) one step may have: the simulator runs each as an
 /// event, and a larger count is a typo, not a training run.
 constexpr int64_t kMaxStepTasks = 20'000'000;
+/// The most the planners simulate per candidate: a search prices thousands
+/// of candidates, each micro-batch an event, so candidates with more are
+/// skipped and a global batch that leaves every candidate more is refused
+/// (a global batch of 10^9 samples plans in no time: it is an error).
+constexpr int64_t kMaxPlanStepTasks = 65'536;
 
 /// Parses "key=value,..."; unknown keys and bad values are errors naming them.
 llvm::Expected<Strategy> parseStrategy(const std::string &text);
