@@ -424,18 +424,9 @@ Importer::importFusedNode(const onnx::GraphDesc &g, const onnx::NodeDesc &n,
     SmallVector<Value> ops{operands[0], operands[1], operands[2]};
     if (operands.size() > 3 && !isa<NoneType>(operands[3].getType()))
       ops.push_back(operands[3]);
-    SmallVector<NamedAttribute> attrs{
-        builder.getNamedAttr("batch", builder.getI64IntegerAttr(batch)),
-        builder.getNamedAttr("heads", builder.getI64IntegerAttr(heads)),
-        builder.getNamedAttr("kv_heads", builder.getI64IntegerAttr(kvHeads)),
-        builder.getNamedAttr("q_len", builder.getI64IntegerAttr(sq)),
-        builder.getNamedAttr("kv_len", builder.getI64IntegerAttr(skv)),
-        builder.getNamedAttr("head_dim", builder.getI64IntegerAttr(d)),
-        builder.getNamedAttr("value_dim", builder.getI64IntegerAttr(dv)),
-        builder.getNamedAttr("scale", builder.getF64FloatAttr(scale)),
-        builder.getNamedAttr("dropout", builder.getF64FloatAttr(0))};
-    if (intAttr("is_causal", 0))
-      attrs.push_back(builder.getNamedAttr("causal", builder.getUnitAttr()));
+    SmallVector<NamedAttribute> attrs = fusedAttentionAttributes(
+        builder, {batch, heads, kvHeads, sq, skv, d, dv, scale, 0.0,
+                  intAttr("is_causal", 0) != 0});
     return bind(builder.create<FusedAttentionOp>(
         loc, TypeRange{resultTypes[0]}, ops, attrs));
   }

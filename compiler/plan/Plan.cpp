@@ -299,10 +299,10 @@ strategyFromPlanImpl(const nlohmann::json &plan, const std::string &what) {
     if (!j["layers_per_stage"].is_array())
       return err(what + ": strategy.layers_per_stage: must be a list");
     for (const auto &n : j["layers_per_stage"]) {
-      if (!n.is_number_integer() || n.get<long long>() <= 0)
-        return err(
-            what +
-            ": strategy.layers_per_stage: counts must be positive integers");
+      if (!n.is_number_integer() || n.get<long long>() <= 0 ||
+          n.get<long long>() > 1000000)
+        return err(what + ": strategy.layers_per_stage: counts must be "
+                          "integers from 1 to 1000000");
       s.stageLayers.push_back(n.get<int>());
     }
   }

@@ -413,18 +413,9 @@ LogicalResult fuseAttention(MatMulOp pv,
   SmallVector<Value> operands{q, k, v};
   if (bias)
     operands.push_back(bias);
-  SmallVector<NamedAttribute> attrs{
-      b.getNamedAttr("batch", b.getI64IntegerAttr(batch)),
-      b.getNamedAttr("heads", b.getI64IntegerAttr(heads)),
-      b.getNamedAttr("kv_heads", b.getI64IntegerAttr(kvHeads)),
-      b.getNamedAttr("q_len", b.getI64IntegerAttr(sq)),
-      b.getNamedAttr("kv_len", b.getI64IntegerAttr(sk)),
-      b.getNamedAttr("head_dim", b.getI64IntegerAttr(d)),
-      b.getNamedAttr("value_dim", b.getI64IntegerAttr(dv)),
-      b.getNamedAttr("scale", b.getF64FloatAttr(scaleKnown ? scale : 0.0)),
-      b.getNamedAttr("dropout", b.getF64FloatAttr(dropout))};
-  if (causal)
-    attrs.push_back(b.getNamedAttr("causal", b.getUnitAttr()));
+  SmallVector<NamedAttribute> attrs = fusedAttentionAttributes(
+      b, {batch, heads, kvHeads, sq, sk, d, dv, scaleKnown ? scale : 0.0,
+          dropout, causal});
   auto fused = b.create<FusedAttentionOp>(loc, TypeRange{ot}, operands, attrs);
   if (failed(mlir::verify(fused, /*verifyRecursively=*/false))) {
     fused->erase();

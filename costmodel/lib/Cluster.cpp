@@ -101,29 +101,14 @@ parseClusterJsonImpl(const std::string &text, const std::string &what,
   if (!j.is_object())
     return err(what, "the cluster spec must be a JSON object");
   // A misspelt field would otherwise fall back to its default and price a
-  // different cluster without a word; keys starting with "_" or "$" are
-  // comments and schema references.
+  // different cluster without a word (JsonInput.h).
   auto onlyKeys = [&](const json &o, const std::string &path,
                       const std::vector<const char *> &known)
       -> llvm::Error {
-    if (!o.is_object())
+    std::string problem = unknownField(o, known);
+    if (problem.empty())
       return llvm::Error::success();
-    for (const auto &item : o.items()) {
-      const std::string &key = item.key();
-      if (key.empty() || key[0] == '_' || key[0] == '$')
-        continue;
-      bool ok = false;
-      for (const char *k : known)
-        ok |= key == k;
-      if (!ok) {
-        std::string list;
-        for (const char *k : known)
-          list += (list.empty() ? "" : ", ") + std::string(k);
-        return err(what, (path.empty() ? "" : path + ".") + key +
-                             ": unknown field (known: " + list + ")");
-      }
-    }
-    return llvm::Error::success();
+    return err(what, (path.empty() ? "" : path + ".") + problem);
   };
   if (auto e = onlyKeys(j, "", {"name", "sites", "inter_site_links"}))
     return std::move(e);

@@ -1,5 +1,7 @@
 //===- Hardware.cpp - the catalog of devices and links -------------------===//
 #include "orrery/CostModel/Hardware.h"
+#include "orrery/CostModel/Errors.h"
+#include "orrery/CostModel/JsonInput.h"
 
 #include "llvm/ADT/StringExtras.h"
 
@@ -58,8 +60,18 @@ double DeviceSpec::vectorPeak() const {
 }
 
 static llvm::Error fieldError(const std::string &what, const std::string &msg) {
-  return llvm::createStringError(llvm::inconvertibleErrorCode(),
-                                 what + ": " + msg);
+  return inputError(what + ": " + msg);
+}
+
+/// A misspelt field of a device is an error, not its default (JsonInput.h).
+static llvm::Error onlyKnownFields(const nlohmann::json &o,
+                                   const std::string &what,
+                                   const std::string &path,
+                                   const std::vector<const char *> &known) {
+  std::string problem = unknownField(o, known);
+  if (problem.empty())
+    return llvm::Error::success();
+  return fieldError(what, path + "." + problem);
 }
 
 static llvm::Expected<HardwareCatalog> parseCatalog(const std::string &text,
@@ -102,6 +114,13 @@ static llvm::Expected<HardwareCatalog> parseCatalog(const std::string &text,
     DeviceSpec s;
     s.name = d["name"];
     path = "device '" + s.name + "'";
+    if (auto e = onlyKnownFields(
+            d, what, path,
+            {"name", "aliases", "vendor", "source", "intra_node_link",
+             "peak_flop_per_s", "memory_bytes", "memory_bandwidth_bytes_per_s",
+             "power_w", "workspace_bytes", "measured_kernel_profile",
+             "kernel_profile_of"}))
+      return std::move(e);
     s.vendor = d.value("vendor", "");
     s.source = d.value("source", "");
     s.intraNodeLink = d.value("intra_node_link", "PCIe4");
@@ -131,6 +150,15 @@ static llvm::Expected<HardwareCatalog> parseCatalog(const std::string &text,
       std::string kpath = path + ".measured_kernel_profile";
       if (!k.is_object())
         return fieldError(what, kpath + ": must be an object");
+      if (auto e = onlyKnownFields(
+              k, what, kpath,
+              {"gemm_efficiency", "gemm_half_efficiency_s",
+               "gemm_memory_efficiency", "pointwise_memory_efficiency",
+               "reduction_memory_efficiency", "random_memory_efficiency",
+               "kernel_launch_s", "attention_forward_efficiency",
+               "attention_forward_half_keys", "attention_backward_efficiency",
+               "attention_backward_half_keys", "source"}))
+        return std::move(e);
       KernelModel m;
       for (auto [key, out] :
            {std::pair<const char *, double *>{"gemm_efficiency",

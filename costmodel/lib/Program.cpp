@@ -10,6 +10,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "orrery/CostModel/Program.h"
+#include "orrery/CostModel/JsonInput.h"
 #include "orrery/CostModel/Errors.h"
 #include "orrery/CostModel/Strategy.h"
 
@@ -551,10 +552,10 @@ llvm::Expected<ProgramSet> programSetFromJson(const nlohmann::json &j) {
     if (!j.is_object() || j.value("schema", "") != "orrery-programs")
       return err("schema: expected \"orrery-programs\"");
     at = "version";
-    if (j.at("version").get<int>() != 1)
+    if (checkedInteger<int>(j.at("version")) != 1)
       return err("version: only version 1 is known");
     at = "world_size";
-    set.worldSize = j.at("world_size").get<int>();
+    set.worldSize = checkedInteger<int>(j.at("world_size"));
     if (set.worldSize < 1 || set.worldSize > (1 << 20))
       return err("world_size: must be 1 to 1048576");
     at = "schedule";
@@ -566,7 +567,7 @@ llvm::Expected<ProgramSet> programSetFromJson(const nlohmann::json &j) {
     for (size_t g = 0; g < j.at("groups").size(); ++g) {
       at = "groups[" + std::to_string(g) + "]";
       set.groupNames.push_back(j["groups"][g].at("name").get<std::string>());
-      set.groups.push_back(j["groups"][g].at("ranks").get<std::vector<int>>());
+      set.groups.push_back(checkedIntegers<int>(j["groups"][g].at("ranks")));
     }
     at = "ranks";
     if (j.at("ranks").size() != size_t(set.worldSize))
@@ -577,13 +578,13 @@ llvm::Expected<ProgramSet> programSetFromJson(const nlohmann::json &j) {
       std::string base = "ranks[" + std::to_string(r) + "]";
       at = base;
       Program p;
-      p.rank = pj.at("rank").get<int>();
+      p.rank = checkedInteger<int>(pj.at("rank"));
       p.device = pj.at("device").get<std::string>();
-      p.replicaGroup = pj.at("replica_group").get<int>();
-      p.stage = pj.at("stage").get<int>();
-      p.tpRank = pj.at("tp").at(0), p.tp = pj["tp"].at(1);
-      p.cpRank = pj.at("cp").at(0), p.cp = pj["cp"].at(1);
-      p.dpRank = pj.at("dp").at(0), p.dp = pj["dp"].at(1);
+      p.replicaGroup = checkedInteger<int>(pj.at("replica_group"));
+      p.stage = checkedInteger<int>(pj.at("stage"));
+      p.tpRank = checkedInteger<int>(pj.at("tp").at(0)), p.tp = checkedInteger<int>(pj["tp"].at(1));
+      p.cpRank = checkedInteger<int>(pj.at("cp").at(0)), p.cp = checkedInteger<int>(pj["cp"].at(1));
+      p.dpRank = checkedInteger<int>(pj.at("dp").at(0)), p.dp = checkedInteger<int>(pj["dp"].at(1));
       p.staticBytes = pj.at("static_bytes").get<double>();
       p.predictedPeakBytes = pj.at("predicted_peak_bytes").get<double>();
       const nlohmann::json &code = pj.at("code");
@@ -606,14 +607,14 @@ llvm::Expected<ProgramSet> programSetFromJson(const nlohmann::json &j) {
           return err(at + ".stream: unknown");
         in.name = x.value("name", "");
         in.span = x.value("span", "");
-        in.m = x.value("m", int64_t(0)), in.n = x.value("n", int64_t(0)),
-        in.k = x.value("k", int64_t(0)), in.batch = x.value("batch", int64_t(1));
-        in.heads = x.value("heads", int64_t(0));
-        in.kvHeads = x.value("kv_heads", int64_t(0));
-        in.qLen = x.value("q_len", int64_t(0));
-        in.kvLen = x.value("kv_len", int64_t(0));
-        in.headDim = x.value("head_dim", int64_t(0));
-        in.valueDim = x.value("value_dim", int64_t(0));
+        in.m = checkedIntegerOr<int64_t>(x, "m", 0), in.n = checkedIntegerOr<int64_t>(x, "n", 0),
+        in.k = checkedIntegerOr<int64_t>(x, "k", 0), in.batch = checkedIntegerOr<int64_t>(x, "batch", 1);
+        in.heads = checkedIntegerOr<int64_t>(x, "heads", 0);
+        in.kvHeads = checkedIntegerOr<int64_t>(x, "kv_heads", 0);
+        in.qLen = checkedIntegerOr<int64_t>(x, "q_len", 0);
+        in.kvLen = checkedIntegerOr<int64_t>(x, "kv_len", 0);
+        in.headDim = checkedIntegerOr<int64_t>(x, "head_dim", 0);
+        in.valueDim = checkedIntegerOr<int64_t>(x, "value_dim", 0);
         in.causal = x.value("causal", false);
         in.backward = x.value("backward", false);
         if (x.contains("precision")) {
@@ -627,11 +628,11 @@ llvm::Expected<ProgramSet> programSetFromJson(const nlohmann::json &j) {
         if (x.contains("collective") &&
             !pick(kColls, "collective", in.collective))
           return err(at + ".collective: unknown");
-        in.group = x.value("group", -1);
-        in.peer = x.value("peer", -1);
-        in.tag = x.value("tag", int64_t(-1));
-        in.p2pGroup = x.value("p2p_group", -1);
-        in.buffer = x.value("buffer", -1);
+        in.group = checkedIntegerOr<int>(x, "group", -1);
+        in.peer = checkedIntegerOr<int>(x, "peer", -1);
+        in.tag = checkedIntegerOr<int64_t>(x, "tag", -1);
+        in.p2pGroup = checkedIntegerOr<int>(x, "p2p_group", -1);
+        in.buffer = checkedIntegerOr<int>(x, "buffer", -1);
         in.flops = x.value("flops", 0.0);
         in.bytes = x.value("bytes", 0.0);
         if (in.m < 0 || in.n < 0 || in.k < 0 || in.batch < 0 ||
@@ -639,7 +640,7 @@ llvm::Expected<ProgramSet> programSetFromJson(const nlohmann::json &j) {
             double(in.n) * in.k > 1e13 || double(in.m) * in.k > 1e13)
           return err(at + ": a size out of range");
         if (x.contains("deps"))
-          in.deps = x["deps"].get<std::vector<int>>();
+          in.deps = checkedIntegers<int>(x["deps"]);
         in.predictedS = x.value("predicted_s", 0.0);
         p.code.push_back(std::move(in));
       }

@@ -20,6 +20,23 @@ using namespace orrery;
 /// fused attention at head dim 128 all use 128-row blocks).
 static constexpr int64_t kAttentionBlock = 128;
 
+SmallVector<NamedAttribute>
+orrery::fusedAttentionAttributes(Builder &b, const AttentionShape &s) {
+  SmallVector<NamedAttribute> attrs{
+      b.getNamedAttr("batch", b.getI64IntegerAttr(s.batch)),
+      b.getNamedAttr("heads", b.getI64IntegerAttr(s.heads)),
+      b.getNamedAttr("kv_heads", b.getI64IntegerAttr(s.kvHeads)),
+      b.getNamedAttr("q_len", b.getI64IntegerAttr(s.qLen)),
+      b.getNamedAttr("kv_len", b.getI64IntegerAttr(s.kvLen)),
+      b.getNamedAttr("head_dim", b.getI64IntegerAttr(s.headDim)),
+      b.getNamedAttr("value_dim", b.getI64IntegerAttr(s.valueDim)),
+      b.getNamedAttr("scale", b.getF64FloatAttr(s.scale)),
+      b.getNamedAttr("dropout", b.getF64FloatAttr(s.dropout))};
+  if (s.causal)
+    attrs.push_back(b.getNamedAttr("causal", b.getUnitAttr()));
+  return attrs;
+}
+
 LogicalResult FusedAttentionOp::verify() {
   int64_t b = getBatch(), h = getHeads(), kvh = getKvHeads(), q = getQLen(),
           k = getKvLen(), d = getHeadDim(), dv = getValueDim();

@@ -5,6 +5,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "orrery/Onnx/GraphDesc.h"
+#include "FuzzSupport.h"
 
 #include <cstdint>
 #include <cstdio>
@@ -23,9 +24,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     std::fprintf(stderr, "neither a model nor an error\n");
     std::abort();
   }
-  if (r.error.find('\n') != std::string::npos) {
-    std::fprintf(stderr, "error of more than one line: %s\n", r.error.c_str());
-    std::abort();
-  }
+  if (!r.model)
+    orrery::fuzz::expectOneLine(r.error);
   return 0;
 }

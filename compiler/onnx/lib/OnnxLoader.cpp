@@ -970,12 +970,17 @@ void Loader::run(::onnx::ModelProto &proto) {
       v.name = vi.name();
       v.type = toElemType(tt.elem_type());
       bool complete = v.type != ElemType::Undefined;
+      int64_t elements = 1;
       for (const auto &d : tt.shape().dim()) {
-        if (!d.has_dim_value()) {
+        // A file's value_info is untrusted: negative or huge dims are no
+        // shape (our rules then infer it, or the node is an error).
+        int64_t dim = d.has_dim_value() ? d.dim_value() : -1;
+        if (dim < 0 || (dim > 0 && elements > detail::kMaxTensorElements / dim)) {
           complete = false;
           break;
         }
-        v.shape.push_back(d.dim_value());
+        elements *= dim;
+        v.shape.push_back(dim);
       }
       if (complete)
         onnxInferred[v.name] = v;

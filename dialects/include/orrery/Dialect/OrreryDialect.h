@@ -108,6 +108,18 @@ mlir::Value storageRoot(mlir::Value value);
 /// True when `value` is a weight (an `orrery.weight` or an outlined weight
 /// argument).
 bool isWeight(mlir::Value value);
+
+/// The shape of one `orrery.fused_attention` (its attributes).
+struct AttentionShape {
+  int64_t batch = 1, heads = 1, kvHeads = 1, qLen = 1, kvLen = 1,
+          headDim = 1, valueDim = 1;
+  double scale = 0, dropout = 0;
+  bool causal = false;
+};
+/// The attributes of a fused attention op of shape `s`, for its builders
+/// (the fusion pass and the importer of ONNX's own Attention).
+llvm::SmallVector<mlir::NamedAttribute>
+fusedAttentionAttributes(mlir::Builder &b, const AttentionShape &s);
 } // namespace orrery
 
 #include "orrery/Dialect/CostOpInterface.h.inc"
