@@ -16,7 +16,7 @@ if [ "${ORRERY_SKIP_SANITIZERS:-0}" != 1 ]; then
     cmake -G Ninja -S . -B build-asan -DCMAKE_BUILD_TYPE=Release -DORRERY_SANITIZE=ON \
       -DORRERY_WITH_CUDA=OFF
   fi
-  cmake --build build-asan -j "${ORRERY_JOBS:-2}" --target orrery orrery-opt orrery-unit-tests \
+  cmake --build build-asan -j "${ORRERY_JOBS:-2}" --target orrery orrery-run orrery-opt orrery-unit-tests \
     orrery-builtin-models
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     ctest --test-dir build-asan --output-on-failure -R "^(lit|e2e-shared-models|Loader\.|Outline\.|CostTest\.|Collective\.|Cluster\.|Strategy\.|Hetero\.|HeteroPlanner\.|Parallelism\.|Workload\.|Catalog\.|Simulator\.|Fusion\.|Overlap\.|ContextParallel\.|Precision\.|ExpertParallel\.|Lowering\.|Launch\.)"
