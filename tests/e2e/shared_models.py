@@ -67,12 +67,24 @@ def plan_problems(orrery, model, dims, workdir):
     return problems
 
 
-def manifest_counts(path):
-    counts = {}
+def manifest_rows(path, columns):
+    """The cells of each table row of a MANIFEST.md that names an .onnx file."""
     for line in open(path):
         cells = [c.strip() for c in line.split("|")]
-        if len(cells) < 5 or not cells[1].endswith(".onnx"):
-            continue
+        if len(cells) >= columns and cells[1].endswith(".onnx"):
+            yield cells
+
+
+def run_stats(orrery, path, dims):
+    cmd = [orrery, "stats", path, "--json"]
+    for d in dims:
+        cmd += ["--dim", d]
+    return subprocess.run(cmd, capture_output=True, text=True)
+
+
+def manifest_counts(path):
+    counts = {}
+    for cells in manifest_rows(path, 5):
         text = cells[4]
         m = re.match(r"^about ([\d.]+) M$", text)
         if m:
@@ -99,10 +111,7 @@ HF_XFAIL = {
 def hf_manifest(path):
     """file -> (parameters, [acceptable sorted repeat lists], [dims])."""
     rows = {}
-    for line in open(path):
-        cells = [c.strip() for c in line.split("|")]
-        if len(cells) < 9 or not cells[1].endswith(".onnx"):
-            continue
+    for cells in manifest_rows(path, 9):
         params = float(cells[6].replace(",", ""))
         layers = [sorted(int(x) for x in re.findall(r"\d+", alt))
                   for alt in cells[7].split(" or ")] if cells[7] else [[]]
@@ -117,10 +126,7 @@ def check_hf(orrery, folder, workdir, tally):
         return
     for name, (want, layers, dims) in sorted(hf_manifest(manifest).items()):
         path = os.path.join(folder, name)
-        cmd = [orrery, "stats", path, "--json"]
-        for d in dims:
-            cmd += ["--dim", d]
-        proc = subprocess.run(cmd, capture_output=True, text=True)
+        proc = run_stats(orrery, path, dims)
         problems = []
         if proc.returncode != 0:
             problems.append(f"exit {proc.returncode}: {proc.stderr.strip()}")
@@ -161,10 +167,7 @@ def main():
     expected = manifest_counts(manifest)
     tally = Tally()
     for name in sorted(f for f in os.listdir(models) if f.endswith(".onnx")):
-        cmd = [args.orrery, "stats", os.path.join(models, name), "--json"]
-        for d in DIMS:
-            cmd += ["--dim", d]
-        proc = subprocess.run(cmd, capture_output=True, text=True)
+        proc = run_stats(args.orrery, os.path.join(models, name), DIMS)
         problems = []
         if proc.returncode != 0:
             problems.append(f"exit {proc.returncode}: {proc.stderr.strip()}")
