@@ -19,7 +19,9 @@
 #include "llvm/ADT/SmallPtrSet.h"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
+#include <optional>
 
 namespace orrery {
 #define GEN_PASS_DEF_OUTLINELAYERSPASS
@@ -36,6 +38,71 @@ namespace {
 constexpr size_t kMaxCandidatePeriods = 24;
 
 bool isValueOp(Operation *op) { return isa<WeightOp, ConstantOp, NoneOp>(op); }
+
+bool isFloatTensor(Type t) {
+  auto r = dyn_cast<RankedTensorType>(t);
+  return r && isa<FloatType>(r.getElementType());
+}
+
+/// A Cast from one float type to another: all a layer that runs in another
+/// precision adds.
+bool isFloatCast(Operation *op) {
+  return isa<CastOp>(op) && op->getNumOperands() == 1 &&
+         isFloatTensor(op->getOperand(0).getType()) &&
+         isFloatTensor(op->getResult(0).getType());
+}
+
+bool sameModuloFloat(Type a, Type b) {
+  if (a == b)
+    return true;
+  auto x = dyn_cast<RankedTensorType>(a), y = dyn_cast<RankedTensorType>(b);
+  return x && y && x.getShape() == y.getShape() &&
+         isa<FloatType>(x.getElementType()) &&
+         isa<FloatType>(y.getElementType());
+}
+
+/// Attributes equal but for float values within bf16's rounding (2^-8
+/// relative): a scale folded from an fp16 constant is 0.12497 where the fp32
+/// layers have 0.125.
+bool sameAttrsModuloFloat(DictionaryAttr a, DictionaryAttr b) {
+  if (a == b)
+    return true;
+  if (a.size() != b.size())
+    return false;
+  for (auto [x, y] : llvm::zip(a.getValue(), b.getValue())) {
+    if (x.getName() != y.getName())
+      return false;
+    if (x.getValue() == y.getValue())
+      continue;
+    auto fx = dyn_cast<FloatAttr>(x.getValue()),
+         fy = dyn_cast<FloatAttr>(y.getValue());
+    if (!fx || !fy)
+      return false;
+    double u = fx.getValueAsDouble(), v = fy.getValueAsDouble();
+    if (!(std::abs(u - v) <= std::ldexp(std::max(std::abs(u), std::abs(v)), -8)))
+      return false;
+  }
+  return true;
+}
+
+/// The same op as `y` but for the float types of its values.
+bool sameOpModuloFloat(Operation *x, Operation *y) {
+  if (x->getName() != y->getName() ||
+      !sameAttrsModuloFloat(x->getAttrDictionary(), y->getAttrDictionary()) ||
+      x->getNumResults() != y->getNumResults() ||
+      x->getNumOperands() != y->getNumOperands() ||
+      x->getNumRegions() != 0 || y->getNumRegions() != 0)
+    return false;
+  for (unsigned i = 0; i < x->getNumResults(); ++i)
+    if (!sameModuloFloat(x->getResult(i).getType(), y->getResult(i).getType()))
+      return false;
+  for (unsigned i = 0; i < x->getNumOperands(); ++i)
+    if (!sameModuloFloat(x->getOperand(i).getType(),
+                         y->getOperand(i).getType()) ||
+        isWeight(x->getOperand(i)) != isWeight(y->getOperand(i)))
+      return false;
+  return true;
+}
 
 bool isContraction(Operation *op) {
   bool found = false;
@@ -71,6 +138,9 @@ struct Segment {
   size_t start, length, kind;
 };
 
+/// A kind's exemplar: the kind it is a precision variant of, or none.
+constexpr size_t kNoKind = ~size_t(0);
+
 class Outliner {
 public:
   Outliner(func::FuncOp main) : main(main), body(main.getBody().front()) {}
@@ -87,6 +157,7 @@ private:
   std::vector<Segment> segments;
   std::vector<Instance> kindExemplar;
   std::vector<std::string> kindLabel;
+  std::vector<size_t> kindVariantOf;
 
   uint64_t signature(Operation *op);
   void computeCutWidths();
@@ -95,7 +166,68 @@ private:
   bool follows(const Instance &prev, const Instance &next);
   void search(size_t lo, size_t hi);
   std::string labelFor(const Instance &inst, bool repeated, size_t lo);
+  std::optional<std::pair<size_t, size_t>>
+  precisionVariant(const Instance &layer, size_t lo, size_t hi, bool before);
+  size_t addKind(const Instance &exemplar, std::string label, size_t variantOf);
 };
+
+size_t Outliner::addKind(const Instance &exemplar, std::string label,
+                         size_t variantOf) {
+  kindExemplar.push_back(exemplar);
+  kindLabel.push_back(std::move(label));
+  kindVariantOf.push_back(variantOf);
+  return kindExemplar.size() - 1;
+}
+
+// The stack's first (`before`) or last layer in another precision: an fp16
+// export whose first layer upcasts the residual stream runs layer 0 in fp16
+// and the rest in fp32 (Pythia), with float Casts where the precision
+// changes. The ops of [lo, hi) next to the stack that are `layer`'s ops in
+// the same order, modulo float types and with float Casts between them, are
+// that layer: its own kind (priced at its own types), marked a variant of
+// the stack's, instead of part of the embedding or the head. Returns the
+// variant's [start, end).
+std::optional<std::pair<size_t, size_t>>
+Outliner::precisionVariant(const Instance &layer, size_t lo, size_t hi,
+                           bool before) {
+  std::vector<Operation *> want;
+  for (size_t t = 0; t < layer.length; ++t)
+    if (!isFloatCast(seq[layer.start + t]))
+      want.push_back(seq[layer.start + t]);
+  if (want.empty())
+    return std::nullopt;
+  size_t matched = 0, start = before ? hi : lo, end = start;
+  bool differs = false;
+  while (matched < want.size() && (before ? start > lo : end < hi)) {
+    Operation *op = seq[before ? start - 1 : end];
+    Operation *target =
+        before ? want[want.size() - 1 - matched] : want[matched];
+    if (isFloatCast(op)) {
+      // Casts inside the layer only, not at its edges.
+      if (matched == 0)
+        return std::nullopt;
+      differs = true;
+    } else if (sameOpModuloFloat(op, target)) {
+      differs |= op->getResultTypes() != target->getResultTypes() ||
+                 op->getOperandTypes() != target->getOperandTypes() ||
+                 op->getAttrDictionary() != target->getAttrDictionary();
+      ++matched;
+    } else {
+      if (getenv("ORRERY_DEBUG_OUTLINE"))
+        llvm::errs() << "variant stops at " << (before ? start - 1 : end)
+                     << " after " << matched << " of " << want.size() << ": "
+                     << *op << " vs " << *target << "\n";
+      return std::nullopt;
+    }
+    before ? --start : ++end;
+  }
+  if (matched < want.size() || !differs)
+    return std::nullopt;
+  Instance variant = canonicalize(start, end - start);
+  if (before ? !follows(variant, layer) : !follows(layer, variant))
+    return std::nullopt;
+  return std::make_pair(start, end);
+}
 
 uint64_t Outliner::signature(Operation *op) {
   llvm::hash_code h =
@@ -360,27 +492,33 @@ void Outliner::search(size_t lo, size_t hi) {
     }
     if (instances.size() < 2)
       continue;
-    size_t end = c.phase + instances.size() * c.period;
-    search(lo, c.phase);
-    size_t kind = kindExemplar.size();
+    size_t begin = c.phase, end = c.phase + instances.size() * c.period;
+    auto before = precisionVariant(instances.front(), lo, begin, true);
+    auto after = precisionVariant(instances.back(), end, hi, false);
+    search(lo, before ? before->first : begin);
     // Outputs: the union over instances of results used after them.
     for (const Instance &inst : instances)
       for (size_t t = 0; t < inst.usedOutside.size(); ++t)
         for (size_t r = 0; r < inst.usedOutside[t].size(); ++r)
           if (inst.usedOutside[t][r])
             instances[0].usedOutside[t][r] = true;
-    kindLabel.push_back(labelFor(instances[0], true, c.phase));
-    kindExemplar.push_back(instances[0]);
+    std::string label = labelFor(instances[0], true, c.phase);
+    size_t kind = addKind(instances[0], label, kNoKind);
     for (const Instance &inst : instances)
       segments.push_back({inst.start, inst.length, kind});
-    search(end, hi);
+    for (auto variant : {before, after})
+      if (variant) {
+        size_t length = variant->second - variant->first;
+        size_t v = addKind(canonicalize(variant->first, length), label, kind);
+        segments.push_back({variant->first, length, v});
+      }
+    search(after ? after->second : end, hi);
     return;
   }
   // Nothing repeats here: one layer of its own.
   Instance inst = canonicalize(lo, hi - lo);
-  kindLabel.push_back(labelFor(inst, false, lo));
-  kindExemplar.push_back(inst);
-  segments.push_back({lo, hi - lo, kindExemplar.size() - 1});
+  size_t kind = addKind(inst, labelFor(inst, false, lo), kNoKind);
+  segments.push_back({lo, hi - lo, kind});
 }
 
 // Gives each user of a shared view op (Transpose, Reshape, ...) its own copy.
@@ -606,6 +744,9 @@ LogicalResult Outliner::run(ModuleOp module) {
                              builder.getFunctionType(argTypes, resultTypes));
     func.setPrivate();
     symbols.insert(func); // renames on a clash: transformer_layer_0, ...
+    if (kindVariantOf[k] != kNoKind) // its base kind's function comes first
+      func->setAttr("orrery.variant_of",
+                    FlatSymbolRefAttr::get(funcs[kindVariantOf[k]]));
     Block *entry = func.addEntryBlock();
     IRMapping map;
     for (size_t i = 0; i < inst.externals.size(); ++i) {

@@ -423,6 +423,8 @@ static LayerKind measureKind(func::FuncOp func, const LayoutCosts &costs,
                              KernelFusion kernels) {
   LayerKind kind;
   kind.name = func.getSymName().str();
+  if (auto base = func->getAttrOfType<FlatSymbolRefAttr>("orrery.variant_of"))
+    kind.variantOf = base.getValue().str();
   RegionCost cost = sumRegionCost(func.getBody());
   kind.forwardFlops = cost.forwardFlops;
   kind.backwardFlops = cost.backwardFlops;
@@ -511,13 +513,14 @@ static void addTrainingLoss(ModuleOp module, func::FuncOp main, Workload &w,
       loss.tensorParallel = found && index < kind.ops.size() &&
                             kind.ops[index].tensorParallel;
       kind.ops.push_back(loss);
-      kind.forwardFlops += loss.forwardFlops;
-      kind.backwardFlops += loss.backwardFlops;
-      kind.bytesRead += loss.bytesRead;
-      kind.bytesWritten += loss.bytesWritten;
-      kind.savedActivationBytes += 4 * n;
-      (loss.tensorParallel ? kind.savedShardedBytes
-                           : kind.savedReplicatedBytes) += 4 * n;
+      kind.forwardFlops = satAdd(kind.forwardFlops, loss.forwardFlops);
+      kind.backwardFlops = satAdd(kind.backwardFlops, loss.backwardFlops);
+      kind.bytesRead = satAdd(kind.bytesRead, loss.bytesRead);
+      kind.bytesWritten = satAdd(kind.bytesWritten, loss.bytesWritten);
+      kind.savedActivationBytes = satAdd(kind.savedActivationBytes, 4 * n);
+      int64_t &saved = loss.tensorParallel ? kind.savedShardedBytes
+                                           : kind.savedReplicatedBytes;
+      saved = satAdd(saved, 4 * n);
     };
     LayerKind &kind = w.kinds[it->second];
     addTo(kind);
@@ -531,6 +534,31 @@ static void addTrainingLoss(ModuleOp module, func::FuncOp main, Workload &w,
   }
 }
 
+/// Op costs saturate at INT64_MAX instead of overflowing; an op whose FLOPs
+/// or bytes saturated is an error naming it, before any sum hides which.
+static llvm::Error checkOpCostsFit(ModuleOp module) {
+  Operation *bad = nullptr;
+  module.walk([&](CostOpInterface c) {
+    if (isa<IfOp, LoopOp, ScanOp>(c.getOperation()))
+      return WalkResult::advance(); // their bodies' ops are checked
+    for (int64_t v : {c.getForwardFlops(), c.getBackwardFlops(),
+                      c.getBytesRead(), c.getBytesWritten()})
+      if (v == INT64_MAX) {
+        bad = c.getOperation();
+        return WalkResult::interrupt();
+      }
+    return WalkResult::advance();
+  });
+  if (!bad)
+    return llvm::Error::success();
+  std::string name = bad->getName().getStringRef().str();
+  if (auto loc = dyn_cast<NameLoc>(bad->getLoc()))
+    name = "node '" + loc.getName().str() + "' (" + name + ")";
+  return llvm::createStringError(
+      llvm::inconvertibleErrorCode(),
+      name + ": its FLOPs or bytes for one step exceed 2^63; bind smaller dims");
+}
+
 llvm::Expected<Workload> buildWorkload(ModuleOp module,
                                        const LayoutCosts &costs,
                                        KernelFusion kernels) {
@@ -538,6 +566,8 @@ llvm::Expected<Workload> buildWorkload(ModuleOp module,
   if (!main || main.isExternal())
     return llvm::createStringError(llvm::inconvertibleErrorCode(),
                                    "module has no function @main");
+  if (llvm::Error e = checkOpCostsFit(module))
+    return std::move(e);
   Workload w;
   w.kernels = kernels;
   if (auto src = module->getAttrOfType<StringAttr>("orrery.source"))

@@ -407,10 +407,23 @@ int64_t OnnxOp::getBackwardFlops() { return 0; }
 // Control flow: costs summarized from the bodies.
 //===----------------------------------------------------------------------===//
 
+static RegionCost controlFlowCost(Operation *op);
+
 RegionCost orrery::sumRegionCost(Region &region) {
   RegionCost cost;
   llvm::SmallPtrSet<void *, 16> seen;
   for (Operation &op : region.getOps()) {
+    // A nested If/Loop/Scan is summarized once: asking each of its five
+    // getters would walk its bodies five times per level (5^depth).
+    if (isa<IfOp, LoopOp, ScanOp>(op)) {
+      RegionCost c = controlFlowCost(&op);
+      cost.forwardFlops = satAdd(cost.forwardFlops, c.forwardFlops);
+      cost.backwardFlops = satAdd(cost.backwardFlops, c.backwardFlops);
+      cost.bytesRead = satAdd(cost.bytesRead, c.bytesRead);
+      cost.bytesWritten = satAdd(cost.bytesWritten, c.bytesWritten);
+      cost.savedBytes = satAdd(cost.savedBytes, c.savedBytes);
+      continue;
+    }
     auto c = dyn_cast<CostOpInterface>(&op);
     if (!c)
       continue;

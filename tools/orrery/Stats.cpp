@@ -72,7 +72,10 @@ nlohmann::ordered_json statsJson(const Workload &w,
   nlohmann::ordered_json layers = nlohmann::ordered_json::array();
   for (const LayerRun &run : w.layers) {
     const LayerKind &k = w.kinds[run.kind];
-    layers.push_back({{"kind", k.name},
+    nlohmann::ordered_json layer = {{"kind", k.name}};
+    if (!k.variantOf.empty())
+      layer["variant_of"] = k.variantOf;
+    layer.update(nlohmann::ordered_json{
                       {"count", run.count},
                       {"ops_per_layer", k.numOps},
                       {"parameters_per_layer", k.parameters},
@@ -80,6 +83,7 @@ nlohmann::ordered_json statsJson(const Workload &w,
                        double(k.forwardFlops) / samples},
                       {"activation_bytes_per_layer_per_sample",
                        double(k.savedActivationBytes) / samples}});
+    layers.push_back(layer);
   }
   j["layers"] = layers;
   j["op_histogram"] = w.opHistogram;
@@ -137,6 +141,10 @@ void printStats(std::ostream &os, const Workload &w,
        << withUnit(double(k.forwardFlops) / samples, "FLOP") << std::setw(14)
        << mib(double(k.savedActivationBytes) / samples) << "\n";
   }
+  for (const LayerKind &k : w.kinds)
+    if (!k.variantOf.empty())
+      os << "  (" << k.name << " is " << k.variantOf
+         << " in other float types, priced at its own)\n";
   os << "\nop histogram\n ";
   std::vector<std::pair<int64_t, std::string>> ops;
   for (const auto &[name, count] : w.opHistogram)

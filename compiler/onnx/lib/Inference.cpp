@@ -58,6 +58,47 @@ using Shape = std::vector<int64_t>;
   throw LoadError(describe(node) + ": " + what);
 }
 
+// Shape arithmetic on a file's attributes and dims is checked: an overflow
+// is the node's error, never a wrapped (negative or small) dimension.
+int64_t add(const NodeDesc &node, int64_t a, int64_t b) {
+  int64_t r;
+  if (__builtin_add_overflow(a, b, &r))
+    fail(node, "shape arithmetic overflows int64 (" + std::to_string(a) +
+                   " + " + std::to_string(b) + ")");
+  return r;
+}
+int64_t sub(const NodeDesc &node, int64_t a, int64_t b) {
+  int64_t r;
+  if (__builtin_sub_overflow(a, b, &r))
+    fail(node, "shape arithmetic overflows int64 (" + std::to_string(a) +
+                   " - " + std::to_string(b) + ")");
+  return r;
+}
+int64_t mul(const NodeDesc &node, int64_t a, int64_t b) {
+  int64_t r;
+  if (__builtin_mul_overflow(a, b, &r))
+    fail(node, "shape arithmetic overflows int64 (" + std::to_string(a) +
+                   " x " + std::to_string(b) + ")");
+  return r;
+}
+
+// An attribute with one value per spatial dim (strides, dilations, kernel
+// shape) or two (pads): empty means the default, any other length is wrong.
+std::vector<int64_t> perDim(const NodeDesc &node, const char *name,
+                            size_t count, int64_t dflt, int64_t least) {
+  std::vector<int64_t> v = attrInts(node, name);
+  if (v.empty())
+    return std::vector<int64_t>(count, dflt);
+  if (v.size() != count)
+    fail(node, std::string(name) + " has " + std::to_string(v.size()) +
+                   " values, expected " + std::to_string(count));
+  for (int64_t x : v)
+    if (x < least)
+      fail(node, std::string(name) + " value " + std::to_string(x) +
+                     " below " + std::to_string(least));
+  return v;
+}
+
 std::string shapeStr(const Shape &s) {
   std::string r = "[";
   for (size_t i = 0; i < s.size(); ++i)
@@ -119,7 +160,7 @@ struct Ctx {
     return r;
   }
   int64_t axis(int64_t a, int64_t rank) const {
-    if (a < -rank || a >= std::max<int64_t>(rank, 1))
+    if (a < -rank || a >= rank)
       fail(node, "axis " + std::to_string(a) + " out of range for rank " +
                      std::to_string(rank));
     return a < 0 ? a + rank : a;
@@ -233,29 +274,29 @@ void foldBroadcast(
 // Output spatial size of a convolution or pooling window (ONNX Conv/MaxPool).
 Shape windowedShape(Ctx &c, const Shape &x, const Shape &kernel,
                     int64_t channels, bool ceilMode) {
+  const NodeDesc &n = c.node;
   size_t spatial = x.size() - 2;
-  Shape strides = attrInts(c.node, "strides"),
-        dil = attrInts(c.node, "dilations"), pads = attrInts(c.node, "pads");
-  strides.resize(spatial, 1);
-  dil.resize(spatial, 1);
-  if (pads.empty())
-    pads.assign(2 * spatial, 0);
-  if (pads.size() != 2 * spatial || kernel.size() != spatial)
-    fail(c.node, "kernel, strides or pads do not match the input rank");
-  std::string autoPad = attrString(c.node, "auto_pad", "NOTSET");
+  Shape strides = perDim(n, "strides", spatial, 1, 1),
+        dil = perDim(n, "dilations", spatial, 1, 1),
+        pads = perDim(n, "pads", 2 * spatial, 0, 0);
+  if (kernel.size() != spatial)
+    fail(n, "kernel has " + std::to_string(kernel.size()) +
+                " dims for " + std::to_string(spatial) + " spatial dims");
+  std::string autoPad = attrString(n, "auto_pad", "NOTSET");
   Shape r = {x[0], channels};
   for (size_t i = 0; i < spatial; ++i) {
-    int64_t eff = (kernel[i] - 1) * dil[i] + 1;
-    if (strides[i] <= 0)
-      fail(c.node, "stride must be positive");
+    if (kernel[i] < 1)
+      fail(n, "kernel dim " + std::to_string(kernel[i]) + " below 1");
+    int64_t eff = add(n, mul(n, kernel[i] - 1, dil[i]), 1);
     int64_t o;
     if (autoPad == "SAME_UPPER" || autoPad == "SAME_LOWER")
-      o = (x[i + 2] + strides[i] - 1) / strides[i];
+      o = add(n, x[i + 2], strides[i] - 1) / strides[i];
     else if (autoPad == "VALID")
       o = (x[i + 2] - eff) / strides[i] + 1;
     else {
-      int64_t span = x[i + 2] + pads[i] + pads[i + spatial] - eff;
-      o = (ceilMode ? (span + strides[i] - 1) / strides[i]
+      int64_t span =
+          sub(n, add(n, add(n, x[i + 2], pads[i]), pads[i + spatial]), eff);
+      o = (ceilMode ? add(n, span, strides[i] - 1) / strides[i]
                     : span / strides[i]) +
           1;
     }
@@ -498,27 +539,34 @@ std::map<std::string, Rule> &rules() {
     const Shape &x = c.shape(0), &w = c.shape(1);
     if (x.size() < 3 || w.size() != x.size())
       fail(c.node, "input and weight ranks differ or are below 3");
+    const NodeDesc &n = c.node;
     size_t spatial = x.size() - 2;
-    int64_t group = attrInt(c.node, "group", 1);
-    Shape k = attrInts(c.node, "kernel_shape");
-    if (k.empty())
-      k.assign(w.begin() + 2, w.end());
-    Shape s = attrInts(c.node, "strides"), d = attrInts(c.node, "dilations"),
-          p = attrInts(c.node, "pads"), op = attrInts(c.node, "output_padding"),
-          os = attrInts(c.node, "output_shape");
-    s.resize(spatial, 1);
-    d.resize(spatial, 1);
-    op.resize(spatial, 0);
-    if (p.empty())
-      p.assign(2 * spatial, 0);
-    Shape r = {x[0], w[1] * group};
+    int64_t group = attrInt(n, "group", 1);
+    if (group <= 0 || x[1] != w[0])
+      fail(n, "input channels " + std::to_string(x[1]) +
+                  " differ from weight input channels " +
+                  std::to_string(w[0]) + " (group " + std::to_string(group) +
+                  ")");
+    Shape k(w.begin() + 2, w.end());
+    if (findAttr(n, "kernel_shape"))
+      k = perDim(n, "kernel_shape", spatial, 1, 1);
+    Shape s = perDim(n, "strides", spatial, 1, 1),
+          d = perDim(n, "dilations", spatial, 1, 1),
+          p = perDim(n, "pads", 2 * spatial, 0, 0),
+          op = perDim(n, "output_padding", spatial, 0, 0);
+    Shape os = attrInts(n, "output_shape");
+    if (!os.empty() && os.size() != spatial)
+      fail(n, "output_shape has " + std::to_string(os.size()) +
+                  " values, expected " + std::to_string(spatial));
+    Shape r = {x[0], mul(n, w[1], group)};
     for (size_t i = 0; i < spatial; ++i) {
-      if (os.size() == spatial) {
+      if (!os.empty()) {
         r.push_back(os[i]);
         continue;
       }
-      r.push_back(s[i] * (x[i + 2] - 1) + op[i] + (k[i] - 1) * d[i] + 1 - p[i] -
-                  p[i + spatial]);
+      int64_t span = add(n, mul(n, s[i], x[i + 2] - 1), op[i]);
+      span = add(n, span, add(n, mul(n, k[i] - 1, d[i]), 1));
+      r.push_back(sub(n, sub(n, span, p[i]), p[i + spatial]));
     }
     c.result(0, c.input(0).type, r);
   };
@@ -617,7 +665,12 @@ std::map<std::string, Rule> &rules() {
       const Shape &s = c.shape(i);
       if (s.size() != r.size())
         fail(c.node, "inputs have different ranks");
-      r[axis] += s[axis];
+      for (size_t d = 0; d < s.size(); ++d)
+        if ((int64_t)d != axis && s[d] != r[d])
+          fail(c.node, "input " + std::to_string(i) + " " + shapeStr(s) +
+                           " differs from " + shapeStr(c.shape(0)) +
+                           " off the concatenated axis");
+      r[axis] = add(c.node, r[axis], s[axis]);
     }
     c.result(0, c.input(0).type, r);
     if (c.allConst() && product(r) <= kMaxFoldElements) {
@@ -658,6 +711,15 @@ std::map<std::string, Rule> &rules() {
     }
     if (sizes.size() != n)
       fail(c.node, "split sizes do not match the outputs");
+    int64_t total = 0;
+    for (int64_t size : sizes) {
+      if (size < 0)
+        fail(c.node, "negative split size " + std::to_string(size));
+      total = add(c.node, total, size);
+    }
+    if (total != x[axis])
+      fail(c.node, "split sizes add up to " + std::to_string(total) +
+                       ", the axis has " + std::to_string(x[axis]));
     for (size_t i = 0; i < n; ++i) {
       Shape s = x;
       s[axis] = sizes[i];
@@ -704,9 +766,10 @@ std::map<std::string, Rule> &rules() {
                       : clampIdx(ends[i], true);
       if (step < 0 && ends[i] < -d)
         e = -1;
-      int64_t n = step > 0 ? (e - s + step - 1) / step
-                           : (s - e + (-step) - 1) / (-step);
-      r[a] = std::max<int64_t>(0, n);
+      // In 128 bits: a step of INT64_MIN has no 64-bit negation.
+      __int128 wide = step > 0 ? (__int128(e) - s + step - 1) / step
+                               : (__int128(s) - e - step - 1) / -__int128(step);
+      r[a] = wide > 0 ? int64_t(wide) : 0;
       lo[a] = s;
       st[a] = step;
     }
@@ -857,8 +920,12 @@ std::map<std::string, Rule> &rules() {
         c.opset >= 13 ? c.ints(1, "axes") : attrInts(c.node, "axes");
     int64_t rank = x.size() + axes.size();
     std::vector<bool> ins(rank, false);
-    for (int64_t a : axes)
-      ins[c.axis(a, rank)] = true;
+    for (int64_t a : axes) {
+      int64_t k = c.axis(a, rank);
+      if (ins[k])
+        fail(c.node, "axis " + std::to_string(a) + " given twice");
+      ins[k] = true;
+    }
     Shape r;
     for (int64_t i = 0, j = 0; i < rank; ++i)
       r.push_back(ins[i] ? 1 : x[j++]);
@@ -911,8 +978,10 @@ std::map<std::string, Rule> &rules() {
         axes.push_back(i);
     if (pads.size() != 2 * axes.size())
       fail(c.node, "pads do not match the rank");
-    for (size_t i = 0; i < axes.size(); ++i)
-      r[c.axis(axes[i], r.size())] += pads[i] + pads[i + axes.size()];
+    for (size_t i = 0; i < axes.size(); ++i) {
+      int64_t &d = r[c.axis(axes[i], r.size())];
+      d = add(c.node, add(c.node, d, pads[i]), pads[i + axes.size()]);
+    }
     c.result(0, c.input(0).type, r);
   };
   auto resize = [](Ctx &c) {
@@ -1096,7 +1165,17 @@ std::map<std::string, Rule> &rules() {
   r["TopK"] = [](Ctx &c) {
     Shape x = c.shape(0);
     int64_t axis = c.axis(attrInt(c.node, "axis", -1), x.size());
-    int64_t k = c.opset >= 10 ? c.ints(1, "k").at(0) : attrInt(c.node, "k", 1);
+    int64_t k = attrInt(c.node, "k", 1);
+    if (c.opset >= 10) {
+      std::vector<int64_t> ks = c.ints(1, "k");
+      if (ks.size() != 1)
+        fail(c.node, "k must hold one value, holds " +
+                         std::to_string(ks.size()));
+      k = ks[0];
+    }
+    if (k < 0 || k > x[axis])
+      fail(c.node, "k " + std::to_string(k) + " outside 0.." +
+                       std::to_string(x[axis]));
     x[axis] = k;
     c.result(0, c.input(0).type, x);
     c.result(1, ElemType::Int64, x);

@@ -6,13 +6,14 @@
 // error naming the file and the offending node or value.
 //
 // Steps: parse → check versions → bind symbolic dims → ONNX shape inference
-// (opset ≤ 17) → our own pass in node order: fold small constants, infer
+// (opset ≤ 17, in a child process) → our own pass in node order: fold small constants, infer
 // shapes with our rules (ONNX's result where we have none), classify weights,
 // inline If branches whose condition folds → drop dead nodes.
 //
 //===----------------------------------------------------------------------===//
 
 #include "Inference.h"
+#include "IsolatedInference.h"
 #include "orrery/Onnx/GraphDesc.h"
 #include "orrery/CostModel/PrintableLine.h"
 #include "orrery/CostModel/InputFile.h"
@@ -20,7 +21,6 @@
 #include "onnx/defs/parser.h"
 #include "onnx/defs/schema.h"
 #include "onnx/onnx_pb.h"
-#include "onnx/shape_inference/implementation.h"
 
 #include <cmath>
 #include <cstring>
@@ -142,6 +142,35 @@ constexpr int64_t kMinIr = 3, kMaxIr = 11, kMinOpset = 7, kMaxOpset = 23;
 /// Float constants up to this many elements keep their values (scalars such
 /// as epsilon); larger ones are buffers.
 constexpr int64_t kMaxConstantElements = 4096;
+
+/// Graphs inside graphs (If branches, Loop and Scan bodies), at most: the
+/// loader, ONNX's text parser and the dialect recurse once per level.
+/// Protobuf's own limit (100 nested messages, three per level) stops a
+/// binary file near 33.
+constexpr int kMaxGraphNesting = 64;
+
+/// The deepest nesting of braces in ONNX text, outside string literals:
+/// each nested graph's body is one level.
+int textNesting(const std::string &text) {
+  int depth = 0, deepest = 0;
+  bool quoted = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    char c = text[i];
+    if (quoted) {
+      if (c == '\\')
+        ++i;
+      else if (c == '"')
+        quoted = false;
+    } else if (c == '"') {
+      quoted = true;
+    } else if (c == '{') {
+      deepest = std::max(deepest, ++depth);
+    } else if (c == '}') {
+      --depth;
+    }
+  }
+  return deepest;
+}
 
 bool isFloat(ElemType t) { return isFloatElemType(t); }
 
@@ -348,8 +377,12 @@ public:
 private:
   const LoadOptions &options;
   ModelDesc &model;
-  /// Shapes ONNX inferred, by value name; used where we have no rule.
+  /// Shapes the file states or ONNX inferred, by value name; used where we
+  /// have no rule.
   std::map<std::string, ValueDesc> onnxInferred;
+  const ::onnx::ModelProto *proto = nullptr;
+  bool onnxInferenceRan = false;
+  int graphNesting = 0; ///< processNodes calls in progress
   std::set<std::string> bnStatistics;
   std::set<std::string> initializerNames;
   /// Values every use of which is a parameter slot (a Conv's weight and
@@ -357,6 +390,8 @@ private:
   std::map<std::string, bool> onlyParameterSlots;
 
   void collectBnStatistics(const ::onnx::GraphProto &g);
+  void readValueInfo(const ::onnx::GraphProto &g);
+  const ValueDesc *shapeFromOnnx(const std::string &name);
   void addInitializers(const ::onnx::GraphProto &g, GraphDesc &out);
   void processNodes(const ::onnx::GraphProto &g, GraphDesc &out, Scope &scope,
                     const std::string &prefix);
@@ -414,6 +449,58 @@ void Loader::addInitializers(const ::onnx::GraphProto &g, GraphDesc &out) {
     }
     addValue(out, std::move(v));
   }
+}
+
+void Loader::readValueInfo(const ::onnx::GraphProto &g) {
+  std::vector<const ::onnx::ValueInfoProto *> infos;
+  for (const auto &vi : g.value_info())
+    infos.push_back(&vi);
+  for (const auto &vi : g.output()) // ONNX writes outputs' shapes here
+    infos.push_back(&vi);
+  for (const ::onnx::ValueInfoProto *info : infos) {
+    const ::onnx::ValueInfoProto &vi = *info;
+    if (!vi.type().has_tensor_type())
+      continue;
+    const auto &tt = vi.type().tensor_type();
+    if (!tt.has_shape())
+      continue;
+    ValueDesc v;
+    v.name = vi.name();
+    v.type = toElemType(tt.elem_type());
+    bool complete = v.type != ElemType::Undefined;
+    int64_t elements = 1;
+    for (const auto &d : tt.shape().dim()) {
+      // A file's value_info is untrusted: negative or huge dims are no
+      // shape (our rules then infer it, or the node is an error).
+      int64_t dim = d.has_dim_value() ? d.dim_value() : -1;
+      if (dim < 0 ||
+          (dim > 0 && elements > detail::kMaxTensorElements / dim)) {
+        complete = false;
+        break;
+      }
+      elements *= dim;
+      v.shape.push_back(dim);
+    }
+    if (complete)
+      onnxInferred.try_emplace(v.name, std::move(v));
+  }
+}
+
+// ONNX's shape inference knows opsets up to 17 (on newer files it may skip
+// nodes, which is fine). It runs once, and only for a file with a node our
+// rules do not cover, in a child process: its crashes on hostile files cost
+// only its shapes, and a node neither covers is reported by the caller.
+const ValueDesc *Loader::shapeFromOnnx(const std::string &name) {
+  auto it = onnxInferred.find(name);
+  if (it == onnxInferred.end() && !onnxInferenceRan &&
+      model.opsetVersion <= 17) {
+    onnxInferenceRan = true;
+    ::onnx::GraphProto shapes;
+    if (detail::inferShapesIsolated(*proto, shapes))
+      readValueInfo(shapes);
+    it = onnxInferred.find(name);
+  }
+  return it == onnxInferred.end() ? nullptr : &it->second;
 }
 
 NodeDesc Loader::convertNode(const ::onnx::NodeProto &n,
@@ -530,8 +617,12 @@ Loader::processSubgraph(const ::onnx::GraphProto &g, Scope &scope,
 
 void Loader::processNodes(const ::onnx::GraphProto &g, GraphDesc &out,
                           Scope &scope, const std::string &prefix) {
+  if (++graphNesting > kMaxGraphNesting)
+    throw LoadError("graph '" + g.name() + "': graphs nested deeper than " +
+                    std::to_string(kMaxGraphNesting) + " levels");
   for (const auto &n : g.node())
     processNode(n, out, scope, prefix);
+  --graphNesting;
 }
 
 void Loader::processNode(const ::onnx::NodeProto &n, GraphDesc &out,
@@ -792,12 +883,12 @@ void Loader::processNode(const ::onnx::NodeProto &n, GraphDesc &out,
   if (!inferred) {
     outs.clear();
     for (const std::string &o : node.outputs) {
-      auto it = onnxInferred.find(o);
       if (o.empty()) {
         outs.emplace_back();
         continue;
       }
-      if (it == onnxInferred.end()) {
+      const ValueDesc *shape = shapeFromOnnx(o);
+      if (!shape) {
         // An operator ONNX itself does not know is unsupported; a known one
         // whose shape ONNX could not work out either is a shape problem.
         bool known = ::onnx::OpSchemaRegistry::Schema(
@@ -813,7 +904,7 @@ void Loader::processNode(const ::onnx::NodeProto &n, GraphDesc &out,
                          "' (add it to value_info to import it as an opaque "
                          "op)"));
       }
-      outs.push_back(it->second);
+      outs.push_back(*shape);
     }
   }
   bool allConstant = true;
@@ -950,42 +1041,10 @@ void Loader::run(::onnx::ModelProto &proto) {
     throw LoadError(msg + "; bind each with --dim NAME=VALUE");
   }
 
-  // ONNX's shape inference for whatever our rules do not cover. It knows
-  // opsets up to 17; on newer models it may skip nodes, which is fine.
-  if (model.opsetVersion <= 17) {
-    try {
-      ::onnx::ShapeInferenceOptions opts(false, 0, true);
-      ::onnx::shape_inference::InferShapes(
-          proto, ::onnx::OpSchemaRegistry::Instance(), opts);
-    } catch (const std::exception &) {
-      // Our own rules still run; a node neither covers is reported below.
-    }
-    for (const auto &vi : g.value_info()) {
-      if (!vi.type().has_tensor_type())
-        continue;
-      const auto &tt = vi.type().tensor_type();
-      if (!tt.has_shape())
-        continue;
-      ValueDesc v;
-      v.name = vi.name();
-      v.type = toElemType(tt.elem_type());
-      bool complete = v.type != ElemType::Undefined;
-      int64_t elements = 1;
-      for (const auto &d : tt.shape().dim()) {
-        // A file's value_info is untrusted: negative or huge dims are no
-        // shape (our rules then infer it, or the node is an error).
-        int64_t dim = d.has_dim_value() ? d.dim_value() : -1;
-        if (dim < 0 || (dim > 0 && elements > detail::kMaxTensorElements / dim)) {
-          complete = false;
-          break;
-        }
-        elements *= dim;
-        v.shape.push_back(dim);
-      }
-      if (complete)
-        onnxInferred[v.name] = v;
-    }
-  }
+  // Shapes the file states, for nodes our rules do not cover; ONNX's own
+  // inference adds more when one such node needs it (shapeFromOnnx).
+  this->proto = &proto;
+  readValueInfo(g);
 
   GraphDesc &out = model.graph;
   out.name = g.name();
@@ -1065,6 +1124,12 @@ LoadResult loadOnnxModelFromBytes(const std::string &bytes,
         path.size() > 9 && path.compare(path.size() - 9, 9, ".onnxtext") == 0;
     if (text) {
       // ONNX's textual syntax (onnx/defs/parser.h), for readable fixtures.
+      // Its parser recurses per nested graph: deep nesting is refused first.
+      if (textNesting(bytes) > kMaxGraphNesting + 1) {
+        result.error = path + ": graphs nested deeper than " +
+                       std::to_string(kMaxGraphNesting) + " levels";
+        return result;
+      }
       ::onnx::OnnxParser parser(bytes.c_str());
       auto status = parser.Parse(proto);
       if (!status.IsOK()) {

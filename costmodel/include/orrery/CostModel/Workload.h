@@ -90,6 +90,10 @@ struct OpCost {
 /// instance of it.
 struct LayerKind {
   std::string name;
+  /// The kind this one is in another precision (the outliner's variant: a
+  /// first or last layer whose ops are the stack's modulo float types), or
+  /// empty. Priced at its own types; counted with that kind's layers.
+  std::string variantOf;
   int64_t count = 0;  ///< instances in the model
   int64_t numOps = 0; ///< ops in one instance (control-flow bodies included)
   int64_t parameters = 0; ///< trainable, each weight counted at its first use
