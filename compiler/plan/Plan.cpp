@@ -555,12 +555,245 @@ heteroStrategyFromPlanImpl(const nlohmann::json &plan,
   return s;
 }
 
+//===----------------------------------------------------------------------===//
+// Field types of the plan format.
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+enum class JsonKind { Object, Array, String, Integer, Number, Boolean };
+
+/// `path` names a field: dot-separated keys, "[]" for each element of an
+/// array ("stages[].devices[]", "groups.tp[][]").
+struct FieldType {
+  const char *path;
+  JsonKind kind;
+};
+
+using K = JsonKind;
+
+// strategy and each alternatives[].strategy.
+const FieldType kStrategyFields[] = {
+    {"", K::Object}, {"cli", K::String}, {"summary", K::String},
+    {"kind", K::String}, {"tp", K::Integer}, {"pp", K::Integer},
+    {"dp", K::Integer}, {"cp", K::Integer}, {"cp_comm", K::String},
+    {"ep", K::Integer}, {"virtual_stages", K::Integer},
+    {"zero_stage", K::Integer}, {"micro_batch_size_samples", K::Integer},
+    {"micro_batches", K::Integer}, {"global_batch_size_samples", K::Integer},
+    {"schedule", K::String}, {"recompute", K::String},
+    {"precision", K::String}, {"sequence_parallel", K::Boolean},
+    {"tp_batch_split", K::Boolean}, {"offload_activations", K::Boolean},
+    {"offload_optimizer", K::Boolean}, {"overlap", K::Object},
+    {"overlap.grad_reduce", K::Boolean}, {"overlap.p2p", K::Boolean},
+    {"overlap.param_gather", K::Boolean}, {"overlap.tp_comm", K::Boolean},
+    {"device_order", K::Array}, {"device_order[]", K::String},
+    {"layers_per_stage", K::Array}, {"layers_per_stage[]", K::Integer},
+    {"replica_groups", K::Array}, {"replica_groups[]", K::Object},
+    {"replica_groups[].replicas", K::Integer},
+    {"replica_groups[].micro_batch_size_samples", K::Integer},
+    {"replica_groups[].recompute", K::String},
+    {"replica_groups[].samples_per_replica", K::Array},
+    {"replica_groups[].samples_per_replica[]", K::Integer},
+    {"replica_groups[].micro_batches_per_replica", K::Array},
+    {"replica_groups[].micro_batches_per_replica[]", K::Integer},
+    {"replica_groups[].gradient_weight_per_replica", K::Array},
+    {"replica_groups[].gradient_weight_per_replica[]", K::Number},
+    {"replica_groups[].stages", K::Array},
+    {"replica_groups[].stages[]", K::Object},
+    {"replica_groups[].stages[].device_type", K::String},
+    {"replica_groups[].stages[].layers", K::Integer},
+    {"replica_groups[].stages[].pool", K::Integer},
+    {"replica_groups[].stages[].tp", K::Integer},
+};
+
+// predicted and each alternatives[].predicted.
+const FieldType kPredictedFields[] = {
+    {"", K::Object}, {"step_time_s", K::Number}, {"mfu", K::Number},
+    {"hfu", K::Number}, {"peak_memory_bytes", K::Number},
+    {"devices_used", K::Integer}, {"bubble_fraction", K::Number},
+    {"cost_usd_per_step", K::Number}, {"energy_j_per_step", K::Number},
+    {"exposed_communication_s", K::Number},
+    {"cross_group_gradient_sync_s", K::Number},
+    {"gradient_accumulation", K::String},
+    {"gradient_bytes_per_parameter", K::Number}, {"kernels", K::String},
+    {"kernel_rates", K::String}, {"model_tflop_per_s_per_device", K::Number},
+    {"samples_per_s", K::Number}, {"tokens_per_s", K::Number},
+    {"slowest_group_s", K::Number}, {"wan_bytes_per_step", K::Number},
+    {"wan_usd_per_step", K::Number},
+};
+
+const FieldType kPlanFields[] = {
+    {"", K::Object}, {"schema", K::String}, {"version", K::Integer},
+    {"model", K::Object}, {"model.source", K::String},
+    {"model.digest_fnv1a64", K::String}, {"model.parameters", K::Integer},
+    {"model.tokens_per_sample", K::Integer}, {"model.layers", K::Array},
+    {"model.layers[]", K::Object}, {"model.layers[].kind", K::String},
+    {"model.layers[].count", K::Integer}, {"cluster", K::Object},
+    {"cluster.spec", K::String}, {"cluster.digest_fnv1a64", K::String},
+    {"cluster.device_type", K::String}, {"cluster.devices", K::Integer},
+    {"cluster.devices_used", K::Integer}, {"cluster.pools", K::Array},
+    {"cluster.pools[]", K::Object}, {"cluster.pools[].name", K::String},
+    {"cluster.pools[].site", K::String},
+    {"cluster.pools[].device_type", K::String},
+    {"cluster.pools[].devices", K::Integer},
+    {"cluster.pools[].first_device", K::Integer},
+    {"cluster.pools[].pool", K::Integer}, {"groups", K::Object},
+    {"groups.tp", K::Array}, {"groups.tp[]", K::Array},
+    {"groups.tp[][]", K::Integer}, {"groups.pp", K::Array},
+    {"groups.pp[]", K::Array}, {"groups.pp[][]", K::Integer},
+    {"groups.dp", K::Array}, {"groups.dp[]", K::Array},
+    {"groups.dp[][]", K::Integer}, {"groups.cp", K::Array},
+    {"groups.cp[]", K::Array}, {"groups.cp[][]", K::Integer},
+    {"search", K::Object}, {"search.candidates_priced", K::Integer},
+    {"search.candidates_pruned", K::Integer}, {"stages", K::Array},
+    {"stages[]", K::Object}, {"stages[].stage", K::Integer},
+    {"stages[].replica_group", K::Integer}, {"stages[].pool", K::String},
+    {"stages[].device_type", K::String}, {"stages[].tp", K::Integer},
+    {"stages[].layers", K::Integer}, {"stages[].first_layer", K::Integer},
+    {"stages[].devices", K::Array}, {"stages[].devices[]", K::Integer},
+    {"stages[].forward_s_per_micro_batch", K::Number},
+    {"stages[].backward_s_per_micro_batch", K::Number},
+    {"stages[].memory_bytes", K::Object},
+    {"stages[].memory_bytes.weights", K::Number},
+    {"stages[].memory_bytes.gradients", K::Number},
+    {"stages[].memory_bytes.optimizer", K::Number},
+    {"stages[].memory_bytes.activations", K::Number},
+    {"stages[].memory_bytes.workspace", K::Number},
+    {"stages[].memory_bytes.total", K::Number},
+    {"stages[].memory_bytes.capacity", K::Number},
+    {"alternatives", K::Array}, {"alternatives[]", K::Object},
+};
+
+bool hasKind(const nlohmann::json &v, JsonKind kind) {
+  switch (kind) {
+  case K::Object:
+    return v.is_object();
+  case K::Array:
+    return v.is_array();
+  case K::String:
+    return v.is_string();
+  case K::Integer:
+    return v.is_number_integer();
+  case K::Number:
+    return v.is_number();
+  case K::Boolean:
+    return v.is_boolean();
+  }
+  return false;
+}
+
+const char *kindName(JsonKind kind) {
+  switch (kind) {
+  case K::Object:
+    return "an object";
+  case K::Array:
+    return "an array";
+  case K::String:
+    return "a string";
+  case K::Integer:
+    return "an integer";
+  case K::Number:
+    return "a number";
+  case K::Boolean:
+    return "true or false";
+  }
+  return "?";
+}
+
+const char *typeName(const nlohmann::json &v) {
+  if (v.is_number_integer())
+    return "an integer";
+  if (v.is_number())
+    return "a fraction";
+  if (v.is_null())
+    return "null";
+  if (v.is_boolean())
+    return "a boolean";
+  if (v.is_string())
+    return "a string";
+  if (v.is_array())
+    return "an array";
+  return "an object";
+}
+
+/// The first value at `path` (from `rest` on) without `kind`: its concrete
+/// path in `where`. Absent fields are not checked here.
+bool findWrongKind(const nlohmann::json &node, llvm::StringRef rest,
+                   JsonKind kind, std::string where, std::string &bad) {
+  if (rest.empty()) {
+    if (hasKind(node, kind))
+      return false;
+    bad = where.empty() ? "(the document)" : where;
+    bad += std::string(": expected ") + kindName(kind) + ", got " +
+           typeName(node);
+    return true;
+  }
+  if (rest.starts_with("[]")) {
+    if (!node.is_array())
+      return false; // the array's own entry reports it
+    llvm::StringRef next = rest.drop_front(2);
+    next.consume_front(".");
+    for (size_t i = 0; i < node.size(); ++i)
+      if (findWrongKind(node[i], next, kind,
+                        where + "[" + std::to_string(i) + "]", bad))
+        return true;
+    return false;
+  }
+  size_t end = rest.find_first_of(".[");
+  std::string key = rest.substr(0, end).str();
+  llvm::StringRef next = end == llvm::StringRef::npos ? "" : rest.substr(end);
+  next.consume_front(".");
+  if (!node.is_object() || !node.contains(key))
+    return false;
+  return findWrongKind(node[key], next, kind,
+                       where.empty() ? key : where + "." + key, bad);
+}
+
+template <size_t N>
+bool checkFields(const nlohmann::json &node, const std::string &where,
+                 const FieldType (&fields)[N], std::string &bad) {
+  for (const FieldType &f : fields)
+    if (findWrongKind(node, f.path, f.kind, where, bad))
+      return true;
+  return false;
+}
+
+} // namespace
+
+llvm::Error checkPlanFieldTypes(const nlohmann::json &plan,
+                                const std::string &what) {
+  std::string bad;
+  bool wrong = checkFields(plan, "", kPlanFields, bad);
+  if (!wrong && plan.is_object() && plan.contains("strategy"))
+    wrong = checkFields(plan["strategy"], "strategy", kStrategyFields, bad);
+  if (!wrong && plan.is_object() && plan.contains("predicted"))
+    wrong = checkFields(plan["predicted"], "predicted", kPredictedFields, bad);
+  if (!wrong && plan.is_object() && plan.contains("alternatives") &&
+      plan["alternatives"].is_array())
+    for (size_t i = 0; i < plan["alternatives"].size() && !wrong; ++i) {
+      const nlohmann::json &alt = plan["alternatives"][i];
+      std::string at = "alternatives[" + std::to_string(i) + "]";
+      if (alt.contains("strategy"))
+        wrong = checkFields(alt["strategy"], at + ".strategy",
+                            kStrategyFields, bad);
+      if (!wrong && alt.contains("predicted"))
+        wrong = checkFields(alt["predicted"], at + ".predicted",
+                            kPredictedFields, bad);
+    }
+  if (!wrong)
+    return llvm::Error::success();
+  return inputError(what + ": " + bad);
+}
+
 // nlohmann::json reports a value of the wrong type by exception: each
 // reader turns one into the one-line error, never lets it escape.
 template <typename F>
-static auto catchingJsonErrors(const std::string &what, F read)
+static auto catchingJsonErrors(const nlohmann::json &plan,
+                               const std::string &what, F read)
     -> decltype(read()) {
   try {
+    if (llvm::Error e = checkPlanFieldTypes(plan, what))
+      return std::move(e);
     return read();
   } catch (const nlohmann::json::exception &e) {
     return err(what + ": malformed plan: " + e.what());
@@ -569,20 +802,20 @@ static auto catchingJsonErrors(const std::string &what, F read)
 
 llvm::Expected<Strategy> strategyFromPlan(const nlohmann::json &plan,
                                           const std::string &what) {
-  return catchingJsonErrors(what,
+  return catchingJsonErrors(plan, what,
                             [&] { return strategyFromPlanImpl(plan, what); });
 }
 
 llvm::Expected<Assumptions> assumptionsFromPlan(const nlohmann::json &plan,
                                                 const std::string &what) {
   return catchingJsonErrors(
-      what, [&] { return assumptionsFromPlanImpl(plan, what); });
+      plan, what, [&] { return assumptionsFromPlanImpl(plan, what); });
 }
 
 llvm::Expected<HeteroStrategy>
 heteroStrategyFromPlan(const nlohmann::json &plan, const std::string &what) {
   return catchingJsonErrors(
-      what, [&] { return heteroStrategyFromPlanImpl(plan, what); });
+      plan, what, [&] { return heteroStrategyFromPlanImpl(plan, what); });
 }
 
 } // namespace orrery

@@ -145,6 +145,10 @@ parseClusterJsonImpl(const std::string &text, const std::string &what,
   auto parseLink =
       [&](const json &v, const std::string &path,
           std::vector<const char *> known) -> llvm::Expected<const LinkSpec *> {
+    if (!v.is_string() && !v.is_object())
+      return err(what, path + ": must be a link name or an object");
+    if (v.is_object() && v.contains("link") && !v["link"].is_string())
+      return err(what, path + ".link: expected a link name");
     std::string name =
         v.is_string() ? v.get<std::string>() : v.value("link", "");
     const LinkSpec *base = catalog.link(name);

@@ -163,9 +163,9 @@ bool readFileBytes(const std::string &path, std::string &out) {
   return orrery::readInputFile(path, int64_t(4) << 30, out).empty();
 }
 
-/// A plan file as JSON; on failure prints the one-line error and returns
-/// its exit code.
-int readPlanFile(const std::string &path, nlohmann::json &doc) {
+/// A JSON object from a file; on failure prints the one-line error and
+/// returns its exit code.
+int readJsonObjectFile(const std::string &path, nlohmann::json &doc) {
   std::string text;
   std::string problem =
       orrery::readInputFile(path, orrery::kMaxJsonInputBytes, text);
@@ -175,7 +175,17 @@ int readPlanFile(const std::string &path, nlohmann::json &doc) {
   if (doc.is_discarded())
     return fail(path + ": " + problem);
   if (!doc.is_object())
-    return fail(path + ": a plan must be a JSON object");
+    return fail(path + ": expected a JSON object");
+  return 0;
+}
+
+/// A plan file as JSON, every field of its documented type; on failure
+/// prints the one-line error and returns its exit code.
+int readPlanFile(const std::string &path, nlohmann::json &doc) {
+  if (int rc = readJsonObjectFile(path, doc))
+    return rc;
+  if (llvm::Error e = orrery::checkPlanFieldTypes(doc, path))
+    return fail(llvm::toString(std::move(e)));
   return 0;
 }
 
@@ -183,12 +193,15 @@ int readPlanFile(const std::string &path, nlohmann::json &doc) {
 int checkDigests(const nlohmann::json &planDoc, const std::string &what,
                  const orrery::PlanInputs &inputs, const std::string &modelPath,
                  const std::string &clusterSpec) {
-  std::string wantModel = planDoc["model"].value("digest_fnv1a64", "");
+  const nlohmann::json none = nlohmann::json::object();
+  std::string wantModel =
+      planDoc.value("model", none).value("digest_fnv1a64", "");
   if (wantModel != inputs.modelDigest)
     return fail(what + ": model.digest_fnv1a64 " + wantModel +
                 " differs from " + modelPath + " (" + inputs.modelDigest +
                 "): the plan is for another model");
-  std::string wantCluster = planDoc["cluster"].value("digest_fnv1a64", "");
+  std::string wantCluster =
+      planDoc.value("cluster", none).value("digest_fnv1a64", "");
   if (wantCluster != inputs.clusterDigest)
     return fail(what + ": cluster.digest_fnv1a64 " + wantCluster +
                 " differs from " + clusterSpec + " (" + inputs.clusterDigest +

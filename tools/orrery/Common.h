@@ -60,7 +60,11 @@ mlir::OwningOpRef<mlir::ModuleOp> frontEnd(mlir::MLIRContext &ctx,
 /// The bytes of a file; false when it cannot be read.
 bool readFileBytes(const std::string &path, std::string &out);
 
-/// A plan file as JSON; on failure prints the one-line error and returns
+/// A JSON object from a file; on failure prints the one-line error and
+/// returns its exit code.
+int readJsonObjectFile(const std::string &path, nlohmann::json &doc);
+/// A plan file as JSON, every field of its documented type
+/// (checkPlanFieldTypes); on failure prints the one-line error and returns
 /// its exit code.
 int readPlanFile(const std::string &path, nlohmann::json &doc);
 

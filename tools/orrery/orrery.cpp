@@ -37,6 +37,7 @@
 
 #include <CLI/CLI.hpp>
 #include <fstream>
+#include <unistd.h>
 #include <iostream>
 #include <sstream>
 #include <sys/stat.h>
@@ -196,7 +197,7 @@ int writeReport(orrery::ReportData d, const std::string &path,
                 const std::string &measuredPath) {
   if (!measuredPath.empty()) {
     nlohmann::json run;
-    if (int rc = readPlanFile(measuredPath, run))
+    if (int rc = readJsonObjectFile(measuredPath, run))
       return rc;
     if (auto e = orrery::addMeasuredRun(d, run, measuredPath))
       return fail("--measured " + llvm::toString(std::move(e)));
@@ -433,7 +434,7 @@ int main(int argc, char **argv) {
   planCmd->add_option("-o,--output", planOut, "write the plan JSON to FILE");
   planCmd->add_flag("--json", planJsonOut,
                     "print the plan JSON instead of the summary");
-  planCmd->add_flag("--quiet", quiet, "no progress on stderr");
+  planCmd->add_flag("--quiet", quiet, "no progress on stderr (shown only when stderr is a terminal)");
   std::string fixedStrategy;
   planCmd->add_option("--strategy", fixedStrategy,
                       "no search: price this strategy (docs/strategy.md) and "
@@ -549,7 +550,8 @@ int main(int argc, char **argv) {
       args.kernels = framework->fusion;
       std::string bytes;
       readFileBytes(resolveModel(args.path), bytes);
-      std::string want = planDoc["model"].value("digest_fnv1a64", "");
+      std::string want = planDoc.value("model", nlohmann::json::object())
+                             .value("digest_fnv1a64", "");
       if (orrery::digestOf(bytes) != want)
         return fail(exportPlanPath + ": model.digest_fnv1a64 " + want +
                     " differs from " + args.path +
@@ -840,7 +842,10 @@ int main(int argc, char **argv) {
       options.precision = prec->precision;
     else
       llvm::consumeError(prec.takeError());
-    if (!quiet)
+    // Progress goes to a terminal only: a log or a pipe gets the result
+    // and, on failure, the one error line alone.
+    const bool showProgress = !quiet && ::isatty(STDERR_FILENO);
+    if (showProgress)
       options.progress = [](int64_t priced, const orrery::StepResult *best) {
         std::cerr << "\rorrery: priced " << priced
                   << " candidates, best so far "
@@ -861,7 +866,7 @@ int main(int argc, char **argv) {
                     "a mesh per stage; this version writes shard annotations "
                     "for one mesh only");
       auto hetero = orrery::searchHeteroPlans(*workload, *cluster, options);
-      if (!quiet)
+      if (showProgress)
         std::cerr << "\n";
       if (!hetero)
         return fail(llvm::toString(hetero.takeError()));
@@ -901,7 +906,7 @@ int main(int argc, char **argv) {
       one.cluster = *cluster;
       return one;
     }();
-    if (!quiet && fixedStrategy.empty())
+    if (showProgress && fixedStrategy.empty())
       std::cerr << "\n";
     if (!result)
       return fail(llvm::toString(result.takeError()));

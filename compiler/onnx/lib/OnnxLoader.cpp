@@ -424,12 +424,61 @@ void Loader::collectBnStatistics(const ::onnx::GraphProto &g) {
   }
 }
 
+/// The data a TensorProto holds matches its shape: raw bytes for every
+/// element, or that many entries of the typed field its type uses. A weight
+/// is never read, so without this a truncated one loads silently. No data
+/// at all (a file with its weights stripped), external data and one typed
+/// entry for every element (how ONNX's text syntax writes a fill, `{0.0}`)
+/// pass.
+void checkTensorData(const ::onnx::TensorProto &t, int64_t count,
+                     const std::string &what) {
+  if (t.data_location() == ::onnx::TensorProto::EXTERNAL)
+    return;
+  ElemType type = toElemType(t.data_type());
+  int64_t bits = elemTypeBits(type);
+  if (t.has_raw_data()) {
+    if (bits > 0 && (int64_t)t.raw_data().size() != (count * bits + 7) / 8)
+      throw LoadError(what + " has " + std::to_string(t.raw_data().size()) +
+                      " bytes of data for " + std::to_string(count) +
+                      " elements of " + elemTypeName(type));
+    return;
+  }
+  int64_t entries = 0, want = count;
+  switch (type) {
+  case ElemType::Float:
+    entries = t.float_data_size();
+    break;
+  case ElemType::Double:
+    entries = t.double_data_size();
+    break;
+  case ElemType::Int64:
+    entries = t.int64_data_size();
+    break;
+  case ElemType::UInt32:
+  case ElemType::UInt64:
+    entries = t.uint64_data_size();
+    break;
+  default:
+    if (bits <= 0 || bits > 32)
+      return;
+    entries = t.int32_data_size();
+    if (bits == 4)
+      want = (count + 1) / 2; // two elements an entry
+    break;
+  }
+  if (entries != 0 && entries != 1 && entries != want)
+    throw LoadError(what + " has " + std::to_string(entries) +
+                    " data entries for " + std::to_string(count) +
+                    " elements of " + elemTypeName(type));
+}
+
 void Loader::addInitializers(const ::onnx::GraphProto &g, GraphDesc &out) {
   for (const auto &t : g.initializer()) {
     std::string what = "initializer '" + t.name() + "'";
     if (t.name().empty())
       throw LoadError("an initializer has no name");
     ValueDesc v = tensorDesc(t, what);
+    checkTensorData(t, v.numElements(), what);
     initializerNames.insert(t.name());
     if (isFloat(v.type) && v.numElements() == 1 &&
         readValues(t, 1, v.values, what)) {
@@ -888,12 +937,20 @@ void Loader::processNode(const ::onnx::NodeProto &n, GraphDesc &out,
         continue;
       }
       const ValueDesc *shape = shapeFromOnnx(o);
+      // An operator of the default domain that ONNX's opset (to 17, what
+      // ONNX 1.12 knows) does not define is not ONNX: refused even when the
+      // file states its shape.
+      bool defined = ::onnx::OpSchemaRegistry::Schema(
+                         node.opType, model.opsetVersion,
+                         defaultDomain ? "" : node.domain) != nullptr;
+      if (defaultDomain && model.opsetVersion <= 17 && !defined)
+        throw LoadError(describe(node) + ": unsupported op: ONNX opset " +
+                        std::to_string(model.opsetVersion) +
+                        " defines no '" + node.opType + "'");
       if (!shape) {
         // An operator ONNX itself does not know is unsupported; a known one
         // whose shape ONNX could not work out either is a shape problem.
-        bool known = ::onnx::OpSchemaRegistry::Schema(
-                         node.opType, model.opsetVersion,
-                         defaultDomain ? "" : node.domain) != nullptr;
+        bool known = defined;
         throw LoadError(
             describe(node) +
             (known ? ": cannot infer the shape of output '" + o + "'"

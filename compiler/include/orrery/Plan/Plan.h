@@ -40,6 +40,13 @@ nlohmann::ordered_json stageJson(const StageReport &st);
 nlohmann::ordered_json planJson(const PlanResult &r, const Workload &w,
                                 const PlanInputs &in);
 
+/// Every field of the plan format that is present has its documented JSON
+/// type: an error names the first that does not ("plan.json:
+/// stages[1].devices[0]: expected an integer, got a string"). Readers of a
+/// plan run this first, so no read of a field can meet a wrong type.
+llvm::Error checkPlanFieldTypes(const nlohmann::json &plan,
+                                const std::string &what);
+
 /// The strategy a plan document holds; errors name the offending field.
 llvm::Expected<Strategy> strategyFromPlan(const nlohmann::json &plan,
                                           const std::string &what);

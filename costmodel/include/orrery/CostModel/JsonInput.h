@@ -56,7 +56,20 @@ inline nlohmann::json parseJsonInput(const std::string &text,
     }
     return problem.empty();
   };
-  J doc = J::parse(text, check, /*allow_exceptions=*/false);
+  J doc;
+  try {
+    doc = J::parse(text, check);
+  } catch (const J::parse_error &e) {
+    // Where, not nlohmann's own wording: "not valid JSON at byte 212".
+    error = problem.empty() ? "not valid JSON at byte " + std::to_string(e.byte)
+                            : problem;
+    return J(J::value_t::discarded);
+  } catch (const J::exception &) {
+    // out_of_range 406: a number past a double's range (1e999).
+    error = problem.empty() ? "not valid JSON: a number past a double's range"
+                            : problem;
+    return J(J::value_t::discarded);
+  }
   if (!problem.empty()) {
     error = problem;
     return J(J::value_t::discarded);
