@@ -31,6 +31,8 @@ seeds=build-fuzz/seeds
 rm -rf "$seeds"
 mkdir -p "$seeds"/{onnx,cluster,strategy,plan,programs} build-fuzz/findings
 cp models/fixtures/*.onnx "$seeds/onnx/"
+# A model calling model-local functions (the dynamo exporter's modules).
+python3 tests/lit/import/Inputs/local_functions.py "$seeds/onnx/functions.onnx"
 cp bench/clusters/*.json bench/measured/*.json "$seeds/cluster/"
 i=0
 for s in tp=8,pp=8,dp=16,mbs=1,gbs=1536 tp=2,cp=2,ep=4,zero=3,recompute=selective \

@@ -13,6 +13,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "Inference.h"
+#include "InlineFunctions.h"
 #include "IsolatedInference.h"
 #include "orrery/Onnx/GraphDesc.h"
 #include "orrery/CostModel/PrintableLine.h"
@@ -1063,6 +1064,9 @@ void Loader::run(::onnx::ModelProto &proto) {
                     std::to_string(kMaxOpset) + ")");
   if (!proto.has_graph() || proto.graph().node_size() == 0)
     throw LoadError("the model has no graph nodes");
+  // The model's own functions (the dynamo exporter's modules) become ops of
+  // the graphs that call them.
+  detail::inlineLocalFunctions(proto);
 
   ::onnx::GraphProto &g = *proto.mutable_graph();
   std::set<std::string> inits;
