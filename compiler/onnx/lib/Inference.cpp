@@ -60,26 +60,29 @@ using Shape = std::vector<int64_t>;
 
 // Shape arithmetic on a file's attributes and dims is checked: an overflow
 // is the node's error, never a wrapped (negative or small) dimension.
-int64_t add(const NodeDesc &node, int64_t a, int64_t b) {
+template <typename Op>
+int64_t checked(const NodeDesc &node, int64_t a, int64_t b, const char *sym,
+                Op overflows) {
   int64_t r;
-  if (__builtin_add_overflow(a, b, &r))
-    fail(node, "shape arithmetic overflows int64 (" + std::to_string(a) +
-                   " + " + std::to_string(b) + ")");
+  if (overflows(a, b, &r))
+    fail(node, "shape arithmetic overflows int64 (" + std::to_string(a) + sym +
+                   std::to_string(b) + ")");
   return r;
+}
+int64_t add(const NodeDesc &node, int64_t a, int64_t b) {
+  return checked(node, a, b, " + ", [](int64_t x, int64_t y, int64_t *r) {
+    return __builtin_add_overflow(x, y, r);
+  });
 }
 int64_t sub(const NodeDesc &node, int64_t a, int64_t b) {
-  int64_t r;
-  if (__builtin_sub_overflow(a, b, &r))
-    fail(node, "shape arithmetic overflows int64 (" + std::to_string(a) +
-                   " - " + std::to_string(b) + ")");
-  return r;
+  return checked(node, a, b, " - ", [](int64_t x, int64_t y, int64_t *r) {
+    return __builtin_sub_overflow(x, y, r);
+  });
 }
 int64_t mul(const NodeDesc &node, int64_t a, int64_t b) {
-  int64_t r;
-  if (__builtin_mul_overflow(a, b, &r))
-    fail(node, "shape arithmetic overflows int64 (" + std::to_string(a) +
-                   " x " + std::to_string(b) + ")");
-  return r;
+  return checked(node, a, b, " x ", [](int64_t x, int64_t y, int64_t *r) {
+    return __builtin_mul_overflow(x, y, r);
+  });
 }
 
 // An attribute with one value per spatial dim (strides, dilations, kernel
@@ -367,7 +370,15 @@ std::map<std::string, Rule> &rules() {
                          "Atan",
                          "Sinh",
                          "Cosh",
-                         "Tan"})
+                         "Tan",
+                         "Acosh",
+                         "Asinh",
+                         "Atanh",
+                         "Hardmax",
+                         "LpNormalization",
+                         "MeanVarianceNormalization",
+                         "ReverseSequence",
+                         "Bernoulli"})
     r[op] = [op = std::string(op)](Ctx &c) {
       c.same();
       if (op == "IsNaN" || op == "IsInf")
@@ -1179,6 +1190,95 @@ std::map<std::string, Rule> &rules() {
     x[axis] = k;
     c.result(0, c.input(0).type, x);
     c.result(1, ElemType::Int64, x);
+  };
+  // Same shape, another element type.
+  r["BitShift"] = [](Ctx &c) {
+    c.result(0, c.input(0).type, broadcast(c));
+  };
+  r["DequantizeLinear"] = [](Ctx &c) {
+    c.same().type = c.input(1).type; // x_scale's type
+  };
+  r["QuantizeLinear"] = [](Ctx &c) {
+    c.same().type = c.has(2) ? c.input(2).type : ElemType::UInt8;
+  };
+  auto like = [](Ctx &c) {
+    ValueDesc &v = c.same();
+    if (findAttr(c.node, "dtype"))
+      v.type = elemTypeFromOnnx(int32_t(attrInt(c.node, "dtype", 1)));
+    if (v.type == ElemType::Undefined)
+      fail(c.node, "unknown dtype");
+  };
+  r["RandomNormalLike"] = like;
+  r["RandomUniformLike"] = like;
+  r["EyeLike"] = like;
+  auto random = [](Ctx &c) {
+    ElemType t = elemTypeFromOnnx(int32_t(attrInt(c.node, "dtype", 1)));
+    if (t == ElemType::Undefined)
+      fail(c.node, "unknown dtype");
+    c.result(0, t, attrInts(c.node, "shape"));
+  };
+  r["RandomNormal"] = random;
+  r["RandomUniform"] = random;
+  // Losses: the class axis is 1; "none" keeps the rest, else a scalar.
+  auto loss = [](Ctx &c) {
+    const Shape &x = c.shape(0);
+    if (x.size() < 2)
+      fail(c.node, "scores " + shapeStr(x) + " have no class axis");
+    Shape rest = {x[0]};
+    rest.insert(rest.end(), x.begin() + 2, x.end());
+    bool none = attrString(c.node, "reduction", "mean") == "none";
+    c.result(0, c.input(0).type, none ? rest : Shape{});
+    if (c.node.outputs.size() > 1)
+      c.result(1, c.input(0).type, x); // log-probabilities
+  };
+  r["SoftmaxCrossEntropyLoss"] = loss;
+  r["NegativeLogLikelihoodLoss"] = loss;
+  r["OneHot"] = [](Ctx &c) {
+    const Shape &idx = c.shape(0);
+    std::vector<int64_t> depth = c.ints(1, "depth");
+    if (depth.size() != 1 || depth[0] < 1)
+      fail(c.node, "depth must be one positive value");
+    int64_t rank = idx.size() + 1;
+    int64_t axis = c.axis(attrInt(c.node, "axis", -1), rank);
+    Shape r = idx;
+    r.insert(r.begin() + axis, depth[0]);
+    c.result(0, c.input(2).type, r);
+  };
+  auto blocks = [](bool toSpace) {
+    return [toSpace](Ctx &c) {
+      const Shape &x = c.shape(0);
+      int64_t b = attrInt(c.node, "blocksize", 0);
+      if (x.size() != 4 || b < 1)
+        fail(c.node, "needs a 4-d input and a positive blocksize");
+      int64_t bb = mul(c.node, b, b);
+      if (toSpace ? x[1] % bb : (x[2] % b || x[3] % b))
+        fail(c.node, "blocksize " + std::to_string(b) + " does not divide " +
+                         shapeStr(x));
+      c.result(0, c.input(0).type,
+               toSpace ? Shape{x[0], x[1] / bb, mul(c.node, x[2], b),
+                               mul(c.node, x[3], b)}
+                       : Shape{x[0], mul(c.node, x[1], bb), x[2] / b,
+                               x[3] / b});
+    };
+  };
+  r["DepthToSpace"] = blocks(true);
+  r["SpaceToDepth"] = blocks(false);
+  r["GlobalLpPool"] = r["GlobalAveragePool"];
+  r["GridSample"] = [](Ctx &c) {
+    const Shape &x = c.shape(0), &grid = c.shape(1);
+    if (x.size() < 3 || grid.size() != x.size() || grid[0] != x[0] ||
+        grid.back() != int64_t(x.size()) - 2)
+      fail(c.node, "grid " + shapeStr(grid) + " does not fit input " +
+                       shapeStr(x));
+    Shape r = {x[0], x[1]};
+    r.insert(r.end(), grid.begin() + 1, grid.end() - 1);
+    c.result(0, c.input(0).type, r);
+  };
+  r["Det"] = [](Ctx &c) {
+    const Shape &x = c.shape(0);
+    if (x.size() < 2 || x[x.size() - 1] != x[x.size() - 2])
+      fail(c.node, "input " + shapeStr(x) + " is not square matrices");
+    c.result(0, c.input(0).type, Shape(x.begin(), x.end() - 2));
   };
   r["Einsum"] = [](Ctx &c) {
     // Output labels from "ij,jk->ik"; implicit form sorts the unique labels.

@@ -952,9 +952,18 @@ void Loader::processNode(const ::onnx::NodeProto &n, GraphDesc &out,
         // An operator ONNX itself does not know is unsupported; a known one
         // whose shape ONNX could not work out either is a shape problem.
         bool known = defined;
+        // Ops whose output size is in the data: only a file that states
+        // the shape (value_info) can be priced.
+        bool dataDependent =
+            defaultDomain &&
+            (node.opType == "NonZero" || node.opType == "Compress" ||
+             node.opType == "Unique" || node.opType == "NonMaxSuppression");
         throw LoadError(
             describe(node) +
-            (known ? ": cannot infer the shape of output '" + o + "'"
+            (dataDependent ? ": the size of output '" + o +
+                                 "' depends on the data and the file states "
+                                 "no shape for it"
+             : known ? ": cannot infer the shape of output '" + o + "'"
                    : ": unsupported op" +
                          (defaultDomain ? ""
                                         : " (domain '" + node.domain + "')") +
