@@ -427,23 +427,23 @@ Importer::importFusedNode(const onnx::GraphDesc &g, const onnx::NodeDesc &n,
     SmallVector<NamedAttribute> attrs = fusedAttentionAttributes(
         builder, {batch, heads, kvHeads, sq, skv, d, dv, scale, 0.0,
                   intAttr("is_causal", 0) != 0});
-    return bind(builder.create<FusedAttentionOp>(
-        loc, TypeRange{resultTypes[0]}, ops, attrs));
+    return bind(FusedAttentionOp::create(
+        builder, loc, TypeRange{resultTypes[0]}, ops, attrs));
   }
   if (n.opType == "RMSNormalization" && operands.size() == 2) {
     int64_t rank = cast<RankedTensorType>(resultTypes[0]).getRank();
     int64_t axis = intAttr("axis", -1);
     if (axis != -1 && axis != rank - 1)
       return std::nullopt; // over several axes: an op without a formula
-    return bind(builder.create<RmsNormalizationOp>(
-        loc, TypeRange{resultTypes[0]}, ValueRange{operands[0], operands[1]},
+    return bind(RmsNormalizationOp::create(
+        builder, loc, TypeRange{resultTypes[0]}, ValueRange{operands[0], operands[1]},
         ArrayRef<NamedAttribute>{builder.getNamedAttr(
             "epsilon", builder.getF64FloatAttr(floatAttr("epsilon", 1e-5)))}));
   }
   if (n.opType == "RotaryEmbedding" && operands.size() >= 3)
     // position_ids (input 3) index the tables inside the kernel.
-    return bind(builder.create<RotaryEmbeddingOp>(
-        loc, TypeRange{resultTypes[0]},
+    return bind(RotaryEmbeddingOp::create(
+        builder, loc, TypeRange{resultTypes[0]},
         ValueRange{operands[0], operands[1], operands[2]},
         ArrayRef<NamedAttribute>{}));
   return std::nullopt;
@@ -510,8 +510,8 @@ void tieEmbeddingAndHead(ModuleOp module, func::FuncOp main) {
       if (!transB) {
         b.setInsertionPoint(op);
         replacement =
-            b.create<TransposeOp>(
-                 head.getLoc(), TypeRange{ht}, ValueRange{table},
+            TransposeOp::create(
+                 b, head.getLoc(), TypeRange{ht}, ValueRange{table},
                  ArrayRef<NamedAttribute>{b.getNamedAttr(
                      "perm", b.getDenseI64ArrayAttr({1, 0}))})
                 ->getResult(0);
