@@ -135,6 +135,48 @@ def mcore_strategy(case):
             f"overlap={overlap}")
 
 
+def named_model(build, m):
+    """A named generator model (models/generate.py) at the case's sequence
+    length (cached)."""
+    out = os.path.join(build, "models", "validation", f"{m['name']}-s{m['seq_len']}.onnx")
+    if not os.path.exists(out):
+        os.makedirs(os.path.dirname(out), exist_ok=True)
+        subprocess.run(["/usr/bin/python3", os.path.join(ROOT, "models", "generate.py"), m["name"],
+                        "--seq", str(m["seq_len"]), "-o", out], check=True)
+    return out
+
+
+def moe_cluster(case):
+    hw = case["hardware"]
+    per_node = hw.get("gpus_per_node", 8)
+    return f"{hw['num_gpus'] // per_node}x{per_node}x{hw['gpu']}"
+
+
+# A MoE run as its recipe states it: Megatron-Core's distributed optimizer
+# with --overlap-grad-reduce and --overlap-param-gather, no recompute, the
+# interleaved schedule when the mapping has virtual stages (its p2p
+# overlapped), fp8 as Transformer Engine runs it where the row says fp8.
+def moe_strategy(case):
+    p, t = case["parallel"], case["training"]
+    vpp = p.get("vpp", 1)
+    precision = "fp8" if t["precision"].startswith("fp8") else "bf16"
+    overlap = "grad+param" + ("+p2p" if vpp > 1 else "")
+    s = (f"tp={p['tp']},pp={p['pp']},dp={p['dp']},ep={p['ep']},cp={p.get('cp', 1)},"
+         f"mbs={t['micro_batch']},gbs={t['global_batch']},zero=1,recompute=none,"
+         f"precision={precision},overlap={overlap}")
+    if vpp > 1:
+        s += f",vpp={vpp},schedule=interleaved"
+    return s
+
+
+def moe_note(case):
+    p = case["parallel"]
+    how = ("from tokens/s/GPU" if "tokens_per_s_per_gpu" in case["measured"]
+           else "from TFLOP/s (Megatron-Core's FLOPs)")
+    return (f"{how}; tp{p['tp']} pp{p['pp']} ep{p['ep']} dp{p['dp']}, "
+            f"{case['training']['precision'].split(' ')[0]}")
+
+
 # AMP (Li et al., NeurIPS'22) on 3 AWS p3.8xlarge (4 V100-16G each) and 1
 # g4dn.12xlarge (4 T4), with the bandwidths AMP's src/het_cluster.py gives
 # its own model (measured by its estimate_bandwidth.py): 10 Gb/s between the
@@ -184,7 +226,8 @@ def amp_plan(case, mbs):
             "micro_batches_per_replica": [gbs // (dp * mbs)] * len(replicas),
             "stages": [{"pool": pool, "tp": tp, "layers": n} for pool, n in zip(pools, layers)]})
     # DeepSpeed 2021 (ZeRO-0 under its pipeline engine): fp16 gradients
-    # accumulated by autograd and reduced after the backward; attention
+    # accumulated by autograd and reduced after the backward, in fp32 (AMP's
+    # examples/ds_config.json sets "fp32_allreduce": true); attention
     # scores in memory.
     return {"schema": "orrery-plan", "version": 1,
             "strategy": {"kind": "heterogeneous", "global_batch_size_samples": gbs,
@@ -192,7 +235,8 @@ def amp_plan(case, mbs):
                          "overlap": {"grad_reduce": False, "param_gather": False},
                          "replica_groups": replica_groups},
             "predicted": {"kernels": "unfused-attention", "gradient_accumulation": "separate",
-                          "gradient_bytes_per_parameter": 2}}
+                          "gradient_bytes_per_parameter": 2,
+                          "gradient_reduce_bytes_per_parameter": 4}}
 
 
 def spearman(xs, ys):
@@ -336,6 +380,14 @@ def main():
         add_case(groups.setdefault(g, []), case["id"], step, result, error,
                  "from TFLOP/s (F72); mbs 1, sp, no recompute, ZeRO-1 assumed",
                  unfit_counts=False)
+
+    # Mixture-of-experts runs (bench/published/moe_runs.json).
+    for case in json.load(open(os.path.join(HERE, "published", "moe_runs.json")))["cases"]:
+        result, error = simulate(orrery, named_model(args.build, case["model"]),
+                                 moe_cluster(case), moe_strategy(case))
+        add_case(groups.setdefault(case["group"], []), case["id"],
+                 case["derived"]["iteration_time_s"], result, error,
+                 moe_note(case))
 
     amp = [c for c in data["cases"] if c["group"] == "AMP_heterogeneous_cluster"]
     amp_rows = amp_group(orrery, args.build, amp) if amp else []

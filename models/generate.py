@@ -139,9 +139,11 @@ class Graph:
         return self.op("Trilu", [full, self.const(1)], upper=1)
 
     def attention(self, x, prefix, d, heads, kv_heads, seq, mask, bias, training,
-                  rope=None):
-        dh = d // heads
-        if kv_heads == heads and rope is None:
+                  rope=None, head_dim=None, qk_norm=False):
+        """Multi-head attention; `head_dim` when heads × head_dim is not d
+        (Qwen3), `qk_norm`: RMSNorm of each query and key head (Qwen3)."""
+        dh = head_dim or d // heads
+        if kv_heads == heads and rope is None and dh * heads == d:
             qkv = self.linear(x, prefix + ".qkv", d, 3 * d, bias)
             q, k, v = self.op("Split", [qkv, self.const([d, d, d])], outputs=3, axis=-1)
         else:
@@ -151,6 +153,9 @@ class Graph:
         q = self.heads(q, heads, dh, [0, 2, 1, 3])
         k = self.heads(k, kv_heads, dh, [0, 2, 1, 3])
         v = self.heads(v, kv_heads, dh, [0, 2, 1, 3])
+        if qk_norm:
+            q = self.rms_norm(q, prefix + ".q_norm", dh)
+            k = self.rms_norm(k, prefix + ".k_norm", dh)
         if rope is not None:
             q = self.rotary(q, rope)
             k = self.rotary(k, rope)
@@ -218,11 +223,13 @@ def gpt(name, layers, d, heads, seq, vocab, ffn=None, training=True):
     return g.model()
 
 
-def llama(name, layers, d, heads, kv_heads, ffn, seq, vocab, theta, moe=None):
-    """Llama-2/3 (and Mixtral when `moe` = (experts, top_k)): RMSNorm, RoPE,
-    grouped-query attention, SwiGLU, untied head, no biases, no dropout."""
+def llama(name, layers, d, heads, kv_heads, ffn, seq, vocab, theta, moe=None,
+          head_dim=None, qk_norm=False):
+    """Llama-2/3 (and Mixtral when `moe` = (experts, top_k); Qwen3 with its
+    `head_dim` and `qk_norm`): RMSNorm, RoPE, grouped-query attention,
+    SwiGLU, untied head, no biases, no dropout."""
     g = Graph(name)
-    dh = d // heads
+    dh = head_dim or d // heads
     ids = g.input("input_ids", I64, ["batch", seq])
     x = g.op("Gather", [g.weight("embed_tokens", [vocab, d]), ids])
     mask = g.causal_mask(seq)
@@ -231,7 +238,7 @@ def llama(name, layers, d, heads, kv_heads, ffn, seq, vocab, theta, moe=None):
         p = f"layers.{i}"
         x = g.op("Add", [x, g.attention(g.rms_norm(x, p + ".input_layernorm", d),
                                         p + ".self_attn", d, heads, kv_heads, seq,
-                                        mask, False, False, rope)])
+                                        mask, False, False, rope, dh, qk_norm)])
         h = g.rms_norm(x, p + ".post_attention_layernorm", d)
         if moe is None:
             gate = g.linear(h, p + ".mlp.gate", d, ffn, False)
@@ -425,6 +432,12 @@ MODELS = {
     # Mixture of experts: Mixtral 8x7B, 8 experts, top 2.
     "mixtral-8x7b": (lambda seq=None: llama("mixtral-8x7b", 32, 4096, 32, 8, 14336, seq or 4096, 32000, 1e6, moe=(8, 2)),
                      46.70e9, "Jiang et al. 2024 (Mixtral of Experts): 46.7B total parameters"),
+    # Qwen3 30B-A3B: 128 experts of ffn 768, top 8; 32 query heads of 128
+    # (4096 wide from a 2048 model), 4 key-value heads, RMSNorm on q and k.
+    "qwen3-30b-a3b": (lambda seq=None: llama("qwen3-30b-a3b", 48, 2048, 32, 4, 768, seq or 4096, 151936,
+                                             1e6, moe=(128, 8), head_dim=128, qk_norm=True),
+                      30.532e9, "Qwen3 technical report (Yang et al. 2025): 30.5B total, 3.3B "
+                      "activated; 30,532,122,624 in the HF config's shapes"),
     # A tiny GPT for tests: 2 layers, d 64, 4 heads, 32 tokens, vocab 128;
     # closed form 12·L·d² + 13·L·d + (V + n_ctx)·d + 2·d.
     "tiny-gpt": (lambda seq=None: gpt("tiny-gpt", 2, 64, 4, seq or 32, 128), gpt_closed_form(2, 64, 32, 128),

@@ -44,6 +44,8 @@ llvm::Expected<ExportPlan> readExportPlan(const nlohmann::json &plan,
   if (!assumptions)
     return assumptions.takeError();
   p.kernels = assumptions->fusion;
+  p.gradBytes = assumptions->gradBytesPerParam;
+  p.gradReduceBytes = assumptions->gradReduceBytes();
   const nlohmann::json &model = plan.value("model", nlohmann::json::object());
   p.model = model.value("source", "");
   if (plan.contains("cluster") && plan["cluster"].is_object()) {
@@ -318,6 +320,12 @@ llvm::Expected<std::string> deepspeed(const ExportPlan &p) {
     j["bf16"] = {{"enabled", true}};
   if (s.precision == Precision::FP16)
     j["fp16"] = {{"enabled", true}, {"loss_scale", 0}};
+  // Gradients reduced in another type than kept, as priced.
+  if (p.gradReduceBytes != p.gradBytes)
+    j["communication_data_type"] =
+        p.gradReduceBytes == 4 ? "fp32"
+        : s.precision == Precision::BF16 ? "bf16"
+                                         : "fp16";
   nlohmann::ordered_json zero = {{"stage", s.zeroStage}};
   if (s.offloadOptimizer) {
     if (s.zeroStage == 0)
@@ -672,6 +680,18 @@ llvm::Expected<std::string> exportPlan(const ExportPlan &plan,
                         "tensor-parallel group (tp_batch_split), a per-op "
                         "layout this target cannot state; export it --to "
                         "mlir, or plan without it");
+  // Only DeepSpeed reduces gradients in another type than it keeps them
+  // (communication_data_type); the others reduce what they keep.
+  if (plan.gradReduceBytes != plan.gradBytes && format != "deepspeed" &&
+      std::find(exportFormats().begin(), exportFormats().end(), format) !=
+          exportFormats().end() &&
+      format != "mlir")
+    return err(format + ": the plan reduces " +
+               std::to_string(int(plan.gradBytes)) + "-byte gradients in " +
+               std::to_string(int(plan.gradReduceBytes)) +
+               " bytes (predicted.gradient_reduce_bytes_per_parameter); this "
+               "target reduces gradients in the type it keeps them; plan "
+               "without --grad-reduce-bytes");
   if (format == "megatron")
     return megatron(plan);
   if (format == "deepspeed")

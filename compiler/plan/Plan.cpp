@@ -73,6 +73,8 @@ ojson metricsJson(const StepResult &r) {
           {"gradient_accumulation",
            r.separateGradientAccumulation ? "separate" : "fused"},
           {"gradient_bytes_per_parameter", r.gradientBytesPerParameter},
+          {"gradient_reduce_bytes_per_parameter",
+           r.gradientReduceBytesPerParameter},
           {"kernels", kernelFusionName(r.kernels)}};
 }
 
@@ -380,6 +382,9 @@ ojson heteroMetricsJson(const HeteroResult &r) {
           {"gradient_bytes_per_parameter",
            r.groups.empty() ? 4.0
                             : r.groups.front().gradientBytesPerParameter},
+          {"gradient_reduce_bytes_per_parameter",
+           r.groups.empty() ? 4.0
+                            : r.groups.front().gradientReduceBytesPerParameter},
           {"kernels", kernelFusionName(r.groups.empty()
                                            ? KernelFusion::Fused
                                            : r.groups.front().kernels)}};
@@ -456,6 +461,13 @@ assumptionsFromPlanImpl(const nlohmann::json &plan, const std::string &what) {
       return err(what +
                  ": predicted.gradient_bytes_per_parameter: must be 2 or 4");
     a.gradBytesPerParam = v.get<double>();
+  }
+  if (p.contains("gradient_reduce_bytes_per_parameter")) {
+    const nlohmann::json &v = p["gradient_reduce_bytes_per_parameter"];
+    if (!v.is_number() || (v.get<double>() != 2 && v.get<double>() != 4))
+      return err(what + ": predicted.gradient_reduce_bytes_per_parameter: "
+                        "must be 2 or 4");
+    a.gradReduceBytesPerParam = v.get<double>();
   }
   // Plans written before `kernels` existed were priced with the attention
   // scores in memory.
@@ -615,7 +627,8 @@ const FieldType kPredictedFields[] = {
     {"exposed_communication_s", K::Number},
     {"cross_group_gradient_sync_s", K::Number},
     {"gradient_accumulation", K::String},
-    {"gradient_bytes_per_parameter", K::Number}, {"kernels", K::String},
+    {"gradient_bytes_per_parameter", K::Number},
+    {"gradient_reduce_bytes_per_parameter", K::Number}, {"kernels", K::String},
     {"kernel_rates", K::String}, {"model_tflop_per_s_per_device", K::Number},
     {"samples_per_s", K::Number}, {"tokens_per_s", K::Number},
     {"slowest_group_s", K::Number}, {"wan_bytes_per_step", K::Number},

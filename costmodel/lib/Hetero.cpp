@@ -341,7 +341,7 @@ llvm::Expected<HeteroResult> simulateHetero(const Workload &w,
   // sites carrying the whole gradient on every ring edge that crosses it.
   int G = int(s.groups.size());
   if (G > 1) {
-    double grad = double(w.parameters()) * a.gradBytesPerParam;
+    double grad = double(w.parameters()) * a.gradReduceBytes();
     int streams = s.groups.front().devices();
     const NodeGroup *slow = nullptr;
     for (const ReplicaGroup &rg : s.groups) {

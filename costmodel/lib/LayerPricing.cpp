@@ -317,7 +317,7 @@ LayerTime Simulation::layerTime(const LayerKind &k, const StagePlacement &p,
                                  perTensor * a.weightBytesPerParam, dpGroup);
     double scatter =
         tensors * collectiveTime(CollectiveKind::ReduceScatter,
-                                 perTensor * a.gradBytesPerParam, dpGroup);
+                                 perTensor * a.gradReduceBytes(), dpGroup);
     t.forwardTpS += std::max(0.0, gather - t.forwardComputeS);
     t.backwardTpS += std::max(0.0, gather + scatter - t.backwardComputeS);
   }

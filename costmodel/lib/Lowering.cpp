@@ -503,8 +503,8 @@ void PipelineLowering::layerBackward(const LayerKind &k, bool lastMicroBatch) {
   }
   if (zero3)
     collective(CollectiveKind::ReduceScatter, dpG,
-               layerParams(k) * a.gradBytesPerParam,
-               zero3Seconds(k, p, a.gradBytesPerParam,
+               layerParams(k) * a.gradReduceBytes(),
+               zero3Seconds(k, p, a.gradReduceBytes(),
                             CollectiveKind::ReduceScatter),
                "zero-3 gradient reduce-scatter", StreamKind::DataParallel,
                false);
@@ -535,13 +535,13 @@ void PipelineLowering::gradientBuckets(double dense, double experts) {
     dense += experts;
     experts = 0;
   }
-  double bytes = dense * a.gradBytesPerParam;
+  double bytes = dense * a.gradReduceBytes();
   collective(kind, dpG, bytes,
              collectiveTime(kind, bytes, p.dpGroup),
              "gradient " + std::string(collectiveKindName(kind)),
              StreamKind::DataParallel, false);
   if (expertGroup) {
-    double eb = experts * a.gradBytesPerParam;
+    double eb = experts * a.gradReduceBytes();
     collective(kind, edpG, eb, collectiveTime(kind, eb, p.expertDpGroup),
                "expert gradient " + std::string(collectiveKindName(kind)),
                StreamKind::DataParallel, false);
@@ -706,9 +706,9 @@ Program PipelineLowering::lower(int stage_, int t_, int c_, int d_,
   }
   if (T > 1 && parts.tpGradParams[stage] > 0)
     collective(CollectiveKind::AllReduce, tpG,
-               parts.tpGradParams[stage] * a.gradBytesPerParam,
+               parts.tpGradParams[stage] * a.gradReduceBytes(),
                collectiveTime(CollectiveKind::AllReduce,
-                              parts.tpGradParams[stage] * a.gradBytesPerParam,
+                              parts.tpGradParams[stage] * a.gradReduceBytes(),
                               place().tpGroup),
                "split-weight gradient all-reduce", StreamKind::DataParallel,
                false);
@@ -729,7 +729,7 @@ Program PipelineLowering::lower(int stage_, int t_, int c_, int d_,
         for (int x = t % g; x < sim.placement(j).tp; x += g)
           ranks.push_back(rankOf(j, x, c, d));
     int tied = groups.get(ranks, "embedding");
-    collective(CollectiveKind::AllReduce, tied, bytes * a.gradBytesPerParam,
+    collective(CollectiveKind::AllReduce, tied, bytes * a.gradReduceBytes(),
                parts.tiedSyncS[stage], "tied embedding all-reduce",
                StreamKind::DataParallel, false);
   }
@@ -879,7 +879,7 @@ llvm::Expected<ProgramSet> lowerHetero(const Workload &w, const Cluster &c,
     int streams = s.groups.front().devices();
     for (const ReplicaGroup &rg : s.groups)
       streams = std::min(streams, rg.devices());
-    double bytes = double(w.parameters()) * a.gradBytesPerParam /
+    double bytes = double(w.parameters()) * a.gradReduceBytes() /
                    std::max(1, streams);
     std::vector<std::vector<int>> devicesOf(G);
     for (int g = 0; g < G; ++g)

@@ -337,6 +337,7 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
       r.measuredKernelDevices.push_back(p.device->name);
   r.separateGradientAccumulation = !a.fusedGradientAccumulation;
   r.gradientBytesPerParameter = a.gradBytesPerParam;
+  r.gradientReduceBytesPerParameter = a.gradReduceBytes();
   r.kernels = a.fusion;
 
   // Layer times per stage placement (once when every stage is alike).
@@ -418,19 +419,23 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
             double(kind.replicatedParameters);
       tpGradParams[ch] += double(kind.tpGradientParameters);
       // Expert parallelism: a device holds 1/ep of the experts.
+      double expertsAway = 0;
       if (kind.experts > 1 && kind.expertParameters > 0 && !repeatShared) {
         double experts =
             double(kind.expertParameters - kind.expertReplicatedParameters) /
                 place.tp +
             double(kind.expertReplicatedParameters);
-        params[ch] -= experts * (1 - 1.0 / s.ep);
+        expertsAway = experts * (1 - 1.0 / s.ep);
+        params[ch] -= expertsAway;
         expertParams[ch] += experts / s.ep;
       }
+      // fp8 copies of the linear weights the device holds (its experts
+      // only).
       if (s.precision == Precision::FP8 && kind.count > 1)
         fp8Params[ch] +=
             double(kind.linearParameters - kind.linearReplicatedParameters) /
                 place.tp +
-            double(kind.linearReplicatedParameters);
+            double(kind.linearReplicatedParameters) - expertsAway;
     }
     if (s.offloadActivations) {
       // Kept activations go to host memory in forward and come back in
@@ -481,7 +486,7 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
         double sync = 0;
         for (int j = 0; j + 1 < pp; ++j)
           sync = std::max(sync, collectiveTime(CollectiveKind::AllReduce,
-                                               copy * a.gradBytesPerParam,
+                                               copy * a.gradReduceBytes(),
                                                at[j].toNext));
         tiedSyncS[i] += sync;
         tiedCopy[i] += copy;
@@ -604,7 +609,7 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
                  : collectiveTime(kind, perDevice * bytesPerParam,
                                   at[i].dpGroup);
     };
-    double grad = s.zeroStage == 3 ? 0 : overGroups(reduce, a.gradBytesPerParam);
+    double grad = s.zeroStage == 3 ? 0 : overGroups(reduce, a.gradReduceBytes());
     double gather =
         sharded ? overGroups(CollectiveKind::AllGather, a.weightBytesPerParam)
                 : 0;
@@ -612,7 +617,7 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
     // gradients are all-reduced across the tp group too.
     if (at[i].tp > 1 && tpGrad > 0)
       grad += collectiveTime(CollectiveKind::AllReduce,
-                             tpGrad * a.gradBytesPerParam, at[i].tpGroup);
+                             tpGrad * a.gradReduceBytes(), at[i].tpGroup);
     // Overlapped (Megatron's --overlap-grad-reduce, DDP's buckets): the
     // reduction runs as the last micro-batch's backward fills the buckets;
     // the parameter all-gather (--overlap-param-gather) with the next

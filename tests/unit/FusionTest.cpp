@@ -274,6 +274,18 @@ TEST(ExpertParallel, ExpertsSplitAndTokensMoveByAllToAll) {
   EXPECT_NEAR(eight.exposedEpCommS, layers * 2 * 4 * a2a, 1e-9);
   EXPECT_EQ(one.exposedEpCommS, 0);
   EXPECT_NE(one.stepS, eight.stepS);
+  // fp8 copies (the weight and its transpose, a byte each) of the experts
+  // a device holds, not of all of them.
+  StepResult one8 =
+      simulate(w, c, "dp=8,mbs=1,gbs=16,zero=1,ep=1,precision=fp8");
+  StepResult eight8 =
+      simulate(w, c, "dp=8,mbs=1,gbs=16,zero=1,ep=8,precision=fp8");
+  EXPECT_NEAR(one8.stages[0].memory.weightsBytes -
+                  one.stages[0].memory.weightsBytes,
+              2.0 * layers * expertParams, 1.0);
+  EXPECT_NEAR(eight8.stages[0].memory.weightsBytes -
+                  eight.stages[0].memory.weightsBytes,
+              2.0 * layers * expertParams / 8, 1.0);
   // ep must divide the experts and dp x cp; a model without experts has
   // nothing to split.
   auto r = run(w, c, "dp=8,mbs=1,gbs=16,ep=16");

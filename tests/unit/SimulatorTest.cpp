@@ -92,6 +92,31 @@ TEST(Simulator, SeparateGradientAccumulationIsAPassPerMicroBatch) {
   EXPECT_NEAR(b->stepS - a->stepS, 4 * 8 * perPass, 1e-9);
 }
 
+TEST(Simulator, GradientsReducedInTheirWireBytes) {
+  // DeepSpeed's fp32_allreduce: 16-bit gradients kept, all-reduced in
+  // fp32. The reduction moves twice the bytes; memory keeps 2 per element.
+  Workload w = uniformModel(4, 1e12, int64_t(1e9), 1 << 20);
+  auto s = parseStrategy("dp=8,mbs=1,gbs=8,overlap=none");
+  ASSERT_TRUE(bool(s));
+  Cluster c = preset("8xA100-80G");
+  Assumptions kept16, wire32;
+  kept16.gradBytesPerParam = wire32.gradBytesPerParam = 2;
+  wire32.gradReduceBytesPerParam = 4;
+  auto a = simulateStep(w, c, *s, kept16);
+  ASSERT_TRUE(bool(a)) << llvm::toString(a.takeError());
+  auto b = simulateStep(w, c, *s, wire32);
+  ASSERT_TRUE(bool(b)) << llvm::toString(b.takeError());
+  GroupShape g = groupShapeIn(c.groupOf(0), 1, 8);
+  EXPECT_NEAR(a->exposedDpCommS,
+              collectiveTime(CollectiveKind::AllReduce, 4e9 * 2, g), 1e-12);
+  EXPECT_NEAR(b->exposedDpCommS,
+              collectiveTime(CollectiveKind::AllReduce, 4e9 * 4, g), 1e-12);
+  EXPECT_EQ(a->stages[0].memory.gradientsBytes,
+            b->stages[0].memory.gradientsBytes);
+  EXPECT_EQ(a->gradientReduceBytesPerParameter, 2);
+  EXPECT_EQ(b->gradientReduceBytesPerParameter, 4);
+}
+
 TEST(Simulator, AMeasuredKernelProfileReplacesTheAssumptions) {
   // On an H200 (which has a measured profile) the same step is priced with
   // the profile's rates unless told not to; on an A100 (none) both agree.

@@ -68,6 +68,7 @@ inline Workload moeModel(int layers, int64_t expertParams, int64_t dispatchBytes
   k.expertReplicatedParameters = expertParams; // tp = 1 here
   k.replicatedParameters = expertParams;
   k.expertDispatchBytes = dispatchBytes;
+  k.linearParameters = k.linearReplicatedParameters = expertParams;
   OpCost op;
   op.name = "orrery.matmul";
   op.forwardFlops = int64_t(2e12);

@@ -64,10 +64,10 @@ constexpr const char *kKernelsHelp =
 /// command line override (a plan's own assumptions, for `simulate --plan`).
 struct FrameworkFlags {
   bool separate = false;
-  double bytes = 4;
+  double bytes = 4, reduceBytes = 4;
   std::string kernels = "fused";
   CLI::Option *separateOpt = nullptr, *bytesOpt = nullptr,
-              *kernelsOpt = nullptr;
+              *reduceBytesOpt = nullptr, *kernelsOpt = nullptr;
   void add(CLI::App *cmd) {
     kernelsOpt =
         cmd->add_option("--kernels", kernels, kKernelsHelp)
@@ -78,17 +78,26 @@ struct FrameworkFlags {
         "their own each micro-batch (PyTorch hooks, DeepSpeed's bf16 "
         "optimizer), not inside the weight-gradient GEMM (Megatron-LM)");
     bytesOpt = cmd->add_option("--grad-bytes", bytes,
-                               "bytes per gradient element kept and reduced: "
+                               "bytes per gradient element kept (and reduced): "
                                "4 (fp32 main gradients, the default) or 2 "
                                "(16-bit gradients: Megatron-LM with fp16 and "
                                "without --accumulate-allreduce-grads-in-fp32)")
                    ->check(CLI::IsMember({2.0, 4.0}));
+    reduceBytesOpt =
+        cmd->add_option("--grad-reduce-bytes", reduceBytes,
+                        "bytes per gradient element on the wire when "
+                        "gradients are reduced, if not those kept: 4 "
+                        "reduces 16-bit gradients in fp32 (DeepSpeed's "
+                        "fp32_allreduce / communication_data_type fp32)")
+            ->check(CLI::IsMember({2.0, 4.0}));
   }
   void apply(orrery::Assumptions &a) const {
     if (separateOpt && separateOpt->count())
       a.fusedGradientAccumulation = !separate;
     if (bytesOpt && bytesOpt->count())
       a.gradBytesPerParam = bytes;
+    if (reduceBytesOpt && reduceBytesOpt->count())
+      a.gradReduceBytesPerParam = reduceBytes;
     if (kernelsOpt && kernelsOpt->count())
       orrery::parseKernelFusion(kernels, a.fusion);
   }

@@ -43,6 +43,10 @@ struct ExportPlan {
   std::vector<int64_t> chunkBodyLayers;
   /// The kernels the plan was priced with (predicted.kernels).
   KernelFusion kernels = KernelFusion::Fused;
+  /// Bytes per gradient element kept and on the wire when reduced
+  /// (predicted.gradient_bytes_per_parameter and
+  /// gradient_reduce_bytes_per_parameter).
+  double gradBytes = 4, gradReduceBytes = 4;
 };
 
 /// Reads the plan (strategy fields checked as `orrery check` does).

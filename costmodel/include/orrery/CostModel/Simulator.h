@@ -53,6 +53,15 @@ struct Assumptions {
   /// gradients + 12 optimizer (fp32 master, momentum, variance).
   double weightBytesPerParam = 2, gradBytesPerParam = 4,
          optimizerBytesPerParam = 12;
+  /// Bytes per gradient element on the wire when gradients are reduced
+  /// (data-parallel, ZeRO, tied and cross-group reductions); 0: the kept
+  /// gradients' own (gradBytesPerParam). DeepSpeed's `fp32_allreduce` /
+  /// `communication_data_type: fp32` reduces 16-bit gradients in fp32.
+  double gradReduceBytesPerParam = 0;
+  double gradReduceBytes() const {
+    return gradReduceBytesPerParam > 0 ? gradReduceBytesPerParam
+                                       : gradBytesPerParam;
+  }
   /// Workspace (CUDA context, cuBLAS and NCCL buffers) and fragmentation.
   double workspaceBytes = 1.5 * (1ull << 30);
   /// A device's own workspace where the catalog states one.
@@ -158,8 +167,9 @@ struct StepResult {
   /// Weight gradients accumulated in a kernel of their own (see
   /// Assumptions::fusedGradientAccumulation).
   bool separateGradientAccumulation = false;
-  /// Bytes per gradient element kept and reduced (Assumptions).
-  double gradientBytesPerParameter = 4;
+  /// Bytes per gradient element kept, and on the wire when reduced
+  /// (Assumptions).
+  double gradientBytesPerParameter = 4, gradientReduceBytesPerParameter = 4;
   /// The kernels the step was priced with (Assumptions::fusion).
   KernelFusion kernels = KernelFusion::Fused;
   /// Devices without tensor cores for the strategy's precision, whose
