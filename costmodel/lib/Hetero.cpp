@@ -235,6 +235,28 @@ static GroupShape pathBetween(const Cluster &c, int a, int b, int streams) {
 
 namespace detail {
 
+bool alignedGroups(const Cluster &c, const HeteroStrategy &s) {
+  if (s.groups.size() < 2)
+    return false;
+  const ReplicaGroup &a = s.groups.front();
+  int site = -1;
+  for (const ReplicaGroup &b : s.groups) {
+    if (b.stages.size() != a.stages.size())
+      return false;
+    for (size_t i = 0; i < a.stages.size(); ++i) {
+      if (b.stages[i].tp != a.stages[i].tp ||
+          b.stages[i].layers != a.stages[i].layers)
+        return false;
+      for (int d : b.stages[i].devices) {
+        if (site >= 0 && c.devices()[d].site != site)
+          return false;
+        site = c.devices()[d].site;
+      }
+    }
+  }
+  return true;
+}
+
 void groupPipeline(const Cluster &c, const HeteroStrategy &s, size_t g,
                    const std::vector<Pool> &pools, Strategy &st,
                    std::vector<StagePlacement> &at) {
@@ -265,6 +287,21 @@ void groupPipeline(const Cluster &c, const HeteroStrategy &s, size_t g,
                      groupShapeIn(ng, 1, hs.tp),
                      groupShapeIn(ng, hs.tp, rg.replicas),
                      {}};
+    if (alignedGroups(c, s)) {
+      // Groups that split the model alike reduce each stage's gradients in
+      // one collective over every group's replicas of it (one data-parallel
+      // group per stage, as a framework that runs them as one job does),
+      // at the pace of the slowest of their nodes.
+      int replicas = 0;
+      const NodeGroup *slow = &ng;
+      for (const ReplicaGroup &o : s.groups) {
+        replicas += o.replicas;
+        const NodeGroup &on = *pools[o.stages[i].pool].nodes;
+        if (nicPerDevice(on) < nicPerDevice(*slow))
+          slow = &on;
+      }
+      p.dpGroup = groupShapeIn(*slow, hs.tp, replicas);
+    }
     if (i + 1 < pp)
       p.toNext = pathBetween(c, hs.devices.front(),
                              rg.stages[i + 1].devices.front(),
@@ -340,7 +377,7 @@ llvm::Expected<HeteroResult> simulateHetero(const Workload &w,
   // (each device's card share, the slowest pool's), and the WAN between
   // sites carrying the whole gradient on every ring edge that crosses it.
   int G = int(s.groups.size());
-  if (G > 1) {
+  if (G > 1 && !detail::alignedGroups(c, s)) {
     double grad = double(w.parameters()) * a.gradReduceBytes();
     int streams = s.groups.front().devices();
     const NodeGroup *slow = nullptr;

@@ -302,7 +302,7 @@ LayerTime Simulation::layerTime(const LayerKind &k, const StagePlacement &p,
                                             a.weightBytesPerParam),
                KernelClass::Pointwise, std::max(1, k.weightTensors));
   }
-  if (s.zeroStage == 3 && s.dp > 1 && k.parameters > 0) {
+  if (s.zeroStage == 3 && p.dpGroup.ranks > 1 && k.parameters > 0) {
     // ZeRO-3 gathers each weight tensor before use (forward, and again in
     // backward) and reduce-scatters its gradient: one collective per tensor,
     // prefetched while the layer computes. What the compute cannot hide is

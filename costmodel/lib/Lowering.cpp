@@ -77,6 +77,11 @@ public:
   /// The program of one rank, running `microBatches` micro-batches.
   Program lower(int stage, int t, int c, int d, int64_t microBatches);
 
+  /// The world ranks of the data-parallel group of (stage, tp rank t),
+  /// when not this pipeline's dp x cp replicas (aligned replica groups
+  /// reduce together: Hetero.cpp).
+  std::function<void(int stage, int t, std::vector<int> &)> dpMembers;
+
 private:
   const Workload &w;
   const Strategy &s;
@@ -104,6 +109,9 @@ private:
 
   const StagePlacement &place() const { return sim.placement(stage); }
   int tp() const { return place().tp; }
+  /// The ranks that reduce this stage's gradients (dp x cp, or every
+  /// aligned group's replicas).
+  int dpRanks() const { return place().dpGroup.ranks; }
 
   int push(Instruction in) {
     in.span = span;
@@ -405,7 +413,7 @@ static double zero3Seconds(const LayerKind &k, const StagePlacement &p,
 void PipelineLowering::layerForward(const LayerKind &k, bool coreOnly,
                                     bool recompute) {
   const StagePlacement &p = place();
-  if (!coreOnly && s.zeroStage == 3 && s.dp > 1 && k.parameters > 0)
+  if (!coreOnly && s.zeroStage == 3 && dpRanks() > 1 && k.parameters > 0)
     collective(CollectiveKind::AllGather, dpG,
                layerParams(k) * a.weightBytesPerParam,
                zero3Seconds(k, p, a.weightBytesPerParam,
@@ -447,7 +455,7 @@ void PipelineLowering::layerBackward(const LayerKind &k, bool lastMicroBatch) {
   const StagePlacement &p = place();
   if (k.count > 1 && s.recompute == Recompute::Full)
     layerForward(k, false, true);
-  bool zero3 = s.zeroStage == 3 && s.dp > 1 && k.parameters > 0;
+  bool zero3 = s.zeroStage == 3 && dpRanks() > 1 && k.parameters > 0;
   if (zero3)
     collective(CollectiveKind::AllGather, dpG,
                layerParams(k) * a.weightBytesPerParam,
@@ -508,7 +516,7 @@ void PipelineLowering::layerBackward(const LayerKind &k, bool lastMicroBatch) {
                             CollectiveKind::ReduceScatter),
                "zero-3 gradient reduce-scatter", StreamKind::DataParallel,
                false);
-  if (lastMicroBatch && s.overlapGradReduce && s.zeroStage != 3 && s.dp * s.cp > 1) {
+  if (lastMicroBatch && s.overlapGradReduce && s.zeroStage != 3 && dpRanks() > 1) {
     // This layer's bucket is full: reduce it while the backward goes on.
     double params = layerParams(k);
     double experts = 0;
@@ -585,6 +593,8 @@ Program PipelineLowering::lower(int stage_, int t_, int c_, int d_,
   tpG = build([&] { for (int x = 0; x < T; ++x) ranks.push_back(rankOf(stage, x, c, d)); }, "tp");
   cpG = build([&] { for (int x = 0; x < s.cp; ++x) ranks.push_back(rankOf(stage, t, x, d)); }, "cp");
   dpG = build([&] {
+    if (dpMembers)
+      return dpMembers(stage, t, ranks);
     for (int y = 0; y < s.dp; ++y)
       for (int x = 0; x < s.cp; ++x)
         ranks.push_back(rankOf(stage, t, x, y));
@@ -694,8 +704,8 @@ Program PipelineLowering::lower(int stage_, int t_, int c_, int d_,
 
   span = "step";
   double dense = parts.denseParams[stage], experts = parts.expertParams[stage];
-  bool bucketsRan = s.overlapGradReduce && s.zeroStage != 3 && s.dp * s.cp > 1;
-  if (s.zeroStage != 3 && s.dp * s.cp > 1) {
+  bool bucketsRan = s.overlapGradReduce && s.zeroStage != 3 && dpRanks() > 1;
+  if (s.zeroStage != 3 && dpRanks() > 1) {
     if (bucketsRan) {
       // The tied copy's gradient, which no layer's bucket holds.
       if (parts.tiedCopyParams[stage] > 0)
@@ -759,7 +769,7 @@ Program PipelineLowering::lower(int stage_, int t_, int c_, int d_,
   opt.flops = parts.shardParams[stage] * 10;
   opt.predictedS = parts.optS[stage];
   compute(opt);
-  if ((s.zeroStage == 1 || s.zeroStage == 2) && s.dp * s.cp > 1)
+  if ((s.zeroStage == 1 || s.zeroStage == 2) && dpRanks() > 1)
     collective(CollectiveKind::AllGather, dpG,
                (dense) * a.weightBytesPerParam,
                collectiveTime(CollectiveKind::AllGather,
@@ -865,6 +875,15 @@ llvm::Expected<ProgramSet> lowerHetero(const Workload &w, const Cluster &c,
     };
     detail::PipelineLowering lowering(w, st, a, sim, parts, *sr, rankOf,
                                       groups, int(g));
+    if (detail::alignedGroups(c, s))
+      lowering.dpMembers = [&s, &rankOfDevice](int stage, int t,
+                                               std::vector<int> &ranks) {
+        for (const ReplicaGroup &o : s.groups) {
+          const HeteroStage &hs = o.stages[stage];
+          for (int y = 0; y < o.replicas; ++y)
+            ranks.push_back(rankOfDevice.at(hs.devices[size_t(y) * hs.tp + t]));
+        }
+      };
     for (int stage = 0; stage < st.pp; ++stage)
       for (int d = 0; d < rg.replicas; ++d)
         for (int t = 0; t < rg.stages[stage].tp; ++t) {

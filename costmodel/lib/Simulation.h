@@ -156,10 +156,17 @@ std::vector<StagePlacement> homogeneousStages(const Cluster &c,
 /// The pipeline of replica group `g` of a placed heterogeneous strategy:
 /// the Strategy its simulation runs (the most micro-batches of any of its
 /// replicas) and each stage's placement (Hetero.cpp).
-
 void groupPipeline(const Cluster &c, const HeteroStrategy &s, size_t g,
                    const std::vector<Pool> &pools, Strategy &st,
                    std::vector<StagePlacement> &at);
+
+/// Whether the strategy's replica groups split the model alike (the same
+/// stages, each with the same tp and layers; their pools may differ) inside
+/// one site: their replicas then reduce each stage's gradients in one
+/// data-parallel collective, with no reduction across groups after it.
+/// Across sites the reduction stays two-level (inside each group, then
+/// over the WAN).
+bool alignedGroups(const Cluster &c, const HeteroStrategy &s);
 
 } // namespace detail
 } // namespace orrery

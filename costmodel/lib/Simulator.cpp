@@ -631,7 +631,7 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
         tiedSyncS[i];
     // The distributed optimizer shards over the data-parallel ranks and
     // the context-parallel ones (they hold the same weights).
-    double shard = s.zeroStage >= 1 ? double(s.dp) * s.cp : 1;
+    double shard = s.zeroStage >= 1 ? double(at[i].dpGroup.ranks) : 1;
     // The parameters of the device's optimizer shard (the experts' shard
     // over dp x cp / ep ranks).
     double shardParams =
@@ -701,7 +701,9 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
     if (s.recompute == Recompute::Full)
       peak += working;    // the layer being recomputed
     double perDevice = p; // already per tp rank
-    double dp = double(s.dp) * s.cp; // ZeRO shards over dp x cp
+    // ZeRO shards over the ranks that reduce the gradients: dp x cp (and
+    // every aligned replica group's, Hetero.cpp).
+    double dp = double(at[i].dpGroup.ranks);
     // ZeRO shards the experts over the ranks that hold them: dp x cp / ep.
     double expertsHere = 0;
     for (int c2 = 0; c2 < v; ++c2)

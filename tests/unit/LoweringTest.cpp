@@ -155,6 +155,49 @@ TEST(Lowering, HeterogeneousGroupsAndSitesPassTheCheck) {
   EXPECT_EQ(lowered, 6);
 }
 
+TEST(Lowering, AlignedGroupsReduceInOneDataParallelGroup) {
+  // Two replica groups that split the model alike on different device
+  // types of one site: each stage's gradients are reduced by one group of
+  // all four replicas (as the simulator prices it), none across groups.
+  mlir::MLIRContext ctx;
+  Workload w = test::tinyGpt(ctx, KernelFusion::Fused);
+  auto c = parseClusterJson(
+      R"({"name": "two-types", "sites": [{"name": "dc", "nodes": [
+          {"count": 1, "device": "A100-80G", "devices_per_node": 4},
+          {"count": 1, "device": "H100-SXM", "devices_per_node": 4}]}]})",
+      "two-types.json", HardwareCatalog::builtin());
+  ASSERT_TRUE(bool(c)) << llvm::toString(c.takeError());
+  for (int zero : {0, 1}) {
+    HeteroStrategy h;
+    ReplicaGroup a, b;
+    a.replicas = b.replicas = 2;
+    a.microBatch = b.microBatch = 1;
+    a.microBatches = {3, 3};
+    b.microBatches = {4, 4};
+    a.stages = {{0, 1, 2, {}}, {0, 1, 2, {}}};
+    b.stages = {{1, 1, 2, {}}, {1, 1, 2, {}}};
+    h.groups = {a, b};
+    h.globalBatch = a.samples() + b.samples();
+    h.zeroStage = zero;
+    auto r = simulateHetero(w, *c, h, fusedAssumptions(w));
+    ASSERT_TRUE(bool(r)) << llvm::toString(r.takeError());
+    EXPECT_EQ(r->crossGroupSyncS, 0);
+    auto set = lowerHetero(w, *c, h, fusedAssumptions(w));
+    ASSERT_TRUE(bool(set)) << llvm::toString(set.takeError());
+    llvm::Error e = checkPrograms(*set);
+    EXPECT_FALSE(bool(e)) << llvm::toString(std::move(e));
+    int dpGroups = 0;
+    for (size_t g = 0; g < set->groupNames.size(); ++g) {
+      EXPECT_NE(set->groupNames[g], "cross-group");
+      if (set->groupNames[g] == "dp") {
+        EXPECT_EQ(set->groups[g].size(), 4u);
+        ++dpGroups;
+      }
+    }
+    EXPECT_EQ(dpGroups, 2); // one per stage
+  }
+}
+
 /// The instructions of micro-batch 0's tasks on each stage, compute and
 /// tensor-parallel communication, against the simulator's per micro-batch
 /// stage times.
