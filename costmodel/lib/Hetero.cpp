@@ -211,8 +211,11 @@ static double nicPerDevice(const NodeGroup &ng) {
 
 /// The transfer path between device `a` and device `b`: inside a node,
 /// across nodes over the slower of the two nodes' cards, or over the WAN
-/// link between their sites, shared by `streams` concurrent transfers.
-static GroupShape pathBetween(const Cluster &c, int a, int b, int streams) {
+/// link between their sites, shared by the concurrent transfers: the
+/// sending stage's `nodeStreams` ranks on a's node share its cards, all
+/// its `siteStreams` ranks the WAN link.
+static GroupShape pathBetween(const Cluster &c, int a, int b, int nodeStreams,
+                              int siteStreams) {
   const DevicePlace &pa = c.devices()[a], &pb = c.devices()[b];
   const NodeGroup &na = c.groupOf(a), &nb = c.groupOf(b);
   if (pa.node == pb.node)
@@ -223,13 +226,18 @@ static GroupShape pathBetween(const Cluster &c, int a, int b, int streams) {
   if (pa.site != pb.site) {
     const SiteLink *sl = siteLink(c, pa.site, pb.site);
     g.nic = sl ? &sl->link : na.nic;
-    g.nicSharePerRank = 1.0 / std::max(1, streams);
+    g.nicSharePerRank = 1.0 / std::max(1, siteStreams);
     return g;
   }
   const NodeGroup &slow = nicPerDevice(na) <= nicPerDevice(nb) ? na : nb;
   g.intraLink = na.intraNodeLink;
   g.nic = slow.nic;
-  g.nicSharePerRank = double(slow.nicsPerNode) / slow.devicesPerNode;
+  // The node's cards are shared by the transfers that cross at this
+  // boundary at once (the stage's ranks on the node, at most all of its
+  // devices), each using at most one card.
+  int sharing = std::max(1, std::min(nodeStreams, slow.devicesPerNode));
+  g.nicSharePerRank =
+      std::min(1.0, double(slow.nicsPerNode) / sharing);
   return g;
 }
 
@@ -302,10 +310,15 @@ void groupPipeline(const Cluster &c, const HeteroStrategy &s, size_t g,
       }
       p.dpGroup = groupShapeIn(*slow, hs.tp, replicas);
     }
-    if (i + 1 < pp)
+    if (i + 1 < pp) {
+      // The stage's ranks on the node of its first: they cross together.
+      int node = c.devices()[hs.devices.front()].node, onNode = 0;
+      for (int d : hs.devices)
+        onNode += c.devices()[d].node == node;
       p.toNext = pathBetween(c, hs.devices.front(),
-                             rg.stages[i + 1].devices.front(),
+                             rg.stages[i + 1].devices.front(), onNode,
                              rg.replicas * hs.tp);
+    }
     at.push_back(p);
   }
 }

@@ -833,6 +833,10 @@ std::vector<StagePlacement> homogeneousStages(const Cluster &c,
                                 : int64_t(s.pp) * stride - 1;
     bool sameNode = first / perNode == last / perNode;
     at[i].toNext.ranksPerNode = sameNode ? 2 : 1;
+    // Across nodes the stage's ranks on a node (a block of `stride`) send
+    // together and share its cards, each over one at most.
+    at[i].toNext.nicSharePerRank =
+        std::min(1.0, double(g.nicsPerNode) / std::min(stride, perNode));
   }
   return at;
 }

@@ -198,6 +198,52 @@ TEST(Lowering, AlignedGroupsReduceInOneDataParallelGroup) {
   }
 }
 
+TEST(Lowering, PipelineSendsShareTheNodeCardWithTheirStageOnly) {
+  // Nodes of four GPUs and one card each (AMP's V100 + T4 cluster): a
+  // stage's lone rank sends over the whole card, four replicas' ranks that
+  // cross together over a quarter of it each.
+  mlir::MLIRContext ctx;
+  Workload w = test::tinyGpt(ctx, KernelFusion::Fused);
+  auto c = parseClusterJson(
+      R"({"name": "one-card", "sites": [{"name": "dc", "nodes": [
+          {"count": 1, "device": "V100-16G", "devices_per_node": 4,
+           "nic": {"link": "Eth-10G", "count": 1}},
+          {"count": 1, "device": "T4", "devices_per_node": 4,
+           "nic": {"link": "Eth-10G", "count": 1}}]}]})",
+      "one-card.json", HardwareCatalog::builtin());
+  ASSERT_TRUE(bool(c)) << llvm::toString(c.takeError());
+  auto sendSeconds = [&](int replicas) {
+    HeteroStrategy h;
+    ReplicaGroup g;
+    g.replicas = replicas;
+    g.microBatch = 1;
+    g.microBatches.assign(replicas, 2);
+    g.stages = {{0, 1, 2, {}}, {1, 1, 2, {}}};
+    h.groups = {g};
+    h.globalBatch = g.samples();
+    h.precision = Precision::FP16;
+    auto set = lowerHetero(w, *c, h, fusedAssumptions(w));
+    EXPECT_TRUE(bool(set)) << llvm::toString(set.takeError());
+    for (const Instruction &in : set->ranks[0].code)
+      if (in.kind == InstrKind::Send)
+        return std::pair<double, double>{in.bytes, in.predictedS};
+    return std::pair<double, double>{0, 0};
+  };
+  const LinkSpec &eth = *HardwareCatalog::builtin().link("Eth-10G");
+  GroupShape g;
+  g.ranks = 2;
+  g.ranksPerNode = 1;
+  g.nic = &eth;
+  for (int replicas : {1, 4}) {
+    auto [bytes, seconds] = sendSeconds(replicas);
+    ASSERT_GT(bytes, 0);
+    g.nicSharePerRank = 1.0 / replicas;
+    EXPECT_NEAR(seconds, collectiveTime(CollectiveKind::SendRecv, bytes, g),
+                1e-12)
+        << replicas;
+  }
+}
+
 /// The instructions of micro-batch 0's tasks on each stage, compute and
 /// tensor-parallel communication, against the simulator's per micro-batch
 /// stage times.
