@@ -155,7 +155,8 @@ def moe_cluster(case):
 # A MoE run as its recipe states it: Megatron-Core's distributed optimizer
 # with --overlap-grad-reduce and --overlap-param-gather, no recompute, the
 # interleaved schedule when the mapping has virtual stages (its p2p
-# overlapped), fp8 as Transformer Engine runs it where the row says fp8.
+# overlapped), sequence parallelism with tp, the experts' own tp (etp),
+# fp8 as Transformer Engine runs it where the row says fp8.
 def moe_strategy(case):
     p, t = case["parallel"], case["training"]
     vpp = p.get("vpp", 1)
@@ -163,7 +164,9 @@ def moe_strategy(case):
     overlap = "grad+param" + ("+p2p" if vpp > 1 else "")
     s = (f"tp={p['tp']},pp={p['pp']},dp={p['dp']},ep={p['ep']},cp={p.get('cp', 1)},"
          f"mbs={t['micro_batch']},gbs={t['global_batch']},zero=1,recompute=none,"
-         f"precision={precision},overlap={overlap}")
+         f"precision={precision},overlap={overlap},sp={1 if p['tp'] > 1 else 0}")
+    if p.get("etp", p["tp"]) != p["tp"]:
+        s += f",etp={p['etp']}"
     if vpp > 1:
         s += f",vpp={vpp},schedule=interleaved"
     return s
@@ -171,9 +174,12 @@ def moe_strategy(case):
 
 def moe_note(case):
     p = case["parallel"]
-    how = ("from tokens/s/GPU" if "tokens_per_s_per_gpu" in case["measured"]
+    m = case["measured"]
+    how = ("measured step" if "iteration_time_s" in m
+           else "from tokens/s/GPU" if "tokens_per_s_per_gpu" in m
            else "from TFLOP/s (Megatron-Core's FLOPs)")
-    return (f"{how}; tp{p['tp']} pp{p['pp']} ep{p['ep']} dp{p['dp']}, "
+    fold = "f" if p.get("etp", p["tp"]) != p["tp"] else ""
+    return (f"{how}; tp{p['tp']} pp{p['pp']} ep{p['ep']}{fold} dp{p['dp']}, "
             f"{case['training']['precision'].split(' ')[0]}")
 
 

@@ -438,6 +438,12 @@ MODELS = {
                                              1e6, moe=(128, 8), head_dim=128, qk_norm=True),
                       30.532e9, "Qwen3 technical report (Yang et al. 2025): 30.5B total, 3.3B "
                       "activated; 30,532,122,624 in the HF config's shapes"),
+    # Qwen3 235B-A22B: 94 layers, 128 experts of ffn 1536, top 8; 64 query
+    # heads of 128 (8192 wide from a 4096 model), 4 key-value heads.
+    "qwen3-235b-a22b": (lambda seq=None: llama("qwen3-235b-a22b", 94, 4096, 64, 4, 1536, seq or 4096,
+                                               151936, 1e6, moe=(128, 8), head_dim=128, qk_norm=True),
+                        235.094e9, "Qwen3 technical report (Yang et al. 2025): 235B total, 22B "
+                        "activated; 235,093,634,560 in the HF config's shapes"),
     # A tiny GPT for tests: 2 layers, d 64, 4 heads, 32 tokens, vocab 128;
     # closed form 12·L·d² + 13·L·d + (V + n_ctx)·d + 2·d.
     "tiny-gpt": (lambda seq=None: gpt("tiny-gpt", 2, 64, 4, seq or 32, 128), gpt_closed_form(2, 64, 32, 128),

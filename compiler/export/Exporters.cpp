@@ -148,10 +148,11 @@ llvm::Expected<std::string> megatron(const ExportPlan &p) {
   if (s.cp > 1) // Megatron-Core's names: the ring is p2p, Ulysses a2a
     flag("--cp-comm-type", s.cpComm == CpComm::Ring ? "p2p" : "a2a");
   if (s.ep > 1) {
-    // As priced: experts split over ep, the tensor-parallel split of the
-    // rest kept for them, tokens moved by all-to-all into grouped GEMMs.
+    // As priced: experts split over ep, split over tp as the rest are or
+    // whole (etp 1: MoE parallel folding), tokens moved by all-to-all into
+    // grouped GEMMs.
     flag("--expert-model-parallel-size", num(s.ep));
-    flag("--expert-tensor-parallel-size", num(s.tp));
+    flag("--expert-tensor-parallel-size", num(s.expertTp()));
     flag("--moe-token-dispatcher-type", "alltoall");
     flag("--moe-grouped-gemm");
   }
@@ -437,8 +438,10 @@ llvm::Expected<std::string> torchtitan(const ExportPlan &p) {
     << "data_parallel_shard_degree = " << (shard ? s.dp : 1) << "\n"
     << "tensor_parallel_degree = " << s.tp << "\n"
     << "context_parallel_degree = " << s.cp << "\n"
-    << "expert_parallel_degree = " << s.ep << "\n"
-    << "pipeline_parallel_degree = " << s.pp << "\n";
+    << "expert_parallel_degree = " << s.ep << "\n";
+  if (s.ep > 1)
+    t << "expert_tensor_parallel_degree = " << s.expertTp() << "\n";
+  t << "pipeline_parallel_degree = " << s.pp << "\n";
   if (s.tp > 1 && s.overlapTpComm)
     t << "enable_async_tensor_parallel = true\n";
   if (s.pp > 1) {

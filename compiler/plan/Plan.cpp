@@ -28,6 +28,7 @@ static ojson strategyJson(const Strategy &s) {
   j["cp"] = s.cp;
   j["cp_comm"] = cpCommName(s.cpComm);
   j["ep"] = s.ep;
+  j["expert_tensor_parallel"] = s.expertTp();
   j["sequence_parallel"] = s.sequenceParallel;
   j["tp_batch_split"] = s.tpBatchSplit;
   j["virtual_stages"] = s.virtualStages;
@@ -253,6 +254,13 @@ strategyFromPlanImpl(const nlohmann::json &plan, const std::string &what) {
   if (j.contains("tp_batch_split"))
     if (auto e = boolean("tp_batch_split", s.tpBatchSplit))
       return std::move(e);
+  // Plans written before it split the experts as tp does.
+  if (j.contains("expert_tensor_parallel")) {
+    int etp = 1;
+    if (auto e = integer("expert_tensor_parallel", etp, 1))
+      return std::move(e);
+    s.etp = etp == s.tp ? 0 : etp;
+  }
   if (j.contains("cp_comm")) {
     if (j["cp_comm"] == "ring")
       s.cpComm = CpComm::Ring;
@@ -589,7 +597,8 @@ const FieldType kStrategyFields[] = {
     {"", K::Object}, {"cli", K::String}, {"summary", K::String},
     {"kind", K::String}, {"tp", K::Integer}, {"pp", K::Integer},
     {"dp", K::Integer}, {"cp", K::Integer}, {"cp_comm", K::String},
-    {"ep", K::Integer}, {"virtual_stages", K::Integer},
+    {"ep", K::Integer}, {"expert_tensor_parallel", K::Integer},
+    {"virtual_stages", K::Integer},
     {"zero_stage", K::Integer}, {"micro_batch_size_samples", K::Integer},
     {"micro_batches", K::Integer}, {"global_batch_size_samples", K::Integer},
     {"schedule", K::String}, {"recompute", K::String},

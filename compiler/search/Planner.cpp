@@ -307,6 +307,16 @@ searchPlans(const Workload &w, const Cluster &cluster, const PlanOptions &o) {
                     e.ep = ep;
                     price(e);
                   }
+                // Folded (etp 1, Megatron-Core's MoE parallel folding):
+                // whole experts on ep of the tp x dp ranks.
+                if (maxExperts > 1 && tp > 1 && cp == 1)
+                  for (int ep = 2; ep <= maxExperts && ep <= dp * tp; ep *= 2)
+                    if (maxExperts % ep == 0 && (dp * tp) % ep == 0) {
+                      Strategy e = s;
+                      e.ep = ep;
+                      e.etp = 1;
+                      price(e);
+                    }
                 // Ulysses where the heads split over cp (its all-to-all
                 // against the ring's overlapped sends), inside a node: over
                 // the network every rank's all-to-all crosses the cards,

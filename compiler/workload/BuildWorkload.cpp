@@ -607,7 +607,9 @@ llvm::Expected<Workload> buildWorkload(ModuleOp module,
     if (inserted) {
       w.kinds.push_back(measureKind(callee, perSample, kernels));
       LayerKind alt = measureKind(callee, batched, kernels);
-      if (alt.batchSplitInTp)
+      // A mixture-of-experts layer's batched products are its experts,
+      // which expert parallelism (ep, etp) splits, not a batch of samples.
+      if (alt.batchSplitInTp && w.kinds.back().experts < 2)
         w.kinds.back().batchSplitLayout =
             std::make_shared<LayerKind>(std::move(alt));
     }
@@ -684,6 +686,14 @@ llvm::Expected<Workload> buildWorkload(ModuleOp module,
     return llvm::createStringError(
         llvm::inconvertibleErrorCode(),
         "@main has no layers: run orrery-outline-layers first");
+  // The batch-split layout counts the kind's instances too (recompute and
+  // fp8 treat repeated layers apart from once-only ones).
+  for (LayerKind &kind : w.kinds)
+    if (kind.batchSplitLayout && kind.batchSplitLayout->count != kind.count) {
+      auto alt = std::make_shared<LayerKind>(*kind.batchSplitLayout);
+      alt->count = kind.count;
+      kind.batchSplitLayout = alt;
+    }
   addTrainingLoss(module, main, w, kindIndex);
   // Costs saturate instead of overflowing; a saturated figure is an error,
   // never a number to plan with.

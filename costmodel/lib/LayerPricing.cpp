@@ -169,7 +169,11 @@ OpPrice Simulation::priceOp(const OpCost &op, const LayerKind &k,
   o.backwardFlops = b;
   o.forwardBytes = bytes;
   o.backwardBytes = backMoved * sc / split;
-  if (tpDeg > 1) {
+  // Folded experts (etp 1) run whole on the tokens sequence parallelism
+  // gave each tp rank: the FLOPs per rank are the same (tokens / tp
+  // instead of features / tp) and no tp collective surrounds them.
+  o.foldedExperts = op.experts > 1 && s.expertsFolded();
+  if (tpDeg > 1 && !o.foldedExperts) {
     o.tpRowAllReduceBytes = op.tpAllReduceForwardBytes * sc;
     o.tpColumnAllReduceBytes = op.tpAllReduceBackwardBytes * sc;
     o.tpGatherBytes = op.tpAllGatherForwardBytes * sc;

@@ -185,7 +185,8 @@ Instruction PipelineLowering::gemm(const OpCost &op, const OpPrice &o,
     batch = o.localExperts;
   }
   if (o.split > 1) {
-    if (!op.tensorParallel) // sequence parallelism splits the tokens
+    // Sequence parallelism splits the tokens (and those of folded experts).
+    if (!op.tensorParallel || o.foldedExperts)
       rows /= o.split;
     else if (op.tpAllReduceForwardBytes > 0 && op.weighted)
       kk = roundUp(double(kk) / o.split);
@@ -521,11 +522,13 @@ void PipelineLowering::layerBackward(const LayerKind &k, bool lastMicroBatch) {
     double params = layerParams(k);
     double experts = 0;
     if (k.experts > 1 && k.expertParameters > 0) {
-      experts = (double(k.expertParameters - k.expertReplicatedParameters) /
-                     tp() +
-                 double(k.expertReplicatedParameters)) /
+      double split =
+          double(k.expertParameters - k.expertReplicatedParameters) / tp() +
+          double(k.expertReplicatedParameters);
+      // Held: 1/ep of them, whole when folded (etp 1).
+      experts = (s.expertsFolded() ? double(k.expertParameters) : split) /
                 s.ep;
-      params -= experts * s.ep;
+      params -= split;
     }
     gradientBuckets(params, experts);
   }
@@ -600,15 +603,30 @@ Program PipelineLowering::lower(int stage_, int t_, int c_, int d_,
         ranks.push_back(rankOf(stage, t, x, y));
   }, "dp");
   int ep = std::max(1, s.ep);
-  epG = build([&] {
-    for (int y = d / ep * ep; y < d / ep * ep + ep && y < s.dp; ++y)
-      ranks.push_back(rankOf(stage, t, c, y));
-  }, "ep");
-  edpG = build([&] {
-    for (int y = d % ep; y < s.dp; y += ep)
-      for (int x = 0; x < s.cp; ++x)
-        ranks.push_back(rankOf(stage, t, x, y));
-  }, "expert-dp");
+  if (s.expertsFolded()) {
+    // Folded experts (etp 1, cp 1): the ep group is ep adjacent ranks of
+    // the tp x dp ones (q = dp rank x tp + tp rank), the expert-dp group
+    // those ep apart.
+    int q = d * T + t;
+    epG = build([&] {
+      for (int x = q / ep * ep; x < q / ep * ep + ep; ++x)
+        ranks.push_back(rankOf(stage, x % T, c, x / T));
+    }, "ep");
+    edpG = build([&] {
+      for (int x = q % ep; x < T * s.dp; x += ep)
+        ranks.push_back(rankOf(stage, x % T, c, x / T));
+    }, "expert-dp");
+  } else {
+    epG = build([&] {
+      for (int y = d / ep * ep; y < d / ep * ep + ep && y < s.dp; ++y)
+        ranks.push_back(rankOf(stage, t, c, y));
+    }, "ep");
+    edpG = build([&] {
+      for (int y = d % ep; y < s.dp; y += ep)
+        for (int x = 0; x < s.cp; ++x)
+          ranks.push_back(rankOf(stage, t, x, y));
+    }, "expert-dp");
+  }
   cpNext = rankOf(stage, t, (c + 1) % s.cp, d);
   cpPrev = rankOf(stage, t, (c + s.cp - 1) % s.cp, d);
 

@@ -49,6 +49,9 @@ struct OpPrice {
               backwardClass = KernelClass::Pointwise;
   Precision precision = Precision::BF16;
   int localExperts = 0; ///< a grouped expert GEMM's products on the device
+  /// Folded experts (etp 1): the GEMM runs whole experts on the tokens the
+  /// tp ranks split (split divides its rows), with no tp collectives.
+  bool foldedExperts = false;
   /// fp8: the casts before the forward and the backward GEMMs.
   double castForwardS = 0, castBackwardS = 0;
   /// Tensor-parallel collectives (bytes per rank, seconds).
@@ -125,6 +128,12 @@ public:
   }
   double opTime(const DeviceSpec &dev, double flops, double bytes,
                 KernelClass c, int kernels, Precision precision) const;
+  /// Of `dpRanks` data-parallel ranks, those holding the same experts (the
+  /// distributed optimizer shards their state over them): dp / ep, or
+  /// folded (etp 1) dp x tp / ep.
+  double expertShard(double dpRanks) const {
+    return dpRanks * (s.expertsFolded() ? s.tp : 1) / std::max(1, s.ep);
+  }
 
 private:
   const Workload &w;

@@ -419,15 +419,19 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
             double(kind.replicatedParameters);
       tpGradParams[ch] += double(kind.tpGradientParameters);
       // Expert parallelism: a device holds 1/ep of the experts.
+      // Folded (etp 1), each held expert whole.
       double expertsAway = 0;
       if (kind.experts > 1 && kind.expertParameters > 0 && !repeatShared) {
         double experts =
             double(kind.expertParameters - kind.expertReplicatedParameters) /
                 place.tp +
             double(kind.expertReplicatedParameters);
-        expertsAway = experts * (1 - 1.0 / s.ep);
+        double held = (s.expertsFolded() ? double(kind.expertParameters)
+                                         : experts) /
+                      s.ep;
+        expertsAway = experts - held;
         params[ch] -= expertsAway;
-        expertParams[ch] += experts / s.ep;
+        expertParams[ch] += held;
       }
       // fp8 copies of the linear weights the device holds (its experts
       // only).
@@ -635,7 +639,7 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
     // The parameters of the device's optimizer shard (the experts' shard
     // over dp x cp / ep ranks).
     double shardParams =
-        dense / shard + experts / std::max(1.0, shard / (expertGroup ? s.ep : 1));
+        dense / shard + experts / std::max(1.0, expertShard(shard));
     // Megatron-LM's step over the device's shard, per parameter: the
     // gradient read for its norm (clipping) and again by Adam; the fp32
     // master weight, momentum and variance read and written; the master
@@ -712,7 +716,7 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
       if (s.zeroStage < stage)
         return perDevice;
       return (perDevice - expertsHere) / dp +
-             expertsHere / std::max(1.0, dp / s.ep);
+             expertsHere / std::max(1.0, expertShard(dp));
     };
     MemoryBreakdown &mem = st.memory;
     // fp8 keeps each linear weight in fp8 and transposed (1 byte each)
@@ -811,10 +815,14 @@ StagePlacement homogeneousPlacement(const Cluster &c, const Strategy &s) {
       groupShapeIn(g, s.stride("pp"), 2),
       groupShapeIn(g, s.stride("cp"), s.cp),
       // ep adjacent data-parallel ranks (inside a node first), and the
-      // ranks holding the same experts, ep apart.
-      groupShapeIn(g, s.stride("dp"), s.ep),
-      groupShapeIn(g, s.stride("dp") * s.ep,
-                   std::max(1, s.dp * s.cp / std::max(1, s.ep)))};
+      // ranks holding the same experts, ep apart; folded (etp 1), ep
+      // adjacent ranks of tp x dp and the tp x dp / ep holding the same.
+      s.expertsFolded() ? groupShapeIn(g, 1, s.ep)
+                        : groupShapeIn(g, s.stride("dp"), s.ep),
+      s.expertsFolded()
+          ? groupShapeIn(g, s.ep, std::max(1, s.dp * s.tp / std::max(1, s.ep)))
+          : groupShapeIn(g, s.stride("dp") * s.ep,
+                         std::max(1, s.dp * s.cp / std::max(1, s.ep)))};
 }
 
 std::vector<StagePlacement> homogeneousStages(const Cluster &c,

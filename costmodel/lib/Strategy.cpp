@@ -106,6 +106,8 @@ std::string Strategy::str() const {
   }
   if (tpBatchSplit)
     s += ",tpbatch=1";
+  if (expertsFolded())
+    s += ",etp=" + std::to_string(expertTp());
   if (cpComm != CpComm::Ring)
     s += std::string(",cp_comm=") + cpCommName(cpComm);
   if (overlapName() != "grad+param")
@@ -167,6 +169,8 @@ llvm::Expected<Strategy> parseStrategy(const std::string &text) {
       e = integer(s.cp, 1);
     else if (key == "ep")
       e = integer(s.ep, 1);
+    else if (key == "etp")
+      e = integer(s.etp, 1);
     else if (key == "vpp")
       e = integer(s.virtualStages, 1);
     else if (key == "mbs")
@@ -260,7 +264,7 @@ llvm::Expected<Strategy> parseStrategy(const std::string &text) {
       }
     } else
       e = err(where + ": unknown key '" + key.str() +
-              "' (known: tp, pp, dp, cp, ep, sp, tpbatch, vpp, schedule, mbs, gbs, "
+              "' (known: tp, pp, dp, cp, ep, etp, sp, tpbatch, vpp, schedule, mbs, gbs, "
               "zero, recompute, "
               "offload, precision, layers, order, overlap, cp_comm)");
     if (e)
@@ -310,9 +314,40 @@ llvm::Error completeAndValidate(Strategy &s, const Workload &w,
         return err("strategy: ep=" + std::to_string(s.ep) +
                    " does not divide the " + std::to_string(k.experts) +
                    " experts of " + k.name);
-    if ((int64_t(s.dp) * s.cp) % s.ep)
+    if (!s.expertsFolded() && (int64_t(s.dp) * s.cp) % s.ep)
       return err("strategy: ep=" + std::to_string(s.ep) +
                  " must divide dp x cp = " + std::to_string(s.dp * s.cp));
+    if (s.expertsFolded() && (int64_t(s.dp) * s.tp) % s.ep)
+      return err("strategy: ep=" + std::to_string(s.ep) +
+                 " must divide dp x tp = " + std::to_string(s.dp * s.tp) +
+                 " (etp=1 draws the expert-parallel group from both)");
+  }
+  if (s.etp > 0 && s.etp != s.tp) {
+    // Megatron-Core's MoE parallel folding, as priced: each expert whole
+    // (etp 1) on the tp x dp ranks, tokens split over tp by sequence
+    // parallelism.
+    if (w.experts() < 2)
+      return err("strategy: etp=" + std::to_string(s.etp) +
+                 ": the model has no mixture-of-experts layers");
+    if (s.etp != 1)
+      return err("strategy: etp=" + std::to_string(s.etp) +
+                 ": expert tensor parallelism is priced equal to tp (" +
+                 std::to_string(s.tp) + ") or folded to 1");
+    if (s.ep < 2)
+      return err("strategy: etp=1 folds the experts' tensor parallelism into "
+                 "expert parallelism: it needs ep > 1");
+    if (!s.sequenceParallel)
+      return err("strategy: etp=1 with tp=" + std::to_string(s.tp) +
+                 " needs sequence parallelism (sp=1): the tp ranks dispatch "
+                 "their own tokens");
+    if (s.cp > 1)
+      return err("strategy: etp=1 with cp=" + std::to_string(s.cp) +
+                 ": folding experts over tp and context parallelism at once "
+                 "is not priced");
+    if (s.stride("tp") != 1 || s.stride("dp") != s.tp)
+      return err("strategy: etp=1 needs the tp ranks adjacent and dp next "
+                 "to them (order tp-cp-dp-pp or tp-dp-...): the folded "
+                 "expert-parallel group runs over both");
   }
   if (s.globalBatch == 0)
     s.globalBatch = s.microBatch * s.dp;

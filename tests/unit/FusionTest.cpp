@@ -202,6 +202,7 @@ TEST(Strategy, EveryFieldMovesThePriceOrIsRefused) {
       {"overlap tp", base + ",sp=1,overlap=grad+param+tp"},
       {"overlap p2p", base + ",vpp=2,overlap=grad+param+p2p"},
       {"ep", base + ",ep=2"},
+      {"etp", base + ",sp=1,ep=2,etp=1"},
       {"cp", "tp=2,pp=2,dp=2,cp=2,mbs=2,gbs=64,zero=0"},
       {"cp_comm", "tp=2,pp=2,dp=2,cp=2,mbs=2,gbs=64,zero=0,cp_comm=all-to-all"},
   };
@@ -211,6 +212,16 @@ TEST(Strategy, EveryFieldMovesThePriceOrIsRefused) {
   }
   // The kernels are a property of the workload (--kernels).
   EXPECT_EQ(moves(base, eager), "moves");
+  // On a mixture of experts, folding the experts' tp moves the price.
+  Workload moe = moeModel(4, 400'000'000, 16 << 20);
+  moe.kinds[0].expertReplicatedParameters = 0;
+  moe.kinds[0].replicatedParameters = 0;
+  moe.kinds[0].ops[0].tensorParallel = true;
+  StepResult split = simulate(moe, c, "tp=2,pp=2,dp=4,sp=1,mbs=2,gbs=64,ep=4");
+  StepResult folded =
+      simulate(moe, c, "tp=2,pp=2,dp=4,sp=1,mbs=2,gbs=64,ep=4,etp=1");
+  EXPECT_NE(split.peakMemoryBytes, folded.peakMemoryBytes);
+  EXPECT_NE(split.stepS, folded.stepS);
 }
 
 TEST(Precision, Fp8AsTransformerEngineRunsIt) {
@@ -299,6 +310,61 @@ TEST(ExpertParallel, ExpertsSplitAndTokensMoveByAllToAll) {
   EXPECT_EQ(llvm::toString(dense.takeError()),
             "strategy: ep=2: the model has no mixture-of-experts layers to "
             "split");
+}
+
+TEST(ExpertParallel, FoldedExpertsRunWholeOnTheTpAndDpRanks) {
+  // Megatron-Core's MoE parallel folding (etp=1): each device holds E/ep
+  // whole experts, the ep group is drawn from the tp x dp ranks, the tp
+  // ranks dispatch their own (sequence-parallel) tokens and no tp
+  // collective surrounds the experts.
+  const int layers = 2;
+  const int64_t expertParams = 800'000'000, dispatch = 64 << 20;
+  Workload w = moeModel(layers, expertParams, dispatch);
+  LayerKind &k = w.kinds[0];
+  k.expertReplicatedParameters = k.replicatedParameters = 0; // tp splits them
+  k.linearReplicatedParameters = 0;
+  k.ops[0].tensorParallel = true;
+  k.ops[0].tpAllReduceForwardBytes = 32 << 20;
+  Cluster c = preset("8xH100-SXM");
+  const char *common = "tp=2,dp=4,sp=1,mbs=2,gbs=16,zero=1";
+  StepResult split = simulate(w, c, std::string(common) + ",ep=4");
+  StepResult folded = simulate(w, c, std::string(common) + ",ep=4,etp=1");
+  EXPECT_TRUE(folded.strategy.expertsFolded());
+  // Weights: E/ep whole experts against E/ep experts split over tp.
+  EXPECT_NEAR(split.stages[0].memory.weightsBytes,
+              2.0 * layers * expertParams / (2 * 4), 1.0);
+  EXPECT_NEAR(folded.stages[0].memory.weightsBytes,
+              2.0 * layers * expertParams / 4, 1.0);
+  // No tp collective around the folded experts.
+  EXPECT_GT(split.exposedTpCommS, 0);
+  EXPECT_EQ(folded.exposedTpCommS, 0);
+  // The all-to-all of the folded group by hand: ep adjacent ranks inside
+  // the node, each dispatching its tp share of a micro-batch's tokens (2
+  // samples of one), four times per layer and micro-batch (2 per replica).
+  GroupShape g = groupShapeIn(c.groupOf(0), 1, 4);
+  double a2a = collectiveTime(CollectiveKind::AllToAll, 2.0 * dispatch / 2, g);
+  EXPECT_NEAR(folded.exposedEpCommS, layers * 2 * 4 * a2a, 1e-9);
+  // Folded, ep may take the tp ranks too (ep 8 of dp 4 x tp 2).
+  StepResult wide = simulate(w, c, std::string(common) + ",ep=8,etp=1");
+  EXPECT_NEAR(wide.stages[0].memory.weightsBytes,
+              2.0 * layers * expertParams / 8, 1.0);
+  for (auto [strategy, message] :
+       std::initializer_list<std::pair<const char *, const char *>>{
+           {",ep=8", "strategy: ep=8 must divide dp x cp = 4"},
+           {",ep=4,etp=3", "strategy: etp=3: expert tensor parallelism is "
+                           "priced equal to tp (2) or folded to 1"},
+           {",ep=1,etp=1", "strategy: etp=1 folds the experts' tensor "
+                           "parallelism into expert parallelism: it needs "
+                           "ep > 1"}}) {
+    auto r = run(w, c, std::string(common) + strategy);
+    ASSERT_FALSE(bool(r)) << strategy;
+    EXPECT_EQ(llvm::toString(r.takeError()), message);
+  }
+  auto nosp = run(w, c, "tp=2,dp=4,sp=0,mbs=2,gbs=16,ep=4,etp=1");
+  ASSERT_FALSE(bool(nosp));
+  EXPECT_EQ(llvm::toString(nosp.takeError()),
+            "strategy: etp=1 with tp=2 needs sequence parallelism (sp=1): the "
+            "tp ranks dispatch their own tokens");
 }
 
 TEST(ContextParallel, RingAndAllToAllPriceTheirExchange) {

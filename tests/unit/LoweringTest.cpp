@@ -93,7 +93,10 @@ TEST(Lowering, EveryGeneratedPlanPassesTheCheck) {
   Workload moe = test::moeModel(4, 100'000'000, 64 << 20);
   for (const char *st : {"ep=2,dp=8,mbs=1,gbs=16", "ep=4,dp=8,mbs=1,gbs=16",
                          "ep=8,dp=8,mbs=1,gbs=16,zero=1",
-                         "pp=2,ep=4,dp=4,mbs=1,gbs=16,zero=1"}) {
+                         "pp=2,ep=4,dp=4,mbs=1,gbs=16,zero=1",
+                         // Folded experts: ep of the tp x dp ranks.
+                         "tp=2,sp=1,ep=8,etp=1,dp=4,mbs=2,gbs=16,zero=1",
+                         "tp=2,sp=1,pp=2,ep=4,etp=1,dp=2,mbs=2,gbs=16"}) {
     std::string why;
     ProgramSet set;
     EXPECT_TRUE(lowerAndCheck(moe, preset("2x4xA100-80G"), st, why, &set))

@@ -15,11 +15,13 @@ static std::string row(int rank, const StepResult &r) {
   std::string cp = std::to_string(s.cp);
   if (s.cp > 1)
     cp += s.cpComm == CpComm::Ring ? "r" : "a";
+  // ep with "f" when the experts fold tp away (etp 1).
+  std::string ep = std::to_string(s.ep) + (s.expertsFolded() ? "f" : "");
   std::snprintf(buf, sizeof buf,
-                "  %-3d %9.3f %7.1f%% %7.1f%% %8.1f  %3d %3d %4d %3s %3d %4lld %4d "
+                "  %-3d %9.3f %7.1f%% %7.1f%% %8.1f  %3d %3d %4d %3s %3s %4lld %4d "
                 "%-10s %4d%s\n",
                 rank, r.stepS, 100 * r.mfu, 100 * r.bubbleFraction,
-                gib(r.peakMemoryBytes), s.tp, s.pp, s.dp, cp.c_str(), s.ep,
+                gib(r.peakMemoryBytes), s.tp, s.pp, s.dp, cp.c_str(), ep.c_str(),
                 (long long)s.microBatch, s.virtualStages,
                 s.recompute == Recompute::None        ? "none"
                 : s.recompute == Recompute::Selective ? "selective"

@@ -35,6 +35,14 @@ struct Strategy {
   int cp = 1; ///< context parallel
   CpComm cpComm = CpComm::Ring;
   int ep = 1; ///< expert parallel (inside dp)
+  /// Expert tensor parallelism (Megatron-Core's MoE parallel folding):
+  /// 0 = tp, the experts split as the dense layers are; 1 = each expert
+  /// whole on a device, the ep group drawn from the tp x dp ranks.
+  int etp = 0;
+  int expertTp() const { return etp > 0 ? etp : tp; }
+  /// Whether the experts fold tensor parallelism into expert parallelism
+  /// (etp 1 under tp > 1).
+  bool expertsFolded() const { return expertTp() != tp; }
   bool sequenceParallel = false;
   /// Let the tensor-parallel group split the batch of the ops whose layout
   /// for micro-batches that split over the group does so (a CNN's conv
