@@ -46,6 +46,46 @@ static bool isFusible(Operation *op) {
 
 /// Whether a layer kind lists `op` in its OpCosts (LayerKind::ops is in
 /// this order, one entry per such op).
+/// The softmax cross-entropy over the class (last) axis of `logits`, as
+/// Megatron-LM and PyTorch compute it in fp32: forward, the logits read and
+/// an fp32 copy and its log-probabilities written (5 FLOP per element);
+/// backward, the fp32 gradient from the log-probabilities, then the
+/// gradient in the logits' own type (two kernels). The implied loss of a
+/// model that returns logits and a graph's own SoftmaxCrossEntropyLoss are
+/// priced alike.
+static void softmaxCrossEntropyCost(RankedTensorType logits, OpCost &c) {
+  int64_t n = numElements(logits);
+  c.forwardFlops = 5 * n;
+  c.backwardFlops = 5 * n;
+  c.bytesRead = tensorBytes(logits) + 4 * n;
+  c.bytesWritten = 8 * n;
+  c.kernelClass = KernelClass::Reduction;
+  c.backwardBytes = 8 * n + 4 * n + tensorBytes(logits);
+  c.backwardKernels = 2;
+}
+
+/// ONNX's NegativeLogLikelihoodLoss over log-probabilities [N, C, ...]:
+/// forward, one element per row gathered (and weighted); backward, the
+/// gradient of the input written whole (zeros but at the targets).
+static void negativeLogLikelihoodCost(RankedTensorType input, OpCost &c) {
+  int64_t n = numElements(input);
+  int64_t classes = input.getRank() >= 2 ? std::max<int64_t>(1, input.getDimSize(1)) : 1;
+  int64_t rows = n / classes;
+  int64_t elem = tensorBytes(input) / std::max<int64_t>(1, n);
+  c.forwardFlops = rows;
+  c.backwardFlops = rows;
+  c.bytesRead = rows * (elem + 8);
+  c.bytesWritten = elem;
+  c.kernelClass = KernelClass::Pointwise;
+  c.backwardBytes = tensorBytes(input) + rows * 8;
+  c.backwardKernels = 1;
+}
+
+bool isPricedLossOp(llvm::StringRef onnxOpType) {
+  return onnxOpType == "SoftmaxCrossEntropyLoss" ||
+         onnxOpType == "NegativeLogLikelihoodLoss";
+}
+
 static bool hasOpCost(Operation &op) {
   return isa<CostOpInterface>(op) && !isa<ConstantOp, NoneOp>(op);
 }
@@ -240,6 +280,24 @@ static void analyzeParallelism(func::FuncOp func, LayerKind &kind,
     c.kernelClass = kernelClassOf(&op);
     c.view = isView(&op);
     priceBackward(&op, c);
+    // A graph's own loss, priced as the implied one is (addTrainingLoss).
+    if (auto unknown = dyn_cast<OnnxOp>(op); unknown && op.getNumOperands()) {
+      auto in = dyn_cast<RankedTensorType>(op.getOperand(0).getType());
+      if (in && in.hasStaticShape() && isa<FloatType>(in.getElementType()) &&
+          isPricedLossOp(unknown.getOpType())) {
+        if (unknown.getOpType() == "SoftmaxCrossEntropyLoss")
+          softmaxCrossEntropyCost(in, c);
+        else
+          negativeLogLikelihoodCost(in, c);
+        // The kind's sums (sumRegionCost) counted the op as free.
+        kind.forwardFlops = satAdd(kind.forwardFlops, c.forwardFlops);
+        kind.backwardFlops = satAdd(kind.backwardFlops, c.backwardFlops);
+        kind.bytesRead =
+            satAdd(kind.bytesRead, c.bytesRead - cost.getBytesRead());
+        kind.bytesWritten =
+            satAdd(kind.bytesWritten, c.bytesWritten - cost.getBytesWritten());
+      }
+    }
     auto attention = dyn_cast<FusedAttentionOp>(op);
     if (attention) {
       c.attentionKeysPerQuery =
@@ -434,7 +492,8 @@ static LayerKind measureKind(func::FuncOp func, const LayoutCosts &costs,
   func.walk([&](Operation *op) {
     if (isa<CostOpInterface>(op) && !isa<ConstantOp, NoneOp, YieldOp>(op))
       kind.numOps++;
-    if (isa<OnnxOp>(op))
+    if (auto unknown = dyn_cast<OnnxOp>(op);
+        unknown && !isPricedLossOp(unknown.getOpType()))
       kind.opsWithoutCostFormula++;
   });
   analyzeParallelism(func, kind, costs, kernels != KernelFusion::Eager);
@@ -444,10 +503,7 @@ static LayerKind measureKind(func::FuncOp func, const LayoutCosts &costs,
 /// Whether the graph computes its own training loss.
 static bool hasLossOp(ModuleOp module) {
   bool found = false;
-  module.walk([&](OnnxOp op) {
-    StringRef t = op.getOpType();
-    found |= t == "SoftmaxCrossEntropyLoss" || t == "NegativeLogLikelihoodLoss";
-  });
+  module.walk([&](OnnxOp op) { found |= isPricedLossOp(op.getOpType()); });
   return found;
 }
 
@@ -499,16 +555,7 @@ static void addTrainingLoss(ModuleOp module, func::FuncOp main, Workload &w,
     int64_t n = numElements(t);
     OpCost loss;
     loss.name = "training_loss:softmax_cross_entropy";
-    loss.forwardFlops = 5 * n;
-    loss.backwardFlops = 5 * n;
-    loss.bytesRead = tensorBytes(t) + 4 * n;
-    loss.bytesWritten = 8 * n;
-    loss.kernelClass = KernelClass::Reduction;
-    // Backward: the gradient of the logits, softmax minus the one-hot
-    // labels, from the kept log-probabilities, in fp32, then in the logits'
-    // own type.
-    loss.backwardBytes = 8 * n + 4 * n + tensorBytes(t);
-    loss.backwardKernels = 2;
+    softmaxCrossEntropyCost(t, loss);
     auto addTo = [&](LayerKind &kind) {
       loss.tensorParallel = found && index < kind.ops.size() &&
                             kind.ops[index].tensorParallel;

@@ -949,7 +949,8 @@ int main(int argc, char **argv) {
     return fail(statsArgs.path + ": " + llvm::toString(workload.takeError()));
   workload->opHistogram = hist;
   for (const auto &[name, count] : hist)
-    if (llvm::StringRef(name).starts_with("onnx_op:"))
+    if (llvm::StringRef(name).starts_with("onnx_op:") &&
+        !orrery::isPricedLossOp(name.substr(8)))
       workload->opsWithoutCostFormula[name.substr(8)] = count;
   std::map<std::string, int64_t> dims;
   if (auto d = (*module)->getAttrOfType<mlir::DictionaryAttr>("orrery.dims"))

@@ -24,6 +24,11 @@ llvm::Expected<Workload> buildWorkload(mlir::ModuleOp module,
                                        const LayoutCosts &costs = {},
                                        KernelFusion kernels = KernelFusion::Fused);
 
+/// ONNX ops without a rule of the dialect that the workload prices anyway:
+/// a graph's own training loss (SoftmaxCrossEntropyLoss priced as the
+/// implied loss, NegativeLogLikelihoodLoss as its gather).
+bool isPricedLossOp(llvm::StringRef onnxOpType);
+
 } // namespace orrery
 
 #endif // ORRERY_WORKLOAD_BUILDWORKLOAD_H
