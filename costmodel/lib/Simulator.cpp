@@ -629,9 +629,36 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
     double firstForward = 0;
     for (int c2 = 0; c2 < v; ++c2)
       firstForward += fwdS[c2 * pp + i];
+    // The bucket holding the stage's first layer fills last and is gathered
+    // first: nothing hides its reduction or its gather. A layer that occurs
+    // once (an embedding: one table) is one bucket however large.
+    double edge = 0;
+    if (s.overlapGradReduce || s.overlapParamGather) {
+      const LayerKind &first = w.kinds[sequence[chunkOf[i].front()]];
+      double firstParams =
+          first.count == 1
+              ? double(first.parameters - first.replicatedParameters) /
+                        at[i].tp +
+                    double(first.replicatedParameters)
+              : 0;
+      double bucket = std::max(
+          {a.gradBucketParams, a.gradBucketParamsPerRank * at[i].dpGroup.ranks,
+           firstParams});
+      edge = std::min(dense, bucket);
+    }
+    double lastBucket =
+        sharded || s.zeroStage == 0
+            ? collectiveTime(reduce, edge * a.gradReduceBytes(), at[i].dpGroup)
+            : 0;
+    double firstBucket =
+        sharded ? collectiveTime(CollectiveKind::AllGather,
+                                 edge * a.weightBytesPerParam, at[i].dpGroup)
+                : 0;
     dpExposed[i] =
-        (s.overlapGradReduce ? std::max(0.0, grad - lastBackwardS[i]) : grad) +
-        (s.overlapParamGather ? std::max(0.0, gather - firstForward) : gather) +
+        (s.overlapGradReduce ? std::max(lastBucket, grad - lastBackwardS[i])
+                             : grad) +
+        (s.overlapParamGather ? std::max(firstBucket, gather - firstForward)
+                              : gather) +
         tiedSyncS[i];
     // The distributed optimizer shards over the data-parallel ranks and
     // the context-parallel ones (they hold the same weights).

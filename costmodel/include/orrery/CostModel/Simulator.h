@@ -58,6 +58,12 @@ struct Assumptions {
   /// gradients' own (gradBytesPerParam). DeepSpeed's `fp32_allreduce` /
   /// `communication_data_type: fp32` reduces 16-bit gradients in fp32.
   double gradReduceBytesPerParam = 0;
+  /// Parameters per gradient bucket of an overlapped reduction
+  /// (Megatron-Core's DDP: max(40M, 1M x dp); a tensor is never split, so
+  /// a larger one is a bucket of its own). The last bucket to fill (the
+  /// stage's first layer) has no backward left to hide behind, nor the
+  /// first one to gather a forward before it.
+  double gradBucketParams = 40e6, gradBucketParamsPerRank = 1e6;
   double gradReduceBytes() const {
     return gradReduceBytesPerParam > 0 ? gradReduceBytesPerParam
                                        : gradBytesPerParam;
