@@ -228,6 +228,9 @@ llvm::Expected<std::string> megatron(const ExportPlan &p) {
                "per op (--kernels eager); Megatron-LM runs its fused kernels: "
                "plan with --kernels fused or unfused-attention");
   }
+  // The loss was priced as one fused softmax cross-entropy pass (14 bytes
+  // per logit each way), not Megatron's default vocab-parallel one in six.
+  flag("--cross-entropy-loss-fusion");
   if (s.zeroStage == 3)
     flag("--use-torch-fsdp2");
   if (s.offloadOptimizer) {
