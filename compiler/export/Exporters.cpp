@@ -688,10 +688,9 @@ llvm::Expected<std::string> exportPlan(const ExportPlan &plan,
                         "mlir, or plan without it");
   // Only DeepSpeed reduces gradients in another type than it keeps them
   // (communication_data_type); the others reduce what they keep.
-  if (plan.gradReduceBytes != plan.gradBytes && format != "deepspeed" &&
-      std::find(exportFormats().begin(), exportFormats().end(), format) !=
-          exportFormats().end() &&
-      format != "mlir")
+  bool framework = format == "megatron" || format == "torchtitan" ||
+                   format == "pytorch" || format == "jax";
+  if (plan.gradReduceBytes != plan.gradBytes && framework)
     return err(format + ": the plan reduces " +
                std::to_string(int(plan.gradBytes)) + "-byte gradients in " +
                std::to_string(int(plan.gradReduceBytes)) +

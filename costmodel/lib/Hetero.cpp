@@ -286,6 +286,7 @@ void groupPipeline(const Cluster &c, const HeteroStrategy &s, size_t g,
   for (const HeteroStage &hs : rg.stages)
     st.stageLayers.push_back(hs.layers);
   at.clear();
+  bool aligned = alignedGroups(c, s);
   for (int i = 0; i < pp; ++i) {
     const HeteroStage &hs = rg.stages[i];
     const NodeGroup &ng = *pools[hs.pool].nodes;
@@ -295,7 +296,7 @@ void groupPipeline(const Cluster &c, const HeteroStrategy &s, size_t g,
                      groupShapeIn(ng, 1, hs.tp),
                      groupShapeIn(ng, hs.tp, rg.replicas),
                      {}};
-    if (alignedGroups(c, s)) {
+    if (aligned) {
       // Groups that split the model alike reduce each stage's gradients in
       // one collective over every group's replicas of it (one data-parallel
       // group per stage, as a framework that runs them as one job does),
