@@ -28,6 +28,17 @@ const std::vector<std::string> &exportFormats() {
   return formats;
 }
 
+const std::vector<std::string> &frameworkFormats() {
+  static const std::vector<std::string> formats = [] {
+    std::vector<std::string> f;
+    for (const std::string &name : exportFormats())
+      if (name != "mlir")
+        f.push_back(name);
+    return f;
+  }();
+  return formats;
+}
+
 llvm::Expected<ExportPlan> readExportPlan(const nlohmann::json &plan,
                                           const std::string &what) {
   if (isHeteroPlan(plan))
@@ -46,6 +57,7 @@ llvm::Expected<ExportPlan> readExportPlan(const nlohmann::json &plan,
   p.kernels = assumptions->fusion;
   p.gradBytes = assumptions->gradBytesPerParam;
   p.gradReduceBytes = assumptions->gradReduceBytes();
+  p.fusedGradAccumulation = assumptions->fusedGradientAccumulation;
   const nlohmann::json &model = plan.value("model", nlohmann::json::object());
   p.model = model.value("source", "");
   if (plan.contains("cluster") && plan["cluster"].is_object()) {
@@ -63,9 +75,16 @@ llvm::Expected<ExportPlan> readExportPlan(const nlohmann::json &plan,
                         "positive count");
     p.layers.push_back({l["kind"], l["count"]});
   }
+  if (auto e = placeChunks(p, what))
+    return std::move(e);
+  return p;
+}
+
+llvm::Error placeChunks(ExportPlan &p, const std::string &what) {
   // The body is the longest run; what precedes it, what follows it.
   size_t bodyRun = 0;
   int64_t total = 0;
+  p.before = p.body = p.after = 0;
   for (size_t r = 0; r < p.layers.size(); ++r) {
     total += p.layers[r].second;
     if (p.layers[r].second > p.layers[bodyRun].second)
@@ -77,6 +96,7 @@ llvm::Expected<ExportPlan> readExportPlan(const nlohmann::json &plan,
   // Chunks as the simulator makes them (Simulator.cpp chunkLayers).
   const Strategy &st = p.strategy;
   int chunks = st.pp * st.virtualStages;
+  p.chunkLayers.clear();
   if (!st.stageLayers.empty()) {
     p.chunkLayers = st.stageLayers;
   } else {
@@ -108,6 +128,21 @@ llvm::Expected<ExportPlan> readExportPlan(const nlohmann::json &plan,
   }
   if (!clean)
     p.chunkBodyLayers.clear();
+  return llvm::Error::success();
+}
+
+llvm::Expected<ExportPlan> exportPlanFor(const Workload &w, const Strategy &s,
+                                         const Assumptions &a) {
+  ExportPlan p;
+  p.strategy = s;
+  p.kernels = a.fusion;
+  p.gradBytes = a.gradBytesPerParam;
+  p.gradReduceBytes = a.gradReduceBytes();
+  p.fusedGradAccumulation = a.fusedGradientAccumulation;
+  for (const LayerRun &run : w.layers)
+    p.layers.push_back({w.kinds[run.kind].name, run.count});
+  if (auto e = placeChunks(p, "strategy"))
+    return std::move(e);
   return p;
 }
 
@@ -162,10 +197,34 @@ llvm::Expected<std::string> megatron(const ExportPlan &p) {
     flag("--use-tp-pp-dp-mapping");
   flag("--num-layers", num(p.body));
   // Megatron splits the body evenly over the chunks, or takes the first
-  // and last stage's count and splits the rest evenly.
-  const std::vector<int64_t> &b = p.chunkBodyLayers;
-  bool even = std::all_of(b.begin(), b.end(),
-                          [&](int64_t n) { return n == b.front(); });
+  // and last stage's count and splits the rest evenly. Megatron-Core can
+  // also count the input embedding and the loss head as one transformer
+  // layer each in its even split (--account-for-embedding-in-pipeline-split,
+  // --account-for-loss-in-pipeline-split): the first chunk then builds one
+  // layer fewer, the last one fewer.
+  auto isEven = [](const std::vector<int64_t> &v) {
+    return std::all_of(v.begin(), v.end(),
+                       [&](int64_t n) { return n == v.front(); });
+  };
+  std::vector<int64_t> b = p.chunkBodyLayers; // layers as Megatron counts them
+  if (!isEven(b) && chunks > 1)
+    for (auto [emb, loss] : {std::pair{true, true}, std::pair{true, false},
+                             std::pair{false, true}}) {
+      if ((emb && p.before != 1) || (loss && p.after != 1))
+        continue;
+      std::vector<int64_t> counted = b;
+      counted.front() += emb;
+      counted.back() += loss;
+      if (!isEven(counted))
+        continue;
+      if (emb)
+        flag("--account-for-embedding-in-pipeline-split");
+      if (loss)
+        flag("--account-for-loss-in-pipeline-split");
+      b = counted;
+      break;
+    }
+  bool even = isEven(b);
   if (s.virtualStages > 1) {
     if (!even)
       return err("megatron: interleaved stages of uneven size (" +
@@ -228,6 +287,8 @@ llvm::Expected<std::string> megatron(const ExportPlan &p) {
                "per op (--kernels eager); Megatron-LM runs its fused kernels: "
                "plan with --kernels fused or unfused-attention");
   }
+  if (!p.fusedGradAccumulation)
+    flag("--no-gradient-accumulation-fusion");
   // The loss was priced as one fused softmax cross-entropy pass (14 bytes
   // per logit each way), not Megatron's default vocab-parallel one in six.
   flag("--cross-entropy-loss-fusion");
@@ -301,6 +362,15 @@ llvm::Expected<std::string> deepspeed(const ExportPlan &p) {
   }
   if (s.precision == Precision::FP8)
     return err("deepspeed: fp8 training is not a ds_config precision");
+  // Megatron's sequence parallelism splits the norms' and dropouts'
+  // activations over tp; DeepSpeed's AutoTP does not. Under full
+  // recompute only the checkpoints are kept, and partition_activations
+  // splits those over tp as sequence parallelism does.
+  if (s.sequenceParallel && s.tp > 1 && s.recompute != Recompute::Full)
+    return err("deepspeed: AutoTP has no sequence parallelism (the plan has "
+               "sp=1 with tp=" + std::to_string(s.tp) +
+               " and recompute=" + recomputeName(s.recompute) +
+               "); plan with sp=0, or recompute=full (partition_activations)");
   if (s.overlapTpComm && s.tp > 1)
     return err("deepspeed: AutoTP has no overlap of its collectives with the "
                "GEMMs (the plan has overlap=" + s.overlapName() + ")");
@@ -394,6 +464,13 @@ llvm::Expected<std::string> torchtitan(const ExportPlan &p) {
   if (s.offloadActivations)
     return err("torchtitan: activation offload to host memory has no "
                "torchtitan setting");
+  if (s.zeroStage == 1 || s.zeroStage == 2)
+    return err("torchtitan: the plan shards " +
+               std::string(s.zeroStage == 1 ? "the optimizer state (ZeRO-1)"
+                                            : "gradients and optimizer "
+                                              "state (ZeRO-2)") +
+               "; torchtitan replicates (DDP, ZeRO-0) or shards weights too "
+               "(FSDP, ZeRO-3): plan with zero=0 or zero=3");
   if (s.offloadOptimizer && s.zeroStage == 0)
     return err("torchtitan: CPU offload needs FSDP (ZeRO-3); the plan "
                "replicates weights (ZeRO-0)");
@@ -414,16 +491,10 @@ llvm::Expected<std::string> torchtitan(const ExportPlan &p) {
        "plan\n"
     << "# model: " << p.model << "\n"
     << "# strategy: " << s.str() << "\n";
-  if (s.zeroStage == 1 || s.zeroStage == 2)
-    t << "# The plan uses ZeRO-" << s.zeroStage
-      << "; torchtitan either replicates (DDP) or shards (FSDP = ZeRO-3). "
-         "FSDP is written:\n"
-         "# it needs no more memory, and all-gathers weights before use "
-         "(about 1.5x the data-parallel traffic).\n";
   if (!s.sequenceParallel && s.tp > 1)
     t << "# torchtitan always applies sequence parallelism with tensor "
          "parallelism (same traffic, less memory).\n";
-  bool shard = s.zeroStage >= 1;
+  bool shard = s.zeroStage == 3;
   t << "\n[training]\n";
   int64_t local = s.pp > 1 ? s.globalBatch / s.dp : s.microBatch;
   t << "local_batch_size = " << local << "\n"
@@ -615,6 +686,12 @@ llvm::Expected<std::string> jax(const ExportPlan &p) {
   const Strategy &s = p.strategy;
   if (s.offloadActivations || s.offloadOptimizer)
     return err("jax: host offload is not part of a mesh and PartitionSpecs");
+  if (s.zeroStage == 1 || s.zeroStage == 2)
+    return err("jax: the plan shards the optimizer state" +
+               std::string(s.zeroStage == 2 ? " and gradients" : "") +
+               " but not the weights (ZeRO-" + std::to_string(s.zeroStage) +
+               "); these PartitionSpecs shard weights and optimizer state "
+               "alike (zero=3) or neither (zero=0): plan with one of those");
   if (s.ep > 1)
     return err("jax: expert parallelism (ep=" + std::to_string(s.ep) +
                ") is not written as a mesh axis here; export to megatron or "
@@ -711,6 +788,36 @@ llvm::Expected<std::string> exportPlan(const ExportPlan &plan,
   for (const std::string &f : exportFormats())
     known += (known.empty() ? "" : ", ") + f;
   return err("export: unknown format '" + format + "' (known: " + known + ")");
+}
+
+llvm::Error frameworkRuns(const ExportPlan &plan, const std::string &format) {
+  auto text = exportPlan(plan, format);
+  return text ? llvm::Error::success() : text.takeError();
+}
+
+std::vector<std::string> frameworksRunning(const ExportPlan &plan) {
+  std::vector<std::string> running;
+  for (const std::string &f : frameworkFormats())
+    if (auto e = frameworkRuns(plan, f))
+      llvm::consumeError(std::move(e));
+    else
+      running.push_back(f);
+  return running;
+}
+
+std::vector<std::string> frameworksRunning(const StepResult &r,
+                                           const Workload &w) {
+  Assumptions a; // as the result was priced
+  a.fusion = r.kernels;
+  a.fusedGradientAccumulation = !r.separateGradientAccumulation;
+  a.gradBytesPerParam = r.gradientBytesPerParameter;
+  a.gradReduceBytesPerParam = r.gradientReduceBytesPerParameter;
+  auto p = exportPlanFor(w, r.strategy, a);
+  if (!p) {
+    llvm::consumeError(p.takeError());
+    return {};
+  }
+  return frameworksRunning(*p);
 }
 
 } // namespace orrery

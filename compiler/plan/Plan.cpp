@@ -1,5 +1,6 @@
 //===- Plan.cpp - the plan format (version 1) ----------------------------===//
 #include "orrery/Plan/Plan.h"
+#include "orrery/Export/Exporters.h"
 #include "orrery/CostModel/Errors.h"
 #include "llvm/ADT/StringExtras.h"
 
@@ -111,6 +112,14 @@ static ojson planHeader(const Workload &w, const PlanInputs &in) {
   return j;
 }
 
+/// The export targets that run `r`'s strategy as priced (Exporters.h).
+static ojson frameworksJson(const StepResult &r, const Workload &w) {
+  ojson list = ojson::array();
+  for (const std::string &f : frameworksRunning(r, w))
+    list.push_back(f);
+  return list;
+}
+
 ojson planJson(const PlanResult &r, const Workload &w, const PlanInputs &in) {
   const StepResult &best = r.top.front();
   const Strategy &s = best.strategy;
@@ -161,13 +170,19 @@ ojson planJson(const PlanResult &r, const Workload &w, const PlanInputs &in) {
   }
   j["groups"] = groups;
   j["predicted"] = metricsJson(best);
+  j["frameworks"] = frameworksJson(best, w);
   ojson alternatives = ojson::array();
   for (size_t i = 1; i < r.top.size(); ++i)
     alternatives.push_back({{"strategy", strategyJson(r.top[i].strategy)},
-                            {"predicted", metricsJson(r.top[i])}});
+                            {"predicted", metricsJson(r.top[i])},
+                            {"frameworks", frameworksJson(r.top[i], w)}});
   j["alternatives"] = alternatives;
   j["search"] = {{"candidates_priced", r.candidatesPriced},
                  {"candidates_pruned", r.candidatesPruned}};
+  if (!r.framework.empty()) {
+    j["search"]["framework"] = r.framework;
+    j["search"]["candidates_refused"] = r.candidatesRefused;
+  }
   return j;
 }
 
@@ -439,6 +454,7 @@ ojson heteroPlanJson(const HeteroPlanResult &r, const Workload &w,
   j["strategy"] = heteroStrategyJson(best.strategy, r.pools);
   j["stages"] = heteroStagesJson(best, r.pools);
   j["predicted"] = heteroMetricsJson(best);
+  j["frameworks"] = ojson::array(); // no export target runs one
   ojson alternatives = ojson::array();
   for (size_t i = 1; i < r.top.size(); ++i)
     alternatives.push_back(
@@ -684,6 +700,10 @@ const FieldType kPlanFields[] = {
     {"stages[].memory_bytes.total", K::Number},
     {"stages[].memory_bytes.capacity", K::Number},
     {"alternatives", K::Array}, {"alternatives[]", K::Object},
+    {"alternatives[].frameworks", K::Array},
+    {"alternatives[].frameworks[]", K::String},
+    {"frameworks", K::Array}, {"frameworks[]", K::String},
+    {"search.framework", K::String}, {"search.candidates_refused", K::Integer},
 };
 
 bool hasKind(const nlohmann::json &v, JsonKind kind) {

@@ -1,10 +1,13 @@
 //===- Planner.cpp - search the strategy space ---------------------------===//
 #include "orrery/Search/Planner.h"
+#include "orrery/Export/Exporters.h"
 
 #include <algorithm>
 #include <chrono>
 #include <functional>
 #include <cmath>
+#include <optional>
+#include <utility>
 
 namespace orrery {
 
@@ -97,11 +100,74 @@ static Cluster firstNodes(const Cluster &c, int nodes) {
   return cut;
 }
 
+/// `s` as `framework` runs it: itself when its exporter takes it, else the
+/// variant with the fewest changes that it takes (changes tried alone,
+/// then in pairs, ..., in the order listed), or nothing. `refusal` keeps
+/// the first refusal seen.
+static std::optional<Strategy> asFrameworkRuns(const Workload &w, Strategy s,
+                                               const Assumptions &a,
+                                               const std::string &framework,
+                                               std::string &refusal) {
+  using Change = std::function<bool(Strategy &)>; // false: does not apply
+  const std::vector<Change> changes = {
+      [](Strategy &t) { return std::exchange(t.overlapParamGather, false); },
+      [](Strategy &t) { return std::exchange(t.overlapGradReduce, false); },
+      [](Strategy &t) {
+        if (t.zeroStage != 1 && t.zeroStage != 2)
+          return false;
+        t.zeroStage = 0;
+        return true;
+      },
+      [](Strategy &t) {
+        return t.tp > 1 && std::exchange(t.sequenceParallel, false);
+      },
+      [&](Strategy &t) { // the layers split as evenly as counts allow
+        int chunks = t.pp * t.virtualStages;
+        int64_t total = w.totalLayers();
+        if (chunks < 2 || total < chunks)
+          return false;
+        std::vector<int> even;
+        for (int c = 0; c < chunks; ++c)
+          even.push_back(int(total / chunks + (c < total % chunks)));
+        if (t.stageLayers == even)
+          return false;
+        t.stageLayers = even;
+        return true;
+      }};
+  auto runs = [&](const Strategy &t) {
+    auto p = exportPlanFor(w, t, a);
+    llvm::Error e = p ? frameworkRuns(*p, framework) : p.takeError();
+    if (!e)
+      return true;
+    std::string msg = llvm::toString(std::move(e));
+    if (refusal.empty())
+      refusal = msg;
+    return false;
+  };
+  if (runs(s))
+    return s;
+  int n = int(changes.size());
+  for (int size = 1; size <= n; ++size)
+    for (unsigned mask = 1; mask < (1u << n); ++mask) {
+      if (__builtin_popcount(mask) != size)
+        continue;
+      Strategy t = s;
+      bool applies = true;
+      for (int i = 0; i < n && applies; ++i)
+        if (mask & (1u << i))
+          applies = changes[i](t);
+      if (applies && runs(t))
+        return t;
+    }
+  return std::nullopt;
+}
+
 llvm::Expected<PlanResult>
 searchPlans(const Workload &w, const Cluster &cluster, const PlanOptions &o) {
   auto start = std::chrono::steady_clock::now();
   PlanResult result;
   result.cluster = cluster;
+  result.framework = o.framework;
   if (o.objective == Objective::Cost || o.budgetUsdPerHour > 0) {
     bool priced = false;
     for (int d = 0; d < cluster.numDevices(); ++d)
@@ -181,12 +247,32 @@ searchPlans(const Workload &w, const Cluster &cluster, const PlanOptions &o) {
       w.kinds.begin(), w.kinds.end(),
       [](const LayerKind &k) { return bool(k.batchSplitLayout); });
   std::function<void(Strategy)> priceOne;
+  std::string refusal; // the framework's first refusal
   auto price = [&](Strategy s) {
+    if (!o.framework.empty()) {
+      // No framework target states a per-op batch split inside tp.
+      auto runnable = asFrameworkRuns(w, s, a, o.framework, refusal);
+      if (!runnable) {
+        ++result.candidatesRefused;
+        return;
+      }
+      priceOne(*runnable);
+      return;
+    }
     priceOne(s);
     if (batchable && s.tp > 1 && s.microBatch % s.tp == 0) {
       s.tpBatchSplit = true;
       priceOne(s);
     }
+  };
+  auto frameworkRuns = [&](const Strategy &s) {
+    if (o.framework.empty())
+      return true;
+    auto p = exportPlanFor(w, s, a);
+    llvm::Error e = p ? orrery::frameworkRuns(*p, o.framework) : p.takeError();
+    bool ok = !e;
+    llvm::consumeError(std::move(e));
+    return ok;
   };
   priceOne = [&](Strategy s) {
     if (s.microBatches() * s.pp * s.virtualStages > kMaxPlanStepTasks)
@@ -204,7 +290,9 @@ searchPlans(const Workload &w, const Cluster &cluster, const PlanOptions &o) {
         for (int64_t i = 0; i < run.count; ++i)
           perLayer.push_back(r->kindSecondsPerMicroBatch[run.kind]);
       std::vector<int> split = balanceLayers(perLayer, s.pp * s.virtualStages);
-      if (!split.empty()) {
+      Strategy b = s;
+      b.stageLayers = split;
+      if (!split.empty() && split != s.stageLayers && frameworkRuns(b)) {
         s.stageLayers = split;
         auto balanced = simulateStep(w, c, s, a, false, Detail::StepTime);
         // Only a split that beats the default is a new plan.
@@ -351,6 +439,11 @@ searchPlans(const Workload &w, const Cluster &cluster, const PlanOptions &o) {
                     dev.name.c_str(), floorShortfall / double(1ull << 30));
       return err(buf);
     }
+    if (!haveClosest && result.candidatesRefused > 0 &&
+        result.candidatesPriced == 0)
+      return err("plan: --framework " + o.framework +
+                 " runs none of the strategies searched; the first refused: " +
+                 refusal);
     if (!haveClosest)
       return err("plan: no strategy applies to this model on " +
                  std::to_string(devices) + " devices (global batch " +

@@ -1,5 +1,6 @@
 //===- PlanReport.cpp - the `orrery plan` summary ------------------------===//
 #include "PlanReport.h"
+#include "orrery/Export/Exporters.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -47,7 +48,15 @@ void printPlan(std::ostream &os, const PlanResult &r, const Workload &w,
   else
     std::snprintf(buf, sizeof buf, "searched     nothing: the strategy was "
                                    "given with --strategy\n\n");
-  os << buf;
+  if (!r.framework.empty() && r.searchS > 0) {
+    std::string s(buf);
+    s.resize(s.size() - 2); // the blank line after it
+    s += ", " + std::to_string(r.candidatesRefused) + " refused by --framework " +
+         r.framework + "\n\n";
+    os << s;
+  } else {
+    os << buf;
+  }
   os << "best plan    " << b.strategy.str() << "\n";
   std::string tokens;
   if (b.tokensPerS > 0) {
@@ -62,6 +71,14 @@ void printPlan(std::ostream &os, const PlanResult &r, const Workload &w,
       100 * b.bubbleFraction, gib(b.peakMemoryBytes),
       gib(r.cluster.deviceSpec(0).memoryBytes));
   os << buf;
+  std::vector<std::string> runs = frameworksRunning(b, w);
+  std::string targets;
+  for (const std::string &f : runs)
+    targets += (targets.empty() ? "" : ", ") + f;
+  os << "runs on      "
+     << (targets.empty() ? "none of the export targets (orrery export --to mlir)"
+                         : targets + " (orrery export --to NAME)")
+     << "\n";
   for (const std::string &d : b.precisionFallbackDevices)
     os << "precision    " << precisionName(b.strategy.precision) << " on " << d
        << ": no tensor cores for it; its GEMMs priced at the fp32 rate\n";

@@ -451,6 +451,13 @@ int main(int argc, char **argv) {
                       "you already run");
   FrameworkFlags planGradients;
   planGradients.add(planCmd);
+  std::string planFramework;
+  planCmd
+      ->add_option("--framework", planFramework,
+                   "search only what this framework runs, as `orrery export "
+                   "--to` writes it (megatron, deepspeed, torchtitan, "
+                   "pytorch, jax), priced with its gradient accumulation")
+      ->check(CLI::IsMember(orrery::frameworkFormats()));
   std::string emitMlir;
   planCmd->add_option("--emit-mlir", emitMlir,
                       "write the model annotated with the plan's shardings "
@@ -845,6 +852,13 @@ int main(int argc, char **argv) {
                                                 : orrery::Objective::Time;
     options.budgetUsdPerHour = budget;
     options.topK = topK;
+    options.framework = planFramework;
+    // Megatron-LM accumulates weight gradients inside the wgrad GEMM and
+    // XLA fuses the add into it; PyTorch's autograd (DeepSpeed, torchtitan,
+    // DDP/FSDP) adds each micro-batch's gradient in a kernel of its own.
+    if (!planFramework.empty())
+      options.assumptions.fusedGradientAccumulation =
+          planFramework == "megatron" || planFramework == "jax";
     planGradients.apply(options.assumptions);
     auto prec = orrery::parseStrategy("precision=" + precision);
     if (prec)
@@ -864,6 +878,11 @@ int main(int argc, char **argv) {
         std::cerr.flush();
       };
     if (orrery::needsHeteroSearch(*cluster)) {
+      if (!planFramework.empty())
+        return fail("--framework " + planFramework +
+                    ": this cluster needs a heterogeneous plan (stages on "
+                    "different device types or sites), which no export "
+                    "target runs");
       if (!fixedStrategy.empty())
         return fail("--strategy: a strategy string places one device type at "
                     "one site; this cluster needs a heterogeneous plan");
@@ -909,6 +928,17 @@ int main(int argc, char **argv) {
         return llvm::createStringError(llvm::inconvertibleErrorCode(),
                                        "--strategy: does not fit: " +
                                            r->doesNotFit);
+      if (!planFramework.empty()) {
+        auto p = orrery::exportPlanFor(*workload, r->strategy,
+                                       options.assumptions);
+        if (!p)
+          return p.takeError();
+        if (auto e = orrery::frameworkRuns(*p, planFramework))
+          return llvm::createStringError(
+              llvm::inconvertibleErrorCode(),
+              "--strategy: --framework " + planFramework + " does not run it: " +
+                  llvm::toString(std::move(e)));
+      }
       orrery::PlanResult one;
       one.top.push_back(std::move(*r));
       one.candidatesPriced = 1;

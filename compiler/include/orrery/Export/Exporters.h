@@ -11,6 +11,7 @@
 #ifndef ORRERY_EXPORT_EXPORTERS_H
 #define ORRERY_EXPORT_EXPORTERS_H
 
+#include "orrery/CostModel/Simulator.h"
 #include "orrery/CostModel/Strategy.h"
 #include "orrery/CostModel/Workload.h"
 
@@ -47,12 +48,38 @@ struct ExportPlan {
   /// (predicted.gradient_bytes_per_parameter and
   /// gradient_reduce_bytes_per_parameter).
   double gradBytes = 4, gradReduceBytes = 4;
+  /// Whether weight gradients accumulate inside the weight-gradient GEMM
+  /// (Assumptions::fusedGradientAccumulation).
+  bool fusedGradAccumulation = true;
 };
 
 /// Reads the plan (strategy fields checked as `orrery check` does).
 /// Heterogeneous plans are refused: no framework here runs one.
 llvm::Expected<ExportPlan> readExportPlan(const nlohmann::json &plan,
                                           const std::string &what);
+
+/// Fills `p`'s chunks (before, body, after, chunkLayers, chunkBodyLayers)
+/// from its strategy and layers, as the simulator places them.
+llvm::Error placeChunks(ExportPlan &p, const std::string &what);
+
+/// What `orrery plan` would write for `s` priced on `w` under `a`, as the
+/// exporters see it: the planner's `--framework` asks the exporters
+/// whether a candidate runs there.
+llvm::Expected<ExportPlan> exportPlanFor(const Workload &w, const Strategy &s,
+                                         const Assumptions &a);
+
+/// The export targets that run a plan (the formats but `mlir`), in
+/// exportFormats() order.
+const std::vector<std::string> &frameworkFormats();
+
+/// Success when `format` runs the plan as priced; else its refusal.
+llvm::Error frameworkRuns(const ExportPlan &plan, const std::string &format);
+
+/// The frameworks among frameworkFormats() that run the plan.
+std::vector<std::string> frameworksRunning(const ExportPlan &plan);
+/// The same for a priced strategy, as `orrery plan` writes it.
+std::vector<std::string> frameworksRunning(const StepResult &r,
+                                           const Workload &w);
 
 /// The plan in `format`, or an error naming what the format cannot express.
 llvm::Expected<std::string> exportPlan(const ExportPlan &plan,

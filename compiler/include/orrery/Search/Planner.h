@@ -30,6 +30,12 @@ struct PlanOptions {
   /// How the framework that will run the plan keeps its gradients (the
   /// rest of the assumptions stay the defaults).
   Assumptions assumptions;
+  /// When set (`--framework`, one of frameworkFormats()): only strategies
+  /// that framework runs, as its exporter writes them; a candidate it
+  /// refuses is replaced by its nearest variant the framework runs (an
+  /// overlap it lacks turned off, ZeRO-1 or -2 as ZeRO-0, sequence
+  /// parallelism off, its uniform layer split), or dropped.
+  std::string framework;
   /// Called now and then with the candidates priced so far and the best.
   std::function<void(int64_t priced, const StepResult *best)> progress;
 };
@@ -38,6 +44,9 @@ struct PlanResult {
   std::vector<StepResult> top; ///< best first
   int64_t candidatesPriced = 0;
   int64_t candidatesPruned = 0; ///< rejected before pricing (memory bound)
+  /// Candidates the framework runs in no variant (PlanOptions::framework).
+  int64_t candidatesRefused = 0;
+  std::string framework; ///< PlanOptions::framework, echoed
   double searchS = 0;
   /// The devices the plan uses (all of them unless a budget cut nodes).
   Cluster cluster;
