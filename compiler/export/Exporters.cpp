@@ -58,6 +58,7 @@ llvm::Expected<ExportPlan> readExportPlan(const nlohmann::json &plan,
   p.gradBytes = assumptions->gradBytesPerParam;
   p.gradReduceBytes = assumptions->gradReduceBytes();
   p.fusedGradAccumulation = assumptions->fusedGradientAccumulation;
+  p.fineTuning = assumptions->fineTuning;
   const nlohmann::json &model = plan.value("model", nlohmann::json::object());
   p.model = model.value("source", "");
   if (plan.contains("cluster") && plan["cluster"].is_object()) {
@@ -139,6 +140,7 @@ llvm::Expected<ExportPlan> exportPlanFor(const Workload &w, const Strategy &s,
   p.gradBytes = a.gradBytesPerParam;
   p.gradReduceBytes = a.gradReduceBytes();
   p.fusedGradAccumulation = a.fusedGradientAccumulation;
+  p.fineTuning = a.fineTuning;
   for (const LayerRun &run : w.layers)
     p.layers.push_back({w.kinds[run.kind].name, run.count});
   if (auto e = placeChunks(p, "strategy"))
@@ -147,6 +149,73 @@ llvm::Expected<ExportPlan> exportPlanFor(const Workload &w, const Strategy &s,
 }
 
 namespace {
+
+/// The refusal of a target that cannot state fine-tuning, or success.
+llvm::Error noFineTuning(const ExportPlan &p, const char *target,
+                         const char *why) {
+  if (!p.fineTuning.active())
+    return llvm::Error::success();
+  return err(std::string(target) + ": the plan fine-tunes (" +
+             p.fineTuning.str() + "), which " + why +
+             "; export --to pytorch for the code that freezes and adapts "
+             "the weights");
+}
+
+/// Python for a fine-tuned plan: freeze as --freeze does, then PEFT's LoRA
+/// on the targets (Orrery's roles as torchtitan's Llama names them).
+llvm::Expected<std::string> fineTuneCode(const ExportPlan &p) {
+  const FineTuning &ft = p.fineTuning;
+  if (!ft.active())
+    return "";
+  for (const std::string &f : ft.freeze)
+    for (const auto &[kind, count] : p.layers)
+      if (f == kind)
+        return err("pytorch: --freeze " + f + " names one of Orrery's layer "
+                   "kinds, which the model code does not; freeze by weight "
+                   "name to export");
+  auto list = [](const std::vector<std::string> &v) {
+    std::string out = "(";
+    for (const std::string &x : v)
+      out += "\"" + x + "\", ";
+    return out + ")";
+  };
+  std::vector<std::string> targets;
+  for (const std::string &t : ft.loraTargets) {
+    if (t == "attention")
+      targets.insert(targets.end(), {"wq", "wk", "wv", "wo"});
+    else if (t == "mlp")
+      targets.insert(targets.end(), {"w1", "w2", "w3"});
+    else
+      targets.push_back(t);
+  }
+  bool allLinear = std::find(targets.begin(), targets.end(), "all-linear") !=
+                   targets.end();
+  std::ostringstream py;
+  py << "\n# Fine-tuning as priced (" << ft.str() << "): call fine_tune(model) "
+        "before parallelize(model).\n"
+     << "FREEZE = " << list(ft.freeze)
+     << "  # weight names, dotted prefixes or parts; '*' any run\n"
+     << "LORA_RANK = " << ft.loraRank << "\n"
+     << "LORA_TARGETS = "
+     << (allLinear ? std::string("\"all-linear\"") : list(targets))
+     << "  # PEFT target_modules (attention: wq, wk, wv, wo; mlp: w1, w2, w3)\n\n\n"
+     << "def fine_tune(model):\n"
+     << "    import fnmatch\n"
+     << "    def frozen(name):\n"
+     << "        return LORA_RANK > 0 or any(\n"
+     << "            fnmatch.fnmatchcase(name, f) for p in FREEZE\n"
+     << "            for f in (p, p + \".*\", \"*.\" + p, \"*.\" + p + \".*\"))\n"
+     << "    for name, param in model.named_parameters():\n"
+     << "        if frozen(name):\n"
+     << "            param.requires_grad_(False)\n"
+     << "    if LORA_RANK > 0:  # every base weight frozen, adapters train\n"
+     << "        from peft import LoraConfig, get_peft_model\n"
+     << "        model = get_peft_model(model, LoraConfig(\n"
+     << "            r=LORA_RANK, lora_alpha=2 * LORA_RANK, lora_dropout=0.0,\n"
+     << "            target_modules=LORA_TARGETS))\n"
+     << "    return model\n";
+  return py.str();
+}
 
 /// Megatron-LM's transformer layers: the body; the embedding and head are
 /// not layers there.
@@ -157,6 +226,10 @@ llvm::Expected<std::string> megatron(const ExportPlan &p) {
     args.push_back(name + (value.empty() ? "" : " " + value));
   };
   auto num = [](int64_t v) { return std::to_string(v); };
+  if (auto e = noFineTuning(p, "megatron",
+                            "Megatron-LM's flags do not state (NeMo's PEFT "
+                            "does: LoRA with dim and target_modules)"))
+    return std::move(e);
   if (s.schedule == Schedule::GPipe && s.pp > 1)
     return err("megatron: Megatron-LM has no GPipe schedule (it runs 1F1B "
                "or interleaved 1F1B); plan or simulate with schedule=1f1b");
@@ -332,6 +405,10 @@ llvm::Expected<std::string> megatron(const ExportPlan &p) {
 
 llvm::Expected<std::string> deepspeed(const ExportPlan &p) {
   const Strategy &s = p.strategy;
+  if (auto e = noFineTuning(p, "deepspeed",
+                            "a ds_config does not state (frozen weights and "
+                            "adapters live in the model code)"))
+    return std::move(e);
   if (s.ep > 1)
     return err("deepspeed: expert parallelism (ep=" + std::to_string(s.ep) +
                ") lives in DeepSpeed-MoE's model code, not in ds_config");
@@ -491,6 +568,11 @@ llvm::Expected<std::string> torchtitan(const ExportPlan &p) {
        "plan\n"
     << "# model: " << p.model << "\n"
     << "# strategy: " << s.str() << "\n";
+  if (p.fineTuning.active())
+    t << "# Fine-tuning as priced (" << p.fineTuning.str()
+      << "): torchtitan 0.1 has no option for it; freeze and adapt the "
+         "weights in the model before training (`orrery export --to "
+         "pytorch` writes fine_tune(model)).\n";
   if (!s.sequenceParallel && s.tp > 1)
     t << "# torchtitan always applies sequence parallelism with tensor "
          "parallelism (same traffic, less memory).\n";
@@ -679,11 +761,19 @@ llvm::Expected<std::string> pytorch(const ExportPlan &p) {
         "lr=lr,\n"
      << "            process_group=mesh[\"dp\"].get_group())\n"
      << "    return torch.optim.AdamW(model.parameters(), lr=lr)\n";
+  auto tune = fineTuneCode(p);
+  if (!tune)
+    return tune.takeError();
+  py << *tune;
   return py.str();
 }
 
 llvm::Expected<std::string> jax(const ExportPlan &p) {
   const Strategy &s = p.strategy;
+  if (auto e = noFineTuning(p, "jax",
+                            "a mesh and PartitionSpecs do not state (an "
+                            "optax mask does, in the training code)"))
+    return std::move(e);
   if (s.offloadActivations || s.offloadOptimizer)
     return err("jax: host offload is not part of a mesh and PartitionSpecs");
   if (s.zeroStage == 1 || s.zeroStage == 2)
@@ -812,6 +902,7 @@ std::vector<std::string> frameworksRunning(const StepResult &r,
   a.fusedGradientAccumulation = !r.separateGradientAccumulation;
   a.gradBytesPerParam = r.gradientBytesPerParameter;
   a.gradReduceBytesPerParam = r.gradientReduceBytesPerParameter;
+  a.fineTuning = w.fineTuning;
   auto p = exportPlanFor(w, r.strategy, a);
   if (!p) {
     llvm::consumeError(p.takeError());

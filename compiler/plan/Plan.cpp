@@ -109,6 +109,16 @@ static ojson planHeader(const Workload &w, const PlanInputs &in) {
                 {"parameters", w.parameters()},
                 {"tokens_per_sample", w.tokensPerSample},
                 {"layers", layers}};
+  // Which weights train, as `orrery check` must build the workload again.
+  if (w.fineTuning.active()) {
+    const FineTuning &ft = w.fineTuning;
+    j["fine_tuning"] = {{"freeze", ft.freeze},
+                        {"lora_rank", ft.loraRank},
+                        {"lora_targets", ft.loraTargets},
+                        {"trainable_parameters", w.parameters()},
+                        {"frozen_parameters", w.frozenParameters()},
+                        {"adapter_parameters", w.adapterParameters()}};
+  }
   return j;
 }
 
@@ -493,6 +503,41 @@ assumptionsFromPlanImpl(const nlohmann::json &plan, const std::string &what) {
                         "must be 2 or 4");
     a.gradReduceBytesPerParam = v.get<double>();
   }
+  if (plan.contains("fine_tuning")) {
+    const nlohmann::json &f = plan["fine_tuning"];
+    auto strings = [&](const char *key, std::vector<std::string> &out)
+        -> llvm::Error {
+      if (!f.contains(key))
+        return llvm::Error::success();
+      if (!f[key].is_array())
+        return err(what + ": fine_tuning." + key + ": must be an array of "
+                                                   "strings");
+      for (const auto &v : f[key]) {
+        if (!v.is_string() || v.get<std::string>().empty())
+          return err(what + ": fine_tuning." + key +
+                     ": must be an array of non-empty strings");
+        out.push_back(v.get<std::string>());
+      }
+      return llvm::Error::success();
+    };
+    if (!f.is_object())
+      return err(what + ": fine_tuning: must be an object");
+    if (auto e = strings("freeze", a.fineTuning.freeze))
+      return std::move(e);
+    if (auto e = strings("lora_targets", a.fineTuning.loraTargets))
+      return std::move(e);
+    if (f.contains("lora_rank")) {
+      const nlohmann::json &r = f["lora_rank"];
+      if (!r.is_number_integer() || r.get<int64_t>() < 0 ||
+          r.get<int64_t>() > 65536)
+        return err(what + ": fine_tuning.lora_rank: must be an integer from "
+                          "0 to 65536");
+      a.fineTuning.loraRank = int(r.get<int64_t>());
+    }
+    if (a.fineTuning.loraRank > 0 && a.fineTuning.loraTargets.empty())
+      return err(what + ": fine_tuning.lora_targets: missing (LoRA needs "
+                        "its targets)");
+  }
   // Plans written before `kernels` existed were priced with the attention
   // scores in memory.
   a.fusion = KernelFusion::UnfusedAttention;
@@ -703,6 +748,13 @@ const FieldType kPlanFields[] = {
     {"alternatives[].frameworks", K::Array},
     {"alternatives[].frameworks[]", K::String},
     {"frameworks", K::Array}, {"frameworks[]", K::String},
+    {"fine_tuning", K::Object}, {"fine_tuning.freeze", K::Array},
+    {"fine_tuning.freeze[]", K::String}, {"fine_tuning.lora_rank", K::Integer},
+    {"fine_tuning.lora_targets", K::Array},
+    {"fine_tuning.lora_targets[]", K::String},
+    {"fine_tuning.trainable_parameters", K::Integer},
+    {"fine_tuning.frozen_parameters", K::Integer},
+    {"fine_tuning.adapter_parameters", K::Integer},
     {"search.framework", K::String}, {"search.candidates_refused", K::Integer},
 };
 

@@ -1,5 +1,6 @@
 //===- BuildWorkload.cpp - outlined module → Workload ---------------------===//
 #include "orrery/Workload/BuildWorkload.h"
+#include "FineTuning.h"
 #include "orrery/Dialect/OrreryDialect.h"
 #include "orrery/Workload/Parallelism.h"
 
@@ -184,17 +185,6 @@ static Operation *producerThroughViews(Value v) {
   return def;
 }
 
-/// Attention scores: the product of two activations with a square trailing
-/// [s, s] block (QKᵀ); ops on tensors of that type form the attention core.
-static bool isScoreProduct(Operation *op) {
-  if (!isContractionOp(op) || op->getNumResults() != 1)
-    return false;
-  int activations = llvm::count_if(op->getOperands(), isActivation);
-  auto t = dyn_cast<RankedTensorType>(op->getResult(0).getType());
-  return activations >= 2 && t && t.getRank() >= 3 &&
-         t.getDimSize(t.getRank() - 1) == t.getDimSize(t.getRank() - 2);
-}
-
 /// The GEMM a runtime runs for a contraction (OpCost::gemmM...): the
 /// result's leading dimensions are products of their own when both operands
 /// are activations (attention scores) or experts' weights, else rows of one
@@ -230,12 +220,17 @@ static void gemmShape(Operation *op, OpCost &c) {
 // output. For GPT this finds QKV and FC1 column-parallel, the output
 // projection and FC2 row-parallel, four all-reduces per layer.
 static void analyzeParallelism(func::FuncOp func, LayerKind &kind,
-                               const LayoutCosts &costs, bool fuseChains) {
+                               const LayoutCosts &costs, bool fuseChains,
+                               const LayerTraining &training, int loraRank) {
   TensorParallelLayout layout = layoutByDynamicProgramming(func, costs);
   llvm::DenseSet<Value> &sharded = layout.sharded;
   llvm::DenseSet<Value> core;
   llvm::DenseSet<Type> scoreTypes;
   llvm::DenseMap<Operation *, size_t> opIndex;
+  // Contractions whose weight is frozen (their inputs are kept for no
+  // weight gradient), and those with a LoRA adapter.
+  llvm::DenseSet<Operation *> frozenInputs;
+  llvm::SmallVector<Operation *> adapted;
   Operation *previous = nullptr; // the last op with a kernel
   for (Operation &op : func.getBody().front().without_terminator()) {
     if (!hasOpCost(op))
@@ -350,7 +345,8 @@ static void analyzeParallelism(func::FuncOp func, LayerKind &kind,
       if (out == Replicated) // run split, then gather the result
         c.tpAllGatherForwardBytes = tensorBytes(op.getResult(0).getType());
       for (Value v : op.getOperands())
-        if (isWeight(v))
+        if (isWeight(v) && weightTraining(&op, training) ==
+                               LayerTraining::Trains)
           kind.tpGradientParameters += numElements(v.getType());
     } else if ((in == Batch || in == Spatial) && out == Replicated) {
       // An input split this op cannot take: gathered, then run whole.
@@ -391,21 +387,48 @@ static void analyzeParallelism(func::FuncOp func, LayerKind &kind,
         }
     if (!c.view)
       previous = &op;
+    // Fine-tuning: a layer that nothing before trains and that trains
+    // nothing runs no backward; a frozen weight gets no gradient.
+    if (training.noBackward()) {
+      freezeContraction(c, 0, false);
+    } else if (c.weighted) {
+      LayerTraining::Arg how = weightTraining(&op, training);
+      if (how != LayerTraining::Trains) {
+        int64_t weightBytes = 0;
+        for (Value v : op.getOperands()) {
+          bool swapped;
+          if (BlockArgument a = weightSource(v, swapped))
+            weightBytes += tensorBytes(a.getType());
+        }
+        int64_t before = c.backwardFlops;
+        freezeContraction(c, weightBytes, true);
+        kind.backwardFlops -= before - c.backwardFlops;
+        if (how == LayerTraining::Frozen)
+          frozenInputs.insert(&op);
+        else
+          adapted.push_back(&op);
+      }
+    }
     opIndex[&op] = kind.ops.size();
     kind.ops.push_back(std::move(c));
   }
+  if (training.noBackward())
+    kind.backwardFlops = 0;
   // Split the kept activations by how parallelism and recompute treat them.
   llvm::DenseSet<Value> seen;
   // Kept tensors by who keeps them: inputs of weighted contractions (fp8
   // can keep those in one byte) and everything else.
   llvm::DenseMap<Value, std::pair<int64_t, bool>> linearInputs; // bytes, split
   llvm::DenseSet<Value> keptByOthers;
+  llvm::DenseMap<Value, int64_t> skipped; // by frozen contractions
   for (Operation &op : func.getBody().front().without_terminator()) {
     auto cost = dyn_cast<CostOpInterface>(&op);
     auto idx = opIndex.find(&op);
     if (!cost || idx == opIndex.end())
       continue;
     const OpCost &c = kind.ops[idx->second];
+    if (training.noBackward())
+      continue; // nothing kept: no backward reads it
     int64_t extra = cost.getExtraSavedBytes();
     (c.attentionCore    ? kind.savedCoreBytes
      : c.tensorParallel ? kind.savedShardedBytes
@@ -414,6 +437,10 @@ static void analyzeParallelism(func::FuncOp func, LayerKind &kind,
     cost.getSavedForBackward(values);
     for (Value v : values) {
       Value root = storageRoot(v);
+      if (frozenInputs.contains(&op) && isActivation(v)) {
+        skipped.try_emplace(root, tensorBytes(v.getType()));
+        continue;
+      }
       bool split = sharded.contains(v) || layout.batchSplit.contains(v) ||
                    layout.spatialSplit.contains(v);
       if (c.weighted && !core.contains(v))
@@ -429,6 +456,13 @@ static void analyzeParallelism(func::FuncOp func, LayerKind &kind,
                         : kind.savedReplicatedBytes) += bytes;
     }
   }
+  // What the frozen contractions alone would have kept, and a layer with
+  // no backward keeps nothing.
+  if (training.noBackward())
+    kind.savedActivationBytes = 0;
+  for (auto &[root, bytes] : skipped)
+    if (!seen.contains(root))
+      kind.savedActivationBytes -= bytes;
   for (auto &[root, entry] : linearInputs)
     if (!keptByOthers.contains(root))
       (entry.second ? kind.savedLinearInputShardedBytes
@@ -449,6 +483,10 @@ static void analyzeParallelism(func::FuncOp func, LayerKind &kind,
         auto wt = cast<RankedTensorType>(arg.getType());
         if (kind.experts > 1 && wt.getRank() == 3 &&
             wt.getDimSize(0) == kind.experts) {
+          kind.expertsFrozen = training.active &&
+                               arg.getArgNumber() < training.args.size() &&
+                               training.args[arg.getArgNumber()] !=
+                                   LayerTraining::Trains;
           kind.expertParameters += numElements(wt);
           if (!splitDims.count(arg))
             kind.expertReplicatedParameters += numElements(wt);
@@ -464,6 +502,15 @@ static void analyzeParallelism(func::FuncOp func, LayerKind &kind,
     }
   for (Type t : func.getResultTypes())
     kind.outputBytes += tensorBytes(t);
+  // LoRA's adapters, after the layer's own ops.
+  for (Operation *op : adapted) {
+    auto column = layout.columnParallel.find(op);
+    int split = column == layout.columnParallel.end() ? 0
+                : column->second                      ? 1
+                                                      : 2;
+    addLoraAdapter(kind, kind.ops[opIndex.lookup(op)], loraRank, split);
+  }
+  kind.noBackward = training.noBackward();
 }
 
 /// Per argument of a layer function: whether tensor parallelism splits it.
@@ -478,7 +525,8 @@ static std::vector<bool> splitArguments(func::FuncOp func,
 }
 
 static LayerKind measureKind(func::FuncOp func, const LayoutCosts &costs,
-                             KernelFusion kernels) {
+                             KernelFusion kernels,
+                             const LayerTraining &training, int loraRank) {
   LayerKind kind;
   kind.name = func.getSymName().str();
   if (auto base = func->getAttrOfType<FlatSymbolRefAttr>("orrery.variant_of"))
@@ -496,7 +544,8 @@ static LayerKind measureKind(func::FuncOp func, const LayoutCosts &costs,
         unknown && !isPricedLossOp(unknown.getOpType()))
       kind.opsWithoutCostFormula++;
   });
-  analyzeParallelism(func, kind, costs, kernels != KernelFusion::Eager);
+  analyzeParallelism(func, kind, costs, kernels != KernelFusion::Eager,
+                     training, loraRank);
   return kind;
 }
 
@@ -608,7 +657,8 @@ static llvm::Error checkOpCostsFit(ModuleOp module) {
 
 llvm::Expected<Workload> buildWorkload(ModuleOp module,
                                        const LayoutCosts &costs,
-                                       KernelFusion kernels) {
+                                       KernelFusion kernels,
+                                       const FineTuning &fineTuning) {
   auto main = module.lookupSymbol<func::FuncOp>("main");
   if (!main || main.isExternal())
     return llvm::createStringError(llvm::inconvertibleErrorCode(),
@@ -630,20 +680,31 @@ llvm::Expected<Workload> buildWorkload(ModuleOp module,
     if (first && first.getRank() == 2 && first.getElementType().isInteger())
       w.tokensPerSample = first.getDimSize(1);
   }
-  std::map<std::string, size_t> kindIndex;
+  auto training = layerTraining(module, main, fineTuning);
+  if (!training)
+    return training.takeError();
+  w.fineTuning = fineTuning;
+  // Kinds by function and, when fine-tuning, how the instance trains; the
+  // kind of each function's latest call (the loss joins the head's).
+  std::map<std::string, size_t> kindIndex, calleeKind;
+  std::map<std::string, int> kindsOfCallee;
   llvm::DenseSet<Value> countedWeights;
   llvm::DenseMap<Value, size_t> weightKind; // the kind that counts a weight
+  size_t callNo = 0;
   for (Operation &op : main.getBody().front()) {
     auto call = dyn_cast<func::CallOp>(op);
     if (!call)
       continue;
+    const LayerTraining &trains = (*training)[callNo++];
     auto callee = module.lookupSymbol<func::FuncOp>(call.getCallee());
     if (!callee)
       return llvm::createStringError(llvm::inconvertibleErrorCode(),
                                      "call to unknown function @" +
                                          call.getCallee().str());
+    std::string fn = callee.getSymName().str();
     auto [it, inserted] =
-        kindIndex.try_emplace(callee.getSymName().str(), w.kinds.size());
+        kindIndex.try_emplace(fn + "|" + trains.key(), w.kinds.size());
+    calleeKind[fn] = it->second;
     // The layout for any micro-batch (no batch split, chosen per sample),
     // and the one for micro-batches that split over the group.
     LayoutCosts perSample = costs, batched = costs;
@@ -652,8 +713,15 @@ llvm::Expected<Workload> buildWorkload(ModuleOp module,
     batched.samples = std::max(1, costs.degree);
     batched.sequenceParallel = true; // as the planner runs tp
     if (inserted) {
-      w.kinds.push_back(measureKind(callee, perSample, kernels));
-      LayerKind alt = measureKind(callee, batched, kernels);
+      w.kinds.push_back(
+          measureKind(callee, perSample, kernels, trains, fineTuning.loraRank));
+      // Instances of one function that train differently are kinds of
+      // their own: the first keeps the function's name.
+      if (int n = kindsOfCallee[fn]++)
+        w.kinds.back().name = fn + "." + std::to_string(n + 1);
+      LayerKind alt =
+          measureKind(callee, batched, kernels, trains, fineTuning.loraRank);
+      alt.name = w.kinds.back().name;
       // A mixture-of-experts layer's batched products are its experts,
       // which expert parallelism (ep, etp) splits, not a batch of samples.
       if (alt.batchSplitInTp && w.kinds.back().experts < 2)
@@ -674,7 +742,9 @@ llvm::Expected<Workload> buildWorkload(ModuleOp module,
           continue;
         if (!countedWeights.insert(arg).second) {
           auto owner = weightKind.find(arg);
-          if (weight.getTrainable() && owner != weightKind.end() &&
+          bool trainsHere = i >= trains.args.size() ||
+                            trains.args[i] == LayerTraining::Trains;
+          if (weight.getTrainable() && trainsHere && owner != weightKind.end() &&
               owner->second != it->second) {
             int64_t n = numElements(arg.getType());
             kind.tiedParameters += n;
@@ -686,11 +756,24 @@ llvm::Expected<Workload> buildWorkload(ModuleOp module,
         }
         weightKind[arg] = it->second;
         int64_t n = numElements(arg.getType());
-        (weight.getTrainable() ? kind.parameters : kind.buffers) += n;
-        if (weight.getTrainable() && !(i < split.size() && split[i]))
+        bool replicated = !(i < split.size() && split[i]);
+        if (!weight.getTrainable()) {
+          kind.buffers += n;
+          kind.bufferBytes += tensorBytes(arg.getType());
+          continue;
+        }
+        char how = i < trains.args.size() ? trains.args[i]
+                                          : LayerTraining::Trains;
+        if (how == LayerTraining::Frozen || how == LayerTraining::Adapted) {
+          kind.frozenParameters += n;
+          if (replicated)
+            kind.frozenReplicatedParameters += n;
+          continue;
+        }
+        kind.parameters += n;
+        if (replicated)
           kind.replicatedParameters += n;
-        if (weight.getTrainable() &&
-            !(i < splitBatched.size() && splitBatched[i]))
+        if (!(i < splitBatched.size() && splitBatched[i]))
           replicatedBatched += n;
       }
       if (kind.batchSplitLayout) {
@@ -698,6 +781,9 @@ llvm::Expected<Workload> buildWorkload(ModuleOp module,
         alt->count = kind.count;
         alt->parameters = kind.parameters;
         alt->buffers = kind.buffers;
+        alt->bufferBytes = kind.bufferBytes;
+        alt->frozenParameters = kind.frozenParameters;
+        alt->frozenReplicatedParameters = kind.frozenReplicatedParameters;
         alt->replicatedParameters = replicatedBatched;
         alt->tiedParameters = kind.tiedParameters;
         alt->tiedReplicatedParameters = kind.tiedReplicatedParameters;
@@ -741,7 +827,7 @@ llvm::Expected<Workload> buildWorkload(ModuleOp module,
       alt->count = kind.count;
       kind.batchSplitLayout = alt;
     }
-  addTrainingLoss(module, main, w, kindIndex);
+  addTrainingLoss(module, main, w, calleeKind);
   // Costs saturate instead of overflowing; a saturated figure is an error,
   // never a number to plan with.
   for (int64_t total : {w.forwardFlops(), w.backwardFlops(),

@@ -24,6 +24,17 @@ bool hasWeightOperand(Operation *op) {
   });
 }
 
+/// Attention scores: the product of two activations with a square trailing
+/// [s, s] block (QKᵀ); ops on tensors of that type form the attention core.
+bool isScoreProduct(Operation *op) {
+  if (!isContractionOp(op) || op->getNumResults() != 1)
+    return false;
+  int activations = llvm::count_if(op->getOperands(), isActivation);
+  auto t = dyn_cast<RankedTensorType>(op->getResult(0).getType());
+  return activations >= 2 && t && t.getRank() >= 3 &&
+         t.getDimSize(t.getRank() - 1) == t.getDimSize(t.getRank() - 2);
+}
+
 TensorParallelLayout layoutTensorParallel(func::FuncOp layer) {
   TensorParallelLayout l;
   auto anySharded = [&](Operation *op) {

@@ -259,11 +259,14 @@ LayerTime Simulation::layerTime(const LayerKind &k, const StagePlacement &p,
       // A batch or spatial split gathered whole, and its gradient scattered
       // back; a spatial split's halo each way.
       t.forwardTpS += o.tpGatherS;
-      t.backwardTpS += o.tpScatterS;
       t.forwardTpS += o.tpHaloS;
-      t.backwardTpS += o.tpHaloS;
+      if (!k.noBackward) {
+        t.backwardTpS += o.tpScatterS;
+        t.backwardTpS += o.tpHaloS;
+      }
     }
-    if (s.recompute == Recompute::Selective && op.attentionCore) {
+    if (s.recompute == Recompute::Selective && op.attentionCore &&
+        !k.noBackward) {
       t.recomputeS += fwd;
       t.recomputeFlops += o.forwardFlops;
     }
@@ -299,31 +302,35 @@ LayerTime Simulation::layerTime(const LayerKind &k, const StagePlacement &p,
   }
   if (!a.fusedGradientAccumulation && k.parameters > 0) {
     // The fp32 main gradient and the 16-bit gradient read, the sum written.
-    double perDevice = double(k.parameters - k.replicatedParameters) / tpDeg +
-                       double(k.replicatedParameters);
+    double perDevice = k.trainablePerRank(tpDeg);
     t.backwardComputeS +=
         opTime(dev, perDevice, perDevice * (2 * a.gradBytesPerParam +
                                             a.weightBytesPerParam),
                KernelClass::Pointwise, std::max(1, k.weightTensors));
   }
-  if (s.zeroStage == 3 && p.dpGroup.ranks > 1 && k.parameters > 0) {
+  if (s.zeroStage == 3 && p.dpGroup.ranks > 1 &&
+      k.parameters + k.frozenParameters > 0) {
     // ZeRO-3 gathers each weight tensor before use (forward, and again in
     // backward) and reduce-scatters its gradient: one collective per tensor,
     // prefetched while the layer computes. What the compute cannot hide is
-    // exposed.
+    // exposed. Frozen weights are gathered too, and have no gradient.
     const GroupShape &dpGroup = p.dpGroup;
     int tensors = std::max(1, k.weightTensors);
-    double perTensor = (double(k.parameters - k.replicatedParameters) / tpDeg +
-                        double(k.replicatedParameters)) /
-                       tensors;
+    double held = k.trainablePerRank(tpDeg) + k.frozenPerRank(tpDeg);
     double gather =
         tensors * collectiveTime(CollectiveKind::AllGather,
-                                 perTensor * a.weightBytesPerParam, dpGroup);
+                                 held / tensors * a.weightBytesPerParam,
+                                 dpGroup);
     double scatter =
-        tensors * collectiveTime(CollectiveKind::ReduceScatter,
-                                 perTensor * a.gradReduceBytes(), dpGroup);
+        k.parameters > 0
+            ? tensors * collectiveTime(CollectiveKind::ReduceScatter,
+                                       k.trainablePerRank(tpDeg) / tensors *
+                                           a.gradReduceBytes(),
+                                       dpGroup)
+            : 0;
     t.forwardTpS += std::max(0.0, gather - t.forwardComputeS);
-    t.backwardTpS += std::max(0.0, gather + scatter - t.backwardComputeS);
+    if (!k.noBackward)
+      t.backwardTpS += std::max(0.0, gather + scatter - t.backwardComputeS);
   }
   if (k.experts > 1 && s.ep > 1 && k.expertDispatchBytes > 0) {
     // Megatron-Core's alltoall token dispatcher: each token's hidden state
@@ -337,7 +344,7 @@ LayerTime Simulation::layerTime(const LayerKind &k, const StagePlacement &p,
     t.backwardEpS += 2 * a2a;
   }
   // Selective recompute re-runs the attention with its exchange.
-  if (s.recompute == Recompute::Selective)
+  if (s.recompute == Recompute::Selective && !k.noBackward)
     t.recomputeS += t.forwardCpS;
   double tp = tpDeg, stream = s.sequenceParallel ? tp : 1;
   double all = k.savedReplicatedBytes * sc / stream +
@@ -351,7 +358,8 @@ LayerTime Simulation::layerTime(const LayerKind &k, const StagePlacement &p,
   // Recomputation checkpoints the repeated layers (Megatron-LM's
   // transformer layers); a layer that occurs once (the embedding, the head
   // and its loss) keeps its activations.
-  Recompute recompute = k.count > 1 ? s.recompute : Recompute::None;
+  Recompute recompute =
+      k.count > 1 && !k.noBackward ? s.recompute : Recompute::None;
   if (recompute == Recompute::None)
     t.workingBytes = 0;
   switch (recompute) {
@@ -371,6 +379,10 @@ LayerTime Simulation::layerTime(const LayerKind &k, const StagePlacement &p,
       t.recomputeFlops += op.forwardFlops * sc /
                           ((op.tensorParallel || s.sequenceParallel) ? tp : 1);
     break;
+  }
+  if (k.noBackward) { // frozen, and nothing before it trains
+    t.backwardComputeS = t.backwardTpS = t.backwardCpS = t.backwardEpS = 0;
+    t.backwardCpSendS = t.recomputeS = t.recomputeFlops = 0;
   }
   return t;
 }

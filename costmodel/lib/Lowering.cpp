@@ -397,26 +397,28 @@ void PipelineLowering::opBackward(const OpCost &op, const OpPrice &o) {
 }
 
 double PipelineLowering::layerParams(const LayerKind &k) const {
-  return double(k.parameters - k.replicatedParameters) / tp() +
-         double(k.replicatedParameters);
+  return k.trainablePerRank(tp());
 }
 
-/// ZeRO-3's gathers and scatters of one layer's weights (LayerPricing's).
+/// ZeRO-3's gathers (of every weight, frozen ones too) and gradient
+/// scatters (of the trainable ones) of one layer (LayerPricing's).
 static double zero3Seconds(const LayerKind &k, const StagePlacement &p,
                            double bytesPerParam, CollectiveKind kind) {
   int tensors = std::max(1, k.weightTensors);
-  double perTensor = (double(k.parameters - k.replicatedParameters) / p.tp +
-                      double(k.replicatedParameters)) /
-                     tensors;
-  return tensors * collectiveTime(kind, perTensor * bytesPerParam, p.dpGroup);
+  double params = k.trainablePerRank(p.tp) +
+                  (kind == CollectiveKind::AllGather ? k.frozenPerRank(p.tp)
+                                                     : 0);
+  return tensors *
+         collectiveTime(kind, params / tensors * bytesPerParam, p.dpGroup);
 }
 
 void PipelineLowering::layerForward(const LayerKind &k, bool coreOnly,
                                     bool recompute) {
   const StagePlacement &p = place();
-  if (!coreOnly && s.zeroStage == 3 && dpRanks() > 1 && k.parameters > 0)
+  if (!coreOnly && s.zeroStage == 3 && dpRanks() > 1 &&
+      k.parameters + k.frozenParameters > 0)
     collective(CollectiveKind::AllGather, dpG,
-               layerParams(k) * a.weightBytesPerParam,
+               (layerParams(k) + k.frozenPerRank(tp())) * a.weightBytesPerParam,
                zero3Seconds(k, p, a.weightBytesPerParam,
                             CollectiveKind::AllGather),
                "zero-3 weight gather", StreamKind::DataParallel, true);
@@ -453,13 +455,16 @@ void PipelineLowering::layerForward(const LayerKind &k, bool coreOnly,
 }
 
 void PipelineLowering::layerBackward(const LayerKind &k, bool lastMicroBatch) {
+  if (k.noBackward) // frozen, and nothing before it trains (LayerPricing)
+    return;
   const StagePlacement &p = place();
-  if (k.count > 1 && s.recompute == Recompute::Full)
+  if (k.count > 1 && s.recompute == Recompute::Full && !k.noBackward)
     layerForward(k, false, true);
-  bool zero3 = s.zeroStage == 3 && dpRanks() > 1 && k.parameters > 0;
+  bool zero3 = s.zeroStage == 3 && dpRanks() > 1 && !k.noBackward &&
+               k.parameters + k.frozenParameters > 0;
   if (zero3)
     collective(CollectiveKind::AllGather, dpG,
-               layerParams(k) * a.weightBytesPerParam,
+               (layerParams(k) + k.frozenPerRank(tp())) * a.weightBytesPerParam,
                zero3Seconds(k, p, a.weightBytesPerParam,
                             CollectiveKind::AllGather),
                "zero-3 weight gather", StreamKind::DataParallel, true);
@@ -510,7 +515,7 @@ void PipelineLowering::layerBackward(const LayerKind &k, bool lastMicroBatch) {
                               KernelClass::Pointwise,
                               std::max(1, k.weightTensors), s.precision)));
   }
-  if (zero3)
+  if (zero3 && k.parameters > 0)
     collective(CollectiveKind::ReduceScatter, dpG,
                layerParams(k) * a.gradReduceBytes(),
                zero3Seconds(k, p, a.gradReduceBytes(),
@@ -521,7 +526,7 @@ void PipelineLowering::layerBackward(const LayerKind &k, bool lastMicroBatch) {
     // This layer's bucket is full: reduce it while the backward goes on.
     double params = layerParams(k);
     double experts = 0;
-    if (k.experts > 1 && k.expertParameters > 0) {
+    if (k.experts > 1 && k.expertParameters > 0 && !k.expertsFrozen) {
       double split =
           double(k.expertParameters - k.expertReplicatedParameters) / tp() +
           double(k.expertReplicatedParameters);

@@ -378,6 +378,8 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
       outBytes(chunks), tpGradParams(chunks), fp8Params(chunks),
       expertParams(chunks);
   std::vector<double> computeS(chunks);
+  // Frozen weights per device and buffers' bytes (fine-tuning).
+  std::vector<double> frozenParams(chunks), bufferBytes(chunks);
   for (int ch = 0; ch < chunks; ++ch) {
     const StagePlacement &place = at[ch % pp];
     const std::vector<LayerTime> &times = stageTimes(ch % pp);
@@ -413,10 +415,11 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
       // others repeat them (a tied head reuses the embedding's).
       // Per tp rank: the split parameters divided, the replicated whole.
       const LayerKind &kind = w.kinds[k].forMicroBatch(s.microBatch, place.tp, s.tpBatchSplit);
-      if (!repeatShared)
-        params[ch] +=
-            double(kind.parameters - kind.replicatedParameters) / place.tp +
-            double(kind.replicatedParameters);
+      if (!repeatShared) {
+        params[ch] += kind.trainablePerRank(place.tp);
+        frozenParams[ch] += kind.frozenPerRank(place.tp);
+        bufferBytes[ch] += double(kind.bufferBytes);
+      }
       tpGradParams[ch] += double(kind.tpGradientParameters);
       // Expert parallelism: a device holds 1/ep of the experts.
       // Folded (etp 1), each held expert whole.
@@ -430,8 +433,12 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
                                          : experts) /
                       s.ep;
         expertsAway = experts - held;
-        params[ch] -= expertsAway;
-        expertParams[ch] += held;
+        if (kind.expertsFrozen) { // no gradients: held weights only
+          frozenParams[ch] -= expertsAway;
+        } else {
+          params[ch] -= expertsAway;
+          expertParams[ch] += held;
+        }
       }
       // fp8 copies of the linear weights the device holds (its experts
       // only).
@@ -713,9 +720,12 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
     st.tp = at[i].tp;
     st.devices = at[i].tp * s.cp * s.dp;
     double p = 0, live = 0, peak = 0, working = 0, fp8Copies = 0;
+    double frozen = 0, buffers = 0;
     for (int c2 = 0; c2 < v; ++c2) {
       int ch = c2 * pp + i;
       p += params[ch];
+      frozen += frozenParams[ch];
+      buffers += bufferBytes[ch];
       fp8Copies += fp8Params[ch];
       st.numLayers += int(chunkOf[ch].size());
       st.forwardS += fwdS[ch];
@@ -748,7 +758,11 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
     MemoryBreakdown &mem = st.memory;
     // fp8 keeps each linear weight in fp8 and transposed (1 byte each)
     // beside its 16-bit copy.
-    mem.weightsBytes = sharded(3) * a.weightBytesPerParam + 2 * fp8Copies;
+    // Frozen weights at the weights' bytes (sharded by ZeRO-3 as FSDP
+    // shards them), buffers at their own types, whole on every device.
+    mem.weightsBytes = (sharded(3) + (s.zeroStage >= 3 ? frozen / dp : frozen)) *
+                           a.weightBytesPerParam +
+                       2 * fp8Copies + buffers;
     mem.gradientsBytes = sharded(2) * a.gradBytesPerParam;
     mem.optimizerBytes =
         s.offloadOptimizer ? 0 : sharded(1) * a.optimizerBytesPerParam;

@@ -1,6 +1,8 @@
 //===- Workload.cpp - totals over layers ----------------------------------===//
 #include "orrery/CostModel/Workload.h"
 
+#include <cstdlib>
+
 #include <algorithm>
 #include <cstdint>
 
@@ -78,6 +80,77 @@ int64_t Workload::buffers() const {
   return sumOverLayers(
       *this, [](const LayerKind &k) { return k.buffers; }, true);
 }
+int64_t Workload::frozenParameters() const {
+  return sumOverLayers(
+      *this, [](const LayerKind &k) { return k.frozenParameters; }, true);
+}
+int64_t Workload::adapterParameters() const {
+  return sumOverLayers(
+      *this, [](const LayerKind &k) { return k.adapterParameters; }, true);
+}
+
+std::string FineTuning::str() const {
+  std::string out;
+  if (loraRank > 0) {
+    out = "lora=rank=" + std::to_string(loraRank) + ",targets=";
+    for (size_t i = 0; i < loraTargets.size(); ++i)
+      out += (i ? "+" : "") + loraTargets[i];
+  }
+  if (!freeze.empty()) {
+    out += std::string(out.empty() ? "" : ";") + "freeze=";
+    for (size_t i = 0; i < freeze.size(); ++i)
+      out += (i ? "+" : "") + freeze[i];
+  }
+  return out;
+}
+
+llvm::Expected<FineTuning> parseLora(const std::string &text, FineTuning base) {
+  auto err = [&](const std::string &msg) {
+    return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                   "--lora " + text + ": " + msg);
+  };
+  base.loraRank = 0;
+  base.loraTargets.clear();
+  size_t at = 0;
+  while (at <= text.size()) {
+    size_t comma = text.find(',', at);
+    std::string item =
+        text.substr(at, comma == std::string::npos ? std::string::npos
+                                                   : comma - at);
+    at = comma == std::string::npos ? text.size() + 1 : comma + 1;
+    size_t eq = item.find('=');
+    if (eq == std::string::npos)
+      return err("'" + item + "': expected key=value (rank=R, targets=T+T)");
+    std::string key = item.substr(0, eq), value = item.substr(eq + 1);
+    if (key == "rank") {
+      char *end = nullptr;
+      long r = std::strtol(value.c_str(), &end, 10);
+      if (value.empty() || *end || r < 1 || r > 65536)
+        return err("rank: expected an integer from 1 to 65536, got '" +
+                   value + "'");
+      base.loraRank = int(r);
+    } else if (key == "targets") {
+      size_t from = 0;
+      while (from <= value.size()) {
+        size_t plus = value.find('+', from);
+        std::string t = value.substr(
+            from, plus == std::string::npos ? std::string::npos : plus - from);
+        from = plus == std::string::npos ? value.size() + 1 : plus + 1;
+        if (t.empty())
+          return err("targets: an empty target");
+        base.loraTargets.push_back(t);
+      }
+    } else {
+      return err("unknown key '" + key + "' (known: rank, targets)");
+    }
+  }
+  if (base.loraRank == 0)
+    return err("rank: missing (e.g. rank=16)");
+  if (base.loraTargets.empty())
+    base.loraTargets = {"attention"};
+  return base;
+}
+
 int64_t Workload::forwardFlops() const {
   return sumOverLayers(*this,
                        [](const LayerKind &k) { return k.forwardFlops; });

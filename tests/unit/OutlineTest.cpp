@@ -367,3 +367,55 @@ module {
 }
 
 } // namespace
+
+// Fine-tuning on tiny-gpt (2 layers, d = 64, qkv [64, 192], out [64, 64],
+// fc [64, 256], proj [256, 64]): LoRA rank 4 on the attention projections
+// adds 4·(64 + 192) + 4·(64 + 64) = 1,536 parameters per layer, freezes
+// every base weight, and leaves the frozen contractions only their input
+// gradient (backward FLOPs = forward FLOPs); the embedding, which nothing
+// before trains, runs no backward.
+TEST(FineTuning, LoraAddsAdaptersAndFreezesTheBase) {
+  using namespace orrery;
+  mlir::MLIRContext ctx;
+  Workload full = test::tinyGpt(ctx, KernelFusion::Fused);
+  FineTuning ft;
+  ft.loraRank = 4;
+  ft.loraTargets = {"attention"};
+  Workload lora = test::tinyGpt(ctx, KernelFusion::Fused, 1, ft);
+  int64_t blocks = 0;
+  for (const LayerRun &run : lora.layers)
+    if (lora.kinds[run.kind].count > 1)
+      blocks += run.count;
+  ASSERT_GT(blocks, 0);
+  EXPECT_EQ(lora.adapterParameters(), blocks * 1536);
+  EXPECT_EQ(lora.parameters(), lora.adapterParameters());
+  EXPECT_EQ(lora.frozenParameters(), full.parameters());
+  int embeddings = 0;
+  for (const LayerKind &k : lora.kinds) {
+    if (k.count == 1 && k.ops.size() && k.ops.front().name.find("gather") !=
+                                            std::string::npos) {
+      ++embeddings;
+      EXPECT_TRUE(k.noBackward) << k.name;
+      EXPECT_EQ(k.backwardFlops, 0) << k.name;
+      EXPECT_EQ(k.savedActivationBytes, 0) << k.name;
+    }
+    for (const OpCost &op : k.ops)
+      if (op.weighted && op.name.rfind("lora:", 0) != 0 && !k.noBackward)
+        EXPECT_EQ(op.backwardFlops, op.forwardFlops) << k.name << " " << op.name;
+  }
+  EXPECT_EQ(embeddings, 1);
+  // --freeze by name: the first block's weights, and only them.
+  FineTuning freeze;
+  freeze.freeze = {"h.0"};
+  Workload partial = test::tinyGpt(ctx, KernelFusion::Fused, 1, freeze);
+  EXPECT_EQ(partial.parameters() + partial.frozenParameters(),
+            full.parameters());
+  EXPECT_EQ(partial.frozenParameters() * blocks,
+            full.parameters() - [&] {
+              int64_t onceOnly = 0;
+              for (const LayerRun &run : full.layers)
+                if (full.kinds[run.kind].count == 1)
+                  onceOnly += full.kinds[run.kind].parameters;
+              return onceOnly;
+            }());
+}

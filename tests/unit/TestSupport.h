@@ -35,7 +35,8 @@ inline Cluster preset(const char *text) {
 }
 
 /// tiny-gpt at `batch`, prepared for `kernels` as the CLI's front end does.
-inline Workload tinyGpt(mlir::MLIRContext &ctx, KernelFusion kernels, int64_t batch = 1) {
+inline Workload tinyGpt(mlir::MLIRContext &ctx, KernelFusion kernels, int64_t batch = 1,
+                        const FineTuning &fineTuning = {}) {
   onnx::LoadOptions options;
   options.dims["batch"] = batch;
   auto module = importOnnxFile(
@@ -49,7 +50,7 @@ inline Workload tinyGpt(mlir::MLIRContext &ctx, KernelFusion kernels, int64_t ba
   }
   pm.addPass(createOutlineLayersPass());
   EXPECT_TRUE(mlir::succeeded(pm.run(**module)));
-  auto w = buildWorkload(**module, {}, kernels);
+  auto w = buildWorkload(**module, {}, kernels, fineTuning);
   EXPECT_TRUE(bool(w));
   return *w;
 }

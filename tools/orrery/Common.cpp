@@ -254,7 +254,7 @@ int loadPlan(const std::string &planPath, const std::string &model,
   out.cluster = std::make_unique<Cluster>(std::move(*c));
   // As `orrery check` builds it, so that the predictions agree.
   auto w = buildWorkload(*module, layoutCostsFor(*out.cluster, Precision::BF16),
-                         out.assumptions.fusion);
+                         out.assumptions.fusion, out.assumptions.fineTuning);
   if (!w)
     return fail(args.path + ": " + llvm::toString(w.takeError()));
   out.workload = std::move(*w);

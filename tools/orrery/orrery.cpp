@@ -66,9 +66,22 @@ struct FrameworkFlags {
   bool separate = false;
   double bytes = 4, reduceBytes = 4;
   std::string kernels = "fused";
+  std::vector<std::string> freeze;
+  std::string lora;
   CLI::Option *separateOpt = nullptr, *bytesOpt = nullptr,
-              *reduceBytesOpt = nullptr, *kernelsOpt = nullptr;
+              *reduceBytesOpt = nullptr, *kernelsOpt = nullptr,
+              *freezeOpt = nullptr, *loraOpt = nullptr;
   void add(CLI::App *cmd) {
+    freezeOpt = cmd->add_option(
+        "--freeze", freeze,
+        "fine-tuning: freeze these weights (a name, a dotted prefix or part "
+        "of one, '*' for any run, or a layer kind): no gradient, no "
+        "optimizer state (repeatable)");
+    loraOpt = cmd->add_option(
+        "--lora", lora,
+        "fine-tuning with LoRA adapters, every base weight frozen: "
+        "rank=R[,targets=attention|mlp|all-linear|NAME+...] (default "
+        "targets: attention)");
     kernelsOpt =
         cmd->add_option("--kernels", kernels, kKernelsHelp)
             ->check(CLI::IsMember({"fused", "unfused-attention", "eager"}));
@@ -91,7 +104,15 @@ struct FrameworkFlags {
                         "fp32_allreduce / communication_data_type fp32)")
             ->check(CLI::IsMember({2.0, 4.0}));
   }
-  void apply(orrery::Assumptions &a) const {
+  llvm::Error apply(orrery::Assumptions &a) const {
+    if (freezeOpt && freezeOpt->count())
+      a.fineTuning.freeze = freeze;
+    if (loraOpt && loraOpt->count()) {
+      auto ft = orrery::parseLora(lora, a.fineTuning);
+      if (!ft)
+        return ft.takeError();
+      a.fineTuning = *ft;
+    }
     if (separateOpt && separateOpt->count())
       a.fusedGradientAccumulation = !separate;
     if (bytesOpt && bytesOpt->count())
@@ -100,6 +121,7 @@ struct FrameworkFlags {
       a.gradReduceBytesPerParam = reduceBytes;
     if (kernelsOpt && kernelsOpt->count())
       orrery::parseKernelFusion(kernels, a.fusion);
+    return llvm::Error::success();
   }
 };
 
@@ -604,7 +626,8 @@ int main(int argc, char **argv) {
       assumptions = *fromPlan;
     }
     assumptions.useMeasuredKernels = !noKernelProfile;
-    simGradients.apply(assumptions);
+    if (auto e = simGradients.apply(assumptions))
+      return fail(llvm::toString(std::move(e)));
     defaultBatchToOne(simArgs);
     simArgs.kernels = assumptions.fusion;
     auto module = frontEnd(ctx, simArgs, true, nullptr, rc);
@@ -620,7 +643,7 @@ int main(int argc, char **argv) {
         return fail(llvm::toString(hetero.takeError()));
       auto workload = orrery::buildWorkload(
           *module, layoutCostsFor(*cluster, hetero->precision, assumptions),
-          assumptions.fusion);
+          assumptions.fusion, assumptions.fineTuning);
       if (!workload)
         return fail(simArgs.path + ": " +
                     llvm::toString(workload.takeError()));
@@ -659,7 +682,7 @@ int main(int argc, char **argv) {
       return fail(llvm::toString(strategy.takeError()));
     auto workload = orrery::buildWorkload(
         *module, layoutCostsFor(*cluster, strategy->precision, assumptions),
-        assumptions.fusion);
+        assumptions.fusion, assumptions.fineTuning);
     if (!workload)
       return fail(simArgs.path + ": " + llvm::toString(workload.takeError()));
     // The trace's detail also gives the per-layer kernel breakdown.
@@ -719,7 +742,8 @@ int main(int argc, char **argv) {
         return fail(llvm::toString(fromPlan.takeError()));
       framework = *fromPlan;
     } else {
-      planGradients.apply(framework);
+      if (auto e = planGradients.apply(framework))
+        return fail(llvm::toString(std::move(e)));
     }
     args.kernels = planArgs.kernels = framework.fusion;
     defaultBatchToOne(args);
@@ -740,7 +764,8 @@ int main(int argc, char **argv) {
       llvm::consumeError(p.takeError());
     orrery::LayoutCosts layoutCosts = layoutCostsFor(*cluster, layoutPrecision);
     auto workload =
-        orrery::buildWorkload(*module, layoutCosts, framework.fusion);
+        orrery::buildWorkload(*module, layoutCosts, framework.fusion,
+                              framework.fineTuning);
     if (!workload)
       return fail(args.path + ": " + llvm::toString(workload.takeError()));
     std::string modelBytes, clusterBytes = clusterSpec;
@@ -859,7 +884,8 @@ int main(int argc, char **argv) {
     if (!planFramework.empty())
       options.assumptions.fusedGradientAccumulation =
           planFramework == "megatron" || planFramework == "jax";
-    planGradients.apply(options.assumptions);
+    if (auto e = planGradients.apply(options.assumptions))
+      return fail(llvm::toString(std::move(e)));
     auto prec = orrery::parseStrategy("precision=" + precision);
     if (prec)
       options.precision = prec->precision;

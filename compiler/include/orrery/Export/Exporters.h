@@ -51,6 +51,8 @@ struct ExportPlan {
   /// Whether weight gradients accumulate inside the weight-gradient GEMM
   /// (Assumptions::fusedGradientAccumulation).
   bool fusedGradAccumulation = true;
+  /// Which weights train (the plan's fine_tuning).
+  FineTuning fineTuning;
 };
 
 /// Reads the plan (strategy fields checked as `orrery check` does).

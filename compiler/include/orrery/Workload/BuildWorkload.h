@@ -20,9 +20,11 @@ std::map<std::string, int64_t> opHistogram(mlir::ModuleOp module);
 /// devices and intra-node link, when known). `kernels` says which stack
 /// runs it: the caller runs `orrery-fuse-kernels` first unless it is
 /// Eager, and Eager prices every op as a kernel of its own.
+/// `fineTuning` says which weights train (docs/finetuning.md).
 llvm::Expected<Workload> buildWorkload(mlir::ModuleOp module,
                                        const LayoutCosts &costs = {},
-                                       KernelFusion kernels = KernelFusion::Fused);
+                                       KernelFusion kernels = KernelFusion::Fused,
+                                       const FineTuning &fineTuning = {});
 
 /// ONNX ops without a rule of the dialect that the workload prices anyway:
 /// a graph's own training loss (SoftmaxCrossEntropyLoss priced as the

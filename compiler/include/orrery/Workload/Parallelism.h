@@ -35,6 +35,9 @@ struct TensorParallelLayout {
 bool isContractionOp(mlir::Operation *op);
 /// True when an op has a weight (or weight-derived) tensor operand.
 bool hasWeightOperand(mlir::Operation *op);
+/// Attention scores: the product of two activations with a square
+/// trailing [s, s] block (QKᵀ).
+bool isScoreProduct(mlir::Operation *op);
 
 /// The weight argument a value comes from, looking through a transpose of
 /// a matrix (torch exports nn.Linear as MatMul(x, Transpose(W))); `swapped`

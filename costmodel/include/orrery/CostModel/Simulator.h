@@ -75,6 +75,9 @@ struct Assumptions {
     return d.workspaceBytes > 0 ? d.workspaceBytes : workspaceBytes;
   }
   double fragmentation = 0.05;
+  /// Which weights train (`--freeze`, `--lora`): the workload must have
+  /// been built with the same (Workload::fineTuning).
+  FineTuning fineTuning;
 };
 
 /// Seconds of `kernels` kernels of class `c` doing `flops` (on tensor

@@ -10,6 +10,8 @@
 
 #include "orrery/CostModel/Hardware.h"
 
+#include "llvm/Support/Error.h"
+
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -101,6 +103,32 @@ struct LayerKind {
   /// scales, biases of replicated ops): every tp rank holds them whole.
   int64_t replicatedParameters = 0;
   int64_t buffers = 0;    ///< non-trainable weight elements
+  /// Their bytes at their own element types (held on every device whole).
+  int64_t bufferBytes = 0;
+  /// Trainable weights frozen for fine-tuning (`--freeze`, and every base
+  /// weight under `--lora`): held at the weights' bytes, sharded by ZeRO-3
+  /// and gathered as the others are, but with no gradient and no optimizer
+  /// state; `parameters` does not count them. Of those, the ones tensor
+  /// parallelism does not split.
+  int64_t frozenParameters = 0, frozenReplicatedParameters = 0;
+  /// Of `parameters`, the low-rank adapters' (`--lora`).
+  int64_t adapterParameters = 0;
+  /// Nothing before this layer trains and it trains nothing: it runs no
+  /// backward and keeps nothing for one (a frozen embedding, frozen first
+  /// layers).
+  bool noBackward = false;
+  /// The experts' weights are frozen (they count in frozenParameters).
+  bool expertsFrozen = false;
+  /// Per tensor-parallel rank of `tp`: the trainable parameters (split
+  /// ones divided, replicated ones whole), and the frozen ones.
+  double trainablePerRank(double tp) const {
+    return double(parameters - replicatedParameters) / tp +
+           double(replicatedParameters);
+  }
+  double frozenPerRank(double tp) const {
+    return double(frozenParameters - frozenReplicatedParameters) / tp +
+           double(frozenReplicatedParameters);
+  }
   /// Every instance reads the same weights (ALBERT's one set for all its
   /// layers): the model holds them once, and a pipeline chunk holds one
   /// copy however many instances it runs.
@@ -194,6 +222,32 @@ enum class KernelFusion {
 const char *kernelFusionName(KernelFusion k);
 bool parseKernelFusion(const std::string &name, KernelFusion &out);
 
+/// Which weights train (`--freeze`, `--lora`, docs/finetuning.md). Empty:
+/// every trainable weight of the graph trains.
+struct FineTuning {
+  /// Weights frozen: a glob on weight names ('*' any run of characters),
+  /// matching a name or a dotted prefix of it ("layers.0" freezes
+  /// "layers.0.mlp.up.weight"), or a layer kind's name (every weight its
+  /// instances use).
+  std::vector<std::string> freeze;
+  /// LoRA (Hu et al. 2021) as PEFT and NeMo run it: every base weight
+  /// frozen; each targeted linear layer y = xW gets y += (xA)B with
+  /// A [d_in, rank] and B [rank, d_out] trainable. 0: no adapters.
+  int loraRank = 0;
+  /// "attention" (the projections into and out of attention), "mlp" (the
+  /// other linear layers of a layer that has attention), "all-linear"
+  /// (every linear layer but the last layer's, the head), or weight-name
+  /// globs as `freeze` takes.
+  std::vector<std::string> loraTargets;
+  bool active() const { return loraRank > 0 || !freeze.empty(); }
+  /// "lora=rank=16,targets=attention;freeze=embed_tokens" style (empty
+  /// when inactive), for plans and summaries.
+  std::string str() const;
+};
+
+/// Parses `--lora rank=R[,targets=T1+T2...]` (targets default: attention).
+llvm::Expected<FineTuning> parseLora(const std::string &text, FineTuning base);
+
 /// A run of consecutive layers of one kind, in model order.
 struct LayerRun {
   size_t kind = 0;
@@ -220,6 +274,8 @@ struct Workload {
   /// Output projections the importer tied back to their embedding table
   /// ("head = table transposed"), as the training framework holds them.
   std::vector<std::string> tiedWeights;
+  /// Which weights train (what buildWorkload applied).
+  FineTuning fineTuning;
   /// Op types kept by `orrery.onnx_op`, whose FLOPs are unknown.
   std::map<std::string, int64_t> opsWithoutCostFormula;
 
@@ -233,6 +289,8 @@ struct Workload {
   int experts() const;
   int64_t parameters() const;
   int64_t buffers() const;
+  int64_t frozenParameters() const;
+  int64_t adapterParameters() const;
   int64_t forwardFlops() const;
   int64_t backwardFlops() const;
   int64_t savedActivationBytes() const;
