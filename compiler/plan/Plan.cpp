@@ -69,6 +69,7 @@ ojson metricsJson(const StepResult &r) {
            r.exposedTpCommS + r.exposedCpCommS + r.exposedEpCommS +
                r.exposedPpCommS + r.exposedDpCommS},
           {"peak_memory_bytes", r.peakMemoryBytes},
+          {"host_memory_bytes_per_node", r.hostMemoryBytesPerNode},
           {"energy_j_per_step", r.energyJ},
           {"cost_usd_per_step", r.costUsd},
           {"kernel_rates", kernelRates(r.measuredKernelDevices)},
@@ -692,6 +693,7 @@ const FieldType kStrategyFields[] = {
 const FieldType kPredictedFields[] = {
     {"", K::Object}, {"step_time_s", K::Number}, {"mfu", K::Number},
     {"hfu", K::Number}, {"peak_memory_bytes", K::Number},
+    {"host_memory_bytes_per_node", K::Number},
     {"devices_used", K::Integer}, {"bubble_fraction", K::Number},
     {"cost_usd_per_step", K::Number}, {"energy_j_per_step", K::Number},
     {"exposed_communication_s", K::Number},

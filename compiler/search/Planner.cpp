@@ -8,6 +8,9 @@
 #include <cmath>
 #include <optional>
 #include <utility>
+#include <atomic>
+#include <climits>
+#include <thread>
 
 namespace orrery {
 
@@ -162,6 +165,46 @@ static std::optional<Strategy> asFrameworkRuns(const Workload &w, Strategy s,
   return std::nullopt;
 }
 
+namespace {
+/// A memory saver: the ZeRO stage and whether the optimizer is offloaded.
+struct Saver {
+  int zero;
+  bool offload;
+};
+constexpr double kNotPriced = 1e300;
+/// A priced candidate: its memory shortfall in bytes (<= 0: it fits;
+/// kNotPriced: not priced), and the least step a memory saver could give
+/// it (its step without the data-parallel reduction and the optimizer
+/// step, the only parts a saver can shorten: ZeRO-3 and offload only add
+/// to the forward and backward).
+struct Priced {
+  double shortBy = kNotPriced, floorS = 0;
+};
+/// A candidate its cheapest saver did not fit, with the savers left.
+struct Deferred {
+  Strategy s;
+  std::vector<Saver> savers;
+  std::vector<double> floors;
+  Priced first;
+};
+/// What one worker of the search found.
+struct SearchState {
+  std::vector<StepResult> best;
+  StepResult closest; // the smallest shortfall, when nothing fits
+  bool haveClosest = false;
+  // The closest of those that the nodes' host memory stopped.
+  StepResult hostClosest;
+  bool haveHostClosest = false;
+  double floorShortfall = 1e300, floorNeed = 0; // of candidates pruned unpriced
+  std::string floorWhere;
+  std::string refusal; // the framework's first refusal
+  int refusalTpIndex = 0, tpIndex = 0;
+  int64_t priced = 0, pruned = 0, refused = 0;
+  std::vector<Deferred> deferred;
+  bool first = false; // reports progress
+};
+} // namespace
+
 llvm::Expected<PlanResult>
 searchPlans(const Workload &w, const Cluster &cluster, const PlanOptions &o) {
   auto start = std::chrono::steady_clock::now();
@@ -210,61 +253,73 @@ searchPlans(const Workload &w, const Cluster &cluster, const PlanOptions &o) {
   const DeviceSpec &dev = c.deviceSpec(0);
   const Assumptions &a = o.assumptions;
 
-  std::vector<StepResult> best;
-  StepResult closest; // the smallest shortfall, when nothing fits
-  double floorShortfall = 1e300, floorNeed = 0; // of candidates pruned unpriced
-  std::string floorWhere;
-  bool haveClosest = false;
-  auto consider = [&](const StepResult &r) {
-    ++result.candidatesPriced;
-    if (!r.fits) {
-      if (!haveClosest ||
-          r.memoryShortfallBytes < closest.memoryShortfallBytes) {
-        closest = r;
-        haveClosest = true;
-      }
-      return;
-    }
-    auto better = [&](const StepResult &x, const StepResult &y) {
-      double sx = objectiveScore(x, o.objective),
-             sy = objectiveScore(y, o.objective);
-      if (sx != sy)
-        return sx < sy;
-      return x.strategy.str() < y.strategy.str(); // deterministic ties
-    };
-    best.push_back(r);
-    std::sort(best.begin(), best.end(), better);
-    if (int(best.size()) > std::max(1, o.topK))
-      best.pop_back();
-    if (o.progress && result.candidatesPriced % 2000 == 0)
-      o.progress(result.candidatesPriced, &best.front());
-  };
-
   // Layer kinds with a layout that splits the batch inside tp (CNN stages):
   // such candidates are priced both ways, Megatron's feature splits alone
   // and with those batch splits.
   bool batchable = std::any_of(
       w.kinds.begin(), w.kinds.end(),
       [](const LayerKind &k) { return bool(k.batchSplitLayout); });
-  std::function<void(Strategy)> priceOne;
-  std::string refusal; // the framework's first refusal
-  auto price = [&](Strategy s) {
-    if (!o.framework.empty()) {
-      // No framework target states a per-op batch split inside tp.
-      auto runnable = asFrameworkRuns(w, s, a, o.framework, refusal);
-      if (!runnable) {
-        ++result.candidatesRefused;
-        return;
+  // Memory savers, cheapest first: ZeRO-1 (the optimizer sharded for
+  // free: the same traffic as an all-reduce); the optimizer on the host
+  // (where the nodes state host memory); ZeRO-3 (FSDP: every layer's
+  // weights gathered, priced optimistically at scale, docs/costmodel.md);
+  // ZeRO-3 with the optimizer on the host. Each candidate takes the first
+  // that fits it: a later one is priced only when the earlier ones do not
+  // fit that candidate (the memory model's floor prunes those that cannot).
+  bool host = true;
+  for (const Site &site : c.sites)
+    for (const NodeGroup &g : site.nodeGroups)
+      host &= g.hostMemoryBytes > 0 && g.hostMemoryBandwidthBytesPerS > 0;
+  std::vector<Saver> savers = {{1, false}};
+  if (host)
+    savers.push_back({1, true});
+  savers.push_back({3, false});
+  if (host)
+    savers.push_back({3, true});
+  int maxExperts = w.experts();
+
+  auto better = [&](const StepResult &x, const StepResult &y) {
+    double sx = objectiveScore(x, o.objective),
+           sy = objectiveScore(y, o.objective);
+    if (sx != sy)
+      return sx < sy;
+    return x.strategy.str() < y.strategy.str(); // deterministic ties
+  };
+  std::atomic<int64_t> pricedSoFar{0};
+  auto consider = [&](SearchState &st, const StepResult &r) {
+    ++st.priced;
+    int64_t total = ++pricedSoFar;
+    if (!r.fits) {
+      if (r.doesNotFit.rfind("host memory", 0) == 0 &&
+          (!st.haveHostClosest ||
+           r.memoryShortfallBytes < st.hostClosest.memoryShortfallBytes ||
+           (r.memoryShortfallBytes == st.hostClosest.memoryShortfallBytes &&
+            r.strategy.str() < st.hostClosest.strategy.str()))) {
+        st.hostClosest = r;
+        st.haveHostClosest = true;
       }
-      priceOne(*runnable);
+      if (!st.haveClosest ||
+          r.memoryShortfallBytes < st.closest.memoryShortfallBytes ||
+          (r.memoryShortfallBytes == st.closest.memoryShortfallBytes &&
+           r.strategy.str() < st.closest.strategy.str())) {
+        st.closest = r;
+        st.haveClosest = true;
+      }
       return;
     }
-    priceOne(s);
-    if (batchable && s.tp > 1 && s.microBatch % s.tp == 0) {
-      s.tpBatchSplit = true;
-      priceOne(s);
-    }
+    st.best.push_back(r);
+    std::sort(st.best.begin(), st.best.end(), better);
+    if (int(st.best.size()) > std::max(1, o.topK))
+      st.best.pop_back();
+    if (o.progress && st.first && st.priced % 1000 == 0)
+      o.progress(total, &st.best.front()); // the first worker's best
   };
+
+  // Each prices a candidate and says how far it is from fitting: its
+  // memory shortfall in bytes (<= 0: it fits; +inf: not priced), and the
+  // least step any memory saver could give it: its step without the
+  // data-parallel reduction and the optimizer step (the only parts a saver
+  // can shorten; ZeRO-3 and offload only add to the forward and backward).
   auto frameworkRuns = [&](const Strategy &s) {
     if (o.framework.empty())
       return true;
@@ -274,15 +329,17 @@ searchPlans(const Workload &w, const Cluster &cluster, const PlanOptions &o) {
     llvm::consumeError(std::move(e));
     return ok;
   };
-  priceOne = [&](Strategy s) {
+  auto priceOne = [&](SearchState &st, Strategy s) {
     if (s.microBatches() * s.pp * s.virtualStages > kMaxPlanStepTasks)
-      return; // too many events to price in a search
+      return Priced{}; // too many events to price in a search
     auto r = simulateStep(w, c, s, a, false, Detail::StepTime);
     if (!r) {
       llvm::consumeError(r.takeError());
-      return;
+      return Priced{};
     }
-    consider(*r);
+    consider(st, *r);
+    Priced priced{r->fits ? 0.0 : std::max(1.0, r->memoryShortfallBytes),
+                  r->stepS - r->exposedDpCommS - r->optimizerS};
     // Balance uneven stages by the layers' measured cost.
     if (s.pp > 1 && r->fits) {
       std::vector<double> perLayer;
@@ -297,132 +354,290 @@ searchPlans(const Workload &w, const Cluster &cluster, const PlanOptions &o) {
         auto balanced = simulateStep(w, c, s, a, false, Detail::StepTime);
         // Only a split that beats the default is a new plan.
         if (balanced && balanced->stepS < r->stepS * (1 - 1e-9))
-          consider(*balanced);
+          consider(st, *balanced);
         else if (!balanced)
           llvm::consumeError(balanced.takeError());
       }
     }
+    return priced;
+  };
+  auto price = [&](SearchState &st, Strategy s) {
+    if (!o.framework.empty()) {
+      // No framework target states a per-op batch split inside tp.
+      bool had = !st.refusal.empty();
+      auto runnable = asFrameworkRuns(w, s, a, o.framework, st.refusal);
+      if (!had && !st.refusal.empty())
+        st.refusalTpIndex = st.tpIndex;
+      if (!runnable) {
+        ++st.refused;
+        return Priced{};
+      }
+      return priceOne(st, *runnable);
+    }
+    Priced p = priceOne(st, s);
+    if (batchable && s.tp > 1 && s.microBatch % s.tp == 0) {
+      s.tpBatchSplit = true;
+      Priced split = priceOne(st, s);
+      p.shortBy = std::min(p.shortBy, split.shortBy);
+      p.floorS = std::min(p.floorS, split.floorS);
+    }
+    return p;
   };
 
-  // Passes, each only when the ones before found nothing that fits: ZeRO-1
-  // (the optimizer sharded for free: the same traffic as an all-reduce);
-  // ZeRO-3 (priced optimistically at scale, see docs/costmodel.md, so it is
-  // never preferred over a plan that fits without it); ZeRO-3 with the
-  // optimizer offloaded to host memory.
-  int maxExperts = w.experts();
-  for (int pass = 0; pass < 3; ++pass) {
-    bool offload = pass == 2;
-    int zero = pass == 0 ? 1 : 3;
-    for (int tp : divisors(devices, perNode)) {
-      if (heads > 0 && heads % tp)
+  // Every candidate of one tensor-parallel degree under its cheapest saver;
+  // those it does not fit wait (`deferred`) for the later savers.
+  auto searchTp = [&](SearchState &st, int tp) {
+    // Context parallelism may leave the node: the ring's sends hide
+    // behind long sequences' attention even over the network.
+    // Each rank's two chunks of the sequence must fill FlashAttention's
+    // 128-token tiles (kAttentionTileTokens): shorter chunks leave the
+    // kernel's blocks part empty. At most 16 ranks.
+    int64_t maxCp = std::clamp<int64_t>(
+        w.tokensPerSample / (2 * kAttentionTileTokens), 1, 16);
+    for (int cp : divisors(devices / tp, maxCp)) {
+      // Context parallelism splits the sequence into 2·cp chunks (causal
+      // load balancing); it costs its exchange, so it is searched at any
+      // length and wins where the memory or the attention needs it.
+      if (cp > 1 && (w.tokensPerSample == 0 || heads == 0 ||
+                     w.tokensPerSample % (2 * cp)))
         continue;
-      // Context parallelism may leave the node: the ring's sends hide
-      // behind long sequences' attention even over the network.
-      // Each rank's two chunks of the sequence must fill FlashAttention's
-      // 128-token tiles (kAttentionTileTokens): shorter chunks leave the
-      // kernel's blocks part empty. At most 16 ranks.
-      int64_t maxCp = std::clamp<int64_t>(
-          w.tokensPerSample / (2 * kAttentionTileTokens), 1, 16);
-      for (int cp : divisors(devices / tp, maxCp)) {
-        // Context parallelism splits the sequence into 2·cp chunks (causal
-        // load balancing); it costs its exchange, so it is searched at any
-        // length and wins where the memory or the attention needs it.
-        if (cp > 1 && (w.tokensPerSample == 0 || heads == 0 ||
-                       w.tokensPerSample % (2 * cp)))
+      for (int pp : divisors(devices / (int64_t(tp) * cp), layers)) {
+        int64_t dp = devices / (int64_t(tp) * cp * pp);
+        if (gbs % dp)
           continue;
-        for (int pp : divisors(devices / (int64_t(tp) * cp), layers)) {
-          int64_t dp = devices / (int64_t(tp) * cp * pp);
-          if (gbs % dp)
+        // Memory lower bound per saver: this stage's share of the
+        // parameters (frozen ones at their weights' bytes) sharded so.
+        double params = double(w.parameters()) / (double(tp) * pp);
+        double frozen = double(w.frozenParameters()) / (double(tp) * pp);
+        std::vector<Saver> fitting;
+        std::vector<double> floors; // of the fitting savers
+        double leastFloor = 1e300;
+        Saver least = savers.front();
+        for (const Saver &v : savers) {
+          if (v.zero == 3 && dp == 1)
             continue;
-          // Memory lower bound: this stage's share of the parameters under
-          // this pass's sharding.
-          double params = double(w.parameters()) / (double(tp) * pp);
-          double optimizer = offload ? 0 : a.optimizerBytesPerParam / dp;
+          double optimizer = v.offload ? 0 : a.optimizerBytesPerParam / dp;
           double floorBytes =
-              zero == 3
-                  ? params * (a.weightBytesPerParam + a.gradBytesPerParam) /
+              v.zero == 3
+                  ? (params * (a.weightBytesPerParam + a.gradBytesPerParam) +
+                     frozen * a.weightBytesPerParam) /
                             dp +
                         params * optimizer
                   : params * (a.weightBytesPerParam + a.gradBytesPerParam +
-                              optimizer);
-          if (floorBytes + a.workspaceFor(dev) > dev.memoryBytes) {
-            ++result.candidatesPruned;
-            double shortBy = floorBytes + a.workspaceFor(dev) - dev.memoryBytes;
-            if (shortBy < floorShortfall) {
-              floorShortfall = shortBy;
-              floorNeed = floorBytes + a.workspaceFor(dev);
-              floorWhere =
-                  "tp=" + std::to_string(tp) + ",cp=" + std::to_string(cp) +
-                  ",pp=" + std::to_string(pp) + ",dp=" + std::to_string(dp) +
-                  ",zero=" + std::to_string(zero) +
-                  (offload ? ",offload=optimizer" : "");
-            }
-            continue;
+                              optimizer) +
+                        frozen * a.weightBytesPerParam;
+          floorBytes += a.workspaceFor(dev);
+          if (floorBytes <= dev.memoryBytes) {
+            fitting.push_back(v);
+            floors.push_back(floorBytes);
           }
-          for (int64_t mbs = 1; mbs <= std::min<int64_t>(gbs / dp, 64);
-               mbs *= 2) {
-            if ((gbs / dp) % mbs)
+          if (floorBytes < leastFloor) {
+            leastFloor = floorBytes;
+            least = v;
+          }
+        }
+        if (fitting.empty()) {
+          ++st.pruned;
+          double shortBy = leastFloor - dev.memoryBytes;
+          std::string where =
+              "tp=" + std::to_string(tp) + ",cp=" + std::to_string(cp) +
+              ",pp=" + std::to_string(pp) + ",dp=" + std::to_string(dp) +
+              ",zero=" + std::to_string(least.zero) +
+              (least.offload ? ",offload=optimizer" : "");
+          if (shortBy < st.floorShortfall ||
+              (shortBy == st.floorShortfall && where < st.floorWhere)) {
+            st.floorShortfall = shortBy;
+            st.floorNeed = leastFloor;
+            st.floorWhere = where;
+          }
+          continue;
+        }
+        auto priceSaving = [&](Strategy t) {
+          t.zeroStage = fitting[0].zero;
+          t.offloadOptimizer = fitting[0].offload;
+          Priced first = price(st, t);
+          if (first.shortBy > 0 && first.shortBy != kNotPriced &&
+              fitting.size() > 1)
+            st.deferred.push_back({t, fitting, floors, first});
+        };
+        for (int64_t mbs = 1; mbs <= std::min<int64_t>(gbs / dp, 64);
+             mbs *= 2) {
+          if ((gbs / dp) % mbs)
+            continue;
+          int64_t m = gbs / (dp * mbs);
+          for (int vpp : {1, 2, 4}) {
+            if (vpp > 1 && (pp == 1 || m % pp || layers < pp * vpp * 2))
               continue;
-            int64_t m = gbs / (dp * mbs);
-            for (int vpp : {1, 2, 4}) {
-              if (vpp > 1 && (pp == 1 || m % pp || layers < pp * vpp * 2))
-                continue;
-              for (Recompute rec :
-                   {Recompute::None, Recompute::Selective, Recompute::Full}) {
-                if (zero == 3 && dp == 1)
-                  continue;
-                Strategy s;
-                s.tp = tp;
-                s.cp = cp;
-                s.pp = pp;
-                s.dp = int(dp);
-                s.microBatch = mbs;
-                s.globalBatch = gbs;
-                s.virtualStages = vpp;
-                s.schedule =
-                    vpp > 1 ? Schedule::Interleaved : Schedule::OneFOneB;
-                s.sequenceParallel = tp > 1; // same traffic, less memory
-                s.recompute = rec;
-                s.zeroStage = zero;
-                s.precision = o.precision;
-                s.offloadOptimizer = offload;
-                price(s);
-                // Expert parallelism for mixture-of-experts models: ep of
-                // the dp x cp ranks that divides the experts.
-                for (int ep = 2; ep <= maxExperts && ep <= dp * cp; ep *= 2)
-                  if (maxExperts % ep == 0 && (dp * cp) % ep == 0) {
+            for (Recompute rec :
+                 {Recompute::None, Recompute::Selective, Recompute::Full}) {
+              Strategy s;
+              s.tp = tp;
+              s.cp = cp;
+              s.pp = pp;
+              s.dp = int(dp);
+              s.microBatch = mbs;
+              s.globalBatch = gbs;
+              s.virtualStages = vpp;
+              s.schedule = vpp > 1 ? Schedule::Interleaved : Schedule::OneFOneB;
+              s.sequenceParallel = tp > 1; // same traffic, less memory
+              s.recompute = rec;
+              s.precision = o.precision;
+              priceSaving(s);
+              // Expert parallelism for mixture-of-experts models: ep of
+              // the dp x cp ranks that divides the experts.
+              for (int ep = 2; ep <= maxExperts && ep <= dp * cp; ep *= 2)
+                if (maxExperts % ep == 0 && (dp * cp) % ep == 0) {
+                  Strategy e = s;
+                  e.ep = ep;
+                  priceSaving(e);
+                }
+              // Folded (etp 1, Megatron-Core's MoE parallel folding):
+              // whole experts on ep of the tp x dp ranks.
+              if (maxExperts > 1 && tp > 1 && cp == 1)
+                for (int ep = 2; ep <= maxExperts && ep <= dp * tp; ep *= 2)
+                  if (maxExperts % ep == 0 && (dp * tp) % ep == 0) {
                     Strategy e = s;
                     e.ep = ep;
-                    price(e);
+                    e.etp = 1;
+                    priceSaving(e);
                   }
-                // Folded (etp 1, Megatron-Core's MoE parallel folding):
-                // whole experts on ep of the tp x dp ranks.
-                if (maxExperts > 1 && tp > 1 && cp == 1)
-                  for (int ep = 2; ep <= maxExperts && ep <= dp * tp; ep *= 2)
-                    if (maxExperts % ep == 0 && (dp * tp) % ep == 0) {
-                      Strategy e = s;
-                      e.ep = ep;
-                      e.etp = 1;
-                      price(e);
-                    }
-                // Ulysses where the heads split over cp (its all-to-all
-                // against the ring's overlapped sends), inside a node: over
-                // the network every rank's all-to-all crosses the cards,
-                // where the ring's sends hide behind compute.
-                if (cp > 1 && heads > 0 && (heads / tp) % cp == 0 &&
-                    int64_t(tp) * cp <= perNode) {
-                  s.cpComm = CpComm::AllToAll;
-                  price(s);
-                }
+              // Ulysses where the heads split over cp (its all-to-all
+              // against the ring's overlapped sends), inside a node: over
+              // the network every rank's all-to-all crosses the cards,
+              // where the ring's sends hide behind compute.
+              if (cp > 1 && heads > 0 && (heads / tp) % cp == 0 &&
+                  int64_t(tp) * cp <= perNode) {
+                s.cpComm = CpComm::AllToAll;
+                priceSaving(s);
               }
             }
           }
         }
       }
     }
-    if (!best.empty())
-      break;
+  };
+
+  // The tensor-parallel degrees split over the host's cores (each worker
+  // its own candidates and results, merged below in a fixed order: the
+  // same plans, counts and bytes however many workers ran).
+  std::vector<int> tps;
+  for (int tp : divisors(devices, perNode))
+    if (!(heads > 0 && heads % tp))
+      tps.push_back(tp);
+  unsigned workers = std::max(
+      1u, std::min<unsigned>(std::thread::hardware_concurrency(),
+                             unsigned(std::max<size_t>(1, tps.size()))));
+  workers = std::min(workers, 8u);
+  std::vector<SearchState> states(workers);
+  states[0].first = true;
+  auto work = [&](unsigned t) {
+    for (size_t i = t; i < tps.size(); i += workers) {
+      states[t].tpIndex = int(i);
+      searchTp(states[t], tps[i]);
+    }
+  };
+  if (workers == 1) {
+    work(0);
+  } else {
+    std::vector<std::thread> pool;
+    for (unsigned t = 0; t < workers; ++t)
+      pool.emplace_back(work, t);
+    for (std::thread &th : pool)
+      th.join();
   }
+  SearchState merged;
+  merged.first = true;
+  int refusalAt = INT32_MAX;
+  for (SearchState &st : states) {
+    merged.priced += st.priced;
+    merged.pruned += st.pruned;
+    merged.refused += st.refused;
+    for (StepResult &r : st.best)
+      merged.best.push_back(std::move(r));
+    if (st.haveClosest &&
+        (!merged.haveClosest ||
+         st.closest.memoryShortfallBytes <
+             merged.closest.memoryShortfallBytes ||
+         (st.closest.memoryShortfallBytes ==
+              merged.closest.memoryShortfallBytes &&
+          st.closest.strategy.str() < merged.closest.strategy.str()))) {
+      merged.closest = st.closest;
+      merged.haveClosest = true;
+    }
+    if (st.haveHostClosest &&
+        (!merged.haveHostClosest ||
+         st.hostClosest.memoryShortfallBytes <
+             merged.hostClosest.memoryShortfallBytes ||
+         (st.hostClosest.memoryShortfallBytes ==
+              merged.hostClosest.memoryShortfallBytes &&
+          st.hostClosest.strategy.str() <
+              merged.hostClosest.strategy.str()))) {
+      merged.hostClosest = st.hostClosest;
+      merged.haveHostClosest = true;
+    }
+    if (st.floorShortfall < merged.floorShortfall ||
+        (st.floorShortfall == merged.floorShortfall &&
+         st.floorWhere < merged.floorWhere)) {
+      merged.floorShortfall = st.floorShortfall;
+      merged.floorNeed = st.floorNeed;
+      merged.floorWhere = st.floorWhere;
+    }
+    if (!st.refusal.empty() && st.refusalTpIndex < refusalAt) {
+      refusalAt = st.refusalTpIndex;
+      merged.refusal = st.refusal;
+    }
+    for (Deferred &d : st.deferred)
+      merged.deferred.push_back(std::move(d));
+  }
+  std::sort(merged.best.begin(), merged.best.end(), better);
+  if (int(merged.best.size()) > std::max(1, o.topK))
+    merged.best.resize(std::max(1, o.topK));
+
+  // The deferred candidates, those that might be fastest first: a later
+  // saver is tried only if what it saves over the one priced before (their
+  // floors' difference: weights, gradients, optimizer state; the
+  // activations are the same) covers that one's shortfall, and (by time)
+  // only while its least step could still enter the plans kept.
+  std::vector<Deferred> &deferred = merged.deferred;
+  std::vector<std::string> keys;
+  std::vector<size_t> order(deferred.size());
+  for (size_t i = 0; i < deferred.size(); ++i) {
+    order[i] = i;
+    keys.push_back(deferred[i].s.str());
+  }
+  std::sort(order.begin(), order.end(), [&](size_t x, size_t y) {
+    if (deferred[x].first.floorS != deferred[y].first.floorS)
+      return deferred[x].first.floorS < deferred[y].first.floorS;
+    return keys[x] < keys[y];
+  });
+  for (size_t k : order) {
+    Deferred &d = deferred[k];
+    Priced last = d.first;
+    double at = d.floors[0];
+    for (size_t i = 1; i < d.savers.size(); ++i) {
+      if (last.shortBy == kNotPriced || at - d.floors[i] < last.shortBy)
+        continue;
+      if (o.objective == Objective::Time &&
+          int(merged.best.size()) >= std::max(1, o.topK) &&
+          last.floorS > objectiveScore(merged.best.back(), o.objective))
+        break;
+      Strategy t = d.s;
+      t.zeroStage = d.savers[i].zero;
+      t.offloadOptimizer = d.savers[i].offload;
+      last = price(merged, t);
+      at = d.floors[i];
+      if (last.shortBy <= 0)
+        break;
+    }
+  }
+  result.candidatesPriced = merged.priced;
+  result.candidatesPruned = merged.pruned;
+  result.candidatesRefused = merged.refused;
+  std::vector<StepResult> &best = merged.best;
+  const StepResult &closest = merged.closest;
+  bool haveClosest = merged.haveClosest;
+  const std::string &floorWhere = merged.floorWhere, &refusal = merged.refusal;
+  double floorNeed = merged.floorNeed, floorShortfall = merged.floorShortfall;
   result.searchS =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
           .count();
@@ -456,6 +671,13 @@ searchPlans(const Workload &w, const Cluster &cluster, const PlanOptions &o) {
                   closest.strategy.str().c_str(),
                   closest.memoryShortfallBytes / double(1ull << 30),
                   dev.name.c_str(), closest.doesNotFit.c_str());
+    // Where the optimizer on the host would have fitted the devices, the
+    // host memory is what stops it.
+    if (merged.haveHostClosest)
+      return err("plan: the model fits on the cluster under no strategy; "
+                 "with the optimizer offloaded (" +
+                 merged.hostClosest.strategy.str() +
+                 ") the devices fit, but " + merged.hostClosest.doesNotFit);
     return err(buf);
   }
   // The plans kept, priced in full (the breakdown's pipeline transfers).

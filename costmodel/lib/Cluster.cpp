@@ -85,6 +85,8 @@ llvm::Expected<Cluster> parseClusterPreset(const std::string &preset,
   ng.device = device;
   ng.intraNodeLink = catalog.link(device->intraNodeLink);
   ng.powerW = device->powerW;
+  ng.hostMemoryBytes = device->hostMemoryBytes;
+  ng.hostMemoryBandwidthBytesPerS = device->hostMemoryBandwidthBytesPerS;
   defaultNic(*device, catalog, ng);
   c.sites.push_back({"site0", {ng}});
   c.finalize();
@@ -247,7 +249,8 @@ parseClusterJsonImpl(const std::string &text, const std::string &what,
       if (auto e = onlyKeys(n, path,
                             {"count", "devices_per_node", "device",
                              "intra_node_link", "nic", "power_w",
-                             "price_usd_per_device_hour"}))
+                             "price_usd_per_device_hour", "host_memory_bytes",
+                             "host_memory_bandwidth_bytes_per_s"}))
         return std::move(e);
       NodeGroup ng;
       if (auto e = positiveInt(n, "count", path, 1, ng.count))
@@ -298,6 +301,13 @@ parseClusterJsonImpl(const std::string &text, const std::string &what,
       }
       ng.powerW = ng.device->powerW;
       if (auto e = nonNegative(n, "power_w", path, ng.powerW))
+        return std::move(e);
+      ng.hostMemoryBytes = ng.device->hostMemoryBytes;
+      ng.hostMemoryBandwidthBytesPerS = ng.device->hostMemoryBandwidthBytesPerS;
+      if (auto e = nonNegative(n, "host_memory_bytes", path, ng.hostMemoryBytes))
+        return std::move(e);
+      if (auto e = nonNegative(n, "host_memory_bandwidth_bytes_per_s", path,
+                               ng.hostMemoryBandwidthBytesPerS))
         return std::move(e);
       if (auto e = nonNegative(n, "price_usd_per_device_hour", path,
                                ng.priceUsdPerDeviceHour))

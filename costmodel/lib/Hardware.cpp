@@ -119,8 +119,23 @@ static llvm::Expected<HardwareCatalog> parseCatalog(const std::string &text,
             {"name", "aliases", "vendor", "source", "intra_node_link",
              "peak_flop_per_s", "memory_bytes", "memory_bandwidth_bytes_per_s",
              "power_w", "workspace_bytes", "measured_kernel_profile",
-             "kernel_profile_of"}))
+             "kernel_profile_of", "host"}))
       return std::move(e);
+    if (d.contains("host")) {
+      const nlohmann::json &h = d["host"];
+      std::string hpath = path + ".host";
+      if (!h.is_object())
+        return fieldError(what, hpath + ": must be an object");
+      if (auto e = onlyKnownFields(h, what, hpath,
+                                   {"memory_bytes",
+                                    "memory_bandwidth_bytes_per_s", "source"}))
+        return std::move(e);
+      if (auto e = number(h, "memory_bytes", hpath, s.hostMemoryBytes))
+        return std::move(e);
+      if (auto e = number(h, "memory_bandwidth_bytes_per_s", hpath,
+                          s.hostMemoryBandwidthBytesPerS))
+        return std::move(e);
+    }
     s.vendor = d.value("vendor", "");
     s.source = d.value("source", "");
     s.intraNodeLink = d.value("intra_node_link", "PCIe4");

@@ -31,6 +31,15 @@ namespace orrery {
 
 static llvm::Error err(const std::string &msg) { return inputError(msg); }
 
+/// A device's link to its host: PCIe 5 beside NVLink 4/5 or PCIe 5
+/// between the devices, else PCIe 4.
+static const LinkSpec *hostLink(const StagePlacement &place) {
+  const LinkSpec *l = place.group->intraNodeLink;
+  bool gen5 = l && (l->name == "NVLink4" || l->name == "NVLink5" ||
+                    l->name == "PCIe5");
+  return HardwareCatalog::builtin().link(gen5 ? "PCIe5" : "PCIe4");
+}
+
 using namespace detail;
 
 GroupShape groupShapeIn(const NodeGroup &group, int stride, int ranks) {
@@ -451,11 +460,7 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
     if (s.offloadActivations) {
       // Kept activations go to host memory in forward and come back in
       // backward over the host's PCIe link, overlapped with compute.
-      const LinkSpec *l = place.group->intraNodeLink;
-      bool gen5 = l && (l->name == "NVLink4" || l->name == "NVLink5" ||
-                        l->name == "PCIe5");
-      const LinkSpec *host =
-          HardwareCatalog::builtin().link(gen5 ? "PCIe5" : "PCIe4");
+      const LinkSpec *host = hostLink(place);
       double xfer = keptBytes[ch] /
                     (host->bandwidthBytesPerS * ncclLinkEfficiency(*host));
       fwdS[ch] += std::max(0.0, xfer - fwdS[ch]);
@@ -574,6 +579,7 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
   double stepS = 0;
   int slowest = 0;
   std::vector<double> dpExposed(pp, 0), optS(pp, 0), finish(pp, 0);
+  std::vector<double> hostBytesPerNode(pp, 0); // optimizer offload
   if (parts) {
     parts->sequence = sequence;
     parts->chunkOf = chunkOf;
@@ -683,10 +689,29 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
     double optBytes = shardParams *
                       (3 * a.gradBytesPerParam + 2 * a.optimizerBytesPerParam +
                        masterBytes + a.weightBytesPerParam);
-    optS[i] = s.offloadOptimizer
-                  ? shardParams * 16 / 31.5e9
-                  : opTime(*at[i].device, shardParams * 10, optBytes,
-                           KernelClass::Pointwise, 5);
+    if (s.offloadOptimizer) {
+      // ZeRO-Offload (Ren et al. 2021) and Megatron-Core's CPU optimizer:
+      // the host keeps the fp32 master weights, momentum, variance and
+      // gradients of each device's shard (16 bytes per parameter); each
+      // step the gradients go down over the device's PCIe link and the
+      // updated 16-bit weights come back, and the node's CPUs run Adam over
+      // every shard on the node at the host's memory bandwidth (it streams:
+      // the fp32 state and gradient read, the state and the 16-bit copy
+      // written).
+      const NodeGroup &g = *at[i].group;
+      double pcie = hostLink(at[i])->bandwidthBytesPerS *
+                    ncclLinkEfficiency(*hostLink(at[i]));
+      double moved = shardParams * (a.gradBytesPerParam + a.weightBytesPerParam);
+      double cpuBytes = shardParams * g.devicesPerNode *
+                        (2 * a.optimizerBytesPerParam + a.gradBytesPerParam +
+                         a.weightBytesPerParam);
+      optS[i] = moved / pcie + cpuBytes / g.hostMemoryBandwidthBytesPerS;
+      hostBytesPerNode[i] = shardParams * g.devicesPerNode *
+                            (a.optimizerBytesPerParam + 4);
+    } else {
+      optS[i] = opTime(*at[i].device, shardParams * 10, optBytes,
+                       KernelClass::Pointwise, 5);
+    }
     if (parts) {
       parts->denseParams[i] = dense;
       parts->expertParams[i] = experts;
@@ -784,6 +809,24 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
           mem.weightsBytes / (1 << 30), mem.gradientsBytes / (1 << 30),
           mem.optimizerBytes / (1 << 30), mem.activationsBytes / (1 << 30),
           mem.workspaceBytes / (1 << 30), st.capacityBytes / (1 << 30));
+      r.doesNotFit = buf;
+    }
+    // The offloaded optimizer state in the node's host memory.
+    r.hostMemoryBytesPerNode =
+        std::max(r.hostMemoryBytesPerNode, hostBytesPerNode[i]);
+    double hostCap = at[i].group->hostMemoryBytes;
+    if (hostBytesPerNode[i] > hostCap && r.fits) {
+      r.fits = false;
+      r.memoryShortfallBytes =
+          std::max(r.memoryShortfallBytes, hostBytesPerNode[i] - hostCap);
+      char buf[256];
+      std::snprintf(buf, sizeof buf,
+                    "host memory: stage %d's nodes need %.1f GiB each for the "
+                    "offloaded optimizer state (fp32 master weights, momentum, "
+                    "variance and gradients) but have %.1f GiB "
+                    "(host_memory_bytes)",
+                    i, hostBytesPerNode[i] / double(1ull << 30),
+                    hostCap / double(1ull << 30));
       r.doesNotFit = buf;
     }
   }
@@ -916,6 +959,15 @@ llvm::Expected<StepResult> simulateStep(const Workload &w, const Cluster &c,
                " sites, which one strategy string cannot place; plan it with "
                "`orrery plan`, or simulate a heterogeneous plan with "
                "`orrery simulate --plan`");
+  if (s.offloadOptimizer)
+    for (const Site &site : c.sites)
+      for (const NodeGroup &g : site.nodeGroups)
+        if (g.hostMemoryBytes <= 0 || g.hostMemoryBandwidthBytesPerS <= 0)
+          return err("offload=optimizer: the cluster states no host memory "
+                     "for its " + g.device->name +
+                     " nodes (host_memory_bytes and "
+                     "host_memory_bandwidth_bytes_per_s in the spec's nodes, "
+                     "docs/cluster.md)");
   Simulation sim(w, s, a, homogeneousStages(c, s), true);
   sim.detail = detail;
   auto r = sim.run(keepTrace);

@@ -71,6 +71,14 @@ void printPlan(std::ostream &os, const PlanResult &r, const Workload &w,
       100 * b.bubbleFraction, gib(b.peakMemoryBytes),
       gib(r.cluster.deviceSpec(0).memoryBytes));
   os << buf;
+  if (b.hostMemoryBytesPerNode > 0) {
+    std::snprintf(buf, sizeof buf,
+                  "host memory  %.1f GiB per node for the offloaded optimizer "
+                  "state, of %.1f GiB\n",
+                  gib(b.hostMemoryBytesPerNode),
+                  gib(r.cluster.sites[0].nodeGroups[0].hostMemoryBytes));
+    os << buf;
+  }
   std::vector<std::string> runs = frameworksRunning(b, w);
   std::string targets;
   for (const std::string &f : runs)

@@ -2,10 +2,12 @@
 //
 // Enumerates tensor x context x pipeline x data parallel factorizations of
 // the cluster (tensor and context groups inside a node), micro-batch sizes,
-// interleaving, ZeRO stages, recompute modes and, when nothing else fits,
-// optimizer offload; balances pipeline stages over the outlined layers with
-// a linear-partition search; prices every candidate that can fit with the
-// step simulator and keeps the best by the objective.
+// interleaving, recompute modes, expert parallelism, and for each candidate
+// the cheapest memory saver that fits it (ZeRO-1, optimizer offload, ZeRO-3,
+// both; docs/costmodel.md); balances pipeline stages over the outlined
+// layers with a linear-partition search; prices every candidate that can
+// fit with the step simulator, on the host's cores, and keeps the best by
+// the objective.
 //
 //===----------------------------------------------------------------------===//
 #ifndef ORRERY_SEARCH_PLANNER_H

@@ -27,6 +27,10 @@ struct NodeGroup {
   int nicsPerNode = 1;
   double priceUsdPerDeviceHour = 0;
   double powerW = 0; ///< per device; the device's datasheet power by default
+  /// Host memory and its bandwidth per node (optimizer offload's limit and
+  /// the CPU optimizer's speed); the device's reference server by default,
+  /// 0 when neither states them.
+  double hostMemoryBytes = 0, hostMemoryBandwidthBytesPerS = 0;
 };
 
 struct Site {

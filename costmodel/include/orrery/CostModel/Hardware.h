@@ -96,6 +96,10 @@ struct DeviceSpec {
   double memoryBytes = 0;
   double memoryBandwidthBytesPerS = 0;
   double powerW = 0;
+  /// The host of the device's reference server (a DGX), per node: its
+  /// memory and memory bandwidth; 0 when the catalog states none (a
+  /// cluster spec then states them for optimizer offload).
+  double hostMemoryBytes = 0, hostMemoryBandwidthBytesPerS = 0;
   /// Memory a process holds on the device besides the model's (the CUDA
   /// context, cuBLAS and NCCL buffers on a GPU); 0: Assumptions'.
   double workspaceBytes = 0;

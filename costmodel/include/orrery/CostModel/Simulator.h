@@ -185,6 +185,9 @@ struct StepResult {
   /// GEMMs were priced at their fp32 rate (bf16 on a V100).
   std::vector<std::string> precisionFallbackDevices;
   double peakMemoryBytes = 0; ///< largest over devices
+  /// Host memory per node the offloaded optimizer state takes (largest over
+  /// nodes; 0 without offload).
+  double hostMemoryBytesPerNode = 0;
   /// The largest memory need minus capacity over stages (<= 0 when it fits).
   double memoryShortfallBytes = 0;
   bool fits = true;
