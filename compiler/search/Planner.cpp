@@ -260,7 +260,9 @@ searchPlans(const Workload &w, const Cluster &cluster, const PlanOptions &o) {
       w.kinds.begin(), w.kinds.end(),
       [](const LayerKind &k) { return bool(k.batchSplitLayout); });
   // Memory savers, cheapest first: ZeRO-1 (the optimizer sharded for
-  // free: the same traffic as an all-reduce); the optimizer on the host
+  // free: the same traffic as an all-reduce); ZeRO-2 (the gradients too,
+  // reduce-scattered every micro-batch; without pipeline stages, as
+  // DeepSpeed runs it); the optimizer on the host
   // (where the nodes state host memory); ZeRO-3 (FSDP: every layer's
   // weights gathered, priced optimistically at scale, docs/costmodel.md);
   // ZeRO-3 with the optimizer on the host. Each candidate takes the first
@@ -270,7 +272,7 @@ searchPlans(const Workload &w, const Cluster &cluster, const PlanOptions &o) {
   for (const Site &site : c.sites)
     for (const NodeGroup &g : site.nodeGroups)
       host &= g.hostMemoryBytes > 0 && g.hostMemoryBandwidthBytesPerS > 0;
-  std::vector<Saver> savers = {{1, false}};
+  std::vector<Saver> savers = {{1, false}, {2, false}};
   if (host)
     savers.push_back({1, true});
   savers.push_back({3, false});
@@ -414,11 +416,15 @@ searchPlans(const Workload &w, const Cluster &cluster, const PlanOptions &o) {
         double leastFloor = 1e300;
         Saver least = savers.front();
         for (const Saver &v : savers) {
-          if (v.zero == 3 && dp == 1)
+          if ((v.zero == 3 && dp == 1) || (v.zero == 2 && (dp == 1 || pp > 1)))
             continue;
           double optimizer = v.offload ? 0 : a.optimizerBytesPerParam / dp;
+          double grads = a.gradBytesPerParam / (v.zero == 2 ? dp : 1);
           double floorBytes =
-              v.zero == 3
+              v.zero == 2
+                  ? params * (a.weightBytesPerParam + grads + optimizer) +
+                        frozen * a.weightBytesPerParam
+              : v.zero == 3
                   ? (params * (a.weightBytesPerParam + a.gradBytesPerParam) +
                      frozen * a.weightBytesPerParam) /
                             dp +

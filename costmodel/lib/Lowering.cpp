@@ -522,7 +522,9 @@ void PipelineLowering::layerBackward(const LayerKind &k, bool lastMicroBatch) {
                             CollectiveKind::ReduceScatter),
                "zero-3 gradient reduce-scatter", StreamKind::DataParallel,
                false);
-  if (lastMicroBatch && s.overlapGradReduce && s.zeroStage != 3 && dpRanks() > 1) {
+  // ZeRO-2 reduces every micro-batch's gradients (Simulator.cpp).
+  if ((lastMicroBatch || s.zeroStage == 2) && s.overlapGradReduce &&
+      s.zeroStage != 3 && dpRanks() > 1) {
     // This layer's bucket is full: reduce it while the backward goes on.
     double params = layerParams(k);
     double experts = 0;
@@ -714,6 +716,9 @@ Program PipelineLowering::lower(int stage_, int t_, int c_, int d_,
       bool last = task.mb == lastBackwardOf[task.vs];
       for (auto it = layers.rbegin(); it != layers.rend(); ++it)
         layerBackward(sim.layout(w.kinds[parts.sequence[*it]], stage), last);
+      // ZeRO-2 without overlap: this micro-batch's gradients, reduced now.
+      if (s.zeroStage == 2 && !s.overlapGradReduce && dpRanks() > 1)
+        gradientBuckets(parts.denseParams[stage], parts.expertParams[stage]);
       Instruction free;
       free.kind = InstrKind::Free;
       free.name = "activations";
@@ -728,7 +733,7 @@ Program PipelineLowering::lower(int stage_, int t_, int c_, int d_,
   span = "step";
   double dense = parts.denseParams[stage], experts = parts.expertParams[stage];
   bool bucketsRan = s.overlapGradReduce && s.zeroStage != 3 && dpRanks() > 1;
-  if (s.zeroStage != 3 && dpRanks() > 1) {
+  if (s.zeroStage != 3 && s.zeroStage != 2 && dpRanks() > 1) {
     if (bucketsRan) {
       // The tied copy's gradient, which no layer's bucket holds.
       if (parts.tiedCopyParams[stage] > 0)

@@ -667,9 +667,14 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
         sharded ? collectiveTime(CollectiveKind::AllGather,
                                  edge * a.weightBytesPerParam, at[i].dpGroup)
                 : 0;
+    // ZeRO-2 holds only its gradient shard: every micro-batch's backward
+    // reduce-scatters its gradients (DeepSpeed's partitioned gradients),
+    // each exposed as the last one's is (no pipeline: refused above).
+    double reductions = s.zeroStage == 2 ? double(m) : 1.0;
     dpExposed[i] =
-        (s.overlapGradReduce ? std::max(lastBucket, grad - lastBackwardS[i])
-                             : grad) +
+        reductions *
+            (s.overlapGradReduce ? std::max(lastBucket, grad - lastBackwardS[i])
+                                 : grad) +
         (s.overlapParamGather ? std::max(firstBucket, gather - firstForward)
                               : gather) +
         tiedSyncS[i];

@@ -278,6 +278,15 @@ llvm::Expected<Strategy> parseStrategy(const std::string &text) {
 llvm::Error completeAndValidate(Strategy &s, const Workload &w,
                                 const Cluster &c) {
   int64_t devices = c.numDevices();
+  // ZeRO-2 keeps only its shard of the gradients, so it reduce-scatters
+  // them after every micro-batch's backward: DeepSpeed runs it without
+  // pipeline stages (its pipeline engine takes ZeRO-1 at most), and so
+  // does the simulator.
+  if (s.zeroStage == 2 && s.pp > 1)
+    return err("strategy: zero=2 with pp=" + std::to_string(s.pp) +
+               ": ZeRO-2 reduce-scatters the gradients after every "
+               "micro-batch, which no pipeline schedule here runs (DeepSpeed "
+               "takes ZeRO-1 at most with pipeline stages); use zero=1 or 3");
   int heads = w.attentionHeads();
   if (heads > 0 && heads % s.tp)
     return err("strategy: tp=" + std::to_string(s.tp) +
