@@ -187,6 +187,17 @@ struct Deferred {
   std::vector<double> floors;
   Priced first;
 };
+/// Keeps in `slot` the candidate nearest to fitting: the smaller
+/// shortfall, ties by the strategy's text (the same whatever the order).
+static void keepCloser(StepResult &slot, bool &have, const StepResult &r) {
+  if (!have || r.memoryShortfallBytes < slot.memoryShortfallBytes ||
+      (r.memoryShortfallBytes == slot.memoryShortfallBytes &&
+       r.strategy.str() < slot.strategy.str())) {
+    slot = r;
+    have = true;
+  }
+}
+
 /// What one worker of the search found.
 struct SearchState {
   std::vector<StepResult> best;
@@ -292,21 +303,9 @@ searchPlans(const Workload &w, const Cluster &cluster, const PlanOptions &o) {
     ++st.priced;
     int64_t total = ++pricedSoFar;
     if (!r.fits) {
-      if (r.doesNotFit.rfind("host memory", 0) == 0 &&
-          (!st.haveHostClosest ||
-           r.memoryShortfallBytes < st.hostClosest.memoryShortfallBytes ||
-           (r.memoryShortfallBytes == st.hostClosest.memoryShortfallBytes &&
-            r.strategy.str() < st.hostClosest.strategy.str()))) {
-        st.hostClosest = r;
-        st.haveHostClosest = true;
-      }
-      if (!st.haveClosest ||
-          r.memoryShortfallBytes < st.closest.memoryShortfallBytes ||
-          (r.memoryShortfallBytes == st.closest.memoryShortfallBytes &&
-           r.strategy.str() < st.closest.strategy.str())) {
-        st.closest = r;
-        st.haveClosest = true;
-      }
+      if (r.doesNotFit.rfind("host memory", 0) == 0)
+        keepCloser(st.hostClosest, st.haveHostClosest, r);
+      keepCloser(st.closest, st.haveClosest, r);
       return;
     }
     st.best.push_back(r);
@@ -560,27 +559,10 @@ searchPlans(const Workload &w, const Cluster &cluster, const PlanOptions &o) {
     merged.refused += st.refused;
     for (StepResult &r : st.best)
       merged.best.push_back(std::move(r));
-    if (st.haveClosest &&
-        (!merged.haveClosest ||
-         st.closest.memoryShortfallBytes <
-             merged.closest.memoryShortfallBytes ||
-         (st.closest.memoryShortfallBytes ==
-              merged.closest.memoryShortfallBytes &&
-          st.closest.strategy.str() < merged.closest.strategy.str()))) {
-      merged.closest = st.closest;
-      merged.haveClosest = true;
-    }
-    if (st.haveHostClosest &&
-        (!merged.haveHostClosest ||
-         st.hostClosest.memoryShortfallBytes <
-             merged.hostClosest.memoryShortfallBytes ||
-         (st.hostClosest.memoryShortfallBytes ==
-              merged.hostClosest.memoryShortfallBytes &&
-          st.hostClosest.strategy.str() <
-              merged.hostClosest.strategy.str()))) {
-      merged.hostClosest = st.hostClosest;
-      merged.haveHostClosest = true;
-    }
+    if (st.haveClosest)
+      keepCloser(merged.closest, merged.haveClosest, st.closest);
+    if (st.haveHostClosest)
+      keepCloser(merged.hostClosest, merged.haveHostClosest, st.hostClosest);
     if (st.floorShortfall < merged.floorShortfall ||
         (st.floorShortfall == merged.floorShortfall &&
          st.floorWhere < merged.floorWhere)) {
