@@ -853,6 +853,16 @@ llvm::Expected<std::string> exportPlan(const ExportPlan &plan,
                         "tensor-parallel group (tp_batch_split), a per-op "
                         "layout this target cannot state; export it --to "
                         "mlir, or plan without it");
+  if (plan.strategy.schedule == Schedule::ZeroBubbleH1 &&
+      plan.strategy.pp > 1 &&
+      std::find(exportFormats().begin(), exportFormats().end(), format) !=
+          exportFormats().end() &&
+      format != "mlir")
+    return err(format + ": the plan runs ZB-H1 (schedule=zb-h1), which this "
+                        "target does not run (Megatron-LM core_r0.12 and "
+                        "DeepSpeed have no zero-bubble schedule; "
+                        "torch.distributed.pipelining's are interleaved or "
+                        "V-shaped); plan with schedule=1f1b");
   // Only DeepSpeed reduces gradients in another type than it keeps them
   // (communication_data_type); the others reduce what they keep.
   bool framework = format == "megatron" || format == "torchtitan" ||

@@ -87,6 +87,7 @@ ojson stageJson(const StageReport &st) {
           {"device_type", st.device},
           {"forward_s_per_micro_batch", st.forwardS},
           {"backward_s_per_micro_batch", st.backwardS},
+          {"weight_gradient_s_per_micro_batch", st.weightGradS},
           {"memory_bytes",
            {{"weights", st.memory.weightsBytes},
             {"gradients", st.memory.gradientsBytes},
@@ -306,7 +307,7 @@ strategyFromPlanImpl(const nlohmann::json &plan, const std::string &what) {
     s.schedule = *sc;
   else
     return err(what +
-               ": strategy.schedule: must be gpipe, 1f1b or interleaved");
+               ": strategy.schedule: must be gpipe, 1f1b, interleaved or zb-h1");
   if (auto r = recomputeFromName(j.value("recompute", "")))
     s.recompute = *r;
   else
@@ -738,6 +739,7 @@ const FieldType kPlanFields[] = {
     {"stages[].devices", K::Array}, {"stages[].devices[]", K::Integer},
     {"stages[].forward_s_per_micro_batch", K::Number},
     {"stages[].backward_s_per_micro_batch", K::Number},
+    {"stages[].weight_gradient_s_per_micro_batch", K::Number},
     {"stages[].memory_bytes", K::Object},
     {"stages[].memory_bytes.weights", K::Number},
     {"stages[].memory_bytes.gradients", K::Number},

@@ -179,6 +179,10 @@ constexpr double kNotPriced = 1e300;
 /// to the forward and backward).
 struct Priced {
   double shortBy = kNotPriced, floorS = 0;
+  /// Its step and the idle time in it (the bubble, at the search's detail):
+  /// a zero-bubble schedule of the same candidate takes at least the
+  /// difference.
+  double stepS = 0, idleS = 0;
 };
 /// A candidate its cheapest saver did not fit, with the savers left.
 struct Deferred {
@@ -340,7 +344,8 @@ searchPlans(const Workload &w, const Cluster &cluster, const PlanOptions &o) {
     }
     consider(st, *r);
     Priced priced{r->fits ? 0.0 : std::max(1.0, r->memoryShortfallBytes),
-                  r->stepS - r->exposedDpCommS - r->optimizerS};
+                  r->stepS - r->exposedDpCommS - r->optimizerS, r->stepS,
+                  r->bubbleS};
     // Balance uneven stages by the layers' measured cost.
     if (s.pp > 1 && r->fits) {
       std::vector<double> perLayer;
@@ -383,6 +388,21 @@ searchPlans(const Workload &w, const Cluster &cluster, const PlanOptions &o) {
       p.floorS = std::min(p.floorS, split.floorS);
     }
     return p;
+  };
+
+  // ZB-H1 of a 1F1B candidate that fits: the same work and memory, the
+  // weight gradients deferred into the bubble; priced unless (by time) even
+  // a step without any bubble would not enter the plans kept.
+  auto priceZeroBubble = [&](SearchState &st, Strategy t, const Priced &p) {
+    if (t.pp < 2 || t.virtualStages != 1 ||
+        t.schedule != Schedule::OneFOneB || p.shortBy > 0)
+      return;
+    if (o.objective == Objective::Time &&
+        int(st.best.size()) >= std::max(1, o.topK) &&
+        p.stepS - p.idleS > st.best.back().stepS)
+      return;
+    t.schedule = Schedule::ZeroBubbleH1;
+    price(st, t);
   };
 
   // Every candidate of one tensor-parallel degree under its cheapest saver;
@@ -461,6 +481,7 @@ searchPlans(const Workload &w, const Cluster &cluster, const PlanOptions &o) {
           t.zeroStage = fitting[0].zero;
           t.offloadOptimizer = fitting[0].offload;
           Priced first = price(st, t);
+          priceZeroBubble(st, t, first);
           if (first.shortBy > 0 && first.shortBy != kNotPriced &&
               fitting.size() > 1)
             st.deferred.push_back({t, fitting, floors, first});
@@ -614,6 +635,7 @@ searchPlans(const Workload &w, const Cluster &cluster, const PlanOptions &o) {
       t.offloadOptimizer = d.savers[i].offload;
       last = price(merged, t);
       at = d.floors[i];
+      priceZeroBubble(merged, t, last);
       if (last.shortBy <= 0)
         break;
     }

@@ -228,6 +228,10 @@ LayerTime Simulation::layerTime(const LayerKind &k, const StagePlacement &p,
     double fwd = o.forwardS, bwd = o.backwardS;
     t.forwardComputeS += fwd;
     t.backwardComputeS += bwd;
+    // A weighted contraction's backward is two GEMMs of the forward's
+    // FLOPs each: the input gradient, then the weight gradient.
+    if (op.weighted && o.backwardKernels == 2)
+      t.weightGradS += (bwd - o.castBackwardS) / 2; // Lowering's wgrad GEMM
     if (breakdown) {
       // Ops that share a kernel with the one before are part of its time.
       std::string name = op.name;
@@ -303,10 +307,12 @@ LayerTime Simulation::layerTime(const LayerKind &k, const StagePlacement &p,
   if (!a.fusedGradientAccumulation && k.parameters > 0) {
     // The fp32 main gradient and the 16-bit gradient read, the sum written.
     double perDevice = k.trainablePerRank(tpDeg);
-    t.backwardComputeS +=
+    double accumulate =
         opTime(dev, perDevice, perDevice * (2 * a.gradBytesPerParam +
                                             a.weightBytesPerParam),
                KernelClass::Pointwise, std::max(1, k.weightTensors));
+    t.backwardComputeS += accumulate;
+    t.weightGradS += accumulate;
   }
   if (s.zeroStage == 3 && p.dpGroup.ranks > 1 &&
       k.parameters + k.frozenParameters > 0) {
@@ -382,6 +388,7 @@ LayerTime Simulation::layerTime(const LayerKind &k, const StagePlacement &p,
   }
   if (k.noBackward) { // frozen, and nothing before it trains
     t.backwardComputeS = t.backwardTpS = t.backwardCpS = t.backwardEpS = 0;
+    t.weightGradS = 0;
     t.backwardCpSendS = t.recomputeS = t.recomputeFlops = 0;
   }
   return t;

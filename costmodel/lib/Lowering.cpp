@@ -167,6 +167,9 @@ private:
   void opBackward(const OpCost &op, const OpPrice &o);
   void layerForward(const LayerKind &k, bool coreOnly, bool recompute);
   void layerBackward(const LayerKind &k, bool lastMicroBatch);
+  /// Which part of a backward layerBackward emits: all of it, the input
+  /// gradients (a zero-bubble B task) or the weight gradients (W).
+  enum class Part { Both, Input, Weight } part = Part::Both;
   double layerParams(const LayerKind &k) const;
   void gradientBuckets(double dense, double experts);
 };
@@ -329,6 +332,12 @@ void PipelineLowering::opForward(const OpCost &op, const OpPrice &o) {
 }
 
 void PipelineLowering::opBackward(const OpCost &op, const OpPrice &o) {
+  // A W task: the weight-gradient GEMMs alone (LayerPricing's weightGradS).
+  if (part == Part::Weight) {
+    if (op.contraction && op.weighted && o.backwardKernels == 2)
+      compute(gemm(op, o, true, 1));
+    return;
+  }
   if (o.backwardKernels == 0) { // fused: runs in the kernel of the op before
     carryS += o.backwardS;
     carryBytes += o.backwardBytes;
@@ -377,7 +386,9 @@ void PipelineLowering::opBackward(const OpCost &op, const OpPrice &o) {
       collective(CollectiveKind::AllReduce, tpG, o.tpColumnAllReduceBytes,
                  o.tpColumnAllReduceS, "column-parallel all-reduce",
                  StreamKind::Comm, true);
-    compute(gemm(op, o, true, 1));
+    // A weighted one's weight gradient waits for its W task.
+    if (!(part == Part::Input && op.weighted))
+      compute(gemm(op, o, true, 1));
     return;
   } else if (op.contraction) {
     Instruction g = gemm(op, o, true, 0);
@@ -458,53 +469,62 @@ void PipelineLowering::layerBackward(const LayerKind &k, bool lastMicroBatch) {
   if (k.noBackward) // frozen, and nothing before it trains (LayerPricing)
     return;
   const StagePlacement &p = place();
-  if (k.count > 1 && s.recompute == Recompute::Full && !k.noBackward)
+  bool inputPart = part != Part::Weight, weightPart = part != Part::Input;
+  if (!inputPart) { // a W task: the weight-gradient GEMMs, in reverse
+    for (int i = int(k.ops.size()) - 1; i >= 0; --i)
+      if (!k.ops[i].view)
+        opBackward(k.ops[i], sim.priceOp(k.ops[i], k, p));
+  }
+  if (inputPart && k.count > 1 && s.recompute == Recompute::Full &&
+      !k.noBackward)
     layerForward(k, false, true);
   bool zero3 = s.zeroStage == 3 && dpRanks() > 1 && !k.noBackward &&
                k.parameters + k.frozenParameters > 0;
-  if (zero3)
+  if (zero3 && inputPart)
     collective(CollectiveKind::AllGather, dpG,
                (layerParams(k) + k.frozenPerRank(tp())) * a.weightBytesPerParam,
                zero3Seconds(k, p, a.weightBytesPerParam,
                             CollectiveKind::AllGather),
                "zero-3 weight gather", StreamKind::DataParallel, true);
-  bool ep = k.experts > 1 && s.ep > 1 && k.expertDispatchBytes > 0;
-  double tokens = double(k.expertDispatchBytes) * sim.scale() /
-                  (s.sequenceParallel ? tp() : 1);
-  double a2a = ep ? collectiveTime(CollectiveKind::AllToAll, tokens, p.epGroup)
-                  : 0;
-  int firstExpert = -1, lastCore = -1;
-  for (int i = int(k.ops.size()) - 1; i >= 0; --i) {
-    if (k.ops[i].view)
-      continue;
-    if (k.ops[i].experts > 1)
-      firstExpert = i;
-    if (k.ops[i].attentionCore && lastCore < 0)
-      lastCore = i;
-  }
-  bool combined = false;
-  carryS = carryBytes = carryFlops = 0;
-  for (int i = int(k.ops.size()) - 1; i >= 0; --i) {
-    const OpCost &op = k.ops[i];
-    if (op.view)
-      continue;
-    if (i == lastCore && s.recompute == Recompute::Selective && k.count > 1)
-      layerForward(k, true, true); // the attention core again
-    if (ep && op.experts > 1 && !combined) {
-      collective(CollectiveKind::AllToAll, epG, tokens, a2a,
-                 "expert combine gradient", StreamKind::Comm, true);
-      combined = true;
+  if (inputPart) {
+    bool ep = k.experts > 1 && s.ep > 1 && k.expertDispatchBytes > 0;
+    double tokens = double(k.expertDispatchBytes) * sim.scale() /
+                    (s.sequenceParallel ? tp() : 1);
+    double a2a = ep ? collectiveTime(CollectiveKind::AllToAll, tokens, p.epGroup)
+                    : 0;
+    int firstExpert = -1, lastCore = -1;
+    for (int i = int(k.ops.size()) - 1; i >= 0; --i) {
+      if (k.ops[i].view)
+        continue;
+      if (k.ops[i].experts > 1)
+        firstExpert = i;
+      if (k.ops[i].attentionCore && lastCore < 0)
+        lastCore = i;
     }
-    opBackward(op, sim.priceOp(op, k, p));
-    if (ep && i == firstExpert)
-      collective(CollectiveKind::AllToAll, epG, tokens, a2a,
-                 "expert dispatch gradient", StreamKind::Comm, true);
-  }
-  if (carryS > 0 && lastCompute >= 0) { // a fused chain at the layer's start
-    prog->code[lastCompute].predictedS += carryS;
+    bool combined = false;
     carryS = carryBytes = carryFlops = 0;
+    for (int i = int(k.ops.size()) - 1; i >= 0; --i) {
+      const OpCost &op = k.ops[i];
+      if (op.view)
+        continue;
+      if (i == lastCore && s.recompute == Recompute::Selective && k.count > 1)
+        layerForward(k, true, true); // the attention core again
+      if (ep && op.experts > 1 && !combined) {
+        collective(CollectiveKind::AllToAll, epG, tokens, a2a,
+                   "expert combine gradient", StreamKind::Comm, true);
+        combined = true;
+      }
+      opBackward(op, sim.priceOp(op, k, p));
+      if (ep && i == firstExpert)
+        collective(CollectiveKind::AllToAll, epG, tokens, a2a,
+                   "expert dispatch gradient", StreamKind::Comm, true);
+    }
+    if (carryS > 0 && lastCompute >= 0) { // a fused chain at the layer's start
+      prog->code[lastCompute].predictedS += carryS;
+      carryS = carryBytes = carryFlops = 0;
+    }
   }
-  if (!a.fusedGradientAccumulation && k.parameters > 0) {
+  if (weightPart && !a.fusedGradientAccumulation && k.parameters > 0) {
     double perDevice = layerParams(k);
     compute(kernel("gradient accumulation", KernelClass::Pointwise,
                    perDevice * (2 * a.gradBytesPerParam + a.weightBytesPerParam),
@@ -515,7 +535,7 @@ void PipelineLowering::layerBackward(const LayerKind &k, bool lastMicroBatch) {
                               KernelClass::Pointwise,
                               std::max(1, k.weightTensors), s.precision)));
   }
-  if (zero3 && k.parameters > 0)
+  if (zero3 && weightPart && k.parameters > 0)
     collective(CollectiveKind::ReduceScatter, dpG,
                layerParams(k) * a.gradReduceBytes(),
                zero3Seconds(k, p, a.gradReduceBytes(),
@@ -523,8 +543,8 @@ void PipelineLowering::layerBackward(const LayerKind &k, bool lastMicroBatch) {
                "zero-3 gradient reduce-scatter", StreamKind::DataParallel,
                false);
   // ZeRO-2 reduces every micro-batch's gradients (Simulator.cpp).
-  if ((lastMicroBatch || s.zeroStage == 2) && s.overlapGradReduce &&
-      s.zeroStage != 3 && dpRanks() > 1) {
+  if (weightPart && (lastMicroBatch || s.zeroStage == 2) &&
+      s.overlapGradReduce && s.zeroStage != 3 && dpRanks() > 1) {
     // This layer's bucket is full: reduce it while the backward goes on.
     double params = layerParams(k);
     double experts = 0;
@@ -640,9 +660,12 @@ Program PipelineLowering::lower(int stage_, int t_, int c_, int d_,
   // The schedule of this stage at this replica's micro-batches.
   std::vector<std::vector<Task>> order = sim.schedule(int(m));
   const std::vector<Task> &tasks = order[stage];
+  // The last task that computes a chunk's weight gradients (its W under
+  // zero bubble) fills the last gradient bucket.
+  bool zeroBubble = s.schedule == Schedule::ZeroBubbleH1 && pp > 1;
   std::vector<int64_t> lastBackwardOf(chunks, -1);
   for (const Task &task : tasks)
-    if (task.backward)
+    if (task.backward && (task.weight || !zeroBubble))
       lastBackwardOf[task.vs] = task.mb;
   int v = s.virtualStages;
   // Pipeline peers: chunk ch runs on stage ch % pp; tp shards pair up as
@@ -680,9 +703,18 @@ Program PipelineLowering::lower(int stage_, int t_, int c_, int d_,
   };
 
   for (const Task &task : tasks) {
-    span = std::string(task.backward ? "B" : "F") + std::to_string(task.mb) +
+    span = std::string(task.weight ? "W" : task.backward ? "B" : "F") +
+           std::to_string(task.mb) +
            (v > 1 ? "." + std::to_string(task.vs / pp) : "");
     const std::vector<int> &layers = parts.chunkOf[task.vs];
+    if (task.weight) { // zero bubble: the deferred weight gradients
+      part = Part::Weight;
+      bool last = task.mb == lastBackwardOf[task.vs];
+      for (auto it = layers.rbegin(); it != layers.rend(); ++it)
+        layerBackward(sim.layout(w.kinds[parts.sequence[*it]], stage), last);
+      part = Part::Both;
+      continue;
+    }
     if (!task.backward) {
       if (task.vs > 0) {
         pipeTransfer(task.vs - 1, false, task.mb, false);
@@ -714,8 +746,10 @@ Program PipelineLowering::lower(int stage_, int t_, int c_, int d_,
                      StreamKind::Comm, true);
       }
       bool last = task.mb == lastBackwardOf[task.vs];
+      part = zeroBubble ? Part::Input : Part::Both;
       for (auto it = layers.rbegin(); it != layers.rend(); ++it)
         layerBackward(sim.layout(w.kinds[parts.sequence[*it]], stage), last);
+      part = Part::Both;
       // ZeRO-2 without overlap: this micro-batch's gradients, reduced now.
       if (s.zeroStage == 2 && !s.overlapGradReduce && dpRanks() > 1)
         gradientBuckets(parts.denseParams[stage], parts.expertParams[stage]);

@@ -25,6 +25,10 @@ struct LayerTime {
   double forwardCpSendS = 0, backwardCpSendS = 0;
   /// Expert parallelism's token all-to-alls (dispatch and combine).
   double forwardEpS = 0, backwardEpS = 0;
+  /// Of backwardComputeS, the weight gradients: the second GEMM of each
+  /// weighted contraction and the separate gradient accumulation (what a
+  /// zero-bubble schedule defers as its W pass).
+  double weightGradS = 0;
   double recomputeS = 0; ///< extra forward work in backward (compute + comm)
   double recomputeFlops = 0;
   /// Activation bytes one micro-batch keeps for this layer, per device.
@@ -78,6 +82,9 @@ struct OpPrice {
 struct Task {
   int vs = 0, mb = 0;
   bool backward = false;
+  /// Of a backward, the weight-gradient pass alone (W, zero-bubble
+  /// schedules: the B task before it computed the input gradient).
+  bool weight = false;
   /// A forward whose output leaves with the next task's gradient, in one
   /// communication after both (Megatron-LM's interleaved 1F1B in its steady
   /// state: send_forward_backward_recv_forward_backward).

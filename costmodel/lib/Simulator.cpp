@@ -141,6 +141,26 @@ std::vector<std::vector<Task>> Simulation::schedule(int m) const {
           o.push_back({c * pp + i, mb, true});
       continue;
     }
+    if (s.schedule == Schedule::ZeroBubbleH1 && pp > 1) {
+      // ZB-H1 (Qi et al., "Zero Bubble Pipeline Parallelism", ICLR 2024;
+      // the authors' Megatron schedule): step x runs F(x), the input
+      // gradient B(x - (pp-1-i)) and the weight gradient W(x - (pp-1)),
+      // those that exist: pp-1-i forwards first, then i F-B pairs whose
+      // W waits, the F-B-W steady state, B-W pairs, and the i deferred
+      // W last. The first stage defers none (1F1B's memory there), the
+      // last pp-1, so the input gradients run back without the weight
+      // gradients on their path.
+      for (int x = 0; x < m + pp - 1; ++x) {
+        if (x < m)
+          o.push_back({i, x, false});
+        int b = x - (pp - 1 - i), wmb = x - (pp - 1);
+        if (b >= 0 && b < m)
+          o.push_back({i, b, true});
+        if (wmb >= 0 && wmb < m)
+          o.push_back({i, wmb, true, true});
+      }
+      continue;
+    }
     // Megatron-LM's (interleaved) 1F1B: forward k runs chunk (k/pp)%v of
     // micro-batch (k/(pp*v))*pp + k%pp; backwards visit chunks in reverse.
     int total = m * v;
@@ -210,7 +230,8 @@ Timeline runSchedule(const std::vector<std::vector<Task>> &order, int chunks,
                      int m, const std::vector<double> &fwdS,
                      const std::vector<double> &bwdS,
                      const PipelineLinks &links,
-                     std::vector<TraceEvent> *trace) {
+                     std::vector<TraceEvent> *trace,
+                     const std::vector<double> *weightS = nullptr) {
   int pp = int(order.size());
   int v = chunks / pp;
   Timeline tl;
@@ -235,6 +256,22 @@ Timeline runSchedule(const std::vector<std::vector<Task>> &order, int chunks,
       while (next[i] < order[i].size()) {
         const Task &t = order[i][next[i]];
         double ready = 0, gather = 0, send = 0;
+        if (t.weight) {
+          // The weight gradients of a backward the stage has run: nothing
+          // to wait for, nothing to send.
+          double dur = weightS ? (*weightS)[t.vs] : 0;
+          double start = tl.free[i];
+          tl.free[i] = start + dur;
+          tl.busy[i] += dur;
+          tl.lastBackwardS[i] = dur;
+          if (trace && dur > 0)
+            trace->push_back({i, "W" + std::to_string(t.mb), "backward",
+                              start, dur});
+          ++next[i];
+          --remaining;
+          progress = true;
+          continue;
+        }
         if (!t.backward) {
           if (t.vs > 0) {
             ready = fDone[idx(t.vs - 1, t.mb)];
@@ -381,6 +418,7 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
   };
 
   // Per chunk: times per micro-batch, boundary bytes, parameters.
+  std::vector<double> wS(chunks, 0.0); // weight gradients (zero bubble)
   std::vector<double> fwdS(chunks), bwdS(chunks), tpS(chunks), cpS(chunks),
       cpAllS(chunks), epS(chunks), recompFlops(chunks);
   std::vector<double> keptBytes(chunks), workingBytes(chunks), params(chunks),
@@ -401,6 +439,7 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
       const LayerTime &t = times[k];
       fwdS[ch] += t.forwardComputeS + t.forwardTpS + t.forwardCpS +
                   t.forwardEpS;
+      wS[ch] += t.weightGradS;
       bwdS[ch] += t.backwardComputeS + t.backwardTpS + t.backwardCpS +
                   t.backwardEpS + t.recomputeS;
       epS[ch] += t.forwardEpS + t.backwardEpS +
@@ -565,10 +604,16 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
   for (int ch = 0; ch + 1 < chunks; ++ch)
     r.boundaryBytesPerMicroBatch.push_back(outBytes[ch] * at[ch % pp].tp);
 
-  // Event simulation.
+  // Event simulation. Zero bubble: B tasks take the backward without its
+  // weight gradients, W tasks those; the order comes from the times.
+  bool zeroBubble = s.schedule == Schedule::ZeroBubbleH1 && pp > 1;
+  std::vector<double> bS = bwdS;
+  if (zeroBubble)
+    for (int ch = 0; ch < chunks; ++ch)
+      bS[ch] = std::max(0.0, bwdS[ch] - wS[ch]);
   std::vector<std::vector<Task>> order = schedule(m);
-  Timeline tl = runSchedule(order, chunks, m, fwdS, bwdS, links,
-                            keepTrace ? &r.trace : nullptr);
+  Timeline tl = runSchedule(order, chunks, m, fwdS, bS, links,
+                            keepTrace ? &r.trace : nullptr, &wS);
   if (!tl.ok)
     return err("simulator: the schedule deadlocked (an internal error)");
   std::vector<double> &free = tl.free, &busy = tl.busy,
@@ -736,8 +781,8 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
   double noTransferEnd =
       detail == Detail::StepTime || pp == 1
           ? free[slowest]
-          : runSchedule(order, chunks, m, fwdS, bwdS,
-                        PipelineLinks::none(chunks), nullptr)
+          : runSchedule(order, chunks, m, fwdS, bS,
+                        PipelineLinks::none(chunks), nullptr, &wS)
                 .free[slowest];
 
   // Memory per stage: the schedule's peak of kept activations.
@@ -760,11 +805,17 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
       st.numLayers += int(chunkOf[ch].size());
       st.forwardS += fwdS[ch];
       st.backwardS += bwdS[ch];
+      st.weightGradS += wS[ch];
       working = std::max(working, workingBytes[ch]);
     }
     st.firstLayer = chunkOf[i].front();
+    // Kept until the backward that reads them (ZB-H1 as 1F1B: Qi et al.
+    // count what a deferred W reads within 1F1B's peak).
     for (const Task &t : order[i]) {
-      live += (t.backward ? -1 : 1) * keptBytes[t.vs];
+      if (!t.backward)
+        live += keptBytes[t.vs];
+      else if (!t.weight)
+        live -= keptBytes[t.vs];
       peak = std::max(peak, live);
     }
     if (s.offloadActivations)

@@ -15,9 +15,10 @@ namespace orrery {
 static llvm::Error err(const std::string &msg) { return inputError(msg); }
 
 const char *scheduleName(Schedule s) {
-  return s == Schedule::GPipe      ? "gpipe"
-         : s == Schedule::OneFOneB ? "1f1b"
-                                   : "interleaved";
+  return s == Schedule::GPipe          ? "gpipe"
+         : s == Schedule::OneFOneB     ? "1f1b"
+         : s == Schedule::ZeroBubbleH1 ? "zb-h1"
+                                       : "interleaved";
 }
 
 const char *recomputeName(Recompute r) {
@@ -31,8 +32,8 @@ const char *cpCommName(CpComm c) {
 }
 
 std::optional<Schedule> scheduleFromName(const std::string &name) {
-  for (Schedule s :
-       {Schedule::GPipe, Schedule::OneFOneB, Schedule::Interleaved})
+  for (Schedule s : {Schedule::GPipe, Schedule::OneFOneB,
+                     Schedule::Interleaved, Schedule::ZeroBubbleH1})
     if (name == scheduleName(s))
       return s;
   return std::nullopt;
@@ -194,7 +195,7 @@ llvm::Expected<Strategy> parseStrategy(const std::string &text) {
       if (auto sc = scheduleFromName(value.str()))
         s.schedule = *sc;
       else
-        e = err(where + ": schedule must be gpipe, 1f1b or interleaved");
+        e = err(where + ": schedule must be gpipe, 1f1b, interleaved or zb-h1");
     } else if (key == "offload") {
       if (value == "optimizer")
         s.offloadOptimizer = true;
@@ -427,6 +428,9 @@ llvm::Error completeAndValidate(Strategy &s, const Workload &w,
     return err("strategy: overlap=tp needs sp=1 (Megatron-Core overlaps the "
                "sequence-parallel all-gathers and reduce-scatters with the "
                "GEMMs; it has no overlap for tensor parallelism alone)");
+  if (s.schedule == Schedule::ZeroBubbleH1 && s.virtualStages > 1)
+    return err("strategy: schedule=zb-h1 runs one chunk per stage (vpp=1); "
+               "ZB-V and interleaved zero-bubble are not modelled");
   if (s.overlapP2p && s.pp > 1 && s.schedule != Schedule::Interleaved)
     return err("strategy: overlap=p2p needs the interleaved schedule "
                "(vpp > 1): Megatron-Core overlaps pipeline sends only there");

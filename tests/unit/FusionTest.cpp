@@ -206,6 +206,7 @@ TEST(Strategy, EveryFieldMovesThePriceOrIsRefused) {
       {"sp", base + ",sp=1"},
       {"vpp", base + ",vpp=2"},
       {"schedule", base + ",schedule=gpipe"},
+      {"schedule zb-h1", base + ",schedule=zb-h1"},
       {"mbs", "tp=2,pp=2,dp=4,mbs=4,gbs=64,zero=0"},
       {"gbs", "tp=2,pp=2,dp=4,mbs=2,gbs=128,zero=0"},
       {"zero", "tp=2,pp=2,dp=4,mbs=2,gbs=64,zero=1"},

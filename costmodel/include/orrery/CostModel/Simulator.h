@@ -116,6 +116,8 @@ struct StageReport {
   int devices = 0; ///< devices of the stage over all replicas (tp x cp x dp)
   std::string label; ///< the trace's name for it ("stage N" when empty)
   double forwardS = 0, backwardS = 0; ///< per micro-batch, all its chunks
+  /// Of backwardS, the weight gradients (a zero-bubble schedule's W).
+  double weightGradS = 0;
   MemoryBreakdown memory;
   double capacityBytes = 0;
   std::string device;

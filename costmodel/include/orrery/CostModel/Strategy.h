@@ -20,7 +20,10 @@ namespace orrery {
 struct Workload;
 class Cluster;
 
-enum class Schedule { GPipe, OneFOneB, Interleaved };
+/// ZeroBubbleH1: Qi et al.'s ZB-H1 (ICLR 2024): 1F1B with each backward
+/// split into the input gradient (B) and the weight gradient (W), the W
+/// passes deferred into the pipeline's idle time, at 1F1B's memory.
+enum class Schedule { GPipe, OneFOneB, Interleaved, ZeroBubbleH1 };
 enum class Recompute { None, Selective, Full };
 /// How context parallelism exchanges keys and values: Megatron-Core and
 /// Transformer Engine's ring (KV blocks passed around the cp ranks while
