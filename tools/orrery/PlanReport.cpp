@@ -20,14 +20,15 @@ static std::string row(int rank, const StepResult &r) {
   std::string ep = std::to_string(s.ep) + (s.expertsFolded() ? "f" : "");
   std::snprintf(buf, sizeof buf,
                 "  %-3d %9.3f %7.1f%% %7.1f%% %8.1f  %3d %3d %4d %3s %3s %4lld %4d "
-                "%-10s %4d%s\n",
+                "%-10s %4d%s%s\n",
                 rank, r.stepS, 100 * r.mfu, 100 * r.bubbleFraction,
                 gib(r.peakMemoryBytes), s.tp, s.pp, s.dp, cp.c_str(), ep.c_str(),
                 (long long)s.microBatch, s.virtualStages,
                 s.recompute == Recompute::None        ? "none"
                 : s.recompute == Recompute::Selective ? "selective"
                                                       : "full",
-                s.zeroStage, s.offloadOptimizer ? " offload" : "");
+                s.zeroStage, s.offloadOptimizer ? " offload" : "",
+                s.schedule == Schedule::ZeroBubbleH1 ? " zb-h1" : "");
   return buf;
 }
 
