@@ -36,7 +36,8 @@ python3 tests/lit/import/Inputs/local_functions.py "$seeds/onnx/functions.onnx"
 cp bench/clusters/*.json bench/measured/*.json "$seeds/cluster/"
 i=0
 for s in tp=8,pp=8,dp=16,mbs=1,gbs=1536 tp=2,cp=2,ep=4,zero=3,recompute=selective \
-         pp=4,vpp=2,schedule=interleaved,overlap=grad+p2p sp=1,precision=fp8,offload=optimizer; do
+         pp=4,vpp=2,schedule=interleaved,overlap=grad+p2p sp=1,precision=fp8,offload=optimizer \
+         pp=4,schedule=zb-h1,zero=1 dp=8,zero=2,mbs=2; do
   printf '%s' "$s" > "$seeds/strategy/$((i++))"
 done
 orrery=build/bin/orrery
@@ -46,6 +47,10 @@ if [ -x "$orrery" ]; then
     -o "$seeds/plan/homogeneous.json" >/dev/null
   "$orrery" plan "${tiny[@]}" --cluster bench/clusters/two-cpu-pools.json \
     -o "$seeds/plan/hetero.json" >/dev/null
+  "$orrery" plan "${tiny[@]}" --cluster 1x4xA100-80G --lora rank=4 \
+    -o "$seeds/plan/lora.json" >/dev/null
+  printf '%s' '{"sites": [{"name": "dc", "nodes": [{"count": 2, "device": "A100-80G", "devices_per_node": 8, "host_memory_bytes": 1e12, "host_memory_bandwidth_bytes_per_s": 4e11}]}]}' \
+    > "$seeds/cluster/host-memory.json"
   for p in "$seeds"/plan/*.json; do
     "$orrery" lower "$p" --json -o "$seeds/programs/$(basename "$p")" >/dev/null
   done

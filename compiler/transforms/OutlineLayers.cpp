@@ -660,7 +660,9 @@ void canonicalizeOrder(Block &body) {
   auto pull = [&](Operation *root) {
     std::vector<std::pair<Operation *, bool>> stack = {{root, false}};
     while (!stack.empty()) {
-      auto [op, expanded] = stack.back();
+      // (Not a structured binding: lambdas capture those only in C++20.)
+      Operation *op = stack.back().first;
+      bool expanded = stack.back().second;
       stack.pop_back();
       if (emitted.count(op))
         continue;
