@@ -57,6 +57,13 @@ std::string kernelRates(const std::vector<std::string> &devices) {
                          : "measured profile of " + llvm::join(devices, ", ");
 }
 
+static ojson energyJson(const EnergyByActivity &e) {
+  return {{"gemm_j", e.gemmJ},
+          {"memory_bound_j", e.memoryBoundJ},
+          {"communication_j", e.communicationJ},
+          {"idle_j", e.idleJ}};
+}
+
 ojson metricsJson(const StepResult &r) {
   return {{"step_time_s", r.stepS},
           {"tokens_per_s", r.tokensPerS},
@@ -71,6 +78,7 @@ ojson metricsJson(const StepResult &r) {
           {"peak_memory_bytes", r.peakMemoryBytes},
           {"host_memory_bytes_per_node", r.hostMemoryBytesPerNode},
           {"energy_j_per_step", r.energyJ},
+          {"energy_j_per_step_by_activity", energyJson(r.energy)},
           {"cost_usd_per_step", r.costUsd},
           {"kernel_rates", kernelRates(r.measuredKernelDevices)},
           {"gradient_accumulation",
@@ -95,7 +103,17 @@ ojson stageJson(const StageReport &st) {
             {"activations", st.memory.activationsBytes},
             {"workspace", st.memory.workspaceBytes},
             {"total", st.memory.total()},
-            {"capacity", st.capacityBytes}}}};
+            {"capacity", st.capacityBytes}}},
+          {"seconds_per_step_by_activity",
+           {{"gemm_s", st.activity.gemmS},
+            {"memory_bound_s", st.activity.memoryBoundS},
+            {"communication_s", st.activity.communicationS},
+            {"idle_s", st.activity.idleS}}},
+          {"power_w_by_activity",
+           {{"gemm_w", st.power.gemmW},
+            {"memory_bound_w", st.power.memoryBoundW},
+            {"communication_w", st.power.communicationW},
+            {"idle_w", st.power.idleW}}}};
 }
 
 /// What every plan starts with: the format and the model it is for.
@@ -408,6 +426,7 @@ ojson heteroMetricsJson(const HeteroResult &r) {
           {"peak_memory_bytes", r.peakMemoryBytes},
           {"devices_used", r.devicesUsed},
           {"energy_j_per_step", r.energyJ},
+          {"energy_j_per_step_by_activity", energyJson(r.energy)},
           {"cost_usd_per_step", r.costUsd},
           {"kernel_rates", kernelRates(heteroKernelDevices(r))},
           {"gradient_accumulation",
@@ -697,6 +716,11 @@ const FieldType kPredictedFields[] = {
     {"host_memory_bytes_per_node", K::Number},
     {"devices_used", K::Integer}, {"bubble_fraction", K::Number},
     {"cost_usd_per_step", K::Number}, {"energy_j_per_step", K::Number},
+    {"energy_j_per_step_by_activity", K::Object},
+    {"energy_j_per_step_by_activity.gemm_j", K::Number},
+    {"energy_j_per_step_by_activity.memory_bound_j", K::Number},
+    {"energy_j_per_step_by_activity.communication_j", K::Number},
+    {"energy_j_per_step_by_activity.idle_j", K::Number},
     {"exposed_communication_s", K::Number},
     {"cross_group_gradient_sync_s", K::Number},
     {"gradient_accumulation", K::String},
@@ -748,6 +772,16 @@ const FieldType kPlanFields[] = {
     {"stages[].memory_bytes.workspace", K::Number},
     {"stages[].memory_bytes.total", K::Number},
     {"stages[].memory_bytes.capacity", K::Number},
+    {"stages[].seconds_per_step_by_activity", K::Object},
+    {"stages[].seconds_per_step_by_activity.gemm_s", K::Number},
+    {"stages[].seconds_per_step_by_activity.memory_bound_s", K::Number},
+    {"stages[].seconds_per_step_by_activity.communication_s", K::Number},
+    {"stages[].seconds_per_step_by_activity.idle_s", K::Number},
+    {"stages[].power_w_by_activity", K::Object},
+    {"stages[].power_w_by_activity.gemm_w", K::Number},
+    {"stages[].power_w_by_activity.memory_bound_w", K::Number},
+    {"stages[].power_w_by_activity.communication_w", K::Number},
+    {"stages[].power_w_by_activity.idle_w", K::Number},
     {"alternatives", K::Array}, {"alternatives[]", K::Object},
     {"alternatives[].frameworks", K::Array},
     {"alternatives[].frameworks[]", K::String},

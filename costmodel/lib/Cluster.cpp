@@ -85,6 +85,7 @@ llvm::Expected<Cluster> parseClusterPreset(const std::string &preset,
   ng.device = device;
   ng.intraNodeLink = catalog.link(device->intraNodeLink);
   ng.powerW = device->powerW;
+  ng.power = device->power;
   ng.hostMemoryBytes = device->hostMemoryBytes;
   ng.hostMemoryBandwidthBytesPerS = device->hostMemoryBandwidthBytesPerS;
   defaultNic(*device, catalog, ng);
@@ -248,7 +249,7 @@ parseClusterJsonImpl(const std::string &text, const std::string &what,
         return err(what, path + ": must be an object");
       if (auto e = onlyKeys(n, path,
                             {"count", "devices_per_node", "device",
-                             "intra_node_link", "nic", "power_w",
+                             "intra_node_link", "nic", "power_w", "power_w_by_activity",
                              "price_usd_per_device_hour", "host_memory_bytes",
                              "host_memory_bandwidth_bytes_per_s"}))
         return std::move(e);
@@ -302,6 +303,13 @@ parseClusterJsonImpl(const std::string &text, const std::string &what,
       ng.powerW = ng.device->powerW;
       if (auto e = nonNegative(n, "power_w", path, ng.powerW))
         return std::move(e);
+      ng.power = ng.device->power.scaledTo(ng.powerW);
+      if (n.contains("power_w_by_activity")) {
+        std::string problem =
+            readPowerByActivity(n["power_w_by_activity"], ng.power);
+        if (!problem.empty())
+          return err(what, path + ".power_w_by_activity" + problem);
+      }
       ng.hostMemoryBytes = ng.device->hostMemoryBytes;
       ng.hostMemoryBandwidthBytesPerS = ng.device->hostMemoryBandwidthBytesPerS;
       if (auto e = nonNegative(n, "host_memory_bytes", path, ng.hostMemoryBytes))

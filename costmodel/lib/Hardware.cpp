@@ -12,6 +12,54 @@ namespace orrery {
 // Generated from costmodel/data/hardware.json by CMake.
 extern const char *const kBuiltinHardwareJson;
 
+PowerByActivity PowerByActivity::ofBoardPower(double boardW) {
+  PowerByActivity p;
+  p.gemmW = boardW;
+  p.memoryBoundW = 0.7 * boardW;
+  p.communicationW = 0.45 * boardW;
+  p.idleW = 0.2 * boardW;
+  p.source = "stated fractions of the board power (docs/costmodel.md)";
+  return p;
+}
+
+PowerByActivity PowerByActivity::scaledTo(double boardW) const {
+  PowerByActivity p = *this;
+  double r = gemmW > 0 ? boardW / gemmW : 0;
+  p.gemmW *= r;
+  p.memoryBoundW *= r;
+  p.communicationW *= r;
+  p.idleW *= r;
+  return p;
+}
+
+std::string readPowerByActivity(const nlohmann::json &o, PowerByActivity &out) {
+  if (!o.is_object())
+    return ": must be an object";
+  std::string problem =
+      unknownField(o, {"gemm_w", "memory_bound_w", "communication_w", "idle_w",
+                       "source"});
+  if (!problem.empty())
+    return "." + problem;
+  for (auto [key, field] :
+       {std::pair<const char *, double *>{"gemm_w", &out.gemmW},
+        {"memory_bound_w", &out.memoryBoundW},
+        {"communication_w", &out.communicationW},
+        {"idle_w", &out.idleW}}) {
+    if (!o.contains(key) || !o[key].is_number() || !(o[key].get<double>() > 0) ||
+        !std::isfinite(o[key].get<double>()))
+      return std::string(".") + key + ": missing or not a positive number";
+    *field = o[key].get<double>();
+  }
+  if (out.idleW > out.gemmW || out.idleW > out.memoryBoundW ||
+      out.idleW > out.communicationW)
+    return ".idle_w: above the power of an activity (a device waiting draws "
+           "the least)";
+  out.source = o.contains("source") && o["source"].is_string()
+                   ? o["source"].get<std::string>()
+                   : "power_w_by_activity";
+  return "";
+}
+
 const char *precisionName(Precision p) {
   switch (p) {
   case Precision::FP32:
@@ -118,8 +166,8 @@ static llvm::Expected<HardwareCatalog> parseCatalog(const std::string &text,
             d, what, path,
             {"name", "aliases", "vendor", "source", "intra_node_link",
              "peak_flop_per_s", "memory_bytes", "memory_bandwidth_bytes_per_s",
-             "power_w", "workspace_bytes", "measured_kernel_profile",
-             "kernel_profile_of", "host"}))
+             "power_w", "power_w_by_activity", "workspace_bytes",
+             "measured_kernel_profile", "kernel_profile_of", "host"}))
       return std::move(e);
     if (d.contains("host")) {
       const nlohmann::json &h = d["host"];
@@ -157,6 +205,12 @@ static llvm::Expected<HardwareCatalog> parseCatalog(const std::string &text,
       return std::move(e);
     if (auto e = number(d, "power_w", path, s.powerW))
       return std::move(e);
+    s.power = PowerByActivity::ofBoardPower(s.powerW);
+    if (d.contains("power_w_by_activity")) {
+      std::string problem = readPowerByActivity(d["power_w_by_activity"], s.power);
+      if (!problem.empty())
+        return fieldError(what, path + ".power_w_by_activity" + problem);
+    }
     if (d.contains("workspace_bytes"))
       if (auto e = number(d, "workspace_bytes", path, s.workspaceBytes))
         return std::move(e);

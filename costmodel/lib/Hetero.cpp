@@ -347,10 +347,8 @@ llvm::Expected<HeteroResult> simulateHetero(const Workload &w,
       const NodeGroup &ng = *pools[hs.pool].nodes;
       peakFlops += double(hs.tp) * rg.replicas *
                    ng.device->tensorPeak(s.precision);
-      for (int d : hs.devices) {
-        r.energyJ += c.groupOf(d).powerW; // times the step, below
+      for (int d : hs.devices)
         r.costUsd += c.groupOf(d).priceUsdPerDeviceHour / 3600.0;
-      }
     }
     auto res = simulatePipeline(w, st, at, a, keepTrace);
     if (!res)
@@ -441,7 +439,16 @@ llvm::Expected<HeteroResult> simulateHetero(const Workload &w,
   r.modelTflopsPerDevice =
       r.modelFlopsPerStep / r.stepS / std::max(1, r.devicesUsed) / 1e12;
   r.mfu = r.modelFlopsPerStep / r.stepS / peakFlops;
-  r.energyJ *= r.stepS;
+  // Energy of the devices used (as the cost counts them): each group's as
+  // its pipeline ran, then waiting for the slowest group and communicating
+  // in the sync across groups.
+  for (StepResult &g : r.groups)
+    for (StageReport &st : g.stages) {
+      st.activity.idleS += r.groupsS - g.stepS;
+      st.activity.communicationS += r.crossGroupSyncS;
+      r.energy.add(st.activity, st.power, st.devices);
+    }
+  r.energyJ = r.energy.total();
   r.costUsd = r.costUsd * r.stepS + r.wanUsdPerStep;
   if (keepTrace && r.crossGroupSyncS > 0)
     for (StepResult &g : r.groups)

@@ -228,6 +228,13 @@ LayerTime Simulation::layerTime(const LayerKind &k, const StagePlacement &p,
     double fwd = o.forwardS, bwd = o.backwardS;
     t.forwardComputeS += fwd;
     t.backwardComputeS += bwd;
+    auto tensorMath = [](KernelClass c) {
+      return c == KernelClass::Gemm || c == KernelClass::Attention;
+    };
+    if (tensorMath(o.kernelClass))
+      t.forwardGemmS += fwd;
+    if (tensorMath(o.backwardClass))
+      t.backwardGemmS += bwd;
     // A weighted contraction's backward is two GEMMs of the forward's
     // FLOPs each: the input gradient, then the weight gradient.
     if (op.weighted && o.backwardKernels == 2)
@@ -272,6 +279,8 @@ LayerTime Simulation::layerTime(const LayerKind &k, const StagePlacement &p,
     if (s.recompute == Recompute::Selective && op.attentionCore &&
         !k.noBackward) {
       t.recomputeS += fwd;
+      if (tensorMath(o.kernelClass))
+        t.recomputeGemmS += fwd;
       t.recomputeFlops += o.forwardFlops;
     }
   }
@@ -380,6 +389,7 @@ LayerTime Simulation::layerTime(const LayerKind &k, const StagePlacement &p,
     t.keptBytes = k.inputBytes * sc / stream;
     t.recomputeS =
         t.forwardComputeS + t.forwardTpS + t.forwardCpS + t.forwardEpS;
+    t.recomputeGemmS = t.forwardGemmS;
     t.recomputeFlops = 0;
     for (const OpCost &op : k.ops)
       t.recomputeFlops += op.forwardFlops * sc /
@@ -388,7 +398,7 @@ LayerTime Simulation::layerTime(const LayerKind &k, const StagePlacement &p,
   }
   if (k.noBackward) { // frozen, and nothing before it trains
     t.backwardComputeS = t.backwardTpS = t.backwardCpS = t.backwardEpS = 0;
-    t.weightGradS = 0;
+    t.weightGradS = t.backwardGemmS = t.recomputeGemmS = 0;
     t.backwardCpSendS = t.recomputeS = t.recomputeFlops = 0;
   }
   return t;

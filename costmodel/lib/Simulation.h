@@ -19,6 +19,10 @@ namespace detail {
 /// Per micro-batch times of one layer kind under the strategy.
 struct LayerTime {
   double forwardComputeS = 0, backwardComputeS = 0;
+  /// Of the compute, the tensor-core math (GEMMs, fused attention): what
+  /// draws PowerByActivity::gemmW; the rest is memory-bound. Recompute's
+  /// share of recomputeS.
+  double forwardGemmS = 0, backwardGemmS = 0, recomputeGemmS = 0;
   double forwardTpS = 0, backwardTpS = 0;
   /// Context parallelism's key-value exchange, exposed, and all of it.
   double forwardCpS = 0, backwardCpS = 0, cpTransferS = 0;

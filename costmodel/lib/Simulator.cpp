@@ -424,7 +424,7 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
   std::vector<double> keptBytes(chunks), workingBytes(chunks), params(chunks),
       outBytes(chunks), tpGradParams(chunks), fp8Params(chunks),
       expertParams(chunks);
-  std::vector<double> computeS(chunks);
+  std::vector<double> computeS(chunks), gemmS(chunks);
   // Frozen weights per device and buffers' bytes (fine-tuning).
   std::vector<double> frozenParams(chunks), bufferBytes(chunks);
   for (int ch = 0; ch < chunks; ++ch) {
@@ -456,6 +456,8 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
                       (t.fullRecompute ? t.forwardComputeS
                                        : t.recomputeS -
                                              (recomputesCp ? t.forwardCpS : 0));
+      gemmS[ch] += t.forwardGemmS + t.backwardGemmS +
+                   (t.fullRecompute ? t.forwardGemmS : t.recomputeGemmS);
       recompFlops[ch] += t.recomputeFlops;
       keptBytes[ch] += t.keptBytes;
       workingBytes[ch] = std::max(workingBytes[ch], t.workingBytes);
@@ -903,9 +905,29 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
     double n = double(at[i].tp) * s.cp * s.dp;
     devices += n;
     peakFlops += n * at[i].device->tensorPeak(s.precision);
-    r.energyJ += n * at[i].group->powerW * stepS;
     r.costUsd += n * at[i].group->priceUsdPerDeviceHour * stepS / 3600.0;
+    // What a device of the stage does: its tasks' compute (tensor-core
+    // math or memory-bound), the collectives inside them that compute does
+    // not hide, the exposed gradient reduction, the optimizer step
+    // (memory-bound on the device, or the host's under offload, when the
+    // device waits), and waiting for the rest of the step (the bubble,
+    // pipeline transfers, a faster stage).
+    ActivitySeconds &act = r.stages[i].activity;
+    double compute = 0, gemm = 0;
+    for (int c2 = 0; c2 < v; ++c2) {
+      compute += computeS[c2 * pp + i] * m;
+      gemm += gemmS[c2 * pp + i] * m;
+    }
+    act.gemmS = gemm;
+    act.memoryBoundS =
+        std::max(0.0, compute - gemm) + (s.offloadOptimizer ? 0 : optS[i]);
+    act.communicationS = std::max(0.0, busy[i] - compute) + dpExposed[i];
+    act.idleS = std::max(0.0, stepS - act.gemmS - act.memoryBoundS -
+                                  act.communicationS);
+    r.stages[i].power = at[i].group->power;
+    r.energy.add(act, at[i].group->power, n);
   }
+  r.energyJ = r.energy.total();
   r.hardwareFlopsPerStep = r.modelFlopsPerStep + hwRecompute;
   r.modelTflopsPerDevice = r.modelFlopsPerStep / stepS / devices / 1e12;
   r.mfu = r.modelFlopsPerStep / stepS / peakFlops;
@@ -1027,12 +1049,10 @@ llvm::Expected<StepResult> simulateStep(const Workload &w, const Cluster &c,
   Simulation sim(w, s, a, homogeneousStages(c, s), true);
   sim.detail = detail;
   auto r = sim.run(keepTrace);
-  if (r) { // every device of the cluster, with its own power and price
-    r->energyJ = r->costUsd = 0;
-    for (int d = 0; d < c.numDevices(); ++d) {
-      r->energyJ += c.groupOf(d).powerW * r->stepS;
+  if (r) { // every device of the cluster, with its own price
+    r->costUsd = 0;
+    for (int d = 0; d < c.numDevices(); ++d)
       r->costUsd += c.groupOf(d).priceUsdPerDeviceHour * r->stepS / 3600.0;
-    }
   }
   return r;
 }

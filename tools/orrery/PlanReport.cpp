@@ -1,5 +1,6 @@
 //===- PlanReport.cpp - the `orrery plan` summary ------------------------===//
 #include "PlanReport.h"
+#include "Simulate.h"
 #include "orrery/Export/Exporters.h"
 
 #include <algorithm>
@@ -9,7 +10,7 @@ namespace orrery {
 
 static double gib(double b) { return b / double(1ull << 30); }
 
-static std::string row(int rank, const StepResult &r) {
+static std::string row(int rank, const StepResult &r, Objective o) {
   const Strategy &s = r.strategy;
   char buf[256];
   // cp with its exchange: "4r" the ring, "4a" all-to-all.
@@ -29,7 +30,16 @@ static std::string row(int rank, const StepResult &r) {
                                                       : "full",
                 s.zeroStage, s.offloadOptimizer ? " offload" : "",
                 s.schedule == Schedule::ZeroBubbleH1 ? " zb-h1" : "");
-  return buf;
+  std::string line = buf;
+  // The objective's own figure when it is not the step time.
+  if (o != Objective::Time) {
+    line.pop_back();
+    std::snprintf(buf, sizeof buf, "   %s %.4g\n",
+                  o == Objective::Energy ? "kJ" : "USD",
+                  o == Objective::Energy ? r.energyJ / 1e3 : r.costUsd);
+    line += buf;
+  }
+  return line;
 }
 
 void printPlan(std::ostream &os, const PlanResult &r, const Workload &w,
@@ -92,14 +102,17 @@ void printPlan(std::ostream &os, const PlanResult &r, const Workload &w,
     os << "precision    " << precisionName(b.strategy.precision) << " on " << d
        << ": no tensor cores for it; its GEMMs priced at the fp32 rate\n";
   if (b.costUsd > 0 || o != Objective::Time) {
-    std::snprintf(buf, sizeof buf, "energy/cost  %.4g J, %.4g USD per step\n",
-                  b.energyJ, b.costUsd);
-    os << buf;
+    os << "energy       " << energyText(b.energy) << "\n";
+    if (b.costUsd > 0) {
+      std::snprintf(buf, sizeof buf, "cost         %.4g USD per step\n",
+                    b.costUsd);
+      os << buf;
+    }
   }
   os << "\n  #    step s     MFU  bubble  mem GiB   tp  pp   dp  cp  ep  mbs  vpp "
         "recompute  zero\n";
   for (size_t i = 0; i < r.top.size(); ++i)
-    os << row(int(i + 1), r.top[i]);
+    os << row(int(i + 1), r.top[i], o);
   if (!explain || r.top.size() < 2)
     return;
   os << "\nwhy #1 wins\n";
@@ -168,9 +181,12 @@ void printHeteroResult(std::ostream &os, const HeteroResult &b,
     os << buf;
   }
   if (b.costUsd > 0 || o != Objective::Time) {
-    std::snprintf(buf, sizeof buf, "energy/cost  %.4g J, %.4g USD per step\n",
-                  b.energyJ, b.costUsd);
-    os << buf;
+    os << "energy       " << energyText(b.energy) << "\n";
+    if (b.costUsd > 0) {
+      std::snprintf(buf, sizeof buf, "cost         %.4g USD per step\n",
+                    b.costUsd);
+      os << buf;
+    }
   }
   os << "\n  group stage  pool                    tp  layers  replicas  "
         "micro-batches  mem GiB / cap\n";

@@ -55,6 +55,18 @@ nlohmann::ordered_json simulateJson(const StepResult &r, const Cluster &c,
   return j;
 }
 
+std::string energyText(const EnergyByActivity &e) {
+  double total = e.total();
+  auto pct = [&](double j) { return total > 0 ? 100 * j / total : 0.0; };
+  char buf[192];
+  std::snprintf(buf, sizeof buf,
+                "%.4g J per step (tensor math %.0f %%, memory-bound %.0f %%, "
+                "communication %.0f %%, waiting %.0f %%)",
+                total, pct(e.gemmJ), pct(e.memoryBoundJ),
+                pct(e.communicationJ), pct(e.idleJ));
+  return buf;
+}
+
 void printSimulation(std::ostream &os, const StepResult &r, const Cluster &c,
                      const Workload &w) {
   char buf[512];
@@ -154,8 +166,7 @@ void printSimulation(std::ostream &os, const StepResult &r, const Cluster &c,
   }
   if (!r.fits)
     os << "\nDOES NOT FIT: " << r.doesNotFit << "\n";
-  std::snprintf(buf, sizeof buf, "\nenergy       %.3g J per step", r.energyJ);
-  os << buf;
+  os << "\nenergy       " << energyText(r.energy);
   if (r.costUsd > 0) {
     std::snprintf(buf, sizeof buf, "   cost %.4g USD per step", r.costUsd);
     os << buf;

@@ -332,7 +332,7 @@ int checkHeteroPlan(const nlohmann::json &planDoc, const std::string &what,
                              ", " + fmtNum("%.3g USD", traced->wanUsdPerStep)},
         {"peak memory",
          fmtNum("%.1f GiB", traced->peakMemoryBytes / double(1ull << 30))},
-        {"energy per step", fmtNum("%.4g J", traced->energyJ)},
+        {"energy per step", orrery::energyText(traced->energy)},
         {"cost per step", fmtNum("%.4g USD", traced->costUsd)}};
     return writeReport(data, reportOut, measuredPath);
   }
@@ -856,7 +856,7 @@ int main(int argc, char **argv) {
             {"peak memory", fmtNum("%.1f GiB", traced->peakMemoryBytes /
                                                    double(1ull << 30))},
             {"devices", std::to_string(cluster->numDevices())},
-            {"energy per step", fmtNum("%.4g J", traced->energyJ)},
+            {"energy per step", orrery::energyText(traced->energy)},
             {"cost per step", fmtNum("%.4g USD", traced->costUsd)}};
         return writeReport(data, reportOut, reportMeasured);
       }

@@ -27,6 +27,9 @@ struct NodeGroup {
   int nicsPerNode = 1;
   double priceUsdPerDeviceHour = 0;
   double powerW = 0; ///< per device; the device's datasheet power by default
+  /// Per device by activity: the node's `power_w_by_activity`, else the
+  /// device's scaled to powerW.
+  PowerByActivity power;
   /// Host memory and its bandwidth per node (optimizer offload's limit and
   /// the CPU optimizer's speed); the device's reference server by default,
   /// 0 when neither states them.

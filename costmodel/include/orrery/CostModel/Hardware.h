@@ -10,6 +10,8 @@
 
 #include "llvm/Support/Error.h"
 
+#include <nlohmann/json_fwd.hpp>
+
 #include <map>
 #include <string>
 #include <vector>
@@ -87,6 +89,30 @@ struct KernelModel {
 };
 
 /// One GPU (or accelerator) type.
+/// The power one device draws by what it is doing (docs/costmodel.md,
+/// "Energy"): running tensor-core math (GEMMs, fused attention), running
+/// memory-bound kernels (elementwise, normalizations, the optimizer step),
+/// communicating with nothing to compute (an exposed collective, a pipeline
+/// transfer), and waiting (the pipeline bubble, a stage that finished
+/// early). Compute overlapped with communication draws the compute's power.
+struct PowerByActivity {
+  double gemmW = 0, memoryBoundW = 0, communicationW = 0, idleW = 0;
+  std::string source;
+  /// Without a measurement: stated fractions of the board power `boardW`
+  /// (docs/costmodel.md says why): 1.0 for tensor-core math, 0.7 for
+  /// memory-bound kernels, 0.45 for communication, 0.2 waiting.
+  static PowerByActivity ofBoardPower(double boardW);
+  /// The same shape at another board power (a cluster's `power_w`).
+  PowerByActivity scaledTo(double boardW) const;
+};
+
+/// Reads a `power_w_by_activity` object ({"gemm_w", "memory_bound_w",
+/// "communication_w", "idle_w"}, positive watts, and an optional
+/// "source") into `out`. Returns the problem ("idle_w: must be a positive
+/// number") or "".
+std::string readPowerByActivity(const nlohmann::json &o,
+                                PowerByActivity &out);
+
 struct DeviceSpec {
   std::string name;
   std::string vendor;
@@ -95,7 +121,10 @@ struct DeviceSpec {
   std::map<std::string, double> peakFlopPerS;
   double memoryBytes = 0;
   double memoryBandwidthBytesPerS = 0;
-  double powerW = 0;
+  double powerW = 0; ///< board power (TDP)
+  /// Power by activity: the catalog's `power_w_by_activity`, else the
+  /// stated fractions of powerW.
+  PowerByActivity power;
   /// The host of the device's reference server (a DGX), per node: its
   /// memory and memory bandwidth; 0 when the catalog states none (a
   /// cluster spec then states them for optimizer offload).

@@ -75,7 +75,9 @@ struct HeteroResult {
   double groupsS = 0, crossGroupSyncS = 0;
   /// Bytes that cross a WAN link in one step, and their egress price.
   double wanBytesPerStep = 0, wanUsdPerStep = 0;
-  double energyJ = 0, costUsd = 0; ///< devices used, plus WAN egress
+  /// Energy and cost of the devices used (cost plus WAN egress).
+  double energyJ = 0, costUsd = 0;
+  EnergyByActivity energy;
   int devicesUsed = 0;
   double peakMemoryBytes = 0; ///< the largest need of any device
   /// Per replica group: the pipeline's own simulation.

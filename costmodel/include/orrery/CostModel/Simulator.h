@@ -110,6 +110,32 @@ struct TraceEvent {
   double startS = 0, durationS = 0;
 };
 
+/// Seconds one device spends per step on each activity of PowerByActivity
+/// (they sum to the step).
+struct ActivitySeconds {
+  double gemmS = 0, memoryBoundS = 0, communicationS = 0, idleS = 0;
+  /// Joules at `power`, per device.
+  double joules(const PowerByActivity &power) const {
+    return gemmS * power.gemmW + memoryBoundS * power.memoryBoundW +
+           communicationS * power.communicationW + idleS * power.idleW;
+  }
+};
+
+/// A step's energy by activity, over every device of the cluster.
+struct EnergyByActivity {
+  double gemmJ = 0, memoryBoundJ = 0, communicationJ = 0, idleJ = 0;
+  void add(const ActivitySeconds &t, const PowerByActivity &power,
+           double devices) {
+    gemmJ += devices * t.gemmS * power.gemmW;
+    memoryBoundJ += devices * t.memoryBoundS * power.memoryBoundW;
+    communicationJ += devices * t.communicationS * power.communicationW;
+    idleJ += devices * t.idleS * power.idleW;
+  }
+  double total() const {
+    return gemmJ + memoryBoundJ + communicationJ + idleJ;
+  }
+};
+
 struct StageReport {
   int firstLayer = 0, numLayers = 0;
   int tp = 1;      ///< tensor-parallel degree of the stage
@@ -121,6 +147,10 @@ struct StageReport {
   MemoryBreakdown memory;
   double capacityBytes = 0;
   std::string device;
+  /// What one device of the stage does over the step, and the power it
+  /// draws doing it.
+  ActivitySeconds activity;
+  PowerByActivity power;
 };
 
 /// The kernels of one layer kind as priced on the first pipeline stage's
@@ -194,7 +224,10 @@ struct StepResult {
   double memoryShortfallBytes = 0;
   bool fits = true;
   std::string doesNotFit; ///< the reason when !fits
+  /// Energy: every device of the plan at its power by activity; cost:
+  /// the devices' price per hour over the step.
   double energyJ = 0, costUsd = 0;
+  EnergyByActivity energy;
   std::vector<TraceEvent> trace;
   /// Per layer kind, with the trace (keepTrace).
   std::vector<LayerBreakdown> layers;
