@@ -323,7 +323,12 @@ llvm::Expected<std::string> megatron(const ExportPlan &p) {
   }
   flag("--micro-batch-size", num(s.microBatch));
   flag("--global-batch-size", num(s.globalBatch));
-  if (s.recompute == Recompute::Full) {
+  if (s.recompute == Recompute::Full && s.recomputeLayers > 0) {
+    // The first K transformer layers of each chunk (TransformerBlock).
+    flag("--recompute-granularity", "full");
+    flag("--recompute-method", "block");
+    flag("--recompute-num-layers", num(s.recomputeLayers));
+  } else if (s.recompute == Recompute::Full) {
     flag("--recompute-granularity", "full");
     flag("--recompute-method", "uniform");
     flag("--recompute-num-layers", "1");
@@ -863,6 +868,19 @@ llvm::Expected<std::string> exportPlan(const ExportPlan &plan,
                         "DeepSpeed have no zero-bubble schedule; "
                         "torch.distributed.pipelining's are interleaved or "
                         "V-shaped); plan with schedule=1f1b");
+  // Only Megatron-LM recomputes the first K layers of each chunk and keeps
+  // the rest (--recompute-method block); DeepSpeed's checkpoint interval,
+  // torchtitan's every-N-th-layer option and JAX's remat policies choose
+  // other layers, with another memory peak on the uneven stages.
+  if (plan.strategy.recompute == Recompute::Full &&
+      plan.strategy.recomputeLayers > 0 &&
+      (format == "deepspeed" || format == "torchtitan" ||
+       format == "pytorch" || format == "jax"))
+    return err(format + ": the plan recomputes only the first " +
+               std::to_string(plan.strategy.recomputeLayers) +
+               " layers of each pipeline chunk (recompute_layers), which "
+               "only Megatron-LM states (--recompute-method block); plan "
+               "with recompute=full on every layer");
   // Only DeepSpeed reduces gradients in another type than it keeps them
   // (communication_data_type); the others reduce what they keep.
   bool framework = format == "megatron" || format == "torchtitan" ||

@@ -39,6 +39,8 @@ static ojson strategyJson(const Strategy &s) {
   j["micro_batches"] = s.microBatches();
   j["zero_stage"] = s.zeroStage;
   j["recompute"] = recomputeName(s.recompute);
+  if (s.recomputeLayers > 0)
+    j["recompute_layers"] = s.recomputeLayers;
   j["offload_optimizer"] = s.offloadOptimizer;
   j["offload_activations"] = s.offloadActivations;
   j["precision"] = precisionName(s.precision);
@@ -330,6 +332,9 @@ strategyFromPlanImpl(const nlohmann::json &plan, const std::string &what) {
     s.recompute = *r;
   else
     return err(what + ": strategy.recompute: must be none, selective or full");
+  if (j.contains("recompute_layers"))
+    if (auto e = integer("recompute_layers", s.recomputeLayers, 1))
+      return std::move(e);
   if (auto p = precisionFromName(j.value("precision", "")))
     s.precision = *p;
   else
@@ -684,6 +689,7 @@ const FieldType kStrategyFields[] = {
     {"zero_stage", K::Integer}, {"micro_batch_size_samples", K::Integer},
     {"micro_batches", K::Integer}, {"global_batch_size_samples", K::Integer},
     {"schedule", K::String}, {"recompute", K::String},
+    {"recompute_layers", K::Integer},
     {"precision", K::String}, {"sequence_parallel", K::Boolean},
     {"tp_batch_split", K::Boolean}, {"offload_activations", K::Boolean},
     {"offload_optimizer", K::Boolean}, {"overlap", K::Object},

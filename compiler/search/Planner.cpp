@@ -216,8 +216,13 @@ struct SearchState {
   int refusalTpIndex = 0, tpIndex = 0;
   int64_t priced = 0, pruned = 0, refused = 0;
   std::vector<Deferred> deferred;
+  /// The best fitting candidates that recompute every layer: those whose
+  /// partial recompute (recompute_layers) the search tries last.
+  std::vector<StepResult> fullyRecomputing;
   bool first = false; // reports progress
 };
+/// Fitting full-recompute candidates refined into partial recompute.
+constexpr int kPartialRecomputeCandidates = 16;
 } // namespace
 
 llvm::Expected<PlanResult>
@@ -312,10 +317,16 @@ searchPlans(const Workload &w, const Cluster &cluster, const PlanOptions &o) {
       keepCloser(st.closest, st.haveClosest, r);
       return;
     }
-    st.best.push_back(r);
-    std::sort(st.best.begin(), st.best.end(), better);
-    if (int(st.best.size()) > std::max(1, o.topK))
-      st.best.pop_back();
+    auto keep = [&](std::vector<StepResult> &list, int size) {
+      list.push_back(r);
+      std::sort(list.begin(), list.end(), better);
+      if (int(list.size()) > size)
+        list.pop_back();
+    };
+    keep(st.best, std::max(1, o.topK));
+    if (r.strategy.recompute == Recompute::Full &&
+        r.strategy.recomputeLayers == 0)
+      keep(st.fullyRecomputing, kPartialRecomputeCandidates);
     if (o.progress && st.first && st.priced % 1000 == 0)
       o.progress(total, &st.best.front()); // the first worker's best
   };
@@ -580,6 +591,8 @@ searchPlans(const Workload &w, const Cluster &cluster, const PlanOptions &o) {
     merged.refused += st.refused;
     for (StepResult &r : st.best)
       merged.best.push_back(std::move(r));
+    for (StepResult &r : st.fullyRecomputing)
+      merged.fullyRecomputing.push_back(std::move(r));
     if (st.haveClosest)
       keepCloser(merged.closest, merged.haveClosest, st.closest);
     if (st.haveHostClosest)
@@ -638,6 +651,34 @@ searchPlans(const Workload &w, const Cluster &cluster, const PlanOptions &o) {
       priceZeroBubble(merged, t, last);
       if (last.shortBy <= 0)
         break;
+    }
+  }
+  // Partial recompute (Megatron's block method) of the best candidates
+  // that fit only recomputing every layer: the fewest layers per chunk
+  // that still fit, found by bisection (each layer recomputed saves about
+  // the same memory and costs the same time). Those recomputing none fit
+  // and were priced already.
+  std::vector<StepResult> &full = merged.fullyRecomputing;
+  std::sort(full.begin(), full.end(), better);
+  if (int(full.size()) > kPartialRecomputeCandidates)
+    full.resize(kPartialRecomputeCandidates);
+  int64_t body = 0; // the repeated layers of the largest run
+  for (const LayerRun &run : w.layers)
+    body = std::max(body, run.count);
+  for (const StepResult &r : full) {
+    const Strategy &s = r.strategy;
+    int64_t chunks = int64_t(s.pp) * s.virtualStages;
+    int lo = 1, hi = int((body + chunks - 1) / chunks) - 1;
+    while (lo <= hi) {
+      int mid = (lo + hi) / 2;
+      Strategy t = s;
+      t.recomputeLayers = mid;
+      if (!frameworkRuns(t))
+        break;
+      if (price(merged, t).shortBy <= 0)
+        hi = mid - 1;
+      else
+        lo = mid + 1;
     }
   }
   result.candidatesPriced = merged.priced;

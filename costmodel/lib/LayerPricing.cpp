@@ -193,8 +193,10 @@ OpPrice Simulation::priceOp(const OpCost &op, const LayerKind &k,
 }
 
 LayerTime Simulation::layerTime(const LayerKind &k, const StagePlacement &p,
-                                LayerBreakdown *breakdown) const {
+                                LayerBreakdown *breakdown,
+                                bool recomputed) const {
   LayerTime t;
+  Recompute strategyRecompute = recomputed ? s.recompute : Recompute::None;
   double sc = scale();
   const DeviceSpec &dev = *p.device;
   int tpDeg = p.tp;
@@ -276,7 +278,7 @@ LayerTime Simulation::layerTime(const LayerKind &k, const StagePlacement &p,
         t.backwardTpS += o.tpHaloS;
       }
     }
-    if (s.recompute == Recompute::Selective && op.attentionCore &&
+    if (strategyRecompute == Recompute::Selective && op.attentionCore &&
         !k.noBackward) {
       t.recomputeS += fwd;
       if (tensorMath(o.kernelClass))
@@ -359,7 +361,7 @@ LayerTime Simulation::layerTime(const LayerKind &k, const StagePlacement &p,
     t.backwardEpS += 2 * a2a;
   }
   // Selective recompute re-runs the attention with its exchange.
-  if (s.recompute == Recompute::Selective && !k.noBackward)
+  if (strategyRecompute == Recompute::Selective && !k.noBackward)
     t.recomputeS += t.forwardCpS;
   double tp = tpDeg, stream = s.sequenceParallel ? tp : 1;
   double all = k.savedReplicatedBytes * sc / stream +
@@ -374,7 +376,7 @@ LayerTime Simulation::layerTime(const LayerKind &k, const StagePlacement &p,
   // transformer layers); a layer that occurs once (the embedding, the head
   // and its loss) keeps its activations.
   Recompute recompute =
-      k.count > 1 && !k.noBackward ? s.recompute : Recompute::None;
+      k.count > 1 && !k.noBackward ? strategyRecompute : Recompute::None;
   if (recompute == Recompute::None)
     t.workingBytes = 0;
   switch (recompute) {

@@ -166,7 +166,10 @@ private:
   void opForward(const OpCost &op, const OpPrice &o);
   void opBackward(const OpCost &op, const OpPrice &o);
   void layerForward(const LayerKind &k, bool coreOnly, bool recompute);
-  void layerBackward(const LayerKind &k, bool lastMicroBatch);
+  /// `recomputed`: full recompute re-runs the layer's forward first
+  /// (StepParts::recomputed).
+  void layerBackward(const LayerKind &k, bool lastMicroBatch,
+                     bool recomputed = false);
   /// Which part of a backward layerBackward emits: all of it, the input
   /// gradients (a zero-bubble B task) or the weight gradients (W).
   enum class Part { Both, Input, Weight } part = Part::Both;
@@ -465,7 +468,8 @@ void PipelineLowering::layerForward(const LayerKind &k, bool coreOnly,
   }
 }
 
-void PipelineLowering::layerBackward(const LayerKind &k, bool lastMicroBatch) {
+void PipelineLowering::layerBackward(const LayerKind &k, bool lastMicroBatch,
+                                     bool recomputed) {
   if (k.noBackward) // frozen, and nothing before it trains (LayerPricing)
     return;
   const StagePlacement &p = place();
@@ -475,8 +479,7 @@ void PipelineLowering::layerBackward(const LayerKind &k, bool lastMicroBatch) {
       if (!k.ops[i].view)
         opBackward(k.ops[i], sim.priceOp(k.ops[i], k, p));
   }
-  if (inputPart && k.count > 1 && s.recompute == Recompute::Full &&
-      !k.noBackward)
+  if (inputPart && recomputed)
     layerForward(k, false, true);
   bool zero3 = s.zeroStage == 3 && dpRanks() > 1 && !k.noBackward &&
                k.parameters + k.frozenParameters > 0;
@@ -748,7 +751,8 @@ Program PipelineLowering::lower(int stage_, int t_, int c_, int d_,
       bool last = task.mb == lastBackwardOf[task.vs];
       part = zeroBubble ? Part::Input : Part::Both;
       for (auto it = layers.rbegin(); it != layers.rend(); ++it)
-        layerBackward(sim.layout(w.kinds[parts.sequence[*it]], stage), last);
+        layerBackward(sim.layout(w.kinds[parts.sequence[*it]], stage), last,
+                      parts.recomputed[*it]);
       part = Part::Both;
       // ZeRO-2 without overlap: this micro-batch's gradients, reduced now.
       if (s.zeroStage == 2 && !s.overlapGradReduce && dpRanks() > 1)

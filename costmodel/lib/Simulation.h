@@ -110,6 +110,8 @@ struct StepParts {
       tiedSyncS, shardParams, optS, optBytes;
   /// Per stage: the tied weights it holds as a copy (not its own layer's).
   std::vector<double> tiedCopyParams;
+  /// Per layer (model order): whether full recompute re-runs its forward.
+  std::vector<bool> recomputed;
 };
 
 class Simulation {
@@ -131,6 +133,12 @@ public:
     return k.forMicroBatch(s.microBatch, at[stage].tp, s.tpBatchSplit);
   }
   const StagePlacement &placement(int stage) const { return at[stage]; }
+  /// Per layer (model order): whether recompute=full re-runs it: a
+  /// repeated layer that trains, and under recompute_layers=K one of the
+  /// first K of them in its chunk (Megatron-LM's block method).
+  std::vector<bool>
+  fullyRecomputed(const std::vector<std::vector<int>> &chunkOf,
+                  const std::vector<size_t> &sequence) const;
   /// Per stage, its tasks in the order the strategy's schedule runs them.
   std::vector<std::vector<Task>> schedule(int microBatches) const;
   double scale() const {
@@ -157,8 +165,11 @@ private:
                 KernelClass c, int kernels) const {
     return opTime(dev, flops, bytes, c, kernels, s.precision);
   }
+  /// `recomputed`: false prices a layer that partial full recompute
+  /// (recompute_layers) leaves alone as under recompute=none.
   LayerTime layerTime(const LayerKind &k, const StagePlacement &p,
-                      LayerBreakdown *breakdown = nullptr) const;
+                      LayerBreakdown *breakdown = nullptr,
+                      bool recomputed = true) const;
   std::vector<std::vector<int>>
   chunkLayers(std::vector<size_t> &sequence) const;
 };

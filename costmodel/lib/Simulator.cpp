@@ -127,6 +127,27 @@ Simulation::chunkLayers(std::vector<size_t> &sequence) const {
   return out;
 }
 
+std::vector<bool>
+Simulation::fullyRecomputed(const std::vector<std::vector<int>> &chunkOf,
+                            const std::vector<size_t> &sequence) const {
+  std::vector<bool> out(sequence.size(), false);
+  if (s.recompute != Recompute::Full)
+    return out;
+  for (const std::vector<int> &layers : chunkOf) {
+    int taken = 0;
+    for (int l : layers) {
+      const LayerKind &k = w.kinds[sequence[l]];
+      if (k.count < 2 || k.noBackward)
+        continue;
+      if (s.recomputeLayers > 0 && taken >= s.recomputeLayers)
+        break;
+      out[l] = true;
+      ++taken;
+    }
+  }
+  return out;
+}
+
 std::vector<std::vector<Task>> Simulation::schedule(int m) const {
   int pp = s.pp, v = s.virtualStages;
   std::vector<std::vector<Task>> order(pp);
@@ -386,12 +407,20 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
   r.gradientReduceBytesPerParameter = a.gradReduceBytes();
   r.kernels = a.fusion;
 
-  // Layer times per stage placement (once when every stage is alike).
-  std::vector<std::vector<LayerTime>> kindTime(uniform ? 1 : pp);
+  // Layer times per stage placement (once when every stage is alike); and
+  // under partial full recompute, those of the layers it leaves alone.
+  bool partial = s.recompute == Recompute::Full && s.recomputeLayers > 0;
+  std::vector<bool> recomputed = fullyRecomputed(chunkOf, sequence);
+  std::vector<std::vector<LayerTime>> kindTime(uniform ? 1 : pp),
+      kindTimeKept(partial ? kindTime.size() : 0);
   for (size_t i = 0; i < kindTime.size(); ++i)
-    for (const LayerKind &k : w.kinds)
-      kindTime[i].push_back(
-          layerTime(k.forMicroBatch(s.microBatch, at[i].tp, s.tpBatchSplit), at[i]));
+    for (const LayerKind &k : w.kinds) {
+      const LayerKind &layout =
+          k.forMicroBatch(s.microBatch, at[i].tp, s.tpBatchSplit);
+      kindTime[i].push_back(layerTime(layout, at[i]));
+      if (partial)
+        kindTimeKept[i].push_back(layerTime(layout, at[i], nullptr, false));
+    }
   if (keepTrace)
     for (const LayerKind &k : w.kinds) {
       LayerBreakdown b;
@@ -436,7 +465,9 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
       // Weights every instance shares are held once per chunk.
       bool repeatShared = w.kinds[k].instancesShareWeights && kindSeen[k];
       kindSeen[k] = true;
-      const LayerTime &t = times[k];
+      const LayerTime &t = partial && !recomputed[l]
+                               ? kindTimeKept[uniform ? 0 : ch % pp][k]
+                               : times[k];
       fwdS[ch] += t.forwardComputeS + t.forwardTpS + t.forwardCpS +
                   t.forwardEpS;
       wS[ch] += t.weightGradS;
@@ -641,6 +672,7 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
     parts->gatherBwdS = links.gatherBwdS;
     parts->tiedParams = tiedCopy;
     parts->tiedSyncS = tiedSyncS;
+    parts->recomputed = recomputed;
     for (auto *v : {&parts->denseParams, &parts->expertParams,
                     &parts->tpGradParams, &parts->shardParams, &parts->optS,
                     &parts->optBytes})

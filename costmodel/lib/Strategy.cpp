@@ -105,6 +105,8 @@ std::string Strategy::str() const {
     for (size_t i = 0; i < order.size(); ++i)
       s += (i ? "-" : "") + order[i];
   }
+  if (recomputeLayers > 0)
+    s += ",recompute_layers=" + std::to_string(recomputeLayers);
   if (tpBatchSplit)
     s += ",tpbatch=1";
   if (expertsFolded())
@@ -191,7 +193,9 @@ llvm::Expected<Strategy> parseStrategy(const std::string &text) {
         s.recompute = *r;
       else
         e = err(where + ": recompute must be none, selective or full");
-    } else if (key == "schedule") {
+    } else if (key == "recompute_layers")
+      e = integer(s.recomputeLayers, 1);
+    else if (key == "schedule") {
       if (auto sc = scheduleFromName(value.str()))
         s.schedule = *sc;
       else
@@ -266,7 +270,7 @@ llvm::Expected<Strategy> parseStrategy(const std::string &text) {
     } else
       e = err(where + ": unknown key '" + key.str() +
               "' (known: tp, pp, dp, cp, ep, etp, sp, tpbatch, vpp, schedule, mbs, gbs, "
-              "zero, recompute, "
+              "zero, recompute, recompute_layers, "
               "offload, precision, layers, order, overlap, cp_comm)");
     if (e)
       return std::move(e);
@@ -288,6 +292,12 @@ llvm::Error completeAndValidate(Strategy &s, const Workload &w,
                ": ZeRO-2 reduce-scatters the gradients after every "
                "micro-batch, which no pipeline schedule here runs (DeepSpeed "
                "takes ZeRO-1 at most with pipeline stages); use zero=1 or 3");
+  if (s.recomputeLayers > 0 && s.recompute != Recompute::Full)
+    return err("strategy: recompute_layers=" +
+               std::to_string(s.recomputeLayers) + " with recompute=" +
+               recomputeName(s.recompute) +
+               ": it says how many layers of each pipeline chunk full "
+               "recompute takes; use recompute=full");
   int heads = w.attentionHeads();
   if (heads > 0 && heads % s.tp)
     return err("strategy: tp=" + std::to_string(s.tp) +

@@ -19,15 +19,18 @@ static std::string row(int rank, const StepResult &r, Objective o) {
     cp += s.cpComm == CpComm::Ring ? "r" : "a";
   // ep with "f" when the experts fold tp away (etp 1).
   std::string ep = std::to_string(s.ep) + (s.expertsFolded() ? "f" : "");
+  // Full recompute of the first K layers of each chunk: "full:K".
+  std::string recompute = s.recompute == Recompute::None        ? "none"
+                          : s.recompute == Recompute::Selective ? "selective"
+                                                                : "full";
+  if (s.recomputeLayers > 0)
+    recompute += ":" + std::to_string(s.recomputeLayers);
   std::snprintf(buf, sizeof buf,
                 "  %-3d %9.3f %7.1f%% %7.1f%% %8.1f  %3d %3d %4d %3s %3s %4lld %4d "
                 "%-10s %4d%s%s\n",
                 rank, r.stepS, 100 * r.mfu, 100 * r.bubbleFraction,
                 gib(r.peakMemoryBytes), s.tp, s.pp, s.dp, cp.c_str(), ep.c_str(),
-                (long long)s.microBatch, s.virtualStages,
-                s.recompute == Recompute::None        ? "none"
-                : s.recompute == Recompute::Selective ? "selective"
-                                                      : "full",
+                (long long)s.microBatch, s.virtualStages, recompute.c_str(),
                 s.zeroStage, s.offloadOptimizer ? " offload" : "",
                 s.schedule == Schedule::ZeroBubbleH1 ? " zb-h1" : "");
   std::string line = buf;

@@ -57,6 +57,10 @@ struct Strategy {
   int64_t globalBatch = 0; ///< 0 = micro batch x dp (one micro-batch)
   int zeroStage = 0;
   Recompute recompute = Recompute::None;
+  /// Full recompute of only the first K repeated layers of each pipeline
+  /// chunk (Megatron-LM's --recompute-method block --recompute-num-layers
+  /// K); 0: every one.
+  int recomputeLayers = 0;
   bool offloadOptimizer = false;
   bool offloadActivations = false;
   Precision precision = Precision::BF16;
