@@ -705,7 +705,7 @@ llvm::Expected<std::string> pytorch(const ExportPlan &p) {
      << "from torch.distributed.algorithms._checkpoint.checkpoint_wrapper "
         "import checkpoint_wrapper\n"
      << "from torch.distributed.pipelining import Schedule1F1B, "
-        "ScheduleGPipe, ScheduleInterleaved1F1B\n\n"
+        "ScheduleGPipe, ScheduleInterleaved1F1B, ScheduleZBVZeroBubble\n\n"
      << "MESH_DIMS = " << pyTuple(names) << "\n"
      << "MESH_SHAPE = " << pyTuple(sizes) << "\n"
      << "MICRO_BATCH_SIZE = " << s.microBatch << "\n"
@@ -713,14 +713,20 @@ llvm::Expected<std::string> pytorch(const ExportPlan &p) {
      << "MICRO_BATCHES = " << s.microBatches() << "  # per replica and step\n"
      << "ZERO_STAGE = " << s.zeroStage << "\n"
      << "RECOMPUTE = \"" << recomputeName(s.recompute) << "\"\n"
-     << "# Transformer blocks [first, last) of each pipeline chunk; chunk c "
-        "runs on pp rank c % "
-     << s.pp << ".\n"
+     << (s.vShape() ? "# Transformer blocks [first, last) of each pipeline "
+                      "chunk; chunk c runs on pp rank c (c < " +
+                          std::to_string(s.pp) + ") or " +
+                          std::to_string(2 * s.pp - 1) +
+                          " - c (a V: ScheduleZBVZeroBubble's stage mapping).\n"
+                    : "# Transformer blocks [first, last) of each pipeline "
+                      "chunk; chunk c runs on pp rank c % " +
+                          std::to_string(s.pp) + ".\n")
      << "CHUNK_BLOCKS = " << stageRanges(p) << "\n"
      << "SCHEDULE = "
      << (s.pp == 1                                ? "None"
          : s.schedule == Schedule::GPipe          ? "ScheduleGPipe"
          : s.schedule == Schedule::Interleaved    ? "ScheduleInterleaved1F1B"
+         : s.schedule == Schedule::ZeroBubbleV    ? "ScheduleZBVZeroBubble"
                                                   : "Schedule1F1B")
      << "\n"
      << "COLUMN_PARALLEL = (\"attention.wq\", \"attention.wk\", "
@@ -858,16 +864,32 @@ llvm::Expected<std::string> exportPlan(const ExportPlan &plan,
                         "tensor-parallel group (tp_batch_split), a per-op "
                         "layout this target cannot state; export it --to "
                         "mlir, or plan without it");
-  if (plan.strategy.schedule == Schedule::ZeroBubbleH1 &&
-      plan.strategy.pp > 1 &&
-      std::find(exportFormats().begin(), exportFormats().end(), format) !=
-          exportFormats().end() &&
-      format != "mlir")
+  const Strategy &st = plan.strategy;
+  bool target = std::find(exportFormats().begin(), exportFormats().end(),
+                          format) != exportFormats().end() &&
+                format != "mlir";
+  if (st.schedule == Schedule::ZeroBubbleH1 && st.pp > 1 && target)
     return err(format + ": the plan runs ZB-H1 (schedule=zb-h1), which this "
                         "target does not run (Megatron-LM core_r0.12 and "
                         "DeepSpeed have no zero-bubble schedule; "
                         "torch.distributed.pipelining's are interleaved or "
                         "V-shaped); plan with schedule=1f1b");
+  // The V schedules: PyTorch 2.6's ScheduleZBVZeroBubble runs ZB-V in the
+  // order priced; no target here runs DualPipeV (DeepSeek's own code, and
+  // PyTorch's ScheduleDualPipeV from a later release than the 2.6 named);
+  // torch's V schedules refuse stages compiled with torch.compile, which
+  // torchtitan's fused kernels need.
+  if (st.vShape() && target &&
+      (format != "pytorch" || st.schedule == Schedule::DualPipeV))
+    return err(format + ": the plan runs " + scheduleName(st.schedule) +
+               ", which this target does not run (" +
+               (st.schedule == Schedule::DualPipeV
+                    ? "DualPipeV runs in DeepSeek's DualPipe code and "
+                      "PyTorch's ScheduleDualPipeV, after PyTorch 2.6"
+                    : "ZB-V runs in PyTorch's ScheduleZBVZeroBubble, on "
+                      "stages not compiled with torch.compile: export "
+                      "--to pytorch") +
+               "); plan with schedule=interleaved or 1f1b");
   // Only Megatron-LM recomputes the first K layers of each chunk and keeps
   // the rest (--recompute-method block); DeepSpeed's checkpoint interval,
   // torchtitan's every-N-th-layer option and JAX's remat policies choose

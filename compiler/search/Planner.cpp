@@ -401,9 +401,10 @@ searchPlans(const Workload &w, const Cluster &cluster, const PlanOptions &o) {
     return p;
   };
 
-  // ZB-H1 of a 1F1B candidate that fits: the same work and memory, the
-  // weight gradients deferred into the bubble; priced unless (by time) even
-  // a step without any bubble would not enter the plans kept.
+  // The zero-bubble schedules of a 1F1B candidate that fits: ZB-H1 (the
+  // same work and memory, the weight gradients deferred into the bubble),
+  // ZB-V and DualPipeV; priced unless (by time) even a step without any
+  // bubble would not enter the plans kept.
   auto priceZeroBubble = [&](SearchState &st, Strategy t, const Priced &p) {
     if (t.pp < 2 || t.virtualStages != 1 ||
         t.schedule != Schedule::OneFOneB || p.shortBy > 0)
@@ -414,6 +415,20 @@ searchPlans(const Workload &w, const Cluster &cluster, const PlanOptions &o) {
       return;
     t.schedule = Schedule::ZeroBubbleH1;
     price(st, t);
+    // The V schedules (two chunks per stage: the same layers per device,
+    // a deeper V of activations on the later stages): ZB-V, and DualPipeV
+    // where the micro-batches allow (its overlapped pairs hide the
+    // expert-parallel all-to-alls).
+    if (w.totalLayers() < 2 * t.pp)
+      return;
+    t.virtualStages = 2;
+    t.stageLayers.clear();
+    t.schedule = Schedule::ZeroBubbleV;
+    price(st, t);
+    if (t.microBatches() >= 2 * t.pp) {
+      t.schedule = Schedule::DualPipeV;
+      price(st, t);
+    }
   };
 
   // Every candidate of one tensor-parallel degree under its cheapest saver;

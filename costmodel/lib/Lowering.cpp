@@ -665,20 +665,25 @@ Program PipelineLowering::lower(int stage_, int t_, int c_, int d_,
   const std::vector<Task> &tasks = order[stage];
   // The last task that computes a chunk's weight gradients (its W under
   // zero bubble) fills the last gradient bucket.
-  bool zeroBubble = s.schedule == Schedule::ZeroBubbleH1 && pp > 1;
+  bool zeroBubble = s.splitsWeightGradients();
   std::vector<int64_t> lastBackwardOf(chunks, -1);
-  for (const Task &task : tasks)
-    if (task.backward && (task.weight || !zeroBubble))
+  for (const Task &task : tasks) {
+    if (task.backward && (task.weight || task.full || !zeroBubble))
       lastBackwardOf[task.vs] = task.mb;
+    if (task.pairVs >= 0) // the pair's backward is a full one
+      lastBackwardOf[task.pairVs] = task.pairMb;
+  }
   int v = s.virtualStages;
-  // Pipeline peers: chunk ch runs on stage ch % pp; tp shards pair up as
+  // Pipeline peers: chunk ch runs on stage s.stageOfChunk(ch); tp shards pair up as
   // n = max(tp_from, tp_to) messages, shard q from tp rank q % tp_from to
   // q % tp_to.
   auto pipeTransfer = [&](int fromChunk, bool backward, int64_t mb,
                           bool sending) {
     // Forward: chunk fromChunk's output to fromChunk + 1; backward: its
-    // gradient back.
-    int a = fromChunk % pp, b = (fromChunk + 1) % pp;
+    // gradient back. At the V's turn both chunks are on this stage.
+    int a = s.stageOfChunk(fromChunk), b = s.stageOfChunk(fromChunk + 1);
+    if (a == b)
+      return;
     int src = backward ? b : a, dst = backward ? a : b;
     int tpSrc = sim.placement(src).tp, tpDst = sim.placement(dst).tp;
     int n = std::max(tpSrc, tpDst);
@@ -705,7 +710,7 @@ Program PipelineLowering::lower(int stage_, int t_, int c_, int d_,
     }
   };
 
-  for (const Task &task : tasks) {
+  auto runTask = [&](const Task &task) {
     span = std::string(task.weight ? "W" : task.backward ? "B" : "F") +
            std::to_string(task.mb) +
            (v > 1 ? "." + std::to_string(task.vs / pp) : "");
@@ -716,7 +721,7 @@ Program PipelineLowering::lower(int stage_, int t_, int c_, int d_,
       for (auto it = layers.rbegin(); it != layers.rend(); ++it)
         layerBackward(sim.layout(w.kinds[parts.sequence[*it]], stage), last);
       part = Part::Both;
-      continue;
+      return;
     }
     if (!task.backward) {
       if (task.vs > 0) {
@@ -724,7 +729,7 @@ Program PipelineLowering::lower(int stage_, int t_, int c_, int d_,
         if (!s.sequenceParallel && T > 1)
           collective(CollectiveKind::AllGather, tpG,
                      parts.outBytes[task.vs - 1] *
-                         sim.placement((task.vs - 1) % pp).tp,
+                         sim.placement(s.stageOfChunk(task.vs - 1)).tp,
                      parts.gatherFwdS[task.vs - 1], "input gather",
                      StreamKind::Comm, true);
       }
@@ -744,12 +749,13 @@ Program PipelineLowering::lower(int stage_, int t_, int c_, int d_,
         pipeTransfer(task.vs, true, task.mb, false);
         if (!s.sequenceParallel && T > 1)
           collective(CollectiveKind::AllGather, tpG,
-                     parts.outBytes[task.vs] * sim.placement(task.vs % pp).tp,
+                     parts.outBytes[task.vs] *
+                         sim.placement(s.stageOfChunk(task.vs)).tp,
                      parts.gatherBwdS[task.vs], "gradient gather",
                      StreamKind::Comm, true);
       }
       bool last = task.mb == lastBackwardOf[task.vs];
-      part = zeroBubble ? Part::Input : Part::Both;
+      part = zeroBubble && !task.full ? Part::Input : Part::Both;
       for (auto it = layers.rbegin(); it != layers.rend(); ++it)
         layerBackward(sim.layout(w.kinds[parts.sequence[*it]], stage), last,
                       parts.recomputed[*it]);
@@ -766,6 +772,20 @@ Program PipelineLowering::lower(int stage_, int t_, int c_, int d_,
       if (task.vs > 0)
         pipeTransfer(task.vs - 1, true, task.mb, true);
     }
+  };
+  for (const Task &task : tasks) {
+    if (task.pairVs < 0) {
+      runTask(task);
+      continue;
+    }
+    // DualPipeV's pair, one after the other on the compute stream (as
+    // PyTorch runs OVERLAP_F_B without a model's own overlapped
+    // forward-backward): the forward, then the other chunk's full backward.
+    Task forward = task, backward{task.pairVs, task.pairMb, true};
+    forward.pairVs = forward.pairMb = -1;
+    backward.full = true;
+    runTask(forward);
+    runTask(backward);
   }
 
   span = "step";
@@ -855,6 +875,15 @@ static llvm::Error refuseUnsupported(const Strategy &s) {
   if (s.offloadOptimizer)
     return err("lower: offload_optimizer: the runtime does not run the "
                "optimizer on the host yet");
+  // A V's stage sends to and receives from both neighbours in an order
+  // that one send and one receive stream per rank deadlock on (rank 0's
+  // forwards to stage 1 run ahead of the gradient stage 1 waits for);
+  // NCCL's per-pair communicators and early receives, which PyTorch's
+  // runtime uses, are not lowered yet.
+  if (s.vShape())
+    return err(std::string("lower: schedule=") + scheduleName(s.schedule) +
+               ": the lowering does not order a V schedule's sends and "
+               "receives per peer yet (simulate, plan and export take it)");
   return llvm::Error::success();
 }
 

@@ -93,6 +93,12 @@ struct Task {
   /// communication after both (Megatron-LM's interleaved 1F1B in its steady
   /// state: send_forward_backward_recv_forward_backward).
   bool sendsWithNext = false;
+  /// In a schedule that splits backwards (zero bubble), a backward that
+  /// computes its weight gradients too (DualPipeV's full backward).
+  bool full = false;
+  /// DualPipeV's overlapped pair: this forward runs with the full
+  /// backward of chunk pairVs, micro-batch pairMb (-1: none).
+  int pairVs = -1, pairMb = -1;
 };
 
 /// What the lowering takes from a simulated step (Simulation::parts):
@@ -141,6 +147,9 @@ public:
                   const std::vector<size_t> &sequence) const;
   /// Per stage, its tasks in the order the strategy's schedule runs them.
   std::vector<std::vector<Task>> schedule(int microBatches) const;
+  /// Stage i's tasks under ZB-V and DualPipeV (Simulator.cpp).
+  void zeroBubbleV(int i, int m, std::vector<Task> &o) const;
+  void dualPipeV(int i, int m, std::vector<Task> &o) const;
   double scale() const {
     return double(s.microBatch) / double(std::max<int64_t>(1, w.batchSize)) /
            s.cp;

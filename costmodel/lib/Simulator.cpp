@@ -6,7 +6,8 @@
 // 2. Per chunk and micro-batch: forward and backward time from the ops
 //    (roofline with an efficiency curve), tensor-parallel collectives on the
 //    critical path, recompute (LayerPricing.cpp).
-// 3. The schedule (GPipe, 1F1B, interleaved 1F1B) as an ordered task list per
+// 3. The schedule (GPipe, 1F1B, interleaved 1F1B, ZB-H1, ZB-V, DualPipeV)
+//    as an ordered task list per
 //    pipeline stage, simulated event by event with the transfers between
 //    stages as delays on the dependencies.
 // 4. Data-parallel gradient reduction overlapped with each stage's last
@@ -23,6 +24,7 @@
 #include "llvm/ADT/STLExtras.h"
 
 #include <algorithm>
+#include <deque>
 #include <cmath>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -148,6 +150,131 @@ Simulation::fullyRecomputed(const std::vector<std::vector<int>> &chunkOf,
   return out;
 }
 
+// ZB-V (Qi et al., "Zero Bubble Pipeline Parallelism", ICLR 2024, §6) on
+// stage i, in the order PyTorch's ScheduleZBVZeroBubble runs it: chunk 0
+// (model chunk i) and chunk 1 (model chunk 2pp-1-i); 2(pp-i)-1 forwards
+// of chunk 0, i pairs of forwards of both chunks, pp-i steps of F1 B1 W1,
+// the steady F0 B0 W0 F1 B1 W1, then i pairs of B0 B1, pp-i of B0 W0 and
+// the W left. Planned for max(2pp-1, m) micro-batches; those past m drop.
+void Simulation::zeroBubbleV(int i, int m, std::vector<Task> &o) const {
+  int pp = s.pp, n = std::max(2 * pp - 1, m);
+  int c0 = s.chunkOnStage(i, 0), c1 = s.chunkOnStage(i, 1);
+  int f0 = 0, f1 = 0, b0 = 0, b1 = 0;
+  auto add = [&](int vs, int mb, bool backward, bool weight) {
+    if (mb < m)
+      o.push_back({vs, mb, backward, weight});
+  };
+  for (int k = 0; k < 2 * (pp - i) - 1; ++k)
+    add(c0, f0++, false, false);
+  for (int k = 0; k < i; ++k) {
+    add(c1, f1++, false, false);
+    add(c0, f0++, false, false);
+  }
+  for (int k = 0; k < pp - i; ++k) {
+    add(c1, f1++, false, false);
+    add(c1, b1, true, false);
+    add(c1, b1++, true, true);
+  }
+  while (f1 < f0 || f0 < n) {
+    if (f0 < n)
+      add(c0, f0++, false, false);
+    add(c0, b0, true, false);
+    add(c0, b0++, true, true);
+    add(c1, f1++, false, false);
+    add(c1, b1, true, false);
+    add(c1, b1++, true, true);
+  }
+  int w0 = b0, w1 = b1;
+  for (int k = 0; k < i; ++k) {
+    add(c0, b0++, true, false);
+    add(c1, b1++, true, false);
+  }
+  for (int k = 0; k < pp - i; ++k) {
+    add(c0, b0++, true, false);
+    add(c0, w0++, true, true);
+  }
+  while (w1 < b1)
+    add(c1, w1++, true, true);
+  while (w0 < b0)
+    add(c0, w0++, true, true);
+}
+
+// DualPipeV (deepseek-ai/DualPipe, dualpipev.py; PyTorch's
+// ScheduleDualPipeV) on stage i, chunks as ZB-V's. Micro-batches go in
+// order per chunk and kind; a backward either computes the input gradient
+// alone (its W queued, run first in first out where the schedule says) or
+// everything (full). Steps: 2(pp-i-1) F0; i+1 of F0 F1; pp-i-1 of B1 W F1;
+// m-2pp+i+1 of the overlapped pairs F0&B1 and F1&B0 (the last stage runs
+// its first F0 and B1 apart); pp-i-1 of B1 and F1&B0; i+1 of B1 B0, the
+// second half of them split (which half starts it alternates with i's
+// parity); pp-i-1 of W B0; i+1 W.
+void Simulation::dualPipeV(int i, int m, std::vector<Task> &o) const {
+  int pp = s.pp;
+  int c[2] = {s.chunkOnStage(i, 0), s.chunkOnStage(i, 1)};
+  int f[2] = {0, 0}, b[2] = {0, 0};
+  std::deque<std::pair<int, int>> weights;
+  auto F = [&](int k) { o.push_back({c[k], f[k]++, false}); };
+  auto B = [&](int k, bool split) {
+    Task t{c[k], b[k]++, true};
+    t.full = !split;
+    if (split)
+      weights.push_back({t.vs, t.mb});
+    o.push_back(t);
+  };
+  auto W = [&] {
+    if (weights.empty())
+      return;
+    o.push_back({weights.front().first, weights.front().second, true, true});
+    weights.pop_front();
+  };
+  auto FB = [&](int fk, int bk) {
+    Task t{c[fk], f[fk]++, false};
+    t.pairVs = c[bk];
+    t.pairMb = b[bk]++;
+    o.push_back(t);
+  };
+  for (int k = 0; k < 2 * (pp - i - 1); ++k)
+    F(0);
+  for (int k = 0; k < i + 1; ++k) {
+    F(0);
+    F(1);
+  }
+  for (int k = 0; k < pp - i - 1; ++k) {
+    B(1, true);
+    W();
+    F(1);
+  }
+  for (int k = 0; k < m - 2 * pp + i + 1; ++k) {
+    if (k == 0 && i == pp - 1) {
+      F(0);
+      B(1, false);
+    } else {
+      FB(0, 1);
+    }
+    FB(1, 0);
+  }
+  for (int k = 0; k < pp - i - 1; ++k) {
+    B(1, false);
+    FB(1, 0);
+  }
+  bool split = false;
+  int half = (i + 1) / 2;
+  for (int k = 0; k < i + 1; ++k) {
+    if (k == half && i % 2 == 1)
+      split = true;
+    B(1, split);
+    if (k == half && i % 2 == 0)
+      split = true;
+    B(0, split);
+  }
+  for (int k = 0; k < pp - i - 1; ++k) {
+    W();
+    B(0, split);
+  }
+  for (int k = 0; k < i + 1; ++k)
+    W();
+}
+
 std::vector<std::vector<Task>> Simulation::schedule(int m) const {
   int pp = s.pp, v = s.virtualStages;
   std::vector<std::vector<Task>> order(pp);
@@ -180,6 +307,14 @@ std::vector<std::vector<Task>> Simulation::schedule(int m) const {
         if (wmb >= 0 && wmb < m)
           o.push_back({i, wmb, true, true});
       }
+      continue;
+    }
+    if (s.schedule == Schedule::ZeroBubbleV && pp > 1) {
+      zeroBubbleV(i, m, o);
+      continue;
+    }
+    if (s.schedule == Schedule::DualPipeV && pp > 1) {
+      dualPipeV(i, m, o);
       continue;
     }
     // Megatron-LM's (interleaved) 1F1B: forward k runs chunk (k/pp)%v of
@@ -252,7 +387,9 @@ Timeline runSchedule(const std::vector<std::vector<Task>> &order, int chunks,
                      const std::vector<double> &bwdS,
                      const PipelineLinks &links,
                      std::vector<TraceEvent> *trace,
-                     const std::vector<double> *weightS = nullptr) {
+                     const std::vector<double> *weightS = nullptr,
+                     const std::vector<double> *fwdCommS = nullptr,
+                     const std::vector<double> *bwdCommS = nullptr) {
   int pp = int(order.size());
   int v = chunks / pp;
   Timeline tl;
@@ -293,6 +430,63 @@ Timeline runSchedule(const std::vector<std::vector<Task>> &order, int chunks,
           progress = true;
           continue;
         }
+        if (t.pairVs >= 0) {
+          // DualPipeV's pair: a forward and another chunk's full backward
+          // at once, each one's expert all-to-alls hidden behind the
+          // other's compute: the pair takes the longer of the two computes
+          // together and the two all-to-alls together. Both results leave
+          // in one exchange.
+          double readyF = 0, gatherF = 0, sendF = 0;
+          if (t.vs > 0) {
+            readyF = fDone[idx(t.vs - 1, t.mb)];
+            if (readyF < 0)
+              break;
+            gatherF = links.gatherFwdS[t.vs - 1];
+          }
+          if (t.vs + 1 < chunks)
+            sendF = links.transferS[t.vs];
+          int bv = t.pairVs, bm = t.pairMb;
+          double readyB = fComputed[idx(bv, bm)], gatherB = 0, sendB = 0;
+          if (readyB < 0)
+            break;
+          if (bv + 1 < chunks) {
+            double dep = bDone[idx(bv + 1, bm)];
+            if (dep < 0)
+              break;
+            readyB = std::max(readyB, dep);
+            gatherB = links.gatherBwdS[bv];
+          }
+          if (bv > 0)
+            sendB = links.transferS[bv - 1];
+          double fullB = bwdS[bv] + (weightS ? (*weightS)[bv] : 0);
+          double commF = fwdCommS ? (*fwdCommS)[t.vs] : 0,
+                 commB = bwdCommS ? (*bwdCommS)[bv] : 0;
+          double dur = std::max(fwdS[t.vs] - commF + fullB - commB,
+                                commF + commB);
+          double start = std::max({tl.free[i], readyF, readyB});
+          double computed = start + gatherF + gatherB + dur;
+          double send = std::max(sendF, sendB);
+          fComputed[idx(t.vs, t.mb)] = computed;
+          fDone[idx(t.vs, t.mb)] = computed + send;
+          bDone[idx(bv, bm)] = computed + send;
+          tl.free[i] = links.asynchronous ? computed : computed + send;
+          tl.busy[i] += dur;
+          tl.lastBackwardS[i] = dur;
+          if (trace) {
+            std::string name = "F" + std::to_string(t.mb) + "." +
+                               std::to_string(t.vs / pp) + "&B" +
+                               std::to_string(bm) + "." +
+                               std::to_string(bv / pp);
+            trace->push_back({i, name, "forward+backward",
+                              start + gatherF + gatherB, dur});
+            if (send > 0)
+              trace->push_back({i, name + " send", "p2p", computed, send});
+          }
+          ++next[i];
+          --remaining;
+          progress = true;
+          continue;
+        }
         if (!t.backward) {
           if (t.vs > 0) {
             ready = fDone[idx(t.vs - 1, t.mb)];
@@ -318,6 +512,8 @@ Timeline runSchedule(const std::vector<std::vector<Task>> &order, int chunks,
         }
         double start = std::max(tl.free[i], ready);
         double dur = t.backward ? bwdS[t.vs] : fwdS[t.vs];
+        if (t.full && weightS) // its weight gradients too
+          dur += (*weightS)[t.vs];
         double computed = start + gather + dur;
         tl.busy[i] += dur;
         if (!t.backward)
@@ -457,8 +653,8 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
   // Frozen weights per device and buffers' bytes (fine-tuning).
   std::vector<double> frozenParams(chunks), bufferBytes(chunks);
   for (int ch = 0; ch < chunks; ++ch) {
-    const StagePlacement &place = at[ch % pp];
-    const std::vector<LayerTime> &times = stageTimes(ch % pp);
+    const StagePlacement &place = at[s.stageOfChunk(ch)];
+    const std::vector<LayerTime> &times = stageTimes(s.stageOfChunk(ch));
     std::vector<bool> kindSeen(w.kinds.size(), false);
     for (int l : chunkOf[ch]) {
       size_t k = sequence[l];
@@ -466,7 +662,7 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
       bool repeatShared = w.kinds[k].instancesShareWeights && kindSeen[k];
       kindSeen[k] = true;
       const LayerTime &t = partial && !recomputed[l]
-                               ? kindTimeKept[uniform ? 0 : ch % pp][k]
+                               ? kindTimeKept[uniform ? 0 : s.stageOfChunk(ch)][k]
                                : times[k];
       fwdS[ch] += t.forwardComputeS + t.forwardTpS + t.forwardCpS +
                   t.forwardEpS;
@@ -554,10 +750,10 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
                                          std::vector<bool>(w.kinds.size()));
     for (int ch = 0; ch < chunks; ++ch)
       for (int l : chunkOf[ch])
-        holds[ch % pp][sequence[l]] = true;
+        holds[s.stageOfChunk(ch)][sequence[l]] = true;
     std::vector<std::vector<bool>> copied = holds;
     for (int ch = 0; ch < chunks; ++ch) {
-      int i = ch % pp;
+      int i = s.stageOfChunk(ch);
       for (int l : chunkOf[ch]) {
         const LayerKind &kind = w.kinds[sequence[l]];
         int owner = kind.tiedWithKind;
@@ -615,15 +811,20 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
     links.cpBackwardS.assign(chunks, 0.0);
     for (int ch = 0; ch < chunks; ++ch)
       for (int l : chunkOf[ch]) {
-        const LayerTime &t = stageTimes(ch % pp)[sequence[l]];
+        const LayerTime &t = stageTimes(s.stageOfChunk(ch))[sequence[l]];
         links.cpForwardS[ch] += t.forwardCpSendS;
         links.cpBackwardS[ch] += t.backwardCpSendS;
       }
   }
   for (int ch = 0; ch + 1 < chunks && pp > 1; ++ch) {
-    const StagePlacement &from = at[ch % pp], &to = at[(ch + 1) % pp];
-    links.transferS[ch] = collectiveTime(CollectiveKind::SendRecv,
-                                         outBytes[ch], from.toNext);
+    int a = s.stageOfChunk(ch), b = s.stageOfChunk(ch + 1);
+    if (a == b) // the V's turn: the next chunk is on the same stage
+      continue;
+    const StagePlacement &from = at[a], &to = at[b];
+    // Back up the V from stage a to b = a - 1 over b's link to a.
+    const GroupShape &link = s.vShape() && ch >= pp ? at[b].toNext : from.toNext;
+    links.transferS[ch] =
+        collectiveTime(CollectiveKind::SendRecv, outBytes[ch], link);
     double whole = outBytes[ch] * from.tp;
     if (!s.sequenceParallel) {
       if (to.tp > 1)
@@ -635,18 +836,31 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
     }
   }
   for (int ch = 0; ch + 1 < chunks; ++ch)
-    r.boundaryBytesPerMicroBatch.push_back(outBytes[ch] * at[ch % pp].tp);
+    r.boundaryBytesPerMicroBatch.push_back(outBytes[ch] * at[s.stageOfChunk(ch)].tp);
 
   // Event simulation. Zero bubble: B tasks take the backward without its
   // weight gradients, W tasks those; the order comes from the times.
-  bool zeroBubble = s.schedule == Schedule::ZeroBubbleH1 && pp > 1;
+  bool zeroBubble = s.splitsWeightGradients();
   std::vector<double> bS = bwdS;
   if (zeroBubble)
     for (int ch = 0; ch < chunks; ++ch)
       bS[ch] = std::max(0.0, bwdS[ch] - wS[ch]);
+  // Each task's expert-parallel all-to-alls, which DualPipeV's pairs
+  // overlap (DeepSeek-V3 §3.2.1: a forward chunk's dispatch and combine
+  // behind the backward chunk's attention and MLP and the reverse; tensor
+  // and context parallelism, which it does not use, stay exposed).
+  std::vector<double> fwdCommS(chunks, 0.0), bwdCommS(chunks, 0.0);
+  for (int ch = 0; ch < chunks; ++ch) {
+    for (int l : chunkOf[ch]) {
+      const LayerTime &t = stageTimes(s.stageOfChunk(ch))[sequence[l]];
+      fwdCommS[ch] += t.forwardEpS;
+    }
+    bwdCommS[ch] = std::max(0.0, epS[ch] - fwdCommS[ch]);
+  }
   std::vector<std::vector<Task>> order = schedule(m);
   Timeline tl = runSchedule(order, chunks, m, fwdS, bS, links,
-                            keepTrace ? &r.trace : nullptr, &wS);
+                            keepTrace ? &r.trace : nullptr, &wS, &fwdCommS,
+                            &bwdCommS);
   if (!tl.ok)
     return err("simulator: the schedule deadlocked (an internal error)");
   std::vector<double> &free = tl.free, &busy = tl.busy,
@@ -681,9 +895,9 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
   for (int i = 0; i < pp; ++i) {
     double p = 0, tpGrad = 0, experts = 0;
     for (int c2 = 0; c2 < v; ++c2) {
-      p += params[c2 * pp + i];
-      tpGrad += tpGradParams[c2 * pp + i];
-      experts += expertParams[c2 * pp + i];
+      p += params[s.chunkOnStage(i, c2)];
+      tpGrad += tpGradParams[s.chunkOnStage(i, c2)];
+      experts += expertParams[s.chunkOnStage(i, c2)];
     }
     double perDevice = p; // already per tp rank
     // The experts' gradients are reduced over the ranks that hold the same
@@ -720,7 +934,7 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
     // step's first forward, layer by layer.
     double firstForward = 0;
     for (int c2 = 0; c2 < v; ++c2)
-      firstForward += fwdS[c2 * pp + i];
+      firstForward += fwdS[s.chunkOnStage(i, c2)];
     // The bucket holding the stage's first layer fills last and is gathered
     // first: nothing hides its reduction or its gather. A layer that occurs
     // once (an embedding: one table) is one bucket however large.
@@ -816,7 +1030,8 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
       detail == Detail::StepTime || pp == 1
           ? free[slowest]
           : runSchedule(order, chunks, m, fwdS, bS,
-                        PipelineLinks::none(chunks), nullptr, &wS)
+                        PipelineLinks::none(chunks), nullptr, &wS, &fwdCommS,
+                        &bwdCommS)
                 .free[slowest];
 
   // Memory per stage: the schedule's peak of kept activations.
@@ -831,7 +1046,7 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
     double p = 0, live = 0, peak = 0, working = 0, fp8Copies = 0;
     double frozen = 0, buffers = 0;
     for (int c2 = 0; c2 < v; ++c2) {
-      int ch = c2 * pp + i;
+      int ch = s.chunkOnStage(i, c2);
       p += params[ch];
       frozen += frozenParams[ch];
       buffers += bufferBytes[ch];
@@ -851,6 +1066,8 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
       else if (!t.weight)
         live -= keptBytes[t.vs];
       peak = std::max(peak, live);
+      if (t.pairVs >= 0) // the pair's backward frees its chunk's after
+        live -= keptBytes[t.pairVs];
     }
     if (s.offloadActivations)
       peak = v * keptBytes[i]; // one micro-batch per chunk stays on the device
@@ -863,7 +1080,7 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
     // ZeRO shards the experts over the ranks that hold them: dp x cp / ep.
     double expertsHere = 0;
     for (int c2 = 0; c2 < v; ++c2)
-      expertsHere += expertParams[c2 * pp + i];
+      expertsHere += expertParams[s.chunkOnStage(i, c2)];
     auto sharded = [&](int stage) {
       if (s.zeroStage < stage)
         return perDevice;
@@ -932,7 +1149,7 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
   // recompFlops are per device per micro-batch; scale to the whole step.
   double devices = 0, peakFlops = 0, hwRecompute = 0;
   for (int ch = 0; ch < chunks; ++ch)
-    hwRecompute += recompFlops[ch] * at[ch % pp].tp * s.cp * m * s.dp;
+    hwRecompute += recompFlops[ch] * at[s.stageOfChunk(ch)].tp * s.cp * m * s.dp;
   for (int i = 0; i < pp; ++i) {
     double n = double(at[i].tp) * s.cp * s.dp;
     devices += n;
@@ -947,8 +1164,8 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
     ActivitySeconds &act = r.stages[i].activity;
     double compute = 0, gemm = 0;
     for (int c2 = 0; c2 < v; ++c2) {
-      compute += computeS[c2 * pp + i] * m;
-      gemm += gemmS[c2 * pp + i] * m;
+      compute += computeS[s.chunkOnStage(i, c2)] * m;
+      gemm += gemmS[s.chunkOnStage(i, c2)] * m;
     }
     act.gemmS = gemm;
     act.memoryBoundS =
@@ -966,11 +1183,11 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
   r.hfu = r.hardwareFlopsPerStep / stepS / peakFlops;
   double compute = 0, tp = 0, cpComm = 0;
   for (int c2 = 0; c2 < v; ++c2) {
-    compute += computeS[c2 * pp + slowest] * m;
-    tp += tpS[c2 * pp + slowest] * m;
-    cpComm += cpS[c2 * pp + slowest] * m;
-    r.exposedEpCommS += epS[c2 * pp + slowest] * m;
-    r.cpTransferS += cpAllS[c2 * pp + slowest] * m;
+    compute += computeS[s.chunkOnStage(slowest, c2)] * m;
+    tp += tpS[s.chunkOnStage(slowest, c2)] * m;
+    cpComm += cpS[s.chunkOnStage(slowest, c2)] * m;
+    r.exposedEpCommS += epS[s.chunkOnStage(slowest, c2)] * m;
+    r.cpTransferS += cpAllS[s.chunkOnStage(slowest, c2)] * m;
   }
   r.computeS = compute;
   r.exposedTpCommS = tp;

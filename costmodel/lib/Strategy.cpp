@@ -18,6 +18,8 @@ const char *scheduleName(Schedule s) {
   return s == Schedule::GPipe          ? "gpipe"
          : s == Schedule::OneFOneB     ? "1f1b"
          : s == Schedule::ZeroBubbleH1 ? "zb-h1"
+         : s == Schedule::ZeroBubbleV  ? "zb-v"
+         : s == Schedule::DualPipeV    ? "dualpipev"
                                        : "interleaved";
 }
 
@@ -32,8 +34,9 @@ const char *cpCommName(CpComm c) {
 }
 
 std::optional<Schedule> scheduleFromName(const std::string &name) {
-  for (Schedule s : {Schedule::GPipe, Schedule::OneFOneB,
-                     Schedule::Interleaved, Schedule::ZeroBubbleH1})
+  for (Schedule s :
+       {Schedule::GPipe, Schedule::OneFOneB, Schedule::Interleaved,
+        Schedule::ZeroBubbleH1, Schedule::ZeroBubbleV, Schedule::DualPipeV})
     if (name == scheduleName(s))
       return s;
   return std::nullopt;
@@ -198,8 +201,14 @@ llvm::Expected<Strategy> parseStrategy(const std::string &text) {
     else if (key == "schedule") {
       if (auto sc = scheduleFromName(value.str()))
         s.schedule = *sc;
+      else if (value == "dualpipe")
+        e = err(where + ": DeepSeek's bidirectional DualPipe (two copies "
+                        "of every stage's weights) is not modelled; "
+                        "schedule=dualpipev is the same schedule cut in "
+                        "half, one copy");
       else
-        e = err(where + ": schedule must be gpipe, 1f1b, interleaved or zb-h1");
+        e = err(where + ": schedule must be gpipe, 1f1b, interleaved, zb-h1, "
+                        "zb-v or dualpipev");
     } else if (key == "offload") {
       if (value == "optimizer")
         s.offloadOptimizer = true;
@@ -277,6 +286,11 @@ llvm::Expected<Strategy> parseStrategy(const std::string &text) {
   }
   if (s.virtualStages > 1 && s.schedule == Schedule::OneFOneB)
     s.schedule = Schedule::Interleaved;
+  // ZB-V and DualPipeV run two chunks per stage.
+  if ((s.schedule == Schedule::ZeroBubbleV ||
+       s.schedule == Schedule::DualPipeV) &&
+      s.virtualStages == 1)
+    s.virtualStages = 2;
   return s;
 }
 
@@ -400,6 +414,11 @@ llvm::Error completeAndValidate(Strategy &s, const Workload &w,
     return err("strategy: cp=" + std::to_string(s.cp) +
                " needs a sequence divisible by 2 x cp");
   int64_t layers = w.totalLayers();
+  if ((s.schedule == Schedule::ZeroBubbleV ||
+       s.schedule == Schedule::DualPipeV) &&
+      s.pp < 2)
+    return err(std::string("strategy: schedule=") + scheduleName(s.schedule) +
+               " needs pp >= 2");
   if (s.virtualStages > 1 && s.pp == 1)
     return err("strategy: vpp=" + std::to_string(s.virtualStages) +
                " needs pp > 1: virtual stages interleave a pipeline");
@@ -440,7 +459,19 @@ llvm::Error completeAndValidate(Strategy &s, const Workload &w,
                "GEMMs; it has no overlap for tensor parallelism alone)");
   if (s.schedule == Schedule::ZeroBubbleH1 && s.virtualStages > 1)
     return err("strategy: schedule=zb-h1 runs one chunk per stage (vpp=1); "
-               "ZB-V and interleaved zero-bubble are not modelled");
+               "schedule=zb-v runs two");
+  if (s.schedule == Schedule::ZeroBubbleV || s.schedule == Schedule::DualPipeV) {
+    std::string name = scheduleName(s.schedule);
+    if (s.virtualStages != 2)
+      return err("strategy: schedule=" + name +
+                 " runs two chunks per stage (vpp=2), not vpp=" +
+                 std::to_string(s.virtualStages));
+    if (s.schedule == Schedule::DualPipeV && s.microBatches() < 2 * s.pp)
+      return err("strategy: schedule=dualpipev needs at least 2 x pp = " +
+                 std::to_string(2 * s.pp) + " micro-batches per replica, "
+                 "not " + std::to_string(s.microBatches()) +
+                 " (DualPipe's own requirement)");
+  }
   if (s.overlapP2p && s.pp > 1 && s.schedule != Schedule::Interleaved)
     return err("strategy: overlap=p2p needs the interleaved schedule "
                "(vpp > 1): Megatron-Core overlaps pipeline sends only there");

@@ -32,7 +32,9 @@ static std::string row(int rank, const StepResult &r, Objective o) {
                 gib(r.peakMemoryBytes), s.tp, s.pp, s.dp, cp.c_str(), ep.c_str(),
                 (long long)s.microBatch, s.virtualStages, recompute.c_str(),
                 s.zeroStage, s.offloadOptimizer ? " offload" : "",
-                s.schedule == Schedule::ZeroBubbleH1 ? " zb-h1" : "");
+                s.splitsWeightGradients()
+                    ? (std::string(" ") + scheduleName(s.schedule)).c_str()
+                    : "");
   std::string line = buf;
   // The objective's own figure when it is not the step time.
   if (o != Objective::Time) {

@@ -23,7 +23,21 @@ class Cluster;
 /// ZeroBubbleH1: Qi et al.'s ZB-H1 (ICLR 2024): 1F1B with each backward
 /// split into the input gradient (B) and the weight gradient (W), the W
 /// passes deferred into the pipeline's idle time, at 1F1B's memory.
-enum class Schedule { GPipe, OneFOneB, Interleaved, ZeroBubbleH1 };
+/// ZeroBubbleV: their ZB-V (§6): two chunks per stage placed as a V (chunk
+/// 0 down the stages, chunk 1 back up, the loss on stage 0), every
+/// backward split into B and W, at 1F1B's memory (PyTorch's
+/// ScheduleZBVZeroBubble order). DualPipeV: DeepSeek's DualPipe cut in
+/// half (deepseek-ai/DualPipe dualpipev.py, PyTorch's ScheduleDualPipeV):
+/// the same V, a forward of one chunk overlapped with the full backward of
+/// the other in the steady state, W split off only where the bubble needs.
+enum class Schedule {
+  GPipe,
+  OneFOneB,
+  Interleaved,
+  ZeroBubbleH1,
+  ZeroBubbleV,
+  DualPipeV
+};
 enum class Recompute { None, Selective, Full };
 /// How context parallelism exchanges keys and values: Megatron-Core and
 /// Transformer Engine's ring (KV blocks passed around the cp ranks while
@@ -53,6 +67,27 @@ struct Strategy {
   bool tpBatchSplit = false;
   int virtualStages = 1; ///< interleaved 1F1B chunks per device
   Schedule schedule = Schedule::OneFOneB;
+  /// The V-shaped placement of ZB-V and DualPipeV: chunk c < pp on stage
+  /// c, chunk c >= pp on stage 2pp - 1 - c.
+  bool vShape() const {
+    return pp > 1 && (schedule == Schedule::ZeroBubbleV ||
+                      schedule == Schedule::DualPipeV);
+  }
+  /// The stage pipeline chunk `chunk` runs on.
+  int stageOfChunk(int chunk) const {
+    return vShape() && chunk >= pp ? 2 * pp - 1 - chunk : chunk % pp;
+  }
+  /// The k-th chunk (in model order) of stage `stage`.
+  int chunkOnStage(int stage, int k) const {
+    return vShape() ? (k == 0 ? stage : 2 * pp - 1 - stage) : k * pp + stage;
+  }
+  /// Whether the schedule splits backwards into input and weight
+  /// gradients (B and W tasks).
+  bool splitsWeightGradients() const {
+    return pp > 1 && (schedule == Schedule::ZeroBubbleH1 ||
+                      schedule == Schedule::ZeroBubbleV ||
+                      schedule == Schedule::DualPipeV);
+  }
   int64_t microBatch = 1;
   int64_t globalBatch = 0; ///< 0 = micro batch x dp (one micro-batch)
   int zeroStage = 0;
