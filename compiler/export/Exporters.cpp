@@ -420,6 +420,11 @@ llvm::Expected<std::string> deepspeed(const ExportPlan &p) {
   if (s.cp > 1)
     return err("deepspeed: context parallelism (cp=" + std::to_string(s.cp) +
                ") has no ds_config setting");
+  if (s.offloadActivations && s.recompute != Recompute::Full)
+    return err("deepspeed: cpu_checkpointing offloads activation "
+               "checkpoints, which only full recompute makes; the plan "
+               "offloads activations with recompute=" +
+               std::string(recomputeName(s.recompute)));
   if (s.virtualStages > 1)
     return err("deepspeed: DeepSpeed's pipeline engine has no interleaved "
                "schedule (the plan has vpp=" +

@@ -511,6 +511,7 @@ searchPlans(const Workload &w, const Cluster &cluster, const PlanOptions &o) {
           if (first.shortBy > 0 && first.shortBy != kNotPriced &&
               fitting.size() > 1)
             st.deferred.push_back({t, fitting, floors, first});
+          return first;
         };
         for (int64_t mbs = 1; mbs <= std::min<int64_t>(gbs / dp, 64);
              mbs *= 2) {
@@ -534,7 +535,17 @@ searchPlans(const Workload &w, const Cluster &cluster, const PlanOptions &o) {
               s.sequenceParallel = tp > 1; // same traffic, less memory
               s.recompute = rec;
               s.precision = o.precision;
-              priceSaving(s);
+              Priced first = priceSaving(s);
+              // Activations to host memory where the kept activations do
+              // not fit (Transformer Engine's CPU offload; under full
+              // recompute DeepSpeed's cpu_checkpointing): only where it
+              // saves memory, as the PCIe transfers are rarely hidden.
+              if (host && rec != Recompute::Selective && first.shortBy > 0 &&
+                  first.shortBy != kNotPriced) {
+                Strategy t = s;
+                t.offloadActivations = true;
+                priceSaving(t);
+              }
               // Expert parallelism for mixture-of-experts models: ep of
               // the dp x cp ranks that divides the experts.
               for (int ep = 2; ep <= maxExperts && ep <= dp * cp; ep *= 2)

@@ -646,6 +646,10 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
   std::vector<double> wS(chunks, 0.0); // weight gradients (zero bubble)
   std::vector<double> fwdS(chunks), bwdS(chunks), tpS(chunks), cpS(chunks),
       cpAllS(chunks), epS(chunks), recompFlops(chunks);
+  // Activation offload: per chunk, the kept bytes that go to host memory
+  // (every repeated layer's but the chunk's last, which its backward needs
+  // first) and the largest of those layers' (the buffers a transfer fills).
+  std::vector<double> offloadedBytes(chunks, 0.0), largestLayerBytes(chunks, 0.0);
   std::vector<double> keptBytes(chunks), workingBytes(chunks), params(chunks),
       outBytes(chunks), tpGradParams(chunks), fp8Params(chunks),
       expertParams(chunks);
@@ -726,11 +730,38 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
             double(kind.linearReplicatedParameters) - expertsAway;
     }
     if (s.offloadActivations) {
-      // Kept activations go to host memory in forward and come back in
-      // backward over the host's PCIe link, overlapped with compute.
+      // Transformer Engine's CPU offload (Megatron-Core --cpu-offloading)
+      // and DeepSpeed's cpu_checkpointing: each repeated layer's kept
+      // activations (under full recompute its checkpointed input) go to
+      // pinned host memory as the next layer computes, and come back one
+      // layer ahead of the backward, over the host's PCIe link; what the
+      // chunk's compute cannot hide is exposed. The chunk's last repeated
+      // layer stays (its backward comes first).
+      int last = -1;
+      for (int l : chunkOf[ch])
+        if (w.kinds[sequence[l]].count > 1 && !w.kinds[sequence[l]].noBackward)
+          last = l;
+      for (int l : chunkOf[ch]) {
+        const LayerKind &k = w.kinds[sequence[l]];
+        if (k.count > 1 && !k.noBackward && l != last) {
+          const LayerTime &t = partial && !recomputed[l]
+                                   ? kindTimeKept[uniform ? 0 : s.stageOfChunk(ch)]
+                                                 [sequence[l]]
+                                   : times[sequence[l]];
+          offloadedBytes[ch] += t.keptBytes;
+          largestLayerBytes[ch] = std::max(largestLayerBytes[ch], t.keptBytes);
+        }
+      }
+      // Every device of the node moves its share at once: the host's
+      // memory bandwidth caps the PCIe links together.
       const LinkSpec *host = hostLink(place);
-      double xfer = keptBytes[ch] /
-                    (host->bandwidthBytesPerS * ncclLinkEfficiency(*host));
+      double perDevice =
+          host->bandwidthBytesPerS * ncclLinkEfficiency(*host);
+      if (place.group->hostMemoryBandwidthBytesPerS > 0)
+        perDevice = std::min(perDevice,
+                             place.group->hostMemoryBandwidthBytesPerS /
+                                 std::max(1, place.group->devicesPerNode));
+      double xfer = offloadedBytes[ch] / perDevice;
       fwdS[ch] += std::max(0.0, xfer - fwdS[ch]);
       bwdS[ch] += std::max(0.0, xfer - bwdS[ch]);
     }
@@ -871,7 +902,8 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
   double stepS = 0;
   int slowest = 0;
   std::vector<double> dpExposed(pp, 0), optS(pp, 0), finish(pp, 0);
-  std::vector<double> hostBytesPerNode(pp, 0); // optimizer offload
+  std::vector<double> hostBytesPerNode(pp, 0); // optimizer and activations
+  std::vector<double> hostActivationBytes(pp, 0); // of which activations
   if (parts) {
     parts->sequence = sequence;
     parts->chunkOf = chunkOf;
@@ -1060,17 +1092,36 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
     st.firstLayer = chunkOf[i].front();
     // Kept until the backward that reads them (ZB-H1 as 1F1B: Qi et al.
     // count what a deferred W reads within 1F1B's peak).
+    // Under activation offload the device keeps what is not offloaded,
+    // and the host the rest, at the schedule's peak of each.
+    double hostLive = 0, hostPeak = 0, inFlight = 0;
     for (const Task &t : order[i]) {
-      if (!t.backward)
-        live += keptBytes[t.vs];
-      else if (!t.weight)
-        live -= keptBytes[t.vs];
+      double offloaded = s.offloadActivations ? offloadedBytes[t.vs] : 0;
+      if (!t.backward) {
+        live += keptBytes[t.vs] - offloaded;
+        hostLive += offloaded;
+      } else if (!t.weight) {
+        live -= keptBytes[t.vs] - offloaded;
+        hostLive -= offloaded;
+      }
       peak = std::max(peak, live);
-      if (t.pairVs >= 0) // the pair's backward frees its chunk's after
-        live -= keptBytes[t.pairVs];
+      hostPeak = std::max(hostPeak, hostLive);
+      if (t.pairVs >= 0) { // the pair's backward frees its chunk's after
+        double pairOff = s.offloadActivations ? offloadedBytes[t.pairVs] : 0;
+        live -= keptBytes[t.pairVs] - pairOff;
+        hostLive -= pairOff;
+      }
     }
-    if (s.offloadActivations)
-      peak = v * keptBytes[i]; // one micro-batch per chunk stays on the device
+    if (s.offloadActivations) {
+      // Two layers in flight: the one going out or coming back, and the
+      // one computing.
+      for (int c2 = 0; c2 < v; ++c2)
+        inFlight =
+            std::max(inFlight, 2 * largestLayerBytes[s.chunkOnStage(i, c2)]);
+      peak += inFlight;
+      hostBytesPerNode[i] += hostPeak * at[i].group->devicesPerNode;
+      hostActivationBytes[i] = hostPeak * at[i].group->devicesPerNode;
+    }
     if (s.recompute == Recompute::Full)
       peak += working;    // the layer being recomputed
     double perDevice = p; // already per tp rank
@@ -1126,13 +1177,18 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
       r.fits = false;
       r.memoryShortfallBytes =
           std::max(r.memoryShortfallBytes, hostBytesPerNode[i] - hostCap);
-      char buf[256];
+      char buf[320];
+      double acts = hostActivationBytes[i];
+      std::string what =
+          acts <= 0 ? "the offloaded optimizer state (fp32 master weights, "
+                      "momentum, variance and gradients)"
+          : acts >= hostBytesPerNode[i] ? "the offloaded activations"
+                                        : "the offloaded optimizer state and "
+                                          "activations";
       std::snprintf(buf, sizeof buf,
-                    "host memory: stage %d's nodes need %.1f GiB each for the "
-                    "offloaded optimizer state (fp32 master weights, momentum, "
-                    "variance and gradients) but have %.1f GiB "
-                    "(host_memory_bytes)",
-                    i, hostBytesPerNode[i] / double(1ull << 30),
+                    "host memory: stage %d's nodes need %.1f GiB each for %s "
+                    "but have %.1f GiB (host_memory_bytes)",
+                    i, hostBytesPerNode[i] / double(1ull << 30), what.c_str(),
                     hostCap / double(1ull << 30));
       r.doesNotFit = buf;
     }
@@ -1286,11 +1342,13 @@ llvm::Expected<StepResult> simulateStep(const Workload &w, const Cluster &c,
                " sites, which one strategy string cannot place; plan it with "
                "`orrery plan`, or simulate a heterogeneous plan with "
                "`orrery simulate --plan`");
-  if (s.offloadOptimizer)
+  if (s.offloadOptimizer || s.offloadActivations)
     for (const Site &site : c.sites)
       for (const NodeGroup &g : site.nodeGroups)
         if (g.hostMemoryBytes <= 0 || g.hostMemoryBandwidthBytesPerS <= 0)
-          return err("offload=optimizer: the cluster states no host memory "
+          return err(std::string("offload=") +
+                     (s.offloadOptimizer ? "optimizer" : "activations") +
+                     ": the cluster states no host memory "
                      "for its " + g.device->name +
                      " nodes (host_memory_bytes and "
                      "host_memory_bandwidth_bytes_per_s in the spec's nodes, "

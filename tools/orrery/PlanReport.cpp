@@ -31,7 +31,11 @@ static std::string row(int rank, const StepResult &r, Objective o) {
                 rank, r.stepS, 100 * r.mfu, 100 * r.bubbleFraction,
                 gib(r.peakMemoryBytes), s.tp, s.pp, s.dp, cp.c_str(), ep.c_str(),
                 (long long)s.microBatch, s.virtualStages, recompute.c_str(),
-                s.zeroStage, s.offloadOptimizer ? " offload" : "",
+                s.zeroStage,
+                s.offloadOptimizer && s.offloadActivations ? " offload+act"
+                : s.offloadOptimizer                        ? " offload"
+                : s.offloadActivations                      ? " offload-act"
+                                                            : "",
                 s.splitsWeightGradients()
                     ? (std::string(" ") + scheduleName(s.schedule)).c_str()
                     : "");
@@ -88,10 +92,15 @@ void printPlan(std::ostream &os, const PlanResult &r, const Workload &w,
       gib(r.cluster.deviceSpec(0).memoryBytes));
   os << buf;
   if (b.hostMemoryBytesPerNode > 0) {
+    const Strategy &s = b.strategy;
+    const char *what = s.offloadOptimizer && s.offloadActivations
+                           ? "optimizer state and activations"
+                       : s.offloadOptimizer ? "optimizer state"
+                                            : "activations";
     std::snprintf(buf, sizeof buf,
-                  "host memory  %.1f GiB per node for the offloaded optimizer "
-                  "state, of %.1f GiB\n",
-                  gib(b.hostMemoryBytesPerNode),
+                  "host memory  %.1f GiB per node for the offloaded %s, of "
+                  "%.1f GiB\n",
+                  gib(b.hostMemoryBytesPerNode), what,
                   gib(r.cluster.sites[0].nodeGroups[0].hostMemoryBytes));
     os << buf;
   }
