@@ -405,6 +405,37 @@ Timeline runSchedule(const std::vector<std::vector<Task>> &order, int chunks,
   // Per stage: a forward whose send waits for the next task (its index into
   // fDone, and the send's duration), or none.
   std::vector<std::pair<size_t, double>> pending(pp, {SIZE_MAX, 0.0});
+  // When the inputs of chunk vs's forward (or backward) of micro-batch mb
+  // have arrived, the gather they need and the send of its result; false
+  // while one has not been produced yet.
+  auto inputsOf = [&](int vs, int mb, bool backward, double &ready,
+                      double &gather, double &send) {
+    ready = gather = send = 0;
+    if (!backward) {
+      if (vs > 0) {
+        ready = fDone[idx(vs - 1, mb)];
+        if (ready < 0)
+          return false;
+        gather = links.gatherFwdS[vs - 1];
+      }
+      if (vs + 1 < chunks)
+        send = links.transferS[vs];
+      return true;
+    }
+    ready = fComputed[idx(vs, mb)];
+    if (ready < 0)
+      return false;
+    if (vs + 1 < chunks) {
+      double dep = bDone[idx(vs + 1, mb)];
+      if (dep < 0)
+        return false;
+      ready = std::max(ready, dep);
+      gather = links.gatherBwdS[vs];
+    }
+    if (vs > 0)
+      send = links.transferS[vs - 1];
+    return true;
+  };
   size_t remaining = 0;
   for (const auto &o : order)
     remaining += o.size();
@@ -436,28 +467,11 @@ Timeline runSchedule(const std::vector<std::vector<Task>> &order, int chunks,
           // other's compute: the pair takes the longer of the two computes
           // together and the two all-to-alls together. Both results leave
           // in one exchange.
-          double readyF = 0, gatherF = 0, sendF = 0;
-          if (t.vs > 0) {
-            readyF = fDone[idx(t.vs - 1, t.mb)];
-            if (readyF < 0)
-              break;
-            gatherF = links.gatherFwdS[t.vs - 1];
-          }
-          if (t.vs + 1 < chunks)
-            sendF = links.transferS[t.vs];
           int bv = t.pairVs, bm = t.pairMb;
-          double readyB = fComputed[idx(bv, bm)], gatherB = 0, sendB = 0;
-          if (readyB < 0)
+          double readyF, gatherF, sendF, readyB, gatherB, sendB;
+          if (!inputsOf(t.vs, t.mb, false, readyF, gatherF, sendF) ||
+              !inputsOf(bv, bm, true, readyB, gatherB, sendB))
             break;
-          if (bv + 1 < chunks) {
-            double dep = bDone[idx(bv + 1, bm)];
-            if (dep < 0)
-              break;
-            readyB = std::max(readyB, dep);
-            gatherB = links.gatherBwdS[bv];
-          }
-          if (bv > 0)
-            sendB = links.transferS[bv - 1];
           double fullB = bwdS[bv] + (weightS ? (*weightS)[bv] : 0);
           double commF = fwdCommS ? (*fwdCommS)[t.vs] : 0,
                  commB = bwdCommS ? (*bwdCommS)[bv] : 0;
@@ -487,29 +501,8 @@ Timeline runSchedule(const std::vector<std::vector<Task>> &order, int chunks,
           progress = true;
           continue;
         }
-        if (!t.backward) {
-          if (t.vs > 0) {
-            ready = fDone[idx(t.vs - 1, t.mb)];
-            if (ready < 0)
-              break;
-            gather = links.gatherFwdS[t.vs - 1];
-          }
-          if (t.vs + 1 < chunks)
-            send = links.transferS[t.vs];
-        } else {
-          ready = fComputed[idx(t.vs, t.mb)];
-          if (ready < 0)
-            break;
-          if (t.vs + 1 < chunks) {
-            double dep = bDone[idx(t.vs + 1, t.mb)];
-            if (dep < 0)
-              break;
-            ready = std::max(ready, dep);
-            gather = links.gatherBwdS[t.vs];
-          }
-          if (t.vs > 0)
-            send = links.transferS[t.vs - 1];
-        }
+        if (!inputsOf(t.vs, t.mb, t.backward, ready, gather, send))
+          break;
         double start = std::max(tl.free[i], ready);
         double dur = t.backward ? bwdS[t.vs] : fwdS[t.vs];
         if (t.full && weightS) // its weight gradients too
