@@ -107,6 +107,20 @@ static Cluster firstNodes(const Cluster &c, int nodes) {
 /// variant with the fewest changes that it takes (changes tried alone,
 /// then in pairs, ..., in the order listed), or nothing. `refusal` keeps
 /// the first refusal seen.
+/// Whether `framework`'s exporter takes `s` as priced; its refusal goes to
+/// `refusal` when that is empty.
+static bool runsOn(const Workload &w, const Strategy &s, const Assumptions &a,
+                   const std::string &framework, std::string *refusal) {
+  auto p = exportPlanFor(w, s, a);
+  llvm::Error e = p ? frameworkRuns(*p, framework) : p.takeError();
+  if (!e)
+    return true;
+  std::string msg = llvm::toString(std::move(e));
+  if (refusal && refusal->empty())
+    *refusal = msg;
+  return false;
+}
+
 static std::optional<Strategy> asFrameworkRuns(const Workload &w, Strategy s,
                                                const Assumptions &a,
                                                const std::string &framework,
@@ -138,14 +152,7 @@ static std::optional<Strategy> asFrameworkRuns(const Workload &w, Strategy s,
         return true;
       }};
   auto runs = [&](const Strategy &t) {
-    auto p = exportPlanFor(w, t, a);
-    llvm::Error e = p ? frameworkRuns(*p, framework) : p.takeError();
-    if (!e)
-      return true;
-    std::string msg = llvm::toString(std::move(e));
-    if (refusal.empty())
-      refusal = msg;
-    return false;
+    return runsOn(w, t, a, framework, &refusal);
   };
   if (runs(s))
     return s;
@@ -337,13 +344,7 @@ searchPlans(const Workload &w, const Cluster &cluster, const PlanOptions &o) {
   // data-parallel reduction and the optimizer step (the only parts a saver
   // can shorten; ZeRO-3 and offload only add to the forward and backward).
   auto frameworkRuns = [&](const Strategy &s) {
-    if (o.framework.empty())
-      return true;
-    auto p = exportPlanFor(w, s, a);
-    llvm::Error e = p ? orrery::frameworkRuns(*p, o.framework) : p.takeError();
-    bool ok = !e;
-    llvm::consumeError(std::move(e));
-    return ok;
+    return o.framework.empty() || runsOn(w, s, a, o.framework, nullptr);
   };
   auto priceOne = [&](SearchState &st, Strategy s) {
     if (s.microBatches() * s.pp * s.virtualStages > kMaxPlanStepTasks)
