@@ -78,6 +78,8 @@ def framework_flags(case):
       recompute exists because of those scores): --kernels unfused-attention.
     - DeepSpeed's optimizers (BLOOM's bf16 one) accumulate each micro-batch's
       gradients into fp32 in a pass of their own.
+    - SC'21's ZeRO-3 rows ran DeepSpeed's ZeRO-3 with its default prefetch
+      bucket (5e7 parameters).
     - The SC'21 runs are fp16 on Megatron-LM of early 2021: its fused
       accumulation did not exist yet (and Megatron-LM enables it only with
       fp32 accumulation, which it forces for bf16, not fp16), so gradients
@@ -90,6 +92,12 @@ def framework_flags(case):
     if "deepspeed" in json.dumps(case.get("source", {})).lower():
         flags += ["--separate-grad-accumulation"]
         why.append("fp32 gradient accumulation in a pass of its own (DeepSpeed)")
+    if case["group"].startswith("SC21") and case.get("parallel", {}).get("zero", 0) == 3:
+        # SC'21's ZeRO-3 baseline is DeepSpeed's, at its defaults: a
+        # prefetch bucket of 5e7 parameters, so most of a 1.8B-parameter
+        # layer is gathered on demand.
+        flags += ["--zero3-prefetch-params", "5e7"]
+        why.append("DeepSpeed ZeRO-3's default prefetch (stage3_prefetch_bucket_size 5e7)")
     elif case["group"].startswith("SC21") and case.get("parallel", {}).get("zero", 0) == 0:
         flags += ["--separate-grad-accumulation", "--grad-bytes", "2"]
         why.append("fp16 gradients accumulated in a pass of their own (Megatron-LM of 2021)")

@@ -59,8 +59,11 @@ llvm::Expected<ExportPlan> readExportPlan(const nlohmann::json &plan,
   p.gradReduceBytes = assumptions->gradReduceBytes();
   p.fusedGradAccumulation = assumptions->fusedGradientAccumulation;
   p.fineTuning = assumptions->fineTuning;
+  p.zero3PrefetchParams = assumptions->zero3PrefetchParams;
   const nlohmann::json &model = plan.value("model", nlohmann::json::object());
   p.model = model.value("source", "");
+  if (model.contains("parameters") && model["parameters"].is_number_integer())
+    p.parameters = model["parameters"].get<int64_t>();
   if (plan.contains("cluster") && plan["cluster"].is_object()) {
     p.deviceType = plan["cluster"].value("device_type", "");
     p.devices = plan["cluster"].value("devices", 0);
@@ -141,6 +144,8 @@ llvm::Expected<ExportPlan> exportPlanFor(const Workload &w, const Strategy &s,
   p.gradReduceBytes = a.gradReduceBytes();
   p.fusedGradAccumulation = a.fusedGradientAccumulation;
   p.fineTuning = a.fineTuning;
+  p.zero3PrefetchParams = a.zero3PrefetchParams;
+  p.parameters = w.parameters() + w.frozenParameters();
   for (const LayerRun &run : w.layers)
     p.layers.push_back({w.kinds[run.kind].name, run.count});
   if (auto e = placeChunks(p, "strategy"))
@@ -370,6 +375,11 @@ llvm::Expected<std::string> megatron(const ExportPlan &p) {
   // The loss was priced as one fused softmax cross-entropy pass (14 bytes
   // per logit each way), not Megatron's default vocab-parallel one in six.
   flag("--cross-entropy-loss-fusion");
+  if (s.zeroStage == 3 && p.zero3PrefetchParams > 0)
+    return err("megatron: --use-torch-fsdp2 prefetches the next layer "
+               "whole; the plan was priced gathering " +
+               std::to_string(int64_t(p.zero3PrefetchParams)) +
+               " parameters ahead (predicted.zero3_prefetch_parameters)");
   if (s.zeroStage == 3)
     flag("--use-torch-fsdp2");
   if (s.offloadOptimizer) {
@@ -496,6 +506,19 @@ llvm::Expected<std::string> deepspeed(const ExportPlan &p) {
   // The gradient reduction overlapped with the backward, as priced.
   if (s.dp > 1 && s.pp == 1 && zero12)
     zero["overlap_comm"] = s.overlapGradReduce;
+  // ZeRO-3's prefetch as priced: the next layer whole (no bucket or live
+  // limit below the model), or the bucket the plan states. DeepSpeed's
+  // own defaults (5e7 and 1e9 parameters) gather most of a large layer on
+  // demand.
+  if (s.zeroStage == 3) {
+    double bucket = p.zero3PrefetchParams > 0 ? p.zero3PrefetchParams
+                                              : double(std::max<int64_t>(
+                                                    1, p.parameters));
+    zero["stage3_prefetch_bucket_size"] = int64_t(bucket);
+    zero["stage3_max_live_parameters"] =
+        std::max<int64_t>(int64_t(1e9), 2 * int64_t(bucket));
+    zero["overlap_comm"] = true;
+  }
   j["zero_optimization"] = zero;
   if (s.tp > 1)
     j["tensor_parallel"] = {{"autotp_size", s.tp}};
@@ -587,6 +610,11 @@ llvm::Expected<std::string> torchtitan(const ExportPlan &p) {
     t << "# torchtitan always applies sequence parallelism with tensor "
          "parallelism (same traffic, less memory).\n";
   bool shard = s.zeroStage == 3;
+  if (shard && p.zero3PrefetchParams > 0)
+    return err("torchtitan: FSDP prefetches the next block whole; the plan "
+               "was priced gathering " +
+               std::to_string(int64_t(p.zero3PrefetchParams)) +
+               " parameters ahead (predicted.zero3_prefetch_parameters)");
   t << "\n[training]\n";
   int64_t local = s.pp > 1 ? s.globalBatch / s.dp : s.microBatch;
   t << "local_batch_size = " << local << "\n"
@@ -671,6 +699,11 @@ llvm::Expected<std::string> pytorch(const ExportPlan &p) {
   if (s.zeroStage == 2)
     return err("pytorch: ZeRO-2 has no PyTorch equivalent (FSDP2 is ZeRO-3, "
                "ZeroRedundancyOptimizer is ZeRO-1)");
+  if (s.zeroStage == 3 && p.zero3PrefetchParams > 0)
+    return err("pytorch: FSDP2 prefetches the next block whole; the plan "
+               "was priced gathering " +
+               std::to_string(int64_t(p.zero3PrefetchParams)) +
+               " parameters ahead (predicted.zero3_prefetch_parameters)");
   if (s.ep > 1)
     return err("pytorch: expert parallelism (ep=" + std::to_string(s.ep) +
                ") has no DTensor / FSDP2 setting here; export to megatron or "
@@ -792,6 +825,11 @@ llvm::Expected<std::string> jax(const ExportPlan &p) {
     return std::move(e);
   if (s.offloadActivations || s.offloadOptimizer)
     return err("jax: host offload is not part of a mesh and PartitionSpecs");
+  if (s.zeroStage == 3 && p.zero3PrefetchParams > 0)
+    return err("jax: XLA schedules the sharded weights' gathers itself; the "
+               "plan was priced gathering only " +
+               std::to_string(int64_t(p.zero3PrefetchParams)) +
+               " parameters ahead (predicted.zero3_prefetch_parameters)");
   if (s.zeroStage == 1 || s.zeroStage == 2)
     return err("jax: the plan shards the optimizer state" +
                std::string(s.zeroStage == 2 ? " and gradients" : "") +
@@ -957,6 +995,7 @@ std::vector<std::string> frameworksRunning(const StepResult &r,
   a.fusedGradientAccumulation = !r.separateGradientAccumulation;
   a.gradBytesPerParam = r.gradientBytesPerParameter;
   a.gradReduceBytesPerParam = r.gradientReduceBytesPerParameter;
+  a.zero3PrefetchParams = r.zero3PrefetchParameters;
   a.fineTuning = w.fineTuning;
   auto p = exportPlanFor(w, r.strategy, a);
   if (!p) {

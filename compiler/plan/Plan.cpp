@@ -4,6 +4,7 @@
 #include "orrery/CostModel/Errors.h"
 #include "llvm/ADT/StringExtras.h"
 
+#include <cmath>
 #include <cstdio>
 
 namespace orrery {
@@ -88,6 +89,7 @@ ojson metricsJson(const StepResult &r) {
           {"gradient_bytes_per_parameter", r.gradientBytesPerParameter},
           {"gradient_reduce_bytes_per_parameter",
            r.gradientReduceBytesPerParameter},
+          {"zero3_prefetch_parameters", r.zero3PrefetchParameters},
           {"kernels", kernelFusionName(r.kernels)}};
 }
 
@@ -529,6 +531,14 @@ assumptionsFromPlanImpl(const nlohmann::json &plan, const std::string &what) {
                         "must be 2 or 4");
     a.gradReduceBytesPerParam = v.get<double>();
   }
+  if (p.contains("zero3_prefetch_parameters")) {
+    const nlohmann::json &v = p["zero3_prefetch_parameters"];
+    if (!v.is_number() || !(v.get<double>() >= 0) ||
+        !std::isfinite(v.get<double>()))
+      return err(what + ": predicted.zero3_prefetch_parameters: must be a "
+                        "non-negative number (0: the next layer whole)");
+    a.zero3PrefetchParams = v.get<double>();
+  }
   if (plan.contains("fine_tuning")) {
     const nlohmann::json &f = plan["fine_tuning"];
     auto strings = [&](const char *key, std::vector<std::string> &out)
@@ -732,6 +742,7 @@ const FieldType kPredictedFields[] = {
     {"gradient_accumulation", K::String},
     {"gradient_bytes_per_parameter", K::Number},
     {"gradient_reduce_bytes_per_parameter", K::Number}, {"kernels", K::String},
+    {"zero3_prefetch_parameters", K::Number},
     {"kernel_rates", K::String}, {"model_tflop_per_s_per_device", K::Number},
     {"samples_per_s", K::Number}, {"tokens_per_s", K::Number},
     {"slowest_group_s", K::Number}, {"wan_bytes_per_step", K::Number},

@@ -345,9 +345,16 @@ LayerTime Simulation::layerTime(const LayerKind &k, const StagePlacement &p,
                                            a.gradReduceBytes(),
                                        dpGroup)
             : 0;
-    t.forwardTpS += std::max(0.0, gather - t.forwardComputeS);
+    // Only what the prefetch holds is gathered ahead (the layer before
+    // computing); the rest is fetched when the layer needs it, exposed.
+    double ahead = a.zero3PrefetchParams > 0 && held > 0
+                       ? std::min(1.0, a.zero3PrefetchParams / held)
+                       : 1.0;
+    double onDemand = gather * (1 - ahead), early = gather * ahead;
+    t.forwardTpS += onDemand + std::max(0.0, early - t.forwardComputeS);
     if (!k.noBackward)
-      t.backwardTpS += std::max(0.0, gather + scatter - t.backwardComputeS);
+      t.backwardTpS +=
+          onDemand + std::max(0.0, early + scatter - t.backwardComputeS);
   }
   if (k.experts > 1 && s.ep > 1 && k.expertDispatchBytes > 0) {
     // Megatron-Core's alltoall token dispatcher: each token's hidden state

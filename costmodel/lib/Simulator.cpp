@@ -595,6 +595,7 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
   r.gradientBytesPerParameter = a.gradBytesPerParam;
   r.gradientReduceBytesPerParameter = a.gradReduceBytes();
   r.kernels = a.fusion;
+  r.zero3PrefetchParameters = a.zero3PrefetchParams;
 
   // Layer times per stage placement (once when every stage is alike); and
   // under partial full recompute, those of the layers it leaves alone.

@@ -68,9 +68,11 @@ struct FrameworkFlags {
   std::string kernels = "fused";
   std::vector<std::string> freeze;
   std::string lora;
+  double prefetch = 0;
   CLI::Option *separateOpt = nullptr, *bytesOpt = nullptr,
               *reduceBytesOpt = nullptr, *kernelsOpt = nullptr,
-              *freezeOpt = nullptr, *loraOpt = nullptr;
+              *freezeOpt = nullptr, *loraOpt = nullptr,
+              *prefetchOpt = nullptr;
   void add(CLI::App *cmd) {
     freezeOpt = cmd->add_option(
         "--freeze", freeze,
@@ -103,8 +105,17 @@ struct FrameworkFlags {
                         "reduces 16-bit gradients in fp32 (DeepSpeed's "
                         "fp32_allreduce / communication_data_type fp32)")
             ->check(CLI::IsMember({2.0, 4.0}));
+    prefetchOpt =
+        cmd->add_option("--zero3-prefetch-params", prefetch,
+                        "ZeRO-3: parameters gathered ahead of their use; 0 "
+                        "(the default) the next layer whole, as FSDP does "
+                        "and the DeepSpeed export configures; DeepSpeed's "
+                        "own default stage3_prefetch_bucket_size is 5e7")
+            ->check(CLI::NonNegativeNumber);
   }
   llvm::Error apply(orrery::Assumptions &a) const {
+    if (prefetchOpt && prefetchOpt->count())
+      a.zero3PrefetchParams = prefetch;
     if (freezeOpt && freezeOpt->count())
       a.fineTuning.freeze = freeze;
     if (loraOpt && loraOpt->count()) {

@@ -53,6 +53,10 @@ struct ExportPlan {
   bool fusedGradAccumulation = true;
   /// Which weights train (the plan's fine_tuning).
   FineTuning fineTuning;
+  /// ZeRO-3's prefetch as priced (Assumptions::zero3PrefetchParams; 0:
+  /// the next layer whole) and the model's parameters (model.parameters).
+  double zero3PrefetchParams = 0;
+  int64_t parameters = 0;
 };
 
 /// Reads the plan (strategy fields checked as `orrery check` does).

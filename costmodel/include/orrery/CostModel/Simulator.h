@@ -68,6 +68,12 @@ struct Assumptions {
     return gradReduceBytesPerParam > 0 ? gradReduceBytesPerParam
                                        : gradBytesPerParam;
   }
+  /// ZeRO-3's prefetch: parameters gathered ahead of their use. 0: the
+  /// next layer whole, as FSDP prefetches its next unit (and the DeepSpeed
+  /// export sets stage3_prefetch_bucket_size to); DeepSpeed's default
+  /// stage3_prefetch_bucket_size is 5e7, so a larger layer's gather is
+  /// mostly on demand, exposed (`--zero3-prefetch-params`).
+  double zero3PrefetchParams = 0;
   /// Workspace (CUDA context, cuBLAS and NCCL buffers) and fragmentation.
   double workspaceBytes = 1.5 * (1ull << 30);
   /// A device's own workspace where the catalog states one.
@@ -213,6 +219,8 @@ struct StepResult {
   double gradientBytesPerParameter = 4, gradientReduceBytesPerParameter = 4;
   /// The kernels the step was priced with (Assumptions::fusion).
   KernelFusion kernels = KernelFusion::Fused;
+  /// Assumptions::zero3PrefetchParams as priced.
+  double zero3PrefetchParameters = 0;
   /// Devices without tensor cores for the strategy's precision, whose
   /// GEMMs were priced at their fp32 rate (bf16 on a V100).
   std::vector<std::string> precisionFallbackDevices;
