@@ -933,6 +933,11 @@ llvm::Expected<std::string> exportPlan(const ExportPlan &plan,
                       "stages not compiled with torch.compile: export "
                       "--to pytorch") +
                "); plan with schedule=interleaved or 1f1b");
+  // Recompute chosen per layer kind: no target states it.
+  if (!plan.strategy.recomputeKinds.empty() && target)
+    return err(format + ": the plan recomputes only some layer kinds "
+                        "(recompute_kinds), which this target does not "
+                        "state; plan with recompute on every kind");
   // Only Megatron-LM recomputes the first K layers of each chunk and keeps
   // the rest (--recompute-method block); DeepSpeed's checkpoint interval,
   // torchtitan's every-N-th-layer option and JAX's remat policies choose

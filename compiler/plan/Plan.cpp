@@ -42,6 +42,8 @@ static ojson strategyJson(const Strategy &s) {
   j["recompute"] = recomputeName(s.recompute);
   if (s.recomputeLayers > 0)
     j["recompute_layers"] = s.recomputeLayers;
+  if (!s.recomputeKinds.empty())
+    j["recompute_kinds"] = s.recomputeKinds;
   j["offload_optimizer"] = s.offloadOptimizer;
   j["offload_activations"] = s.offloadActivations;
   j["precision"] = precisionName(s.precision);
@@ -337,6 +339,18 @@ strategyFromPlanImpl(const nlohmann::json &plan, const std::string &what) {
   if (j.contains("recompute_layers"))
     if (auto e = integer("recompute_layers", s.recomputeLayers, 1))
       return std::move(e);
+  if (j.contains("recompute_kinds")) {
+    const nlohmann::json &kinds = j["recompute_kinds"];
+    if (!kinds.is_array() || kinds.empty())
+      return err(what + ": strategy.recompute_kinds: must be a non-empty "
+                        "list of layer kind names");
+    for (const auto &k : kinds) {
+      if (!k.is_string() || k.get<std::string>().empty())
+        return err(what + ": strategy.recompute_kinds: must be a non-empty "
+                          "list of layer kind names");
+      s.recomputeKinds.push_back(k.get<std::string>());
+    }
+  }
   if (auto p = precisionFromName(j.value("precision", "")))
     s.precision = *p;
   else
@@ -699,7 +713,8 @@ const FieldType kStrategyFields[] = {
     {"zero_stage", K::Integer}, {"micro_batch_size_samples", K::Integer},
     {"micro_batches", K::Integer}, {"global_batch_size_samples", K::Integer},
     {"schedule", K::String}, {"recompute", K::String},
-    {"recompute_layers", K::Integer},
+    {"recompute_layers", K::Integer}, {"recompute_kinds", K::Array},
+    {"recompute_kinds[]", K::String},
     {"precision", K::String}, {"sequence_parallel", K::Boolean},
     {"tp_batch_split", K::Boolean}, {"offload_activations", K::Boolean},
     {"offload_optimizer", K::Boolean}, {"overlap", K::Object},

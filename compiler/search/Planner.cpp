@@ -6,6 +6,7 @@
 #include <chrono>
 #include <functional>
 #include <cmath>
+#include <set>
 #include <optional>
 #include <utility>
 #include <atomic>
@@ -680,20 +681,45 @@ searchPlans(const Workload &w, const Cluster &cluster, const PlanOptions &o) {
         break;
     }
   }
-  // Partial recompute (Megatron's block method) of the best candidates
-  // that fit only recomputing every layer: the fewest layers per chunk
+  // Partial recompute of the best candidates that fit only recomputing
+  // every layer: per layer kind, and (Megatron's block method) the fewest
+  // layers per chunk
   // that still fit, found by bisection (each layer recomputed saves about
   // the same memory and costs the same time). Those recomputing none fit
   // and were priced already.
   std::vector<StepResult> &full = merged.fullyRecomputing;
   std::sort(full.begin(), full.end(), better);
+  full.erase(std::unique(full.begin(), full.end(),
+                         [](const StepResult &x, const StepResult &y) {
+                           return x.strategy.str() == y.strategy.str();
+                         }),
+             full.end());
   if (int(full.size()) > kPartialRecomputeCandidates)
     full.resize(kPartialRecomputeCandidates);
+  std::set<std::string> refined; // each variant priced once
+  auto priceVariant = [&](const Strategy &t) {
+    if (!refined.insert(t.str()).second)
+      return Priced{};
+    return price(merged, t);
+  };
   int64_t body = 0; // the repeated layers of the largest run
   for (const LayerRun &run : w.layers)
     body = std::max(body, run.count);
+  // Models with several repeated kinds (an encoder and a decoder): full
+  // recompute of one kind alone, the other keeping its activations.
+  std::vector<std::string> repeatedKinds;
+  for (const LayerKind &k : w.kinds)
+    if (k.count > 1 && !k.noBackward)
+      repeatedKinds.push_back(k.name);
   for (const StepResult &r : full) {
     const Strategy &s = r.strategy;
+    if (repeatedKinds.size() > 1)
+      for (const std::string &kind : repeatedKinds) {
+        Strategy t = s;
+        t.recomputeKinds = {kind};
+        if (frameworkRuns(t))
+          priceVariant(t);
+      }
     int64_t chunks = int64_t(s.pp) * s.virtualStages;
     int lo = 1, hi = int((body + chunks - 1) / chunks) - 1;
     while (lo <= hi) {
@@ -702,7 +728,7 @@ searchPlans(const Workload &w, const Cluster &cluster, const PlanOptions &o) {
       t.recomputeLayers = mid;
       if (!frameworkRuns(t))
         break;
-      if (price(merged, t).shortBy <= 0)
+      if (priceVariant(t).shortBy <= 0)
         hi = mid - 1;
       else
         lo = mid + 1;

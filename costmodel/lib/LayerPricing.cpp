@@ -196,7 +196,9 @@ LayerTime Simulation::layerTime(const LayerKind &k, const StagePlacement &p,
                                 LayerBreakdown *breakdown,
                                 bool recomputed) const {
   LayerTime t;
-  Recompute strategyRecompute = recomputed ? s.recompute : Recompute::None;
+  Recompute strategyRecompute = recomputed && s.recomputesKind(k.name)
+                                    ? s.recompute
+                                    : Recompute::None;
   double sc = scale();
   const DeviceSpec &dev = *p.device;
   int tpDeg = p.tp;

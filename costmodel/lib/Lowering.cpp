@@ -510,7 +510,8 @@ void PipelineLowering::layerBackward(const LayerKind &k, bool lastMicroBatch,
       const OpCost &op = k.ops[i];
       if (op.view)
         continue;
-      if (i == lastCore && s.recompute == Recompute::Selective && k.count > 1)
+      if (i == lastCore && s.recompute == Recompute::Selective &&
+          k.count > 1 && s.recomputesKind(k.name))
         layerForward(k, true, true); // the attention core again
       if (ep && op.experts > 1 && !combined) {
         collective(CollectiveKind::AllToAll, epG, tokens, a2a,

@@ -139,7 +139,7 @@ Simulation::fullyRecomputed(const std::vector<std::vector<int>> &chunkOf,
     int taken = 0;
     for (int l : layers) {
       const LayerKind &k = w.kinds[sequence[l]];
-      if (k.count < 2 || k.noBackward)
+      if (k.count < 2 || k.noBackward || !s.recomputesKind(k.name))
         continue;
       if (s.recomputeLayers > 0 && taken >= s.recomputeLayers)
         break;
@@ -673,7 +673,8 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
                  (t.fullRecompute ? t.forwardTpS : 0);
       // Recompute re-runs the exchange (selective: the attention's).
       bool recomputesCp =
-          t.fullRecompute || s.recompute == Recompute::Selective;
+          t.fullRecompute || (s.recompute == Recompute::Selective &&
+                              s.recomputesKind(w.kinds[k].name));
       cpS[ch] += t.forwardCpS + t.backwardCpS +
                  (recomputesCp ? t.forwardCpS : 0);
       cpAllS[ch] += t.cpTransferS;

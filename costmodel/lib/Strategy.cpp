@@ -1,5 +1,6 @@
 //===- Strategy.cpp - parse and validate strategies ----------------------===//
 #include "orrery/CostModel/Strategy.h"
+#include "orrery/CostModel/PrintableLine.h"
 #include "orrery/CostModel/Errors.h"
 #include "orrery/CostModel/Cluster.h"
 #include "orrery/CostModel/Workload.h"
@@ -110,6 +111,11 @@ std::string Strategy::str() const {
   }
   if (recomputeLayers > 0)
     s += ",recompute_layers=" + std::to_string(recomputeLayers);
+  if (!recomputeKinds.empty()) {
+    s += ",recompute_kinds=";
+    for (size_t i = 0; i < recomputeKinds.size(); ++i)
+      s += (i ? "+" : "") + recomputeKinds[i];
+  }
   if (tpBatchSplit)
     s += ",tpbatch=1";
   if (expertsFolded())
@@ -198,6 +204,15 @@ llvm::Expected<Strategy> parseStrategy(const std::string &text) {
         e = err(where + ": recompute must be none, selective or full");
     } else if (key == "recompute_layers")
       e = integer(s.recomputeLayers, 1);
+    else if (key == "recompute_kinds") {
+      llvm::SmallVector<llvm::StringRef> kinds;
+      value.split(kinds, '+', -1, /*KeepEmpty=*/false);
+      if (kinds.empty())
+        e = err(where + ": recompute_kinds needs layer kind names joined by "
+                        "'+'");
+      for (llvm::StringRef k : kinds)
+        s.recomputeKinds.push_back(k.str());
+    }
     else if (key == "schedule") {
       if (auto sc = scheduleFromName(value.str()))
         s.schedule = *sc;
@@ -279,7 +294,7 @@ llvm::Expected<Strategy> parseStrategy(const std::string &text) {
     } else
       e = err(where + ": unknown key '" + key.str() +
               "' (known: tp, pp, dp, cp, ep, etp, sp, tpbatch, vpp, schedule, mbs, gbs, "
-              "zero, recompute, recompute_layers, "
+              "zero, recompute, recompute_layers, recompute_kinds, "
               "offload, precision, layers, order, overlap, cp_comm)");
     if (e)
       return std::move(e);
@@ -306,6 +321,24 @@ llvm::Error completeAndValidate(Strategy &s, const Workload &w,
                ": ZeRO-2 reduce-scatters the gradients after every "
                "micro-batch, which no pipeline schedule here runs (DeepSpeed "
                "takes ZeRO-1 at most with pipeline stages); use zero=1 or 3");
+  if (!s.recomputeKinds.empty()) {
+    if (s.recompute == Recompute::None)
+      return err("strategy: recompute_kinds with recompute=none: say which "
+                 "recompute (selective or full) the kinds take");
+    for (const std::string &name : s.recomputeKinds) {
+      bool found = false;
+      std::string known;
+      for (const LayerKind &k : w.kinds)
+        if (k.count > 1) {
+          found |= k.name == name;
+          known += (known.empty() ? "" : ", ") + k.name;
+        }
+      if (!found)
+        return err("strategy: recompute_kinds: '" + printableLine(name) +
+                   "' is not a repeated layer kind of the model (its "
+                   "repeated kinds: " + known + ")");
+    }
+  }
   if (s.recomputeLayers > 0 && s.recompute != Recompute::Full)
     return err("strategy: recompute_layers=" +
                std::to_string(s.recomputeLayers) + " with recompute=" +

@@ -15,4 +15,6 @@ for var in ("ASAN_OPTIONS", "UBSAN_OPTIONS"):
         config.environment[var] = os.environ[var]
 config.substitutions.append(("%python", config.python))
 config.substitutions.append(("%inputs", os.path.join(config.test_source_root, "Inputs")))
+# The shared corpus (real ONNX files written by other tools).
+config.substitutions.append(("%shared", config.shared_dir))
 config.substitutions.append(("%generate", config.python + " " + os.path.join(config.orrery_src_dir, "models", "generate.py")))

@@ -25,6 +25,8 @@ static std::string row(int rank, const StepResult &r, Objective o) {
                                                                 : "full";
   if (s.recomputeLayers > 0)
     recompute += ":" + std::to_string(s.recomputeLayers);
+  if (!s.recomputeKinds.empty())
+    recompute += "*"; // some kinds only (the strategy line names them)
   std::snprintf(buf, sizeof buf,
                 "  %-3d %9.3f %7.1f%% %7.1f%% %8.1f  %3d %3d %4d %3s %3s %4lld %4d "
                 "%-10s %4d%s%s\n",

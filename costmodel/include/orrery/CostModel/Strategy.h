@@ -11,6 +11,7 @@
 
 #include "llvm/Support/Error.h"
 
+#include <algorithm>
 #include <optional>
 #include <string>
 #include <vector>
@@ -96,6 +97,16 @@ struct Strategy {
   /// chunk (Megatron-LM's --recompute-method block --recompute-num-layers
   /// K); 0: every one.
   int recomputeLayers = 0;
+  /// The layer kinds recompute applies to (`recompute_kinds=A+B`, the
+  /// model's kind names as `orrery stats` lists them); empty: every
+  /// repeated kind.
+  std::vector<std::string> recomputeKinds;
+  /// Whether recompute applies to layers of kind `name`.
+  bool recomputesKind(const std::string &name) const {
+    return recomputeKinds.empty() ||
+           std::find(recomputeKinds.begin(), recomputeKinds.end(), name) !=
+               recomputeKinds.end();
+  }
   bool offloadOptimizer = false;
   bool offloadActivations = false;
   Precision precision = Precision::BF16;
