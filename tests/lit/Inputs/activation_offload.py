@@ -8,13 +8,12 @@ hide. Exit 1 on any difference.
 
     activation_offload.py ORRERY
 """
-import json, subprocess, sys
+import os, sys
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from orrery_cli import simulate
 orrery = sys.argv[1]
 def sim(extra):
-    out = subprocess.run([orrery, "simulate", "llama3-8b", "--cluster", "8xA100-80G", "--strategy",
-                          "tp=1,dp=8,mbs=1,gbs=64,zero=1" + extra, "--json"],
-                         capture_output=True, text=True, check=True)
-    return json.loads(out.stdout)
+    return simulate(orrery, "llama3-8b", "8xA100-80G", "tp=1,dp=8,mbs=1,gbs=64,zero=1" + extra)
 none, off = sim(""), sim(",offload=activations")
 kept = {l["kind"]: l["activation_bytes_per_micro_batch"] for l in none["layers"]}
 K, H, L, frag = kept["transformer_layer"], kept["head"], 32, 1.05

@@ -15,18 +15,13 @@ does, over the step.
 Exit 1 on any difference.
 """
 import json, os, subprocess, sys
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from orrery_cli import Checks, simulate
 orrery, inputs, tmp = sys.argv[1:4]
-bad = False
-def check(ok, what):
-    global bad
-    bad |= not ok
-    print(("ok    " if ok else "WRONG ") + what)
+check = Checks()
 
 def sim(cluster):
-    out = subprocess.run([orrery, "simulate", "gpt3-350m", "--cluster", cluster, "--strategy",
-                          "tp=1,pp=2,dp=2,mbs=2,gbs=32", "--json"],
-                         capture_output=True, text=True, check=True)
-    return json.loads(out.stdout)
+    return simulate(orrery, "gpt3-350m", cluster, "tp=1,pp=2,dp=2,mbs=2,gbs=32")
 
 d = sim("4xA100-80G")
 step = d["step_time_s"]
@@ -69,4 +64,4 @@ es, et, ee = plan("energy")
 print(f"time objective:   {ts}: {tt:.3f} s, {te/1e3:.2f} kJ per step")
 print(f"energy objective: {es}: {et:.3f} s, {ee/1e3:.2f} kJ per step")
 check(ts != es and et > tt and ee < te, "the objectives pick different plans: slower, less energy")
-sys.exit(1 if bad else 0)
+sys.exit(1 if check.bad else 0)

@@ -8,13 +8,12 @@ K = 1. Exit 1 on any difference.
 
     partial_recompute.py ORRERY
 """
-import json, subprocess, sys
+import os, sys
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from orrery_cli import simulate
 orrery = sys.argv[1]
 def sim(extra):
-    out = subprocess.run([orrery, "simulate", "gpt3-6.7b", "--cluster", "8xA100-80G", "--strategy",
-                          "tp=2,pp=4,mbs=1,gbs=64," + extra, "--json"],
-                         capture_output=True, text=True, check=True)
-    d = json.loads(out.stdout)
+    d = simulate(orrery, "gpt3-6.7b", "8xA100-80G", "tp=2,pp=4,mbs=1,gbs=64," + extra)
     return d["stages"][1]["memory_bytes"]["activations"], d["stages"][1]["backward_s_per_micro_batch"]
 bad = False
 full, bfull = sim("recompute=full")

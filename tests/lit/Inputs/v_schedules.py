@@ -13,12 +13,10 @@ DualPipeV (deepseek-ai/DualPipe). Exit 1 on any difference.
    compute), and ZB-V keeps about 1F1B's peak of activations (within 30 %).
 """
 import json, os, subprocess, sys
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from orrery_cli import Checks, simulate
 orrery, tmp = sys.argv[1:3]
-bad = False
-def check(ok, what):
-    global bad
-    bad |= not ok
-    print(("ok    " if ok else "WRONG ") + what)
+check = Checks()
 
 def trace(schedule):
     path = os.path.join(tmp, schedule + ".trace.json")
@@ -41,10 +39,8 @@ print("dualpipev stage 3 pairs:", len(pairs), pairs[:2])
 check(len(pairs) > 0, "DualPipeV overlaps forward and backward pairs")
 
 def sim(schedule):
-    out = subprocess.run([orrery, "simulate", "qwen3-30b-a3b", "--cluster", "4x8xH100-SXM", "--strategy",
-                          "tp=1,pp=4,ep=8,mbs=1,gbs=64,zero=1,schedule=" + schedule, "--json"],
-                         capture_output=True, text=True, check=True)
-    d = json.loads(out.stdout)
+    d = simulate(orrery, "qwen3-30b-a3b", "4x8xH100-SXM",
+                 "tp=1,pp=4,ep=8,mbs=1,gbs=64,zero=1,schedule=" + schedule)
     return d["step_time_s"], max(s["memory_bytes"]["activations"] for s in d["stages"])
 t = {s: sim(s) for s in ("1f1b", "zb-h1", "zb-v", "dualpipev")}
 for s, (step, act) in t.items():
@@ -52,4 +48,4 @@ for s, (step, act) in t.items():
 check(t["zb-h1"][0] < t["1f1b"][0] and t["zb-v"][0] < t["zb-h1"][0] and t["dualpipev"][0] < t["zb-v"][0],
       "1F1B > ZB-H1 > ZB-V > DualPipeV")
 check(t["zb-v"][1] <= 1.3 * t["1f1b"][1], "ZB-V's activations near 1F1B's")
-sys.exit(1 if bad else 0)
+sys.exit(1 if check.bad else 0)
