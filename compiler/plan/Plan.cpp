@@ -460,6 +460,8 @@ ojson heteroMetricsJson(const HeteroResult &r) {
           {"gradient_reduce_bytes_per_parameter",
            r.groups.empty() ? 4.0
                             : r.groups.front().gradientReduceBytesPerParameter},
+          {"zero3_prefetch_parameters",
+           r.groups.empty() ? 0.0 : r.groups.front().zero3PrefetchParameters},
           {"kernels", kernelFusionName(r.groups.empty()
                                            ? KernelFusion::Fused
                                            : r.groups.front().kernels)}};
