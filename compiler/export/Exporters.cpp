@@ -64,6 +64,15 @@ llvm::Expected<ExportPlan> readExportPlan(const nlohmann::json &plan,
   p.model = model.value("source", "");
   if (model.contains("parameters") && model["parameters"].is_number_integer())
     p.parameters = model["parameters"].get<int64_t>();
+  const nlohmann::json &predicted =
+      plan.value("predicted", nlohmann::json::object());
+  if (predicted.is_object() && predicted.contains("in_network_aggregation")) {
+    const nlohmann::json &v = predicted["in_network_aggregation"];
+    if (!v.is_string() || (v != "none" && v != "sharp" && v != "switchml"))
+      return err(what + ": predicted.in_network_aggregation: must be \"none\", "
+                        "\"sharp\" or \"switchml\"");
+    p.aggregation = v == "none" ? "" : v.get<std::string>();
+  }
   if (plan.contains("cluster") && plan["cluster"].is_object()) {
     p.deviceType = plan["cluster"].value("device_type", "");
     p.devices = plan["cluster"].value("devices", 0);
@@ -224,6 +233,17 @@ llvm::Expected<std::string> fineTuneCode(const ExportPlan &p) {
 
 /// Megatron-LM's transformer layers: the body; the embedding and head are
 /// not layers there.
+/// What the launch must set for the switches' sum the plan was priced
+/// with: `line` (the target's way of setting NCCL_COLLNET_ENABLE=1) under
+/// a comment that says why; nothing without it.
+std::string launchEnv(const ExportPlan &p, const std::string &line) {
+  if (p.aggregation != "sharp")
+    return "";
+  return "# the gradient all-reduce was priced through InfiniBand SHARP "
+         "(NCCL's CollNet, with the SHARP plugin)\n" +
+         line + "\n";
+}
+
 llvm::Expected<std::string> megatron(const ExportPlan &p) {
   const Strategy &s = p.strategy;
   std::vector<std::string> args;
@@ -411,6 +431,7 @@ llvm::Expected<std::string> megatron(const ExportPlan &p) {
       << "# strategy: " << s.str() << "\n"
       << "# use: python pretrain_gpt.py \"${ORRERY_ARGS[@]}\" <model and data "
          "flags>\n"
+      << launchEnv(p, "export NCCL_COLLNET_ENABLE=1")
       << "ORRERY_ARGS=(\n";
   for (const std::string &a : args)
     out << "  " << a << "\n";
@@ -615,6 +636,7 @@ llvm::Expected<std::string> torchtitan(const ExportPlan &p) {
                "was priced gathering " +
                std::to_string(int64_t(p.zero3PrefetchParams)) +
                " parameters ahead (predicted.zero3_prefetch_parameters)");
+  t << launchEnv(p, "# launch with NCCL_COLLNET_ENABLE=1 in the environment");
   t << "\n[training]\n";
   int64_t local = s.pp > 1 ? s.globalBatch / s.dp : s.microBatch;
   t << "local_batch_size = " << local << "\n"
@@ -734,6 +756,8 @@ llvm::Expected<std::string> pytorch(const ExportPlan &p) {
      << "parallelize(model) on a model whose transformer blocks are\n"
      << "# model.layers[i] (the torchtitan Llama naming; adjust "
         "COLUMN_PARALLEL / ROW_PARALLEL for other models).\n"
+     << launchEnv(p, "import os\nos.environ.setdefault(\"NCCL_COLLNET_ENABLE\", "
+                     "\"1\")  # before the process group starts")
      << "import torch\n"
      << "from torch.distributed.device_mesh import init_device_mesh\n"
      << "from torch.distributed.tensor.parallel import (\n"
@@ -863,6 +887,8 @@ llvm::Expected<std::string> jax(const ExportPlan &p) {
      << "# strategy: " << s.str() << "\n"
      << "# Device r of jax.devices() is rank r of the plan; the mesh axes are "
         "slowest first.\n"
+     << launchEnv(p, "import os\nos.environ.setdefault(\"NCCL_COLLNET_ENABLE\", "
+                     "\"1\")  # before jax starts its backend")
      << "import numpy as np\n"
      << "import jax\n"
      << "from jax.sharding import Mesh, NamedSharding, PartitionSpec as P\n\n"
@@ -933,6 +959,13 @@ llvm::Expected<std::string> exportPlan(const ExportPlan &plan,
                       "stages not compiled with torch.compile: export "
                       "--to pytorch") +
                "); plan with schedule=interleaved or 1f1b");
+  // SwitchML's sum runs in its own client library, not in NCCL or Gloo.
+  if (plan.aggregation == "switchml" && target)
+    return err(format + ": the plan's gradient all-reduce was priced "
+                        "through SwitchML's switch aggregation "
+                        "(predicted.in_network_aggregation), which this "
+                        "target's collectives (NCCL) do not run; plan on the "
+                        "cluster without nic.in_network_aggregation");
   // Recompute chosen per layer kind: no target states it.
   if (!plan.strategy.recomputeKinds.empty() && target)
     return err(format + ": the plan recomputes only some layer kinds "
@@ -1007,6 +1040,7 @@ std::vector<std::string> frameworksRunning(const StepResult &r,
     llvm::consumeError(p.takeError());
     return {};
   }
+  p->aggregation = r.inNetworkAggregation;
   return frameworksRunning(*p);
 }
 

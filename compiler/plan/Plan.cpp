@@ -92,6 +92,8 @@ ojson metricsJson(const StepResult &r) {
           {"gradient_reduce_bytes_per_parameter",
            r.gradientReduceBytesPerParameter},
           {"zero3_prefetch_parameters", r.zero3PrefetchParameters},
+          {"in_network_aggregation",
+           r.inNetworkAggregation.empty() ? "none" : r.inNetworkAggregation},
           {"kernels", kernelFusionName(r.kernels)}};
 }
 
@@ -462,6 +464,12 @@ ojson heteroMetricsJson(const HeteroResult &r) {
                             : r.groups.front().gradientReduceBytesPerParameter},
           {"zero3_prefetch_parameters",
            r.groups.empty() ? 0.0 : r.groups.front().zero3PrefetchParameters},
+          {"in_network_aggregation", [&] {
+             for (const StepResult &g : r.groups)
+               if (!g.inNetworkAggregation.empty())
+                 return g.inNetworkAggregation;
+             return std::string("none");
+           }()},
           {"kernels", kernelFusionName(r.groups.empty()
                                            ? KernelFusion::Fused
                                            : r.groups.front().kernels)}};
@@ -760,6 +768,7 @@ const FieldType kPredictedFields[] = {
     {"gradient_bytes_per_parameter", K::Number},
     {"gradient_reduce_bytes_per_parameter", K::Number}, {"kernels", K::String},
     {"zero3_prefetch_parameters", K::Number},
+    {"in_network_aggregation", K::String},
     {"kernel_rates", K::String}, {"model_tflop_per_s_per_device", K::Number},
     {"samples_per_s", K::Number}, {"tokens_per_s", K::Number},
     {"slowest_group_s", K::Number}, {"wan_bytes_per_step", K::Number},

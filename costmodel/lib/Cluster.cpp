@@ -291,7 +291,8 @@ parseClusterJsonImpl(const std::string &text, const std::string &what,
             what, path + ".intra_node_link: missing and the device names none");
       if (n.contains("nic")) {
         const json &nic = n["nic"];
-        auto l = parseLink(nic, path + ".nic", {"count"});
+        auto l = parseLink(nic, path + ".nic",
+                           {"count", "in_network_aggregation"});
         if (!l)
           return l.takeError();
         ng.nic = *l;
@@ -299,6 +300,12 @@ parseClusterJsonImpl(const std::string &text, const std::string &what,
           if (auto e = positiveInt(nic, "count", path + ".nic", ng.nicsPerNode,
                                    ng.nicsPerNode))
             return std::move(e);
+        if (nic.is_object() && nic.contains("in_network_aggregation")) {
+          std::string problem = readAggregation(nic["in_network_aggregation"],
+                                                *ng.nic, ng.aggregation);
+          if (!problem.empty())
+            return err(what, path + ".nic.in_network_aggregation" + problem);
+        }
       }
       ng.powerW = ng.device->powerW;
       if (auto e = nonNegative(n, "power_w", path, ng.powerW))

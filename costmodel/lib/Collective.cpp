@@ -161,9 +161,6 @@ double ringBusBandwidth(const GroupShape &g) {
   return std::min(intra, inter);
 }
 
-// What every NCCL collective pays before its first step: launch and
-// set-up of the Simple protocol (src/graph/tuning.cc, baseLat ring/Simple).
-static constexpr double kCollectiveBaseLatencyS = 8.4e-6;
 
 // One ring pass: `steps` hops each moving bytes/ranks, plus a latency each;
 // of the steps, those that cross a node boundary (one per node and pass)
@@ -213,7 +210,46 @@ static double measuredTime(const LinkSpec &l, CollectiveKind kind,
   return last->seconds + slope * (bytes - last->bytes);
 }
 
-double collectiveTime(CollectiveKind kind, double bytes, const GroupShape &g) {
+// What every NCCL collective pays before its first step: launch and
+// set-up of the Simple protocol (src/graph/tuning.cc, baseLat ring/Simple).
+static constexpr double kCollectiveBaseLatencyS = 8.4e-6;
+
+double aggregatedAllReduceTime(double bytes, const GroupShape &g,
+                               int elementBytes) {
+  const InNetworkAggregation &agg = g.aggregation;
+  int local = std::max(1, std::min(g.ranks, g.ranksPerNode));
+  int nodes = (g.ranks + local - 1) / local;
+  if (agg.kind == InNetworkAggregation::Kind::None || !g.nic || nodes < 2 ||
+      (agg.maxNodes > 0 && nodes > agg.maxNodes) || bytes <= 0)
+    return -1;
+  // Inside the node: reduce-scatter, then all-gather of the sums (a ring
+  // over the local ranks, or NVLS where the switch has it).
+  double intraS = 0;
+  double intraLat = g.intraLink ? g.intraLink->latencyS : 0;
+  if (local > 1) {
+    GroupShape node = g;
+    node.ranks = node.ranksPerNode = local;
+    double busBw = ringBusBandwidth(node);
+    intraS = 2.0 * (local - 1) / local * bytes / busBw;
+    if (g.nvls && g.intraLink && g.intraLink->ncclNvlsEfficiency > 0)
+      intraS = std::min(intraS, bytes * (local + 1) / local /
+                                    (busBw * g.intraLink->ncclNvlsEfficiency));
+  }
+  // Through the network: each local rank's shard up its share of the cards
+  // once and the sum down once (the cards are full duplex), on the wire
+  // in the aggregation's element format.
+  double wire = bytes;
+  if (agg.wireElementBytes > 0 && elementBytes > 0)
+    wire *= double(agg.wireElementBytes) / elementBytes;
+  double cards = g.nic->bandwidthBytesPerS * g.nicSharePerRank * local;
+  double netS = wire / (cards * agg.efficiency);
+  // The phases pipeline chunk by chunk: the slower one sets the pace.
+  return kCollectiveBaseLatencyS + std::max(intraS, netS) +
+         2 * (local - 1) * intraLat + g.nic->latencyS;
+}
+
+double collectiveTime(CollectiveKind kind, double bytes, const GroupShape &g,
+                      int elementBytes) {
   if (g.ranks <= 1 || bytes <= 0)
     return 0;
   if (g.intraLink && !g.intraLink->measured.empty() &&
@@ -256,6 +292,11 @@ double collectiveTime(CollectiveKind kind, double bytes, const GroupShape &g) {
                     2 * intraLat;
       flat = std::min(flat, nvls);
     }
+    // SHARP (NCCL's CollNet) or SwitchML where the network reduces; NCCL
+    // takes the faster.
+    double agg = aggregatedAllReduceTime(bytes, g, elementBytes);
+    if (agg >= 0)
+      flat = std::min(flat, agg);
   }
   return flat;
 }

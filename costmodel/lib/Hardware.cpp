@@ -1,5 +1,6 @@
 //===- Hardware.cpp - the catalog of devices and links -------------------===//
 #include "orrery/CostModel/Hardware.h"
+#include "orrery/CostModel/Collective.h"
 #include "orrery/CostModel/Errors.h"
 #include "orrery/CostModel/JsonInput.h"
 
@@ -57,6 +58,75 @@ std::string readPowerByActivity(const nlohmann::json &o, PowerByActivity &out) {
   out.source = o.contains("source") && o["source"].is_string()
                    ? o["source"].get<std::string>()
                    : "power_w_by_activity";
+  return "";
+}
+
+const char *aggregationName(InNetworkAggregation::Kind k) {
+  switch (k) {
+  case InNetworkAggregation::Kind::None:
+    return "none";
+  case InNetworkAggregation::Kind::Sharp:
+    return "sharp";
+  case InNetworkAggregation::Kind::SwitchML:
+    return "switchml";
+  }
+  return "?";
+}
+
+std::string readAggregation(const nlohmann::json &v, const LinkSpec &nic,
+                            InNetworkAggregation &out) {
+  if (!v.is_string() && !v.is_object())
+    return ": must be \"sharp\", \"switchml\", \"none\" or an object";
+  if (v.is_object()) {
+    std::string problem = unknownField(v, {"kind", "efficiency", "max_nodes"});
+    if (!problem.empty())
+      return "." + problem;
+  }
+  const nlohmann::json &kind = v.is_string() ? v : v.value("kind", nlohmann::json());
+  if (!kind.is_string())
+    return v.is_string() ? ": must be a kind" : ".kind: missing or not a string";
+  std::string k = kind.get<std::string>();
+  out = InNetworkAggregation{};
+  if (k == "none")
+    return "";
+  if (k == "sharp" && nic.kind != "infiniband" && nic.kind != "custom")
+    return ": sharp runs in InfiniBand switches, and the cards are " +
+           nic.name + " (" + nic.kind + ")";
+  if (k == "switchml" && nic.kind != "ethernet" && nic.kind != "roce" &&
+      nic.kind != "custom")
+    return ": switchml runs in an Ethernet switch, and the cards are " +
+           nic.name + " (" + nic.kind + ")";
+  if (k == "sharp") {
+    // NCCL's CollNet: 0.9 of the card's NCCL bandwidth (src/graph/tuning.cc).
+    out.kind = InNetworkAggregation::Kind::Sharp;
+    out.efficiency = 0.9 * ncclLinkEfficiency(nic);
+  } else if (k == "switchml") {
+    // 64 32-bit elements (256 B) per packet behind about 74 B of Ethernet,
+    // IPv4, UDP and SwitchML headers, preamble and gap; one switch's 64
+    // ports (a Tofino at 100 Gb/s); floats sent as 32-bit fixed point.
+    out.kind = InNetworkAggregation::Kind::SwitchML;
+    out.efficiency = 256.0 / (256.0 + 74.0);
+    out.maxNodes = 64;
+    out.wireElementBytes = 4;
+  } else {
+    return (v.is_string() ? ": unknown kind '" : ".kind: unknown kind '") + k +
+           "' (known: sharp, switchml, none)";
+  }
+  if (v.is_object()) {
+    if (v.contains("efficiency")) {
+      const nlohmann::json &e = v["efficiency"];
+      if (!e.is_number() || !(e.get<double>() > 0) || e.get<double>() > 1)
+        return ".efficiency: must be a number in (0, 1], got " + e.dump();
+      out.efficiency = e.get<double>();
+    }
+    if (v.contains("max_nodes")) {
+      const nlohmann::json &m = v["max_nodes"];
+      if (!m.is_number_integer() || m.get<long long>() < 2 ||
+          m.get<long long>() > 1000000)
+        return ".max_nodes: must be an integer from 2, got " + m.dump();
+      out.maxNodes = int(m.get<long long>());
+    }
+  }
   return "";
 }
 

@@ -406,8 +406,20 @@ llvm::Expected<HeteroResult> simulateHetero(const Workload &w,
     net.ranksPerNode = 1;
     net.nic = slow->nic;
     net.nicSharePerRank = double(slow->nicsPerNode) / slow->devicesPerNode;
+    // The switches reduce across the groups where every group's nodes hang
+    // off the same kind of aggregating fabric at one site.
+    bool oneFabric = true;
+    int site0 = c.devices()[s.groups.front().stages.front().devices.front()].site;
+    for (const ReplicaGroup &rg : s.groups)
+      for (const HeteroStage &hs : rg.stages)
+        oneFabric &= pools[hs.pool].nodes->aggregation.kind ==
+                         slow->aggregation.kind &&
+                     c.devices()[hs.devices.front()].site == site0;
+    if (oneFabric)
+      net.aggregation = slow->aggregation;
     double sync = collectiveTime(CollectiveKind::AllReduce,
-                                 grad / std::max(1, streams), net);
+                                 grad / std::max(1, streams), net,
+                                 int(a.gradReduceBytes()));
     double perEdge = 2.0 * (G - 1) / G * grad;
     for (int g = 0; g < G; ++g) {
       int sa = c.devices()[s.groups[g].stages.front().devices.front()].site;
@@ -423,7 +435,8 @@ llvm::Expected<HeteroResult> simulateHetero(const Workload &w,
       wan.ranksPerNode = 1;
       wan.nic = &sl->link;
       sync = std::max(sync,
-                      collectiveTime(CollectiveKind::AllReduce, grad, wan));
+                      collectiveTime(CollectiveKind::AllReduce, grad, wan,
+                                     int(a.gradReduceBytes())));
       r.wanBytesPerStep += perEdge;
       r.wanUsdPerStep += perEdge / 1e9 * sl->egressUsdPerGB;
     }

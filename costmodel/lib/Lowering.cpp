@@ -579,12 +579,14 @@ void PipelineLowering::gradientBuckets(double dense, double experts) {
   }
   double bytes = dense * a.gradReduceBytes();
   collective(kind, dpG, bytes,
-             collectiveTime(kind, bytes, p.dpGroup),
+             collectiveTime(kind, bytes, p.dpGroup, int(a.gradReduceBytes())),
              "gradient " + std::string(collectiveKindName(kind)),
              StreamKind::DataParallel, false);
   if (expertGroup) {
     double eb = experts * a.gradReduceBytes();
-    collective(kind, edpG, eb, collectiveTime(kind, eb, p.expertDpGroup),
+    collective(kind, edpG, eb,
+               collectiveTime(kind, eb, p.expertDpGroup,
+                              int(a.gradReduceBytes())),
                "expert gradient " + std::string(collectiveKindName(kind)),
                StreamKind::DataParallel, false);
   }
@@ -696,6 +698,7 @@ Program PipelineLowering::lower(int stage_, int t_, int c_, int d_,
       in.kind = sending ? InstrKind::Send : InstrKind::Recv;
       in.stream = sending ? StreamKind::PipeSend : StreamKind::PipeRecv;
       in.name = backward ? "gradient" : "activation";
+      in.backward = backward; // its own queue per link and direction
       in.peer = sending ? rankOf(dst, q % tpDst, c, d)
                         : rankOf(src, q % tpSrc, c, d);
       in.bytes = whole / n;
@@ -806,7 +809,7 @@ Program PipelineLowering::lower(int stage_, int t_, int c_, int d_,
                parts.tpGradParams[stage] * a.gradReduceBytes(),
                collectiveTime(CollectiveKind::AllReduce,
                               parts.tpGradParams[stage] * a.gradReduceBytes(),
-                              place().tpGroup),
+                              place().tpGroup, int(a.gradReduceBytes())),
                "split-weight gradient all-reduce", StreamKind::DataParallel,
                false);
   if (parts.tiedSyncS[stage] > 0) {
@@ -876,15 +879,6 @@ static llvm::Error refuseUnsupported(const Strategy &s) {
   if (s.offloadOptimizer)
     return err("lower: offload_optimizer: the runtime does not run the "
                "optimizer on the host yet");
-  // A V's stage sends to and receives from both neighbours in an order
-  // that one send and one receive stream per rank deadlock on (rank 0's
-  // forwards to stage 1 run ahead of the gradient stage 1 waits for);
-  // NCCL's per-pair communicators and early receives, which PyTorch's
-  // runtime uses, are not lowered yet.
-  if (s.vShape())
-    return err(std::string("lower: schedule=") + scheduleName(s.schedule) +
-               ": the lowering does not order a V schedule's sends and "
-               "receives per peer yet (simulate, plan and export take it)");
   return llvm::Error::success();
 }
 

@@ -1,7 +1,8 @@
 //===- Program.cpp - per-rank programs: text and the static check --------===//
 //
 // The check runs the set as the runtime would, without running a kernel:
-// every stream of every rank executes its instructions in order, an
+// every queue of every rank (a stream; a pipeline link's direction:
+// queueOf) executes its instructions in order, an
 // instruction starts when its dependencies are done, a send and its
 // receive complete together (a rendezvous, as NCCL's send/recv), a
 // collective when every member of its group has reached it. A set that
@@ -108,10 +109,12 @@ static std::string describe(const ProgramSet &set, const Instruction &in) {
   }
   case InstrKind::Send:
     return "send to " + std::to_string(in.peer) + " tag " +
-           std::to_string(in.tag) + " " + bytesText(in.bytes);
+           std::to_string(in.tag) + " " + bytesText(in.bytes) +
+           (in.backward ? " gradient" : "");
   case InstrKind::Recv:
     return "recv from " + std::to_string(in.peer) + " tag " +
-           std::to_string(in.tag) + " " + bytesText(in.bytes);
+           std::to_string(in.tag) + " " + bytesText(in.bytes) +
+           (in.backward ? " gradient" : "");
   case InstrKind::Wait:
     return "wait " + in.name;
   case InstrKind::Alloc:
@@ -122,6 +125,41 @@ static std::string describe(const ProgramSet &set, const Instruction &in) {
     return "optimizer " + in.name + " " + bytesText(in.bytes);
   }
   return "?";
+}
+
+Queue queueOf(const Instruction &in) {
+  Queue q;
+  q.stream = in.stream;
+  if ((in.stream == StreamKind::PipeSend || in.stream == StreamKind::PipeRecv) &&
+      (in.kind == InstrKind::Send || in.kind == InstrKind::Recv)) {
+    q.peer = in.peer;
+    q.backward = in.backward;
+  }
+  return q;
+}
+
+std::string queueName(const Queue &q) {
+  std::string out = streamKindName(q.stream);
+  if (q.peer >= 0)
+    out += std::string(q.stream == StreamKind::PipeSend ? " to " : " from ") +
+           std::to_string(q.peer) + (q.backward ? " (gradients)" : " (activations)");
+  return out;
+}
+
+std::vector<Queue> queuesOf(const Program &p, std::vector<int> *indexOf) {
+  std::vector<Queue> out{Queue{}}; // the compute stream first
+  std::map<Queue, int> index{{Queue{}, 0}};
+  if (indexOf)
+    indexOf->assign(p.code.size(), 0);
+  for (size_t i = 0; i < p.code.size(); ++i) {
+    Queue q = queueOf(p.code[i]);
+    auto [it, added] = index.emplace(q, int(out.size()));
+    if (added)
+      out.push_back(q);
+    if (indexOf)
+      (*indexOf)[i] = it->second;
+  }
+  return out;
 }
 
 static std::string where(const ProgramSet &set, int rank, int i) {
@@ -206,11 +244,11 @@ llvm::Error checkPrograms(const ProgramSet &set) {
                   p.code[in.p2pGroup].p2pGroup == in.p2pGroup;
         for (int j = in.p2pGroup; ok && j < i; ++j)
           ok = p.code[j].p2pGroup == in.p2pGroup &&
-               p.code[j].stream == in.stream;
+               queueOf(p.code[j]) == queueOf(in);
         if (!ok)
           return err(where(set, r, i) +
                      ": its send/receive group is not consecutive sends and "
-                     "receives on one stream");
+                     "receives on one queue");
       }
       if (in.kind == InstrKind::Send || in.kind == InstrKind::Recv) {
         if (in.peer < 0 || in.peer >= world || in.peer == r)
@@ -245,6 +283,10 @@ llvm::Error checkPrograms(const ProgramSet &set) {
       return err(where(set, at.first, at.second) + ": its receive (" +
                  where(set, it->second.first, it->second.second) +
                  ") expects " + bytesText(v.bytes));
+    if (s.backward != v.backward)
+      return err(where(set, at.first, at.second) + ": its receive (" +
+                 where(set, it->second.first, it->second.second) +
+                 ") is on another link (" + queueName(queueOf(v)) + ")");
   }
   for (const auto &[key, at] : recvs)
     if (!sends.count(key))
@@ -309,9 +351,10 @@ llvm::Error checkPrograms(const ProgramSet &set) {
                  " is never freed");
   }
 
-  // Run it: streams in order, rendezvous sends, whole-group collectives.
+  // Run it: queues in order, rendezvous sends, whole-group collectives.
   struct Rank {
-    std::vector<std::vector<int>> streams;
+    std::vector<std::vector<int>> streams; ///< per queue (queuesOf)
+    std::vector<int> queue;                ///< per instruction
     std::vector<size_t> head;
     std::vector<char> done;
   };
@@ -319,18 +362,19 @@ llvm::Error checkPrograms(const ProgramSet &set) {
   size_t remaining = 0;
   for (int r = 0; r < world; ++r) {
     const Program &p = set.ranks[r];
-    st[r].streams.resize(kStreamKinds);
-    st[r].head.assign(kStreamKinds, 0);
+    size_t queues = queuesOf(p, &st[r].queue).size();
+    st[r].streams.resize(queues);
+    st[r].head.assign(queues, 0);
     st[r].done.assign(p.code.size(), 0);
     for (int i = 0; i < int(p.code.size()); ++i)
-      st[r].streams[int(p.code[i].stream)].push_back(i);
+      st[r].streams[st[r].queue[i]].push_back(i);
     remaining += p.code.size();
   }
   // Next collective index per group and member.
   std::vector<std::map<int, size_t>> nextCollective(set.groups.size());
   auto atHead = [&](int r, int i) {
-    int sIdx = int(set.ranks[r].code[i].stream);
     const Rank &x = st[r];
+    int sIdx = x.queue[i];
     return x.head[sIdx] < x.streams[sIdx].size() &&
            x.streams[sIdx][x.head[sIdx]] == i;
   };
@@ -363,13 +407,13 @@ llvm::Error checkPrograms(const ProgramSet &set) {
   };
   auto finish = [&](int r, int i) {
     st[r].done[i] = 1;
-    ++st[r].head[int(set.ranks[r].code[i].stream)];
+    ++st[r].head[st[r].queue[i]];
     --remaining;
   };
   while (remaining) {
     bool progress = false;
     for (int r = 0; r < world; ++r)
-      for (int s = 0; s < kStreamKinds; ++s) {
+      for (int s = 0; s < int(st[r].streams.size()); ++s) {
         Rank &x = st[r];
         while (x.head[s] < x.streams[s].size()) {
           int i = x.streams[s][x.head[s]];
@@ -432,7 +476,7 @@ llvm::Error checkPrograms(const ProgramSet &set) {
       // waits on another rank first, else one that waits on its own.
       for (int pass = 0; pass < 2; ++pass)
         for (int r = 0; r < world; ++r)
-          for (int s = 0; s < kStreamKinds; ++s) {
+          for (int s = 0; s < int(st[r].streams.size()); ++s) {
             const Rank &x = st[r];
             if (x.head[s] >= x.streams[s].size())
               continue;
@@ -513,6 +557,8 @@ nlohmann::ordered_json programSetJson(const ProgramSet &set) {
       case InstrKind::Send:
       case InstrKind::Recv:
         x["peer"] = in.peer, x["tag"] = in.tag;
+        if (in.backward)
+          x["backward"] = true;
         if (in.p2pGroup >= 0)
           x["p2p_group"] = in.p2pGroup;
         break;

@@ -55,6 +55,7 @@ GroupShape groupShapeIn(const NodeGroup &group, int stride, int ranks) {
   g.intraLink = group.intraNodeLink;
   g.nic = group.nic;
   g.nicSharePerRank = double(group.nicsPerNode) / group.devicesPerNode;
+  g.aggregation = group.aggregation;
   if (g.intraLink && !g.intraLink->fallbackLink.empty())
     g.fallback = HardwareCatalog::builtin().link(g.intraLink->fallbackLink);
   return g;
@@ -797,7 +798,8 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
         for (int j = 0; j + 1 < pp; ++j)
           sync = std::max(sync, collectiveTime(CollectiveKind::AllReduce,
                                                copy * a.gradReduceBytes(),
-                                               at[j].toNext));
+                                               at[j].toNext,
+                                               int(a.gradReduceBytes())));
         tiedSyncS[i] += sync;
         tiedCopy[i] += copy;
         if (parts)
@@ -939,14 +941,27 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
     CollectiveKind reduce =
         sharded ? CollectiveKind::ReduceScatter : CollectiveKind::AllReduce;
     auto overGroups = [&](CollectiveKind kind, double bytesPerParam) {
+      int element = int(bytesPerParam);
       return expertGroup
-                 ? collectiveTime(kind, dense * bytesPerParam, at[i].dpGroup) +
+                 ? collectiveTime(kind, dense * bytesPerParam, at[i].dpGroup,
+                                  element) +
                        collectiveTime(kind, experts * bytesPerParam,
-                                      at[i].expertDpGroup)
+                                      at[i].expertDpGroup, element)
                  : collectiveTime(kind, perDevice * bytesPerParam,
-                                  at[i].dpGroup);
+                                  at[i].dpGroup, element);
     };
     double grad = s.zeroStage == 3 ? 0 : overGroups(reduce, a.gradReduceBytes());
+    if (reduce == CollectiveKind::AllReduce && s.zeroStage != 3) {
+      // Whether the switches' sum priced it: what the launch must enable.
+      double bytes = dense * a.gradReduceBytes();
+      int element = int(a.gradReduceBytes());
+      double agg = aggregatedAllReduceTime(bytes, at[i].dpGroup, element);
+      GroupShape plain = at[i].dpGroup;
+      plain.aggregation = InNetworkAggregation{};
+      if (agg >= 0 && agg < collectiveTime(CollectiveKind::AllReduce, bytes,
+                                           plain, element))
+        r.inNetworkAggregation = aggregationName(at[i].dpGroup.aggregation.kind);
+    }
     double gather =
         sharded ? overGroups(CollectiveKind::AllGather, a.weightBytesPerParam)
                 : 0;
@@ -954,7 +969,8 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
     // gradients are all-reduced across the tp group too.
     if (at[i].tp > 1 && tpGrad > 0)
       grad += collectiveTime(CollectiveKind::AllReduce,
-                             tpGrad * a.gradReduceBytes(), at[i].tpGroup);
+                             tpGrad * a.gradReduceBytes(), at[i].tpGroup,
+                             int(a.gradReduceBytes()));
     // Overlapped (Megatron's --overlap-grad-reduce, DDP's buckets): the
     // reduction runs as the last micro-batch's backward fills the buckets;
     // the parameter all-gather (--overlap-param-gather) with the next
@@ -981,7 +997,8 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
     }
     double lastBucket =
         sharded || s.zeroStage == 0
-            ? collectiveTime(reduce, edge * a.gradReduceBytes(), at[i].dpGroup)
+            ? collectiveTime(reduce, edge * a.gradReduceBytes(), at[i].dpGroup,
+                             int(a.gradReduceBytes()))
             : 0;
     double firstBucket =
         sharded ? collectiveTime(CollectiveKind::AllGather,

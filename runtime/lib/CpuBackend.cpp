@@ -140,7 +140,10 @@ private:
   }
   void execute(int i, Scratch &scratch);
   void collective(const Instruction &in, Scratch &scratch);
-  void runStream(int streamKind, int step, Scratch &scratch);
+  /// One thread per queue (queuesOf): a stream, or a pipeline link and
+  /// direction.
+  void runStream(int queue, int step, Scratch &scratch);
+  std::vector<int> queueIndex;
 };
 
 void CpuRank::collective(const Instruction &in, Scratch &scratch) {
@@ -206,11 +209,11 @@ void CpuRank::execute(int i, Scratch &scratch) {
   }
 }
 
-void CpuRank::runStream(int streamKind, int step, Scratch &scratch) {
+void CpuRank::runStream(int queue, int step, Scratch &scratch) {
   auto t0 = Clock::now();
   for (int i = 0; i < int(prog.code.size()); ++i) {
     const Instruction &in = prog.code[i];
-    if (int(in.stream) != streamKind)
+    if (queueIndex[i] != queue)
       continue;
     // A member of a send/receive group after its first ran with it.
     if (in.p2pGroup >= 0 && in.p2pGroup != i) {
@@ -330,7 +333,8 @@ llvm::Expected<RunResult> CpuRank::run() {
   me.predictedPeakBytes = prog.predictedPeakBytes;
   me.kindS.assign(10, 0.0);
   int total = options.warmupSteps + options.steps;
-  std::vector<Scratch> scratch(kStreamKinds);
+  int queues = int(queuesOf(prog, &queueIndex).size());
+  std::vector<Scratch> scratch(queues);
   for (int step = 1; step <= total; ++step) {
     try {
       gloo::BarrierOptions barrier(world);
@@ -341,7 +345,7 @@ llvm::Expected<RunResult> CpuRank::run() {
     }
     auto t0 = Clock::now();
     std::vector<std::thread> threads;
-    for (int st = 0; st < kStreamKinds; ++st)
+    for (int st = 0; st < queues; ++st)
       threads.emplace_back(
           [this, st, step, &scratch] { runStream(st, step, scratch[st]); });
     for (std::thread &t : threads)

@@ -1,15 +1,17 @@
 //===- CudaBackend.cpp - a rank's program on one GPU: cuBLASLt and NCCL --===//
 //
 // One host thread issues the program in its order onto one CUDA stream per
-// stream kind; a dependency on another stream is an event the stream waits
+// queue (a stream kind; a pipeline link's direction); a dependency on another stream is an event the stream waits
 // for. GEMMs are cuBLASLt matmuls (the algorithm chosen once per shape by
 // the heuristic and cached), fused attention is batched cuBLASLt GEMMs and
 // a row softmax (cuDNN's fused attention is the next step), memory-bound
 // kernels and the optimizer a streaming kernel of their bytes.
 // Collectives run on NCCL communicators split from the world
-// (ncclCommSplit), one per group and stream; pipeline sends and receives on
-// one communicator per sending stage, so that no communicator is used by
-// two CUDA streams of one rank; a send/receive group is one NCCL group.
+// (ncclCommSplit), one per group and stream; pipeline sends and receives
+// have one CUDA stream per queue (a peer and direction, queuesOf) and one
+// two-rank communicator per link and direction, so that no communicator is
+// used by two CUDA streams of one rank; a send/receive group is one NCCL
+// group.
 // The world's unique id travels through the rendezvous (TcpStore).
 //
 //===----------------------------------------------------------------------===//
@@ -147,10 +149,14 @@ private:
   const LaunchEnv &env;
   const RunOptions &options;
   std::unique_ptr<Rendezvous> rv;
-  cudaStream_t streams[kStreamKinds] = {};
+  /// Per queue (queuesOf; the compute stream first), and each
+  /// instruction's queue.
+  std::vector<cudaStream_t> streams;
+  std::vector<int> queueIndex;
   Blas blas;
   ncclComm_t world = nullptr;
-  /// ("g", group, stream) and ("pipe", sending stage, 0), ("ring", 0, 0).
+  /// ("g", group, stream), ("pipe"/"pipe-gradients", sender, receiver)
+  /// and ("ring", 0, 0).
   std::map<std::tuple<std::string, int, int>, ncclComm_t> comms;
   /// Activations, by buffer id.
   std::map<int, void *> live;
@@ -159,9 +165,6 @@ private:
   cudaEvent_t stepStart = nullptr;
 
   void *buffer(size_t bytes, int slot) { return blas.buffer(bytes, slot); }
-  /// Each rank's stage numbered over the replica groups (setUp).
-  std::vector<int> stageOfRank;
-  int globalStage(int rank) const { return stageOfRank[rank]; }
   void matmul(int64_t m, int64_t n, int64_t k, int64_t batch, Precision p,
               bool transA, bool transB, cudaStream_t st) {
     blas.matmul(m, n, k, batch, p, transA, transB, st);
@@ -269,6 +272,8 @@ void CudaRank::setUp() {
   if (!sameDevice(prog.device, prop.name))
     throw std::runtime_error("the plan places it on " + prog.device +
                              ", and this GPU is an " + prop.name);
+  // Queue 0 is the compute stream (queuesOf).
+  streams.resize(queuesOf(prog, &queueIndex).size());
   for (cudaStream_t &s : streams)
     check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking),
           "cudaStreamCreate");
@@ -287,17 +292,6 @@ void CudaRank::setUp() {
   }
   check(ncclCommInitRank(&world, set.worldSize, id, env.rank),
         "ncclCommInitRank");
-  std::map<int, int> stagesOfGroup; // replica group -> its stage count
-  for (const Program &p : set.ranks)
-    stagesOfGroup[p.replicaGroup] =
-        std::max(stagesOfGroup[p.replicaGroup], p.stage + 1);
-  for (const Program &p : set.ranks) {
-    int offset = 0;
-    for (const auto &[g, n] : stagesOfGroup)
-      if (g < p.replicaGroup)
-        offset += n;
-    stageOfRank.push_back(offset + p.stage);
-  }
   // The same splits in the same order on every rank, from the whole set.
   std::set<std::tuple<std::string, int, int>> keys;
   for (const Program &p : set.ranks)
@@ -308,7 +302,7 @@ void CudaRank::setUp() {
                in.stream == StreamKind::Comm)
         keys.insert({"ring", 0, 0});
       else if (in.kind == InstrKind::Send)
-        keys.insert({"pipe", globalStage(p.rank), 0});
+        keys.insert({in.backward ? "pipe-gradients" : "pipe", p.rank, in.peer});
     }
   for (const auto &key : keys) {
     int color = 0, rankInComm = env.rank;
@@ -317,6 +311,10 @@ void CudaRank::setUp() {
       auto it = std::find(m.begin(), m.end(), env.rank);
       color = it == m.end() ? NCCL_SPLIT_NOCOLOR : 1;
       rankInComm = int(it - m.begin());
+    } else if (std::get<0>(key) != "ring") {
+      // A link: its two ranks, the lower world rank first.
+      bool member = env.rank == std::get<1>(key) || env.rank == std::get<2>(key);
+      color = member ? 1 : NCCL_SPLIT_NOCOLOR;
     }
     ncclComm_t comm = nullptr;
     check(ncclCommSplit(world, color, rankInComm, &comm, nullptr),
@@ -338,7 +336,7 @@ void CudaRank::setUp() {
 
 void CudaRank::issue(int i) {
   const Instruction &in = prog.code[i];
-  cudaStream_t st = streams[int(in.stream)];
+  cudaStream_t st = streams[queueIndex[i]];
   for (int d : in.deps)
     check(cudaStreamWaitEvent(st, end[d], 0), "cudaStreamWaitEvent");
   check(cudaEventRecord(begin[i], st), "cudaEventRecord");
@@ -443,16 +441,20 @@ void CudaRank::issue(int i) {
     for (int j = i; j <= last; ++j) {
       const Instruction &x = prog.code[j];
       bool send = x.kind == InstrKind::Send;
+      bool ring = x.stream == StreamKind::Comm;
+      // On a link's communicator the peer is rank 0 or 1 (the lower world
+      // rank first).
+      int peer = ring ? x.peer : x.peer > env.rank ? 1 : 0;
       ncclComm_t comm =
-          x.stream == StreamKind::Comm
-              ? comms.at({"ring", 0, 0})
-              : comms.at({"pipe", globalStage(send ? env.rank : x.peer), 0});
+          ring ? comms.at({"ring", 0, 0})
+               : comms.at({x.backward ? "pipe-gradients" : "pipe",
+                           send ? env.rank : x.peer, send ? x.peer : env.rank});
       size_t bytes = size_t(std::max(1.0, x.bytes));
       void *p = buffer(bytes, send ? 5 : 6);
       if (send)
-        check(ncclSend(p, bytes, ncclUint8, x.peer, comm, st), "ncclSend");
+        check(ncclSend(p, bytes, ncclUint8, peer, comm, st), "ncclSend");
       else
-        check(ncclRecv(p, bytes, ncclUint8, x.peer, comm, st), "ncclRecv");
+        check(ncclRecv(p, bytes, ncclUint8, peer, comm, st), "ncclRecv");
     }
     check(ncclGroupEnd(), "ncclGroupEnd");
     break;

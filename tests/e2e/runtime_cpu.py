@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""The CPU backend end to end: plans for 2 CPU ranks run under `orrery run
---local 2`, under mpirun, and under torchrun's variables set by hand; each
+"""The CPU backend end to end: plans for 2 CPU ranks (tp, 1F1B, interleaved,
+ZB-H1, ZB-V, DualPipeV, ZeRO-1, two pools) run under `orrery run --local 2`, under mpirun, and under torchrun's variables set by hand; each
 reports measured against predicted. A killed rank stops the other with one
 line naming it; a plan for GPUs is refused on the CPU backend.
 
@@ -68,6 +68,11 @@ def main():
         "tp2": plan("tp2", "tp=2,mbs=2,gbs=8"),
         "pp2-1f1b": plan("pp2-1f1b", "pp=2,mbs=1,gbs=8"),
         "pp2-interleaved": plan("pp2-int", "pp=2,vpp=2,schedule=interleaved,mbs=1,gbs=8"),
+        # Weight gradients deferred (W tasks), and the V schedules: each
+        # stage sends to and receives from its neighbour both ways.
+        "pp2-zb-h1": plan("pp2-zbh1", "pp=2,schedule=zb-h1,mbs=1,gbs=8"),
+        "pp2-zb-v": plan("pp2-zbv", "pp=2,schedule=zb-v,mbs=1,gbs=8"),
+        "pp2-dualpipev": plan("pp2-dpv", "pp=2,schedule=dualpipev,mbs=1,gbs=8"),
         "dp2-zero1": plan("dp2-zero1", "dp=2,mbs=2,gbs=8,zero=1"),
         "hetero-two-pools": plan("hetero", None,
                                  os.path.join(args.clusters, "two-cpu-pools.json")),

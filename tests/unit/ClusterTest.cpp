@@ -270,3 +270,96 @@ TEST(Collective, AMeasuredCurveIsReadWhereItApplies) {
   EXPECT_NE(llvm::toString(negative.takeError()).find("seconds: expected a positive number"),
             std::string::npos);
 }
+
+namespace {
+Cluster aggregatingCluster(const std::string &nic, const std::string &agg,
+                           int nodes) {
+  std::string text = R"({"sites": [{"nodes": [{"count": )" +
+                     std::to_string(nodes) +
+                     R"(, "device": "A100-80G", "devices_per_node": 8, "nic": )" + nic;
+  if (!agg.empty())
+    text.insert(text.size() - 1, R"(, "in_network_aggregation": )" + agg);
+  text += "}]}]}";
+  auto c = parseClusterJson(text, "agg.json", HardwareCatalog::builtin());
+  EXPECT_TRUE(bool(c)) << (c ? "" : llvm::toString(c.takeError()));
+  return c ? *c : Cluster{};
+}
+} // namespace
+
+TEST(Collective, InNetworkAggregationSendsEachByteOnceThroughTheCards) {
+  // 16 DGX A100 (8 HDR cards each), all 128 GPUs in one all-reduce of
+  // 1 GiB: the ring moves 2·127/128 of it through the node's cards (NCCL's
+  // 0.96 of 8 x 25 GB/s); SHARP sends each local rank's 1/8 up its card
+  // once and the sum down once, at 0.9 of that, pipelined with the
+  // reduce-scatter and all-gather over NVLink inside the node.
+  Cluster sharp = aggregatingCluster(R"({"link": "IB-HDR", "count": 8})",
+                                     R"("sharp")", 16);
+  Cluster ring = aggregatingCluster(R"({"link": "IB-HDR", "count": 8})", "", 16);
+  GroupShape gs = groupShapeIn(sharp.groupOf(0), 1, 128),
+             gr = groupShapeIn(ring.groupOf(0), 1, 128);
+  double S = double(1 << 30);
+  double cards = 8 * 25e9;
+  double intraBus = 235e9; // NVLink3's ring: NCCL's cap on sm80
+  double intraS = 2.0 * 7 / 8 * S / intraBus;
+  double netS = S / (cards * 0.9 * 0.96);
+  double expected = 8.4e-6 + std::max(intraS, netS) + 14 * 3.4e-6 + 9.6e-6;
+  EXPECT_NEAR(aggregatedAllReduceTime(S, gs, 2), expected, 1e-9);
+  EXPECT_NEAR(collectiveTime(CollectiveKind::AllReduce, S, gs), expected, 1e-9);
+  double ringS = collectiveTime(CollectiveKind::AllReduce, S, gr);
+  EXPECT_GT(ringS, 1.3 * expected); // 2·127/128 of 192 GB/s vs 7/4 of 235
+  EXPECT_LT(aggregatedAllReduceTime(S, gr, 2), 0); // no aggregation
+  // Inside one node there is nothing for the network to sum.
+  EXPECT_LT(aggregatedAllReduceTime(S, groupShapeIn(sharp.groupOf(0), 1, 8), 2), 0);
+  // Only the all-reduce: a reduce-scatter is the ring's.
+  EXPECT_DOUBLE_EQ(collectiveTime(CollectiveKind::ReduceScatter, S, gs),
+                   collectiveTime(CollectiveKind::ReduceScatter, S, gr));
+
+  // SwitchML over one 100 GbE port per node: 32-bit fixed point on the
+  // wire, 256 B of every 330 B a payload. fp32 gradients beat the ring;
+  // bf16 ones double on the wire and lose to it.
+  Cluster sw = aggregatingCluster(R"({"link": "Eth-100G", "count": 1})",
+                                  R"("switchml")", 8);
+  GroupShape g = groupShapeIn(sw.groupOf(0), 1, 64);
+  double fp32 = aggregatedAllReduceTime(S, g, 4),
+         bf16 = aggregatedAllReduceTime(S, g, 2);
+  EXPECT_NEAR(bf16 - 8.4e-6 - 14 * 3.4e-6 - 20e-6,
+              2 * (fp32 - 8.4e-6 - 14 * 3.4e-6 - 20e-6), 1e-9);
+  EXPECT_NEAR(fp32, 8.4e-6 + S / (12.5e9 * 256.0 / 330.0) + 14 * 3.4e-6 + 20e-6,
+              1e-9);
+  GroupShape plain = g;
+  plain.aggregation = InNetworkAggregation{};
+  double ringT = collectiveTime(CollectiveKind::AllReduce, S, plain, 4);
+  EXPECT_LT(fp32, ringT);
+  EXPECT_GT(bf16, ringT);
+  EXPECT_DOUBLE_EQ(collectiveTime(CollectiveKind::AllReduce, S, g, 2), ringT);
+  // One switch's 64 ports: 65 nodes are beyond it.
+  Cluster big = aggregatingCluster(R"({"link": "Eth-100G", "count": 1})",
+                                   R"("switchml")", 65);
+  EXPECT_LT(aggregatedAllReduceTime(S, groupShapeIn(big.groupOf(0), 1, 520), 4), 0);
+}
+
+TEST(Cluster, InNetworkAggregationErrorsNameTheField) {
+  auto bad = [](const std::string &nic) {
+    auto c = parseClusterJson(
+        R"({"sites": [{"nodes": [{"count": 2, "device": "A100-80G", "nic": )" +
+            nic + "}]}]}",
+        "agg.json", HardwareCatalog::builtin());
+    EXPECT_FALSE(bool(c));
+    return c ? std::string() : llvm::toString(c.takeError());
+  };
+  EXPECT_EQ(bad(R"({"link": "Eth-100G", "in_network_aggregation": "sharp"})"),
+            "agg.json: sites[0].nodes[0].nic.in_network_aggregation: sharp runs "
+            "in InfiniBand switches, and the cards are Eth-100G (ethernet)");
+  EXPECT_EQ(bad(R"({"link": "IB-HDR", "in_network_aggregation": "switchml"})"),
+            "agg.json: sites[0].nodes[0].nic.in_network_aggregation: switchml "
+            "runs in an Ethernet switch, and the cards are IB-HDR (infiniband)");
+  EXPECT_EQ(bad(R"({"link": "IB-HDR", "in_network_aggregation": "magic"})"),
+            "agg.json: sites[0].nodes[0].nic.in_network_aggregation: unknown "
+            "kind 'magic' (known: sharp, switchml, none)");
+  EXPECT_NE(bad(R"({"link": "IB-HDR", "in_network_aggregation": {"kind": "sharp", "efficiency": 2}})")
+                .find(".efficiency: must be a number in (0, 1]"),
+            std::string::npos);
+  EXPECT_NE(bad(R"({"link": "IB-HDR", "in_network_aggregation": {"kind": "sharp", "ports": 2}})")
+                .find("nic.in_network_aggregation.ports: unknown field"),
+            std::string::npos);
+}

@@ -12,6 +12,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 using namespace orrery;
 
 namespace {
@@ -50,7 +52,8 @@ TEST(Lowering, EveryGeneratedPlanPassesTheCheck) {
   Cluster c8 = preset("8xA100-80G"), c2x4 = preset("2x4xA100-80G");
   int lowered = 0;
   const char *schedules[] = {"schedule=gpipe", "schedule=1f1b",
-                             "schedule=interleaved,vpp=2"};
+                             "schedule=interleaved,vpp=2", "schedule=zb-h1",
+                             "schedule=zb-v", "schedule=dualpipev"};
   const char *extras[] = {"zero=0",
                           "zero=1,recompute=selective",
                           "zero=3,recompute=full",
@@ -390,6 +393,41 @@ TEST(Lowering, BrokenProgramsNameTheRankAndTheInstruction) {
   }
 }
 
+TEST(Lowering, VSchedulesNeedAQueuePerLinkAndDirection) {
+  // A V's stage meets its neighbour both ways (chunk 0's activations go
+  // down, the last chunk's come back up): with one queue per direction of
+  // each link the set runs to its end; with one queue per peer, the
+  // order in which a stage sends activations and gradients is not the
+  // order in which its neighbour waits for them, and the rendezvous
+  // deadlocks (what the check is there to find).
+  Workload moe = test::moeModel(8, 10'000'000, 1 << 20);
+  int merged = 0;
+  for (const char *st : {"pp=2,dp=16,mbs=1,gbs=128,schedule=zb-v",
+                         "pp=4,dp=8,mbs=1,gbs=64,schedule=zb-v",
+                         "pp=4,ep=4,dp=8,mbs=1,gbs=64,schedule=dualpipev",
+                         "pp=2,dp=16,mbs=1,gbs=128,schedule=dualpipev"}) {
+    std::string why;
+    ProgramSet set;
+    ASSERT_TRUE(lowerAndCheck(moe, preset("4x8xA100-80G"), st, why, &set))
+        << st << ": " << why;
+    // Stage 0 both sends to and receives from stage 1, both ways.
+    int sends = 0, gradientSends = 0;
+    for (const Instruction &in : set.ranks[0].code)
+      if (in.kind == InstrKind::Send && in.stream == StreamKind::PipeSend) {
+        ++sends;
+        gradientSends += in.backward;
+      }
+    EXPECT_GT(gradientSends, 0) << st;
+    EXPECT_LT(gradientSends, sends) << st;
+    for (Program &p : set.ranks)
+      for (Instruction &in : p.code)
+        if (in.stream == StreamKind::PipeSend || in.stream == StreamKind::PipeRecv)
+          in.backward = false;
+    merged += checkError(set).find("deadlock") != std::string::npos;
+  }
+  EXPECT_GT(merged, 0);
+}
+
 TEST(Lowering, TheTextNamesSpansStreamsAndShapes) {
   ProgramSet set = pipelineSet();
   std::string text = programText(set, 2);
@@ -420,6 +458,24 @@ TEST(Lowering, ProgramsRoundTripThroughJson) {
   ASSERT_FALSE(bool(refused));
   EXPECT_EQ(llvm::toString(refused.takeError()),
             "ranks[1].code[3].kind: unknown");
+}
+
+TEST(Lowering, QueuesAreStreamsAndPipelineLinksByDirection) {
+  ProgramSet set = pipelineSet();
+  std::vector<int> index;
+  std::vector<Queue> queues = queuesOf(set.ranks[2], &index);
+  ASSERT_FALSE(queues.empty());
+  EXPECT_EQ(queues[0].stream, StreamKind::Compute);
+  // Stage 1 of 2 (rank 2): activations in from rank 0, gradients out to it.
+  std::vector<std::string> names;
+  for (const Queue &q : queues)
+    names.push_back(queueName(q));
+  EXPECT_NE(std::find(names.begin(), names.end(), "pp-recv from 0 (activations)"),
+            names.end());
+  EXPECT_NE(std::find(names.begin(), names.end(), "pp-send to 0 (gradients)"),
+            names.end());
+  for (size_t i = 0; i < index.size(); ++i)
+    EXPECT_EQ(queues[index[i]], queueOf(set.ranks[2].code[i]));
 }
 
 TEST(Lowering, WhatTheRuntimeCannotRunIsRefused) {

@@ -613,6 +613,10 @@ int main(int argc, char **argv) {
     auto text2 = orrery::exportPlan(*plan, exportFormat);
     if (!text2)
       return fail(exportPlanPath + ": " + llvm::toString(text2.takeError()));
+    if (plan->aggregation == "sharp" && exportFormat == "deepspeed")
+      std::cerr << "note: launch with NCCL_COLLNET_ENABLE=1 (e.g. in "
+                   ".deepspeed_env): the plan's gradient all-reduce was "
+                   "priced through InfiniBand SHARP\n";
     if (exportOut.empty()) {
       std::cout << *text2;
       return 0;
@@ -889,6 +893,21 @@ int main(int argc, char **argv) {
     options.budgetUsdPerHour = budget;
     options.topK = topK;
     options.framework = planFramework;
+    // A framework's collectives are NCCL's: SwitchML's switch sum (its own
+    // client library) does not run under any of them, so the plan is
+    // priced without it.
+    if (!planFramework.empty())
+      for (orrery::Site &site : cluster->sites)
+        for (orrery::NodeGroup &ng : site.nodeGroups)
+          if (ng.aggregation.kind ==
+              orrery::InNetworkAggregation::Kind::SwitchML) {
+            ng.aggregation = orrery::InNetworkAggregation{};
+            if (!quiet)
+              std::cerr << "note: --framework " << planFramework
+                        << " runs its gradient all-reduce in NCCL: priced "
+                           "without the cluster's SwitchML aggregation ("
+                        << site.name << ")\n";
+          }
     // Megatron-LM accumulates weight gradients inside the wgrad GEMM and
     // XLA fuses the add into it; PyTorch's autograd (DeepSpeed, torchtitan,
     // DDP/FSDP) adds each micro-batch's gradient in a kernel of its own.

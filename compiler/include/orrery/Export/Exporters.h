@@ -57,6 +57,9 @@ struct ExportPlan {
   /// the next layer whole) and the model's parameters (model.parameters).
   double zero3PrefetchParams = 0;
   int64_t parameters = 0;
+  /// The switches' sum the gradient all-reduce was priced with
+  /// (predicted.in_network_aggregation: "", "sharp", "switchml").
+  std::string aggregation;
 };
 
 /// Reads the plan (strategy fields checked as `orrery check` does).

@@ -25,6 +25,8 @@ struct NodeGroup {
   const LinkSpec *intraNodeLink = nullptr;
   const LinkSpec *nic = nullptr;
   int nicsPerNode = 1;
+  /// What the switches behind the cards reduce (`nic.in_network_aggregation`).
+  InNetworkAggregation aggregation;
   double priceUsdPerDeviceHour = 0;
   double powerW = 0; ///< per device; the device's datasheet power by default
   /// Per device by activity: the node's `power_w_by_activity`, else the

@@ -8,7 +8,10 @@
 // SHARP (H100, B200), NVLS: the switch reduces, so each GPU sends its
 // buffer once and receives the reduced buffer once, (n+1)/n of the message
 // each way (reduce-scatter reads n shards of S/n, all-gather multicasts
-// one), at NCCL's NVLS efficiency of the link. A group spanning nodes also has a two-level
+// one), at NCCL's NVLS efficiency of the link. Across nodes whose network
+// aggregates (InfiniBand SHARP, SwitchML): reduce-scatter inside each node,
+// each local rank's shard up through its card once and the sum down once,
+// all-gather inside, pipelined (aggregatedAllReduceTime). A group spanning nodes also has a two-level
 // (hierarchical) form: reduce-scatter inside each node, all-reduce across
 // nodes, all-gather inside; the faster of the two is used. Bandwidth is what
 // NCCL reaches on a link: its own per-link figures (src/graph/topo.h: 20 GB/s
@@ -49,6 +52,8 @@ struct GroupShape {
   /// Whether an all-reduce inside one node may use NVLink SHARP where the
   /// link has it (NCCL picks the faster of it and the ring).
   bool nvls = true;
+  /// What the network between the nodes reduces (SHARP, SwitchML).
+  InNetworkAggregation aggregation;
 };
 
 /// Rings a point-to-point topology offers to local ranks 0..ranks-1: each
@@ -62,8 +67,15 @@ int ringsInTopology(const std::vector<std::vector<int>> &links, int ranks);
 double ncclLinkEfficiency(const LinkSpec &link);
 /// Bus bandwidth (bytes/s) a ring over this group reaches, per rank.
 double ringBusBandwidth(const GroupShape &g);
-/// Seconds for a collective of `bytes` (the full message) over the group.
-double collectiveTime(CollectiveKind kind, double bytes, const GroupShape &g);
+/// Seconds for a collective of `bytes` (the full message) over the group;
+/// `elementBytes`: the size of one element (a gradient's reduce precision;
+/// what SwitchML's 32-bit wire format doubles or keeps).
+double collectiveTime(CollectiveKind kind, double bytes, const GroupShape &g,
+                      int elementBytes = 2);
+/// The same all-reduce through the network's aggregation; < 0 where the
+/// group has none (inside one node, more nodes than it spans).
+double aggregatedAllReduceTime(double bytes, const GroupShape &g,
+                               int elementBytes);
 
 } // namespace orrery
 

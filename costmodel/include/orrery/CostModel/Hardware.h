@@ -184,6 +184,36 @@ struct LinkSpec {
   std::vector<MeasuredPoint> measured;
 };
 
+/// Reduction in the network between nodes (docs/costmodel.md, "In-network
+/// aggregation"): the switches sum what the nodes send, so an all-reduce
+/// across nodes sends each byte up once and receives the sum once, instead
+/// of a ring's 2(n-1)/n passes.
+struct InNetworkAggregation {
+  enum class Kind {
+    None,
+    /// InfiniBand SHARP through NCCL's CollNet (Graham et al., COMHPC'16;
+    /// NCCL_COLLNET_ENABLE=1 with the SHARP plugin): a tree of switches,
+    /// any number of nodes; at NCCL's CollNet efficiency.
+    Sharp,
+    /// SwitchML (Sapio et al., NSDI'21): one programmable switch sums
+    /// 32-bit fixed-point packets of 64 elements; the nodes a switch
+    /// reaches (its ports) at most; a 16-bit gradient doubles on the wire.
+    SwitchML,
+  } kind = Kind::None;
+  /// The fraction of the cards' line rate the aggregated stream reaches.
+  double efficiency = 0;
+  /// The most nodes one aggregation spans (0: any).
+  int maxNodes = 0;
+  /// Bytes each element takes on the wire (0: the element's own).
+  int wireElementBytes = 0;
+};
+const char *aggregationName(InNetworkAggregation::Kind k);
+/// Reads `in_network_aggregation` — "sharp", "switchml", "none", or
+/// {"kind", "efficiency", "max_nodes"} — for nodes whose cards are `nic`.
+/// Returns the problem (": unknown kind 'x' ...") or "".
+std::string readAggregation(const nlohmann::json &v, const LinkSpec &nic,
+                            InNetworkAggregation &out);
+
 /// The catalog of known devices and links.
 class HardwareCatalog {
 public:

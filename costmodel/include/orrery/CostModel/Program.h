@@ -22,6 +22,7 @@
 
 #include <cstdint>
 #include <string>
+#include <tuple>
 #include <vector>
 
 namespace orrery {
@@ -62,7 +63,8 @@ struct Instruction {
   std::string name, span;
   /// Gemm: batch products of [m, k] x [k, n]; Attention: batch x heads
   /// queries of qLen over kvLen keys (kvHeads key-value heads), head and
-  /// value dims, causal, backward.
+  /// value dims, causal, backward. Send/Recv: `backward` marks a
+  /// gradient (a pipeline message's direction: its queue, queueOf).
   int64_t m = 0, n = 0, k = 0, batch = 1;
   int64_t heads = 0, kvHeads = 0, qLen = 0, kvLen = 0, headDim = 0,
           valueDim = 0;
@@ -88,6 +90,29 @@ struct Instruction {
   double predictedS = 0;
 };
 
+/// What an instruction waits in line behind: the instructions before it
+/// on the same queue. A queue is a stream, except that pipeline sends and
+/// receives have one queue per peer and direction (activations, gradients):
+/// one link's messages of one direction go in micro-batch order on both of
+/// its ranks, so a schedule that meets both neighbours in a different order
+/// than they meet it (a V's stages) cannot block on the order of the other
+/// link, as PyTorch's one NCCL communicator per pair of ranks does not.
+struct Queue {
+  StreamKind stream = StreamKind::Compute;
+  int peer = -1;
+  bool backward = false;
+  bool operator<(const Queue &o) const {
+    return std::tie(stream, peer, backward) <
+           std::tie(o.stream, o.peer, o.backward);
+  }
+  bool operator==(const Queue &o) const {
+    return stream == o.stream && peer == o.peer && backward == o.backward;
+  }
+};
+Queue queueOf(const Instruction &in);
+/// "pp-send to 3 (gradients)": a queue as people read it.
+std::string queueName(const Queue &q);
+
 /// One rank's step.
 struct Program {
   int rank = 0;
@@ -102,6 +127,12 @@ struct Program {
   double predictedPeakBytes = 0;
   std::vector<Instruction> code;
 };
+
+/// A program's queues: the compute stream, then the others in the order
+/// their first instructions come; and
+/// (indexOf) each instruction's queue among them.
+std::vector<Queue> queuesOf(const Program &p,
+                            std::vector<int> *indexOf = nullptr);
 
 struct ProgramSet {
   int worldSize = 0;
@@ -123,8 +154,8 @@ std::string programText(const ProgramSet &set, int rank);
 /// The static check (docs/runtime.md): every dependency earlier on the
 /// rank; every send met by its receive (peer, tag and bytes); every
 /// collective entered by all members of its group, in the same order, with
-/// the same kind and bytes; the set runs to its end when each stream
-/// executes in order, a send or receive waits for its partner and a
+/// the same kind and bytes; the set runs to its end when each queue
+/// (queueOf) executes in order, a send or receive waits for its partner and a
 /// collective for its whole group (no deadlock, no cycle); no rank's
 /// memory above its predicted peak plus the allowance. The error names the
 /// rank and the instruction.

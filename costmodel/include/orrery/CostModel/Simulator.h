@@ -221,6 +221,9 @@ struct StepResult {
   KernelFusion kernels = KernelFusion::Fused;
   /// Assumptions::zero3PrefetchParams as priced.
   double zero3PrefetchParameters = 0;
+  /// "sharp" or "switchml" where the gradient all-reduce was priced
+  /// through the switches' aggregation (the launch must enable it), else "".
+  std::string inNetworkAggregation;
   /// Devices without tensor cores for the strategy's precision, whose
   /// GEMMs were priced at their fp32 rate (bf16 on a V100).
   std::vector<std::string> precisionFallbackDevices;
