@@ -54,6 +54,7 @@ public:
       for (int64_t i = 0; i < run.count; ++i)
         sequence.push_back(run.kind);
     gbs = o.globalBatch > 0 ? o.globalBatch : 1024;
+    pinned = pinnedSamples(c, gbs);
     heads = w.attentionHeads();
   }
 
@@ -72,6 +73,21 @@ private:
   std::map<std::tuple<int, int, int64_t, int>, KindTable> tables;
   std::vector<Candidate> candidates;
   int64_t pruned = 0;
+  /// Samples each site must read itself (Site::dataShare).
+  std::vector<int64_t> pinned; // set with gbs
+  /// Whether the replicas starting at each site take its pinned samples.
+  bool pinsHold(const HeteroStrategy &s) const {
+    std::vector<int64_t> taken(pinned.size(), 0);
+    for (const ReplicaGroup &g : s.groups)
+      taken[pools[g.stages.front().pool].site] += g.samples();
+    for (size_t i = 0; i < pinned.size(); ++i)
+      if (taken[i] < pinned[i])
+        return false;
+    return true;
+  }
+  /// Candidates dropped for leaving a site's pinned data unread.
+  int64_t unpinned = 0;
+  void add(Candidate cand) { candidates.push_back(std::move(cand)); }
   /// This pass's ZeRO stage: 1 (the optimizer sharded over a group's
   /// replicas, free), then 3 only when nothing fits with it.
   int zero = 1;
@@ -372,7 +388,7 @@ void Search::pipelines(const std::vector<int> &order) {
             g.stages.push_back({slots[i].pool, slots[i].tp, layers[i], {}});
           s.groups.push_back(std::move(g));
           double bound = pipelineBound(s.groups.front(), m);
-          candidates.push_back({scoreBound(bound, s), s, slowest});
+          add({scoreBound(bound, s), s, slowest});
           break; // more recompute only adds time
         }
       }
@@ -490,34 +506,57 @@ void Search::perPoolGroups() {
       // next goes to the replica that would finish it first, among those
       // whose micro-batch still fits in the samples left.
       using Entry = std::tuple<double, int, int>; // finish, group, replica
-      std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>>
-          next;
       std::vector<std::vector<int64_t>> shares;
       int64_t left = gbs;
+      // Samples a site with pinned data still needs its own replicas to
+      // take (Site::dataShare).
+      std::vector<int64_t> need = pinned;
+      auto siteOf = [&](size_t j) {
+        return pools[(*lists[j])[pick[j]].group.stages.front().pool].site;
+      };
       for (size_t j = 0; j < subset.size(); ++j) {
         const Option &opt = (*lists[j])[pick[j]];
         shares.emplace_back(opt.group.replicas, 1);
         left -= opt.group.replicas * opt.group.microBatch;
-        for (int r = 0; r < opt.group.replicas; ++r)
-          next.push({opt.fixedS + 2 * opt.perMicroBatchS, int(j), r});
+        need[siteOf(j)] -= opt.group.replicas * opt.group.microBatch;
       }
-      std::vector<Entry> tooBig;
       if (left > kMaxPlanStepTasks) { // more micro-batches than a search simulates
         ++tooLong;
         left = -1;
       }
-      while (left > 0 && !next.empty()) {
-        auto [finish, j, r] = next.top();
-        next.pop();
-        const Option &opt = (*lists[j])[pick[j]];
-        if (opt.group.microBatch > left) {
-          tooBig.push_back({finish, j, r});
-          continue;
+      // First the pinned data, each site's to its own replicas, then the
+      // rest to any; each time to the replica that would finish first.
+      auto fill = [&](bool pinnedPass) {
+        std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>>
+            next;
+        for (size_t j = 0; j < subset.size(); ++j) {
+          if (pinnedPass && need[siteOf(j)] <= 0)
+            continue;
+          const Option &opt = (*lists[j])[pick[j]];
+          for (int r = 0; r < opt.group.replicas; ++r)
+            next.push({opt.fixedS + double(shares[j][r] + 1) *
+                                        opt.perMicroBatchS,
+                       int(j), r});
         }
-        int64_t m = ++shares[j][r];
-        left -= opt.group.microBatch;
-        next.push({opt.fixedS + double(m + 1) * opt.perMicroBatchS, j, r});
-      }
+        while (left > 0 && !next.empty()) {
+          auto [finish, j, r] = next.top();
+          next.pop();
+          const Option &opt = (*lists[j])[pick[j]];
+          int site = siteOf(j);
+          if (opt.group.microBatch > left || (pinnedPass && need[site] <= 0))
+            continue;
+          int64_t m = ++shares[j][r];
+          left -= opt.group.microBatch;
+          need[site] -= opt.group.microBatch;
+          next.push({opt.fixedS + double(m + 1) * opt.perMicroBatchS, j, r});
+        }
+      };
+      if (left > 0)
+        fill(true);
+      if (std::any_of(need.begin(), need.end(), [](int64_t n) { return n > 0; }))
+        left = -1; // a site's data does not fit its replicas' share
+      if (left > 0)
+        fill(false);
       if (left == 0) {
         HeteroStrategy s;
         s.globalBatch = gbs;
@@ -533,7 +572,7 @@ void Search::perPoolGroups() {
                                                         shares[j].end())));
           s.groups.push_back(std::move(g));
         }
-        candidates.push_back({scoreBound(bound, s), s});
+        add({scoreBound(bound, s), s});
       }
       size_t j = 0; // next pick
       while (j < pick.size() && ++pick[j] == lists[j]->size())
@@ -606,7 +645,7 @@ void Search::uniformPerPoolGroups() {
             ++pruned;
             continue;
           }
-          candidates.push_back({scoreBound(bound, s), s});
+          add({scoreBound(bound, s), s});
           break;
         }
       }
@@ -660,6 +699,12 @@ llvm::Expected<HeteroPlanResult> Search::run() {
                        return x.bound < y.bound;
                      });
     for (const Candidate &cand : candidates) {
+      // The single-pool pipelines stay candidates for perPoolGroups'
+      // options even where they cannot hold a site's data alone.
+      if (!pinsHold(cand.s)) {
+        ++unpinned;
+        continue;
+      }
       if (int(best.size()) >= K &&
           cand.bound >= objectiveScoreOf(best.back()) * (1 - 1e-12)) {
         ++pruned;
@@ -697,6 +742,17 @@ llvm::Expected<HeteroPlanResult> Search::run() {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
           .count();
   if (best.empty()) {
+    if (!closest && unpinned > 0) {
+      std::string sites;
+      std::vector<int64_t> need = pinnedSamples(c, gbs);
+      for (size_t i = 0; i < need.size(); ++i)
+        if (need[i] > 0)
+          sites += (sites.empty() ? "" : ", ") + c.sites[i].name + " " +
+                   std::to_string(need[i]) + " samples";
+      return err("plan: no strategy reads each site's pinned data there "
+                 "(data_share: " + sites + " of " + std::to_string(gbs) +
+                 "): the site's devices cannot take their share");
+    }
     if (!closest && tooLong > 0)
       return err("plan: a global batch of " + std::to_string(gbs) +
                  " samples is more micro-batches than the planner simulates "

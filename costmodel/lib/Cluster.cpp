@@ -231,10 +231,24 @@ parseClusterJsonImpl(const std::string &text, const std::string &what,
     std::string spath = "sites[" + std::to_string(s) + "]";
     if (!site.is_object())
       return err(what, spath + ": must be an object");
-    if (auto e = onlyKeys(site, spath, {"name", "nodes"}))
+    if (auto e = onlyKeys(site, spath, {"name", "nodes", "data_share"}))
       return std::move(e);
     Site st;
     st.name = site.value("name", "site" + std::to_string(s));
+    if (site.contains("data_share")) {
+      const json &v = site["data_share"];
+      if (!v.is_number() || !(v.get<double>() >= 0) || v.get<double>() > 1)
+        return err(what, spath + ".data_share: must be a fraction from 0 to "
+                                 "1, got " + v.dump());
+      st.dataShare = v.get<double>();
+      double pinned = st.dataShare;
+      for (const Site &prev : c.sites)
+        pinned += prev.dataShare;
+      if (pinned > 1 + 1e-9)
+        return err(what, spath + ".data_share: the sites' shares add up to " +
+                             std::to_string(pinned) + ", more than the whole "
+                             "batch");
+    }
     for (const Site &prev : c.sites)
       if (prev.name == st.name)
         return err(what,

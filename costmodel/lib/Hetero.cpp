@@ -23,6 +23,8 @@
 #include "Simulation.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <map>
 #include <set>
 
@@ -326,6 +328,35 @@ void groupPipeline(const Cluster &c, const HeteroStrategy &s, size_t g,
 
 } // namespace detail
 
+std::vector<int64_t> pinnedSamples(const Cluster &c, int64_t globalBatch) {
+  std::vector<int64_t> out;
+  for (const Site &site : c.sites)
+    out.push_back(int64_t(std::ceil(site.dataShare * double(globalBatch) - 1e-9)));
+  return out;
+}
+
+/// Where a site holds pinned data, the replicas that start there (their
+/// first stage reads the samples) take at least its share.
+static llvm::Error checkDataShares(const Cluster &c, const HeteroStrategy &s,
+                                   const std::vector<Pool> &pools) {
+  std::vector<int64_t> pinned = pinnedSamples(c, s.globalBatch);
+  std::vector<int64_t> taken(c.sites.size(), 0);
+  for (const ReplicaGroup &rg : s.groups)
+    taken[pools[rg.stages.front().pool].site] += rg.samples();
+  for (size_t i = 0; i < pinned.size(); ++i)
+    if (taken[i] < pinned[i]) {
+      char share[32];
+      std::snprintf(share, sizeof share, "%g", c.sites[i].dataShare);
+      return inputError(
+          "site " + c.sites[i].name + " holds " + std::to_string(pinned[i]) +
+          " of the " + std::to_string(s.globalBatch) +
+          " samples (data_share " + share +
+          "), and the replicas whose first stage is there take " +
+          std::to_string(taken[i]));
+    }
+  return llvm::Error::success();
+}
+
 llvm::Expected<HeteroResult> simulateHetero(const Workload &w,
                                             const Cluster &c, HeteroStrategy s,
                                             const Assumptions &a,
@@ -333,6 +364,8 @@ llvm::Expected<HeteroResult> simulateHetero(const Workload &w,
   if (auto e = placeDevices(s, w, c))
     return std::move(e);
   std::vector<Pool> pools = clusterPools(c);
+  if (auto e = checkDataShares(c, s, pools))
+    return std::move(e);
   HeteroResult r;
   r.strategy = s;
   double peakFlops = 0;

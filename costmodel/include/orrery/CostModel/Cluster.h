@@ -41,6 +41,10 @@ struct NodeGroup {
 struct Site {
   std::string name;
   std::vector<NodeGroup> nodeGroups;
+  /// The fraction of the global batch whose samples live here and are read
+  /// only here (`data_share`): the replicas whose first stage is at this
+  /// site take at least that many samples a step; 0: none pinned.
+  double dataShare = 0;
 };
 
 /// A link between two sites.

@@ -32,6 +32,10 @@ struct Pool {
 /// The cluster's pools, in device order.
 std::vector<Pool> clusterPools(const Cluster &c);
 
+/// Samples of the global batch each site must read itself a step (its
+/// `data_share`, rounded up to whole samples), by site index.
+std::vector<int64_t> pinnedSamples(const Cluster &c, int64_t globalBatch);
+
 struct HeteroStage {
   int pool = 0;
   int tp = 1;
