@@ -25,6 +25,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "..", "bench"))
 sys.path.insert(0, HERE)
 from validate import gpt_model, cluster_for  # noqa: E402
 from shared_models import DIMS  # noqa: E402
+from model_dims import bindable  # noqa: E402
 
 FRAMEWORKS = ["megatron", "deepspeed", "torchtitan", "pytorch", "jax"]
 
@@ -44,10 +45,11 @@ def problems(args):
         print("skipped the SC'21 configurations: shared/validation absent")
     folder = os.path.join(args.shared, "models") if args.shared else ""
     if folder and os.path.isdir(folder):
-        dims = [f for d in DIMS for f in ("--dim", d)]
         for name in sorted(os.listdir(folder)):
             if name.endswith(".onnx"):
-                out.append((name, os.path.join(folder, name), "8x8xA100-80G", 512, dims))
+                path = os.path.join(folder, name)
+                dims = [f for d in bindable(args.orrery, path, DIMS) for f in ("--dim", d)]
+                out.append((name, path, "8x8xA100-80G", 512, dims))
     else:
         print("skipped the shared models: shared/models absent")
     return out

@@ -27,6 +27,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from tally import Tally  # noqa: E402
+from model_dims import bindable  # noqa: E402
 
 # Dims the real exports leave symbolic.
 DIMS = ["batch=1", "sequence=512", "p2o.DynamicDimension.0=1",
@@ -171,7 +172,8 @@ def main():
     expected = manifest_counts(manifest)
     tally = Tally()
     for name in sorted(f for f in os.listdir(models) if f.endswith(".onnx")):
-        proc = run_stats(args.orrery, os.path.join(models, name), DIMS)
+        dims = bindable(args.orrery, os.path.join(models, name), DIMS)
+        proc = run_stats(args.orrery, os.path.join(models, name), dims)
         problems = []
         if proc.returncode != 0:
             problems.append(f"exit {proc.returncode}: {proc.stderr.strip()}")
@@ -190,7 +192,7 @@ def main():
             repeats = repeated_layers(stats)
             if name in LAYERS and repeats != LAYERS[name]:
                 problems.append(f"repeated layers {repeats}, expected {LAYERS[name]}")
-            problems += plan_problems(args.orrery, os.path.join(models, name), DIMS, args.workdir)
+            problems += plan_problems(args.orrery, os.path.join(models, name), dims, args.workdir)
         detail = "" if problems else \
             f"{stats['parameters']:,} params, layers " + \
             " ".join(f"{l['kind']}x{l['count']}" for l in stats["layers"])

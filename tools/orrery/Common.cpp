@@ -75,6 +75,7 @@ void defaultBatchToOne(ModelArgs &args) {
     if (d.rfind("batch=", 0) == 0)
       return;
   args.dims.push_back("batch=1");
+  args.optionalDims.insert("batch");
 }
 
 /// Layout prices from a cluster's first device and its intra-node link.
@@ -106,6 +107,7 @@ mlir::OwningOpRef<mlir::ModuleOp> frontEnd(mlir::MLIRContext &ctx,
                                            int &rc) {
   orrery::onnx::LoadOptions options;
   std::string err = parseDims(args.dims, options);
+  options.optionalDims = args.optionalDims;
   if (!err.empty()) {
     rc = fail(err);
     return nullptr;

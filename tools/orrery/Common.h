@@ -15,6 +15,7 @@
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,8 @@ std::string parseDims(const std::vector<std::string> &specs,
 struct ModelArgs {
   std::string path;
   std::vector<std::string> dims;
+  /// Dims bound by default (batch=1), which a model may lack.
+  std::set<std::string> optionalDims;
   /// The kernels the front end prepares the graph for when it outlines:
   /// `orrery-fuse-kernels` runs first unless eager (attention stays unfused
   /// for unfused-attention).

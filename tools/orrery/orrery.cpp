@@ -149,6 +149,7 @@ int emitSharded(ModelArgs args, const orrery::Strategy &st,
                                  }),
                   args.dims.end());
   args.dims.push_back("batch=" + std::to_string(st.microBatch * st.dp));
+  args.optionalDims.insert("batch"); // a model of fixed shapes keeps its own
   mlir::MLIRContext ctx;
   ctx.disableMultithreading();
   int rc = 0;

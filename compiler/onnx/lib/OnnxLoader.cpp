@@ -1082,6 +1082,14 @@ void Loader::run(::onnx::ModelProto &proto) {
   for (const auto &t : g.initializer())
     inits.insert(t.name());
 
+  // A binding that names no dim of the inputs would otherwise leave the
+  // model at the size it was exported with, without a word.
+  std::set<std::string> symbols;
+  for (const auto &input : g.input())
+    if (input.type().has_tensor_type())
+      for (const auto &dim : input.type().tensor_type().shape().dim())
+        if (dim.has_dim_param())
+          symbols.insert(dim.dim_param());
   // Bind symbolic dims of the graph inputs; name every unbound one.
   std::vector<std::string> unbound;
   for (auto &input : *g.mutable_input()) {
@@ -1104,6 +1112,17 @@ void Loader::run(::onnx::ModelProto &proto) {
       }
     }
   }
+  for (const auto &[name, value] : options.dims)
+    if (!symbols.count(name) && !options.optionalDims.count(name)) {
+      std::string known;
+      for (const std::string &sym : symbols)
+        known += (known.empty() ? "" : ", ") + sym;
+      throw LoadError("--dim " + name + "=" + std::to_string(value) +
+                      ": the model's inputs have no symbolic dim '" + name +
+                      "' (" + (known.empty() ? "they have none: its shapes are fixed"
+                                             : "they have: " + known) +
+                      ")");
+    }
   if (!unbound.empty()) {
     std::string msg = "unbound symbolic dims: ";
     for (size_t i = 0; i < unbound.size(); ++i)

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <map>
+#include <set>
 #include <memory>
 #include <string>
 #include <vector>
@@ -128,8 +129,11 @@ struct ModelDesc {
 };
 
 struct LoadOptions {
-  /// Values for symbolic dims (`--dim batch=8`).
+  /// Values for symbolic dims (`--dim batch=8`). One the inputs do not
+  /// have is an error (it would leave the model at its exported size),
+  /// unless it is optional (a default the tool supplies: batch=1).
   std::map<std::string, int64_t> dims;
+  std::set<std::string> optionalDims;
 };
 
 /// The model, or a one-line error naming the offending thing.
