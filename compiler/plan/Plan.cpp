@@ -125,6 +125,24 @@ ojson stageJson(const StageReport &st) {
 }
 
 /// What every plan starts with: the format and the model it is for.
+llvm::Expected<std::vector<std::string>> planDims(const nlohmann::json &plan,
+                                                  const std::string &what) {
+  std::vector<std::string> out;
+  if (!plan.contains("model") || !plan["model"].is_object() ||
+      !plan["model"].contains("dims"))
+    return out;
+  const nlohmann::json &d = plan["model"]["dims"];
+  if (!d.is_object())
+    return inputError(what + ": model.dims: must be an object of dim values");
+  for (auto it = d.begin(); it != d.end(); ++it) {
+    if (!it.value().is_number_integer() || it.value().get<int64_t>() <= 0)
+      return inputError(what + ": model.dims." + it.key() +
+                 ": must be a positive integer");
+    out.push_back(it.key() + "=" + std::to_string(it.value().get<int64_t>()));
+  }
+  return out;
+}
+
 static ojson planHeader(const Workload &w, const PlanInputs &in) {
   ojson j;
   j["schema"] = "orrery-plan";
@@ -137,6 +155,8 @@ static ojson planHeader(const Workload &w, const PlanInputs &in) {
                 {"parameters", w.parameters()},
                 {"tokens_per_sample", w.tokensPerSample},
                 {"layers", layers}};
+  if (!in.dims.empty())
+    j["model"]["dims"] = in.dims;
   // Which weights train, as `orrery check` must build the workload again.
   if (w.fineTuning.active()) {
     const FineTuning &ft = w.fineTuning;
@@ -781,7 +801,8 @@ const FieldType kPlanFields[] = {
     {"model.digest_fnv1a64", K::String}, {"model.parameters", K::Integer},
     {"model.tokens_per_sample", K::Integer}, {"model.layers", K::Array},
     {"model.layers[]", K::Object}, {"model.layers[].kind", K::String},
-    {"model.layers[].count", K::Integer}, {"cluster", K::Object},
+    {"model.layers[].count", K::Integer}, {"model.dims", K::Object},
+    {"cluster", K::Object},
     {"cluster.spec", K::String}, {"cluster.digest_fnv1a64", K::String},
     {"cluster.device_type", K::String}, {"cluster.devices", K::Integer},
     {"cluster.devices_used", K::Integer}, {"cluster.pools", K::Array},

@@ -68,6 +68,19 @@ std::string resolveModel(const std::string &arg) {
   return stat(path.c_str(), &st) == 0 ? path : arg;
 }
 
+/// The dims the user bound, batch aside (the plan's `model.dims`).
+std::map<std::string, int64_t> boundDims(const ModelArgs &args) {
+  std::map<std::string, int64_t> out;
+  for (const std::string &d : args.dims) {
+    size_t eq = d.find('=');
+    if (eq == std::string::npos || d.compare(0, eq, "batch") == 0 ||
+        args.optionalDims.count(d.substr(0, eq)))
+      continue;
+    out[d.substr(0, eq)] = std::strtoll(d.c_str() + eq + 1, nullptr, 10);
+  }
+  return out;
+}
+
 /// Binds `batch` to 1 unless the user bound it: workloads for simulate and
 /// plan are per sample, and the strategy sets the micro-batch.
 void defaultBatchToOne(ModelArgs &args) {
@@ -234,6 +247,10 @@ int loadPlan(const std::string &planPath, const std::string &model,
   ModelArgs args{model.empty() ? doc["model"]["source"].get<std::string>()
                                : model,
                  {}};
+  auto dims = planDims(doc, planPath);
+  if (!dims)
+    return fail(llvm::toString(dims.takeError()));
+  args.dims = *dims;
   std::string spec =
       cluster.empty() ? doc["cluster"]["spec"].get<std::string>() : cluster;
   auto assumptions = assumptionsFromPlan(doc, planPath);

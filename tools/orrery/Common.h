@@ -49,6 +49,8 @@ std::string resolveModel(const std::string &arg);
 /// Binds `batch` to 1 unless the user bound it: workloads for simulate and
 /// plan are per sample, and the strategy sets the micro-batch.
 void defaultBatchToOne(ModelArgs &args);
+/// The dims the user bound, batch aside (a plan's `model.dims`).
+std::map<std::string, int64_t> boundDims(const ModelArgs &args);
 
 /// Layout prices from a cluster's first device and its intra-node link.
 LayoutCosts layoutCostsFor(const Cluster &c, Precision p,

@@ -14,6 +14,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "Buckets.h"
 #include "Common.h"
 #include "Lower.h"
 #include "Run.h"
@@ -37,6 +38,7 @@
 
 #include <CLI/CLI.hpp>
 #include <fstream>
+#include <optional>
 #include <unistd.h>
 #include <iostream>
 #include <sstream>
@@ -478,7 +480,13 @@ int main(int argc, char **argv) {
   planCmd->add_flag("--json", planJsonOut,
                     "print the plan JSON instead of the summary");
   planCmd->add_flag("--quiet", quiet, "no progress on stderr (shown only when stderr is a terminal)");
-  std::string fixedStrategy;
+  std::string fixedStrategy, lengthBuckets;
+  planCmd->add_option(
+      "--length-buckets", lengthBuckets,
+      "variable-length data trained in length buckets: DIM=LENGTH:FRACTION,... "
+      "(e.g. seq=512:0.5,2048:0.3,8192:0.2, fractions of the tokens): a plan "
+      "per bucket at a constant token budget (--global-batch samples of the "
+      "longest), with the cost of switching between them");
   planCmd->add_option("--strategy", fixedStrategy,
                       "no search: price this strategy (docs/strategy.md) and "
                       "write it as the plan, e.g. to export a configuration "
@@ -594,6 +602,10 @@ int main(int argc, char **argv) {
         return fail(exportPlanPath + ": cluster.spec: " +
                     llvm::toString(cluster.takeError()));
       ModelArgs args{exportModel.empty() ? plan->model : exportModel, {}};
+      auto dims = orrery::planDims(planDoc, exportPlanPath);
+      if (!dims)
+        return fail(llvm::toString(dims.takeError()));
+      args.dims = *dims;
       auto framework = orrery::assumptionsFromPlan(planDoc, exportPlanPath);
       if (!framework)
         return fail(llvm::toString(framework.takeError()));
@@ -746,6 +758,10 @@ int main(int argc, char **argv) {
                            ? planDoc["model"]["source"].get<std::string>()
                            : checkModel,
                        {}};
+      auto dims = orrery::planDims(planDoc, checkPlan);
+      if (!dims)
+        return fail(llvm::toString(dims.takeError()));
+      args.dims = *dims;
       clusterSpec = checkCluster.empty()
                         ? planDoc["cluster"]["spec"].get<std::string>()
                         : checkCluster;
@@ -762,6 +778,21 @@ int main(int argc, char **argv) {
         return fail(llvm::toString(std::move(e)));
     }
     args.kernels = planArgs.kernels = framework.fusion;
+    // Length buckets bind their dim per bucket; the first import (and the
+    // digest) uses the longest.
+    std::optional<orrery::LengthBuckets> buckets;
+    if (!checking && !lengthBuckets.empty()) {
+      auto b = orrery::parseLengthBuckets(lengthBuckets, globalBatch);
+      if (!b)
+        return fail(llvm::toString(b.takeError()));
+      for (const std::string &d : args.dims)
+        if (d.rfind(b->dim + "=", 0) == 0)
+          return fail("--length-buckets binds " + b->dim +
+                      " per bucket; drop --dim " + d);
+      args.dims.push_back(b->dim + "=" +
+                          std::to_string(b->buckets.back().length));
+      buckets = std::move(*b);
+    }
     defaultBatchToOne(args);
     auto module = frontEnd(ctx, args, true, nullptr, rc);
     if (!module)
@@ -789,7 +820,8 @@ int main(int argc, char **argv) {
     if (clusterSpec.find(".json") != std::string::npos)
       readFileBytes(clusterSpec, clusterBytes);
     orrery::PlanInputs inputs{args.path, orrery::digestOf(modelBytes),
-                              clusterSpec, orrery::digestOf(clusterBytes)};
+                              clusterSpec, orrery::digestOf(clusterBytes),
+                              boundDims(args)};
 
     if (checking)
       if (int digestRc =
@@ -934,6 +966,21 @@ int main(int argc, char **argv) {
                   << "   ";
         std::cerr.flush();
       };
+    if (buckets) {
+      const char *why = orrery::needsHeteroSearch(*cluster)
+                            ? "plans one node type at one site"
+                        : !fixedStrategy.empty() ? "searches; drop --strategy"
+                        : budget > 0             ? "takes no --budget"
+                        : !emitMlir.empty()      ? "takes no --emit-mlir"
+                        : options.objective != orrery::Objective::Time
+                            ? "minimizes time only"
+                            : nullptr;
+      if (why)
+        return fail(std::string("--length-buckets ") + why);
+      return planLengthBucketsCommand(ctx, args, *buckets, *cluster, options,
+                                      inputs, framework, layoutCosts, planOut,
+                                      planJsonOut);
+    }
     if (orrery::needsHeteroSearch(*cluster)) {
       if (!planFramework.empty())
         return fail("--framework " + planFramework +

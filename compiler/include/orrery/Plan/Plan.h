@@ -14,6 +14,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include <map>
+#include <string>
+#include <vector>
+
 namespace orrery {
 
 /// FNV-1a 64-bit of bytes, as 16 hex digits: identifies the model file and
@@ -23,7 +27,16 @@ std::string digestOf(const std::string &bytes);
 struct PlanInputs {
   std::string modelPath, modelDigest;
   std::string clusterSpec, clusterDigest;
+  /// Symbolic dims the user bound (--dim, --length-buckets; not the
+  /// per-sample batch): `model.dims`, so that check, report and export
+  /// import the model as it was planned.
+  std::map<std::string, int64_t> dims;
 };
+
+/// The plan's `model.dims` as --dim bindings ("seq=4096"); an error names
+/// a malformed entry.
+llvm::Expected<std::vector<std::string>> planDims(const nlohmann::json &plan,
+                                                  const std::string &what);
 
 /// A step's predicted figures as JSON (step time, throughput, MFU, memory,
 /// energy, cost), shared by plans and `orrery simulate --json`.
