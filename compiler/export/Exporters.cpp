@@ -959,6 +959,11 @@ llvm::Expected<std::string> exportPlan(const ExportPlan &plan,
                       "stages not compiled with torch.compile: export "
                       "--to pytorch") +
                "); plan with schedule=interleaved or 1f1b");
+  // Subnetwork data parallelism runs in its authors' research code only.
+  if (st.subnetworkFraction > 0 && target)
+    return err(format + ": the plan trains subnetworks per worker (sdp, "
+                        "Singh et al. 2025), which this target does not "
+                        "run");
   // SwitchML's sum runs in its own client library, not in NCCL or Gloo.
   if (plan.aggregation == "switchml" && target)
     return err(format + ": the plan's gradient all-reduce was priced "

@@ -42,6 +42,8 @@ static ojson strategyJson(const Strategy &s) {
   j["recompute"] = recomputeName(s.recompute);
   if (s.recomputeLayers > 0)
     j["recompute_layers"] = s.recomputeLayers;
+  if (s.subnetworkFraction > 0)
+    j["subnetwork_fraction"] = s.subnetworkFraction;
   if (!s.recomputeKinds.empty())
     j["recompute_kinds"] = s.recomputeKinds;
   j["offload_optimizer"] = s.offloadOptimizer;
@@ -361,6 +363,12 @@ strategyFromPlanImpl(const nlohmann::json &plan, const std::string &what) {
   if (j.contains("recompute_layers"))
     if (auto e = integer("recompute_layers", s.recomputeLayers, 1))
       return std::move(e);
+  if (j.contains("subnetwork_fraction")) {
+    const nlohmann::json &f = j["subnetwork_fraction"];
+    if (!f.is_number() || !(f.get<double>() > 0) || f.get<double>() > 1)
+      return err(what + ": strategy.subnetwork_fraction: must be in (0, 1]");
+    s.subnetworkFraction = f.get<double>();
+  }
   if (j.contains("recompute_kinds")) {
     const nlohmann::json &kinds = j["recompute_kinds"];
     if (!kinds.is_array() || kinds.empty())
@@ -744,6 +752,7 @@ const FieldType kStrategyFields[] = {
     {"micro_batches", K::Integer}, {"global_batch_size_samples", K::Integer},
     {"schedule", K::String}, {"recompute", K::String},
     {"recompute_layers", K::Integer}, {"recompute_kinds", K::Array},
+    {"subnetwork_fraction", K::Number},
     {"recompute_kinds[]", K::String},
     {"precision", K::String}, {"sequence_parallel", K::Boolean},
     {"tp_batch_split", K::Boolean}, {"offload_activations", K::Boolean},

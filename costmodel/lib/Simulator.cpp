@@ -24,6 +24,7 @@
 #include "llvm/ADT/STLExtras.h"
 
 #include <algorithm>
+#include <optional>
 #include <deque>
 #include <cmath>
 #include <map>
@@ -647,7 +648,7 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
   std::vector<double> offloadedBytes(chunks, 0.0), largestLayerBytes(chunks, 0.0);
   std::vector<double> keptBytes(chunks), workingBytes(chunks), params(chunks),
       outBytes(chunks), tpGradParams(chunks), fp8Params(chunks),
-      expertParams(chunks);
+      expertParams(chunks), subnetParams(chunks);
   std::vector<double> computeS(chunks), gemmS(chunks);
   // Frozen weights per device and buffers' bytes (fine-tuning).
   std::vector<double> frozenParams(chunks), bufferBytes(chunks);
@@ -694,6 +695,8 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
       const LayerKind &kind = w.kinds[k].forMicroBatch(s.microBatch, place.tp, s.tpBatchSplit);
       if (!repeatShared) {
         params[ch] += kind.trainablePerRank(place.tp);
+        if (kind.subnetworkBlock)
+          subnetParams[ch] += kind.trainablePerRank(place.tp);
         frozenParams[ch] += kind.frozenPerRank(place.tp);
         bufferBytes[ch] += double(kind.bufferBytes);
       }
@@ -922,11 +925,12 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
       v->assign(pp, 0.0);
   }
   for (int i = 0; i < pp; ++i) {
-    double p = 0, tpGrad = 0, experts = 0;
+    double p = 0, tpGrad = 0, experts = 0, subnet = 0;
     for (int c2 = 0; c2 < v; ++c2) {
       p += params[s.chunkOnStage(i, c2)];
       tpGrad += tpGradParams[s.chunkOnStage(i, c2)];
       experts += expertParams[s.chunkOnStage(i, c2)];
+      subnet += subnetParams[s.chunkOnStage(i, c2)];
     }
     double perDevice = p; // already per tp rank
     // The experts' gradients are reduced over the ranks that hold the same
@@ -942,6 +946,14 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
         sharded ? CollectiveKind::ReduceScatter : CollectiveKind::AllReduce;
     auto overGroups = [&](CollectiveKind kind, double bytesPerParam) {
       int element = int(bytesPerParam);
+      // Subnetwork data parallelism: a block's gradients over its holders,
+      // the rest (embedding, head) over every worker (no experts: sdp
+      // takes ep 1).
+      if (s.subnetworkFraction > 0)
+        return collectiveTime(kind, (perDevice - subnet) * bytesPerParam,
+                              at[i].dpGroup, element) +
+               collectiveTime(kind, subnet * bytesPerParam,
+                              at[i].subnetworkGroup, element);
       return expertGroup
                  ? collectiveTime(kind, dense * bytesPerParam, at[i].dpGroup,
                                   element) +
@@ -1301,7 +1313,47 @@ StagePlacement homogeneousPlacement(const Cluster &c, const Strategy &s) {
       s.expertsFolded()
           ? groupShapeIn(g, s.ep, std::max(1, s.dp * s.tp / std::max(1, s.ep)))
           : groupShapeIn(g, s.stride("dp") * s.ep,
-                         std::max(1, s.dp * s.cp / std::max(1, s.ep)))};
+                         std::max(1, s.dp * s.cp / std::max(1, s.ep))),
+      // A block's holders: every 1/F-th worker (the blocks dealt round
+      // robin, each worker F of them).
+      s.subnetworkFraction > 0
+          ? groupShapeIn(g,
+                         std::max<int64_t>(1, std::llround(s.stride("dp") /
+                                                           s.subnetworkFraction)),
+                         std::max(1, int(std::llround(s.subnetworkFraction *
+                                                      s.dp))))
+          : GroupShape{}};
+}
+
+/// Subnetwork data parallelism's worker: each repeated run of blocks
+/// thinned to F of its blocks (at least one), marked as such.
+static llvm::Expected<Workload> subnetworkOf(const Workload &w,
+                                             const Strategy &s) {
+  double f = s.subnetworkFraction;
+  double holders = f * s.dp;
+  char text[32];
+  std::snprintf(text, sizeof text, "%g", f);
+  if (std::fabs(holders - std::llround(holders)) > 1e-9 || holders < 1)
+    return err(std::string("strategy: sdp=") + text + " with dp=" +
+               std::to_string(s.dp) +
+               ": every block must sit on a whole number of workers (sdp x "
+               "dp an integer from 1)");
+  Workload out = w;
+  bool any = false;
+  for (LayerKind &k : out.kinds)
+    k.count = 0;
+  for (LayerRun &run : out.layers) {
+    if (w.kinds[run.kind].count > 1) {
+      run.count = std::max<int64_t>(1, std::llround(f * double(run.count)));
+      out.kinds[run.kind].subnetworkBlock = true;
+      any = true;
+    }
+    out.kinds[run.kind].count += run.count;
+  }
+  if (!any)
+    return err("strategy: sdp: the model has no repeated blocks to share "
+               "out among the workers");
+  return out;
 }
 
 std::vector<StagePlacement> homogeneousStages(const Cluster &c,
@@ -1365,7 +1417,14 @@ llvm::Expected<StepResult> simulateStep(const Workload &w, const Cluster &c,
                      " nodes (host_memory_bytes and "
                      "host_memory_bandwidth_bytes_per_s in the spec's nodes, "
                      "docs/cluster.md)");
-  Simulation sim(w, s, a, homogeneousStages(c, s), true);
+  std::optional<Workload> subnet;
+  if (s.subnetworkFraction > 0) {
+    auto thinned = subnetworkOf(w, s);
+    if (!thinned)
+      return thinned.takeError();
+    subnet = std::move(*thinned);
+  }
+  Simulation sim(subnet ? *subnet : w, s, a, homogeneousStages(c, s), true);
   sim.detail = detail;
   auto r = sim.run(keepTrace);
   if (r) { // every device of the cluster, with its own price

@@ -8,6 +8,7 @@
 #include "llvm/ADT/StringExtras.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <limits>
 #include <set>
 
@@ -111,6 +112,11 @@ std::string Strategy::str() const {
   }
   if (recomputeLayers > 0)
     s += ",recompute_layers=" + std::to_string(recomputeLayers);
+  if (subnetworkFraction > 0) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, ",sdp=%g", subnetworkFraction);
+    s += buf;
+  }
   if (!recomputeKinds.empty()) {
     s += ",recompute_kinds=";
     for (size_t i = 0; i < recomputeKinds.size(); ++i)
@@ -204,6 +210,14 @@ llvm::Expected<Strategy> parseStrategy(const std::string &text) {
         e = err(where + ": recompute must be none, selective or full");
     } else if (key == "recompute_layers")
       e = integer(s.recomputeLayers, 1);
+    else if (key == "sdp") {
+      double f = 0;
+      if (value.getAsDouble(f) || !(f > 0) || f > 1)
+        e = err(where + ": sdp must be the fraction of the repeated blocks "
+                        "each worker holds, in (0, 1]");
+      else
+        s.subnetworkFraction = f;
+    }
     else if (key == "recompute_kinds") {
       llvm::SmallVector<llvm::StringRef> kinds;
       value.split(kinds, '+', -1, /*KeepEmpty=*/false);
@@ -294,7 +308,7 @@ llvm::Expected<Strategy> parseStrategy(const std::string &text) {
     } else
       e = err(where + ": unknown key '" + key.str() +
               "' (known: tp, pp, dp, cp, ep, etp, sp, tpbatch, vpp, schedule, mbs, gbs, "
-              "zero, recompute, recompute_layers, recompute_kinds, "
+              "zero, recompute, recompute_layers, recompute_kinds, sdp, "
               "offload, precision, layers, order, overlap, cp_comm)");
     if (e)
       return std::move(e);
@@ -321,6 +335,20 @@ llvm::Error completeAndValidate(Strategy &s, const Workload &w,
                ": ZeRO-2 reduce-scatters the gradients after every "
                "micro-batch, which no pipeline schedule here runs (DeepSpeed "
                "takes ZeRO-1 at most with pipeline stages); use zero=1 or 3");
+  if (s.subnetworkFraction > 0) {
+    const char *clash = s.pp > 1               ? "pp"
+                        : s.cp > 1             ? "cp"
+                        : s.ep > 1             ? "ep"
+                        : s.zeroStage > 0      ? "zero"
+                        : s.offloadOptimizer || s.offloadActivations
+                            ? "offload"
+                            : nullptr;
+    if (clash)
+      return err(std::string("strategy: sdp with ") + clash +
+                 ": subnetwork data parallelism is modelled over plain data "
+                 "parallelism (tp allowed; pp, cp, ep, ZeRO and offload "
+                 "not)");
+  }
   if (!s.recomputeKinds.empty()) {
     if (s.recompute == Recompute::None)
       return err("strategy: recompute_kinds with recompute=none: say which "

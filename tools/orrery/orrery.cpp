@@ -860,10 +860,15 @@ int main(int argc, char **argv) {
                             st["layers"].is_number_integer()
                         ? st["layers"].get<int64_t>()
                         : 0;
-      if (layerSum != workload->totalLayers())
+      // The layers the re-simulation places (the model's, or a
+      // subnetwork worker's under sdp).
+      int64_t placed = 0;
+      for (const orrery::StageReport &st : result->stages)
+        placed += st.numLayers;
+      if (layerSum != placed)
         return fail(checkPlan + ": stages: " + std::to_string(layerSum) +
                     " layers in stages, the model has " +
-                    std::to_string(workload->totalLayers()));
+                    std::to_string(placed));
       if (predicted > 0 &&
           std::abs(result->stepS - predicted) > 1e-6 * predicted)
         return fail(

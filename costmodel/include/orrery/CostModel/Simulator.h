@@ -257,6 +257,8 @@ struct StagePlacement {
   /// Expert parallelism: the ranks that split the experts, and those that
   /// reduce the experts' gradients (dp x cp / ep).
   GroupShape epGroup, expertDpGroup;
+  /// Subnetwork data parallelism: the F x dp workers holding a block.
+  GroupShape subnetworkGroup;
 };
 
 /// The shape of a group of `ranks` ranks `stride` apart on nodes of `group`.

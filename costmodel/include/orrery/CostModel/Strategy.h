@@ -101,6 +101,12 @@ struct Strategy {
   /// model's kind names as `orrery stats` lists them); empty: every
   /// repeated kind.
   std::vector<std::string> recomputeKinds;
+  /// Subnetwork data parallelism (`sdp=F`, Singh et al., arXiv 2507.09029,
+  /// block-level SDP with forward masking): each data-parallel worker holds
+  /// and runs F of the model's repeated blocks (the others pass through
+  /// their skip connections), every block on F x dp workers, whose
+  /// gradients are averaged over those workers alone; 0: off.
+  double subnetworkFraction = 0;
   /// Whether recompute applies to layers of kind `name`.
   bool recomputesKind(const std::string &name) const {
     return recomputeKinds.empty() ||

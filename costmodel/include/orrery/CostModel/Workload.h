@@ -97,6 +97,9 @@ struct LayerKind {
   /// empty. Priced at its own types; counted with that kind's layers.
   std::string variantOf;
   int64_t count = 0;  ///< instances in the model
+  /// A repeated block that subnetwork data parallelism thins (sdp=F): its
+  /// gradients are averaged over the workers holding it (Simulator.cpp).
+  bool subnetworkBlock = false;
   int64_t numOps = 0; ///< ops in one instance (control-flow bodies included)
   int64_t parameters = 0; ///< trainable, each weight counted at its first use
   /// Of those, the ones tensor parallelism does not split (LayerNorm
