@@ -959,6 +959,11 @@ llvm::Expected<std::string> exportPlan(const ExportPlan &plan,
                       "stages not compiled with torch.compile: export "
                       "--to pytorch") +
                "); plan with schedule=interleaved or 1f1b");
+  // Layer-parallel MGRIT runs in torchbraid, which none of these targets is.
+  if (st.schedule == Schedule::LayerParallelMgrit && target)
+    return err(format + ": the plan trains layer-parallel by MGRIT "
+                        "(schedule=mgrit, torchbraid's method), which this "
+                        "target does not run");
   // Subnetwork data parallelism runs in its authors' research code only.
   if (st.subnetworkFraction > 0 && target)
     return err(format + ": the plan trains subnetworks per worker (sdp, "

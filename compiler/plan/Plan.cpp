@@ -44,6 +44,10 @@ static ojson strategyJson(const Strategy &s) {
     j["recompute_layers"] = s.recomputeLayers;
   if (s.subnetworkFraction > 0)
     j["subnetwork_fraction"] = s.subnetworkFraction;
+  if (s.schedule == Schedule::LayerParallelMgrit) {
+    j["mgrit_coarsening"] = s.mgCoarsening;
+    j["mgrit_iterations"] = s.mgIterations;
+  }
   if (!s.recomputeKinds.empty())
     j["recompute_kinds"] = s.recomputeKinds;
   j["offload_optimizer"] = s.offloadOptimizer;
@@ -355,13 +359,19 @@ strategyFromPlanImpl(const nlohmann::json &plan, const std::string &what) {
     s.schedule = *sc;
   else
     return err(what +
-               ": strategy.schedule: must be gpipe, 1f1b, interleaved or zb-h1");
+               ": strategy.schedule: must be gpipe, 1f1b, interleaved, zb-h1, zb-v, dualpipev or mgrit");
   if (auto r = recomputeFromName(j.value("recompute", "")))
     s.recompute = *r;
   else
     return err(what + ": strategy.recompute: must be none, selective or full");
   if (j.contains("recompute_layers"))
     if (auto e = integer("recompute_layers", s.recomputeLayers, 1))
+      return std::move(e);
+  if (j.contains("mgrit_coarsening"))
+    if (auto e = integer("mgrit_coarsening", s.mgCoarsening, 2))
+      return std::move(e);
+  if (j.contains("mgrit_iterations"))
+    if (auto e = integer("mgrit_iterations", s.mgIterations, 1))
       return std::move(e);
   if (j.contains("subnetwork_fraction")) {
     const nlohmann::json &f = j["subnetwork_fraction"];
@@ -752,7 +762,8 @@ const FieldType kStrategyFields[] = {
     {"micro_batches", K::Integer}, {"global_batch_size_samples", K::Integer},
     {"schedule", K::String}, {"recompute", K::String},
     {"recompute_layers", K::Integer}, {"recompute_kinds", K::Array},
-    {"subnetwork_fraction", K::Number},
+    {"subnetwork_fraction", K::Number}, {"mgrit_coarsening", K::Integer},
+    {"mgrit_iterations", K::Integer},
     {"recompute_kinds[]", K::String},
     {"precision", K::String}, {"sequence_parallel", K::Boolean},
     {"tp_batch_split", K::Boolean}, {"offload_activations", K::Boolean},

@@ -879,6 +879,9 @@ static llvm::Error refuseUnsupported(const Strategy &s) {
   if (s.offloadOptimizer)
     return err("lower: offload_optimizer: the runtime does not run the "
                "optimizer on the host yet");
+  if (s.schedule == Schedule::LayerParallelMgrit)
+    return err("lower: schedule=mgrit: the lowering does not write MGRIT's "
+               "relaxations and coarse solves yet (simulate takes it)");
   if (s.subnetworkFraction > 0)
     return err("lower: sdp: the lowering does not write each worker's "
                "subnetwork and its holders' reductions yet (simulate and "

@@ -894,6 +894,55 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
                             &bwdCommS);
   if (!tl.ok)
     return err("simulator: the schedule deadlocked (an internal error)");
+  if (s.schedule == Schedule::LayerParallelMgrit) {
+    // Two-level MGRIT (Günther et al. 2020), each replica's batch at once:
+    // an iteration relaxes every stage's own layers in parallel (FCF:
+    // (2c-1)/c of a pass), sends each stage's last C-point on, and solves
+    // the coarse grid (every c-th layer) once through all the stages in
+    // turn; K iterations and a last F-relaxation give the forward states.
+    // The backward (adjoint) solve does the same with the input-gradient
+    // kernels, then every stage computes its weight gradients once.
+    double c = s.mgCoarsening, K = s.mgIterations;
+    double maxX = 0, sumX = 0;
+    for (int ch = 0; ch + 1 < chunks; ++ch) {
+      maxX = std::max(maxX, links.transferS[ch]);
+      sumX += links.transferS[ch];
+    }
+    auto solve = [&](const std::vector<double> &pass) {
+      double relax = 0, coarse = 0, last = 0;
+      for (int i = 0; i < pp; ++i) {
+        relax = std::max(relax, (2 - 1 / c) * pass[i]);
+        coarse += pass[i] / c;
+        last = std::max(last, (1 - 1 / c) * pass[i]);
+      }
+      return K * (relax + coarse + sumX + maxX) + last;
+    };
+    std::vector<double> inputGrad(pp), weightGrad(pp);
+    double lastW = 0;
+    for (int i = 0; i < pp; ++i) {
+      weightGrad[i] = wS[i];
+      inputGrad[i] = std::max(0.0, bwdS[i] - wS[i]);
+      lastW = std::max(lastW, wS[i]);
+    }
+    double forward = solve(fwdS), backward = solve(inputGrad) + lastW;
+    for (int i = 0; i < pp; ++i) {
+      tl.free[i] = forward + backward;
+      tl.busy[i] = (K * (2 - 1 / c + 1 / c) + (1 - 1 / c)) *
+                       (fwdS[i] + inputGrad[i]) +
+                   weightGrad[i];
+      tl.lastBackwardS[i] = weightGrad[i];
+    }
+    if (keepTrace) {
+      r.trace.clear();
+      for (int i = 0; i < pp; ++i) {
+        r.trace.push_back({i, "mgrit forward", "forward", 0, forward});
+        r.trace.push_back({i, "mgrit backward", "backward", forward,
+                           backward - lastW});
+        r.trace.push_back({i, "weight gradients", "backward",
+                           forward + backward - lastW, weightGrad[i]});
+      }
+    }
+  }
   std::vector<double> &free = tl.free, &busy = tl.busy,
                       &lastBackwardS = tl.lastBackwardS;
 

@@ -22,6 +22,7 @@ const char *scheduleName(Schedule s) {
          : s == Schedule::ZeroBubbleH1 ? "zb-h1"
          : s == Schedule::ZeroBubbleV  ? "zb-v"
          : s == Schedule::DualPipeV    ? "dualpipev"
+         : s == Schedule::LayerParallelMgrit ? "mgrit"
                                        : "interleaved";
 }
 
@@ -38,7 +39,8 @@ const char *cpCommName(CpComm c) {
 std::optional<Schedule> scheduleFromName(const std::string &name) {
   for (Schedule s :
        {Schedule::GPipe, Schedule::OneFOneB, Schedule::Interleaved,
-        Schedule::ZeroBubbleH1, Schedule::ZeroBubbleV, Schedule::DualPipeV})
+        Schedule::ZeroBubbleH1, Schedule::ZeroBubbleV, Schedule::DualPipeV,
+        Schedule::LayerParallelMgrit})
     if (name == scheduleName(s))
       return s;
   return std::nullopt;
@@ -112,6 +114,9 @@ std::string Strategy::str() const {
   }
   if (recomputeLayers > 0)
     s += ",recompute_layers=" + std::to_string(recomputeLayers);
+  if (schedule == Schedule::LayerParallelMgrit)
+    s += ",mg_coarsen=" + std::to_string(mgCoarsening) +
+         ",mg_iters=" + std::to_string(mgIterations);
   if (subnetworkFraction > 0) {
     char buf[32];
     std::snprintf(buf, sizeof buf, ",sdp=%g", subnetworkFraction);
@@ -210,6 +215,10 @@ llvm::Expected<Strategy> parseStrategy(const std::string &text) {
         e = err(where + ": recompute must be none, selective or full");
     } else if (key == "recompute_layers")
       e = integer(s.recomputeLayers, 1);
+    else if (key == "mg_coarsen")
+      e = integer(s.mgCoarsening, 2);
+    else if (key == "mg_iters")
+      e = integer(s.mgIterations, 1);
     else if (key == "sdp") {
       double f = 0;
       if (value.getAsDouble(f) || !(f > 0) || f > 1)
@@ -309,7 +318,8 @@ llvm::Expected<Strategy> parseStrategy(const std::string &text) {
       e = err(where + ": unknown key '" + key.str() +
               "' (known: tp, pp, dp, cp, ep, etp, sp, tpbatch, vpp, schedule, mbs, gbs, "
               "zero, recompute, recompute_layers, recompute_kinds, sdp, "
-              "offload, precision, layers, order, overlap, cp_comm)");
+              "mg_coarsen, mg_iters, offload, precision, layers, order, "
+              "overlap, cp_comm)");
     if (e)
       return std::move(e);
   }
@@ -518,6 +528,28 @@ llvm::Error completeAndValidate(Strategy &s, const Workload &w,
     return err("strategy: overlap=tp needs sp=1 (Megatron-Core overlaps the "
                "sequence-parallel all-gathers and reduce-scatters with the "
                "GEMMs; it has no overlap for tensor parallelism alone)");
+  if (s.schedule == Schedule::LayerParallelMgrit) {
+    if (s.pp < 2)
+      return err("strategy: schedule=mgrit needs pp >= 2 (the devices the "
+                 "layers are spread over)");
+    if (s.virtualStages > 1 || s.microBatches() != 1)
+      return err("strategy: schedule=mgrit solves each replica's batch at "
+                 "once: vpp=1 and gbs = mbs x dp (one micro-batch), not " +
+                 std::to_string(s.microBatches()));
+    if (s.mgCoarsening < 2 || s.mgIterations < 1)
+      return err("strategy: schedule=mgrit needs mg_coarsen >= 2 and "
+                 "mg_iters >= 1");
+    for (int i = 0; i < s.pp; ++i) {
+      int64_t n = s.stageLayers.empty()
+                      ? layers / s.pp + (i < layers % s.pp)
+                      : s.stageLayers[i];
+      if (n < s.mgCoarsening)
+        return err("strategy: schedule=mgrit with mg_coarsen=" +
+                   std::to_string(s.mgCoarsening) + ": stage " +
+                   std::to_string(i) + " holds " + std::to_string(n) +
+                   " layers, fewer than one coarse step");
+    }
+  }
   if (s.schedule == Schedule::ZeroBubbleH1 && s.virtualStages > 1)
     return err("strategy: schedule=zb-h1 runs one chunk per stage (vpp=1); "
                "schedule=zb-v runs two");

@@ -37,7 +37,12 @@ enum class Schedule {
   Interleaved,
   ZeroBubbleH1,
   ZeroBubbleV,
-  DualPipeV
+  DualPipeV,
+  /// Layer-parallel training by multigrid reduction in time (MGRIT:
+  /// Günther et al., SIAM J. Math. Data Sci. 2020; torchbraid): the
+  /// stages' layers are the time steps of an ODE, forward and backward
+  /// each solved by a few two-level MGRIT iterations instead of one pass.
+  LayerParallelMgrit
 };
 enum class Recompute { None, Selective, Full };
 /// How context parallelism exchanges keys and values: Megatron-Core and
@@ -107,6 +112,9 @@ struct Strategy {
   /// their skip connections), every block on F x dp workers, whose
   /// gradients are averaged over those workers alone; 0: off.
   double subnetworkFraction = 0;
+  /// schedule=mgrit: the coarsening factor (fine steps per coarse step)
+  /// and the MGRIT iterations of the forward and of the backward solve.
+  int mgCoarsening = 4, mgIterations = 2;
   /// Whether recompute applies to layers of kind `name`.
   bool recomputesKind(const std::string &name) const {
     return recomputeKinds.empty() ||
