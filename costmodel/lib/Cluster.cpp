@@ -20,6 +20,35 @@ static llvm::Error err(const std::string &what, const std::string &msg) {
   return inputError(what + ": " + msg);
 }
 
+Cluster::Cluster(const Cluster &other) { *this = other; }
+
+Cluster &Cluster::operator=(const Cluster &other) {
+  if (this == &other)
+    return *this;
+  name = other.name;
+  sites = other.sites;
+  siteLinks = other.siteLinks;
+  inlineDevices = other.inlineDevices;
+  inlineLinks = other.inlineLinks;
+  devices_ = other.devices_;
+  numNodes_ = other.numNodes_;
+  // The same element of this copy's deque, for a pointer into other's.
+  auto rebase = [](auto *p, const auto &from, auto &to) -> decltype(p) {
+    for (size_t i = 0; i < from.size(); ++i)
+      if (p == &from[i])
+        return &to[i];
+    return p;
+  };
+  for (Site &site : sites)
+    for (NodeGroup &ng : site.nodeGroups) {
+      ng.device = rebase(ng.device, other.inlineDevices, inlineDevices);
+      ng.intraNodeLink =
+          rebase(ng.intraNodeLink, other.inlineLinks, inlineLinks);
+      ng.nic = rebase(ng.nic, other.inlineLinks, inlineLinks);
+    }
+  return *this;
+}
+
 const NodeGroup &Cluster::groupOf(int device) const {
   const DevicePlace &p = devices_.at(device);
   return sites[p.site].nodeGroups[p.group];

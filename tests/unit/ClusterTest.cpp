@@ -7,6 +7,8 @@
 
 #include <gtest/gtest.h>
 
+#include <memory>
+
 using namespace orrery;
 
 namespace {
@@ -362,4 +364,25 @@ TEST(Cluster, InNetworkAggregationErrorsNameTheField) {
   EXPECT_NE(bad(R"({"link": "IB-HDR", "in_network_aggregation": {"kind": "sharp", "ports": 2}})")
                 .find("nic.in_network_aggregation.ports: unknown field"),
             std::string::npos);
+}
+
+TEST(Cluster, ACopyOwnsItsInlineLinksAndDevices) {
+  // Node groups point at the spec's inline links and devices: a copy must
+  // point at its own, or it dangles once the original is gone.
+  auto parsed = parseClusterJson(
+      R"({"sites": [{"nodes": [{"count": 2, "devices_per_node": 8,
+          "device": {"name": "MyGPU", "peak_flop_per_s": {"fp32": 50e12, "bf16": 400e12},
+                     "memory_bytes": 68719476736, "memory_bandwidth_bytes_per_s": 2e12,
+                     "power_w": 500, "intra_node_link": "PCIe5"},
+          "nic": {"link": "IB-HDR", "count": 8, "in_network_aggregation": "sharp"}}]}]})",
+      "copy.json", HardwareCatalog::builtin());
+  ASSERT_TRUE(bool(parsed)) << llvm::toString(parsed.takeError());
+  auto original = std::make_unique<Cluster>(*parsed);
+  Cluster copy = *original;
+  original.reset();
+  const NodeGroup &g = copy.groupOf(0);
+  EXPECT_EQ(g.nic, &copy.inlineLinks.front());
+  EXPECT_EQ(g.device, &copy.inlineDevices.front());
+  EXPECT_EQ(g.device->name, "MyGPU");
+  EXPECT_EQ(g.nic->name, "IB-HDR");
 }

@@ -64,6 +64,14 @@ struct DevicePlace {
 
 class Cluster {
 public:
+  Cluster() = default;
+  /// Copies point their node groups at their own inline devices and
+  /// links (a copy outlives the spec it was parsed into).
+  Cluster(const Cluster &other);
+  Cluster &operator=(const Cluster &other);
+  Cluster(Cluster &&) = default; // a deque's elements keep their addresses
+  Cluster &operator=(Cluster &&) = default;
+
   std::string name;
   std::vector<Site> sites;
   std::vector<SiteLink> siteLinks;
