@@ -77,13 +77,10 @@ private:
   std::vector<int64_t> pinned; // set with gbs
   /// Whether the replicas starting at each site take its pinned samples.
   bool pinsHold(const HeteroStrategy &s) const {
-    std::vector<int64_t> taken(pinned.size(), 0);
-    for (const ReplicaGroup &g : s.groups)
-      taken[pools[g.stages.front().pool].site] += g.samples();
-    for (size_t i = 0; i < pinned.size(); ++i)
-      if (taken[i] < pinned[i])
-        return false;
-    return true;
+    if (std::all_of(pinned.begin(), pinned.end(),
+                    [](int64_t n) { return n == 0; }))
+      return true;
+    return dataShareProblem(c, s, pools).empty(); // s.globalBatch is gbs
   }
   /// Candidates dropped for leaving a site's pinned data unread.
   int64_t unpinned = 0;

@@ -337,8 +337,8 @@ std::vector<int64_t> pinnedSamples(const Cluster &c, int64_t globalBatch) {
 
 /// Where a site holds pinned data, the replicas that start there (their
 /// first stage reads the samples) take at least its share.
-static llvm::Error checkDataShares(const Cluster &c, const HeteroStrategy &s,
-                                   const std::vector<Pool> &pools) {
+std::string dataShareProblem(const Cluster &c, const HeteroStrategy &s,
+                             const std::vector<Pool> &pools) {
   std::vector<int64_t> pinned = pinnedSamples(c, s.globalBatch);
   std::vector<int64_t> taken(c.sites.size(), 0);
   for (const ReplicaGroup &rg : s.groups)
@@ -347,14 +347,13 @@ static llvm::Error checkDataShares(const Cluster &c, const HeteroStrategy &s,
     if (taken[i] < pinned[i]) {
       char share[32];
       std::snprintf(share, sizeof share, "%g", c.sites[i].dataShare);
-      return inputError(
-          "site " + c.sites[i].name + " holds " + std::to_string(pinned[i]) +
-          " of the " + std::to_string(s.globalBatch) +
-          " samples (data_share " + share +
-          "), and the replicas whose first stage is there take " +
-          std::to_string(taken[i]));
+      return "site " + c.sites[i].name + " holds " +
+             std::to_string(pinned[i]) + " of the " +
+             std::to_string(s.globalBatch) + " samples (data_share " + share +
+             "), and the replicas whose first stage is there take " +
+             std::to_string(taken[i]);
     }
-  return llvm::Error::success();
+  return "";
 }
 
 llvm::Expected<HeteroResult> simulateHetero(const Workload &w,
@@ -364,8 +363,9 @@ llvm::Expected<HeteroResult> simulateHetero(const Workload &w,
   if (auto e = placeDevices(s, w, c))
     return std::move(e);
   std::vector<Pool> pools = clusterPools(c);
-  if (auto e = checkDataShares(c, s, pools))
-    return std::move(e);
+  std::string unread = dataShareProblem(c, s, pools);
+  if (!unread.empty())
+    return inputError(unread);
   HeteroResult r;
   r.strategy = s;
   double peakFlops = 0;

@@ -1012,7 +1012,8 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
                                   at[i].dpGroup, element);
     };
     double grad = s.zeroStage == 3 ? 0 : overGroups(reduce, a.gradReduceBytes());
-    if (reduce == CollectiveKind::AllReduce && s.zeroStage != 3) {
+    if (reduce == CollectiveKind::AllReduce && s.zeroStage != 3 &&
+        at[i].dpGroup.aggregation.kind != InNetworkAggregation::Kind::None) {
       // Whether the switches' sum priced it: what the launch must enable.
       double bytes = dense * a.gradReduceBytes();
       int element = int(a.gradReduceBytes());

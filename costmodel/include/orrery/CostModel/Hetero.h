@@ -70,6 +70,11 @@ struct HeteroStrategy {
   std::string str(const std::vector<Pool> &pools) const;
 };
 
+/// "" when the replicas starting at each site take its pinned samples,
+/// else the problem naming the site.
+std::string dataShareProblem(const Cluster &c, const HeteroStrategy &s,
+                             const std::vector<Pool> &pools);
+
 struct HeteroResult {
   HeteroStrategy strategy;
   double stepS = 0, samplesPerS = 0, tokensPerS = 0;
