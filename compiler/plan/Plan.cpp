@@ -367,6 +367,9 @@ strategyFromPlanImpl(const nlohmann::json &plan, const std::string &what) {
   if (j.contains("recompute_layers"))
     if (auto e = integer("recompute_layers", s.recomputeLayers, 1))
       return std::move(e);
+  if ((j.contains("mgrit_coarsening") || j.contains("mgrit_iterations")) &&
+      s.schedule != Schedule::LayerParallelMgrit)
+    return err(what + ": strategy.mgrit_*: apply to schedule mgrit only");
   if (j.contains("mgrit_coarsening"))
     if (auto e = integer("mgrit_coarsening", s.mgCoarsening, 2))
       return std::move(e);

@@ -151,6 +151,7 @@ llvm::Expected<Strategy> parseStrategy(const std::string &text) {
     return err(
         "--strategy: empty; expected e.g. tp=8,pp=8,dp=16,mbs=1,gbs=1536");
   std::set<std::string> seen;
+  std::string mgKey; // an MGRIT knob given
   for (llvm::StringRef item : items) {
     std::pair<llvm::StringRef, llvm::StringRef> kv = item.trim().split('=');
     llvm::StringRef key = kv.first, value = kv.second;
@@ -322,7 +323,13 @@ llvm::Expected<Strategy> parseStrategy(const std::string &text) {
               "overlap, cp_comm)");
     if (e)
       return std::move(e);
+    if (key == "mg_coarsen" || key == "mg_iters")
+      mgKey = key.str();
   }
+  // MGRIT's knobs price nothing under another schedule.
+  if (!mgKey.empty() && s.schedule != Schedule::LayerParallelMgrit)
+    return err("--strategy '" + text + "': " + mgKey +
+               " applies to schedule=mgrit only");
   if (s.virtualStages > 1 && s.schedule == Schedule::OneFOneB)
     s.schedule = Schedule::Interleaved;
   // ZB-V and DualPipeV run two chunks per stage.
