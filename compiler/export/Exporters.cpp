@@ -959,6 +959,18 @@ llvm::Expected<std::string> exportPlan(const ExportPlan &plan,
                       "stages not compiled with torch.compile: export "
                       "--to pytorch") +
                "); plan with schedule=interleaved or 1f1b");
+  // PatrickStar's chunks run in PatrickStar, which none of these is.
+  if (st.chunkParams > 0 && target)
+    return err(format + ": the plan manages its model data in PatrickStar's "
+                        "chunks (chunks=), which this target does not run; "
+                        "plan with zero=3 or offload=optimizer");
+  // Bidirectional DualPipe runs in DeepSeek's DualPipe code only (PyTorch
+  // ships the V alone, ScheduleDualPipeV).
+  if (st.schedule == Schedule::DualPipe && target)
+    return err(format + ": the plan runs DualPipe (schedule=dualpipe), "
+                        "which this target does not run (DeepSeek's "
+                        "DualPipe code runs it); plan with schedule=zb-v or "
+                        "1f1b");
   // Layer-parallel MGRIT runs in torchbraid, which none of these targets is.
   if (st.schedule == Schedule::LayerParallelMgrit && target)
     return err(format + ": the plan trains layer-parallel by MGRIT "

@@ -44,6 +44,8 @@ static ojson strategyJson(const Strategy &s) {
     j["recompute_layers"] = s.recomputeLayers;
   if (s.subnetworkFraction > 0)
     j["subnetwork_fraction"] = s.subnetworkFraction;
+  if (s.chunkParams > 0)
+    j["chunk_parameters"] = s.chunkParams;
   if (s.schedule == Schedule::LayerParallelMgrit) {
     j["mgrit_coarsening"] = s.mgCoarsening;
     j["mgrit_iterations"] = s.mgIterations;
@@ -359,7 +361,7 @@ strategyFromPlanImpl(const nlohmann::json &plan, const std::string &what) {
     s.schedule = *sc;
   else
     return err(what +
-               ": strategy.schedule: must be gpipe, 1f1b, interleaved, zb-h1, zb-v, dualpipev or mgrit");
+               ": strategy.schedule: must be gpipe, 1f1b, interleaved, zb-h1, zb-v, dualpipev, dualpipe or mgrit");
   if (auto r = recomputeFromName(j.value("recompute", "")))
     s.recompute = *r;
   else
@@ -376,6 +378,14 @@ strategyFromPlanImpl(const nlohmann::json &plan, const std::string &what) {
   if (j.contains("mgrit_iterations"))
     if (auto e = integer("mgrit_iterations", s.mgIterations, 1))
       return std::move(e);
+  if (j.contains("chunk_parameters")) {
+    const nlohmann::json &n = j["chunk_parameters"];
+    if (!n.is_number_integer() || n.get<int64_t>() < 1000000 ||
+        n.get<int64_t>() % 1000000 || n.get<int64_t>() > int64_t(1e11))
+      return err(what + ": strategy.chunk_parameters: must be a whole "
+                        "number of millions of elements, 1e6 to 1e11");
+    s.chunkParams = n.get<int64_t>();
+  }
   if (j.contains("subnetwork_fraction")) {
     const nlohmann::json &f = j["subnetwork_fraction"];
     if (!f.is_number() || !(f.get<double>() > 0) || f.get<double>() > 1)
@@ -766,6 +776,7 @@ const FieldType kStrategyFields[] = {
     {"schedule", K::String}, {"recompute", K::String},
     {"recompute_layers", K::Integer}, {"recompute_kinds", K::Array},
     {"subnetwork_fraction", K::Number}, {"mgrit_coarsening", K::Integer},
+    {"chunk_parameters", K::Integer},
     {"mgrit_iterations", K::Integer},
     {"recompute_kinds[]", K::String},
     {"precision", K::String}, {"sequence_parallel", K::Boolean},

@@ -178,7 +178,13 @@ namespace {
 struct Saver {
   int zero;
   bool offload;
+  /// PatrickStar's chunks (zero and offload then 0): its model data by
+  /// chunk on the device where there is room, else on the host.
+  bool chunks = false;
 };
+/// PatrickStar's usual chunk: 64 M elements (its INSIDE.md, and
+/// --default_chunk_size in its examples).
+constexpr int64_t kPatrickStarChunkParams = 64000000;
 constexpr double kNotPriced = 1e300;
 /// A priced candidate: its memory shortfall in bytes (<= 0: it fits;
 /// kNotPriced: not priced), and the least step a memory saver could give
@@ -304,8 +310,13 @@ searchPlans(const Workload &w, const Cluster &cluster, const PlanOptions &o) {
   if (host)
     savers.push_back({1, true});
   savers.push_back({3, false});
-  if (host)
+  if (host) {
     savers.push_back({3, true});
+    // PatrickStar (data parallel, one micro-batch per replica, no
+    // fine-tuning): its floor is one gathered chunk group.
+    if (!w.fineTuning.active())
+      savers.push_back({0, false, true});
+  }
   int maxExperts = w.experts();
 
   auto better = [&](const StepResult &x, const StepResult &y) {
@@ -431,6 +442,15 @@ searchPlans(const Workload &w, const Cluster &cluster, const PlanOptions &o) {
       t.schedule = Schedule::DualPipeV;
       price(st, t);
     }
+    // Bidirectional DualPipe: the same order on pp/2 mirrored pairs of
+    // ranks, two copies of each stage's weights.
+    if (t.pp % 2 == 0 && t.microBatches() % 2 == 0 &&
+        t.microBatches() >= 2 * t.pp && t.zeroStage <= 1 &&
+        t.subnetworkFraction == 0) {
+      t.schedule = Schedule::DualPipe;
+      t.virtualStages = 1;
+      price(st, t);
+    }
   };
 
   // Every candidate of one tensor-parallel degree under its cheapest saver;
@@ -465,6 +485,19 @@ searchPlans(const Workload &w, const Cluster &cluster, const PlanOptions &o) {
         for (const Saver &v : savers) {
           if ((v.zero == 3 && dp == 1) || (v.zero == 2 && (dp == 1 || pp > 1)))
             continue;
+          // PatrickStar: data parallel, one micro-batch per replica.
+          if (v.chunks && (tp > 1 || pp > 1 || cp > 1 || gbs / dp > 64))
+            continue;
+          if (v.chunks) {
+            double floorBytes = double(dp) * double(kPatrickStarChunkParams) *
+                                    a.weightBytesPerParam +
+                                a.workspaceFor(dev);
+            if (floorBytes <= dev.memoryBytes) {
+              fitting.push_back(v);
+              floors.push_back(floorBytes);
+            }
+            continue;
+          }
           double optimizer = v.offload ? 0 : a.optimizerBytesPerParam / dp;
           double grads = a.gradBytesPerParam / (v.zero == 2 ? dp : 1);
           double floorBytes =
@@ -508,6 +541,10 @@ searchPlans(const Workload &w, const Cluster &cluster, const PlanOptions &o) {
         auto priceSaving = [&](Strategy t) {
           t.zeroStage = fitting[0].zero;
           t.offloadOptimizer = fitting[0].offload;
+          t.chunkParams = fitting[0].chunks ? kPatrickStarChunkParams : 0;
+          if (t.chunkParams > 0 &&
+              (t.microBatches() > 1 || t.offloadActivations || t.ep > 1))
+            return Priced{};
           Priced first = price(st, t);
           priceZeroBubble(st, t, first);
           if (first.shortBy > 0 && first.shortBy != kNotPriced &&
@@ -674,6 +711,9 @@ searchPlans(const Workload &w, const Cluster &cluster, const PlanOptions &o) {
       Strategy t = d.s;
       t.zeroStage = d.savers[i].zero;
       t.offloadOptimizer = d.savers[i].offload;
+      t.chunkParams = d.savers[i].chunks ? kPatrickStarChunkParams : 0;
+      if (t.chunkParams > 0 && (t.microBatches() > 1 || t.offloadActivations))
+        continue; // PatrickStar accumulates no gradients, offloads itself
       last = price(merged, t);
       at = d.floors[i];
       priceZeroBubble(merged, t, last);
@@ -779,7 +819,7 @@ searchPlans(const Workload &w, const Cluster &cluster, const PlanOptions &o) {
     // host memory is what stops it.
     if (merged.haveHostClosest)
       return err("plan: the model fits on the cluster under no strategy; "
-                 "with the optimizer offloaded (" +
+                 "with the model data on the host (" +
                  merged.hostClosest.strategy.str() +
                  ") the devices fit, but " + merged.hostClosest.doesNotFit);
     return err(buf);

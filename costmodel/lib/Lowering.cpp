@@ -879,6 +879,14 @@ static llvm::Error refuseUnsupported(const Strategy &s) {
   if (s.offloadOptimizer)
     return err("lower: offload_optimizer: the runtime does not run the "
                "optimizer on the host yet");
+  if (s.chunkParams > 0)
+    return err("lower: chunks: the runtime does not manage PatrickStar's "
+               "chunks between host and device yet (simulate and plan take "
+               "it)");
+  if (s.schedule == Schedule::DualPipe)
+    return err("lower: schedule=dualpipe: the lowering does not write the "
+               "two directions' programs yet (simulate and plan take it; "
+               "dualpipev lowers)");
   if (s.schedule == Schedule::LayerParallelMgrit)
     return err("lower: schedule=mgrit: the lowering does not write MGRIT's "
                "relaxations and coarse solves yet (simulate takes it)");

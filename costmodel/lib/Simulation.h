@@ -132,6 +132,9 @@ public:
   Detail detail = Detail::Full;
   /// Filled by run() when set.
   StepParts *parts = nullptr;
+  /// A folded DualPipe step (Strategy::dualPipeFolded): the V's turn
+  /// crosses from the last stage to its mirror rank over its toNext link.
+  bool dualPipeTurn = false;
   /// One op's price, and the layer layout a stage runs (for the lowering).
   OpPrice priceOp(const OpCost &op, const LayerKind &k,
                   const StagePlacement &p) const;
@@ -182,6 +185,18 @@ private:
   std::vector<std::vector<int>>
   chunkLayers(std::vector<size_t> &sequence) const;
 };
+
+/// A device's link to its host: PCIe 5 beside NVLink 4/5 or PCIe 5
+/// between the devices, else PCIe 4.
+const LinkSpec *hostLinkOf(const StagePlacement &place);
+
+/// A step under PatrickStar's chunk-based memory management (`chunks=M`,
+/// ChunkedMemory.cpp): the data-parallel step's compute and activations,
+/// its model data placed and moved by chunk.
+llvm::Expected<StepResult> chunkedStep(const Workload &w, const Cluster &c,
+                                       const Strategy &s,
+                                       const Assumptions &a, bool keepTrace,
+                                       Detail detail);
 
 /// The placement of a stage of a homogeneous step: its groups, and the
 /// link to the next stage as stage 0 crosses it.

@@ -36,7 +36,7 @@ static llvm::Error err(const std::string &msg) { return inputError(msg); }
 
 /// A device's link to its host: PCIe 5 beside NVLink 4/5 or PCIe 5
 /// between the devices, else PCIe 4.
-static const LinkSpec *hostLink(const StagePlacement &place) {
+const LinkSpec *detail::hostLinkOf(const StagePlacement &place) {
   const LinkSpec *l = place.group->intraNodeLink;
   bool gen5 = l && (l->name == "NVLink4" || l->name == "NVLink5" ||
                     l->name == "PCIe5");
@@ -315,7 +315,7 @@ std::vector<std::vector<Task>> Simulation::schedule(int m) const {
       zeroBubbleV(i, m, o);
       continue;
     }
-    if (s.schedule == Schedule::DualPipeV && pp > 1) {
+    if (s.schedule == Schedule::DualPipeV && (pp > 1 || dualPipeTurn)) {
       dualPipeV(i, m, o);
       continue;
     }
@@ -753,7 +753,7 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
       }
       // Every device of the node moves its share at once: the host's
       // memory bandwidth caps the PCIe links together.
-      const LinkSpec *host = hostLink(place);
+      const LinkSpec *host = hostLinkOf(place);
       double perDevice =
           host->bandwidthBytesPerS * ncclLinkEfficiency(*host);
       if (place.group->hostMemoryBandwidthBytesPerS > 0)
@@ -847,9 +847,11 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
         links.cpBackwardS[ch] += t.backwardCpSendS;
       }
   }
-  for (int ch = 0; ch + 1 < chunks && pp > 1; ++ch) {
+  for (int ch = 0; ch + 1 < chunks && (pp > 1 || dualPipeTurn); ++ch) {
     int a = s.stageOfChunk(ch), b = s.stageOfChunk(ch + 1);
-    if (a == b) // the V's turn: the next chunk is on the same stage
+    // The V's turn: the next chunk is on the same stage, or (DualPipe)
+    // on its mirror rank, over the link between them.
+    if (a == b && !dualPipeTurn)
       continue;
     const StagePlacement &from = at[a], &to = at[b];
     // Back up the V from stage a to b = a - 1 over b's link to a.
@@ -871,7 +873,7 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
 
   // Event simulation. Zero bubble: B tasks take the backward without its
   // weight gradients, W tasks those; the order comes from the times.
-  bool zeroBubble = s.splitsWeightGradients();
+  bool zeroBubble = s.splitsWeightGradients() || dualPipeTurn;
   std::vector<double> bS = bwdS;
   if (zeroBubble)
     for (int ch = 0; ch < chunks; ++ch)
@@ -1103,8 +1105,8 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
       // the fp32 state and gradient read, the state and the 16-bit copy
       // written).
       const NodeGroup &g = *at[i].group;
-      double pcie = hostLink(at[i])->bandwidthBytesPerS *
-                    ncclLinkEfficiency(*hostLink(at[i]));
+      double pcie = hostLinkOf(at[i])->bandwidthBytesPerS *
+                    ncclLinkEfficiency(*hostLinkOf(at[i]));
       double moved = shardParams * (a.gradBytesPerParam + a.weightBytesPerParam);
       double cpuBytes = shardParams * g.devicesPerNode *
                         (2 * a.optimizerBytesPerParam + a.gradBytesPerParam +
@@ -1133,7 +1135,7 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
 
   // Transfers' share of the idle time: the same schedule without them.
   double noTransferEnd =
-      detail == Detail::StepTime || pp == 1
+      detail == Detail::StepTime || (pp == 1 && !dualPipeTurn)
           ? free[slowest]
           : runSchedule(order, chunks, m, fwdS, bS,
                         PipelineLinks::none(chunks), nullptr, &wS, &fwdCommS,
@@ -1431,6 +1433,67 @@ std::vector<StagePlacement> homogeneousStages(const Cluster &c,
 }
 } // namespace detail
 
+/// DualPipe (Strategy::dualPipeFolded): ranks r and pp-1-r run the same
+/// order on mirrored directions, so the step is DualPipeV's over pp/2
+/// stages with half the micro-batches per direction: stage r stands for
+/// both ranks, the V's turn is the transfer from rank pp/2-1 to rank pp/2
+/// (their placement's), and a chunk's gradients are reduced over both
+/// ranks' replicas. The result is unfolded to the pp ranks, the mirror of
+/// stage r its copy.
+static llvm::Expected<StepResult> dualPipeStep(const Workload &w,
+                                               const Cluster &c,
+                                               const Strategy &s,
+                                               const Assumptions &a,
+                                               bool keepTrace, Detail detail) {
+  Strategy v = s.dualPipeFolded();
+  std::vector<StagePlacement> at = homogeneousStages(c, s);
+  int half = s.pp / 2;
+  at.resize(half);
+  const NodeGroup &g = c.groupOf(0);
+  int64_t stride = s.stride("pp"), perNode = std::max(1, g.devicesPerNode);
+  for (int h = 0; h < half; ++h) {
+    // Stage h's ranks and its mirror's, [h·stride, (pp-h)·stride): one
+    // node only when the pipeline between them is.
+    bool sameNode = int64_t(h) * stride / perNode ==
+                    (int64_t(s.pp - h) * stride - 1) / perNode;
+    for (GroupShape *group : {&at[h].dpGroup, &at[h].expertDpGroup}) {
+      group->ranks *= 2;
+      if (sameNode)
+        group->ranksPerNode = std::min(group->ranks, group->ranksPerNode * 2);
+    }
+  }
+  Simulation sim(w, v, a, at, true);
+  sim.detail = detail;
+  sim.dualPipeTurn = true;
+  auto r = sim.run(keepTrace);
+  if (!r)
+    return r;
+  r->strategy = s;
+  for (StageReport &st : r->stages)
+    st.devices /= 2;
+  auto mirror = [&](auto &perStage) {
+    if (int(perStage.size()) != half)
+      return;
+    perStage.reserve(size_t(s.pp));
+    for (int h = half - 1; h >= 0; --h)
+      perStage.push_back(perStage[size_t(h)]);
+  };
+  mirror(r->stages);
+  mirror(r->stageKindSeconds);
+  mirror(r->stageKindParams);
+  mirror(r->stageKindKeptBytes);
+  for (int h = half; h < s.pp; ++h)
+    if (!r->stages[h].label.empty())
+      r->stages[h].label = "stage " + std::to_string(h);
+  size_t events = r->trace.size();
+  for (size_t e = 0; e < events; ++e) {
+    TraceEvent copy = r->trace[e];
+    copy.track = s.pp - 1 - copy.track;
+    r->trace.push_back(copy);
+  }
+  return r;
+}
+
 llvm::Expected<StepResult> simulateStep(const Workload &w, const Cluster &c,
                                         Strategy s, const Assumptions &a,
                                         bool keepTrace, Detail detail) {
@@ -1474,9 +1537,16 @@ llvm::Expected<StepResult> simulateStep(const Workload &w, const Cluster &c,
       return thinned.takeError();
     subnet = std::move(*thinned);
   }
-  Simulation sim(subnet ? *subnet : w, s, a, homogeneousStages(c, s), true);
-  sim.detail = detail;
-  auto r = sim.run(keepTrace);
+  auto r = s.schedule == Schedule::DualPipe
+               ? dualPipeStep(w, c, s, a, keepTrace, detail)
+           : s.chunkParams > 0
+               ? chunkedStep(w, c, s, a, keepTrace, detail)
+               : [&] {
+                   Simulation sim(subnet ? *subnet : w, s, a,
+                                  homogeneousStages(c, s), true);
+                   sim.detail = detail;
+                   return sim.run(keepTrace);
+                 }();
   if (r) { // every device of the cluster, with its own price
     r->costUsd = 0;
     for (int d = 0; d < c.numDevices(); ++d)
@@ -1491,6 +1561,10 @@ simulatePipeline(const Workload &w, const Strategy &s,
                  const Assumptions &a, bool keepTrace) {
   if (w.kinds.empty())
     return err("simulator: the model has no layers");
+  if (s.schedule == Schedule::DualPipe)
+    return err("simulator: schedule=dualpipe mirrors one device type's "
+               "pipeline onto itself; a heterogeneous pipeline takes "
+               "dualpipev, zb-v or 1f1b");
   if (s.dp < 1 || s.microBatch < 1 || s.microBatches() < 1 ||
       s.virtualStages != 1)
     return err("simulator: a pipeline needs dp >= 1, one chunk per stage and "

@@ -22,6 +22,7 @@ const char *scheduleName(Schedule s) {
          : s == Schedule::ZeroBubbleH1 ? "zb-h1"
          : s == Schedule::ZeroBubbleV  ? "zb-v"
          : s == Schedule::DualPipeV    ? "dualpipev"
+         : s == Schedule::DualPipe     ? "dualpipe"
          : s == Schedule::LayerParallelMgrit ? "mgrit"
                                        : "interleaved";
 }
@@ -40,7 +41,7 @@ std::optional<Schedule> scheduleFromName(const std::string &name) {
   for (Schedule s :
        {Schedule::GPipe, Schedule::OneFOneB, Schedule::Interleaved,
         Schedule::ZeroBubbleH1, Schedule::ZeroBubbleV, Schedule::DualPipeV,
-        Schedule::LayerParallelMgrit})
+        Schedule::DualPipe, Schedule::LayerParallelMgrit})
     if (name == scheduleName(s))
       return s;
   return std::nullopt;
@@ -117,6 +118,8 @@ std::string Strategy::str() const {
   if (schedule == Schedule::LayerParallelMgrit)
     s += ",mg_coarsen=" + std::to_string(mgCoarsening) +
          ",mg_iters=" + std::to_string(mgIterations);
+  if (chunkParams > 0)
+    s += ",chunks=" + std::to_string(chunkParams / 1000000);
   if (subnetworkFraction > 0) {
     char buf[32];
     std::snprintf(buf, sizeof buf, ",sdp=%g", subnetworkFraction);
@@ -220,7 +223,14 @@ llvm::Expected<Strategy> parseStrategy(const std::string &text) {
       e = integer(s.mgCoarsening, 2);
     else if (key == "mg_iters")
       e = integer(s.mgIterations, 1);
-    else if (key == "sdp") {
+    else if (key == "chunks") {
+      int64_t millions = 0;
+      e = integer(millions, 1);
+      if (!e && millions > 100000)
+        e = err(where + ": chunks is the chunk size in millions of "
+                        "elements, at most 100000");
+      s.chunkParams = millions * 1000000;
+    } else if (key == "sdp") {
       double f = 0;
       if (value.getAsDouble(f) || !(f > 0) || f > 1)
         e = err(where + ": sdp must be the fraction of the repeated blocks "
@@ -240,14 +250,9 @@ llvm::Expected<Strategy> parseStrategy(const std::string &text) {
     else if (key == "schedule") {
       if (auto sc = scheduleFromName(value.str()))
         s.schedule = *sc;
-      else if (value == "dualpipe")
-        e = err(where + ": DeepSeek's bidirectional DualPipe (two copies "
-                        "of every stage's weights) is not modelled; "
-                        "schedule=dualpipev is the same schedule cut in "
-                        "half, one copy");
       else
         e = err(where + ": schedule must be gpipe, 1f1b, interleaved, zb-h1, "
-                        "zb-v or dualpipev");
+                        "zb-v, dualpipev, dualpipe or mgrit");
     } else if (key == "offload") {
       if (value == "optimizer")
         s.offloadOptimizer = true;
@@ -493,7 +498,8 @@ llvm::Error completeAndValidate(Strategy &s, const Workload &w,
                " needs a sequence divisible by 2 x cp");
   int64_t layers = w.totalLayers();
   if ((s.schedule == Schedule::ZeroBubbleV ||
-       s.schedule == Schedule::DualPipeV) &&
+       s.schedule == Schedule::DualPipeV ||
+       s.schedule == Schedule::DualPipe) &&
       s.pp < 2)
     return err(std::string("strategy: schedule=") + scheduleName(s.schedule) +
                " needs pp >= 2");
@@ -572,12 +578,67 @@ llvm::Error completeAndValidate(Strategy &s, const Workload &w,
                  "not " + std::to_string(s.microBatches()) +
                  " (DualPipe's own requirement)");
   }
+  if (s.chunkParams > 0) {
+    // PatrickStar trains data parallel only, shards the model data by
+    // chunk (its own ZeRO-3), moves it to the host itself and keeps each
+    // gradient in its parameter's chunk.
+    if (s.tp > 1 || s.pp > 1 || s.cp > 1 || s.ep > 1)
+      return err("strategy: chunks (PatrickStar) trains data parallel "
+                 "only: tp, pp, cp and ep must be 1");
+    if (s.zeroStage > 0 || s.offloadOptimizer || s.offloadActivations)
+      return err("strategy: chunks (PatrickStar) shards its chunks over dp "
+                 "and places them on the host itself: zero and offload do "
+                 "not apply");
+    if (s.microBatches() > 1)
+      return err("strategy: chunks (PatrickStar) keeps each gradient in its "
+                 "parameter's chunk, so it accumulates none over micro-"
+                 "batches: gbs must be mbs x dp = " +
+                 std::to_string(s.microBatch * s.dp) + ", not " +
+                 std::to_string(s.globalBatch));
+    if (w.fineTuning.active())
+      return err("strategy: chunks (PatrickStar) with frozen weights or "
+                 "adapters is not priced");
+  }
+  if (s.schedule == Schedule::DualPipe) {
+    // dualpipe.py's assertions: an even number of ranks, an even number
+    // of micro-batches (half from each end), at least two per rank.
+    if (s.pp % 2)
+      return err("strategy: schedule=dualpipe needs an even pp (ranks r and "
+                 "pp-1-r hold the two directions' stages), not pp=" +
+                 std::to_string(s.pp));
+    if (s.virtualStages != 1)
+      return err("strategy: schedule=dualpipe holds one stage of each "
+                 "direction per rank (vpp=1), not vpp=" +
+                 std::to_string(s.virtualStages));
+    if (s.microBatches() % 2 || s.microBatches() < 2 * s.pp)
+      return err("strategy: schedule=dualpipe needs an even number of at "
+                 "least 2 x pp = " + std::to_string(2 * s.pp) +
+                 " micro-batches per replica, not " +
+                 std::to_string(s.microBatches()) +
+                 " (dualpipe.py's own requirement)");
+    if (s.zeroStage > 1)
+      return err("strategy: schedule=dualpipe with zero=" +
+                 std::to_string(s.zeroStage) +
+                 ": sharding the two weight copies' gradients or weights "
+                 "is not priced (DeepSeek-V3 runs DualPipe under ZeRO-1)");
+    if (s.subnetworkFraction > 0)
+      return err("strategy: schedule=dualpipe with sdp is not priced");
+  }
   if (s.overlapP2p && s.pp > 1 && s.schedule != Schedule::Interleaved)
     return err("strategy: overlap=p2p needs the interleaved schedule "
                "(vpp > 1): Megatron-Core overlaps pipeline sends only there");
   if (s.sequenceParallel && s.tp == 1)
     s.sequenceParallel = false; // nothing to split
   return llvm::Error::success();
+}
+
+Strategy Strategy::dualPipeFolded() const {
+  Strategy v = *this;
+  v.schedule = Schedule::DualPipeV;
+  v.pp = pp / 2;
+  v.virtualStages = 2;
+  v.dp = dp * 2;
+  return v;
 }
 
 } // namespace orrery

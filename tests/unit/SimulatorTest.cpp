@@ -187,6 +187,42 @@ TEST(Simulator, InterleavingShrinksTheBubble) {
   EXPECT_LT(inter.stepS, plain.stepS);
 }
 
+// DualPipe on pp ranks is DualPipeV on pp/2 stages with the mirrored
+// ranks' replicas (Strategy::dualPipeFolded): the same compute and memory
+// per device, a step longer only by the turn's transfer, and the stages
+// unfolded so that rank r and rank pp-1-r report alike.
+TEST(Simulator, DualPipeIsDualPipeVOnMirroredRanks) {
+  Workload w = uniformModel(16, 1e13, int64_t(1e8), 1 << 26);
+  Cluster c = preset("8xA100-80G");
+  StepResult dual = simulate(w, c, "pp=8,dp=1,mbs=1,gbs=32,schedule=dualpipe");
+  StepResult v = simulate(w, c, "pp=4,dp=2,mbs=1,gbs=32,schedule=dualpipev");
+  ASSERT_EQ(dual.stages.size(), 8u);
+  ASSERT_EQ(v.stages.size(), 4u);
+  EXPECT_EQ(dual.strategy.pp, 8);
+  EXPECT_EQ(dual.strategy.dp, 1);
+  for (int r = 0; r < 8; ++r) {
+    int h = std::min(r, 7 - r);
+    EXPECT_DOUBLE_EQ(dual.stages[r].memory.weightsBytes,
+                     v.stages[h].memory.weightsBytes);
+    EXPECT_DOUBLE_EQ(dual.stages[r].memory.activationsBytes,
+                     v.stages[h].memory.activationsBytes);
+    EXPECT_EQ(dual.stages[r].devices, 1);
+  }
+  EXPECT_DOUBLE_EQ(dual.computeS, v.computeS);
+  EXPECT_GE(dual.stepS, v.stepS);
+  EXPECT_LT(dual.stepS, v.stepS * 1.01);
+  // Half the micro-batches enter from each end: the mirror's tasks.
+  StepResult traced = simulate(w, c, "pp=8,dp=1,mbs=1,gbs=32,schedule=dualpipe",
+                               /*keepTrace=*/true);
+  size_t on0 = 0, on7 = 0;
+  for (const TraceEvent &e : traced.trace) {
+    on0 += e.track == 0;
+    on7 += e.track == 7;
+  }
+  EXPECT_GT(on0, 0u);
+  EXPECT_EQ(on0, on7);
+}
+
 TEST(Simulator, ZeroShardsOptimizerGradientsWeights) {
   Workload w = uniformModel(4, 1e12, int64_t(1e9), 1 << 20);
   Cluster c = preset("8xA100-80G");

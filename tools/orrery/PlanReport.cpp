@@ -95,7 +95,8 @@ void printPlan(std::ostream &os, const PlanResult &r, const Workload &w,
   os << buf;
   if (b.hostMemoryBytesPerNode > 0) {
     const Strategy &s = b.strategy;
-    const char *what = s.offloadOptimizer && s.offloadActivations
+    const char *what = s.chunkParams > 0 ? "chunks (PatrickStar)"
+                       : s.offloadOptimizer && s.offloadActivations
                            ? "optimizer state and activations"
                        : s.offloadOptimizer ? "optimizer state"
                                             : "activations";

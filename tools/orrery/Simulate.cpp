@@ -27,6 +27,7 @@ nlohmann::ordered_json simulateJson(const StepResult &r, const Cluster &c,
                       {"exposed_ep_communication", r.exposedEpCommS},
                       {"exposed_pp_communication", r.exposedPpCommS},
                       {"exposed_dp_communication", r.exposedDpCommS},
+                      {"exposed_host_transfers", r.hostTransferS},
                       {"bubble", r.bubbleS},
                       {"optimizer", r.optimizerS}};
   j["fits"] = r.fits;
@@ -119,6 +120,8 @@ void printSimulation(std::ostream &os, const StepResult &r, const Cluster &c,
     line("expert all-to-all", r.exposedEpCommS);
   line("pipeline transfers", r.exposedPpCommS);
   line("gradient reduction", r.exposedDpCommS);
+  if (r.hostTransferS > 0)
+    line("chunks to and from the host", r.hostTransferS);
   line("pipeline bubble", r.bubbleS);
   line("optimizer step", r.optimizerS);
   if (!r.layers.empty()) {

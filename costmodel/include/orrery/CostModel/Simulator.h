@@ -192,6 +192,9 @@ struct StepResult {
   /// Mixture of experts: the dispatch and combine all-to-alls on the
   /// slowest stage (exposed: nothing overlaps them).
   double exposedEpCommS = 0;
+  /// Model data moved between host and device memory on the critical path
+  /// (PatrickStar's chunks, `chunks=`); part of the step.
+  double hostTransferS = 0;
   std::vector<StageReport> stages;
   /// Layers per pipeline chunk (pp x vpp chunks in model order; chunk c
   /// runs on stage c % pp).

@@ -31,6 +31,12 @@ class Cluster;
 /// half (deepseek-ai/DualPipe dualpipev.py, PyTorch's ScheduleDualPipeV):
 /// the same V, a forward of one chunk overlapped with the full backward of
 /// the other in the steady state, W split off only where the bubble needs.
+/// DualPipe: DeepSeek's bidirectional DualPipe (DeepSeek-V3 report §3.2.1,
+/// deepseek-ai/DualPipe dualpipe.py): micro-batches enter from both ends of
+/// the pipeline, half each way; rank r holds stage r of the one direction
+/// and stage pp-1-r of the other (two copies of every stage's weights,
+/// whose gradients the two holders reduce together), and ranks r and
+/// pp-1-r run the same order, DualPipeV's on pp/2 ranks.
 enum class Schedule {
   GPipe,
   OneFOneB,
@@ -38,6 +44,7 @@ enum class Schedule {
   ZeroBubbleH1,
   ZeroBubbleV,
   DualPipeV,
+  DualPipe,
   /// Layer-parallel training by multigrid reduction in time (MGRIT:
   /// Günther et al., SIAM J. Math. Data Sci. 2020; torchbraid): the
   /// stages' layers are the time steps of an ODE, forward and backward
@@ -92,8 +99,14 @@ struct Strategy {
   bool splitsWeightGradients() const {
     return pp > 1 && (schedule == Schedule::ZeroBubbleH1 ||
                       schedule == Schedule::ZeroBubbleV ||
-                      schedule == Schedule::DualPipeV);
+                      schedule == Schedule::DualPipeV ||
+                      schedule == Schedule::DualPipe);
   }
+  /// The strategy a DualPipe step is simulated as (one place:
+  /// dualPipeFolded in Strategy.cpp): DualPipeV over pp/2 stages, each
+  /// stage r standing for ranks r and pp-1-r, with twice the replicas of
+  /// half the micro-batches each (every chunk then has 2 x dp holders).
+  Strategy dualPipeFolded() const;
   int64_t microBatch = 1;
   int64_t globalBatch = 0; ///< 0 = micro batch x dp (one micro-batch)
   int zeroStage = 0;
@@ -123,6 +136,13 @@ struct Strategy {
   }
   bool offloadOptimizer = false;
   bool offloadActivations = false;
+  /// PatrickStar's chunk-based memory management (`chunks=M`: chunks of M
+  /// million elements; Fang et al., "Parallel Training of Pre-trained
+  /// Models via Chunk-based Dynamic Memory Management", TPDS 2022): the
+  /// model data in fixed-size chunks sharded over dp, placed on the device
+  /// where the activations leave room and on the host otherwise
+  /// (ChunkedMemory.cpp); 0: off.
+  int64_t chunkParams = 0;
   Precision precision = Precision::BF16;
   /// Layers per pipeline stage (model layers, embedding and head counted as
   /// layers); empty = as even as the layer costs allow.
