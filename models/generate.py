@@ -254,6 +254,18 @@ def llama(name, layers, d, heads, kv_heads, ffn, seq, vocab, theta, moe=None,
     return g.model()
 
 
+def ffn_stack(name, layers, d):
+    """A feed-forward network of `layers` dense layers of width d (ReLU):
+    the model phantom parallelism is defined on (Seal et al., arXiv
+    2508.00960)."""
+    g = Graph(name)
+    x = g.input("x", F16, ["batch", d])
+    for i in range(layers):
+        x = g.op("Relu", [g.linear(x, f"layers.{i}", d, d)])
+    g.output(x, "y", F16, ["batch", d])
+    return g.model()
+
+
 def moe_ffn(g, h, prefix, d, ffn, experts, top_k):
     """Top-k routed SwiGLU experts with capacity factor 1.
 
@@ -480,7 +492,8 @@ def main():
     ap.add_argument("--all", metavar="DIR", help="write every model into DIR")
     ap.add_argument("--list", action="store_true",
                     help="list models with their published parameter counts")
-    shape = ap.add_argument_group("a GPT of any shape (name 'gpt')")
+    shape = ap.add_argument_group("a GPT of any shape (name 'gpt'; 'ffn': a "
+                                  "stack of --layers dense layers of width --hidden)")
     shape.add_argument("--layers", type=int)
     shape.add_argument("--hidden", type=int)
     shape.add_argument("--heads", type=int)
@@ -490,6 +503,13 @@ def main():
     shape.add_argument("--vocab", type=int, default=51200)
     shape.add_argument("--ffn", type=int)
     args = ap.parse_args()
+    if args.name == "ffn":
+        if not (args.layers and args.hidden):
+            print("generate.py: error: ffn needs --layers and --hidden", file=sys.stderr)
+            return 2
+        with open(args.output or "ffn.onnx", "wb") as f:
+            f.write(ffn_stack("ffn", args.layers, args.hidden).SerializeToString())
+        return 0
     if args.name == "gpt":
         if not (args.layers and args.hidden and args.heads):
             print("generate.py: error: gpt needs --layers, --hidden and --heads", file=sys.stderr)

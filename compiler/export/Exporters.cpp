@@ -959,6 +959,11 @@ llvm::Expected<std::string> exportPlan(const ExportPlan &plan,
                       "stages not compiled with torch.compile: export "
                       "--to pytorch") +
                "); plan with schedule=interleaved or 1f1b");
+  // Phantom parallelism runs in its authors' research code only.
+  if (st.phantomGhosts > 0 && target)
+    return err(format + ": the plan trains phantom parallelism's ghost "
+                        "layers (phantom=, Seal et al. 2025), which this "
+                        "target does not run");
   // PatrickStar's chunks run in PatrickStar, which none of these is.
   if (st.chunkParams > 0 && target)
     return err(format + ": the plan manages its model data in PatrickStar's "

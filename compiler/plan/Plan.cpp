@@ -46,6 +46,8 @@ static ojson strategyJson(const Strategy &s) {
     j["subnetwork_fraction"] = s.subnetworkFraction;
   if (s.chunkParams > 0)
     j["chunk_parameters"] = s.chunkParams;
+  if (s.phantomGhosts > 0)
+    j["phantom_ghost_neurons"] = s.phantomGhosts;
   if (s.schedule == Schedule::LayerParallelMgrit) {
     j["mgrit_coarsening"] = s.mgCoarsening;
     j["mgrit_iterations"] = s.mgIterations;
@@ -377,6 +379,9 @@ strategyFromPlanImpl(const nlohmann::json &plan, const std::string &what) {
       return std::move(e);
   if (j.contains("mgrit_iterations"))
     if (auto e = integer("mgrit_iterations", s.mgIterations, 1))
+      return std::move(e);
+  if (j.contains("phantom_ghost_neurons"))
+    if (auto e = integer("phantom_ghost_neurons", s.phantomGhosts, 1))
       return std::move(e);
   if (j.contains("chunk_parameters")) {
     const nlohmann::json &n = j["chunk_parameters"];
@@ -776,7 +781,7 @@ const FieldType kStrategyFields[] = {
     {"schedule", K::String}, {"recompute", K::String},
     {"recompute_layers", K::Integer}, {"recompute_kinds", K::Array},
     {"subnetwork_fraction", K::Number}, {"mgrit_coarsening", K::Integer},
-    {"chunk_parameters", K::Integer},
+    {"chunk_parameters", K::Integer}, {"phantom_ghost_neurons", K::Integer},
     {"mgrit_iterations", K::Integer},
     {"recompute_kinds[]", K::String},
     {"precision", K::String}, {"sequence_parallel", K::Boolean},

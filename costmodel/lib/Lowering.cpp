@@ -879,6 +879,9 @@ static llvm::Error refuseUnsupported(const Strategy &s) {
   if (s.offloadOptimizer)
     return err("lower: offload_optimizer: the runtime does not run the "
                "optimizer on the host yet");
+  if (s.phantomGhosts > 0)
+    return err("lower: phantom: the lowering does not write phantom "
+               "parallelism's ghost layers yet (simulate takes it)");
   if (s.chunkParams > 0)
     return err("lower: chunks: the runtime does not manage PatrickStar's "
                "chunks between host and device yet (simulate and plan take "

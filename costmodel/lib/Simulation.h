@@ -198,6 +198,11 @@ llvm::Expected<StepResult> chunkedStep(const Workload &w, const Cluster &c,
                                        const Assumptions &a, bool keepTrace,
                                        Detail detail);
 
+/// The workload phantom parallelism trains (`phantom=k`, Phantom.cpp):
+/// each tensor-parallel weighted layer a local block with k ghost neurons
+/// per rank, its FLOPs, weights and collectives so.
+llvm::Expected<Workload> phantomOf(const Workload &w, const Strategy &s);
+
 /// The placement of a stage of a homogeneous step: its groups, and the
 /// link to the next stage as stage 0 crosses it.
 StagePlacement homogeneousPlacement(const Cluster &c, const Strategy &s);

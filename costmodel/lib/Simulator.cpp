@@ -1537,13 +1537,20 @@ llvm::Expected<StepResult> simulateStep(const Workload &w, const Cluster &c,
       return thinned.takeError();
     subnet = std::move(*thinned);
   }
+  // Phantom parallelism's layers in place of tensor parallelism's.
+  if (s.phantomGhosts > 0) {
+    auto phantom = phantomOf(subnet ? *subnet : w, s);
+    if (!phantom)
+      return phantom.takeError();
+    subnet = std::move(*phantom);
+  }
+  const Workload &model = subnet ? *subnet : w;
   auto r = s.schedule == Schedule::DualPipe
-               ? dualPipeStep(w, c, s, a, keepTrace, detail)
+               ? dualPipeStep(model, c, s, a, keepTrace, detail)
            : s.chunkParams > 0
-               ? chunkedStep(w, c, s, a, keepTrace, detail)
+               ? chunkedStep(model, c, s, a, keepTrace, detail)
                : [&] {
-                   Simulation sim(subnet ? *subnet : w, s, a,
-                                  homogeneousStages(c, s), true);
+                   Simulation sim(model, s, a, homogeneousStages(c, s), true);
                    sim.detail = detail;
                    return sim.run(keepTrace);
                  }();

@@ -120,6 +120,8 @@ std::string Strategy::str() const {
          ",mg_iters=" + std::to_string(mgIterations);
   if (chunkParams > 0)
     s += ",chunks=" + std::to_string(chunkParams / 1000000);
+  if (phantomGhosts > 0)
+    s += ",phantom=" + std::to_string(phantomGhosts);
   if (subnetworkFraction > 0) {
     char buf[32];
     std::snprintf(buf, sizeof buf, ",sdp=%g", subnetworkFraction);
@@ -223,6 +225,8 @@ llvm::Expected<Strategy> parseStrategy(const std::string &text) {
       e = integer(s.mgCoarsening, 2);
     else if (key == "mg_iters")
       e = integer(s.mgIterations, 1);
+    else if (key == "phantom")
+      e = integer(s.phantomGhosts, 1);
     else if (key == "chunks") {
       int64_t millions = 0;
       e = integer(millions, 1);
@@ -577,6 +581,17 @@ llvm::Error completeAndValidate(Strategy &s, const Workload &w,
                  std::to_string(2 * s.pp) + " micro-batches per replica, "
                  "not " + std::to_string(s.microBatches()) +
                  " (DualPipe's own requirement)");
+  }
+  if (s.phantomGhosts > 0) {
+    if (s.tp < 2)
+      return err("strategy: phantom=" + std::to_string(s.phantomGhosts) +
+                 " replaces tensor parallelism: it needs tp >= 2");
+    if (s.sequenceParallel || s.tpBatchSplit || s.overlapTpComm)
+      return err("strategy: phantom: sequence parallelism, tp batch splits "
+                 "and tp overlap are tensor parallelism's, not phantom "
+                 "parallelism's");
+    if (s.ep > 1 || s.cp > 1)
+      return err("strategy: phantom with ep or cp is not priced");
   }
   if (s.chunkParams > 0) {
     // PatrickStar trains data parallel only, shards the model data by

@@ -68,15 +68,19 @@ std::string resolveModel(const std::string &arg) {
   return stat(path.c_str(), &st) == 0 ? path : arg;
 }
 
-/// The dims the user bound, batch aside (the plan's `model.dims`).
+/// The dims the user bound (the plan's `model.dims`), batch only where it
+/// is not the default 1: a workload at batch N prices N rows per sample,
+/// and re-importing it at 1 would price another step.
 std::map<std::string, int64_t> boundDims(const ModelArgs &args) {
   std::map<std::string, int64_t> out;
   for (const std::string &d : args.dims) {
     size_t eq = d.find('=');
-    if (eq == std::string::npos || d.compare(0, eq, "batch") == 0 ||
-        args.optionalDims.count(d.substr(0, eq)))
+    if (eq == std::string::npos || args.optionalDims.count(d.substr(0, eq)))
       continue;
-    out[d.substr(0, eq)] = std::strtoll(d.c_str() + eq + 1, nullptr, 10);
+    int64_t value = std::strtoll(d.c_str() + eq + 1, nullptr, 10);
+    if (d.compare(0, eq, "batch") == 0 && value == 1)
+      continue;
+    out[d.substr(0, eq)] = value;
   }
   return out;
 }

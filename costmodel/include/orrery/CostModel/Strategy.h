@@ -143,6 +143,11 @@ struct Strategy {
   /// where the activations leave room and on the host otherwise
   /// (ChunkedMemory.cpp); 0: off.
   int64_t chunkParams = 0;
+  /// Phantom parallelism (`phantom=k`; Seal et al., arXiv 2508.00960) in
+  /// place of tensor parallelism for feed-forward layers: k ghost neurons
+  /// per rank carry each layer's cross-rank connections (Phantom.cpp); 0:
+  /// off.
+  int phantomGhosts = 0;
   Precision precision = Precision::BF16;
   /// Layers per pipeline stage (model layers, embedding and head counted as
   /// layers); empty = as even as the layer costs allow.
