@@ -959,33 +959,33 @@ llvm::Expected<std::string> exportPlan(const ExportPlan &plan,
                       "stages not compiled with torch.compile: export "
                       "--to pytorch") +
                "); plan with schedule=interleaved or 1f1b");
-  // Phantom parallelism runs in its authors' research code only.
-  if (st.phantomGhosts > 0 && target)
-    return err(format + ": the plan trains phantom parallelism's ghost "
-                        "layers (phantom=, Seal et al. 2025), which this "
-                        "target does not run");
-  // PatrickStar's chunks run in PatrickStar, which none of these is.
-  if (st.chunkParams > 0 && target)
-    return err(format + ": the plan manages its model data in PatrickStar's "
-                        "chunks (chunks=), which this target does not run; "
-                        "plan with zero=3 or offload=optimizer");
-  // Bidirectional DualPipe runs in DeepSeek's DualPipe code only (PyTorch
-  // ships the V alone, ScheduleDualPipeV).
-  if (st.schedule == Schedule::DualPipe && target)
-    return err(format + ": the plan runs DualPipe (schedule=dualpipe), "
-                        "which this target does not run (DeepSeek's "
-                        "DualPipe code runs it); plan with schedule=zb-v or "
-                        "1f1b");
-  // Layer-parallel MGRIT runs in torchbraid, which none of these targets is.
-  if (st.schedule == Schedule::LayerParallelMgrit && target)
-    return err(format + ": the plan trains layer-parallel by MGRIT "
-                        "(schedule=mgrit, torchbraid's method), which this "
-                        "target does not run");
-  // Subnetwork data parallelism runs in its authors' research code only.
-  if (st.subnetworkFraction > 0 && target)
-    return err(format + ": the plan trains subnetworks per worker (sdp, "
-                        "Singh et al. 2025), which this target does not "
-                        "run");
+  // Research strategies and schedules only their authors' code runs
+  // (phantom parallelism, subnetwork data parallelism), PatrickStar,
+  // DeepSeek's DualPipe (PyTorch ships the V alone, ScheduleDualPipeV) and
+  // torchbraid's layer-parallel MGRIT: one line each.
+  struct Unrunnable {
+    bool used;
+    const char *what, *hint;
+  };
+  const Unrunnable unrunnable[] = {
+      {st.phantomGhosts > 0,
+       "trains phantom parallelism's ghost layers (phantom=, Seal et al. "
+       "2025)",
+       ""},
+      {st.chunkParams > 0,
+       "manages its model data in PatrickStar's chunks (chunks=)",
+       "; plan with zero=3 or offload=optimizer"},
+      {st.schedule == Schedule::DualPipe, "runs DualPipe (schedule=dualpipe)",
+       " (DeepSeek's DualPipe code runs it); plan with schedule=zb-v or 1f1b"},
+      {st.schedule == Schedule::LayerParallelMgrit,
+       "trains layer-parallel by MGRIT (schedule=mgrit, torchbraid's method)",
+       ""},
+      {st.subnetworkFraction > 0,
+       "trains subnetworks per worker (sdp, Singh et al. 2025)", ""}};
+  for (const Unrunnable &u : unrunnable)
+    if (u.used && target)
+      return err(format + ": the plan " + u.what +
+                 ", which this target does not run" + u.hint);
   // SwitchML's sum runs in its own client library, not in NCCL or Gloo.
   if (plan.aggregation == "switchml" && target)
     return err(format + ": the plan's gradient all-reduce was priced "
