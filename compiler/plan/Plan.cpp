@@ -42,8 +42,10 @@ static ojson strategyJson(const Strategy &s) {
   j["recompute"] = recomputeName(s.recompute);
   if (s.recomputeLayers > 0)
     j["recompute_layers"] = s.recomputeLayers;
-  if (s.subnetworkFraction > 0)
+  if (s.subnetworkFraction > 0) {
     j["subnetwork_fraction"] = s.subnetworkFraction;
+    j["subnetwork_masking"] = s.subnetworkBackwardMask ? "backward" : "forward";
+  }
   if (s.chunkParams > 0)
     j["chunk_parameters"] = s.chunkParams;
   if (s.phantomGhosts > 0)
@@ -396,6 +398,14 @@ strategyFromPlanImpl(const nlohmann::json &plan, const std::string &what) {
     if (!f.is_number() || !(f.get<double>() > 0) || f.get<double>() > 1)
       return err(what + ": strategy.subnetwork_fraction: must be in (0, 1]");
     s.subnetworkFraction = f.get<double>();
+  }
+  if (j.contains("subnetwork_masking")) {
+    const nlohmann::json &m = j["subnetwork_masking"];
+    if (!s.subnetworkFraction || !m.is_string() ||
+        (m != "forward" && m != "backward"))
+      return err(what + ": strategy.subnetwork_masking: must be forward or "
+                        "backward, with subnetwork_fraction");
+    s.subnetworkBackwardMask = m == "backward";
   }
   if (j.contains("recompute_kinds")) {
     const nlohmann::json &kinds = j["recompute_kinds"];
@@ -781,6 +791,7 @@ const FieldType kStrategyFields[] = {
     {"schedule", K::String}, {"recompute", K::String},
     {"recompute_layers", K::Integer}, {"recompute_kinds", K::Array},
     {"subnetwork_fraction", K::Number}, {"mgrit_coarsening", K::Integer},
+    {"subnetwork_masking", K::String},
     {"chunk_parameters", K::Integer}, {"phantom_ghost_neurons", K::Integer},
     {"mgrit_iterations", K::Integer},
     {"recompute_kinds[]", K::String},

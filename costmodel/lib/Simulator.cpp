@@ -1394,14 +1394,56 @@ static llvm::Expected<Workload> subnetworkOf(const Workload &w,
   bool any = false;
   for (LayerKind &k : out.kinds)
     k.count = 0;
-  for (LayerRun &run : out.layers) {
+  // Backward masking: the blocks outside the subnetwork as a kind of
+  // their own, run forward and passing input gradients, their weights
+  // held (as frozen ones are) with no weight gradient, gradient or
+  // optimizer state.
+  std::map<size_t, size_t> maskedKind;
+  auto masked = [&](size_t kind) {
+    auto it = maskedKind.find(kind);
+    if (it != maskedKind.end())
+      return it->second;
+    LayerKind m = w.kinds[kind];
+    m.name += " (masked)";
+    m.count = 0;
+    m.frozenParameters += m.parameters;
+    m.frozenReplicatedParameters += m.replicatedParameters;
+    m.parameters = m.replicatedParameters = m.adapterParameters = 0;
+    m.tpGradientParameters = 0;
+    for (OpCost &op : m.ops)
+      if (op.weighted && op.contraction && op.backwardFlops > 0) {
+        // dX = dY · Wᵀ only: the forward's FLOPs, one kernel.
+        m.backwardFlops -= op.backwardFlops - op.forwardFlops;
+        op.backwardFlops = op.forwardFlops;
+        op.backwardBytes = op.outputBytes + op.bytesRead;
+        op.backwardKernels = 1;
+      }
+    out.kinds.push_back(std::move(m));
+    return maskedKind[kind] = out.kinds.size() - 1;
+  };
+  std::vector<LayerRun> runs;
+  for (LayerRun run : out.layers) {
     if (w.kinds[run.kind].count > 1) {
-      run.count = std::max<int64_t>(1, std::llround(f * double(run.count)));
+      int64_t held =
+          std::max<int64_t>(1, std::llround(f * double(run.count)));
       out.kinds[run.kind].subnetworkBlock = true;
       any = true;
+      if (s.subnetworkBackwardMask && held < run.count) {
+        LayerRun rest = run;
+        rest.kind = masked(run.kind);
+        rest.count = run.count - held;
+        run.count = held;
+        runs.push_back(run);
+        runs.push_back(rest);
+        continue;
+      }
+      run.count = held;
     }
-    out.kinds[run.kind].count += run.count;
+    runs.push_back(run);
   }
+  out.layers = runs;
+  for (const LayerRun &run : out.layers)
+    out.kinds[run.kind].count += run.count;
   if (!any)
     return err("strategy: sdp: the model has no repeated blocks to share "
                "out among the workers");

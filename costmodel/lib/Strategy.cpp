@@ -126,6 +126,8 @@ std::string Strategy::str() const {
     char buf[32];
     std::snprintf(buf, sizeof buf, ",sdp=%g", subnetworkFraction);
     s += buf;
+    if (subnetworkBackwardMask)
+      s += ",sdp_mask=backward";
   }
   if (!recomputeKinds.empty()) {
     s += ",recompute_kinds=";
@@ -157,6 +159,7 @@ llvm::Expected<Strategy> parseStrategy(const std::string &text) {
         "--strategy: empty; expected e.g. tp=8,pp=8,dp=16,mbs=1,gbs=1536");
   std::set<std::string> seen;
   std::string mgKey; // an MGRIT knob given
+  bool sdpMask = false;
   for (llvm::StringRef item : items) {
     std::pair<llvm::StringRef, llvm::StringRef> kv = item.trim().split('=');
     llvm::StringRef key = kv.first, value = kv.second;
@@ -225,7 +228,13 @@ llvm::Expected<Strategy> parseStrategy(const std::string &text) {
       e = integer(s.mgCoarsening, 2);
     else if (key == "mg_iters")
       e = integer(s.mgIterations, 1);
-    else if (key == "phantom")
+    else if (key == "sdp_mask") {
+      if (value == "backward")
+        s.subnetworkBackwardMask = true;
+      else if (value != "forward")
+        e = err(where + ": sdp_mask must be forward or backward");
+      sdpMask = true;
+    } else if (key == "phantom")
       e = integer(s.phantomGhosts, 1);
     else if (key == "chunks") {
       int64_t millions = 0;
@@ -335,6 +344,8 @@ llvm::Expected<Strategy> parseStrategy(const std::string &text) {
     if (key == "mg_coarsen" || key == "mg_iters")
       mgKey = key.str();
   }
+  if (sdpMask && s.subnetworkFraction == 0)
+    return err("--strategy '" + text + "': sdp_mask applies with sdp only");
   // MGRIT's knobs price nothing under another schedule.
   if (!mgKey.empty() && s.schedule != Schedule::LayerParallelMgrit)
     return err("--strategy '" + text + "': " + mgKey +

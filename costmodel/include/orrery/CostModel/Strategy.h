@@ -125,6 +125,11 @@ struct Strategy {
   /// their skip connections), every block on F x dp workers, whose
   /// gradients are averaged over those workers alone; 0: off.
   double subnetworkFraction = 0;
+  /// SDP's backward masking (`sdp_mask=backward`): every worker runs the
+  /// whole forward and passes input gradients through every block, but
+  /// computes weight gradients (and keeps gradients and optimizer state)
+  /// for its subnetwork's blocks only. false: forward masking.
+  bool subnetworkBackwardMask = false;
   /// schedule=mgrit: the coarsening factor (fine steps per coarse step)
   /// and the MGRIT iterations of the forward and of the backward solve.
   int mgCoarsening = 4, mgIterations = 2;
