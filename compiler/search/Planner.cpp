@@ -84,6 +84,57 @@ std::vector<int> balanceLayers(const std::vector<double> &seconds, int parts) {
   return runs;
 }
 
+std::vector<int> balanceFoldedLayers(const std::vector<double> &seconds,
+                                     int parts) {
+  std::vector<int> runs = balanceLayers(seconds, parts);
+  if (runs.empty() || parts % 2)
+    return runs;
+  std::vector<double> prefix(seconds.size() + 1, 0.0);
+  for (size_t i = 0; i < seconds.size(); ++i)
+    prefix[i + 1] = prefix[i] + seconds[i];
+  // A device's load: its chunk c and chunk parts-1-c. Ordered by the
+  // largest load, then the sum of squares (which evens the others).
+  auto score = [&](const std::vector<int> &r) {
+    std::vector<double> chunk(r.size());
+    size_t at = 0;
+    for (size_t c = 0; c < r.size(); ++c) {
+      chunk[c] = prefix[at + size_t(r[c])] - prefix[at];
+      at += size_t(r[c]);
+    }
+    double worst = 0, squares = 0;
+    for (int c = 0; c < parts / 2; ++c) {
+      double load = chunk[size_t(c)] + chunk[size_t(parts - 1 - c)];
+      worst = std::max(worst, load);
+      squares += load * load;
+    }
+    return std::make_pair(worst, squares);
+  };
+  // Local search: move one layer across one boundary while that helps.
+  auto best = score(runs);
+  for (int round = 0; round < 4 * int(seconds.size()); ++round) {
+    bool moved = false;
+    for (int b = 1; b < parts && !moved; ++b)
+      for (int dir : {-1, 1}) {
+        std::vector<int> r = runs;
+        r[size_t(b - 1)] += dir;
+        r[size_t(b)] -= dir;
+        if (r[size_t(b - 1)] < 1 || r[size_t(b)] < 1)
+          continue;
+        auto s = score(r);
+        if (s.first < best.first * (1 - 1e-12) ||
+            (s.first <= best.first && s.second < best.second * (1 - 1e-12))) {
+          runs = std::move(r);
+          best = s;
+          moved = true;
+          break;
+        }
+      }
+    if (!moved)
+      break;
+  }
+  return runs;
+}
+
 static std::vector<int> divisors(int64_t n, int64_t max) {
   std::vector<int> d;
   for (int64_t i = 1; i <= std::min(n, max); ++i)
@@ -376,18 +427,33 @@ searchPlans(const Workload &w, const Cluster &cluster, const PlanOptions &o) {
       for (const LayerRun &run : w.layers)
         for (int64_t i = 0; i < run.count; ++i)
           perLayer.push_back(r->kindSecondsPerMicroBatch[run.kind]);
-      std::vector<int> split = balanceLayers(perLayer, s.pp * s.virtualStages);
-      Strategy b = s;
-      b.stageLayers = split;
-      if (!split.empty() && split != s.stageLayers && frameworkRuns(b)) {
-        s.stageLayers = split;
-        auto balanced = simulateStep(w, c, s, a, false, Detail::StepTime);
-        // Only a split that beats the default is a new plan.
-        if (balanced && balanced->stepS < r->stepS * (1 - 1e-9))
-          consider(st, *balanced);
-        else if (!balanced)
+      // Even chunks; under a V (and DualPipe's mirrored ranks), where a
+      // device runs chunks c and chunks-1-c, also the split that evens
+      // those pairs: the schedule's critical path decides which is faster.
+      int chunks = s.pp * s.virtualStages;
+      std::vector<std::vector<int>> splits = {balanceLayers(perLayer, chunks)};
+      if (s.vShape() || s.schedule == Schedule::DualPipe)
+        splits.push_back(balanceFoldedLayers(perLayer, chunks));
+      std::optional<StepResult> fastest;
+      std::vector<int> tried;
+      for (const std::vector<int> &split : splits) {
+        Strategy b = s;
+        b.stageLayers = split;
+        if (split.empty() || split == s.stageLayers || split == tried ||
+            !frameworkRuns(b))
+          continue;
+        tried = split;
+        auto balanced = simulateStep(w, c, b, a, false, Detail::StepTime);
+        if (!balanced) {
           llvm::consumeError(balanced.takeError());
+          continue;
+        }
+        if (!fastest || balanced->stepS < fastest->stepS)
+          fastest = std::move(*balanced);
       }
+      // Only a split that beats the default is a new plan.
+      if (fastest && fastest->stepS < r->stepS * (1 - 1e-9))
+        consider(st, *fastest);
     }
     return priced;
   };

@@ -62,6 +62,12 @@ llvm::Expected<PlanResult> searchPlans(const Workload &w, const Cluster &c,
 /// Splits `seconds` (one entry per layer, in order) into `parts` contiguous
 /// runs minimizing the largest run's sum. Returns the run lengths.
 std::vector<int> balanceLayers(const std::vector<double> &seconds, int parts);
+/// The same for schedules whose devices each run chunk c and chunk
+/// parts-1-c (ZB-V, DualPipeV; DualPipe's mirrored ranks): the split that
+/// evens those pairs' sums, from balanceLayers' by moving layers across
+/// boundaries while the largest pair (then the spread) shrinks.
+std::vector<int> balanceFoldedLayers(const std::vector<double> &seconds,
+                                     int parts);
 
 /// The score an objective minimizes.
 double objectiveScore(const StepResult &r, Objective o);
