@@ -13,6 +13,7 @@ packages=(
   chromium fonts-dejavu-core fonts-liberation python3-pil
   libopenblas-dev libgloo-dev libopenmpi-dev openmpi-bin
   clang libclang-rt-14-dev
+  python3-venv python3-dev python3-torch python3-torchvision
 )
 
 missing=()

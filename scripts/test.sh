@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # The whole test suite: set up, build, run every test (lit, GoogleTest, the
-# end-to-end model checks), then rebuild the importer with AddressSanitizer
+# end-to-end model checks, the Python package's pytest), then rebuild the importer with AddressSanitizer
 # and UndefinedBehaviorSanitizer and run the importer tests under them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 scripts/build.sh
 ctest --test-dir build --output-on-failure
+
+# The Python package: the wheel from the same build, installed into a fresh
+# virtual environment, its tests against the CLI.
+scripts/python-test.sh
 
 # Sanitizers: the front end (ONNX island, importer, outlining) on every bad
 # input the lit suite and the loader unit tests feed it, and the cluster,

@@ -24,9 +24,61 @@
 namespace orrery {
 namespace cli {
 
+namespace {
+thread_local ErrorCapture *currentCapture = nullptr;
+} // namespace
+
+ErrorCapture::ErrorCapture() : outer(currentCapture) { currentCapture = this; }
+ErrorCapture::~ErrorCapture() { currentCapture = outer; }
+
 int fail(const std::string &message) {
-  std::cerr << "orrery: error: " << orrery::printableLine(message) << "\n";
+  std::string line = orrery::printableLine(message);
+  if (currentCapture) {
+    if (currentCapture->first.empty())
+      currentCapture->first = line;
+    return 1;
+  }
+  std::cerr << "orrery: error: " << line << "\n";
   return 1;
+}
+
+llvm::Error applyFrameworkOptions(const FrameworkOptions &o, Assumptions &a) {
+  auto bad = [](const std::string &m) {
+    return llvm::createStringError(llvm::inconvertibleErrorCode(), m);
+  };
+  if (o.gradBytes && *o.gradBytes != 2 && *o.gradBytes != 4)
+    return bad("--grad-bytes " + std::to_string(*o.gradBytes) +
+               ": expected 2 or 4");
+  if (o.gradReduceBytes && *o.gradReduceBytes != 2 && *o.gradReduceBytes != 4)
+    return bad("--grad-reduce-bytes " + std::to_string(*o.gradReduceBytes) +
+               ": expected 2 or 4");
+  if (o.zero3PrefetchParams && !(*o.zero3PrefetchParams >= 0))
+    return bad("--zero3-prefetch-params " +
+               std::to_string(*o.zero3PrefetchParams) +
+               ": expected a non-negative number");
+  if (o.kernels && *o.kernels != "fused" && *o.kernels != "unfused-attention" &&
+      *o.kernels != "eager")
+    return bad("--kernels '" + *o.kernels +
+               "': expected fused, unfused-attention or eager");
+  if (o.zero3PrefetchParams)
+    a.zero3PrefetchParams = *o.zero3PrefetchParams;
+  if (o.freeze)
+    a.fineTuning.freeze = *o.freeze;
+  if (o.lora) {
+    auto ft = orrery::parseLora(*o.lora, a.fineTuning);
+    if (!ft)
+      return ft.takeError();
+    a.fineTuning = *ft;
+  }
+  if (o.separateGradAccumulation)
+    a.fusedGradientAccumulation = !*o.separateGradAccumulation;
+  if (o.gradBytes)
+    a.gradBytesPerParam = *o.gradBytes;
+  if (o.gradReduceBytes)
+    a.gradReduceBytesPerParam = *o.gradReduceBytes;
+  if (o.kernels)
+    orrery::parseKernelFusion(*o.kernels, a.fusion);
+  return llvm::Error::success();
 }
 
 /// Parses NAME=VALUE pairs of --dim; returns an error message or "".
@@ -57,13 +109,24 @@ void addModelArgs(CLI::App *cmd, ModelArgs &args) {
 
 /// A model argument: an existing file, or the name of a built-in model
 /// (`orrery simulate gpt3-175b`), written at build time by models/generate.py.
+namespace {
+std::string &modelsDirOverride() {
+  static std::string dir;
+  return dir;
+}
+} // namespace
+
+void setModelsDir(const std::string &dir) { modelsDirOverride() = dir; }
+
 std::string resolveModel(const std::string &arg) {
   struct stat st;
   if (stat(arg.c_str(), &st) == 0 || arg.find('/') != std::string::npos ||
       arg.find(".onnx") != std::string::npos)
     return arg;
   const char *dir = std::getenv("ORRERY_MODELS_DIR");
-  std::string base = dir ? dir : ORRERY_MODELS_DIR;
+  std::string base = dir                          ? dir
+                     : !modelsDirOverride().empty() ? modelsDirOverride()
+                                                    : ORRERY_MODELS_DIR;
   std::string path = base + "/" + arg + ".onnx";
   return stat(path.c_str(), &st) == 0 ? path : arg;
 }
@@ -117,23 +180,28 @@ orrery::LayoutCosts layoutCostsFor(const orrery::Cluster &c,
   return costs;
 }
 
-/// Import and (optionally) outline; on error prints it and returns null.
-mlir::OwningOpRef<mlir::ModuleOp> frontEnd(mlir::MLIRContext &ctx,
-                                           const ModelArgs &args, bool outline,
-                                           std::map<std::string, int64_t> *hist,
-                                           int &rc) {
+/// Import and (optionally) outline, or the one-line error.
+llvm::Expected<mlir::OwningOpRef<mlir::ModuleOp>>
+importFrontEnd(mlir::MLIRContext &ctx, const ModelArgs &args, bool outline,
+               std::map<std::string, int64_t> *hist) {
+  auto error = [](const std::string &m) {
+    return llvm::createStringError(llvm::inconvertibleErrorCode(), m);
+  };
   orrery::onnx::LoadOptions options;
   std::string err = parseDims(args.dims, options);
   options.optionalDims = args.optionalDims;
-  if (!err.empty()) {
-    rc = fail(err);
-    return nullptr;
-  }
-  auto module = orrery::importOnnxFile(ctx, resolveModel(args.path), options);
-  if (!module) {
-    rc = fail(llvm::toString(module.takeError()));
-    return nullptr;
-  }
+  if (!err.empty())
+    return error(err);
+  orrery::onnx::LoadResult loaded =
+      args.bytes ? orrery::onnx::loadOnnxModelFromBytes(*args.bytes, args.path,
+                                                        options)
+                 : orrery::onnx::loadOnnxModel(resolveModel(args.path),
+                                               options);
+  if (!loaded.model)
+    return error(loaded.error);
+  auto module = orrery::importModel(ctx, *loaded.model);
+  if (!module)
+    return module.takeError();
   if (hist)
     *hist = orrery::opHistogram(**module);
   if (args.kernels == orrery::KernelFusion::UnfusedAttention) {
@@ -145,13 +213,11 @@ mlir::OwningOpRef<mlir::ModuleOp> frontEnd(mlir::MLIRContext &ctx,
         if (auto name = mlir::dyn_cast<mlir::NameLoc>(op.getLoc()))
           fused = name.getName().str();
     });
-    if (!fused.empty()) {
-      rc = fail(args.path + ": node '" + fused +
-                "' is one fused Attention op in the file; --kernels "
-                "unfused-attention prices attention written out as MatMul / "
-                "Softmax / MatMul (use --kernels fused or eager)");
-      return nullptr;
-    }
+    if (!fused.empty())
+      return error(args.path + ": node '" + fused +
+                   "' is one fused Attention op in the file; --kernels "
+                   "unfused-attention prices attention written out as "
+                   "MatMul / Softmax / MatMul (use --kernels fused or eager)");
   }
   if (outline) {
     mlir::PassManager pm(&ctx);
@@ -167,13 +233,31 @@ mlir::OwningOpRef<mlir::ModuleOp> frontEnd(mlir::MLIRContext &ctx,
         diag = d.str();
       return mlir::success();
     });
-    if (mlir::failed(pm.run(**module))) {
-      rc = fail(args.path + ": layer outlining failed: " + diag);
-      return nullptr;
-    }
+    if (mlir::failed(pm.run(**module)))
+      return error(args.path + ": layer outlining failed: " + diag);
+  }
+  return std::move(*module);
+}
+
+mlir::OwningOpRef<mlir::ModuleOp> frontEnd(mlir::MLIRContext &ctx,
+                                           const ModelArgs &args, bool outline,
+                                           std::map<std::string, int64_t> *hist,
+                                           int &rc) {
+  auto module = importFrontEnd(ctx, args, outline, hist);
+  if (!module) {
+    rc = fail(llvm::toString(module.takeError()));
+    return nullptr;
   }
   rc = 0;
   return std::move(*module);
+}
+
+std::string modelBytesOf(const ModelArgs &args) {
+  if (args.bytes)
+    return *args.bytes;
+  std::string bytes;
+  readFileBytes(resolveModel(args.path), bytes);
+  return bytes;
 }
 
 /// The bytes of a file; false when it cannot be read (or is not a regular

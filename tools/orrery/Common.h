@@ -2,6 +2,7 @@
 #ifndef ORRERY_TOOLS_COMMON_H
 #define ORRERY_TOOLS_COMMON_H
 
+#include "Requests.h"
 #include "orrery/CostModel/Lowering.h"
 #include "orrery/Import/Importer.h"
 #include "orrery/Plan/Plan.h"
@@ -14,6 +15,7 @@
 #include <CLI/CLI.hpp>
 #include <map>
 #include <memory>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
@@ -22,8 +24,26 @@
 namespace orrery {
 namespace cli {
 
-/// Prints "orrery: error: MESSAGE" (one line) and returns 1.
+/// Prints "orrery: error: MESSAGE" (one line) and returns 1; while an
+/// ErrorCapture is alive on this thread, keeps MESSAGE there instead (the
+/// Python bindings raise it as orrery.Error with the CLI's words).
 int fail(const std::string &message);
+
+/// Captures the messages fail() reports on this thread while it lives.
+class ErrorCapture {
+public:
+  ErrorCapture();
+  ~ErrorCapture();
+  ErrorCapture(const ErrorCapture &) = delete;
+  ErrorCapture &operator=(const ErrorCapture &) = delete;
+  /// The first message reported (the one the CLI would have printed).
+  const std::string &message() const { return first; }
+
+private:
+  friend int fail(const std::string &message);
+  ErrorCapture *outer;
+  std::string first;
+};
 
 /// Parses NAME=VALUE pairs of --dim; returns an error message or "".
 std::string parseDims(const std::vector<std::string> &specs,
@@ -38,6 +58,9 @@ struct ModelArgs {
   /// `orrery-fuse-kernels` runs first unless eager (attention stays unfused
   /// for unfused-attention).
   KernelFusion kernels = KernelFusion::Fused;
+  /// The ONNX bytes when the model is in memory (`orrery.load(bytes)`);
+  /// `path` then only names it, in messages and in plans.
+  std::shared_ptr<const std::string> bytes;
 };
 
 void addModelArgs(CLI::App *cmd, ModelArgs &args);
@@ -45,6 +68,9 @@ void addModelArgs(CLI::App *cmd, ModelArgs &args);
 /// A model argument: an existing file, or the name of a built-in model
 /// (`orrery simulate gpt3-175b`), written at build time by models/generate.py.
 std::string resolveModel(const std::string &arg);
+/// Where built-in models are, in place of the build's folder (the
+/// ORRERY_MODELS_DIR variable still comes first).
+void setModelsDir(const std::string &dir);
 
 /// Binds `batch` to 1 unless the user bound it: workloads for simulate and
 /// plan are per sample, and the strategy sets the micro-batch.
@@ -56,7 +82,11 @@ std::map<std::string, int64_t> boundDims(const ModelArgs &args);
 LayoutCosts layoutCostsFor(const Cluster &c, Precision p,
                            const Assumptions &a = {});
 
-/// Import and (optionally) outline; on error prints it and returns null.
+/// Import and (optionally) outline, or the one-line error.
+llvm::Expected<mlir::OwningOpRef<mlir::ModuleOp>>
+importFrontEnd(mlir::MLIRContext &ctx, const ModelArgs &args, bool outline,
+               std::map<std::string, int64_t> *hist);
+/// importFrontEnd; on error prints it and returns null.
 mlir::OwningOpRef<mlir::ModuleOp> frontEnd(mlir::MLIRContext &ctx,
                                            const ModelArgs &args, bool outline,
                                            std::map<std::string, int64_t> *hist,
@@ -64,6 +94,12 @@ mlir::OwningOpRef<mlir::ModuleOp> frontEnd(mlir::MLIRContext &ctx,
 
 /// The bytes of a file; false when it cannot be read.
 bool readFileBytes(const std::string &path, std::string &out);
+/// The model's bytes (in memory, or its file's), for its digest.
+std::string modelBytesOf(const ModelArgs &args);
+
+/// Checks each of the options' values (the one-line error names the flag)
+/// and sets what is set.
+llvm::Error applyFrameworkOptions(const FrameworkOptions &o, Assumptions &a);
 
 /// A JSON object from a file; on failure prints the one-line error and
 /// returns its exit code.

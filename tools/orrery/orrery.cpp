@@ -15,6 +15,8 @@
 //===----------------------------------------------------------------------===//
 
 #include "Buckets.h"
+#include "Check.h"
+#include "PlanCommand.h"
 #include "Common.h"
 #include "Lower.h"
 #include "Run.h"
@@ -115,27 +117,26 @@ struct FrameworkFlags {
                         "own default stage3_prefetch_bucket_size is 5e7")
             ->check(CLI::NonNegativeNumber);
   }
-  llvm::Error apply(orrery::Assumptions &a) const {
+  /// The flags given on the command line.
+  orrery::cli::FrameworkOptions options() const {
+    orrery::cli::FrameworkOptions o;
     if (prefetchOpt && prefetchOpt->count())
-      a.zero3PrefetchParams = prefetch;
+      o.zero3PrefetchParams = prefetch;
     if (freezeOpt && freezeOpt->count())
-      a.fineTuning.freeze = freeze;
-    if (loraOpt && loraOpt->count()) {
-      auto ft = orrery::parseLora(lora, a.fineTuning);
-      if (!ft)
-        return ft.takeError();
-      a.fineTuning = *ft;
-    }
+      o.freeze = freeze;
+    if (loraOpt && loraOpt->count())
+      o.lora = lora;
     if (separateOpt && separateOpt->count())
-      a.fusedGradientAccumulation = !separate;
+      o.separateGradAccumulation = separate;
     if (bytesOpt && bytesOpt->count())
-      a.gradBytesPerParam = bytes;
+      o.gradBytes = bytes;
     if (reduceBytesOpt && reduceBytesOpt->count())
-      a.gradReduceBytesPerParam = reduceBytes;
+      o.gradReduceBytes = reduceBytes;
     if (kernelsOpt && kernelsOpt->count())
-      orrery::parseKernelFusion(kernels, a.fusion);
-    return llvm::Error::success();
+      o.kernels = kernels;
+    return o;
   }
+  llvm::Error apply(orrery::Assumptions &a) const { return orrery::cli::applyFrameworkOptions(options(), a); }
 };
 
 
@@ -189,174 +190,6 @@ int emitSharded(ModelArgs args, const orrery::Strategy &st,
     return fail(what + " " + path + ": " + ec.message());
   module->print(out);
   out << "\n";
-  return 0;
-}
-
-std::string fmtNum(const char *f, double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, f, v);
-  return buf;
-}
-
-/// What every report shows whatever the plan's kind: model, cluster, its
-/// nodes, and the plan with its runners-up as the plan file records them.
-orrery::ReportData reportBase(const nlohmann::json &planDoc,
-                              const orrery::Workload &w,
-                              const orrery::Cluster &c, double stepS) {
-  orrery::ReportData d;
-  d.model = w.source;
-  d.cluster = c.name + " (" + std::to_string(c.numDevices()) + " devices)";
-  d.stepS = stepS;
-  auto pools = orrery::clusterPools(c);
-  for (const orrery::Pool &p : pools)
-    for (int n = 0; n < p.nodes->count; ++n)
-      d.nodes.push_back({c.sites[p.site].name.empty()
-                             ? "site" + std::to_string(p.site)
-                             : c.sites[p.site].name,
-                         p.name, p.firstDevice + n * p.nodes->devicesPerNode,
-                         p.nodes->devicesPerNode});
-  auto row = [&](const nlohmann::json &strategy,
-                 const nlohmann::json &predicted) {
-    orrery::ReportRow r;
-    if (strategy.is_object())
-      r.plan = strategy.value("summary", strategy.value("cli", ""));
-    if (predicted.is_object()) {
-      r.stepS = predicted.value("step_time_s", 0.0);
-      r.mfu = predicted.value("mfu", 0.0);
-      r.peakMemoryBytes = predicted.value("peak_memory_bytes", 0.0);
-      r.devices = predicted.value("devices_used", c.numDevices());
-    }
-    return r;
-  };
-  d.top.push_back(row(planDoc.value("strategy", nlohmann::json()),
-                      planDoc.value("predicted", nlohmann::json())));
-  if (planDoc.contains("alternatives") && planDoc["alternatives"].is_array())
-    for (const auto &alt : planDoc["alternatives"])
-      if (alt.is_object())
-        d.top.push_back(row(alt.value("strategy", nlohmann::json()),
-                            alt.value("predicted", nlohmann::json())));
-  return d;
-}
-
-int writeReport(orrery::ReportData d, const std::string &path,
-                const std::string &measuredPath) {
-  if (!measuredPath.empty()) {
-    nlohmann::json run;
-    if (int rc = readJsonObjectFile(measuredPath, run))
-      return rc;
-    if (auto e = orrery::addMeasuredRun(d, run, measuredPath))
-      return fail("--measured " + llvm::toString(std::move(e)));
-    const orrery::MeasuredRun &m = d.measured;
-    d.figures.insert(d.figures.begin() + 1,
-                     {"measured step",
-                      fmtNum("%.3f s", m.stepS) + " (" +
-                          fmtNum("%+.1f%%", m.stepS > 0
-                                                ? 100 * (m.predictedStepS - m.stepS) /
-                                                      m.stepS
-                                                : 0.0) +
-                          ")"});
-  }
-  std::ofstream out(path);
-  out << orrery::reportHtml(d);
-  if (!out)
-    return fail("-o " + path + ": cannot write the file");
-  std::cout << path << ": report of " << d.stages.size() << " stages on "
-            << d.nodes.size() << " nodes\n";
-  return 0;
-}
-
-
-/// `orrery check` of a heterogeneous plan: re-simulates it and compares.
-int checkHeteroPlan(const nlohmann::json &planDoc, const std::string &what,
-                    const orrery::Workload &w, const orrery::Cluster &c,
-                    const std::string &reportOut,
-                    const std::string &measuredPath) {
-  auto strategy = orrery::heteroStrategyFromPlan(planDoc, what);
-  if (!strategy)
-    return fail(llvm::toString(strategy.takeError()));
-  auto assumptions = orrery::assumptionsFromPlan(planDoc, what);
-  if (!assumptions)
-    return fail(llvm::toString(assumptions.takeError()));
-  auto result = orrery::simulateHetero(w, c, *strategy, *assumptions);
-  if (!result)
-    return fail(what + ": " + llvm::toString(result.takeError()));
-  if (!result->fits)
-    return fail(what + ": the plan does not fit: " + result->doesNotFit);
-  size_t stages = 0;
-  for (const orrery::ReplicaGroup &g : strategy->groups)
-    stages += g.stages.size();
-  if (!planDoc.contains("stages") || !planDoc["stages"].is_array() ||
-      planDoc["stages"].size() != stages)
-    return fail(what + ": stages: expected " + std::to_string(stages) +
-                " stages over the replica groups");
-  // Every stage's recorded devices and type must be the ones the strategy
-  // places there.
-  auto pools = orrery::clusterPools(c);
-  size_t k = 0;
-  for (size_t g = 0; g < result->strategy.groups.size(); ++g)
-    for (const orrery::HeteroStage &st : result->strategy.groups[g].stages) {
-      const nlohmann::json &js = planDoc["stages"][k];
-      std::string at = what + ": stages[" + std::to_string(k++) + "]";
-      if (!js.is_object() || js.value("device_type", "") !=
-                                 pools[st.pool].nodes->device->name)
-        return fail(at + ".device_type: expected " +
-                    pools[st.pool].nodes->device->name);
-      if (!js.contains("devices") || js["devices"] != st.devices)
-        return fail(at + ".devices: differ from the devices the strategy "
-                         "places on pool " +
-                    pools[st.pool].name);
-    }
-  double predicted =
-      planDoc.contains("predicted") && planDoc["predicted"].is_object()
-          ? planDoc["predicted"].value("step_time_s", -1.0)
-          : -1.0;
-  if (predicted > 0 && std::abs(result->stepS - predicted) > 1e-6 * predicted)
-    return fail(what + ": predicted.step_time_s " + std::to_string(predicted) +
-                " differs from the re-simulated " +
-                std::to_string(result->stepS));
-  if (!reportOut.empty()) {
-    auto traced = orrery::simulateHetero(w, c, *strategy, *assumptions, true);
-    if (!traced)
-      return fail(what + ": " + llvm::toString(traced.takeError()));
-    orrery::ReportData data = reportBase(planDoc, w, c, traced->stepS);
-    for (size_t g = 0; g < traced->groups.size(); ++g) {
-      int offset = int(data.stages.size());
-      const orrery::ReplicaGroup &rg = traced->strategy.groups[g];
-      for (size_t i = 0; i < traced->groups[g].stages.size(); ++i) {
-        const orrery::StageReport &st = traced->groups[g].stages[i];
-        data.stages.push_back({st.label, st.device, rg.stages[i].tp,
-                               st.numLayers, st.memory, st.capacityBytes,
-                               rg.stages[i].devices});
-      }
-      for (orrery::TraceEvent e : traced->groups[g].trace) {
-        e.track += offset;
-        data.trace.push_back(e);
-      }
-    }
-    data.strategy = traced->strategy.str(pools);
-    data.figures = {
-        {"step", fmtNum("%.3f s", traced->stepS)},
-        {"tokens/s", fmtNum("%.4g", traced->tokensPerS)},
-        {"MFU", fmtNum("%.1f%%", 100 * traced->mfu)},
-        {"devices used", std::to_string(traced->devicesUsed) + " of " +
-                             std::to_string(c.numDevices())},
-        {"gradients across groups",
-         fmtNum("%.3f s", traced->crossGroupSyncS)},
-        {"WAN per step", fmtNum("%.4g GB", traced->wanBytesPerStep / 1e9) +
-                             ", " + fmtNum("%.3g USD", traced->wanUsdPerStep)},
-        {"peak memory",
-         fmtNum("%.1f GiB", traced->peakMemoryBytes / double(1ull << 30))},
-        {"energy per step", orrery::energyText(traced->energy)},
-        {"cost per step", fmtNum("%.4g USD", traced->costUsd)}};
-    return writeReport(data, reportOut, measuredPath);
-  }
-  char buf[256];
-  std::snprintf(buf, sizeof buf,
-                "%s: valid; re-simulated step %.6g s (plan says %.6g s), "
-                "fits, %d devices used, peak %.1f GiB\n",
-                what.c_str(), result->stepS, predicted, result->devicesUsed,
-                result->peakMemoryBytes / double(1ull << 30));
-  std::cout << buf;
   return 0;
 }
 
@@ -661,75 +494,10 @@ int main(int argc, char **argv) {
     auto module = frontEnd(ctx, simArgs, true, nullptr, rc);
     if (!module)
       return rc;
-    auto cluster =
-        orrery::loadCluster(clusterSpec, orrery::HardwareCatalog::builtin());
-    if (!cluster)
-      return fail(llvm::toString(cluster.takeError()));
-    if (!simPlan.empty() && orrery::isHeteroPlan(planDoc)) {
-      auto hetero = orrery::heteroStrategyFromPlan(planDoc, simPlan);
-      if (!hetero)
-        return fail(llvm::toString(hetero.takeError()));
-      auto workload = orrery::buildWorkload(
-          *module, layoutCostsFor(*cluster, hetero->precision, assumptions),
-          assumptions.fusion, assumptions.fineTuning);
-      if (!workload)
-        return fail(simArgs.path + ": " +
-                    llvm::toString(workload.takeError()));
-      auto result = orrery::simulateHetero(*workload, *cluster, *hetero,
-                                           assumptions, !traceFile.empty());
-      if (!result)
-        return fail(simPlan + ": " + llvm::toString(result.takeError()));
-      auto pools = orrery::clusterPools(*cluster);
-      if (!traceFile.empty()) {
-        std::ofstream out(traceFile);
-        out << orrery::heteroTraceJson(*result, pools);
-        if (!out)
-          return fail("--trace " + traceFile + ": cannot write the file");
-      }
-      if (simJson) {
-        nlohmann::ordered_json j;
-        j["strategy"] = result->strategy.str(pools);
-        j["predicted"] = orrery::heteroMetricsJson(*result);
-        j["fits"] = result->fits;
-        if (!result->fits)
-          j["does_not_fit"] = result->doesNotFit;
-        j["stages"] = orrery::heteroStagesJson(*result, pools);
-        std::cout << j.dump(2) << "\n";
-      } else {
-        orrery::printHeteroResult(std::cout, *result, pools, *workload,
-                                  *cluster, orrery::Objective::Time, "");
-        if (!result->fits)
-          std::cout << "does not fit: " << result->doesNotFit << "\n";
-      }
-      return 0;
-    }
-    auto strategy = simPlan.empty()
-                        ? orrery::parseStrategy(strategyText)
-                        : orrery::strategyFromPlan(planDoc, simPlan);
-    if (!strategy)
-      return fail(llvm::toString(strategy.takeError()));
-    auto workload = orrery::buildWorkload(
-        *module, layoutCostsFor(*cluster, strategy->precision, assumptions),
-        assumptions.fusion, assumptions.fineTuning);
-    if (!workload)
-      return fail(simArgs.path + ": " + llvm::toString(workload.takeError()));
-    // The trace's detail also gives the per-layer kernel breakdown.
-    auto result = orrery::simulateStep(*workload, *cluster, *strategy,
-                                       assumptions, true);
-    if (!result)
-      return fail(llvm::toString(result.takeError()));
-    if (!traceFile.empty()) {
-      std::ofstream out(traceFile);
-      out << orrery::chromeTraceJson(*result);
-      if (!out)
-        return fail("--trace " + traceFile + ": cannot write the file");
-    }
-    if (simJson)
-      std::cout << orrery::simulateJson(*result, *cluster, *workload).dump(2)
-                << "\n";
-    else
-      orrery::printSimulation(std::cout, *result, *cluster, *workload);
-    return 0;
+    return orrery::cli::simulateModule(
+        *module, simArgs, {clusterSpec, nullptr}, strategyText,
+        simPlan.empty() ? nullptr : &planDoc, simPlan, assumptions, traceFile,
+        simJson, std::cout);
   }
 
   bool reporting = bool(*reportCmd), checking = *checkCmd || reporting;
@@ -797,284 +565,81 @@ int main(int argc, char **argv) {
     auto module = frontEnd(ctx, args, true, nullptr, rc);
     if (!module)
       return rc;
-    auto cluster =
-        orrery::loadCluster(clusterSpec, orrery::HardwareCatalog::builtin());
-    if (!cluster)
-      return fail((checking && checkCluster.empty()
-                       ? checkPlan + ": cluster.spec: "
-                       : std::string()) +
-                  llvm::toString(cluster.takeError()));
-    orrery::Precision layoutPrecision = orrery::Precision::BF16;
-    if (auto p = orrery::parseStrategy("precision=" + precision))
-      layoutPrecision = p->precision;
-    else
-      llvm::consumeError(p.takeError());
-    orrery::LayoutCosts layoutCosts = layoutCostsFor(*cluster, layoutPrecision);
-    auto workload =
-        orrery::buildWorkload(*module, layoutCosts, framework.fusion,
-                              framework.fineTuning);
-    if (!workload)
-      return fail(args.path + ": " + llvm::toString(workload.takeError()));
-    std::string modelBytes, clusterBytes = clusterSpec;
-    readFileBytes(resolveModel(args.path), modelBytes);
-    if (clusterSpec.find(".json") != std::string::npos)
-      readFileBytes(clusterSpec, clusterBytes);
-    orrery::PlanInputs inputs{args.path, orrery::digestOf(modelBytes),
-                              clusterSpec, orrery::digestOf(clusterBytes),
-                              boundDims(args)};
-
-    if (checking)
-      if (int digestRc =
-              checkDigests(planDoc, checkPlan, inputs, args.path, clusterSpec))
-        return digestRc;
-    if (checking && orrery::isHeteroPlan(planDoc))
-      return checkHeteroPlan(planDoc, checkPlan, *workload, *cluster,
-                             reporting ? reportOut : "",
-                             reporting ? reportMeasured : "");
+    auto setup = orrery::cli::preparePlan(
+        *module, args, {clusterSpec, nullptr}, precision, framework,
+        checking && checkCluster.empty() ? checkPlan + ": cluster.spec: "
+                                         : std::string());
+    if (!setup)
+      return fail(llvm::toString(setup.takeError()));
     if (checking) {
-      auto strategy = orrery::strategyFromPlan(planDoc, checkPlan);
-      if (!strategy)
-        return fail(llvm::toString(strategy.takeError()));
-      auto assumptions = orrery::assumptionsFromPlan(planDoc, checkPlan);
-      if (!assumptions)
-        return fail(llvm::toString(assumptions.takeError()));
-      auto result =
-          orrery::simulateStep(*workload, *cluster, *strategy, *assumptions);
-      if (!result)
-        return fail(checkPlan + ": " + llvm::toString(result.takeError()));
-      if (!result->fits)
-        return fail(checkPlan +
-                    ": the plan does not fit: " + result->doesNotFit);
-      double predicted =
-          planDoc.contains("predicted") && planDoc["predicted"].is_object()
-              ? planDoc["predicted"].value("step_time_s", -1.0)
-              : -1.0;
-      if (!planDoc.contains("stages") || !planDoc["stages"].is_array() ||
-          planDoc["stages"].size() != result->stages.size())
-        return fail(checkPlan + ": stages: expected " +
-                    std::to_string(result->stages.size()) +
-                    " stages for pp=" + std::to_string(strategy->pp));
-      int64_t layerSum = 0;
-      for (const auto &st : planDoc["stages"])
-        layerSum += st.is_object() && st.contains("layers") &&
-                            st["layers"].is_number_integer()
-                        ? st["layers"].get<int64_t>()
-                        : 0;
-      // The layers the re-simulation places (the model's, or a
-      // subnetwork worker's under sdp).
-      int64_t placed = 0;
-      for (const orrery::StageReport &st : result->stages)
-        placed += st.numLayers;
-      if (layerSum != placed)
-        return fail(checkPlan + ": stages: " + std::to_string(layerSum) +
-                    " layers in stages, the model has " +
-                    std::to_string(placed));
-      if (predicted > 0 &&
-          std::abs(result->stepS - predicted) > 1e-6 * predicted)
-        return fail(
-            checkPlan + ": predicted.step_time_s " + std::to_string(predicted) +
-            " differs from the re-simulated " + std::to_string(result->stepS));
-      if (reporting) {
-        auto traced =
-            orrery::simulateStep(*workload, *cluster, *strategy, *assumptions,
-                                 true);
-        if (!traced)
-          return fail(checkPlan + ": " + llvm::toString(traced.takeError()));
-        orrery::ReportData data =
-            reportBase(planDoc, *workload, *cluster, traced->stepS);
-        for (size_t i = 0; i < traced->stages.size(); ++i) {
-          const orrery::StageReport &st = traced->stages[i];
-          orrery::ReportStage rs{"stage " + std::to_string(i),
-                                 st.device,
-                                 strategy->tp,
-                                 st.numLayers,
-                                 st.memory,
-                                 st.capacityBytes,
-                                 {}};
-          const auto &js = planDoc["stages"][i];
-          if (js.is_object() && js.contains("devices") &&
-              js["devices"].is_array())
-            for (const auto &d : js["devices"])
-              if (d.is_number_integer())
-                rs.devices.push_back(d.get<int>());
-          data.stages.push_back(rs);
-        }
-        data.trace = traced->trace;
-        data.strategy = strategy->str();
-        data.figures = {
-            {"step", fmtNum("%.3f s", traced->stepS)},
-            {"tokens/s", fmtNum("%.4g", traced->tokensPerS)},
-            {"MFU", fmtNum("%.1f%%", 100 * traced->mfu)},
-            {"bubble", fmtNum("%.1f%%", 100 * traced->bubbleFraction)},
-            {"peak memory", fmtNum("%.1f GiB", traced->peakMemoryBytes /
-                                                   double(1ull << 30))},
-            {"devices", std::to_string(cluster->numDevices())},
-            {"energy per step", orrery::energyText(traced->energy)},
-            {"cost per step", fmtNum("%.4g USD", traced->costUsd)}};
-        return writeReport(data, reportOut, reportMeasured);
-      }
-      char buf[256];
-      std::snprintf(buf, sizeof buf,
-                    "%s: valid; re-simulated step %.6g s (plan says %.6g s), "
-                    "fits, peak %.1f GiB\n",
-                    checkPlan.c_str(), result->stepS, predicted,
-                    result->peakMemoryBytes / double(1ull << 30));
-      std::cout << buf;
-      return 0;
+      if (int digestRc = checkDigests(planDoc, checkPlan, setup->inputs,
+                                      args.path, clusterSpec))
+        return digestRc;
+      return checkPlanDoc(planDoc, checkPlan, setup->workload, *setup->cluster,
+                          reporting ? reportOut : "",
+                          reporting ? reportMeasured : "");
     }
 
-    orrery::PlanOptions options;
-    options.globalBatch = globalBatch;
-    options.objective = objective == "cost"     ? orrery::Objective::Cost
-                        : objective == "energy" ? orrery::Objective::Energy
-                                                : orrery::Objective::Time;
-    options.budgetUsdPerHour = budget;
-    options.topK = topK;
-    options.framework = planFramework;
-    // A framework's collectives are NCCL's: SwitchML's switch sum (its own
-    // client library) does not run under any of them, so the plan is
-    // priced without it.
-    if (!planFramework.empty())
-      for (orrery::Site &site : cluster->sites)
-        for (orrery::NodeGroup &ng : site.nodeGroups)
-          if (ng.aggregation.kind ==
-              orrery::InNetworkAggregation::Kind::SwitchML) {
-            ng.aggregation = orrery::InNetworkAggregation{};
-            if (!quiet)
-              std::cerr << "note: --framework " << planFramework
-                        << " runs its gradient all-reduce in NCCL: priced "
-                           "without the cluster's SwitchML aggregation ("
-                        << site.name << ")\n";
-          }
-    // Megatron-LM accumulates weight gradients inside the wgrad GEMM and
-    // XLA fuses the add into it; PyTorch's autograd (DeepSpeed, torchtitan,
-    // DDP/FSDP) adds each micro-batch's gradient in a kernel of its own.
-    if (!planFramework.empty())
-      options.assumptions.fusedGradientAccumulation =
-          planFramework == "megatron" || planFramework == "jax";
-    if (auto e = planGradients.apply(options.assumptions))
-      return fail(llvm::toString(std::move(e)));
-    auto prec = orrery::parseStrategy("precision=" + precision);
-    if (prec)
-      options.precision = prec->precision;
-    else
-      llvm::consumeError(prec.takeError());
+    orrery::cli::PlanRequest request;
+    request.globalBatch = globalBatch;
+    request.objective = objective;
+    request.budgetUsdPerHour = budget;
+    request.topK = topK;
+    request.precision = precision;
+    request.framework = planFramework;
+    request.fixedStrategy = fixedStrategy;
+    request.flags = planGradients.options();
+    request.quiet = quiet;
     // Progress goes to a terminal only: a log or a pipe gets the result
     // and, on failure, the one error line alone.
-    const bool showProgress = !quiet && ::isatty(STDERR_FILENO);
-    if (showProgress)
-      options.progress = [](int64_t priced, const orrery::StepResult *best) {
-        std::cerr << "\rorrery: priced " << priced
-                  << " candidates, best so far "
-                  << (best ? std::to_string(best->stepS) + " s"
-                           : std::string("none"))
-                  << "   ";
-        std::cerr.flush();
-      };
+    request.showProgress = !quiet && ::isatty(STDERR_FILENO);
+    std::vector<std::string> notes;
+    auto options = orrery::cli::planOptions(*setup, request, notes);
+    if (!options)
+      return fail(llvm::toString(options.takeError()));
+    if (!quiet)
+      for (const std::string &note : notes)
+        std::cerr << "note: " << note << "\n";
     if (buckets) {
-      const char *why = orrery::needsHeteroSearch(*cluster)
+      const char *why = orrery::needsHeteroSearch(*setup->cluster)
                             ? "plans one node type at one site"
                         : !fixedStrategy.empty() ? "searches; drop --strategy"
                         : budget > 0             ? "takes no --budget"
                         : !emitMlir.empty()      ? "takes no --emit-mlir"
-                        : options.objective != orrery::Objective::Time
+                        : options->objective != orrery::Objective::Time
                             ? "minimizes time only"
                             : nullptr;
       if (why)
         return fail(std::string("--length-buckets ") + why);
-      return planLengthBucketsCommand(ctx, args, *buckets, *cluster, options,
-                                      inputs, framework, layoutCosts, planOut,
-                                      planJsonOut);
+      return planLengthBucketsCommand(
+          ctx, args, *buckets, *setup->cluster, *options, setup->inputs,
+          framework, setup->layoutCosts, planOut, planJsonOut);
     }
-    if (orrery::needsHeteroSearch(*cluster)) {
-      if (!planFramework.empty())
-        return fail("--framework " + planFramework +
-                    ": this cluster needs a heterogeneous plan (stages on "
-                    "different device types or sites), which no export "
-                    "target runs");
-      if (!fixedStrategy.empty())
-        return fail("--strategy: a strategy string places one device type at "
-                    "one site; this cluster needs a heterogeneous plan");
-      if (budget > 0)
-        return fail("plan: --budget supports clusters of one node type at one "
-                    "site");
-      if (!emitMlir.empty())
-        return fail("--emit-mlir: a plan over mixed device types or sites has "
-                    "a mesh per stage; this version writes shard annotations "
-                    "for one mesh only");
-      auto hetero = orrery::searchHeteroPlans(*workload, *cluster, options);
-      if (showProgress)
-        std::cerr << "\n";
-      if (!hetero)
-        return fail(llvm::toString(hetero.takeError()));
-      auto doc = orrery::heteroPlanJson(*hetero, *workload, inputs, *cluster);
-      if (!planOut.empty()) {
-        std::ofstream out(planOut);
-        out << doc.dump(2) << "\n";
-        if (!out)
-          return fail("-o " + planOut + ": cannot write the file");
-      }
-      if (planJsonOut)
-        std::cout << doc.dump(2) << "\n";
-      else
-        orrery::printHeteroPlan(std::cout, *hetero, *workload, *cluster,
-                                options.objective);
-      return 0;
-    }
-    auto result = [&]() -> llvm::Expected<orrery::PlanResult> {
-      if (fixedStrategy.empty())
-        return orrery::searchPlans(*workload, *cluster, options);
-      auto s = orrery::parseStrategy(fixedStrategy);
-      if (!s)
-        return s.takeError();
-      if (s->globalBatch == 0)
-        s->globalBatch = globalBatch;
-      auto r = orrery::simulateStep(*workload, *cluster, *s,
-                                    options.assumptions);
-      if (!r)
-        return r.takeError();
-      if (!r->fits)
-        return llvm::createStringError(llvm::inconvertibleErrorCode(),
-                                       "--strategy: does not fit: " +
-                                           r->doesNotFit);
-      if (!planFramework.empty()) {
-        auto p = orrery::exportPlanFor(*workload, r->strategy,
-                                       options.assumptions);
-        if (!p)
-          return p.takeError();
-        if (auto e = orrery::frameworkRuns(*p, planFramework))
-          return llvm::createStringError(
-              llvm::inconvertibleErrorCode(),
-              "--strategy: --framework " + planFramework + " does not run it: " +
-                  llvm::toString(std::move(e)));
-      }
-      orrery::PlanResult one;
-      one.top.push_back(std::move(*r));
-      one.candidatesPriced = 1;
-      one.cluster = *cluster;
-      return one;
-    }();
-    if (showProgress && fixedStrategy.empty())
-      std::cerr << "\n";
-    if (!result)
-      return fail(llvm::toString(result.takeError()));
-    auto doc = orrery::planJson(*result, *workload, inputs);
+    auto made = orrery::cli::searchPlan(*setup, *options, request,
+                                        !emitMlir.empty());
+    if (!made)
+      return fail(llvm::toString(made.takeError()));
+    std::string text = made->doc.dump(2) + "\n";
     if (!planOut.empty()) {
       std::ofstream out(planOut);
-      out << doc.dump(2) << "\n";
+      out << text;
       if (!out)
         return fail("-o " + planOut + ": cannot write the file");
     }
-    if (!emitMlir.empty())
-      if (int emitRc = emitSharded(planArgs, result->top.front().strategy,
-                                   result->top.front().chunkLayers,
-                                   layoutCosts, emitMlir, "--emit-mlir"))
+    if (made->plan && !emitMlir.empty())
+      if (int emitRc = emitSharded(planArgs, made->plan->top.front().strategy,
+                                   made->plan->top.front().chunkLayers,
+                                   setup->layoutCosts, emitMlir,
+                                   "--emit-mlir"))
         return emitRc;
     if (planJsonOut)
-      std::cout << doc.dump(2) << "\n";
+      std::cout << text;
+    else if (made->hetero)
+      orrery::printHeteroPlan(std::cout, *made->hetero, setup->workload,
+                              *setup->cluster, options->objective);
     else
-      orrery::printPlan(std::cout, *result, *workload, options.objective,
-                        explain);
+      orrery::printPlan(std::cout, *made->plan, setup->workload,
+                        options->objective, explain);
     return 0;
   }
 
@@ -1083,22 +648,5 @@ int main(int argc, char **argv) {
   auto module = frontEnd(ctx, statsArgs, true, &hist, rc);
   if (!module)
     return rc;
-  auto workload = orrery::buildWorkload(*module, {}, statsArgs.kernels);
-  if (!workload)
-    return fail(statsArgs.path + ": " + llvm::toString(workload.takeError()));
-  workload->opHistogram = hist;
-  for (const auto &[name, count] : hist)
-    if (llvm::StringRef(name).starts_with("onnx_op:") &&
-        !orrery::isPricedLossOp(name.substr(8)))
-      workload->opsWithoutCostFormula[name.substr(8)] = count;
-  std::map<std::string, int64_t> dims;
-  if (auto d = (*module)->getAttrOfType<mlir::DictionaryAttr>("orrery.dims"))
-    for (auto named : d)
-      dims[named.getName().str()] =
-          mlir::cast<mlir::IntegerAttr>(named.getValue()).getInt();
-  if (json)
-    std::cout << orrery::statsJson(*workload, dims).dump(2) << "\n";
-  else
-    orrery::printStats(std::cout, *workload, dims);
-  return 0;
+  return orrery::cli::statsModule(*module, statsArgs, hist, json, std::cout);
 }

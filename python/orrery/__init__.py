@@ -1,0 +1,442 @@
+"""Orrery from Python: load a model, describe a cluster, simulate a strategy,
+search for the best plan, export it to a framework, write its report.
+
+Every call runs the same C++ code as the ``orrery`` command of the same name,
+so a plan made here is byte for byte the JSON ``orrery plan --json`` prints
+for the same inputs, and an error is :class:`Error` carrying the line the
+command would print. The GIL is released while a model is imported, a step
+simulated or a plan searched. docs/python.md walks through it.
+
+>>> import orrery
+>>> model = orrery.load("gpt3-1.3b")                    # a built-in model
+>>> cluster = orrery.Cluster.preset("2x8xA100-80G")
+>>> plan = orrery.plan(model, cluster, global_batch=512)
+>>> plan.strategy["cli"], plan.step_time_s               # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import json as _json
+import os as _os
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Union
+
+from . import _core
+
+__all__ = [
+    "Error",
+    "Model",
+    "Cluster",
+    "Simulation",
+    "Plan",
+    "load",
+    "simulate",
+    "plan",
+    "from_torch",
+    "EXPORT_FORMATS",
+]
+
+__version__ = "0.1.0"
+
+#: Raised for every user error, with the one line ``orrery`` prints.
+Error = _core.Error
+
+#: What :meth:`Plan.export` writes (``orrery export --to``).
+EXPORT_FORMATS = ("megatron", "deepspeed", "torchtitan", "pytorch", "jax")
+
+_MODELS_DIR = _os.path.join(_os.path.dirname(__file__), "models")
+if _os.path.isdir(_MODELS_DIR):
+    _core.set_builtin_models_dir(_MODELS_DIR)
+
+
+def _dim_bindings(dims: Optional[Mapping[str, int]]) -> List[str]:
+    out = []
+    for name, value in (dims or {}).items():
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise Error(f"--dim '{name}={value}': value must be a positive integer")
+        out.append(f"{name}={value}")
+    return out
+
+
+class Model:
+    """An imported, outlined model (``orrery stats`` describes it).
+
+    Made by :func:`load` or :func:`from_torch`. ``stats`` is the dict
+    ``orrery stats --json`` prints; the properties below read it.
+    """
+
+    def __init__(self, handle: Any, name: str, dims: Dict[str, int]):
+        self._handle = handle
+        self.name = name
+        self.dims = dict(dims)
+        self._stats: Optional[Dict[str, Any]] = None
+
+    @property
+    def kernels(self) -> str:
+        """The kernels it was imported for: fused, unfused-attention, eager."""
+        return self._handle.kernels
+
+    @property
+    def stats(self) -> Dict[str, Any]:
+        """``orrery stats --json`` of the model (per sample: batch 1)."""
+        if self._stats is None:
+            self._stats = _json.loads(_core.stats(self._handle, True))
+        return self._stats
+
+    def stats_table(self) -> str:
+        """``orrery stats`` as the command prints it."""
+        return _core.stats(self._handle, False)
+
+    @property
+    def parameters(self) -> int:
+        """Trainable parameters (tied weights counted once)."""
+        return int(self.stats["parameters"])
+
+    @property
+    def forward_flops_per_sample(self) -> float:
+        return float(self.stats["forward_flops_per_sample"])
+
+    @property
+    def training_flops_per_sample(self) -> float:
+        return float(self.stats["training_flops_per_sample"])
+
+    @property
+    def tokens_per_sample(self) -> int:
+        return int(self.stats["tokens_per_sample"])
+
+    @property
+    def layers(self) -> List[Dict[str, Any]]:
+        """The layer kinds in order, each with its count and costs."""
+        return list(self.stats["layers"])
+
+    def __repr__(self) -> str:
+        s = self.stats
+        kinds = ", ".join(f"{l['kind']} x{l['count']}" for l in s["layers"])
+        return (f"<orrery.Model {self.name!r}: {s['parameters']:,} parameters, "
+                f"{s['training_flops_per_sample']:.4g} training FLOPs per sample; {kinds}>")
+
+
+def load(source: Union[str, bytes, bytearray, "_os.PathLike[str]"],
+         dims: Optional[Mapping[str, int]] = None, *, kernels: str = "fused",
+         name: Optional[str] = None) -> Model:
+    """Imports a model: an ONNX file, a built-in model's name
+    (``gpt3-1.3b``, ``llama3-8b``, ... as ``orrery plan`` takes them) or the
+    ONNX bytes themselves.
+
+    ``dims`` binds symbolic dimensions (``{"seq": 4096}``); ``batch``
+    defaults to 1, a plan's micro-batch comes from its strategy.
+    ``kernels`` is what the framework runs: ``fused`` (Megatron-Core with
+    Transformer Engine and flash attention), ``unfused-attention`` or
+    ``eager`` (plain PyTorch, one kernel per op). ``name`` names bytes in
+    messages and in plans (default ``<bytes>``).
+    """
+    bindings = _dim_bindings(dims)
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        label = name or "<bytes>"
+        handle = _core.load(label, bytes(source), bindings, kernels)
+    else:
+        label = _os.fspath(source)
+        handle = _core.load(label, None, bindings, kernels)
+    return Model(handle, label, dict(dims or {}))
+
+
+class Cluster:
+    """A cluster: a preset (``8xA100-80G``, ``4x8xH100-SXM``), a cluster
+    JSON file, or cluster JSON in memory (docs/cluster.md)."""
+
+    def __init__(self, spec: str, json_text: Optional[str] = None):
+        self.spec = spec
+        self._json = json_text
+        self._info = _json.loads(_core.describe_cluster(spec, json_text))
+
+    @classmethod
+    def preset(cls, name: str) -> "Cluster":
+        """A preset: NODESxGPUSxTYPE or GPUSxTYPE."""
+        return cls(name)
+
+    @classmethod
+    def load(cls, path: Union[str, "_os.PathLike[str]"]) -> "Cluster":
+        """A cluster JSON file; plans record its path, as the CLI's do."""
+        return cls(_os.fspath(path))
+
+    @classmethod
+    def from_json(cls, spec: Union[str, Mapping[str, Any]],
+                  name: str = "<json>") -> "Cluster":
+        """Cluster JSON given as text or as a dict; ``name`` is what plans
+        record as ``cluster.spec`` (``orrery check`` then needs
+        ``--cluster``)."""
+        text = spec if isinstance(spec, str) else _json.dumps(spec)
+        return cls(name, text)
+
+    @property
+    def name(self) -> str:
+        return self._info["name"]
+
+    @property
+    def num_devices(self) -> int:
+        return int(self._info["devices"])
+
+    @property
+    def num_nodes(self) -> int:
+        return int(self._info["nodes"])
+
+    @property
+    def device_types(self) -> List[str]:
+        return list(self._info["device_types"])
+
+    @property
+    def homogeneous(self) -> bool:
+        """One device type at one site (else plans are heterogeneous)."""
+        return bool(self._info["homogeneous"])
+
+    def __repr__(self) -> str:
+        return (f"<orrery.Cluster {self.spec!r}: {self.num_devices} devices on "
+                f"{self.num_nodes} nodes ({', '.join(self.device_types)})>")
+
+
+def _framework_kwargs(separate_grad_accumulation: Optional[bool],
+                      grad_bytes: Optional[float],
+                      grad_reduce_bytes: Optional[float],
+                      zero3_prefetch_params: Optional[float],
+                      freeze: Optional[Iterable[str]],
+                      lora: Optional[str]) -> Dict[str, Any]:
+    return dict(
+        separate_grad_accumulation=separate_grad_accumulation,
+        grad_bytes=None if grad_bytes is None else float(grad_bytes),
+        grad_reduce_bytes=None if grad_reduce_bytes is None else float(grad_reduce_bytes),
+        zero3_prefetch_params=None if zero3_prefetch_params is None else float(zero3_prefetch_params),
+        freeze=None if freeze is None else [str(f) for f in ([freeze] if isinstance(freeze, str) else freeze)],
+        lora=lora)
+
+
+def _strategy_text(strategy: Union[str, Mapping[str, Any]]) -> str:
+    if isinstance(strategy, str):
+        return strategy
+    return ",".join(f"{k}={v}" for k, v in strategy.items())
+
+
+class _JsonView:
+    """A JSON document whose top-level fields read as attributes."""
+
+    def __init__(self, text: str):
+        self._text = text
+        self.data: Dict[str, Any] = _json.loads(text)
+
+    def __getattr__(self, field: str) -> Any:
+        data = self.__dict__.get("data")
+        if data is not None and field in data:
+            return data[field]
+        raise AttributeError(field)
+
+    def __getitem__(self, field: str) -> Any:
+        return self.data[field]
+
+    def __contains__(self, field: str) -> bool:
+        return field in self.data
+
+    def keys(self):
+        return self.data.keys()
+
+    def to_json(self) -> str:
+        """The JSON text exactly as the command writes it."""
+        return self._text
+
+
+class Simulation(_JsonView):
+    """What ``orrery simulate --json`` prints: the step's figures
+    (``step_time_s``, ``mfu``, ``peak_memory_bytes``, ...), ``breakdown_s``,
+    ``stages`` and ``layers``, as attributes or items (a heterogeneous
+    plan's under ``predicted``)."""
+
+    @property
+    def step_time_s(self) -> float:
+        if "step_time_s" in self.data:
+            return float(self.data["step_time_s"])
+        return float(self.data["predicted"]["step_time_s"])
+
+    @property
+    def fits(self) -> bool:
+        return bool(self.data.get("fits", True))
+
+    def __repr__(self) -> str:
+        return f"<orrery.Simulation step {self.step_time_s:.4g} s, fits={self.fits}>"
+
+
+def simulate(model: Model, cluster: Cluster,
+             strategy: Union[str, Mapping[str, Any], None] = None, *,
+             plan: Optional["Plan"] = None, trace: Optional[str] = None,
+             use_measured_kernels: bool = True,
+             separate_grad_accumulation: Optional[bool] = None,
+             grad_bytes: Optional[float] = None,
+             grad_reduce_bytes: Optional[float] = None,
+             zero3_prefetch_params: Optional[float] = None,
+             freeze: Optional[Iterable[str]] = None,
+             lora: Optional[str] = None) -> Simulation:
+    """Prices one training step of ``strategy`` (``"tp=8,pp=2,mbs=1,gbs=512"``
+    or a dict of the same keys, docs/strategy.md) on ``cluster``, or of a
+    plan's strategy (``plan=``, heterogeneous plans too), without hardware.
+    ``trace`` writes a Chrome-trace timeline there. The keywords after it
+    are the flags of ``orrery simulate`` of the same names."""
+    if (strategy is None) == (plan is None):
+        raise Error("simulate: give a strategy or a plan (one of them)")
+    fw = _framework_kwargs(separate_grad_accumulation, grad_bytes, grad_reduce_bytes,
+                           zero3_prefetch_params, freeze, lora)
+    text = _core.simulate(model._handle, cluster.spec, cluster._json,
+                          "" if strategy is None else _strategy_text(strategy),
+                          None if plan is None else plan.to_json(),
+                          use_measured_kernels, True, trace or "", **fw)
+    return Simulation(text)
+
+
+class Plan(_JsonView):
+    """A plan: the fields of the plan JSON (``strategy``, ``predicted``,
+    ``stages``, ``alternatives``, ...; docs/plan.md) as attributes or
+    items, the JSON text itself (:meth:`to_json`), the summary the command
+    prints (:attr:`summary`), and :meth:`export` / :meth:`report`."""
+
+    def __init__(self, text: str, summary: str, model: Model, cluster: Cluster):
+        super().__init__(text)
+        self.summary = summary
+        self._model = model
+        self._cluster = cluster
+
+    @property
+    def step_time_s(self) -> float:
+        return float(self.data["predicted"]["step_time_s"])
+
+    @property
+    def runners_up(self) -> List[Dict[str, Any]]:
+        """The next best plans, as the JSON's ``alternatives``."""
+        return list(self.data.get("alternatives", []))
+
+    def export(self, to: str) -> str:
+        """The plan in a framework's own format, as ``orrery export --to``
+        writes it (megatron, deepspeed, torchtitan, pytorch, jax); a target
+        that cannot run the plan raises :class:`Error` saying why."""
+        return _core.export_plan(self._text, to)
+
+    def report(self, path: Union[str, "_os.PathLike[str]"],
+               measured: Optional[str] = None) -> str:
+        """Checks the plan against its model and cluster and writes the HTML
+        report (``orrery report``); ``measured``: an ``orrery run --json``
+        file to draw beside the prediction. Returns the path."""
+        out = _os.fspath(path)
+        _core.report(self._model._handle, self._text, self._cluster.spec,
+                     self._cluster._json, out, measured or "")
+        return out
+
+    def save(self, path: Union[str, "_os.PathLike[str]"]) -> None:
+        """Writes the JSON (what ``orrery plan -o FILE`` writes)."""
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(self._text)
+
+    def __repr__(self) -> str:
+        cli = self.data.get("strategy", {}).get("cli") or self.data.get("strategy", {}).get("summary", "")
+        return f"<orrery.Plan {cli} step {self.step_time_s:.4g} s>"
+
+
+def plan(model: Model, cluster: Cluster, global_batch: int = 1024, *,
+         objective: str = "time", top: int = 5, budget: Optional[float] = None,
+         precision: str = "bf16", framework: Optional[str] = None,
+         strategy: Union[str, Mapping[str, Any], None] = None,
+         explain: bool = False,
+         separate_grad_accumulation: Optional[bool] = None,
+         grad_bytes: Optional[float] = None,
+         grad_reduce_bytes: Optional[float] = None,
+         zero3_prefetch_params: Optional[float] = None,
+         freeze: Optional[Iterable[str]] = None,
+         lora: Optional[str] = None) -> Plan:
+    """Searches for the fastest (``objective="time"``), cheapest (``cost``)
+    or least-energy (``energy``) plan that fits, as ``orrery plan`` does;
+    ``top`` plans are kept (the best first, the rest ``runners_up``).
+    ``budget`` (USD per hour) uses as many nodes as it buys; ``framework``
+    searches only what that framework runs; ``strategy`` prices one
+    strategy instead of searching. The rest are ``orrery plan``'s flags of
+    the same names."""
+    fw = _framework_kwargs(separate_grad_accumulation, grad_bytes, grad_reduce_bytes,
+                           zero3_prefetch_params, freeze, lora)
+    if isinstance(global_batch, bool) or not isinstance(global_batch, int):
+        raise Error(f"--global-batch {global_batch!r}: expected an integer")
+    text, summary = _core.plan(
+        model._handle, cluster.spec, cluster._json, global_batch, objective,
+        0.0 if budget is None else float(budget), int(top), precision,
+        framework or "", "" if strategy is None else _strategy_text(strategy),
+        explain, **fw)
+    return Plan(text, summary, model, cluster)
+
+
+def from_torch(module: Any, example_inputs: Union[Any, Sequence[Any]], *,
+               dynamic_shapes: Optional[Mapping[str, Mapping[int, str]]] = None,
+               dims: Optional[Mapping[str, int]] = None,
+               input_names: Optional[Sequence[str]] = None,
+               kernels: str = "fused", opset: int = 17,
+               name: Optional[str] = None) -> Model:
+    """Exports a ``torch.nn.Module`` to ONNX in memory with
+    ``torch.onnx.export`` (no weights are written: the graph and shapes are
+    all Orrery reads) and loads it.
+
+    ``example_inputs``: a tensor or a tuple of them, as the module's
+    forward takes them. ``dynamic_shapes`` names symbolic axes per input,
+    ``{"input_ids": {0: "batch", 1: "seq"}}`` (the exporter's
+    ``dynamic_axes``); ``dims`` binds them for planning (``{"seq": 2048}``;
+    batch defaults to 1). ``input_names`` names the inputs (default
+    ``input_0``, ``input_1``, ... or the keys of ``dynamic_shapes`` in order).
+    The module is exported in training mode (dropout and batch norm as
+    training runs them) and given back in the mode it was in.
+    """
+    try:
+        import torch  # noqa: F401
+    except ImportError as e:  # pragma: no cover - depends on the machine
+        raise Error("from_torch: PyTorch is not installed (pip install torch)") from e
+    import tempfile
+    import warnings
+
+    args = tuple(example_inputs) if isinstance(example_inputs, (list, tuple)) else (example_inputs,)
+    names = list(input_names) if input_names is not None else (
+        list(dynamic_shapes.keys())[:len(args)] if dynamic_shapes else [])
+    names += [f"input_{i}" for i in range(len(names), len(args))]
+    was_training = module.training
+    module.train()
+    try:
+        # Weights only ever leave as external data into a scratch folder
+        # that is deleted unread: Orrery never opens them.
+        with tempfile.TemporaryDirectory(prefix="orrery-from-torch-") as tmp:
+            path = _os.path.join(tmp, "model.onnx")
+            kwargs = dict(input_names=names, opset_version=opset,
+                          do_constant_folding=False,
+                          training=torch.onnx.TrainingMode.TRAINING)
+            if dynamic_shapes:
+                kwargs["dynamic_axes"] = {k: dict(v) for k, v in dynamic_shapes.items()}
+            if "dynamo" in torch.onnx.export.__code__.co_varnames:
+                kwargs["dynamo"] = False  # the TorchScript exporter: no onnxscript needed
+            # The exporter's tracer warns of every Python branch it sees.
+            with torch.no_grad(), warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                torch.onnx.export(module, args, path, **kwargs)
+            data = _graph_without_weights(path)
+    except Error:
+        raise
+    except Exception as e:  # the exporter's own failures, in one line
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise Error(f"from_torch: torch.onnx.export failed: {first}") from e
+    finally:
+        module.train(was_training)
+    return load(data, dims, kernels=kernels,
+                name=name or f"<torch {type(module).__name__}>")
+
+
+def _graph_without_weights(path: str) -> bytes:
+    """The exported file's bytes, its weights left out where the onnx
+    package is there to drop them (shapes are all Orrery reads; a model of
+    billions of parameters must not be held twice)."""
+    try:
+        import onnx
+    except ImportError:
+        with open(path, "rb") as f:
+            return f.read()
+    m = onnx.load(path, load_external_data=False)
+    for t in m.graph.initializer:
+        # Small tensors (reshape targets, scalars) stay for shape inference;
+        # a weight without data loads as its shape (docs/importer.md).
+        if len(t.raw_data) > 4096:
+            t.ClearField("raw_data")
+    return m.SerializeToString()

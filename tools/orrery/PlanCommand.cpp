@@ -1,0 +1,304 @@
+//===- PlanCommand.cpp - `orrery plan` as a function ----------------------===//
+//
+// Moved out of the CLI's main so that the Python bindings run the same
+// code: the cluster, the workload, the search options, the search and the
+// plan JSON.
+//
+//===----------------------------------------------------------------------===//
+
+#include "PlanCommand.h"
+#include "PlanReport.h"
+#include "Simulate.h"
+#include "Stats.h"
+#include "orrery/Export/Exporters.h"
+#include "orrery/Plan/Plan.h"
+#include "orrery/Workload/BuildWorkload.h"
+
+#include <fstream>
+#include <iostream>
+
+namespace orrery {
+namespace cli {
+
+namespace {
+llvm::Error error(const std::string &message) {
+  return llvm::createStringError(llvm::inconvertibleErrorCode(), message);
+}
+} // namespace
+
+llvm::Expected<Cluster> loadClusterSource(const ClusterSource &source) {
+  if (source.json)
+    return parseClusterJson(*source.json, source.spec,
+                            HardwareCatalog::builtin());
+  return loadCluster(source.spec, HardwareCatalog::builtin());
+}
+
+llvm::Expected<PlanSetup>
+preparePlan(mlir::ModuleOp module, const ModelArgs &args,
+            const ClusterSource &source, const std::string &precision,
+            const Assumptions &framework, const std::string &clusterWhat) {
+  PlanSetup setup;
+  auto cluster = loadClusterSource(source);
+  if (!cluster)
+    return error(clusterWhat + llvm::toString(cluster.takeError()));
+  setup.cluster = std::make_unique<Cluster>(std::move(*cluster));
+  if (auto p = parseStrategy("precision=" + precision))
+    setup.layoutPrecision = p->precision;
+  else
+    return error("--precision '" + precision +
+                 "': expected fp32, tf32, fp16, bf16 or fp8");
+  setup.layoutCosts = layoutCostsFor(*setup.cluster, setup.layoutPrecision);
+  auto workload = buildWorkload(module, setup.layoutCosts, framework.fusion,
+                                framework.fineTuning);
+  if (!workload)
+    return error(args.path + ": " + llvm::toString(workload.takeError()));
+  setup.workload = std::move(*workload);
+  std::string clusterBytes = source.spec;
+  if (source.json)
+    clusterBytes = *source.json;
+  else if (source.spec.find(".json") != std::string::npos)
+    readFileBytes(source.spec, clusterBytes);
+  setup.inputs =
+      PlanInputs{args.path, digestOf(modelBytesOf(args)), source.spec,
+                 digestOf(clusterBytes), boundDims(args)};
+  return std::move(setup);
+}
+
+llvm::Expected<PlanOptions> planOptions(PlanSetup &setup,
+                                        const PlanRequest &request,
+                                        std::vector<std::string> &notes) {
+  PlanOptions options;
+  if (request.globalBatch < 1 || request.globalBatch > (int64_t(1) << 40))
+    return error("--global-batch " + std::to_string(request.globalBatch) +
+                 ": expected 1 to 2^40 samples");
+  options.globalBatch = request.globalBatch;
+  if (request.objective == "time")
+    options.objective = Objective::Time;
+  else if (request.objective == "cost")
+    options.objective = Objective::Cost;
+  else if (request.objective == "energy")
+    options.objective = Objective::Energy;
+  else
+    return error("--objective '" + request.objective +
+                 "': expected time, cost or energy");
+  if (request.budgetUsdPerHour < 0)
+    return error("--budget: expected a positive number of USD per hour");
+  options.budgetUsdPerHour = request.budgetUsdPerHour;
+  if (request.topK < 1 || request.topK > 100)
+    return error("--top " + std::to_string(request.topK) +
+                 ": expected 1 to 100");
+  options.topK = request.topK;
+  if (!request.framework.empty()) {
+    const auto formats = frameworkFormats();
+    if (std::find(formats.begin(), formats.end(), request.framework) ==
+        formats.end())
+      return error("--framework '" + request.framework +
+                   "': expected megatron, deepspeed, torchtitan, pytorch or "
+                   "jax");
+  }
+  options.framework = request.framework;
+  // A framework's collectives are NCCL's: SwitchML's switch sum (its own
+  // client library) does not run under any of them, so the plan is
+  // priced without it.
+  if (!request.framework.empty())
+    for (Site &site : setup.cluster->sites)
+      for (NodeGroup &ng : site.nodeGroups)
+        if (ng.aggregation.kind == InNetworkAggregation::Kind::SwitchML) {
+          ng.aggregation = InNetworkAggregation{};
+          notes.push_back("--framework " + request.framework +
+                          " runs its gradient all-reduce in NCCL: priced "
+                          "without the cluster's SwitchML aggregation (" +
+                          site.name + ")");
+        }
+  // Megatron-LM accumulates weight gradients inside the wgrad GEMM and
+  // XLA fuses the add into it; PyTorch's autograd (DeepSpeed, torchtitan,
+  // DDP/FSDP) adds each micro-batch's gradient in a kernel of its own.
+  if (!request.framework.empty())
+    options.assumptions.fusedGradientAccumulation =
+        request.framework == "megatron" || request.framework == "jax";
+  if (auto e = applyFrameworkOptions(request.flags, options.assumptions))
+    return std::move(e);
+  auto prec = parseStrategy("precision=" + request.precision);
+  if (!prec) {
+    llvm::consumeError(prec.takeError());
+    return error("--precision '" + request.precision +
+                 "': expected fp32, tf32, fp16, bf16 or fp8");
+  }
+  options.precision = prec->precision;
+  if (request.showProgress)
+    options.progress = [](int64_t priced, const StepResult *best) {
+      std::cerr << "\rorrery: priced " << priced << " candidates, best so far "
+                << (best ? std::to_string(best->stepS) + " s"
+                         : std::string("none"))
+                << "   ";
+      std::cerr.flush();
+    };
+  return std::move(options);
+}
+
+llvm::Expected<PlanOutcome> searchPlan(const PlanSetup &setup,
+                                       const PlanOptions &options,
+                                       const PlanRequest &request,
+                                       bool emitMlir) {
+  const Workload &workload = setup.workload;
+  const Cluster &cluster = *setup.cluster;
+  PlanOutcome out;
+  if (needsHeteroSearch(cluster)) {
+    if (!request.framework.empty())
+      return error("--framework " + request.framework +
+                   ": this cluster needs a heterogeneous plan (stages on "
+                   "different device types or sites), which no export "
+                   "target runs");
+    if (!request.fixedStrategy.empty())
+      return error("--strategy: a strategy string places one device type at "
+                   "one site; this cluster needs a heterogeneous plan");
+    if (request.budgetUsdPerHour > 0)
+      return error("plan: --budget supports clusters of one node type at one "
+                   "site");
+    if (emitMlir)
+      return error("--emit-mlir: a plan over mixed device types or sites has "
+                   "a mesh per stage; this version writes shard annotations "
+                   "for one mesh only");
+    auto hetero = searchHeteroPlans(workload, cluster, options);
+    if (request.showProgress)
+      std::cerr << "\n";
+    if (!hetero)
+      return hetero.takeError();
+    out.doc = heteroPlanJson(*hetero, workload, setup.inputs, cluster);
+    out.hetero = std::move(*hetero);
+    return std::move(out);
+  }
+  auto result = [&]() -> llvm::Expected<PlanResult> {
+    if (request.fixedStrategy.empty())
+      return searchPlans(workload, cluster, options);
+    auto s = parseStrategy(request.fixedStrategy);
+    if (!s)
+      return s.takeError();
+    if (s->globalBatch == 0)
+      s->globalBatch = options.globalBatch;
+    auto r = simulateStep(workload, cluster, *s, options.assumptions);
+    if (!r)
+      return r.takeError();
+    if (!r->fits)
+      return error("--strategy: does not fit: " + r->doesNotFit);
+    if (!request.framework.empty()) {
+      auto p = exportPlanFor(workload, r->strategy, options.assumptions);
+      if (!p)
+        return p.takeError();
+      if (auto e = frameworkRuns(*p, request.framework))
+        return error("--strategy: --framework " + request.framework +
+                     " does not run it: " + llvm::toString(std::move(e)));
+    }
+    PlanResult one;
+    one.top.push_back(std::move(*r));
+    one.candidatesPriced = 1;
+    one.cluster = cluster;
+    return std::move(one);
+  }();
+  if (request.showProgress && request.fixedStrategy.empty())
+    std::cerr << "\n";
+  if (!result)
+    return result.takeError();
+  out.doc = planJson(*result, workload, setup.inputs);
+  out.plan = std::move(*result);
+  return std::move(out);
+}
+
+int simulateModule(mlir::ModuleOp module, const ModelArgs &simArgs,
+                   const ClusterSource &clusterSource,
+                   const std::string &strategyText,
+                   const nlohmann::json *planDoc, const std::string &simPlan,
+                   const Assumptions &assumptions, const std::string &traceFile,
+                   bool simJson, std::ostream &os) {
+  auto cluster = loadClusterSource(clusterSource);
+  if (!cluster)
+    return fail(llvm::toString(cluster.takeError()));
+  if (planDoc && isHeteroPlan(*planDoc)) {
+    auto hetero = orrery::heteroStrategyFromPlan(*planDoc, simPlan);
+    if (!hetero)
+      return fail(llvm::toString(hetero.takeError()));
+    auto workload = orrery::buildWorkload(
+        module, layoutCostsFor(*cluster, hetero->precision, assumptions),
+        assumptions.fusion, assumptions.fineTuning);
+    if (!workload)
+      return fail(simArgs.path + ": " + llvm::toString(workload.takeError()));
+    auto result = orrery::simulateHetero(*workload, *cluster, *hetero,
+                                         assumptions, !traceFile.empty());
+    if (!result)
+      return fail(simPlan + ": " + llvm::toString(result.takeError()));
+    auto pools = orrery::clusterPools(*cluster);
+    if (!traceFile.empty()) {
+      std::ofstream out(traceFile);
+      out << orrery::heteroTraceJson(*result, pools);
+      if (!out)
+        return fail("--trace " + traceFile + ": cannot write the file");
+    }
+    if (simJson) {
+      nlohmann::ordered_json j;
+      j["strategy"] = result->strategy.str(pools);
+      j["predicted"] = orrery::heteroMetricsJson(*result);
+      j["fits"] = result->fits;
+      if (!result->fits)
+        j["does_not_fit"] = result->doesNotFit;
+      j["stages"] = orrery::heteroStagesJson(*result, pools);
+      os << j.dump(2) << "\n";
+    } else {
+      orrery::printHeteroResult(os, *result, pools, *workload, *cluster,
+                                orrery::Objective::Time, "");
+      if (!result->fits)
+        os << "does not fit: " << result->doesNotFit << "\n";
+    }
+    return 0;
+  }
+  auto strategy = !planDoc ? orrery::parseStrategy(strategyText)
+                           : orrery::strategyFromPlan(*planDoc, simPlan);
+  if (!strategy)
+    return fail(llvm::toString(strategy.takeError()));
+  auto workload = orrery::buildWorkload(
+      module, layoutCostsFor(*cluster, strategy->precision, assumptions),
+      assumptions.fusion, assumptions.fineTuning);
+  if (!workload)
+    return fail(simArgs.path + ": " + llvm::toString(workload.takeError()));
+  // The trace's detail also gives the per-layer kernel breakdown.
+  auto result =
+      orrery::simulateStep(*workload, *cluster, *strategy, assumptions, true);
+  if (!result)
+    return fail(llvm::toString(result.takeError()));
+  if (!traceFile.empty()) {
+    std::ofstream out(traceFile);
+    out << orrery::chromeTraceJson(*result);
+    if (!out)
+      return fail("--trace " + traceFile + ": cannot write the file");
+  }
+  if (simJson)
+    os << orrery::simulateJson(*result, *cluster, *workload).dump(2) << "\n";
+  else
+    orrery::printSimulation(os, *result, *cluster, *workload);
+  return 0;
+}
+
+int statsModule(mlir::ModuleOp module, const ModelArgs &args,
+                const std::map<std::string, int64_t> &hist, bool json,
+                std::ostream &os) {
+  auto workload = buildWorkload(module, {}, args.kernels);
+  if (!workload)
+    return fail(args.path + ": " + llvm::toString(workload.takeError()));
+  workload->opHistogram = hist;
+  for (const auto &[name, count] : hist)
+    if (llvm::StringRef(name).starts_with("onnx_op:") &&
+        !isPricedLossOp(name.substr(8)))
+      workload->opsWithoutCostFormula[name.substr(8)] = count;
+  std::map<std::string, int64_t> dims;
+  if (auto d = module->getAttrOfType<mlir::DictionaryAttr>("orrery.dims"))
+    for (auto named : d)
+      dims[named.getName().str()] =
+          mlir::cast<mlir::IntegerAttr>(named.getValue()).getInt();
+  if (json)
+    os << statsJson(*workload, dims).dump(2) << "\n";
+  else
+    printStats(os, *workload, dims);
+  return 0;
+}
+
+} // namespace cli
+} // namespace orrery

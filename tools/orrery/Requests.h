@@ -1,0 +1,57 @@
+//===- Requests.h - what the subcommands are asked -------------*- C++ -*-===//
+//
+// The arguments of `plan` and `simulate` as plain structs of standard types:
+// the CLI fills them from its flags, the Python bindings from keywords, and
+// one function checks and applies each (PlanCommand.h, Common.h).
+//
+//===----------------------------------------------------------------------===//
+#ifndef ORRERY_TOOLS_REQUESTS_H
+#define ORRERY_TOOLS_REQUESTS_H
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace orrery {
+namespace cli {
+
+/// The kernels and gradient keeping a framework runs with: the flags of
+/// `simulate` and `plan` and the Python keywords of the same names. Only
+/// what is set overrides (a plan's own assumptions, for `simulate --plan`).
+struct FrameworkOptions {
+  std::optional<std::string> kernels; ///< fused, unfused-attention, eager
+  std::optional<bool> separateGradAccumulation;
+  std::optional<double> gradBytes, gradReduceBytes; ///< 2 or 4
+  std::optional<double> zero3PrefetchParams;        ///< >= 0
+  std::optional<std::vector<std::string>> freeze;
+  std::optional<std::string> lora;
+};
+
+/// A cluster argument: a preset, a JSON file, or JSON text in memory (then
+/// `spec` only names it, in messages and in plans).
+struct ClusterSource {
+  std::string spec;
+  std::shared_ptr<const std::string> json;
+};
+
+/// What `orrery plan` takes besides the model and the cluster.
+struct PlanRequest {
+  int64_t globalBatch = 1024;
+  std::string objective = "time"; ///< time, cost or energy
+  double budgetUsdPerHour = 0;
+  int topK = 5;
+  std::string precision = "bf16";
+  std::string framework;     ///< --framework, or empty
+  std::string fixedStrategy; ///< --strategy: price this one, no search
+  FrameworkOptions flags;
+  bool quiet = false; ///< no notes on stderr
+  /// Progress on stderr (the CLI shows it only on a terminal).
+  bool showProgress = false;
+};
+
+} // namespace cli
+} // namespace orrery
+
+#endif // ORRERY_TOOLS_REQUESTS_H
