@@ -39,6 +39,7 @@ __version__ = "0.1.0"
 
 #: Raised for every user error, with the one line ``orrery`` prints.
 Error = _core.Error
+Error.__module__ = "orrery"
 
 #: What :meth:`Plan.export` writes (``orrery export --to``).
 EXPORT_FORMATS = ("megatron", "deepspeed", "torchtitan", "pytorch", "jax")

@@ -1,4 +1,5 @@
-//===- Common.cpp - what the subcommands share -----------------------------===//
+//===- Common.cpp - what the subcommands share
+//-----------------------------===//
 //
 // The one-line error, the model arguments and front end (import, fuse,
 // outline), plan files, and loading what a plan was made for.
@@ -6,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "Common.h"
+#include "PlanCommand.h"
 #include "orrery/CostModel/Errors.h"
 #include "orrery/CostModel/InputFile.h"
 #include "orrery/CostModel/JsonInput.h"
@@ -99,7 +101,6 @@ std::string parseDims(const std::vector<std::string> &specs,
   return "";
 }
 
-
 void addModelArgs(CLI::App *cmd, ModelArgs &args) {
   cmd->add_option("model", args.path, "ONNX model file (.onnx)")->required();
   cmd->add_option("--dim", args.dims,
@@ -124,7 +125,7 @@ std::string resolveModel(const std::string &arg) {
       arg.find(".onnx") != std::string::npos)
     return arg;
   const char *dir = std::getenv("ORRERY_MODELS_DIR");
-  std::string base = dir                          ? dir
+  std::string base = dir                            ? dir
                      : !modelsDirOverride().empty() ? modelsDirOverride()
                                                     : ORRERY_MODELS_DIR;
   std::string path = base + "/" + arg + ".onnx";
@@ -193,10 +194,10 @@ importFrontEnd(mlir::MLIRContext &ctx, const ModelArgs &args, bool outline,
   if (!err.empty())
     return error(err);
   orrery::onnx::LoadResult loaded =
-      args.bytes ? orrery::onnx::loadOnnxModelFromBytes(*args.bytes, args.path,
-                                                        options)
-                 : orrery::onnx::loadOnnxModel(resolveModel(args.path),
-                                               options);
+      args.bytes
+          ? orrery::onnx::loadOnnxModelFromBytes(*args.bytes, args.path,
+                                                 options)
+          : orrery::onnx::loadOnnxModel(resolveModel(args.path), options);
   if (!loaded.model)
     return error(loaded.error);
   auto module = orrery::importModel(ctx, *loaded.model);
@@ -312,7 +313,6 @@ int checkDigests(const nlohmann::json &planDoc, const std::string &what,
   return 0;
 }
 
-
 void addPlanSource(CLI::App *cmd, std::string &plan, std::string &model,
                    std::string &cluster) {
   cmd->add_option("plan", plan, "plan JSON written by `orrery plan`")
@@ -332,9 +332,8 @@ int loadPlan(const std::string &planPath, const std::string &model,
   if (!doc.contains("cluster") || !doc["cluster"].is_object() ||
       !doc["cluster"].contains("spec") || !doc["cluster"]["spec"].is_string())
     return fail(planPath + ": cluster.spec: missing");
-  ModelArgs args{model.empty() ? doc["model"]["source"].get<std::string>()
-                               : model,
-                 {}};
+  ModelArgs args{
+      model.empty() ? doc["model"]["source"].get<std::string>() : model, {}};
   auto dims = planDims(doc, planPath);
   if (!dims)
     return fail(llvm::toString(dims.takeError()));
@@ -353,25 +352,15 @@ int loadPlan(const std::string &planPath, const std::string &model,
   auto module = frontEnd(ctx, args, true, nullptr, rc);
   if (!module)
     return rc;
-  auto c = loadCluster(spec, HardwareCatalog::builtin());
-  if (!c)
-    return fail((cluster.empty() ? planPath + ": cluster.spec: "
-                                 : std::string()) +
-                llvm::toString(c.takeError()));
-  out.cluster = std::make_unique<Cluster>(std::move(*c));
-  // As `orrery check` builds it, so that the predictions agree.
-  auto w = buildWorkload(*module, layoutCostsFor(*out.cluster, Precision::BF16),
-                         out.assumptions.fusion, out.assumptions.fineTuning);
-  if (!w)
-    return fail(args.path + ": " + llvm::toString(w.takeError()));
-  out.workload = std::move(*w);
-  std::string modelBytes, clusterBytes = spec;
-  readFileBytes(resolveModel(args.path), modelBytes);
-  if (spec.find(".json") != std::string::npos)
-    readFileBytes(spec, clusterBytes);
-  PlanInputs inputs{args.path, digestOf(modelBytes), spec,
-                    digestOf(clusterBytes)};
-  if (int drc = checkDigests(doc, planPath, inputs, args.path, spec))
+  // As `orrery plan` built it, so that the predictions agree.
+  auto setup =
+      preparePlan(*module, args, {spec, nullptr}, "bf16", out.assumptions,
+                  cluster.empty() ? planPath + ": cluster.spec: " : "");
+  if (!setup)
+    return fail(llvm::toString(setup.takeError()));
+  out.cluster = std::move(setup->cluster);
+  out.workload = std::move(setup->workload);
+  if (int drc = checkDigests(doc, planPath, setup->inputs, args.path, spec))
     return drc;
   out.hetero = isHeteroPlan(doc);
   if (out.hetero) {

@@ -16,12 +16,12 @@
 
 #include "Buckets.h"
 #include "Check.h"
-#include "PlanCommand.h"
 #include "Common.h"
 #include "Lower.h"
-#include "Run.h"
+#include "PlanCommand.h"
 #include "PlanReport.h"
 #include "Report.h"
+#include "Run.h"
 #include "Simulate.h"
 #include "Stats.h"
 #include "orrery/CostModel/Collective.h"
@@ -40,11 +40,11 @@
 
 #include <CLI/CLI.hpp>
 #include <fstream>
-#include <optional>
-#include <unistd.h>
 #include <iostream>
+#include <optional>
 #include <sstream>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #ifndef ORRERY_VERSION
 #define ORRERY_VERSION "0.0.0"
@@ -53,7 +53,6 @@
 namespace {
 
 using namespace orrery::cli;
-
 
 /// The help text of --kernels.
 constexpr const char *kKernelsHelp =
@@ -75,8 +74,7 @@ struct FrameworkFlags {
   double prefetch = 0;
   CLI::Option *separateOpt = nullptr, *bytesOpt = nullptr,
               *reduceBytesOpt = nullptr, *kernelsOpt = nullptr,
-              *freezeOpt = nullptr, *loraOpt = nullptr,
-              *prefetchOpt = nullptr;
+              *freezeOpt = nullptr, *loraOpt = nullptr, *prefetchOpt = nullptr;
   void add(CLI::App *cmd) {
     freezeOpt = cmd->add_option(
         "--freeze", freeze,
@@ -136,9 +134,10 @@ struct FrameworkFlags {
       o.kernels = kernels;
     return o;
   }
-  llvm::Error apply(orrery::Assumptions &a) const { return orrery::cli::applyFrameworkOptions(options(), a); }
+  llvm::Error apply(orrery::Assumptions &a) const {
+    return orrery::cli::applyFrameworkOptions(options(), a);
+  }
 };
-
 
 /// Writes the model at one step's micro-batch (batch = mbs x dp) with the
 /// strategy's shardings in MLIR's shard dialect to `path` ("-": stdout).
@@ -312,7 +311,9 @@ int main(int argc, char **argv) {
   planCmd->add_option("-o,--output", planOut, "write the plan JSON to FILE");
   planCmd->add_flag("--json", planJsonOut,
                     "print the plan JSON instead of the summary");
-  planCmd->add_flag("--quiet", quiet, "no progress on stderr (shown only when stderr is a terminal)");
+  planCmd->add_flag(
+      "--quiet", quiet,
+      "no progress on stderr (shown only when stderr is a terminal)");
   std::string fixedStrategy, lengthBuckets;
   planCmd->add_option(
       "--length-buckets", lengthBuckets,
@@ -348,8 +349,7 @@ int main(int argc, char **argv) {
   checkCmd->add_option("--cluster", checkCluster,
                        "the cluster (default: the plan's cluster.spec)");
 
-  std::string reportPlan, reportOut, reportModel, reportCluster,
-      reportMeasured;
+  std::string reportPlan, reportOut, reportModel, reportCluster, reportMeasured;
   CLI::App *reportCmd = app.add_subcommand(
       "report", "Write a plan as one self-contained HTML page: the step's "
                 "timeline, memory per device, the stages on the cluster, "
@@ -432,8 +432,8 @@ int main(int argc, char **argv) {
       auto cluster =
           orrery::loadCluster(clusterSpec, orrery::HardwareCatalog::builtin());
       if (!cluster)
-        return fail(exportPlanPath + ": cluster.spec: " +
-                    llvm::toString(cluster.takeError()));
+        return fail(exportPlanPath +
+                    ": cluster.spec: " + llvm::toString(cluster.takeError()));
       ModelArgs args{exportModel.empty() ? plan->model : exportModel, {}};
       auto dims = orrery::planDims(planDoc, exportPlanPath);
       if (!dims)
@@ -451,10 +451,10 @@ int main(int argc, char **argv) {
         return fail(exportPlanPath + ": model.digest_fnv1a64 " + want +
                     " differs from " + args.path +
                     ": the plan is for another model");
-      return emitSharded(
-          args, plan->strategy, plan->chunkLayers,
-          layoutCostsFor(*cluster, plan->strategy.precision),
-          exportOut.empty() ? "-" : exportOut, "export --to mlir");
+      return emitSharded(args, plan->strategy, plan->chunkLayers,
+                         layoutCostsFor(*cluster, plan->strategy.precision),
+                         exportOut.empty() ? "-" : exportOut,
+                         "export --to mlir");
     }
     auto text2 = orrery::exportPlan(*plan, exportFormat);
     if (!text2)
@@ -500,56 +500,29 @@ int main(int argc, char **argv) {
         simJson, std::cout);
   }
 
-  bool reporting = bool(*reportCmd), checking = *checkCmd || reporting;
-  if (reporting) { // a report checks the plan first
-    checkPlan = reportPlan;
-    checkModel = reportModel;
-    checkCluster = reportCluster;
+  if (*checkCmd || *reportCmd) {
+    // A report checks the plan first.
+    const bool reporting = bool(*reportCmd);
+    const std::string &path = reporting ? reportPlan : checkPlan;
+    LoadedPlan loaded;
+    if (int loadRc = loadPlan(path, reporting ? reportModel : checkModel,
+                              reporting ? reportCluster : checkCluster, loaded))
+      return loadRc;
+    return checkPlanDoc(loaded.doc, path, loaded.workload, *loaded.cluster,
+                        reporting ? reportOut : "",
+                        reporting ? reportMeasured : "");
   }
-  if (*planCmd || checking) {
-    // Shared by plan, check and report: the workload (batch 1), the cluster.
-    nlohmann::json planDoc;
+  if (*planCmd) {
     ModelArgs args = planArgs;
-    std::string clusterSpec = planCluster;
-    if (checking) {
-      if (int readRc = readPlanFile(checkPlan, planDoc))
-        return readRc;
-      if (!planDoc.contains("model") || !planDoc["model"].is_object() ||
-          !planDoc["model"].contains("source") ||
-          !planDoc["model"]["source"].is_string())
-        return fail(checkPlan + ": model.source: missing");
-      if (!planDoc.contains("cluster") || !planDoc["cluster"].is_object() ||
-          !planDoc["cluster"].contains("spec") ||
-          !planDoc["cluster"]["spec"].is_string())
-        return fail(checkPlan + ": cluster.spec: missing");
-      args = ModelArgs{checkModel.empty()
-                           ? planDoc["model"]["source"].get<std::string>()
-                           : checkModel,
-                       {}};
-      auto dims = orrery::planDims(planDoc, checkPlan);
-      if (!dims)
-        return fail(llvm::toString(dims.takeError()));
-      args.dims = *dims;
-      clusterSpec = checkCluster.empty()
-                        ? planDoc["cluster"]["spec"].get<std::string>()
-                        : checkCluster;
-    }
-    // The kernels the plan was priced with (check), or --kernels (plan).
+    // The kernels the plan is priced with (--kernels).
     orrery::Assumptions framework;
-    if (checking) {
-      auto fromPlan = orrery::assumptionsFromPlan(planDoc, checkPlan);
-      if (!fromPlan)
-        return fail(llvm::toString(fromPlan.takeError()));
-      framework = *fromPlan;
-    } else {
-      if (auto e = planGradients.apply(framework))
-        return fail(llvm::toString(std::move(e)));
-    }
+    if (auto e = planGradients.apply(framework))
+      return fail(llvm::toString(std::move(e)));
     args.kernels = planArgs.kernels = framework.fusion;
     // Length buckets bind their dim per bucket; the first import (and the
     // digest) uses the longest.
     std::optional<orrery::LengthBuckets> buckets;
-    if (!checking && !lengthBuckets.empty()) {
+    if (!lengthBuckets.empty()) {
       auto b = orrery::parseLengthBuckets(lengthBuckets, globalBatch);
       if (!b)
         return fail(llvm::toString(b.takeError()));
@@ -565,20 +538,10 @@ int main(int argc, char **argv) {
     auto module = frontEnd(ctx, args, true, nullptr, rc);
     if (!module)
       return rc;
-    auto setup = orrery::cli::preparePlan(
-        *module, args, {clusterSpec, nullptr}, precision, framework,
-        checking && checkCluster.empty() ? checkPlan + ": cluster.spec: "
-                                         : std::string());
+    auto setup = orrery::cli::preparePlan(*module, args, {planCluster, nullptr},
+                                          precision, framework);
     if (!setup)
       return fail(llvm::toString(setup.takeError()));
-    if (checking) {
-      if (int digestRc = checkDigests(planDoc, checkPlan, setup->inputs,
-                                      args.path, clusterSpec))
-        return digestRc;
-      return checkPlanDoc(planDoc, checkPlan, setup->workload, *setup->cluster,
-                          reporting ? reportOut : "",
-                          reporting ? reportMeasured : "");
-    }
 
     orrery::cli::PlanRequest request;
     request.globalBatch = globalBatch;
@@ -611,12 +574,12 @@ int main(int argc, char **argv) {
                             : nullptr;
       if (why)
         return fail(std::string("--length-buckets ") + why);
-      return planLengthBucketsCommand(
-          ctx, args, *buckets, *setup->cluster, *options, setup->inputs,
-          framework, setup->layoutCosts, planOut, planJsonOut);
+      return planLengthBucketsCommand(ctx, args, *buckets, *setup->cluster,
+                                      *options, setup->inputs, framework,
+                                      setup->layoutCosts, planOut, planJsonOut);
     }
-    auto made = orrery::cli::searchPlan(*setup, *options, request,
-                                        !emitMlir.empty());
+    auto made =
+        orrery::cli::searchPlan(*setup, *options, request, !emitMlir.empty());
     if (!made)
       return fail(llvm::toString(made.takeError()));
     std::string text = made->doc.dump(2) + "\n";
@@ -629,8 +592,7 @@ int main(int argc, char **argv) {
     if (made->plan && !emitMlir.empty())
       if (int emitRc = emitSharded(planArgs, made->plan->top.front().strategy,
                                    made->plan->top.front().chunkLayers,
-                                   setup->layoutCosts, emitMlir,
-                                   "--emit-mlir"))
+                                   setup->layoutCosts, emitMlir, "--emit-mlir"))
         return emitRc;
     if (planJsonOut)
       std::cout << text;
