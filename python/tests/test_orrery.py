@@ -268,3 +268,29 @@ def test_from_torch_hugging_face(arch):
     assert not net.training
     p = orrery.plan(m, orrery.Cluster.preset("8xA100-80G"), 64)
     assert p.step_time_s > 0
+
+
+def test_the_gil_is_released_while_planning():
+    # While one thread searches, another keeps running Python: the longest
+    # pause the other thread sees is a small part of the search (with the
+    # GIL held it would be the whole search).
+    import time
+    model = orrery.load("gpt3-175b")
+    cluster = orrery.Cluster.preset("128x8xA100-80G")
+    span = {}
+
+    def search():
+        span["start"] = time.perf_counter()
+        orrery.plan(model, cluster, 1536)
+        span["end"] = time.perf_counter()
+
+    t = threading.Thread(target=search)
+    last, longest = time.perf_counter(), 0.0
+    t.start()  # with the GIL held, this waits for the whole search
+    while t.is_alive():
+        now = time.perf_counter()
+        longest = max(longest, now - last)
+        last = now
+    longest = max(longest, time.perf_counter() - last)  # a wait that outlived the search
+    t.join()
+    assert longest < 0.5 * (span["end"] - span["start"]), (longest, span)
