@@ -40,3 +40,7 @@ if [ -f ../shared/validation/published_runs.json ]; then
   echo
   /usr/bin/python3 bench/planner.py --build build --shared ../shared
 fi
+if [ -x build/python-test/bin/python ]; then # scripts/python-test.sh made it
+  echo
+  build/python-test/bin/python bench/python_overhead.py --build build
+fi

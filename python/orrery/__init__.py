@@ -325,6 +325,42 @@ class Plan(_JsonView):
                      self._cluster._json, out, measured or "")
         return out
 
+    @classmethod
+    def load(cls, path: Union[str, "_os.PathLike[str]"], model: Optional[Model] = None,
+             cluster: Optional[Cluster] = None) -> "Plan":
+        """A plan file (``orrery plan -o``, :meth:`save`) with the model and
+        cluster it names, loaded as ``orrery check`` loads them (its
+        ``model.source`` at its ``model.dims`` for its kernels, its
+        ``cluster.spec``), or the ``model`` and ``cluster`` given. The file
+        is checked in full (field types, the model's and cluster's digests)
+        when it is simulated, exported or reported."""
+        where = _os.fspath(path)
+        try:
+            with open(where, encoding="utf-8") as f:
+                text = f.read()
+            data = _json.loads(text)
+        except (OSError, UnicodeDecodeError, ValueError) as e:
+            raise Error(f"{where}: {e}") from None
+        if not isinstance(data, dict):
+            raise Error(f"{where}: expected a JSON object")
+        if cluster is None:
+            spec = data.get("cluster", {}).get("spec") if isinstance(data.get("cluster"), dict) else None
+            if not isinstance(spec, str):
+                raise Error(f"{where}: cluster.spec: missing")
+            cluster = Cluster(spec)
+        if model is None:
+            m = data.get("model")
+            source = m.get("source") if isinstance(m, dict) else None
+            if not isinstance(source, str):
+                raise Error(f"{where}: model.source: missing")
+            dims = m.get("dims", {})
+            if not isinstance(dims, dict):
+                raise Error(f"{where}: model.dims: expected an object")
+            predicted = data.get("predicted")
+            kernels = predicted.get("kernels", "fused") if isinstance(predicted, dict) else "fused"
+            model = load(source, dims, kernels=kernels if isinstance(kernels, str) else "fused")
+        return cls(text, "", model, cluster)
+
     def save(self, path: Union[str, "_os.PathLike[str]"]) -> None:
         """Writes the JSON (what ``orrery plan -o FILE`` writes)."""
         with open(path, "w", encoding="utf-8") as f:

@@ -294,3 +294,24 @@ def test_the_gil_is_released_while_planning():
     longest = max(longest, time.perf_counter() - last)  # a wait that outlived the search
     t.join()
     assert longest < 0.5 * (span["end"] - span["start"]), (longest, span)
+
+
+def test_a_saved_plan_loads_with_its_model_and_cluster(gpt13, tmp_path):
+    p = orrery.plan(gpt13, orrery.Cluster.preset("8xA100-80G"), 64)
+    path = tmp_path / "plan.json"
+    p.save(path)
+    q = orrery.Plan.load(path)
+    assert q.to_json() == p.to_json()
+    assert q.export("megatron") == p.export("megatron")
+    assert orrery.simulate(q._model, q._cluster, plan=q).step_time_s == pytest.approx(p.step_time_s, rel=1e-9)
+    q.report(tmp_path / "q.html")
+    if CLI:
+        assert "valid" in cli("check", str(path)).stdout
+    # A plan for another model is refused when it is checked.
+    other = orrery.Plan.load(path, model=orrery.load("gpt3-350m"))
+    with pytest.raises(orrery.Error, match="digest"):
+        other.report(tmp_path / "other.html")
+    broken = tmp_path / "broken.json"
+    broken.write_text('{"schema": "orrery-plan"}')
+    with pytest.raises(orrery.Error, match="cluster.spec: missing"):
+        orrery.Plan.load(broken)
