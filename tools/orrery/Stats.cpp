@@ -6,6 +6,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "Stats.h"
+#include "orrery/CostModel/Serving.h"
 
 #include <cstdio>
 #include <iomanip>
@@ -69,20 +70,23 @@ nlohmann::ordered_json statsJson(const Workload &w,
         (double(w.forwardFlops()) + double(w.backwardFlops())) / tokens;
   }
   j["activation_bytes_per_sample"] = double(w.savedActivationBytes()) / samples;
+  // Serving: the K and V one token keeps, at 16-bit elements (0 without an
+  // attention op).
+  j["kv_cache_bytes_per_token_16bit"] = kvCacheBytesPerToken(w, 2);
   nlohmann::ordered_json layers = nlohmann::ordered_json::array();
   for (const LayerRun &run : w.layers) {
     const LayerKind &k = w.kinds[run.kind];
     nlohmann::ordered_json layer = {{"kind", k.name}};
     if (!k.variantOf.empty())
       layer["variant_of"] = k.variantOf;
-    layer.update(nlohmann::ordered_json{
-                      {"count", run.count},
-                      {"ops_per_layer", k.numOps},
-                      {"parameters_per_layer", k.parameters},
-                      {"forward_flops_per_layer_per_sample",
-                       double(k.forwardFlops) / samples},
-                      {"activation_bytes_per_layer_per_sample",
-                       double(k.savedActivationBytes) / samples}});
+    layer.update(
+        nlohmann::ordered_json{{"count", run.count},
+                               {"ops_per_layer", k.numOps},
+                               {"parameters_per_layer", k.parameters},
+                               {"forward_flops_per_layer_per_sample",
+                                double(k.forwardFlops) / samples},
+                               {"activation_bytes_per_layer_per_sample",
+                                double(k.savedActivationBytes) / samples}});
     layers.push_back(layer);
   }
   j["layers"] = layers;
@@ -125,7 +129,16 @@ void printStats(std::ostream &os, const Workload &w,
        << " per token";
   os << " (forward + backward)\n";
   os << "activations  " << mib(double(w.savedActivationBytes()) / samples)
-     << " per sample kept for backward\n\n";
+     << " per sample kept for backward\n";
+  if (double kv = kvCacheBytesPerToken(w, 2); kv > 0) {
+    char buf[64];
+    if (kv >= 1024 * 1024)
+      std::snprintf(buf, sizeof buf, "%.1f MiB", kv / (1024 * 1024));
+    else
+      std::snprintf(buf, sizeof buf, "%.1f KiB", kv / 1024);
+    os << "kv cache     " << buf << " per token (16-bit, serving)\n";
+  }
+  os << "\n";
 
   os << "layers (model order)\n";
   os << "  " << std::left << std::setw(22) << "kind" << std::right

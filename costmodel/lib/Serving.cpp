@@ -1,0 +1,99 @@
+//===- Serving.cpp - what serving a model holds in memory -----------------===//
+
+#include "orrery/CostModel/Serving.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace orrery {
+
+double kvCacheBytesPerToken(const Workload &w, double bytesPerElement, int tp) {
+  tp = std::max(1, tp);
+  double perToken = 0;
+  for (const LayerKind &k : w.kinds)
+    for (const OpCost &op : k.ops) {
+      if (op.attentionKvHeads <= 0)
+        continue;
+      double heads =
+          op.attentionKvHeads >= tp ? double(op.attentionKvHeads) / tp : 1.0;
+      double valueDim =
+          op.attentionValueDim > 0 ? op.attentionValueDim : op.attentionHeadDim;
+      perToken +=
+          k.count * heads * (op.attentionHeadDim + valueDim) * bytesPerElement;
+    }
+  return perToken;
+}
+
+namespace {
+/// The forward pass's largest live set per token on one rank: the biggest
+/// op output of a repeated layer with its input (the head's logits are
+/// computed only for the sequences sampled, and are left out).
+double activationBytesPerToken(const Workload &w, int tp) {
+  if (w.tokensPerSample <= 0 || w.batchSize <= 0)
+    return 0;
+  double largest = 0;
+  for (const LayerKind &k : w.kinds) {
+    if (k.count < 2)
+      continue;
+    for (const OpCost &op : k.ops)
+      largest = std::max(largest, double(op.bytesWritten));
+  }
+  return 2 * largest / double(w.tokensPerSample * w.batchSize) /
+         std::max(1, tp);
+}
+
+std::string gib(double bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f GiB", bytes / double(1ull << 30));
+  return buf;
+}
+} // namespace
+
+llvm::Expected<ServingMemory> servingMemory(const Workload &w,
+                                            const DeviceSpec &device,
+                                            const ServingMemoryOptions &o) {
+  auto error = [](const std::string &m) {
+    return llvm::createStringError(llvm::inconvertibleErrorCode(), m);
+  };
+  if (o.tp < 1 || o.pp < 1)
+    return error("serving: tp and pp must be at least 1");
+  if (!(o.memoryUtilization > 0 && o.memoryUtilization <= 1))
+    return error("serving: memory utilization must be in (0, 1]");
+  ServingMemory m;
+  m.budgetBytes = o.memoryUtilization * device.memoryBytes;
+  // The layers split evenly over the stages; each rank holds its share of
+  // the split weights and the replicated ones whole.
+  double params = 0;
+  for (const LayerKind &k : w.kinds)
+    params += k.count * (k.trainablePerRank(o.tp) + k.frozenPerRank(o.tp));
+  m.weightBytes = params * o.weightBytesPerParam / o.pp;
+  for (const LayerKind &k : w.kinds)
+    m.weightBytes += double(k.count) * k.bufferBytes / o.pp;
+  m.activationBytes =
+      double(o.maxBatchedTokens) * activationBytesPerToken(w, o.tp);
+  m.workspaceBytes = o.workspaceBytes > 0        ? o.workspaceBytes
+                     : device.workspaceBytes > 0 ? device.workspaceBytes
+                                                 : 1.5 * (1ull << 30);
+  m.kvBytesPerToken = kvCacheBytesPerToken(w, o.kvBytesPerElement, o.tp) / o.pp;
+  if (m.weightBytes > m.budgetBytes)
+    return error("serving: the weights need " + gib(m.weightBytes) +
+                 " per device, more than the " + gib(m.budgetBytes) +
+                 " the engine takes of the " + device.name +
+                 "'s memory (split over more devices: tp or pp)");
+  m.kvCacheBytes =
+      m.budgetBytes - m.weightBytes - m.activationBytes - m.workspaceBytes;
+  if (m.kvBytesPerToken <= 0)
+    return error("serving: the model has no attention op keeping a KV cache");
+  m.maxTokens = m.kvCacheBytes > 0
+                    ? int64_t(std::floor(m.kvCacheBytes / m.kvBytesPerToken))
+                    : 0;
+  if (m.maxTokens < 1)
+    return error("serving: no room for the KV cache on the " + device.name +
+                 ": weights " + gib(m.weightBytes) + ", activations " +
+                 gib(m.activationBytes) + " and workspace " +
+                 gib(m.workspaceBytes) + " fill the " + gib(m.budgetBytes) +
+                 " the engine takes");
+  return m;
+}
+
+} // namespace orrery
