@@ -153,7 +153,6 @@ NB_MODULE(_core, m) {
         request.precision = precision;
         request.framework = framework;
         request.fixedStrategy = strategy;
-        request.quiet = true;
         request.flags = frameworkOptions(separateGradAccumulation, gradBytes,
                                          gradReduceBytes, zero3PrefetchParams,
                                          std::move(freeze), std::move(lora));

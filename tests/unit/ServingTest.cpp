@@ -83,5 +83,25 @@ TEST(Serving, TheBatchThatFitsOnOneH100) {
   EXPECT_EQ(l70.parameters(), 70553706496);
 }
 
+TEST(Serving, BadOptionsAndNoAttentionAreOneLineErrors) {
+  const DeviceSpec &h100 = *HardwareCatalog::builtin().device("H100-SXM");
+  Workload noAttention = test::moeModel(2, 1000, 1000);
+  auto expectError = [&](const Workload &w, const ServingMemoryOptions &o,
+                         const std::string &part) {
+    auto m = servingMemory(w, h100, o);
+    ASSERT_FALSE(bool(m));
+    std::string why = llvm::toString(m.takeError());
+    EXPECT_NE(why.find(part), std::string::npos) << why;
+    EXPECT_EQ(why.find('\n'), std::string::npos) << why;
+  };
+  expectError(noAttention, {}, "no attention op keeping a KV cache");
+  ServingMemoryOptions o;
+  o.tp = 0;
+  expectError(noAttention, o, "tp and pp must be at least 1");
+  o = {};
+  o.memoryUtilization = 1.5;
+  expectError(noAttention, o, "memory utilization must be in (0, 1]");
+}
+
 } // namespace
 } // namespace orrery

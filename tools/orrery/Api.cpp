@@ -25,7 +25,6 @@ public:
   mlir::MLIRContext context;
   mlir::OwningOpRef<mlir::ModuleOp> module;
   cli::ModelArgs args;
-  std::string kernels;
   std::map<std::string, int64_t> histogram;
 };
 
@@ -37,20 +36,12 @@ template <typename T> Outcome<T> failed(std::string message) {
   return o;
 }
 
-/// Plan JSON text as `orrery` reads plan files: one object, every field
-/// of its documented type.
-llvm::Expected<nlohmann::json> parsePlanText(const std::string &text) {
-  std::string problem;
-  nlohmann::json doc = parseJsonInput(text, problem);
-  if (doc.is_discarded())
-    return llvm::createStringError(llvm::inconvertibleErrorCode(),
-                                   "plan: " + problem);
-  if (!doc.is_object())
-    return llvm::createStringError(llvm::inconvertibleErrorCode(),
-                                   "plan: expected a JSON object");
-  if (llvm::Error e = checkPlanFieldTypes(doc, "plan"))
-    return std::move(e);
-  return doc;
+/// The model was imported for its kernels; a plan or flags priced with
+/// others would price a graph it does not hold.
+std::string kernelsMismatch(KernelFusion asked, const Model &m) {
+  return std::string("kernels '") + kernelFusionName(asked) +
+         "': the model was loaded for '" + kernelFusionName(m.args.kernels) +
+         "' (load it again with kernels=...)";
 }
 
 } // namespace
@@ -67,7 +58,6 @@ Outcome<ModelRef> loadModel(const std::string &name, const std::string *bytes,
   if (!parseKernelFusion(kernels, m->args.kernels))
     return failed<ModelRef>("kernels '" + kernels +
                             "': expected fused, unfused-attention or eager");
-  m->kernels = kernels;
   cli::defaultBatchToOne(m->args);
   auto module = cli::importFrontEnd(m->context, m->args, true, &m->histogram);
   if (!module)
@@ -77,7 +67,9 @@ Outcome<ModelRef> loadModel(const std::string &name, const std::string *bytes,
 }
 
 const std::string &modelName(const Model &m) { return m.args.path; }
-const std::string &modelKernels(const Model &m) { return m.kernels; }
+std::string modelKernels(const Model &m) {
+  return kernelFusionName(m.args.kernels);
+}
 
 Outcome<std::string> stats(Model &m, bool json) {
   std::lock_guard<std::mutex> lock(m.mutex);
@@ -119,7 +111,7 @@ Outcome<std::string> simulate(Model &m, const cli::ClusterSource &cluster,
   Assumptions assumptions;
   nlohmann::json planDoc;
   if (planJson) {
-    auto doc = parsePlanText(*planJson);
+    auto doc = cli::parsePlanDocument(*planJson, "plan");
     if (!doc)
       return failed<std::string>(
           printableLine(llvm::toString(doc.takeError())));
@@ -136,10 +128,7 @@ Outcome<std::string> simulate(Model &m, const cli::ClusterSource &cluster,
   if (auto e = cli::applyFrameworkOptions(framework, assumptions))
     return failed<std::string>(printableLine(llvm::toString(std::move(e))));
   if (assumptions.fusion != m.args.kernels)
-    return failed<std::string>(std::string("kernels '") +
-                               kernelFusionName(assumptions.fusion) +
-                               "': the model was loaded for '" + m.kernels +
-                               "' (load it again with kernels=...)");
+    return failed<std::string>(kernelsMismatch(assumptions.fusion, m));
   std::ostringstream os;
   if (cli::simulateModule(*m.module, m.args, cluster, strategy,
                           planJson ? &planDoc : nullptr, "plan", assumptions,
@@ -156,11 +145,7 @@ Outcome<PlanText> plan(Model &m, const cli::ClusterSource &cluster,
     return failed<PlanText>(printableLine(llvm::toString(std::move(e))));
   };
   // The model was imported for its kernels; the plan records the same.
-  if (request.flags.kernels && *request.flags.kernels != m.kernels)
-    return failed<PlanText>("kernels '" + *request.flags.kernels +
-                            "': the model was loaded for '" + m.kernels +
-                            "' (load it again with kernels=...)");
-  request.flags.kernels = m.kernels;
+  request.flags.kernels = kernelFusionName(m.args.kernels);
   Assumptions framework;
   if (auto e = cli::applyFrameworkOptions(request.flags, framework))
     return error(std::move(e));
@@ -200,7 +185,7 @@ Outcome<std::string> exportPlan(const std::string &planJson,
     return failed<std::string>("export: unknown format '" + format +
                                "' (megatron, deepspeed, torchtitan, pytorch "
                                "or jax)");
-  auto doc = parsePlanText(planJson);
+  auto doc = cli::parsePlanDocument(planJson, "plan");
   if (!doc)
     return failed<std::string>(printableLine(llvm::toString(doc.takeError())));
   auto p = readExportPlan(*doc, "plan");
@@ -218,16 +203,14 @@ Outcome<bool> report(Model &m, const std::string &planJson,
                      const std::string &measured) {
   std::lock_guard<std::mutex> lock(m.mutex);
   cli::ErrorCapture capture;
-  auto doc = parsePlanText(planJson);
+  auto doc = cli::parsePlanDocument(planJson, "plan");
   if (!doc)
     return failed<bool>(printableLine(llvm::toString(doc.takeError())));
   auto framework = assumptionsFromPlan(*doc, "plan");
   if (!framework)
     return failed<bool>(printableLine(llvm::toString(framework.takeError())));
   if (framework->fusion != m.args.kernels)
-    return failed<bool>(std::string("plan: kernels '") +
-                        kernelFusionName(framework->fusion) +
-                        "': the model was loaded for '" + m.kernels + "'");
+    return failed<bool>("plan: " + kernelsMismatch(framework->fusion, m));
   auto setup = cli::preparePlan(*m.module, m.args, cluster, "bf16", *framework);
   if (!setup)
     return failed<bool>(printableLine(llvm::toString(setup.takeError())));

@@ -41,7 +41,7 @@ Outcome<ModelRef> loadModel(const std::string &name, const std::string *bytes,
 /// The name the model was loaded as (a plan's model.source).
 const std::string &modelName(const Model &m);
 /// The kernels it was loaded for.
-const std::string &modelKernels(const Model &m);
+std::string modelKernels(const Model &m);
 
 /// `orrery stats` (JSON, or the table).
 Outcome<std::string> stats(Model &m, bool json);
@@ -65,7 +65,8 @@ struct PlanText {
   std::string json;
   std::string summary;
 };
-/// `orrery plan`, with the model's kernels.
+/// `orrery plan`, with the kernels the model was loaded for (whatever
+/// request.flags.kernels says).
 Outcome<PlanText> plan(Model &m, const cli::ClusterSource &cluster,
                        cli::PlanRequest request, bool explain);
 

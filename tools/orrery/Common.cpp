@@ -269,22 +269,42 @@ bool readFileBytes(const std::string &path, std::string &out) {
 
 /// A JSON object from a file; on failure prints the one-line error and
 /// returns its exit code.
+llvm::Expected<nlohmann::json> parseJsonObject(const std::string &text,
+                                               const std::string &what) {
+  std::string problem;
+  nlohmann::json doc = orrery::parseJsonInput(text, problem);
+  if (doc.is_discarded())
+    return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                   what + ": " + problem);
+  if (!doc.is_object())
+    return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                   what + ": expected a JSON object");
+  return std::move(doc);
+}
+
 int readJsonObjectFile(const std::string &path, nlohmann::json &doc) {
   std::string text;
   std::string problem =
       orrery::readInputFile(path, orrery::kMaxJsonInputBytes, text);
   if (!problem.empty())
     return fail(path + ": " + problem);
-  doc = orrery::parseJsonInput(text, problem);
-  if (doc.is_discarded())
-    return fail(path + ": " + problem);
-  if (!doc.is_object())
-    return fail(path + ": expected a JSON object");
+  auto parsed = parseJsonObject(text, path);
+  if (!parsed)
+    return fail(llvm::toString(parsed.takeError()));
+  doc = std::move(*parsed);
   return 0;
 }
 
-/// A plan file as JSON, every field of its documented type; on failure
-/// prints the one-line error and returns its exit code.
+llvm::Expected<nlohmann::json> parsePlanDocument(const std::string &text,
+                                                 const std::string &what) {
+  auto doc = parseJsonObject(text, what);
+  if (!doc)
+    return doc.takeError();
+  if (llvm::Error e = orrery::checkPlanFieldTypes(*doc, what))
+    return std::move(e);
+  return doc;
+}
+
 int readPlanFile(const std::string &path, nlohmann::json &doc) {
   if (int rc = readJsonObjectFile(path, doc))
     return rc;

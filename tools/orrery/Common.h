@@ -15,8 +15,8 @@
 #include <CLI/CLI.hpp>
 #include <map>
 #include <memory>
-#include <optional>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -104,6 +104,12 @@ llvm::Error applyFrameworkOptions(const FrameworkOptions &o, Assumptions &a);
 /// A JSON object from a file; on failure prints the one-line error and
 /// returns its exit code.
 int readJsonObjectFile(const std::string &path, nlohmann::json &doc);
+/// JSON text that must be one object (`what` names it in the error).
+llvm::Expected<nlohmann::json> parseJsonObject(const std::string &text,
+                                               const std::string &what);
+/// Plan JSON text as readPlanFile checks a plan file.
+llvm::Expected<nlohmann::json> parsePlanDocument(const std::string &text,
+                                                 const std::string &what);
 /// A plan file as JSON, every field of its documented type
 /// (checkPlanFieldTypes); on failure prints the one-line error and returns
 /// its exit code.

@@ -46,7 +46,6 @@ struct PlanRequest {
   std::string framework;     ///< --framework, or empty
   std::string fixedStrategy; ///< --strategy: price this one, no search
   FrameworkOptions flags;
-  bool quiet = false; ///< no notes on stderr
   /// Progress on stderr (the CLI shows it only on a terminal).
   bool showProgress = false;
 };

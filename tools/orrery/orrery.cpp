@@ -552,7 +552,6 @@ int main(int argc, char **argv) {
     request.framework = planFramework;
     request.fixedStrategy = fixedStrategy;
     request.flags = planGradients.options();
-    request.quiet = quiet;
     // Progress goes to a terminal only: a log or a pipe gets the result
     // and, on failure, the one error line alone.
     request.showProgress = !quiet && ::isatty(STDERR_FILENO);
