@@ -444,6 +444,14 @@ MODELS = {
     # Mixture of experts: Mixtral 8x7B, 8 experts, top 2.
     "mixtral-8x7b": (lambda seq=None: llama("mixtral-8x7b", 32, 4096, 32, 8, 14336, seq or 4096, 32000, 1e6, moe=(8, 2)),
                      46.70e9, "Jiang et al. 2024 (Mixtral of Experts): 46.7B total parameters"),
+    # Mistral 7B (v0.3: no sliding window): Llama's shape with 8 kv heads, vocab 32768.
+    "mistral-7b": (lambda seq=None: llama("mistral-7b", 32, 4096, 32, 8, 14336, seq or 8192, 32768, 1e6),
+                   7.248e9, "Jiang et al. 2023 (Mistral 7B); 7,248,023,552 in the v0.3 HF config's shapes"),
+    # Mixtral 8x22B: 56 layers, d 6144, 48 heads, 8 kv heads, experts of ffn 16384, top 2.
+    "mixtral-8x22b": (lambda seq=None: llama("mixtral-8x22b", 56, 6144, 48, 8, 16384, seq or 4096, 32768, 1e6,
+                                             moe=(8, 2)),
+                      140.63e9, "Mistral AI, Mixtral 8x22B: 141B total parameters; 140,630,071,296 in "
+                      "the HF config's shapes"),
     # Qwen3 30B-A3B: 128 experts of ffn 768, top 8; 32 query heads of 128
     # (4096 wide from a 2048 model), 4 key-value heads, RMSNorm on q and k.
     "qwen3-30b-a3b": (lambda seq=None: llama("qwen3-30b-a3b", 48, 2048, 32, 4, 768, seq or 4096, 151936,

@@ -40,6 +40,12 @@ if [ -f ../shared/validation/published_runs.json ]; then
   echo
   /usr/bin/python3 bench/planner.py --build build --shared ../shared
 fi
+if [ -f ../shared/validation/inference_runs.json ]; then
+  echo
+  /usr/bin/python3 bench/validate_serving.py --build build --shared ../shared
+fi
+echo
+/usr/bin/python3 bench/serving_speed.py --build build
 if [ -x build/python-test/bin/python ]; then # scripts/python-test.sh made it
   echo
   build/python-test/bin/python bench/python_overhead.py --build build

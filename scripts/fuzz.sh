@@ -17,7 +17,7 @@ seconds=${ORRERY_FUZZ_SECONDS:-60}
 limit=(-max_total_time="$seconds")
 [ -n "${ORRERY_FUZZ_RUNS:-}" ] && limit+=(-runs="$ORRERY_FUZZ_RUNS" -seed=1)
 targets=("$@")
-[ ${#targets[@]} -eq 0 ] && targets=(onnx cluster strategy plan programs)
+[ ${#targets[@]} -eq 0 ] && targets=(onnx cluster strategy plan programs serving)
 
 if [ ! -f build-fuzz/build.ninja ]; then
   cmake -G Ninja -S . -B build-fuzz -DCMAKE_BUILD_TYPE=Release \
@@ -29,7 +29,7 @@ cmake --build build-fuzz -j "${ORRERY_JOBS:-2}" \
 
 seeds=build-fuzz/seeds
 rm -rf "$seeds"
-mkdir -p "$seeds"/{onnx,cluster,strategy,plan,programs} build-fuzz/findings
+mkdir -p "$seeds"/{onnx,cluster,strategy,plan,programs,serving} build-fuzz/findings
 cp models/fixtures/*.onnx "$seeds/onnx/"
 # A model calling model-local functions (the dynamo exporter's modules).
 python3 tests/lit/import/Inputs/local_functions.py "$seeds/onnx/functions.onnx"
@@ -42,6 +42,13 @@ for s in tp=8,pp=8,dp=16,mbs=1,gbs=1536 tp=2,cp=2,ep=4,zero=3,recompute=selectiv
          dp=8,sdp=0.5 pp=4,mbs=4,gbs=4,schedule=mgrit,mg_coarsen=2,mg_iters=3 pp=4,gbs=16,schedule=dualpipe dp=8,gbs=8,chunks=64 tp=2,phantom=8 dp=8,sdp=0.5,sdp_mask=backward; do
   printf '%s' "$s" > "$seeds/strategy/$((i++))"
 done
+i=0
+for s in chat reasoning,requests=3 isl=100,osl=50,requests=20,rate=5 \
+         isl=700,osl=900,requests=30,concurrency=4,seed=7 summarize,requests=2,offline; do
+  printf '\0%s' "$s" > "$seeds/serving/w$((i++))"
+done
+printf '\1arrival_s,input_tokens,output_tokens\n0,100,20\n0.01,3000,400\n0.5,10,1\n' \
+  > "$seeds/serving/trace0"
 orrery=build/bin/orrery
 if [ -x "$orrery" ]; then
   tiny=(models/fixtures/tiny-gpt.onnx --dim batch=8 --global-batch 8 --quiet)

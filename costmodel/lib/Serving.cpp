@@ -60,12 +60,20 @@ llvm::Expected<ServingMemory> servingMemory(const Workload &w,
   if (!(o.memoryUtilization > 0 && o.memoryUtilization <= 1))
     return error("serving: memory utilization must be in (0, 1]");
   ServingMemory m;
-  m.budgetBytes = o.memoryUtilization * device.memoryBytes;
+  if (o.freeMemoryFraction < 0 || o.freeMemoryFraction > 1)
+    return error("serving: the free-memory fraction must be in [0, 1]");
+  m.budgetBytes = o.freeMemoryFraction > 0
+                      ? device.memoryBytes
+                      : o.memoryUtilization * device.memoryBytes;
   // The layers split evenly over the stages; each rank holds its share of
   // the split weights and the replicated ones whole.
+  // The embedding and the output head are vocabulary-parallel in vLLM,
+  // SGLang and TensorRT-LLM (each rank holds 1/tp of the vocabulary).
   double params = 0;
   for (const LayerKind &k : w.kinds)
-    params += k.count * (k.trainablePerRank(o.tp) + k.frozenPerRank(o.tp));
+    params += k.count == 1
+                  ? double(k.parameters + k.frozenParameters) / o.tp
+                  : k.count * (k.trainablePerRank(o.tp) + k.frozenPerRank(o.tp));
   m.weightBytes = params * o.weightBytesPerParam / o.pp;
   for (const LayerKind &k : w.kinds)
     m.weightBytes += double(k.count) * k.bufferBytes / o.pp;
@@ -82,6 +90,8 @@ llvm::Expected<ServingMemory> servingMemory(const Workload &w,
                  "'s memory (split over more devices: tp or pp)");
   m.kvCacheBytes =
       m.budgetBytes - m.weightBytes - m.activationBytes - m.workspaceBytes;
+  if (o.freeMemoryFraction > 0)
+    m.kvCacheBytes *= o.freeMemoryFraction;
   if (m.kvBytesPerToken <= 0)
     return error("serving: the model has no attention op keeping a KV cache");
   m.maxTokens = m.kvCacheBytes > 0

@@ -11,25 +11,11 @@
 namespace orrery {
 namespace {
 
-Workload builtin(mlir::MLIRContext &ctx, const std::string &name) {
-  onnx::LoadOptions options;
-  options.dims["batch"] = 1;
-  auto module = importOnnxFile(
-      ctx, std::string(ORRERY_MODELS_DIR) + "/" + name + ".onnx", options);
-  EXPECT_TRUE(bool(module))
-      << (module ? "" : llvm::toString(module.takeError()));
-  mlir::PassManager pm(&ctx);
-  pm.addPass(createFuseKernelsPass(FuseKernelsPassOptions{}));
-  pm.addPass(createOutlineLayersPass());
-  EXPECT_TRUE(mlir::succeeded(pm.run(**module)));
-  auto w = buildWorkload(**module, {}, KernelFusion::Fused);
-  EXPECT_TRUE(bool(w));
-  return std::move(*w);
-}
+using test::builtinWorkload;
 
 TEST(Serving, KvCacheBytesPerTokenOfLlama3) {
   mlir::MLIRContext ctx;
-  Workload l8 = builtin(ctx, "llama3-8b"), l70 = builtin(ctx, "llama3-70b");
+  Workload l8 = builtinWorkload(ctx, "llama3-8b"), l70 = builtinWorkload(ctx, "llama3-70b");
   // layers x kv heads x (K dim + V dim) x 2 bytes.
   EXPECT_EQ(kvCacheBytesPerToken(l8, 2), 32.0 * 8 * (128 + 128) * 2); // 128 KiB
   EXPECT_EQ(kvCacheBytesPerToken(l70, 2), 80.0 * 8 * 256 * 2);        // 320 KiB
@@ -42,7 +28,7 @@ TEST(Serving, KvCacheBytesPerTokenOfLlama3) {
 
 TEST(Serving, TheBatchThatFitsOnOneH100) {
   mlir::MLIRContext ctx;
-  Workload l8 = builtin(ctx, "llama3-8b"), l70 = builtin(ctx, "llama3-70b");
+  Workload l8 = builtinWorkload(ctx, "llama3-8b"), l70 = builtinWorkload(ctx, "llama3-70b");
   const DeviceSpec &h100 = *HardwareCatalog::builtin().device("H100-SXM");
   ServingMemoryOptions o; // bf16 weights and cache, vLLM's defaults
   auto m = servingMemory(l8, h100, o);

@@ -58,6 +58,25 @@ inline Workload tinyGpt(mlir::MLIRContext &ctx, KernelFusion kernels, int64_t ba
 /// `layers` mixture-of-experts layers: a router-free stand-in with one
 /// batched expert GEMM over 8 experts (all the layer's parameters), and the
 /// tokens it dispatches.
+/// A built-in model (models/generate.py, written at build time) at batch
+/// 1, fused and outlined as `orrery` prepares it.
+inline Workload builtinWorkload(mlir::MLIRContext &ctx,
+                                const std::string &name) {
+  onnx::LoadOptions options;
+  options.dims["batch"] = 1;
+  auto module = importOnnxFile(
+      ctx, std::string(ORRERY_MODELS_DIR) + "/" + name + ".onnx", options);
+  EXPECT_TRUE(bool(module))
+      << (module ? "" : llvm::toString(module.takeError()));
+  mlir::PassManager pm(&ctx);
+  pm.addPass(createFuseKernelsPass(FuseKernelsPassOptions{}));
+  pm.addPass(createOutlineLayersPass());
+  EXPECT_TRUE(mlir::succeeded(pm.run(**module)));
+  auto w = buildWorkload(**module, {}, KernelFusion::Fused);
+  EXPECT_TRUE(bool(w));
+  return std::move(*w);
+}
+
 inline Workload moeModel(int layers, int64_t expertParams, int64_t dispatchBytes) {
   Workload w;
   LayerKind k;

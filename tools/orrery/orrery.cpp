@@ -22,6 +22,7 @@
 #include "PlanReport.h"
 #include "Report.h"
 #include "Run.h"
+#include "Serve.h"
 #include "Simulate.h"
 #include "Stats.h"
 #include "orrery/CostModel/Collective.h"
@@ -268,6 +269,56 @@ int main(int argc, char **argv) {
   simGradients.add(simCmd);
   simCmd->add_option("--trace", traceFile,
                      "write a Chrome-trace / Perfetto timeline to FILE");
+
+  ModelArgs serveArgs;
+  orrery::cli::ServeRequest serve;
+  std::string serveOut;
+  bool serveJson = false;
+  CLI::App *serveCmd = app.add_subcommand(
+      "serve", "Size and split a model for serving: simulate a workload "
+               "through an engine's scheduler and choose tp, pp and replicas "
+               "(docs/serving.md)");
+  addModelArgs(serveCmd, serveArgs);
+  serveCmd
+      ->add_option("--cluster", serve.cluster.spec,
+                   "cluster spec: JSON file or preset")
+      ->required();
+  serveCmd->add_option(
+      "--workload", serve.workload,
+      "chat (1K in, 256 out), reasoning (1K in, 16K out), summarize, or "
+      "isl=..,osl=..,requests=..,rate=..|concurrency=..|offline (default "
+      "chat, all at once)");
+  serveCmd->add_option("--trace", serve.traceFile,
+                       "requests from a CSV file: "
+                       "arrival_s,input_tokens,output_tokens");
+  serveCmd->add_option("--strategy", serve.strategy,
+                       "price this configuration: tp=..,pp=..,replicas=.."
+                       "[,device=TYPE]; fields left out are searched");
+  serveCmd->add_option("--engine", serve.engine,
+                       "the scheduler and host loop modelled: vllm (v1) or "
+                       "trtllm");
+  serveCmd->add_option("--precision", serve.precision,
+                       "weights and linear layers: bf16, fp16 or fp8");
+  serveCmd->add_option("--kv-cache", serve.kvCache,
+                       "KV-cache elements: auto (16-bit) or fp8");
+  serveCmd->add_option("--slo", serve.slo,
+                       "p99 targets: ttft_ms=..,tpot_ms=..");
+  serveCmd->add_option("--objective", serve.objective,
+                       "throughput, cost (requests per dollar) or latency "
+                       "(p99 end to end)");
+  serveCmd->add_option("--max-requests", serve.maxRequests,
+                       "requests a replica runs at once (default: the "
+                       "engine's)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
+  serveCmd->add_option("--max-batched-tokens", serve.maxBatchedTokens,
+                       "tokens a step computes at most (default: the "
+                       "engine's)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
+  serveCmd->add_option("-o,--output", serveOut, "write the serving plan JSON");
+  serveCmd->add_option("--trace-out", serve.traceOut,
+                       "write the chosen configuration's steps as a Chrome "
+                       "trace");
+  serveCmd->add_flag("--json", serveJson, "print the plan JSON");
 
   ModelArgs planArgs;
   std::string planCluster, objective = "time", planOut, precision = "bf16";
@@ -602,6 +653,15 @@ int main(int argc, char **argv) {
       orrery::printPlan(std::cout, *made->plan, setup->workload,
                         options->objective, explain);
     return 0;
+  }
+
+  if (*serveCmd) {
+    defaultBatchToOne(serveArgs);
+    auto module = frontEnd(ctx, serveArgs, true, nullptr, rc);
+    if (!module)
+      return rc;
+    return orrery::cli::serveModule(*module, serveArgs, serve, serveJson,
+                                    serveOut, std::cout);
   }
 
   std::map<std::string, int64_t> hist;

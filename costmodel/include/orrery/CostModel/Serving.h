@@ -34,6 +34,10 @@ struct ServingMemoryOptions {
   /// The share of the device the engine takes (vLLM's
   /// gpu_memory_utilization, 0.9 by default).
   double memoryUtilization = 0.9;
+  /// TensorRT-LLM sizes its cache instead as a fraction of the memory free
+  /// once the engine is loaded (kv_cache_free_gpu_mem_fraction: 0.9 in the
+  /// executor, 0.95 in trtllm-bench); 0: vLLM's rule above.
+  double freeMemoryFraction = 0;
   /// Tokens of the engine's profiling forward pass, whose activations it
   /// keeps room for (vLLM v1's max_num_batched_tokens: 8192 by default on
   /// a GPU of 70 GB or more when serving online).

@@ -1,0 +1,127 @@
+//===- ServingSim.h - requests through a serving engine, step by step -----===//
+//
+// docs/serving.md, "The simulator". Requests arrive (all at once, Poisson at
+// a rate, a fixed number outstanding, or a trace); each replica's scheduler
+// forms steps as its engine does (continuous batching under a token budget
+// and a request cap, chunked prefill, the KV cache in blocks, vLLM's
+// preemption or TensorRT-LLM's admission that reserves a request's whole
+// cache); every step is priced by a StepPricer. Out come throughput and the
+// latency percentiles a serving team states targets in.
+//
+//===----------------------------------------------------------------------===//
+#ifndef ORRERY_COSTMODEL_SERVINGSIM_H
+#define ORRERY_COSTMODEL_SERVINGSIM_H
+
+#include "orrery/CostModel/ServingStep.h"
+
+#include "llvm/Support/Error.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace orrery {
+
+struct ServingRequest {
+  double arrivalS = 0;
+  int64_t inputTokens = 0, outputTokens = 0;
+};
+
+/// How requests come.
+struct ServingWorkload {
+  enum class Arrival {
+    Offline,     ///< every request at time 0 (a throughput benchmark)
+    Poisson,     ///< at `ratePerS`, exponential gaps (seeded, reproducible)
+    Concurrency, ///< `concurrency` outstanding: each end issues the next
+    Trace,       ///< the trace's own arrival times
+  } arrival = Arrival::Offline;
+  double ratePerS = 0;
+  int concurrency = 0;
+  int64_t requests = 1000;
+  int64_t inputTokens = 1024, outputTokens = 256;
+  uint64_t seed = 1;
+  /// The requests of a trace (arrival, input, output), in arrival order.
+  std::vector<ServingRequest> trace;
+  std::string name; ///< how the user named it, for messages and plans
+
+  /// "chat" (1K in, 256 out), "reasoning" (1K in, 16K out), "summarize"
+  /// (8K in, 512 out), or key=value pairs: isl=, osl=, requests=, and one
+  /// of rate= (requests/s), concurrency=, offline; seed=. Errors name the
+  /// word.
+  static llvm::Expected<ServingWorkload> parse(const std::string &text);
+  /// A trace in CSV with the header `arrival_s,input_tokens,output_tokens`;
+  /// errors name `what` and the line.
+  static llvm::Expected<ServingWorkload> parseTrace(const std::string &text,
+                                                    const std::string &what);
+  /// The requests, arrival times drawn for Poisson (Concurrency: all at 0;
+  /// the simulator issues them as slots free).
+  std::vector<ServingRequest> requestsToServe() const;
+  /// Longest prompt + output of any request.
+  int64_t longestRequestTokens() const;
+  /// Mean input and output tokens of the requests.
+  double meanInput() const, meanOutput() const;
+};
+
+/// The scheduler's limits on one replica.
+struct SchedulerLimits {
+  int64_t maxRequests = 256;       ///< vLLM max_num_seqs / TRT max_batch_size
+  int64_t maxBatchedTokens = 8192; ///< tokens a step computes at most
+  int64_t blockTokens = 16;        ///< tokens per KV-cache block
+  int64_t kvCacheTokens = 0;       ///< tokens the cache holds
+  /// The simulator's shortcut, not the engine's: a run of decode-only
+  /// steps over the same requests is priced at its first and last step and
+  /// taken at once (the time grows linearly with the keys read), up to the
+  /// next arrival, finish or block allocation. Off: every step priced.
+  bool coalesceDecodeSteps = true;
+};
+
+/// The limits an engine sets by default. vLLM v1's server: 1024 requests
+/// and 8192 tokens on a GPU of 70 GiB or more that is not an A100, else
+/// 256 and 2048; blocks of 16 tokens. TensorRT-LLM's trtllm-bench sizes
+/// the engine from the workload (its calc_engine_setting): the requests
+/// of mean length that the memory left after 8-bit or 16-bit weights holds
+/// (0.95 of it) over pp, capped at 4096, rounded up (64 at least); the
+/// tokens that batch computes when prompts and outputs interleave, capped
+/// at 32768 (2048 at least); blocks of 64 tokens.
+SchedulerLimits engineDefaults(ServingEngine engine, const DeviceSpec &device,
+                               int tp, int pp, double weightBytesPerDevice,
+                               double kvBytesPerTokenPerDevice,
+                               double meanInput, double meanOutput);
+
+struct LatencyStats {
+  double meanS = 0, p50S = 0, p90S = 0, p99S = 0;
+};
+
+struct ServingResult {
+  int64_t requests = 0, inputTokens = 0, outputTokens = 0;
+  double durationS = 0;
+  double requestsPerS = 0, outputTokensPerS = 0, totalTokensPerS = 0;
+  /// Time to first token, time per output token after the first, end to
+  /// end.
+  LatencyStats ttft, tpot, e2e;
+  double kvUtilizationMean = 0, kvUtilizationPeak = 0;
+  int64_t preemptions = 0, steps = 0;
+  double meanRequestsPerStep = 0;
+};
+
+/// One step, for the Chrome trace.
+struct StepRecord {
+  int replica = 0;
+  double startS = 0, durationS = 0;
+  int64_t prefillTokens = 0, decodeRequests = 0;
+  double kvUtilization = 0;
+  /// Decode steps over the same requests taken as one record.
+  int64_t steps = 1;
+};
+
+/// Serves the workload on `replicas` copies of the pricer's replica, the
+/// requests dealt round robin. An error when a request cannot fit the
+/// cache even alone (naming it), or the workload is empty.
+llvm::Expected<ServingResult>
+simulateServing(const StepPricer &pricer, const SchedulerLimits &limits,
+                const ServingWorkload &workload, int replicas,
+                std::vector<StepRecord> *trace = nullptr);
+
+} // namespace orrery
+
+#endif // ORRERY_COSTMODEL_SERVINGSIM_H

@@ -1,0 +1,161 @@
+//===- ServingStep.h - the time of one serving engine step -----*- C++ -*-===//
+//
+// A serving engine runs steps: each computes the new prompt tokens of some
+// requests (prefill, maybe a chunk of a prompt) and one token of every
+// request that is generating (decode), over the KV cache the requests built
+// so far. The step is priced from the same imported model as training, op by
+// op on the replica's device (docs/serving.md): the linear layers at the
+// step's token count (a decode step's are skinny and stream their weights),
+// fused attention over each request's cached keys (prefill and decode
+// kernels apart), the tensor-parallel all-reduces at their sizes (small, so
+// latency-bound), the output head only for the requests that sample, the
+// pipeline's stages and their transfers, and the host's work per step.
+//
+//===----------------------------------------------------------------------===//
+#ifndef ORRERY_COSTMODEL_SERVINGSTEP_H
+#define ORRERY_COSTMODEL_SERVINGSTEP_H
+
+#include "orrery/CostModel/Cluster.h"
+#include "orrery/CostModel/Collective.h"
+#include "orrery/CostModel/Hardware.h"
+#include "orrery/CostModel/Workload.h"
+
+#include "llvm/Support/Error.h"
+
+#include <string>
+#include <vector>
+
+namespace orrery {
+
+/// The engine whose scheduler, memory policy and host loop are modelled.
+enum class ServingEngine {
+  /// vLLM v1 (0.8 and later): the KV cache allocated block by block as
+  /// tokens come, the newest running request preempted (and recomputed)
+  /// when a block is missing; CUDA graphs for decode-only steps of up to
+  /// 512 sequences, PyTorch's per-op dispatch otherwise.
+  Vllm,
+  /// TensorRT-LLM's executor (in-flight batching, trtllm-bench's
+  /// defaults): a request admitted only when the cache holds its whole
+  /// prompt and output (GUARANTEED_NO_EVICT), kernels enqueued from C++.
+  TensorRtLlm,
+};
+const char *servingEngineName(ServingEngine e);
+/// "vllm", "trtllm" (or "tensorrt-llm"); false when neither.
+bool parseServingEngine(const std::string &name, ServingEngine &out);
+
+/// The host's fixed work per step besides launching kernels (docs/serving.md,
+/// "The host"): scheduling, preparing the inputs, handing out the sampled
+/// tokens. Stated assumptions, not measurements: vLLM's Python loop about
+/// half a millisecond, TensorRT-LLM's C++ executor about 0.15 ms.
+constexpr double kVllmStepHostS = 0.5e-3;
+constexpr double kTrtllmStepHostS = 0.15e-3;
+
+/// Weights, math and cache precision of a served model.
+struct ServingPrecision {
+  /// The repeated layers' linear layers: bf16/fp16, or fp8 (fp8 weights and
+  /// fp8 GEMMs, as TensorRT-LLM's and vLLM's fp8 checkpoints run). The
+  /// embedding and the output head stay 16-bit (ModelOpt and llm-compressor
+  /// leave them unquantized); attention runs in 16-bit.
+  Precision linear = Precision::BF16;
+  double kvBytesPerElement = 2; ///< 2, or 1 for an fp8 KV cache
+  /// "bf16", "fp16", "fp8" (fp8 weights; the cache stays 16-bit unless
+  /// `kvCache` says fp8). Errors name the word.
+  static llvm::Expected<ServingPrecision> parse(const std::string &weights,
+                                                const std::string &kvCache);
+  double weightBytesPerParam() const { return precisionBytes(linear); }
+};
+
+/// One step's batch, as the pricer needs it: sums over its requests.
+struct StepBatch {
+  /// Prompt tokens computed this step, and the requests (chunks) they
+  /// belong to.
+  int64_t prefillTokens = 0, prefillRequests = 0;
+  /// Sum over the chunks of q·(p + (q+1)/2): the query-key pairs a causal
+  /// prefill of q new tokens after p cached ones computes.
+  double prefillPairs = 0;
+  /// Sum over the chunks of p + q: the keys each reads from the cache.
+  double prefillKeys = 0;
+  /// Requests generating one token each, and the keys they read (their
+  /// context lengths summed).
+  int64_t decodeRequests = 0;
+  double decodeKeys = 0;
+  /// Requests that sample a token this step (the output head runs for
+  /// them only): every decode and each prefill that finishes its prompt.
+  int64_t sampled = 0;
+  int64_t tokens() const { return prefillTokens + decodeRequests; }
+};
+
+/// Where the step's time goes, on the slowest stage (seconds).
+struct StepTime {
+  /// One step end to end: every stage in turn and the transfers between.
+  double latencyS = 0;
+  /// How often the replica can start a step: its slowest stage (pipeline
+  /// parallelism keeps `pp` steps in flight); latencyS when pp is 1.
+  double intervalS = 0;
+  double linearS = 0, attentionS = 0, otherS = 0, communicationS = 0,
+         hostS = 0;
+};
+
+/// A serving replica: `tp` x `pp` devices of one type.
+struct ServingReplica {
+  int tp = 1, pp = 1;
+  const DeviceSpec *device = nullptr;
+  /// The tensor-parallel group (one node) and the stage-to-stage link.
+  GroupShape tpGroup, stageLink;
+};
+
+/// The replica's devices on a node group: tp ranks side by side in a node,
+/// stages on the next ranks (across nodes when a node is full). An error
+/// when tp exceeds a node.
+llvm::Expected<ServingReplica> servingReplicaOn(const NodeGroup &g, int tp,
+                                                int pp);
+
+/// Prices steps of one replica. Built once per (model, replica, precision,
+/// engine); price() is cheap (a few dozen roofline evaluations), so the
+/// serving simulator calls it once per step.
+class StepPricer {
+public:
+  static llvm::Expected<StepPricer> create(const Workload &w,
+                                           const ServingReplica &replica,
+                                           const ServingPrecision &precision,
+                                           ServingEngine engine);
+  StepTime price(const StepBatch &b) const;
+  const ServingReplica &replica() const { return replica_; }
+  ServingEngine engine() const { return engine_; }
+
+  /// One op of a layer kind, reduced to what a step needs: its work per
+  /// token on one rank.
+  struct TokenOp {
+    enum Kind { Linear, Attention, Other } kind = Other;
+    KernelClass cls = KernelClass::Pointwise;
+    Precision precision = Precision::BF16;
+    double flopsPerToken = 0;       ///< on one rank
+    double bytesPerToken = 0;       ///< activations moved, one rank
+    double weightBytes = 0;         ///< a linear layer's weights, one rank
+    int kernels = 1;                ///< 0 when it fuses with the previous op
+    int experts = 0, topK = 0;      ///< a mixture-of-experts GEMM
+    double allReduceBytesPerToken = 0; ///< tensor-parallel, after it
+    /// Attention: query heads and kv heads on one rank, head dims.
+    double heads = 0, kvHeads = 0, headDim = 0, valueDim = 0;
+  };
+  struct Kind {
+    std::vector<TokenOp> ops;
+    /// The output head (and the norm before it): run for sampled requests.
+    bool head = false;
+    /// Instances per stage.
+    std::vector<int64_t> perStage;
+    double outputBytesPerToken = 0; ///< handed to the next stage
+  };
+
+private:
+  double kindSeconds(const Kind &k, const StepBatch &b, StepTime &t) const;
+  ServingReplica replica_;
+  ServingEngine engine_ = ServingEngine::Vllm;
+  const KernelModel *kernels_ = nullptr;
+  std::vector<Kind> kinds_;
+  double kvBytesPerElement_ = 2;
+};
+
+} // namespace orrery
+
+#endif // ORRERY_COSTMODEL_SERVINGSTEP_H

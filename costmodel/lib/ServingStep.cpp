@@ -1,0 +1,374 @@
+//===- ServingStep.cpp - the time of one serving engine step --------------===//
+//
+// docs/serving.md, "One step". The workload was imported at some batch and
+// sequence; every op's work divides by its tokens to give the work per
+// token, which a step multiplies by the tokens it computes. What does not
+// scale with tokens is priced apart: a linear layer reads its weights once
+// a step whatever the tokens (a mixture-of-experts layer only the experts
+// some token chose), and attention reads each request's cached keys.
+//
+//===----------------------------------------------------------------------===//
+#include "orrery/CostModel/ServingStep.h"
+#include "orrery/CostModel/PrintableLine.h"
+#include "orrery/CostModel/Simulator.h"
+
+#include "llvm/ADT/StringRef.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace orrery {
+
+const char *servingEngineName(ServingEngine e) {
+  return e == ServingEngine::Vllm ? "vllm" : "trtllm";
+}
+
+bool parseServingEngine(const std::string &name, ServingEngine &out) {
+  std::string n = llvm::StringRef(name).lower();
+  if (n == "vllm")
+    out = ServingEngine::Vllm;
+  else if (n == "trtllm" || n == "tensorrt-llm" || n == "trt-llm")
+    out = ServingEngine::TensorRtLlm;
+  else
+    return false;
+  return true;
+}
+
+static llvm::Error servingError(const std::string &m) {
+  return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                 printableLine(m));
+}
+
+llvm::Expected<ServingPrecision>
+ServingPrecision::parse(const std::string &weights,
+                        const std::string &kvCache) {
+  ServingPrecision p;
+  std::string w = llvm::StringRef(weights).lower();
+  if (w == "bf16")
+    p.linear = Precision::BF16;
+  else if (w == "fp16")
+    p.linear = Precision::FP16;
+  else if (w == "fp8")
+    p.linear = Precision::FP8;
+  else
+    return servingError("precision '" + weights +
+                        "': expected bf16, fp16 or fp8");
+  std::string kv = llvm::StringRef(kvCache).lower();
+  if (kv.empty() || kv == "auto" || kv == "bf16" || kv == "fp16")
+    p.kvBytesPerElement = 2;
+  else if (kv == "fp8")
+    p.kvBytesPerElement = 1;
+  else
+    return servingError("kv cache precision '" + kvCache +
+                        "': expected auto, bf16, fp16 or fp8");
+  return p;
+}
+
+llvm::Expected<ServingReplica> servingReplicaOn(const NodeGroup &g, int tp,
+                                                int pp) {
+  if (tp < 1 || pp < 1)
+    return servingError("serving: tp and pp must be at least 1");
+  if (tp > g.devicesPerNode)
+    return servingError("serving: tp=" + std::to_string(tp) +
+                        " spans more than one node of " +
+                        std::to_string(g.devicesPerNode) + " " +
+                        g.device->name + " (tensor parallelism stays inside "
+                        "a node; use pp across nodes)");
+  if (int64_t(tp) * pp > int64_t(g.count) * g.devicesPerNode)
+    return servingError("serving: tp x pp = " + std::to_string(tp * pp) +
+                        " is more than the " +
+                        std::to_string(g.count * g.devicesPerNode) + " " +
+                        g.device->name + " there are");
+  ServingReplica r;
+  r.tp = tp;
+  r.pp = pp;
+  r.device = g.device;
+  r.tpGroup = groupShapeIn(g, 1, tp);
+  r.stageLink = groupShapeIn(g, tp, 2);
+  return r;
+}
+
+namespace {
+/// Layers per stage: the longest run (the body) split evenly, what comes
+/// before it on the first stage and what follows on the last.
+std::vector<std::vector<int64_t>> stageCounts(const Workload &w, int pp) {
+  std::vector<std::vector<int64_t>> perKind(
+      w.kinds.size(), std::vector<int64_t>(size_t(pp), 0));
+  size_t body = 0;
+  for (size_t r = 0; r < w.layers.size(); ++r)
+    if (w.layers[r].count > w.layers[body].count)
+      body = r;
+  for (size_t r = 0; r < w.layers.size(); ++r) {
+    const LayerRun &run = w.layers[r];
+    if (r < body)
+      perKind[run.kind][0] += run.count;
+    else if (r > body)
+      perKind[run.kind][size_t(pp - 1)] += run.count;
+    else
+      for (int s = 0; s < pp; ++s)
+        perKind[run.kind][size_t(s)] +=
+            run.count / pp + (s < run.count % pp ? 1 : 0);
+  }
+  return perKind;
+}
+} // namespace
+
+llvm::Expected<StepPricer>
+StepPricer::create(const Workload &w, const ServingReplica &replica,
+                   const ServingPrecision &precision, ServingEngine engine) {
+  if (!replica.device)
+    return servingError("serving: the replica has no device");
+  const DeviceSpec &dev = *replica.device;
+  double tokens = double(w.batchSize) * double(w.tokensPerSample);
+  if (tokens <= 0)
+    return servingError("serving: the model's first input is not a [batch, "
+                        "sequence] tensor of token ids, so there is no "
+                        "token to serve");
+  if (precision.linear == Precision::FP8 && !dev.hasTensorCores(Precision::FP8))
+    return servingError("serving: the " + dev.name +
+                        " has no fp8 tensor cores (serve it in bf16 or fp16)");
+  int longest = 0;
+  for (const LayerRun &run : w.layers)
+    longest = std::max<int>(longest, int(run.count));
+  if (replica.pp > longest)
+    return servingError("serving: pp=" + std::to_string(replica.pp) +
+                        " is more stages than the model's " +
+                        std::to_string(longest) + " repeated layers");
+
+  StepPricer p;
+  p.replica_ = replica;
+  p.engine_ = engine;
+  p.kvBytesPerElement_ = precision.kvBytesPerElement;
+  static const Assumptions assumptions;
+  p.kernels_ = &assumptions.kernelsFor(dev);
+  double tp = replica.tp;
+  auto stages = stageCounts(w, replica.pp);
+  size_t headKind = w.layers.size() > 1 ? w.layers.back().kind : size_t(-1);
+  bool anyAttention = false;
+  for (size_t ki = 0; ki < w.kinds.size(); ++ki) {
+    const LayerKind &k = w.kinds[ki];
+    Kind out;
+    out.perStage = stages[ki];
+    out.head = ki == headKind && k.count == 1;
+    out.outputBytesPerToken = double(k.outputBytes) / tokens;
+    bool repeated = k.count > 1 ||
+                    (!k.variantOf.empty()); // a first/last layer variant
+    for (const OpCost &op : k.ops) {
+      if (op.view)
+        continue;
+      TokenOp t;
+      bool rowParallel = op.tpAllReduceForwardBytes > 0;
+      // The output head is vocabulary-parallel (each rank 1/tp of the
+      // logits, gathered for sampling).
+      bool vocabParallel = out.head && op.contraction && op.weighted;
+      double split = op.tensorParallel || vocabParallel ? tp : 1;
+      t.flopsPerToken = double(op.forwardFlops) / tokens / split;
+      t.allReduceBytesPerToken =
+          replica.tp > 1 ? double(op.tpAllReduceForwardBytes) / tokens : 0;
+      if (op.attentionKvHeads > 0) {
+        anyAttention = true;
+        t.kind = TokenOp::Attention;
+        t.cls = KernelClass::Attention;
+        t.heads = double(op.attentionQueryHeads) / tp;
+        t.kvHeads = op.attentionKvHeads >= replica.tp
+                        ? double(op.attentionKvHeads) / tp
+                        : 1.0;
+        t.headDim = double(op.attentionHeadDim);
+        t.valueDim = double(op.attentionValueDim > 0 ? op.attentionValueDim
+                                                     : op.attentionHeadDim);
+      } else if (op.contraction && op.weighted) {
+        t.kind = TokenOp::Linear;
+        t.cls = KernelClass::Gemm;
+        bool fp8 = precision.linear == Precision::FP8 && repeated;
+        t.precision = fp8 ? Precision::FP8
+                      : precision.linear == Precision::FP16 ? Precision::FP16
+                                                            : Precision::BF16;
+        double products = op.experts > 1 ? double(op.gemmBatch) : 1.0;
+        t.weightBytes = products * double(op.gemmK) * double(op.gemmN) *
+                        precisionBytes(t.precision) / split;
+        double in = double(op.activationInputBytes) / tokens,
+               outB = double(op.outputBytes) / tokens;
+        t.bytesPerToken = split > 1
+                              ? (rowParallel ? in / tp + outB : in + outB / tp)
+                              : in + outB;
+        if (op.experts > 1) {
+          t.experts = op.experts;
+          t.topK = std::max<int>(
+              1, int(std::lround(double(op.gemmBatch) * double(op.gemmM) /
+                                 tokens)));
+        }
+      } else if (op.contraction && op.attentionCore) {
+        return servingError(
+            "serving: layer kind '" + k.name +
+            "' computes attention as separate products (" + op.name +
+            "); serving prices attention as one fused kernel over the KV "
+            "cache: import with --kernels fused");
+      } else {
+        t.kind = TokenOp::Other;
+        t.cls = op.contraction ? KernelClass::Gemm : op.kernelClass;
+        double moved = double(op.bytesRead + op.bytesWritten);
+        if (op.fusesWithPrevious) {
+          moved = std::max(0.0, moved - 2.0 * op.fusedIntermediateBytes);
+          t.kernels = 0;
+        }
+        t.bytesPerToken = moved / tokens / split;
+      }
+      out.ops.push_back(t);
+    }
+    p.kinds_.push_back(std::move(out));
+  }
+  if (!anyAttention)
+    return servingError("serving: the model has no fused attention op "
+                        "keeping a KV cache");
+  return p;
+}
+
+double StepPricer::kindSeconds(const Kind &k, const StepBatch &b,
+                               StepTime &t) const {
+  const DeviceSpec &dev = *replica_.device;
+  const KernelModel &km = *kernels_;
+  double tokens = k.head ? double(b.sampled) : double(b.tokens());
+  if (tokens <= 0)
+    return 0;
+  double total = 0;
+  for (const TokenOp &op : k.ops) {
+    double s = 0;
+    switch (op.kind) {
+    case TokenOp::Linear: {
+      double flops = op.flopsPerToken * tokens;
+      double act = op.bytesPerToken * tokens;
+      if (op.experts > 1) {
+        // Each token picks topK of the experts: the expected number that
+        // some token of the step chose run as one grouped GEMM, each
+        // reading its weights.
+        double e = op.experts;
+        double active =
+            e * (1.0 - std::pow(1.0 - double(op.topK) / e, tokens));
+        active = std::max(1.0, active);
+        s = active * kernelSeconds(dev, km, op.precision, flops / active,
+                                   (op.weightBytes * active / e + act) / active,
+                                   KernelClass::Gemm, 0) +
+            op.kernels * km.kernelLaunchS;
+      } else {
+        s = kernelSeconds(dev, km, op.precision, flops, op.weightBytes + act,
+                          KernelClass::Gemm, op.kernels);
+      }
+      t.linearS += s;
+      break;
+    }
+    case TokenOp::Attention: {
+      double width = op.headDim + op.valueDim;
+      double kvPerToken = op.kvHeads * width * kvBytesPerElement_;
+      double qoPerToken = op.heads * width * 2;
+      if (b.prefillTokens > 0) {
+        double flops = 2 * width * op.heads * b.prefillPairs;
+        double bytes = b.prefillKeys * kvPerToken +
+                       double(b.prefillTokens) * (qoPerToken + kvPerToken);
+        s += attentionSeconds(dev, km, Precision::BF16, flops, bytes,
+                              b.prefillPairs / double(b.prefillTokens), false);
+      }
+      if (b.decodeRequests > 0) {
+        // One query per request against its whole context: the kernel
+        // streams the cache (FlashDecoding / paged attention).
+        double flops = 2 * width * op.heads * b.decodeKeys;
+        double bytes = b.decodeKeys * kvPerToken +
+                       double(b.decodeRequests) * (qoPerToken + kvPerToken);
+        s += attentionSeconds(dev, km, Precision::BF16, flops, bytes,
+                              b.decodeKeys / double(b.decodeRequests), false);
+      }
+      t.attentionS += s;
+      break;
+    }
+    case TokenOp::Other:
+      s = kernelSeconds(dev, km, Precision::BF16, op.flopsPerToken * tokens,
+                        op.bytesPerToken * tokens, op.cls, op.kernels);
+      t.otherS += s;
+      break;
+    }
+    total += s;
+    if (op.allReduceBytesPerToken > 0) {
+      double c = collectiveTime(CollectiveKind::AllReduce,
+                                op.allReduceBytesPerToken * tokens,
+                                replica_.tpGroup);
+      t.communicationS += c;
+      total += c;
+    }
+  }
+  return total;
+}
+
+StepTime StepPricer::price(const StepBatch &b) const {
+  StepTime t;
+  if (b.tokens() <= 0)
+    return t;
+  // Each kind once (a layer of a kind costs the same wherever it is),
+  // then the stages as sums of their layers.
+  std::vector<double> perKind(kinds_.size());
+  std::vector<StepTime> parts(kinds_.size());
+  for (size_t i = 0; i < kinds_.size(); ++i)
+    perKind[i] = kindSeconds(kinds_[i], b, parts[i]);
+  int pp = replica_.pp;
+  double latency = 0, slowest = 0;
+  int64_t kernels = 0;
+  for (int s = 0; s < pp; ++s) {
+    double stage = 0;
+    for (size_t i = 0; i < kinds_.size(); ++i)
+      stage += double(kinds_[i].perStage[size_t(s)]) * perKind[i];
+    latency += stage;
+    slowest = std::max(slowest, stage);
+  }
+  for (size_t i = 0; i < kinds_.size(); ++i) {
+    double n = 0;
+    for (int64_t c : kinds_[i].perStage)
+      n += double(c);
+    t.linearS += n * parts[i].linearS;
+    t.attentionS += n * parts[i].attentionS;
+    t.otherS += n * parts[i].otherS;
+    t.communicationS += n * parts[i].communicationS;
+    int perInstance = 0;
+    for (const TokenOp &op : kinds_[i].ops)
+      perInstance += op.kind == TokenOp::Attention
+                         ? (b.prefillTokens > 0) + (b.decodeRequests > 0)
+                         : op.kernels;
+    kernels += int64_t(n) * perInstance;
+  }
+  // Stage to stage: the activations of the step's tokens.
+  if (pp > 1) {
+    double bytes = 0;
+    for (const Kind &k : kinds_)
+      if (k.perStage.front() > 0 && !k.head)
+        bytes = std::max(bytes, k.outputBytesPerToken);
+    double send = collectiveTime(CollectiveKind::SendRecv,
+                                 bytes * double(b.tokens()), replica_.stageLink);
+    latency += (pp - 1) * send;
+    t.communicationS += (pp - 1) * send;
+  }
+  // The host (docs/serving.md, "The host"): TensorRT-LLM enqueues a
+  // step's kernels from C++ ahead of the GPU; vLLM replays a CUDA graph for
+  // a decode-only step of up to 512 requests and otherwise dispatches each
+  // op from Python, which the GPU waits for when its kernels are shorter.
+  // Both spend a fixed time a step scheduling, preparing inputs and
+  // handing out the sampled tokens.
+  static const Assumptions assumptions;
+  double host = 0;
+  if (engine_ == ServingEngine::Vllm) {
+    bool graph = b.prefillTokens == 0 && b.decodeRequests <= 512;
+    host = kVllmStepHostS;
+    if (!graph) {
+      double dispatch = double(kernels) * assumptions.hostDispatchS / pp;
+      if (dispatch > slowest) {
+        double wait = dispatch - slowest;
+        latency += wait * pp;
+        slowest = dispatch;
+      }
+    }
+  } else {
+    host = kTrtllmStepHostS;
+  }
+  t.hostS = host;
+  t.latencyS = latency + host;
+  t.intervalS = (pp > 1 ? slowest : latency) + host;
+  return t;
+}
+
+} // namespace orrery

@@ -1,0 +1,87 @@
+//===- FuzzServing.cpp - serving workloads and traces on arbitrary text --===//
+//
+// The first byte picks the reader: a `--workload` spec or a `--trace` CSV.
+// What parses and is small enough is served on a two-layer model with
+// grouped-query attention, on a cache small enough that requests queue,
+// preempt, or do not fit: every path of the scheduler, each error one line.
+//
+//===----------------------------------------------------------------------===//
+#include "FuzzSupport.h"
+#include "orrery/CostModel/ServingSim.h"
+
+#include <cstdint>
+#include <string>
+
+namespace {
+
+orrery::Workload twoLayers() {
+  using namespace orrery;
+  Workload w;
+  w.batchSize = 1;
+  w.tokensPerSample = 128;
+  LayerKind k;
+  k.name = "layer";
+  k.count = 2;
+  k.parameters = 256 * 256;
+  OpCost linear;
+  linear.name = "proj";
+  linear.contraction = linear.weighted = true;
+  linear.gemmBatch = 1;
+  linear.gemmM = 128;
+  linear.gemmN = linear.gemmK = 256;
+  linear.forwardFlops = 2 * 128 * 256 * 256;
+  linear.activationInputBytes = linear.outputBytes = 128 * 256 * 2;
+  OpCost attention;
+  attention.name = "attention";
+  attention.kernelClass = KernelClass::Attention;
+  attention.attentionQueryHeads = 4;
+  attention.attentionKvHeads = 2;
+  attention.attentionHeadDim = attention.attentionValueDim = 64;
+  attention.forwardFlops = 4 * 128 * 128 * 4 * 64;
+  k.ops = {linear, attention};
+  w.kinds.push_back(k);
+  w.layers.push_back({0, 2});
+  return w;
+}
+
+} // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+  using namespace orrery;
+  if (size == 0)
+    return 0;
+  std::string text(reinterpret_cast<const char *>(data) + 1, size - 1);
+  auto w = data[0] & 1 ? ServingWorkload::parseTrace(text, "trace.csv")
+                       : ServingWorkload::parse(text);
+  if (!fuzz::succeeded(w))
+    return 0;
+  // Serve only what is small enough to finish quickly.
+  double tokens = 0;
+  for (const ServingRequest &r : w->requestsToServe()) {
+    tokens += double(r.inputTokens) + double(r.outputTokens);
+    if (tokens > 2e5)
+      return 0;
+  }
+  static const Workload model = twoLayers();
+  NodeGroup g;
+  g.device = HardwareCatalog::builtin().device("H100-SXM");
+  g.devicesPerNode = 2;
+  for (int tp : {1, 2}) {
+    auto replica = servingReplicaOn(g, tp, 1);
+    if (!fuzz::succeeded(replica))
+      continue;
+    for (ServingEngine e : {ServingEngine::Vllm, ServingEngine::TensorRtLlm}) {
+      auto pricer = StepPricer::create(model, *replica, ServingPrecision{}, e);
+      if (!fuzz::succeeded(pricer))
+        continue;
+      SchedulerLimits limits;
+      limits.maxRequests = 8;
+      limits.maxBatchedTokens = 512;
+      limits.kvCacheTokens = 4096;
+      limits.blockTokens = e == ServingEngine::Vllm ? 16 : 64;
+      auto r = simulateServing(*pricer, limits, *w, 2);
+      fuzz::succeeded(r);
+    }
+  }
+  return 0;
+}

@@ -1,0 +1,257 @@
+//===- ServingSimTest.cpp - serving steps and the serving simulator -------===//
+//
+// The step's price against the mechanisms by hand (a decode step streams
+// the weights, a long prefill is compute-bound, fp8 halves the stream), and
+// the simulator's shape: under a rising arrival rate TTFT's p99 climbs
+// sharply near saturation while throughput levels off; vLLM preempts when
+// the cache is full and TensorRT-LLM's admission never does; the decode-run
+// shortcut changes nothing; bad workloads are one-line errors.
+//
+//===----------------------------------------------------------------------===//
+
+#include "orrery/CostModel/Serving.h"
+#include "orrery/CostModel/ServingSim.h"
+#include "TestSupport.h"
+
+namespace orrery {
+namespace {
+
+using test::builtinWorkload;
+
+struct Served {
+  mlir::MLIRContext ctx;
+  Workload w;
+  Cluster cluster;
+  Served(const char *model, const char *preset)
+      : w(builtinWorkload(ctx, model)), cluster(test::preset(preset)) {}
+  StepPricer pricer(int tp, const char *precision = "bf16",
+                    ServingEngine e = ServingEngine::Vllm) {
+    auto replica =
+        servingReplicaOn(cluster.sites[0].nodeGroups[0], tp, /*pp=*/1);
+    EXPECT_TRUE(bool(replica));
+    auto prec = ServingPrecision::parse(precision, "auto");
+    EXPECT_TRUE(bool(prec));
+    auto p = StepPricer::create(w, *replica, *prec, e);
+    EXPECT_TRUE(bool(p)) << (p ? "" : llvm::toString(p.takeError()));
+    return std::move(*p);
+  }
+};
+
+StepBatch decode(int64_t requests, int64_t context) {
+  StepBatch b;
+  b.decodeRequests = b.sampled = requests;
+  b.decodeKeys = double(requests * context);
+  return b;
+}
+
+TEST(ServingStep, DecodeStreamsTheWeightsPrefillComputes) {
+  Served s("llama3-8b", "1xH100-SXM");
+  StepPricer p = s.pricer(1);
+  const DeviceSpec &h100 = *s.cluster.sites[0].nodeGroups[0].device;
+  // One request decoding: every weight read once, at the GEMMs' share of
+  // HBM bandwidth (16.06 GB at 3.35 TB/s x 0.789: 6.1 ms), plus the
+  // rest of the step (norms, attention, launches, the host).
+  double stream = 8030261248.0 * 2 /
+                  (h100.memoryBandwidthBytesPerS *
+                   KernelModel{}.gemmMemoryEfficiency);
+  StepTime one = p.price(decode(1, 1024));
+  EXPECT_GT(one.linearS, 0.95 * stream);
+  EXPECT_LT(one.linearS, 1.15 * stream);
+  // 64 requests read the same weights: the step barely grows.
+  StepTime many = p.price(decode(64, 1024));
+  EXPECT_LT(many.linearS, 1.1 * one.linearS);
+  EXPECT_GT(many.attentionS, 20 * one.attentionS); // 64x the cache read
+  // A prefill of 8,192 tokens is compute-bound: 2 x 8.03e9 x 8192 FLOPs
+  // at 80 % of 989 TFLOP/s is 0.166 s for the linear layers.
+  StepBatch pre;
+  pre.prefillTokens = 8192;
+  pre.prefillRequests = pre.sampled = 1;
+  pre.prefillPairs = 8192.0 * 8193 / 2;
+  pre.prefillKeys = 8192;
+  StepTime prefill = p.price(pre);
+  double flops = 2.0 * 8030261248.0 * 8192;
+  EXPECT_GT(prefill.linearS, 0.9 * flops / (0.8 * 989.4e12));
+  EXPECT_LT(prefill.linearS, 1.3 * flops / (0.8 * 989.4e12));
+  // fp8 weights halve what a decode step streams.
+  StepTime fp8 = s.pricer(1, "fp8").price(decode(1, 1024));
+  EXPECT_GT(fp8.linearS, 0.45 * one.linearS);
+  EXPECT_LT(fp8.linearS, 0.62 * one.linearS);
+}
+
+TEST(ServingStep, TensorParallelDecodeIsLatencyBoundByItsAllReduces) {
+  Served s("llama3-8b", "8xH100-SXM");
+  StepTime one = s.pricer(1).price(decode(8, 2048));
+  StepTime four = s.pricer(4).price(decode(8, 2048));
+  // A quarter of the weights each (the GEMMs' launches stay: 224 of 3 us),
+  // but 64 small all-reduces a step.
+  EXPECT_LT(four.linearS, 0.4 * one.linearS);
+  EXPECT_GT(four.linearS, 0.25 * one.linearS);
+  EXPECT_GT(four.communicationS, 0);
+  EXPECT_EQ(one.communicationS, 0);
+  EXPECT_GT(four.latencyS, one.latencyS / 4);
+  EXPECT_LT(four.latencyS, one.latencyS);
+}
+
+ServingResult serve(const StepPricer &p, SchedulerLimits limits,
+                    const std::string &workload) {
+  auto w = ServingWorkload::parse(workload);
+  EXPECT_TRUE(bool(w)) << (w ? "" : llvm::toString(w.takeError()));
+  auto r = simulateServing(p, limits, *w, 1);
+  EXPECT_TRUE(bool(r)) << (r ? "" : llvm::toString(r.takeError()));
+  return *r;
+}
+
+SchedulerLimits vllmLimits(int64_t kvTokens) {
+  SchedulerLimits l;
+  l.maxRequests = 256;
+  l.maxBatchedTokens = 2048;
+  l.kvCacheTokens = kvTokens;
+  return l;
+}
+
+TEST(ServingSim, TtftKneesAtSaturationWhileThroughputLevelsOff) {
+  Served s("llama3-8b", "1xH100-SXM");
+  StepPricer p = s.pricer(1);
+  SchedulerLimits l = vllmLimits(400000);
+  double capacity =
+      serve(p, l, "isl=512,osl=128,requests=1500,offline").requestsPerS;
+  auto at = [&](double share) {
+    return serve(p, l,
+                 "isl=512,osl=128,requests=1500,rate=" +
+                     std::to_string(share * capacity));
+  };
+  ServingResult light = at(0.2), half = at(0.5), near = at(0.9),
+                over = at(1.3), far = at(2.0);
+  // Below saturation the system keeps up with the arrivals...
+  EXPECT_NEAR(half.requestsPerS, 0.5 * capacity, 0.1 * capacity);
+  // ...and the first token waits for little but a prefill.
+  EXPECT_LT(light.ttft.p99S, 1.0);
+  // Past it the queue grows for as long as requests come: TTFT's p99
+  // rises many times over while throughput stops rising.
+  EXPECT_GT(over.ttft.p99S, 10 * light.ttft.p99S);
+  EXPECT_GT(far.ttft.p99S, over.ttft.p99S);
+  EXPECT_LT(far.requestsPerS, 1.1 * over.requestsPerS);
+  EXPECT_LT(over.requestsPerS, 1.1 * capacity);
+  EXPECT_GT(near.requestsPerS, 0.75 * capacity);
+}
+
+TEST(ServingSim, CoalescedDecodeRunsMatchStepByStep) {
+  Served s("llama3-8b", "1xH100-SXM");
+  StepPricer p = s.pricer(1);
+  SchedulerLimits l = vllmLimits(200000);
+  for (const char *wl : {"isl=256,osl=400,requests=300,rate=6",
+                         "isl=1000,osl=2000,requests=60,concurrency=16",
+                         "isl=128,osl=300,requests=500,offline"}) {
+    ServingResult fast = serve(p, l, wl);
+    l.coalesceDecodeSteps = false;
+    ServingResult exact = serve(p, l, wl);
+    l.coalesceDecodeSteps = true;
+    EXPECT_EQ(fast.steps, exact.steps) << wl;
+    EXPECT_NEAR(fast.durationS, exact.durationS, 1e-3 * exact.durationS) << wl;
+    EXPECT_NEAR(fast.ttft.p99S, exact.ttft.p99S, 1e-2 * exact.ttft.p99S) << wl;
+    EXPECT_NEAR(fast.tpot.meanS, exact.tpot.meanS, 1e-3 * exact.tpot.meanS)
+        << wl;
+  }
+}
+
+TEST(ServingSim, VllmPreemptsWhenTheCacheFillsTrtllmReserves) {
+  Served s("llama3-8b", "1xH100-SXM");
+  // A cache of 20,000 tokens and requests that grow to 2,048 each.
+  SchedulerLimits l = vllmLimits(20000);
+  ServingResult v = serve(s.pricer(1), l, "isl=48,osl=2000,requests=64,offline");
+  EXPECT_EQ(v.requests, 64);
+  EXPECT_GT(v.preemptions, 0);
+  l.blockTokens = 64;
+  ServingResult t = serve(s.pricer(1, "bf16", ServingEngine::TensorRtLlm), l,
+                          "isl=48,osl=2000,requests=64,offline");
+  EXPECT_EQ(t.requests, 64);
+  EXPECT_EQ(t.preemptions, 0);
+  // Reserving whole requests runs at most 20000 / 2048 = 9 at once.
+  EXPECT_LE(t.meanRequestsPerStep, 9.0);
+  EXPECT_GT(v.meanRequestsPerStep, t.meanRequestsPerStep);
+}
+
+TEST(ServingSim, TrtllmBenchSizesItsEngineFromTheWorkload) {
+  const DeviceSpec &h100 = *HardwareCatalog::builtin().device("H100-SXM");
+  // Llama-3 8B in fp8 on one H100 (trtllm-bench's estimate: 80 GB less
+  // 8 GB of weights, 0.95 of it over 64 KiB per token): 1,044,000
+  // tokens, 479 requests of 128 + 2,048 -> 512 and 512 x 1.0625 -> 1,024
+  // tokens... rounded as its tuning rounds them.
+  SchedulerLimits l = engineDefaults(ServingEngine::TensorRtLlm, h100, 1, 1,
+                                     8.03e9, 65536, 128, 2048);
+  double kvRequests =
+      (h100.memoryBytes - 8.03e9) * 0.95 / (65536.0 * 2176);
+  double bs = kvRequests < 256 ? std::max(64.0, 32 * std::ceil(kvRequests / 32))
+                               : 128 * std::ceil(kvRequests / 128);
+  EXPECT_EQ(l.maxRequests, int64_t(bs));
+  EXPECT_EQ(l.maxBatchedTokens, 2048); // 512 x 1.0625 is under the 2,048 floor
+  SchedulerLimits v =
+      engineDefaults(ServingEngine::Vllm, h100, 1, 1, 0, 0, 128, 2048);
+  EXPECT_EQ(v.maxRequests, 1024);
+  EXPECT_EQ(v.maxBatchedTokens, 8192);
+  const DeviceSpec &a100 = *HardwareCatalog::builtin().device("A100-80G");
+  v = engineDefaults(ServingEngine::Vllm, a100, 1, 1, 0, 0, 128, 2048);
+  EXPECT_EQ(v.maxRequests, 256);
+  EXPECT_EQ(v.maxBatchedTokens, 2048);
+}
+
+void expectError(llvm::Expected<ServingWorkload> w, const std::string &part) {
+  ASSERT_FALSE(bool(w));
+  std::string why = llvm::toString(w.takeError());
+  EXPECT_NE(why.find(part), std::string::npos) << why;
+  EXPECT_EQ(why.find('\n'), std::string::npos) << why;
+}
+
+TEST(ServingSim, BadWorkloadsAreOneLineErrors) {
+  expectError(ServingWorkload::parse("isl=-3"),
+              "isl=-3: expected a positive integer");
+  expectError(ServingWorkload::parse("rate=fast"), "rate=fast");
+  expectError(ServingWorkload::parse("tokens=5"), "unknown key 'tokens'");
+  expectError(ServingWorkload::parseTrace("arrival_s,input_tokens,output_tokens\n"
+                                          "0,100,10\n0.5,-3,4\n",
+                                          "t.csv"),
+              "t.csv:3: input_tokens '-3'");
+  expectError(ServingWorkload::parseTrace("0,100,10\n", "t.csv"),
+              "t.csv:1: expected the header");
+  expectError(ServingWorkload::parseTrace("arrival_s,input_tokens,output_tokens\n"
+                                          "2,100,10\n1,100,10\n",
+                                          "t.csv"),
+              "t.csv:3: arrival_s goes back in time");
+  expectError(ServingWorkload::parseTrace("arrival_s,input_tokens,output_tokens\n",
+                                          "t.csv"),
+              "t.csv: the trace has no requests");
+  // A request longer than the whole cache.
+  Served s("llama3-8b", "1xH100-SXM");
+  auto w = ServingWorkload::parse("isl=30000,osl=1000,requests=2");
+  ASSERT_TRUE(bool(w));
+  auto r = simulateServing(s.pricer(1), vllmLimits(20000), *w, 1);
+  ASSERT_FALSE(bool(r));
+  std::string why = llvm::toString(r.takeError());
+  EXPECT_NE(why.find("a request of 31000 tokens (prompt and output) does "
+                     "not fit the KV cache of one replica, 20000 tokens"),
+            std::string::npos)
+      << why;
+}
+
+TEST(ServingStep, RefusesWhatItCannotPrice) {
+  Served s("llama3-8b", "1xA100-80G");
+  auto replica = servingReplicaOn(s.cluster.sites[0].nodeGroups[0], 1, 1);
+  ASSERT_TRUE(bool(replica));
+  auto fp8 = ServingPrecision::parse("fp8", "auto");
+  ASSERT_TRUE(bool(fp8));
+  auto p = StepPricer::create(s.w, *replica, *fp8, ServingEngine::Vllm);
+  ASSERT_FALSE(bool(p));
+  EXPECT_NE(llvm::toString(p.takeError()).find("no fp8 tensor cores"),
+            std::string::npos);
+  auto tooWide = servingReplicaOn(s.cluster.sites[0].nodeGroups[0], 2, 1);
+  ASSERT_FALSE(bool(tooWide));
+  EXPECT_NE(llvm::toString(tooWide.takeError()).find("spans more than one node"),
+            std::string::npos);
+  auto badPrecision = ServingPrecision::parse("int3", "auto");
+  ASSERT_FALSE(bool(badPrecision));
+  EXPECT_NE(llvm::toString(badPrecision.takeError()).find("precision 'int3'"),
+            std::string::npos);
+}
+
+} // namespace
+} // namespace orrery

@@ -1,0 +1,45 @@
+//===- Serve.h - `orrery serve`: size and split a model for serving -*- C++ -*-===//
+//
+// docs/serving.md. Prices a serving configuration (--strategy tp=..,pp=..,
+// replicas=..) or searches tp x pp x replicas over each device type of the
+// cluster, simulating the workload through the engine's scheduler on each,
+// and writes a serving plan (JSON) with the chosen configuration, its
+// throughput and latency percentiles, and the others it beat.
+//
+//===----------------------------------------------------------------------===//
+#ifndef ORRERY_TOOLS_SERVE_H
+#define ORRERY_TOOLS_SERVE_H
+
+#include "Requests.h"
+#include "Common.h"
+
+#include <ostream>
+#include <string>
+
+namespace orrery {
+namespace cli {
+
+struct ServeRequest {
+  ClusterSource cluster;
+  std::string workload = "chat"; ///< ServingWorkload::parse
+  std::string traceFile;         ///< a CSV trace instead
+  std::string strategy;          ///< tp=..,pp=..,replicas=..; empty: search
+  std::string engine = "vllm";
+  std::string precision = "bf16", kvCache = "auto";
+  std::string slo;               ///< ttft_ms=..,tpot_ms=.. (p99)
+  std::string objective = "throughput"; ///< throughput, cost, latency
+  int64_t maxRequests = 0, maxBatchedTokens = 0; ///< 0: the engine's
+  std::string traceOut; ///< Chrome trace of the chosen configuration's steps
+};
+
+/// Runs `orrery serve` on an outlined module; prints the summary (or the
+/// plan JSON with `json`) to `os`, writes `planOut` when set. Errors are
+/// one line through fail().
+int serveModule(mlir::ModuleOp module, const ModelArgs &args,
+                const ServeRequest &request, bool json,
+                const std::string &planOut, std::ostream &os);
+
+} // namespace cli
+} // namespace orrery
+
+#endif // ORRERY_TOOLS_SERVE_H
