@@ -192,22 +192,23 @@ int64_t ServingWorkload::longestRequestTokens() const {
   return m;
 }
 
-double ServingWorkload::meanInput() const {
-  if (arrival != Arrival::Trace)
-    return double(inputTokens);
+/// The mean of a request field over the trace (the fixed value else).
+static double meanOf(const ServingWorkload &w, int64_t ServingRequest::*f,
+                     int64_t fixed) {
+  if (w.arrival != ServingWorkload::Arrival::Trace)
+    return double(fixed);
   double s = 0;
-  for (const ServingRequest &r : trace)
-    s += double(r.inputTokens);
-  return trace.empty() ? 0 : s / double(trace.size());
+  for (const ServingRequest &r : w.trace)
+    s += double(r.*f);
+  return w.trace.empty() ? 0 : s / double(w.trace.size());
+}
+
+double ServingWorkload::meanInput() const {
+  return meanOf(*this, &ServingRequest::inputTokens, inputTokens);
 }
 
 double ServingWorkload::meanOutput() const {
-  if (arrival != Arrival::Trace)
-    return double(outputTokens);
-  double s = 0;
-  for (const ServingRequest &r : trace)
-    s += double(r.outputTokens);
-  return trace.empty() ? 0 : s / double(trace.size());
+  return meanOf(*this, &ServingRequest::outputTokens, outputTokens);
 }
 
 SchedulerLimits engineDefaults(ServingEngine engine, const DeviceSpec &device,
@@ -265,6 +266,7 @@ struct Live {
 };
 
 struct Finished {
+  int64_t id;
   double ttft, tpot, e2e, end;
   bool hasTpot;
 };
@@ -382,7 +384,10 @@ bool Replica::schedule(StepBatch &b, std::vector<size_t> &members) {
          int64_t(running.size()) < limits.maxRequests) {
     size_t id = waiting.front();
     Live &v = live[id];
-    int64_t n = std::min(v.target - v.computed, budget);
+    // A prompt (or its next chunk), or the first decode of a request whose
+    // prompt was prefilled elsewhere.
+    int64_t n = v.computed < v.target ? std::min(v.target - v.computed, budget)
+                                      : 1;
     // TensorRT-LLM reserves the whole request; vLLM the tokens it computes.
     int64_t need = trtllm() ? blocksFor(v.req.inputTokens + v.req.outputTokens)
                             : blocksFor(v.computed + n);
@@ -406,6 +411,13 @@ void Replica::run(std::vector<ServingRequest> reqs, int concurrency,
     live[i].req = reqs[i];
     live[i].target = reqs[i].inputTokens;
     live[i].arrivalS = reqs[i].arrivalS;
+    if (reqs[i].cachedTokens > 0) {
+      // Prefilled elsewhere: the prompt's cache came with it, and its
+      // first token.
+      live[i].computed = std::min(reqs[i].cachedTokens, reqs[i].inputTokens);
+      live[i].generated = 1;
+      live[i].firstTokenS = reqs[i].firstTokenS;
+    }
   }
   size_t nextArrival = 0;
   double now = 0, nextStart = 0;
@@ -451,8 +463,10 @@ void Replica::run(std::vector<ServingRequest> reqs, int concurrency,
         running.erase(std::find(running.begin(), running.end(), id));
         ++doneCount;
         Finished fin;
-        fin.ttft = v.firstTokenS - v.arrivalS;
-        fin.e2e = f.end - v.arrivalS;
+        double issued = v.req.issuedS >= 0 ? v.req.issuedS : v.arrivalS;
+        fin.id = v.req.id;
+        fin.ttft = v.firstTokenS - issued;
+        fin.e2e = f.end - issued;
         fin.end = f.end;
         fin.hasTpot = v.req.outputTokens > 1;
         fin.tpot = fin.hasTpot ? (f.end - v.firstTokenS) /
@@ -584,21 +598,40 @@ LatencyStats stats(std::vector<double> v) {
 
 } // namespace
 
-llvm::Expected<ServingResult>
-simulateServing(const StepPricer &pricer, const SchedulerLimits &limits,
-                const ServingWorkload &workload, int replicas,
-                std::vector<StepRecord> *trace) {
-  if (replicas < 1)
-    return simError("serving: replicas must be at least 1");
-  if (limits.blockTokens < 1 || limits.maxRequests < 1 ||
-      limits.maxBatchedTokens < 1)
-    return simError("serving: the scheduler's limits must be positive");
-  std::vector<ServingRequest> all = workload.requestsToServe();
-  if (all.empty())
-    return simError("workload: no requests");
-  // The longest request must fit the cache alone (vLLM refuses a
-  // max_model_len the cache cannot hold; TensorRT-LLM never admits it).
-  int64_t longest = workload.longestRequestTokens();
+namespace {
+
+/// One pool of replicas serving `all` (ids set): its requests dealt round
+/// robin to its replicas' pipeline lanes. Appends what finished.
+struct PoolRun {
+  std::vector<Finished> finished;
+  ServingResult counters; ///< steps, preemptions, KV figures (unnormalized)
+  double kvWeighted = 0;
+  int lanes = 1;
+};
+
+llvm::Error checkFits(const StepPricer &pricer, const SchedulerLimits &limits,
+                      int64_t longest, const std::string &name,
+                      const char *pool) {
+  int pp = pricer.replica().pp;
+  int64_t laneTokens = limits.kvCacheTokens / pp;
+  int64_t capacity = laneTokens / limits.blockTokens * limits.blockTokens;
+  if (longest <= capacity)
+    return llvm::Error::success();
+  return simError("workload " + name + ": a request of " +
+                  std::to_string(longest) +
+                  " tokens (prompt and output) does not fit the KV cache of "
+                  "one " + pool + "replica" +
+                  (pp > 1 ? " (of one of its " + std::to_string(pp) +
+                                " pipeline lanes)"
+                          : std::string()) +
+                  ", " + std::to_string(capacity) +
+                  " tokens (split the model over more devices, or use an "
+                  "fp8 cache)");
+}
+
+PoolRun runPool(const StepPricer &pricer, const SchedulerLimits &limits,
+                const std::vector<ServingRequest> &all, int replicas,
+                int concurrency, std::vector<StepRecord> *trace) {
   // Pipeline parallelism keeps pp steps in flight: as vLLM's virtual
   // engines (and TensorRT-LLM's micro-batches) do, each of pp lanes
   // schedules its own requests on its share of the cache, a step taking
@@ -606,51 +639,43 @@ simulateServing(const StepPricer &pricer, const SchedulerLimits &limits,
   int pp = pricer.replica().pp;
   SchedulerLimits lane = limits;
   lane.kvCacheTokens = limits.kvCacheTokens / pp;
-  int64_t capacity = lane.kvCacheTokens / lane.blockTokens * lane.blockTokens;
-  if (longest > capacity)
-    return simError("workload " + workload.name + ": a request of " +
-                    std::to_string(longest) +
-                    " tokens (prompt and output) does not fit the KV cache "
-                    "of one replica" +
-                    (pp > 1 ? " (of one of its " + std::to_string(pp) +
-                                  " pipeline lanes)"
-                            : std::string()) +
-                    ", " + std::to_string(capacity) +
-                    " tokens (split the model over more devices, or use an "
-                    "fp8 cache)");
-  if (workload.arrival == ServingWorkload::Arrival::Concurrency &&
-      workload.concurrency < 1)
-    return simError("workload: concurrency must be at least 1");
-  ServingResult res;
-  std::vector<Finished> finished;
-  finished.reserve(all.size());
-  double first = std::numeric_limits<double>::infinity();
-  for (const ServingRequest &r : all)
-    first = std::min(first, r.arrivalS);
-  double kvWeighted = 0;
-  int lanes = replicas * pp;
-  for (int rep = 0; rep < lanes; ++rep) {
+  PoolRun run;
+  run.finished.reserve(all.size());
+  run.lanes = replicas * pp;
+  for (int rep = 0; rep < run.lanes; ++rep) {
     std::vector<ServingRequest> mine;
-    for (size_t i = size_t(rep); i < all.size(); i += size_t(lanes))
+    for (size_t i = size_t(rep); i < all.size(); i += size_t(run.lanes))
       mine.push_back(all[i]);
     if (mine.empty())
       continue;
     int conc = 0;
-    if (workload.arrival == ServingWorkload::Arrival::Concurrency)
-      conc = std::max(1, workload.concurrency / lanes +
-                             (rep < workload.concurrency % lanes ? 1 : 0));
+    if (concurrency > 0)
+      conc = std::max(1, concurrency / run.lanes +
+                             (rep < concurrency % run.lanes ? 1 : 0));
     Replica r(pricer, lane, rep / pp, pp, trace);
     ServingResult part;
-    r.run(std::move(mine), conc, finished, part);
-    res.steps += part.steps;
-    res.preemptions += part.preemptions;
-    res.meanRequestsPerStep += part.meanRequestsPerStep;
-    res.kvUtilizationPeak =
-        std::max(res.kvUtilizationPeak, part.kvUtilizationPeak);
-    res.durationS = std::max(res.durationS, part.durationS);
-    kvWeighted += part.kvUtilizationMean;
+    r.run(std::move(mine), conc, run.finished, part);
+    ServingResult &c = run.counters;
+    c.steps += part.steps;
+    c.preemptions += part.preemptions;
+    c.meanRequestsPerStep += part.meanRequestsPerStep;
+    c.kvUtilizationPeak = std::max(c.kvUtilizationPeak, part.kvUtilizationPeak);
+    run.kvWeighted += part.kvUtilizationMean;
   }
-  double end = 0;
+  return run;
+}
+
+/// Throughput and latency percentiles of the finished requests.
+ServingResult summarize(const std::vector<ServingRequest> &all,
+                        const std::vector<Finished> &finished,
+                        const std::vector<const PoolRun *> &pools) {
+  ServingResult res;
+  double first = std::numeric_limits<double>::infinity(), end = 0;
+  for (const ServingRequest &r : all) {
+    first = std::min(first, r.arrivalS);
+    res.inputTokens += r.inputTokens;
+    res.outputTokens += r.outputTokens;
+  }
   std::vector<double> ttft, tpot, e2e;
   for (const Finished &f : finished) {
     end = std::max(end, f.end);
@@ -658,10 +683,6 @@ simulateServing(const StepPricer &pricer, const SchedulerLimits &limits,
     e2e.push_back(f.e2e);
     if (f.hasTpot)
       tpot.push_back(f.tpot);
-  }
-  for (const ServingRequest &r : all) {
-    res.inputTokens += r.inputTokens;
-    res.outputTokens += r.outputTokens;
   }
   res.requests = int64_t(finished.size());
   res.durationS = std::max(1e-12, end - std::min(first, end));
@@ -672,10 +693,129 @@ simulateServing(const StepPricer &pricer, const SchedulerLimits &limits,
   res.ttft = stats(ttft);
   res.tpot = stats(tpot);
   res.e2e = stats(e2e);
-  res.kvUtilizationMean = kvWeighted / (res.durationS * lanes);
+  int lanes = 0;
+  double kv = 0;
+  for (const PoolRun *p : pools) {
+    res.steps += p->counters.steps;
+    res.preemptions += p->counters.preemptions;
+    res.meanRequestsPerStep += p->counters.meanRequestsPerStep;
+    res.kvUtilizationPeak =
+        std::max(res.kvUtilizationPeak, p->counters.kvUtilizationPeak);
+    kv += p->kvWeighted;
+    lanes += p->lanes;
+  }
+  res.kvUtilizationMean = kv / (res.durationS * std::max(1, lanes));
   if (res.steps > 0)
     res.meanRequestsPerStep /= double(res.steps);
   return res;
+}
+
+llvm::Expected<std::vector<ServingRequest>>
+requestsOf(const ServingWorkload &workload) {
+  std::vector<ServingRequest> all = workload.requestsToServe();
+  if (all.empty())
+    return simError("workload: no requests");
+  for (size_t i = 0; i < all.size(); ++i)
+    all[i].id = int64_t(i);
+  return all;
+}
+
+llvm::Error checkLimits(const SchedulerLimits &limits, int replicas) {
+  if (replicas < 1)
+    return simError("serving: replicas must be at least 1");
+  if (limits.blockTokens < 1 || limits.maxRequests < 1 ||
+      limits.maxBatchedTokens < 1)
+    return simError("serving: the scheduler's limits must be positive");
+  return llvm::Error::success();
+}
+
+} // namespace
+
+llvm::Expected<ServingResult>
+simulateServing(const StepPricer &pricer, const SchedulerLimits &limits,
+                const ServingWorkload &workload, int replicas,
+                std::vector<StepRecord> *trace) {
+  if (auto e = checkLimits(limits, replicas))
+    return std::move(e);
+  auto all = requestsOf(workload);
+  if (!all)
+    return all.takeError();
+  // The longest request must fit the cache alone (vLLM refuses a
+  // max_model_len the cache cannot hold; TensorRT-LLM never admits it).
+  if (auto e = checkFits(pricer, limits, workload.longestRequestTokens(),
+                         workload.name, ""))
+    return std::move(e);
+  if (workload.arrival == ServingWorkload::Arrival::Concurrency &&
+      workload.concurrency < 1)
+    return simError("workload: concurrency must be at least 1");
+  int concurrency = workload.arrival == ServingWorkload::Arrival::Concurrency
+                        ? workload.concurrency
+                        : 0;
+  PoolRun run = runPool(pricer, limits, *all, replicas, concurrency, trace);
+  return summarize(*all, run.finished, {&run});
+}
+
+llvm::Expected<ServingResult> simulateDisaggregated(
+    const StepPricer &prefill, const SchedulerLimits &prefillLimits,
+    int prefillReplicas, const StepPricer &decode,
+    const SchedulerLimits &decodeLimits, int decodeReplicas,
+    const KvTransfer &transfer, const ServingWorkload &workload,
+    std::vector<StepRecord> *trace) {
+  if (auto e = checkLimits(prefillLimits, prefillReplicas))
+    return std::move(e);
+  if (auto e = checkLimits(decodeLimits, decodeReplicas))
+    return std::move(e);
+  if (workload.arrival == ServingWorkload::Arrival::Concurrency)
+    return simError("workload: prefill/decode disaggregation takes requests "
+                    "at a rate, all at once or from a trace (not a "
+                    "concurrency)");
+  auto all = requestsOf(workload);
+  if (!all)
+    return all.takeError();
+  int64_t longestPrompt = 0;
+  for (const ServingRequest &r : *all)
+    longestPrompt = std::max(longestPrompt, r.inputTokens + 1);
+  if (auto e = checkFits(prefill, prefillLimits, longestPrompt, workload.name,
+                         "prefill "))
+    return std::move(e);
+  if (auto e = checkFits(decode, decodeLimits, workload.longestRequestTokens(),
+                         workload.name, "decode "))
+    return std::move(e);
+  // The prefill pool computes each prompt and samples the first token;
+  // the cache then travels to the decode pool, which generates the rest.
+  std::vector<ServingRequest> prompts = *all;
+  for (ServingRequest &r : prompts)
+    r.outputTokens = 1;
+  PoolRun first = runPool(prefill, prefillLimits, prompts, prefillReplicas, 0,
+                          trace);
+  std::vector<Finished> finished;
+  std::vector<ServingRequest> decodes;
+  for (const Finished &f : first.finished) {
+    const ServingRequest &r = (*all)[size_t(f.id)];
+    if (r.outputTokens <= 1) {
+      finished.push_back(f);
+      continue;
+    }
+    ServingRequest d = r;
+    d.issuedS = r.arrivalS;
+    d.firstTokenS = f.end;
+    d.cachedTokens = r.inputTokens;
+    d.arrivalS = f.end + transfer.seconds(double(r.inputTokens));
+    decodes.push_back(d);
+  }
+  // The decode pool takes them in the order their caches arrive.
+  std::stable_sort(decodes.begin(), decodes.end(),
+                   [](const ServingRequest &a, const ServingRequest &b) {
+                     return a.arrivalS < b.arrivalS;
+                   });
+  if (trace)
+    for (StepRecord &s : *trace)
+      s.replica = -1 - s.replica; // prefill replicas apart from decode's
+  PoolRun second =
+      runPool(decode, decodeLimits, decodes, decodeReplicas, 0, trace);
+  finished.insert(finished.end(), second.finished.begin(),
+                  second.finished.end());
+  return summarize(*all, finished, {&first, &second});
 }
 
 } // namespace orrery

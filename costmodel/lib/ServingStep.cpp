@@ -260,22 +260,20 @@ double StepPricer::kindSeconds(const Kind &k, const StepBatch &b,
       double width = op.headDim + op.valueDim;
       double kvPerToken = op.kvHeads * width * kvBytesPerElement_;
       double qoPerToken = op.heads * width * 2;
-      if (b.prefillTokens > 0) {
-        double flops = 2 * width * op.heads * b.prefillPairs;
-        double bytes = b.prefillKeys * kvPerToken +
-                       double(b.prefillTokens) * (qoPerToken + kvPerToken);
-        s += attentionSeconds(dev, km, Precision::BF16, flops, bytes,
-                              b.prefillPairs / double(b.prefillTokens), false);
-      }
-      if (b.decodeRequests > 0) {
-        // One query per request against its whole context: the kernel
-        // streams the cache (FlashDecoding / paged attention).
-        double flops = 2 * width * op.heads * b.decodeKeys;
-        double bytes = b.decodeKeys * kvPerToken +
-                       double(b.decodeRequests) * (qoPerToken + kvPerToken);
-        s += attentionSeconds(dev, km, Precision::BF16, flops, bytes,
-                              b.decodeKeys / double(b.decodeRequests), false);
-      }
+      // One kernel over `queries` new tokens that read `keys` cached ones
+      // and compute `pairs` query-key products: a prefill's chunks, or the
+      // decodes (one query per request against its whole context, the
+      // cache streamed as FlashDecoding / paged attention do).
+      auto kernel = [&](double queries, double keys, double pairs) {
+        double flops = 2 * width * op.heads * pairs;
+        double bytes = keys * kvPerToken + queries * (qoPerToken + kvPerToken);
+        return attentionSeconds(dev, km, Precision::BF16, flops, bytes,
+                                pairs / queries, false);
+      };
+      if (b.prefillTokens > 0)
+        s += kernel(double(b.prefillTokens), b.prefillKeys, b.prefillPairs);
+      if (b.decodeRequests > 0)
+        s += kernel(double(b.decodeRequests), b.decodeKeys, b.decodeKeys);
       t.attentionS += s;
       break;
     }

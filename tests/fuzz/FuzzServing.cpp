@@ -66,6 +66,28 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   NodeGroup g;
   g.device = HardwareCatalog::builtin().device("H100-SXM");
   g.devicesPerNode = 2;
+  // Prefill on one replica shape, decode on another, the cache moved
+  // between them.
+  auto one = servingReplicaOn(g, 1, 1), two = servingReplicaOn(g, 2, 1);
+  if (one && two) {
+    auto pre = StepPricer::create(model, *one, ServingPrecision{},
+                                  ServingEngine::Vllm);
+    auto dec = StepPricer::create(model, *two, ServingPrecision{},
+                                  ServingEngine::Vllm);
+    if (pre && dec) {
+      SchedulerLimits limits;
+      limits.maxRequests = 8;
+      limits.maxBatchedTokens = 512;
+      limits.kvCacheTokens = 4096;
+      KvTransfer t{4096, 50e9, 5e-6, 1};
+      auto r = simulateDisaggregated(*pre, limits, 2, *dec, limits, 1, t, *w);
+      fuzz::succeeded(r);
+    }
+    fuzz::succeeded(pre);
+    fuzz::succeeded(dec);
+  }
+  fuzz::succeeded(one);
+  fuzz::succeeded(two);
   for (int tp : {1, 2}) {
     auto replica = servingReplicaOn(g, tp, 1);
     if (!fuzz::succeeded(replica))

@@ -195,6 +195,42 @@ TEST(ServingSim, TrtllmBenchSizesItsEngineFromTheWorkload) {
   EXPECT_EQ(v.maxBatchedTokens, 2048);
 }
 
+TEST(ServingSim, DisaggregationKeepsPrefillsOutOfTheDecodeSteps) {
+  Served s("llama3-8b", "2xH100-SXM");
+  StepPricer p = s.pricer(1);
+  SchedulerLimits l = vllmLimits(300000);
+  auto w = ServingWorkload::parse("isl=8192,osl=128,requests=300,rate=2");
+  ASSERT_TRUE(bool(w));
+  auto together = simulateServing(p, l, *w, 2);
+  ASSERT_TRUE(bool(together));
+  // NVLink between the two GPUs: 128 KiB a token moved in microseconds.
+  KvTransfer fast{kvCacheBytesPerToken(s.w, 2), 450e9, 5e-6, 1};
+  auto split = simulateDisaggregated(p, l, 1, p, l, 1, fast, *w);
+  ASSERT_TRUE(bool(split)) << llvm::toString(split.takeError());
+  EXPECT_EQ(split->requests, 300);
+  // Decode steps no longer wait for 8K-token prompts' chunks between
+  // tokens.
+  EXPECT_LT(split->tpot.p99S, 0.85 * together->tpot.p99S)
+      << split->tpot.p99S << " " << together->tpot.p99S;
+  // A slow link delays the second token by the prompt's cache: 1 GiB at
+  // 1 GB/s is 1.07 s, spread over the 127 tokens after the first.
+  KvTransfer slow = fast;
+  slow.bandwidthBytesPerS = 1e9;
+  auto late = simulateDisaggregated(p, l, 1, p, l, 1, slow, *w);
+  ASSERT_TRUE(bool(late));
+  double moved = 8192.0 * kvCacheBytesPerToken(s.w, 2) / 1e9;
+  EXPECT_NEAR(late->tpot.meanS - split->tpot.meanS, moved / 127,
+              0.3 * moved / 127);
+  EXPECT_NEAR(late->ttft.meanS, split->ttft.meanS, 1e-9);
+  // Concurrency couples the pools: refused.
+  auto conc = ServingWorkload::parse("isl=16,osl=8,concurrency=4");
+  ASSERT_TRUE(bool(conc));
+  auto refused = simulateDisaggregated(p, l, 1, p, l, 1, fast, *conc);
+  ASSERT_FALSE(bool(refused));
+  EXPECT_NE(llvm::toString(refused.takeError()).find("not a concurrency"),
+            std::string::npos);
+}
+
 void expectError(llvm::Expected<ServingWorkload> w, const std::string &part) {
   ASSERT_FALSE(bool(w));
   std::string why = llvm::toString(w.takeError());

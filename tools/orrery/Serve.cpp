@@ -22,6 +22,8 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <sstream>
+#include <type_traits>
 
 namespace orrery {
 namespace cli {
@@ -61,6 +63,10 @@ llvm::Expected<Slo> parseSlo(const std::string &text) {
 struct Fixed {
   int tp = 0, pp = 0, replicas = 0; ///< 0: searched
   std::string device;
+  /// A prefill/decode split: each pool's device type and tp.
+  std::string prefillDevice, decodeDevice;
+  int prefillTp = 0, decodeTp = 0;
+  bool split() const { return !prefillDevice.empty(); }
 };
 
 llvm::Expected<Fixed> parseServeStrategy(const std::string &text) {
@@ -72,6 +78,16 @@ llvm::Expected<Fixed> parseServeStrategy(const std::string &text) {
     std::string key = k.trim().str();
     if (key == "device") {
       f.device = v.trim().str();
+      continue;
+    }
+    if (key == "prefill" || key == "decode") {
+      auto [dev, tpText] = v.trim().rsplit(':');
+      int tp = 0;
+      if (dev.empty() || tpText.getAsInteger(10, tp) || tp < 1 || tp > 65536)
+        return serveError("--strategy " + part.trim().str() +
+                          ": expected " + key + "=DEVICE:TP");
+      (key == "prefill" ? f.prefillDevice : f.decodeDevice) = dev.str();
+      (key == "prefill" ? f.prefillTp : f.decodeTp) = tp;
       continue;
     }
     int value = 0;
@@ -89,15 +105,31 @@ llvm::Expected<Fixed> parseServeStrategy(const std::string &text) {
                         "' (tp, pp, replicas, device; expert parallelism is "
                         "not priced for serving yet)");
   }
+  if (f.prefillDevice.empty() != f.decodeDevice.empty())
+    return serveError("--strategy: a prefill/decode split needs both "
+                      "prefill=DEVICE:TP and decode=DEVICE:TP");
+  if (f.split() && (f.tp || f.pp || f.replicas || !f.device.empty()))
+    return serveError("--strategy: prefill= and decode= take the place of "
+                      "tp, pp, replicas and device");
   return f;
 }
 
-struct Candidate {
+/// One pool of identical replicas.
+struct Pool {
   const NodeGroup *group = nullptr;
-  int devices = 0; ///< of the group's type
   int tp = 1, pp = 1, replicas = 1;
   ServingMemory memory;
   SchedulerLimits limits;
+  int devices() const { return tp * pp * replicas; }
+  std::string name() const {
+    return group->device->name + " tp=" + std::to_string(tp) +
+           " pp=" + std::to_string(pp) + " x" + std::to_string(replicas);
+  }
+};
+
+struct Candidate {
+  Pool p;                    ///< the replicas (the prefill pool when split)
+  std::optional<Pool> decode; ///< prefill/decode disaggregation
   ServingResult result;
   double goodputRequestsPerS = -1; ///< with targets and offline arrivals
   bool meets = true;
@@ -105,8 +137,24 @@ struct Candidate {
   std::string missText;
   std::string error;
   std::string name() const {
-    return group->device->name + " tp=" + std::to_string(tp) +
-           " pp=" + std::to_string(pp) + " x" + std::to_string(replicas);
+    return decode ? "prefill " + p.name() + " + decode " + decode->name()
+                  : p.name();
+  }
+  int devices() const { return p.devices() + (decode ? decode->devices() : 0); }
+  /// The --strategy that prices this configuration alone.
+  std::string strategyText() const {
+    if (decode)
+      return "prefill=" + p.group->device->name + ":" + std::to_string(p.tp) +
+             ",decode=" + decode->group->device->name + ":" +
+             std::to_string(decode->tp);
+    return "tp=" + std::to_string(p.tp) + ",pp=" + std::to_string(p.pp) +
+           ",replicas=" + std::to_string(p.replicas) +
+           ",device=" + p.group->device->name;
+  }
+  double dollarsPerHour() const {
+    return p.devices() * p.group->priceUsdPerDeviceHour +
+           (decode ? decode->devices() * decode->group->priceUsdPerDeviceHour
+                   : 0);
   }
   double figure(const std::string &objective) const {
     if (objective == "latency")
@@ -114,8 +162,7 @@ struct Candidate {
     double perS = goodputRequestsPerS >= 0 ? goodputRequestsPerS
                                            : result.requestsPerS;
     if (objective == "cost")
-      return perS / (double(tp * pp * replicas) *
-                     std::max(1e-9, group->priceUsdPerDeviceHour));
+      return perS / std::max(1e-9, dollarsPerHour());
     return perS;
   }
 };
@@ -155,17 +202,15 @@ struct Context {
   Slo slo;
 };
 
-/// Memory, limits and a simulation of the workload for one candidate.
-bool evaluate(const Context &cx, Candidate &c) {
-  auto replica = servingReplicaOn(*c.group, c.tp, c.pp);
-  if (!replica) {
-    c.error = llvm::toString(replica.takeError());
-    return false;
-  }
-  const DeviceSpec &dev = *c.group->device;
+/// A pool's memory, its scheduler's limits and its step pricer.
+llvm::Expected<StepPricer> preparePool(const Context &cx, Pool &pool) {
+  auto replica = servingReplicaOn(*pool.group, pool.tp, pool.pp);
+  if (!replica)
+    return replica.takeError();
+  const DeviceSpec &dev = *pool.group->device;
   ServingMemoryOptions mo;
-  mo.tp = c.tp;
-  mo.pp = c.pp;
+  mo.tp = pool.tp;
+  mo.pp = pool.pp;
   mo.weightBytesPerParam = cx.precision.weightBytesPerParam();
   mo.kvBytesPerElement = cx.precision.kvBytesPerElement;
   if (cx.engine == ServingEngine::TensorRtLlm)
@@ -173,35 +218,98 @@ bool evaluate(const Context &cx, Candidate &c) {
   // The limits depend on the weights' size (TensorRT-LLM's estimate), the
   // activations' room on the token limit.
   auto first = servingMemory(cx.w, dev, mo);
-  if (!first) {
-    c.error = llvm::toString(first.takeError());
-    return false;
-  }
-  c.limits = engineDefaults(cx.engine, dev, c.tp, c.pp, first->weightBytes,
-                            first->kvBytesPerToken, cx.workload.meanInput(),
-                            cx.workload.meanOutput());
+  if (!first)
+    return first.takeError();
+  pool.limits = engineDefaults(cx.engine, dev, pool.tp, pool.pp,
+                               first->weightBytes, first->kvBytesPerToken,
+                               cx.workload.meanInput(),
+                               cx.workload.meanOutput());
   if (cx.request.maxRequests > 0)
-    c.limits.maxRequests = cx.request.maxRequests;
+    pool.limits.maxRequests = cx.request.maxRequests;
   if (cx.request.maxBatchedTokens > 0)
-    c.limits.maxBatchedTokens = cx.request.maxBatchedTokens;
-  mo.maxBatchedTokens = c.limits.maxBatchedTokens;
+    pool.limits.maxBatchedTokens = cx.request.maxBatchedTokens;
+  mo.maxBatchedTokens = pool.limits.maxBatchedTokens;
   auto mem = servingMemory(cx.w, dev, mo);
-  if (!mem) {
-    c.error = llvm::toString(mem.takeError());
-    return false;
+  if (!mem)
+    return mem.takeError();
+  pool.memory = *mem;
+  pool.limits.kvCacheTokens = mem->maxTokens;
+  return StepPricer::create(cx.w, *replica, cx.precision, cx.engine);
+}
+
+/// The prompt's cache from a prefill replica to a decode replica: over
+/// the nodes' network cards, each device its share of them.
+llvm::Expected<KvTransfer> transferBetween(const Context &cx, const Pool &a,
+                                           const Pool &b) {
+  auto share = [](const NodeGroup &g) {
+    return g.nic ? g.nic->bandwidthBytesPerS * g.nicsPerNode /
+                       std::max(1, g.devicesPerNode)
+                 : 0.0;
+  };
+  for (const Pool *p : {&a, &b})
+    if (!p->group->nic)
+      return serveError("disaggregation: the " + p->group->device->name +
+                        " nodes state no network card to move the KV cache "
+                        "over");
+  KvTransfer t;
+  t.bytesPerToken = kvCacheBytesPerToken(cx.w, cx.precision.kvBytesPerElement);
+  t.bandwidthBytesPerS = std::min(share(*a.group), share(*b.group));
+  t.latencyS = std::max(a.group->nic->latencyS, b.group->nic->latencyS);
+  t.devices = std::min(a.tp * a.pp, b.tp * b.pp);
+  return t;
+}
+
+/// A candidate's pools made ready to simulate.
+struct Prepared {
+  std::optional<StepPricer> pricer, decodePricer;
+  KvTransfer transfer;
+};
+
+llvm::Expected<Prepared> prepare(const Context &cx, Candidate &c) {
+  Prepared p;
+  auto pricer = preparePool(cx, c.p);
+  if (!pricer)
+    return pricer.takeError();
+  p.pricer.emplace(std::move(*pricer));
+  if (c.decode) {
+    auto d = preparePool(cx, *c.decode);
+    if (!d)
+      return d.takeError();
+    p.decodePricer.emplace(std::move(*d));
+    auto t = transferBetween(cx, c.p, *c.decode);
+    if (!t)
+      return t.takeError();
+    p.transfer = *t;
   }
-  c.memory = *mem;
-  c.limits.kvCacheTokens = mem->maxTokens;
-  auto pricer = StepPricer::create(cx.w, *replica, cx.precision, cx.engine);
-  if (!pricer) {
-    c.error = llvm::toString(pricer.takeError());
+  return p;
+}
+
+llvm::Expected<ServingResult> simulateOn(const Prepared &p, const Candidate &c,
+                                         const ServingWorkload &wl,
+                                         std::vector<StepRecord> *trace) {
+  return c.decode ? simulateDisaggregated(*p.pricer, c.p.limits, c.p.replicas,
+                                          *p.decodePricer, c.decode->limits,
+                                          c.decode->replicas, p.transfer, wl,
+                                          trace)
+                  : simulateServing(*p.pricer, c.p.limits, wl, c.p.replicas,
+                                    trace);
+}
+
+/// Memory, limits and a simulation of the workload for one candidate.
+bool evaluate(const Context &cx, Candidate &c) {
+  auto fail = [&](llvm::Error e) {
+    c.error = llvm::toString(std::move(e));
     return false;
-  }
-  auto res = simulateServing(*pricer, c.limits, cx.workload, c.replicas);
-  if (!res) {
-    c.error = llvm::toString(res.takeError());
-    return false;
-  }
+  };
+  auto prepared = prepare(cx, c);
+  if (!prepared)
+    return fail(prepared.takeError());
+  auto simulate = [&](const ServingWorkload &wl) {
+    return simulateOn(*prepared, c, wl, nullptr);
+  };
+  auto res = simulate(cx.workload);
+  if (!res)
+    return fail(res.takeError());
   c.result = *res;
   judge(c, cx.slo);
   if (cx.slo.any() &&
@@ -218,9 +326,11 @@ bool evaluate(const Context &cx, Candidate &c) {
       if (!(rate > 0))
         break;
       probe.ratePerS = rate;
-      auto r = simulateServing(*pricer, c.limits, probe, c.replicas);
-      if (!r)
+      auto r = simulate(probe);
+      if (!r) {
+        llvm::consumeError(r.takeError());
         break;
+      }
       Candidate trial = c;
       trial.result = *r;
       judge(trial, cx.slo);
@@ -253,19 +363,32 @@ nlohmann::ordered_json latencyJson(const LatencyStats &s) {
           {"p99_ms", s.p99S * 1e3}};
 }
 
+nlohmann::ordered_json poolJson(const Pool &p) {
+  nlohmann::ordered_json j;
+  j["device"] = p.group->device->name;
+  j["tp"] = p.tp;
+  j["pp"] = p.pp;
+  j["replicas"] = p.replicas;
+  j["devices"] = p.devices();
+  j["max_requests"] = p.limits.maxRequests;
+  j["max_batched_tokens"] = p.limits.maxBatchedTokens;
+  j["kv_cache_block_tokens"] = p.limits.blockTokens;
+  j["kv_cache_tokens_per_replica"] = p.limits.kvCacheTokens;
+  j["weight_bytes_per_device"] = p.memory.weightBytes;
+  j["kv_cache_bytes_per_device"] = p.memory.kvCacheBytes;
+  return j;
+}
+
 nlohmann::ordered_json candidateJson(const Candidate &c) {
   nlohmann::ordered_json j;
-  j["device"] = c.group->device->name;
-  j["tp"] = c.tp;
-  j["pp"] = c.pp;
-  j["replicas"] = c.replicas;
-  j["devices"] = c.tp * c.pp * c.replicas;
-  j["max_requests"] = c.limits.maxRequests;
-  j["max_batched_tokens"] = c.limits.maxBatchedTokens;
-  j["kv_cache_block_tokens"] = c.limits.blockTokens;
-  j["kv_cache_tokens_per_replica"] = c.limits.kvCacheTokens;
-  j["weight_bytes_per_device"] = c.memory.weightBytes;
-  j["kv_cache_bytes_per_device"] = c.memory.kvCacheBytes;
+  if (c.decode) {
+    j["disaggregated"] = true;
+    j["devices"] = c.devices();
+    j["prefill"] = poolJson(c.p);
+    j["decode"] = poolJson(*c.decode);
+  } else {
+    j = poolJson(c.p);
+  }
   const ServingResult &r = c.result;
   nlohmann::ordered_json m;
   m["requests"] = r.requests;
@@ -273,7 +396,7 @@ nlohmann::ordered_json candidateJson(const Candidate &c) {
   m["request_throughput_req_per_s"] = r.requestsPerS;
   m["output_throughput_tok_per_s"] = r.outputTokensPerS;
   m["output_throughput_tok_per_s_per_device"] =
-      r.outputTokensPerS / double(c.tp * c.pp * c.replicas);
+      r.outputTokensPerS / double(c.devices());
   m["total_token_throughput_tok_per_s"] = r.totalTokensPerS;
   if (c.goodputRequestsPerS >= 0)
     m["goodput_req_per_s"] = c.goodputRequestsPerS;
@@ -354,9 +477,10 @@ int serveModule(mlir::ModuleOp module, const ModelArgs &args,
   std::vector<Candidate> cands;
   for (const Site &site : cluster->sites)
     for (const NodeGroup &g : site.nodeGroups) {
-      if (!fixed->device.empty() &&
-          llvm::StringRef(g.device->name).lower() !=
-              llvm::StringRef(fixed->device).lower())
+      if (fixed->split() ||
+          (!fixed->device.empty() &&
+           llvm::StringRef(g.device->name).lower() !=
+               llvm::StringRef(fixed->device).lower()))
         continue;
       if (request.objective == "cost" && g.priceUsdPerDeviceHour <= 0)
         return fail("--objective cost: the cluster states no price for its " +
@@ -374,28 +498,71 @@ int serveModule(mlir::ModuleOp module, const ModelArgs &args,
       for (int tp : degrees(fixed->tp, g.devicesPerNode))
         for (int pp : degrees(fixed->pp, std::max(1, devices / tp))) {
           Candidate c;
-          c.group = &g;
-          c.devices = devices;
-          c.tp = tp;
-          c.pp = pp;
-          c.replicas = fixed->replicas ? fixed->replicas
+          c.p.group = &g;
+          c.p.tp = tp;
+          c.p.pp = pp;
+          c.p.replicas = fixed->replicas ? fixed->replicas
                                        : std::max(1, devices / (tp * pp));
-          if (int64_t(c.replicas) * tp * pp > devices && !fixed->tp &&
-              !fixed->pp)
+          if (int64_t(c.p.replicas) * tp * pp > devices &&
+              !(fixed->tp && fixed->pp))
             continue;
-          if (int64_t(c.replicas) * tp * pp > devices)
-            return fail("--strategy: " + std::to_string(c.replicas) +
+          if (int64_t(c.p.replicas) * tp * pp > devices)
+            return fail("--strategy: " + std::to_string(c.p.replicas) +
                         " replica(s) of tp=" + std::to_string(tp) +
                         " pp=" + std::to_string(pp) + " need " +
-                        std::to_string(int64_t(c.replicas) * tp * pp) + " " +
+                        std::to_string(int64_t(c.p.replicas) * tp * pp) + " " +
                         g.device->name + ", the cluster has " +
                         std::to_string(devices));
           cands.push_back(c);
         }
     }
+  // A cluster of two or more device types may also split the phases:
+  // prefill on one type, decode on another, each pool filling its nodes.
+  std::vector<const NodeGroup *> groups;
+  for (const Site &site : cluster->sites)
+    for (const NodeGroup &g : site.nodeGroups)
+      groups.push_back(&g);
+  auto named = [](const NodeGroup *g, const std::string &device) {
+    return llvm::StringRef(g->device->name).lower() ==
+           llvm::StringRef(device).lower();
+  };
+  if (request.strategy.empty() || fixed->split())
+    for (const NodeGroup *pg : groups)
+      for (const NodeGroup *dg : groups) {
+        if (pg == dg || pg->device == dg->device)
+          continue;
+        if (fixed->split() && (!named(pg, fixed->prefillDevice) ||
+                               !named(dg, fixed->decodeDevice)))
+          continue;
+        int pDevices = pg->count * pg->devicesPerNode,
+            dDevices = dg->count * dg->devicesPerNode;
+        for (int ptp = 1; ptp <= pg->devicesPerNode; ptp *= 2)
+          for (int dtp = 1; dtp <= dg->devicesPerNode; dtp *= 2) {
+            if (fixed->split() &&
+                (ptp != fixed->prefillTp || dtp != fixed->decodeTp))
+              continue;
+            Candidate c;
+            c.p.group = pg;
+            c.p.tp = ptp;
+            c.p.replicas = std::max(1, pDevices / ptp);
+            Pool d;
+            d.group = dg;
+            d.tp = dtp;
+            d.replicas = std::max(1, dDevices / dtp);
+            c.decode = d;
+            cands.push_back(c);
+          }
+      }
   if (!fixed->device.empty() && cands.empty())
     return fail("--strategy device=" + fixed->device +
                 ": the cluster has no such device type");
+  if (fixed->split() && cands.empty())
+    return fail("--strategy: the cluster has no " + fixed->prefillDevice +
+                " and " + fixed->decodeDevice +
+                " node groups with those tp (powers of two inside a node)");
+  if (cands.empty())
+    return fail("--strategy " + request.strategy +
+                ": no configuration of the cluster's devices matches it");
   std::vector<Candidate> ok;
   std::string firstError;
   for (Candidate &c : cands) {
@@ -416,7 +583,7 @@ int serveModule(mlir::ModuleOp module, const ModelArgs &args,
     double fa = a.figure(request.objective), fb = b.figure(request.objective);
     if (fa != fb)
       return fa > fb;
-    return a.tp * a.pp < b.tp * b.pp;
+    return a.devices() < b.devices();
   };
   std::stable_sort(ok.begin(), ok.end(), better);
   const Candidate &chosen = ok.front();
@@ -495,6 +662,16 @@ int serveModule(mlir::ModuleOp module, const ModelArgs &args,
     sj["tpot_p99_ms"] = slo->tpotS * 1e3;
   plan["slo"] = sj;
   plan["objective"] = request.objective;
+  // What `orrery check` needs to serve it again.
+  plan["request"] = {{"workload", request.workload},
+                     {"trace", request.traceFile},
+                     {"engine", request.engine},
+                     {"precision", request.precision},
+                     {"kv_cache", request.kvCache},
+                     {"slo", request.slo},
+                     {"max_requests", request.maxRequests},
+                     {"max_batched_tokens", request.maxBatchedTokens},
+                     {"strategy", chosen.strategyText()}};
   plan["chosen"] = candidateJson(chosen);
   plan["why"] = why;
   nlohmann::ordered_json others = nlohmann::ordered_json::array();
@@ -510,8 +687,6 @@ int serveModule(mlir::ModuleOp module, const ModelArgs &args,
   }
   if (!request.traceOut.empty()) {
     // The chosen configuration's steps, one track per replica.
-    auto replica = servingReplicaOn(*chosen.group, chosen.tp, chosen.pp);
-    auto pricer = StepPricer::create(w, *replica, *precision, engine);
     std::vector<StepRecord> steps;
     ServingWorkload traced = *workload;
     if (chosen.goodputRequestsPerS > 0) {
@@ -519,16 +694,30 @@ int serveModule(mlir::ModuleOp module, const ModelArgs &args,
       traced.ratePerS = chosen.goodputRequestsPerS;
       traced.requests = std::min<int64_t>(traced.requests, 2000);
     }
-    if (!pricer ||
-        !simulateServing(*pricer, chosen.limits, traced, chosen.replicas,
-                         &steps))
+    Candidate again = chosen;
+    auto prepared = prepare(cx, again);
+    bool ran = false;
+    if (prepared) {
+      auto r = simulateOn(*prepared, again, traced, &steps);
+      ran = bool(r);
+      if (!r)
+        llvm::consumeError(r.takeError());
+    } else {
+      llvm::consumeError(prepared.takeError());
+    }
+    if (!ran)
       return fail("--trace-out: the chosen configuration did not simulate");
     nlohmann::ordered_json events = nlohmann::ordered_json::array();
+    // A split plan's prefill replicas come back numbered -1, -2, ...: a
+    // process of their own.
     for (const StepRecord &s : steps)
-      events.push_back({{"name", s.prefillTokens ? "prefill+decode" : "decode"},
+      events.push_back({{"name", s.prefillTokens && s.decodeRequests
+                                     ? "prefill+decode"
+                                 : s.prefillTokens ? "prefill"
+                                                   : "decode"},
                         {"ph", "X"},
-                        {"pid", 0},
-                        {"tid", s.replica},
+                        {"pid", s.replica < 0 ? 1 : 0},
+                        {"tid", s.replica < 0 ? -1 - s.replica : s.replica},
                         {"ts", s.startS * 1e6},
                         {"dur", s.durationS * 1e6},
                         {"args",
@@ -568,8 +757,7 @@ int serveModule(mlir::ModuleOp module, const ModelArgs &args,
   std::snprintf(buf, sizeof buf,
                 "          %.2f req/s, %.0f output tok/s (%.0f per device)\n",
                 r.requestsPerS, r.outputTokensPerS,
-                r.outputTokensPerS /
-                    double(chosen.tp * chosen.pp * chosen.replicas));
+                r.outputTokensPerS / double(chosen.devices()));
   os << buf;
   auto line = [&](const char *name, const LatencyStats &s) {
     os << "          " << name << " mean " << ms(s.meanS) << ", p50 "
@@ -579,15 +767,26 @@ int serveModule(mlir::ModuleOp module, const ModelArgs &args,
   line("TTFT", r.ttft);
   line("TPOT", r.tpot);
   line("E2E ", r.e2e);
+  auto kvLine = [&](const Pool &p, const char *which) {
+    std::snprintf(buf, sizeof buf,
+                  "          KV cache%s %lld tokens a replica (%lld requests "
+                  "of %.0f)\n",
+                  which, (long long)p.limits.kvCacheTokens,
+                  (long long)(p.limits.kvCacheTokens /
+                              std::max(1.0, workload->meanInput() +
+                                                workload->meanOutput())),
+                  workload->meanInput() + workload->meanOutput());
+    os << buf;
+  };
+  if (chosen.decode) {
+    kvLine(chosen.p, " (prefill)");
+    kvLine(*chosen.decode, " (decode)");
+  } else {
+    kvLine(chosen.p, "");
+  }
   std::snprintf(buf, sizeof buf,
-                "          KV cache %lld tokens a replica (%lld requests of "
-                "%.0f), used %.0f%% on average, %.0f%% at peak; %lld "
-                "preemptions\n",
-                (long long)chosen.limits.kvCacheTokens,
-                (long long)(chosen.limits.kvCacheTokens /
-                            std::max(1.0, workload->meanInput() +
-                                              workload->meanOutput())),
-                workload->meanInput() + workload->meanOutput(),
+                "          KV cache used %.0f%% on average, %.0f%% at peak; "
+                "%lld preemptions\n",
                 r.kvUtilizationMean * 100, r.kvUtilizationPeak * 100,
                 (long long)r.preemptions);
   os << buf;

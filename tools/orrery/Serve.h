@@ -39,6 +39,25 @@ int serveModule(mlir::ModuleOp module, const ModelArgs &args,
                 const ServeRequest &request, bool json,
                 const std::string &planOut, std::ostream &os);
 
+/// Whether a JSON document is a serving plan (`serving_plan_version`).
+bool isServingPlan(const nlohmann::json &doc);
+/// The request that made a serving plan (its `request`, `cluster` and
+/// `objective`), the plan's model in `model`; errors name the field.
+llvm::Expected<ServeRequest> servingRequestOf(const nlohmann::json &plan,
+                                              const std::string &what,
+                                              std::string &model);
+/// Serves the plan's request again on `module` and compares the chosen
+/// configuration field by field; prints "valid; ..." or fails naming the
+/// first field that differs.
+int checkServingPlan(mlir::ModuleOp module, const ModelArgs &args,
+                     const nlohmann::json &plan, const std::string &what,
+                     const ServeRequest &request, std::ostream &os);
+/// The chosen configuration as launch flags of vllm, sglang or trtllm (a
+/// bash array), refusing what the target cannot run.
+llvm::Expected<std::string> exportServingPlan(const nlohmann::json &plan,
+                                              const std::string &to,
+                                              const std::string &what);
+
 } // namespace cli
 } // namespace orrery
 

@@ -424,9 +424,14 @@ int main(int argc, char **argv) {
   exportCmd->add_option("plan", exportPlanPath, "plan JSON file")->required();
   exportCmd
       ->add_option("--to", exportFormat,
-                   "megatron, deepspeed, torchtitan, pytorch, jax or mlir")
+                   "megatron, deepspeed, torchtitan, pytorch, jax or mlir; "
+                   "for a serving plan vllm, sglang or trtllm")
       ->required()
-      ->check(CLI::IsMember(orrery::exportFormats()));
+      ->check(CLI::IsMember([] {
+        auto formats = orrery::exportFormats();
+        formats.insert(formats.end(), {"vllm", "sglang", "trtllm"});
+        return formats;
+      }()));
   exportCmd->add_option("-o,--output", exportOut,
                         "write to FILE instead of stdout");
   exportCmd->add_option("--model", exportModel,
@@ -469,6 +474,37 @@ int main(int argc, char **argv) {
     return 0;
   }
   if (*exportCmd) {
+    static const std::set<std::string> servingTargets = {"vllm", "sglang",
+                                                         "trtllm"};
+    {
+      std::string text;
+      if (readFileBytes(exportPlanPath, text)) {
+        auto parsed = nlohmann::json::parse(text, nullptr, false);
+        if (orrery::cli::isServingPlan(parsed)) {
+          if (!servingTargets.count(exportFormat))
+            return fail("--to " + exportFormat + ": " + exportPlanPath +
+                        " is a serving plan: export it to vllm, sglang or "
+                        "trtllm");
+          auto out = orrery::cli::exportServingPlan(parsed, exportFormat,
+                                                    exportPlanPath);
+          if (!out)
+            return fail(llvm::toString(out.takeError()));
+          if (exportOut.empty()) {
+            std::cout << *out;
+            return 0;
+          }
+          std::ofstream f(exportOut);
+          f << *out;
+          if (!f)
+            return fail("-o " + exportOut + ": cannot write the file");
+          return 0;
+        }
+      }
+    }
+    if (servingTargets.count(exportFormat))
+      return fail("--to " + exportFormat + ": " + exportPlanPath +
+                  " is a training plan; " + exportFormat +
+                  " takes a serving plan (orrery serve -o)");
     nlohmann::json planDoc;
     if (int readRc = readPlanFile(exportPlanPath, planDoc))
       return readRc;
@@ -551,6 +587,30 @@ int main(int argc, char **argv) {
         simJson, std::cout);
   }
 
+  if (*checkCmd) {
+    // A serving plan (orrery serve -o): served again and compared.
+    nlohmann::json doc;
+    std::string text;
+    if (readFileBytes(checkPlan, text)) {
+      auto parsed = nlohmann::json::parse(text, nullptr, false);
+      if (orrery::cli::isServingPlan(parsed)) {
+        std::string model;
+        auto request =
+            orrery::cli::servingRequestOf(parsed, checkPlan, model);
+        if (!request)
+          return fail(llvm::toString(request.takeError()));
+        if (!checkCluster.empty())
+          request->cluster.spec = checkCluster;
+        ModelArgs args{checkModel.empty() ? model : checkModel, {}};
+        defaultBatchToOne(args);
+        auto module = frontEnd(ctx, args, true, nullptr, rc);
+        if (!module)
+          return rc;
+        return orrery::cli::checkServingPlan(*module, args, parsed, checkPlan,
+                                             *request, std::cout);
+      }
+    }
+  }
   if (*checkCmd || *reportCmd) {
     // A report checks the plan first.
     const bool reporting = bool(*reportCmd);

@@ -16,6 +16,7 @@
 
 #include "llvm/Support/Error.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -25,6 +26,12 @@ namespace orrery {
 struct ServingRequest {
   double arrivalS = 0;
   int64_t inputTokens = 0, outputTokens = 0;
+  /// Set by the simulator: the request's index in its workload, and for a
+  /// request prefilled by another pool, when it was issued, when its first
+  /// token came, and the prompt tokens whose cache arrives with it.
+  int64_t id = -1;
+  double issuedS = -1, firstTokenS = -1;
+  int64_t cachedTokens = 0;
 };
 
 /// How requests come.
@@ -114,6 +121,21 @@ struct StepRecord {
   int64_t steps = 1;
 };
 
+/// Moving a prompt's KV cache from a prefill replica to a decode replica
+/// (docs/serving.md, "Disaggregation"): `bytesPerToken` of the whole model,
+/// over `devices` parallel device-to-device paths (the fewer of the two
+/// replicas' devices) of `bandwidthBytesPerS` each, after `latencyS`.
+struct KvTransfer {
+  double bytesPerToken = 0, bandwidthBytesPerS = 0, latencyS = 0;
+  int devices = 1;
+  double seconds(double tokens) const {
+    return bandwidthBytesPerS > 0
+               ? latencyS + tokens * bytesPerToken /
+                                (bandwidthBytesPerS * std::max(1, devices))
+               : latencyS;
+  }
+};
+
 /// Serves the workload on `replicas` copies of the pricer's replica, the
 /// requests dealt round robin. An error when a request cannot fit the
 /// cache even alone (naming it), or the workload is empty.
@@ -121,6 +143,18 @@ llvm::Expected<ServingResult>
 simulateServing(const StepPricer &pricer, const SchedulerLimits &limits,
                 const ServingWorkload &workload, int replicas,
                 std::vector<StepRecord> *trace = nullptr);
+
+/// Prefill/decode disaggregation (DistServe, Splitwise, Dynamo): a prefill
+/// pool computes each prompt and samples the first token, the cache moves
+/// to a decode pool, which generates the rest. TTFT comes from the prefill
+/// pool; TPOT counts the transfer and the decode pool's queue. Arrivals at a
+/// rate, all at once or from a trace.
+llvm::Expected<ServingResult> simulateDisaggregated(
+    const StepPricer &prefill, const SchedulerLimits &prefillLimits,
+    int prefillReplicas, const StepPricer &decode,
+    const SchedulerLimits &decodeLimits, int decodeReplicas,
+    const KvTransfer &transfer, const ServingWorkload &workload,
+    std::vector<StepRecord> *trace = nullptr);
 
 } // namespace orrery
 

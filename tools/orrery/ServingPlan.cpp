@@ -1,0 +1,298 @@
+//===- ServingPlan.cpp - a serving plan checked and exported -------------===//
+//
+// docs/serving.md, "Checking and exporting a serving plan": `orrery check`
+// serves a plan's request again and compares the chosen configuration;
+// `orrery export --to vllm|sglang|trtllm` writes it as launch flags.
+//
+//===----------------------------------------------------------------------===//
+#include "Serve.h"
+
+#include "orrery/CostModel/PrintableLine.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+#include <type_traits>
+
+namespace orrery {
+namespace cli {
+namespace {
+
+llvm::Error planError(const std::string &what, const std::string &m) {
+  return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                 printableLine(what + ": " + m));
+}
+
+/// A field of a serving plan, of its documented type.
+template <typename T>
+llvm::Expected<T> field(const nlohmann::json &o, const char *key,
+                        const std::string &what, const std::string &path) {
+  if (!o.is_object() || !o.contains(key))
+    return planError(what, path + key + ": missing");
+  const nlohmann::json &v = o[key];
+  if constexpr (std::is_same_v<T, std::string>) {
+    if (!v.is_string())
+      return planError(what, path + key + ": expected a string");
+    return v.get<std::string>();
+  } else if constexpr (std::is_same_v<T, bool>) {
+    if (!v.is_boolean())
+      return planError(what, path + key + ": expected true or false");
+    return v.get<bool>();
+  } else {
+    if (!v.is_number_integer() || v.get<int64_t>() < 0 ||
+        v.get<int64_t>() > (int64_t(1) << 30))
+      return planError(what, path + key + ": expected a non-negative integer");
+    return T(v.get<int64_t>());
+  }
+}
+
+} // namespace
+
+bool isServingPlan(const nlohmann::json &doc) {
+  return doc.is_object() && doc.contains("serving_plan_version");
+}
+
+llvm::Expected<ServeRequest> servingRequestOf(const nlohmann::json &plan,
+                                              const std::string &what,
+                                              std::string &model) {
+  if (!plan["serving_plan_version"].is_number_integer() ||
+      plan["serving_plan_version"].get<int64_t>() != 1)
+    return planError(what, "serving_plan_version: expected 1");
+  auto m = field<std::string>(plan, "model", what, "");
+  if (!m)
+    return m.takeError();
+  auto c = field<std::string>(plan, "cluster", what, "");
+  if (!c)
+    return c.takeError();
+  model = *m;
+  const nlohmann::json &r = plan.value("request", nlohmann::json());
+  ServeRequest q;
+  q.cluster.spec = *c;
+  for (auto [key, out] :
+       {std::pair<const char *, std::string *>{"workload", &q.workload},
+        {"trace", &q.traceFile}, {"engine", &q.engine},
+        {"precision", &q.precision}, {"kv_cache", &q.kvCache},
+        {"slo", &q.slo}, {"strategy", &q.strategy}}) {
+    auto v = field<std::string>(r, key, what, "request.");
+    if (!v)
+      return v.takeError();
+    *out = *v;
+  }
+  auto objective = field<std::string>(plan, "objective", what, "");
+  if (!objective)
+    return objective.takeError();
+  q.objective = *objective;
+  auto maxRequests = field<int64_t>(r, "max_requests", what, "request.");
+  if (!maxRequests)
+    return maxRequests.takeError();
+  auto maxTokens = field<int64_t>(r, "max_batched_tokens", what, "request.");
+  if (!maxTokens)
+    return maxTokens.takeError();
+  q.maxRequests = *maxRequests;
+  q.maxBatchedTokens = *maxTokens;
+  return q;
+}
+
+int checkServingPlan(mlir::ModuleOp module, const ModelArgs &args,
+                     const nlohmann::json &plan, const std::string &what,
+                     const ServeRequest &request, std::ostream &os) {
+  std::ostringstream again;
+  std::string why;
+  {
+    ErrorCapture capture;
+    if (serveModule(module, args, request, true, "", again))
+      why = capture.message().empty() ? "failed" : capture.message();
+  }
+  if (!why.empty())
+    return fail(what + ": serving its request again: " + why);
+  auto redone = nlohmann::json::parse(again.str(), nullptr, false);
+  const nlohmann::json &was = plan.value("chosen", nlohmann::json());
+  const nlohmann::json &now = redone.value("chosen", nlohmann::json());
+  if (!was.is_object())
+    return fail(what + ": chosen: missing");
+  for (auto it = now.begin(); it != now.end(); ++it) {
+    if (!was.contains(it.key()))
+      return fail(what + ": chosen." + it.key() + ": missing");
+    if (it.key() == "metrics")
+      continue;
+    if (was[it.key()] != it.value())
+      return fail(what + ": chosen." + it.key() + " is " +
+                  was[it.key()].dump() + ", serving the plan's request again "
+                  "gives " + it.value().dump() +
+                  ": the plan is for another model, cluster or version");
+  }
+  const nlohmann::json &wm = was.value("metrics", nlohmann::json());
+  const nlohmann::json &nm = now.value("metrics", nlohmann::json());
+  for (const char *key :
+       {"output_throughput_tok_per_s", "request_throughput_req_per_s"}) {
+    if (!wm.contains(key) || !wm[key].is_number())
+      return fail(what + ": chosen.metrics." + key + ": expected a number");
+    double a = wm[key].get<double>(), b = nm[key].get<double>();
+    if (std::abs(a - b) > 1e-9 * std::max(1.0, std::abs(b)))
+      return fail(what + ": chosen.metrics." + key + " is " + wm[key].dump() +
+                  ", serving the plan's request again gives " +
+                  nm[key].dump());
+  }
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "%.0f output tok/s on %d devices",
+                nm["output_throughput_tok_per_s"].get<double>(),
+                now.value("devices", 0));
+  os << "valid; serving plan " << request.strategy << ": " << buf << "\n";
+  return 0;
+}
+
+llvm::Expected<std::string> exportServingPlan(const nlohmann::json &plan,
+                                              const std::string &to,
+                                              const std::string &what) {
+  std::string model;
+  auto request = servingRequestOf(plan, what, model);
+  if (!request)
+    return request.takeError();
+  const nlohmann::json &chosen = plan.value("chosen", nlohmann::json());
+  if (!chosen.is_object())
+    return planError(what, "chosen: missing");
+  std::string engine = request->engine;
+  if ((to == "vllm" || to == "sglang") && engine != "vllm")
+    return planError(what, "--to " + to + ": the plan was simulated with " +
+                               engine + "'s scheduler; serve it again with "
+                               "--engine vllm");
+  if (to == "trtllm" && engine != "trtllm")
+    return planError(what, "--to trtllm: the plan was simulated with " +
+                               engine + "'s scheduler; serve it again with "
+                               "--engine trtllm");
+  bool split = chosen.value("disaggregated", false);
+  if (split && to == "trtllm")
+    return planError(what, "--to trtllm: a prefill/decode split needs "
+                           "trtllm-serve's disaggregated configuration file, "
+                           "which this exporter does not write");
+  bool fp8 = request->precision == "fp8";
+  bool fp8Cache = request->kvCache == "fp8";
+  struct Args {
+    int tp, pp, replicas;
+    int64_t maxRequests, maxTokens;
+    std::string device;
+  };
+  auto poolArgs = [&](const nlohmann::json &p,
+                      const std::string &path) -> llvm::Expected<Args> {
+    Args a;
+    for (auto [key, out] : {std::pair<const char *, int *>{"tp", &a.tp},
+                            {"pp", &a.pp},
+                            {"replicas", &a.replicas}}) {
+      auto v = field<int>(p, key, what, path);
+      if (!v)
+        return v.takeError();
+      *out = *v;
+    }
+    for (auto [key, out] :
+         {std::pair<const char *, int64_t *>{"max_requests", &a.maxRequests},
+          {"max_batched_tokens", &a.maxTokens}}) {
+      auto v = field<int64_t>(p, key, what, path);
+      if (!v)
+        return v.takeError();
+      *out = *v;
+    }
+    auto dev = field<std::string>(p, "device", what, path);
+    if (!dev)
+      return dev.takeError();
+    a.device = *dev;
+    if (a.tp < 1 || a.pp < 1 || a.replicas < 1)
+      return planError(what, path + "tp, pp, replicas: must be at least 1");
+    return a;
+  };
+  auto flags = [&](const Args &a, const char *role) {
+    std::string f;
+    auto add = [&](const std::string &s) { f += "  " + s + "\n"; };
+    if (to == "vllm") {
+      add("--tensor-parallel-size " + std::to_string(a.tp));
+      add("--pipeline-parallel-size " + std::to_string(a.pp));
+      if (a.replicas > 1)
+        add("--data-parallel-size " + std::to_string(a.replicas));
+      add("--max-num-seqs " + std::to_string(a.maxRequests));
+      add("--max-num-batched-tokens " + std::to_string(a.maxTokens));
+      add("--gpu-memory-utilization 0.9");
+      add("--enable-chunked-prefill");
+      if (fp8)
+        add("--quantization fp8");
+      if (fp8Cache)
+        add("--kv-cache-dtype fp8");
+      if (role)
+        add(std::string("--kv-transfer-config "
+                        "'{\"kv_connector\":\"NixlConnector\",\"kv_role\":"
+                        "\"kv_both\"}'"));
+    } else if (to == "sglang") {
+      add("--tp-size " + std::to_string(a.tp));
+      add("--pp-size " + std::to_string(a.pp));
+      if (a.replicas > 1)
+        add("--dp-size " + std::to_string(a.replicas));
+      add("--max-running-requests " + std::to_string(a.maxRequests));
+      add("--chunked-prefill-size " + std::to_string(a.maxTokens));
+      add("--mem-fraction-static 0.9");
+      if (fp8)
+        add("--quantization fp8");
+      if (fp8Cache)
+        add("--kv-cache-dtype fp8_e4m3");
+      if (role) {
+        add(std::string("--disaggregation-mode ") + role);
+        add("--disaggregation-transfer-backend nixl");
+      }
+    } else {
+      add("--tp_size " + std::to_string(a.tp));
+      add("--pp_size " + std::to_string(a.pp));
+      add("--max_batch_size " + std::to_string(a.maxRequests));
+      add("--max_num_tokens " + std::to_string(a.maxTokens));
+      add("--kv_cache_free_gpu_memory_fraction 0.95");
+    }
+    return f;
+  };
+  const char *use = to == "vllm"     ? "vllm serve <checkpoint>"
+                    : to == "sglang" ? "python -m sglang.launch_server "
+                                       "--model-path <checkpoint>"
+                                     : "trtllm-serve <checkpoint>";
+  std::string out = "# " + to + " launch flags from an Orrery serving plan\n";
+  out += "# model: " + model + "\n";
+  out += "# workload: " + request->workload +
+         (request->slo.empty() ? "" : ", targets " + request->slo) + "\n";
+  if (to == "sglang")
+    out += "# note: the plan priced vLLM v1's scheduler; SGLang's takes the "
+           "same request cap and chunk size\n";
+  if (fp8 && to == "trtllm")
+    out += "# note: fp8 weights: a ModelOpt FP8 checkpoint\n";
+  if (!split) {
+    auto a = poolArgs(chosen, "chosen.");
+    if (!a)
+      return a.takeError();
+    out += "# chosen: " + a->device + " tp=" + std::to_string(a->tp) +
+           " pp=" + std::to_string(a->pp) + " x" +
+           std::to_string(a->replicas) + "\n";
+    if (to == "trtllm" && a->replicas > 1)
+      out += "# run " + std::to_string(a->replicas) +
+             " instances behind a load balancer (trtllm-serve has no "
+             "data-parallel flag for a dense model)\n";
+    out += std::string("# use: ") + use + " \"${ORRERY_ARGS[@]}\"\n";
+    out += "ORRERY_ARGS=(\n" + flags(*a, nullptr) + ")\n";
+    return out;
+  }
+  auto pre = poolArgs(chosen.value("prefill", nlohmann::json()),
+                      "chosen.prefill.");
+  if (!pre)
+    return pre.takeError();
+  auto dec = poolArgs(chosen.value("decode", nlohmann::json()),
+                      "chosen.decode.");
+  if (!dec)
+    return dec.takeError();
+  out += "# prefill on the " + pre->device + " nodes, decode on the " +
+         dec->device + " nodes; the KV cache moves between them (NIXL) and a "
+         "router sends each request to a prefill instance, then a decode "
+         "one\n";
+  out += std::string("# use: ") + use +
+         " \"${ORRERY_PREFILL_ARGS[@]}\"  (on the " + pre->device + ")\n";
+  out += std::string("#      ") + use + " \"${ORRERY_DECODE_ARGS[@]}\"  (on the " +
+         dec->device + ")\n";
+  out += "ORRERY_PREFILL_ARGS=(\n" + flags(*pre, "prefill") + ")\n";
+  out += "ORRERY_DECODE_ARGS=(\n" + flags(*dec, "decode") + ")\n";
+  return out;
+}
+
+} // namespace cli
+} // namespace orrery
