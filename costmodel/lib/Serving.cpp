@@ -69,12 +69,16 @@ llvm::Expected<ServingMemory> servingMemory(const Workload &w,
   // the split weights and the replicated ones whole.
   // The embedding and the output head are vocabulary-parallel in vLLM,
   // SGLang and TensorRT-LLM (each rank holds 1/tp of the vocabulary).
-  double params = 0;
+  double once = o.onceOnlyBytesPerParam > 0 ? o.onceOnlyBytesPerParam
+                                             : o.weightBytesPerParam;
+  double bytes = 0;
   for (const LayerKind &k : w.kinds)
-    params += k.count == 1
-                  ? double(k.parameters + k.frozenParameters) / o.tp
-                  : k.count * (k.trainablePerRank(o.tp) + k.frozenPerRank(o.tp));
-  m.weightBytes = params * o.weightBytesPerParam / o.pp;
+    bytes += k.count == 1
+                 ? double(k.parameters + k.frozenParameters) / o.tp * once
+                 : k.count *
+                       (k.trainablePerRank(o.tp) + k.frozenPerRank(o.tp)) *
+                       o.weightBytesPerParam;
+  m.weightBytes = bytes / o.pp;
   for (const LayerKind &k : w.kinds)
     m.weightBytes += double(k.count) * k.bufferBytes / o.pp;
   m.activationBytes =

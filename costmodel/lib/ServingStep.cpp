@@ -50,9 +50,13 @@ ServingPrecision::parse(const std::string &weights,
     p.linear = Precision::FP16;
   else if (w == "fp8")
     p.linear = Precision::FP8;
+  else if (w == "int8")
+    p.weightOnlyBytes = 1;
+  else if (w == "int4")
+    p.weightOnlyBytes = 0.5 + 2.0 / 128; // a 16-bit scale per 128
   else
     return servingError("precision '" + weights +
-                        "': expected bf16, fp16 or fp8");
+                        "': expected bf16, fp16, fp8, int8 or int4");
   std::string kv = llvm::StringRef(kvCache).lower();
   if (kv.empty() || kv == "auto" || kv == "bf16" || kv == "fp16")
     p.kvBytesPerElement = 2;
@@ -62,6 +66,12 @@ ServingPrecision::parse(const std::string &weights,
     return servingError("kv cache precision '" + kvCache +
                         "': expected auto, bf16, fp16 or fp8");
   return p;
+}
+
+std::string ServingPrecision::name() const {
+  if (weightOnlyBytes > 0)
+    return weightOnlyBytes < 1 ? "int4" : "int8";
+  return precisionName(linear);
 }
 
 llvm::Expected<ServingReplica> servingReplicaOn(const NodeGroup &g, int tp,
@@ -184,8 +194,12 @@ StepPricer::create(const Workload &w, const ServingReplica &replica,
                       : precision.linear == Precision::FP16 ? Precision::FP16
                                                             : Precision::BF16;
         double products = op.experts > 1 ? double(op.gemmBatch) : 1.0;
+        double bytesPerWeight =
+            precision.weightOnlyBytes > 0 && repeated
+                ? precision.weightOnlyBytes
+                : precisionBytes(t.precision);
         t.weightBytes = products * double(op.gemmK) * double(op.gemmN) *
-                        precisionBytes(t.precision) / split;
+                        bytesPerWeight / split;
         double in = double(op.activationInputBytes) / tokens,
                outB = double(op.outputBytes) / tokens;
         t.bytesPerToken = split > 1

@@ -76,6 +76,16 @@ TEST(ServingStep, DecodeStreamsTheWeightsPrefillComputes) {
   StepTime fp8 = s.pricer(1, "fp8").price(decode(1, 1024));
   EXPECT_GT(fp8.linearS, 0.45 * one.linearS);
   EXPECT_LT(fp8.linearS, 0.62 * one.linearS);
+  // int4 weight-only streams the repeated layers' 6.98e9 weights at 0.516
+  // bytes (a 16-bit scale per 128) instead of 2, the head stays bf16, and
+  // computes in bf16: a long prefill costs what bf16's does.
+  StepTime int4 = s.pricer(1, "int4").price(decode(1, 1024));
+  double saved = 32.0 * (218112000 - 2 * 4096) * (2 - (0.5 + 2.0 / 128)) /
+                 (h100.memoryBandwidthBytesPerS *
+                  KernelModel{}.gemmMemoryEfficiency);
+  EXPECT_NEAR(one.linearS - int4.linearS, saved, 0.05 * saved);
+  EXPECT_NEAR(s.pricer(1, "int4").price(pre).linearS, prefill.linearS,
+              0.05 * prefill.linearS);
 }
 
 TEST(ServingStep, TensorParallelDecodeIsLatencyBoundByItsAllReduces) {

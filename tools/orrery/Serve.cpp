@@ -212,6 +212,7 @@ llvm::Expected<StepPricer> preparePool(const Context &cx, Pool &pool) {
   mo.tp = pool.tp;
   mo.pp = pool.pp;
   mo.weightBytesPerParam = cx.precision.weightBytesPerParam();
+  mo.onceOnlyBytesPerParam = 2; // quantized checkpoints keep them 16-bit
   mo.kvBytesPerElement = cx.precision.kvBytesPerElement;
   if (cx.engine == ServingEngine::TensorRtLlm)
     mo.freeMemoryFraction = 0.95; // trtllm-bench's default
@@ -220,8 +221,16 @@ llvm::Expected<StepPricer> preparePool(const Context &cx, Pool &pool) {
   auto first = servingMemory(cx.w, dev, mo);
   if (!first)
     return first.takeError();
-  pool.limits = engineDefaults(cx.engine, dev, pool.tp, pool.pp,
-                               first->weightBytes, first->kvBytesPerToken,
+  // trtllm-bench estimates the engine as every parameter at the weights'
+  // bytes, counted in GB of 10^9 and set against memory in GiB.
+  double estimate =
+      cx.engine == ServingEngine::TensorRtLlm
+          ? double(cx.w.parameters() + cx.w.frozenParameters()) *
+                cx.precision.weightBytesPerParam() *
+                (double(1ull << 30) / 1e9) / double(pool.tp * pool.pp)
+          : first->weightBytes;
+  pool.limits = engineDefaults(cx.engine, dev, pool.tp, pool.pp, estimate,
+                               first->kvBytesPerToken,
                                cx.workload.meanInput(),
                                cx.workload.meanOutput());
   if (cx.request.maxRequests > 0)
@@ -638,7 +647,7 @@ int serveModule(mlir::ModuleOp module, const ModelArgs &args,
   plan["model"] = args.path;
   plan["cluster"] = request.cluster.spec;
   plan["engine"] = servingEngineName(engine);
-  plan["precision"] = precisionName(precision->linear);
+  plan["precision"] = precision->name();
   plan["kv_cache_bytes_per_element"] = precision->kvBytesPerElement;
   nlohmann::ordered_json wj;
   wj["name"] = workload->name;
@@ -739,7 +748,7 @@ int serveModule(mlir::ModuleOp module, const ModelArgs &args,
   const ServingResult &r = chosen.result;
   char buf[400];
   os << "serving   " << args.path << " on " << request.cluster.spec << " ("
-     << servingEngineName(engine) << ", " << precisionName(precision->linear)
+     << servingEngineName(engine) << ", " << precision->name()
      << " weights, "
      << (precision->kvBytesPerElement == 1 ? "fp8" : "16-bit")
      << " KV cache)\n";

@@ -258,6 +258,10 @@ llvm::Expected<std::string> exportServingPlan(const nlohmann::json &plan,
            "same request cap and chunk size\n";
   if (fp8 && to == "trtllm")
     out += "# note: fp8 weights: a ModelOpt FP8 checkpoint\n";
+  if (request->precision == "int8" || request->precision == "int4")
+    out += "# note: " + request->precision +
+           " weight-only: serve a checkpoint quantized so (AWQ or GPTQ); the "
+           "engine reads the method from it\n";
   if (!split) {
     auto a = poolArgs(chosen, "chosen.");
     if (!a)

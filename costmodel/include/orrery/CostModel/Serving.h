@@ -30,6 +30,9 @@ struct ServingMemoryOptions {
   /// Weight storage: 2 (bf16/fp16), 1 (fp8, int8 weight-only), 0.5 (int4
   /// weight-only; group scales not counted).
   double weightBytesPerParam = 2;
+  /// The layers that run once (the embedding, the output head), which
+  /// quantized checkpoints keep in 16-bit; 0: weightBytesPerParam.
+  double onceOnlyBytesPerParam = 0;
   double kvBytesPerElement = 2; ///< 2 (bf16), 1 (fp8 KV cache)
   /// The share of the device the engine takes (vLLM's
   /// gpu_memory_utilization, 0.9 by default).

@@ -57,12 +57,24 @@ struct ServingPrecision {
   /// embedding and the output head stay 16-bit (ModelOpt and llm-compressor
   /// leave them unquantized); attention runs in 16-bit.
   Precision linear = Precision::BF16;
+  /// Weight-only quantization (W8A16, W4A16: AWQ/GPTQ through Marlin or
+  /// TensorRT-LLM's weight-only GEMMs): the repeated layers' linear
+  /// weights stored at these bytes per parameter (int4 with one 16-bit
+  /// scale per group of 128) and dequantized in the GEMM, which computes in
+  /// 16-bit; 0: none.
+  double weightOnlyBytes = 0;
   double kvBytesPerElement = 2; ///< 2, or 1 for an fp8 KV cache
-  /// "bf16", "fp16", "fp8" (fp8 weights; the cache stays 16-bit unless
-  /// `kvCache` says fp8). Errors name the word.
+  /// "bf16", "fp16", "fp8" (fp8 weights), "int8" or "int4" (weight-only);
+  /// the cache stays 16-bit unless `kvCache` says fp8. Errors name the
+  /// word.
   static llvm::Expected<ServingPrecision> parse(const std::string &weights,
                                                 const std::string &kvCache);
-  double weightBytesPerParam() const { return precisionBytes(linear); }
+  /// The repeated layers' weights, per parameter.
+  double weightBytesPerParam() const {
+    return weightOnlyBytes > 0 ? weightOnlyBytes : precisionBytes(linear);
+  }
+  /// "bf16", "fp16", "fp8", "int8", "int4".
+  std::string name() const;
 };
 
 /// One step's batch, as the pricer needs it: sums over its requests.
