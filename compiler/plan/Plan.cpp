@@ -74,6 +74,17 @@ std::string kernelRates(const std::vector<std::string> &devices) {
                          : "measured profile of " + llvm::join(devices, ", ");
 }
 
+/// Where a device's power is unknown, the device type replaces the
+/// step's joules (the other fields keep their order).
+static ojson withEnergyKnown(ojson j, const EnergyByActivity &e) {
+  if (e.known())
+    return j;
+  j.erase("energy_j_per_step");
+  j.erase("energy_j_per_step_by_activity");
+  j["energy_unknown_for_device_type"] = e.unknownFor;
+  return j;
+}
+
 static ojson energyJson(const EnergyByActivity &e) {
   return {{"gemm_j", e.gemmJ},
           {"memory_bound_j", e.memoryBoundJ},
@@ -82,58 +93,63 @@ static ojson energyJson(const EnergyByActivity &e) {
 }
 
 ojson metricsJson(const StepResult &r) {
-  return {{"step_time_s", r.stepS},
-          {"tokens_per_s", r.tokensPerS},
-          {"samples_per_s", r.samplesPerS},
-          {"model_tflop_per_s_per_device", r.modelTflopsPerDevice},
-          {"mfu", r.mfu},
-          {"hfu", r.hfu},
-          {"bubble_fraction", r.bubbleFraction},
-          {"exposed_communication_s",
-           r.exposedTpCommS + r.exposedCpCommS + r.exposedEpCommS +
-               r.exposedPpCommS + r.exposedDpCommS},
-          {"peak_memory_bytes", r.peakMemoryBytes},
-          {"host_memory_bytes_per_node", r.hostMemoryBytesPerNode},
-          {"energy_j_per_step", r.energyJ},
-          {"energy_j_per_step_by_activity", energyJson(r.energy)},
-          {"cost_usd_per_step", r.costUsd},
-          {"kernel_rates", kernelRates(r.measuredKernelDevices)},
-          {"gradient_accumulation",
-           r.separateGradientAccumulation ? "separate" : "fused"},
-          {"gradient_bytes_per_parameter", r.gradientBytesPerParameter},
-          {"gradient_reduce_bytes_per_parameter",
-           r.gradientReduceBytesPerParameter},
-          {"zero3_prefetch_parameters", r.zero3PrefetchParameters},
-          {"in_network_aggregation",
-           r.inNetworkAggregation.empty() ? "none" : r.inNetworkAggregation},
-          {"kernels", kernelFusionName(r.kernels)}};
+  return withEnergyKnown(
+      {{"step_time_s", r.stepS},
+       {"tokens_per_s", r.tokensPerS},
+       {"samples_per_s", r.samplesPerS},
+       {"model_tflop_per_s_per_device", r.modelTflopsPerDevice},
+       {"mfu", r.mfu},
+       {"hfu", r.hfu},
+       {"bubble_fraction", r.bubbleFraction},
+       {"exposed_communication_s", r.exposedTpCommS + r.exposedCpCommS +
+                                       r.exposedEpCommS + r.exposedPpCommS +
+                                       r.exposedDpCommS},
+       {"peak_memory_bytes", r.peakMemoryBytes},
+       {"host_memory_bytes_per_node", r.hostMemoryBytesPerNode},
+       {"energy_j_per_step", r.energyJ},
+       {"energy_j_per_step_by_activity", energyJson(r.energy)},
+       {"cost_usd_per_step", r.costUsd},
+       {"kernel_rates", kernelRates(r.measuredKernelDevices)},
+       {"gradient_accumulation",
+        r.separateGradientAccumulation ? "separate" : "fused"},
+       {"gradient_bytes_per_parameter", r.gradientBytesPerParameter},
+       {"gradient_reduce_bytes_per_parameter",
+        r.gradientReduceBytesPerParameter},
+       {"zero3_prefetch_parameters", r.zero3PrefetchParameters},
+       {"in_network_aggregation",
+        r.inNetworkAggregation.empty() ? "none" : r.inNetworkAggregation},
+       {"kernels", kernelFusionName(r.kernels)}},
+      r.energy);
 }
 
 ojson stageJson(const StageReport &st) {
-  return {{"first_layer", st.firstLayer},
-          {"layers", st.numLayers},
-          {"device_type", st.device},
-          {"forward_s_per_micro_batch", st.forwardS},
-          {"backward_s_per_micro_batch", st.backwardS},
-          {"weight_gradient_s_per_micro_batch", st.weightGradS},
-          {"memory_bytes",
-           {{"weights", st.memory.weightsBytes},
-            {"gradients", st.memory.gradientsBytes},
-            {"optimizer", st.memory.optimizerBytes},
-            {"activations", st.memory.activationsBytes},
-            {"workspace", st.memory.workspaceBytes},
-            {"total", st.memory.total()},
-            {"capacity", st.capacityBytes}}},
-          {"seconds_per_step_by_activity",
-           {{"gemm_s", st.activity.gemmS},
-            {"memory_bound_s", st.activity.memoryBoundS},
-            {"communication_s", st.activity.communicationS},
-            {"idle_s", st.activity.idleS}}},
-          {"power_w_by_activity",
-           {{"gemm_w", st.power.gemmW},
-            {"memory_bound_w", st.power.memoryBoundW},
-            {"communication_w", st.power.communicationW},
-            {"idle_w", st.power.idleW}}}};
+  ojson j = {{"first_layer", st.firstLayer},
+             {"layers", st.numLayers},
+             {"device_type", st.device},
+             {"forward_s_per_micro_batch", st.forwardS},
+             {"backward_s_per_micro_batch", st.backwardS},
+             {"weight_gradient_s_per_micro_batch", st.weightGradS},
+             {"memory_bytes",
+              {{"weights", st.memory.weightsBytes},
+               {"gradients", st.memory.gradientsBytes},
+               {"optimizer", st.memory.optimizerBytes},
+               {"activations", st.memory.activationsBytes},
+               {"workspace", st.memory.workspaceBytes},
+               {"total", st.memory.total()},
+               {"capacity", st.capacityBytes}}},
+             {"seconds_per_step_by_activity",
+              {{"gemm_s", st.activity.gemmS},
+               {"memory_bound_s", st.activity.memoryBoundS},
+               {"communication_s", st.activity.communicationS},
+               {"idle_s", st.activity.idleS}}},
+             {"power_w_by_activity",
+              {{"gemm_w", st.power.gemmW},
+               {"memory_bound_w", st.power.memoryBoundW},
+               {"communication_w", st.power.communicationW},
+               {"idle_w", st.power.idleW}}}};
+  if (!st.power.known())
+    j.erase("power_w_by_activity"); // unknown, not zero
+  return j;
 }
 
 /// What every plan starts with: the format and the model it is for.
@@ -503,42 +519,44 @@ static std::vector<std::string> heteroKernelDevices(const HeteroResult &r) {
 }
 
 ojson heteroMetricsJson(const HeteroResult &r) {
-  return {{"step_time_s", r.stepS},
-          {"tokens_per_s", r.tokensPerS},
-          {"samples_per_s", r.samplesPerS},
-          {"model_tflop_per_s_per_device", r.modelTflopsPerDevice},
-          {"mfu", r.mfu},
-          {"slowest_group_s", r.groupsS},
-          {"cross_group_gradient_sync_s", r.crossGroupSyncS},
-          {"wan_bytes_per_step", r.wanBytesPerStep},
-          {"wan_usd_per_step", r.wanUsdPerStep},
-          {"peak_memory_bytes", r.peakMemoryBytes},
-          {"devices_used", r.devicesUsed},
-          {"energy_j_per_step", r.energyJ},
-          {"energy_j_per_step_by_activity", energyJson(r.energy)},
-          {"cost_usd_per_step", r.costUsd},
-          {"kernel_rates", kernelRates(heteroKernelDevices(r))},
-          {"gradient_accumulation",
-           !r.groups.empty() && r.groups.front().separateGradientAccumulation
-               ? "separate"
-               : "fused"},
-          {"gradient_bytes_per_parameter",
-           r.groups.empty() ? 4.0
-                            : r.groups.front().gradientBytesPerParameter},
-          {"gradient_reduce_bytes_per_parameter",
-           r.groups.empty() ? 4.0
-                            : r.groups.front().gradientReduceBytesPerParameter},
-          {"zero3_prefetch_parameters",
-           r.groups.empty() ? 0.0 : r.groups.front().zero3PrefetchParameters},
-          {"in_network_aggregation", [&] {
-             for (const StepResult &g : r.groups)
-               if (!g.inNetworkAggregation.empty())
-                 return g.inNetworkAggregation;
-             return std::string("none");
-           }()},
-          {"kernels", kernelFusionName(r.groups.empty()
-                                           ? KernelFusion::Fused
-                                           : r.groups.front().kernels)}};
+  return withEnergyKnown(
+      {{"step_time_s", r.stepS},
+       {"tokens_per_s", r.tokensPerS},
+       {"samples_per_s", r.samplesPerS},
+       {"model_tflop_per_s_per_device", r.modelTflopsPerDevice},
+       {"mfu", r.mfu},
+       {"slowest_group_s", r.groupsS},
+       {"cross_group_gradient_sync_s", r.crossGroupSyncS},
+       {"wan_bytes_per_step", r.wanBytesPerStep},
+       {"wan_usd_per_step", r.wanUsdPerStep},
+       {"peak_memory_bytes", r.peakMemoryBytes},
+       {"devices_used", r.devicesUsed},
+       {"energy_j_per_step", r.energyJ},
+       {"energy_j_per_step_by_activity", energyJson(r.energy)},
+       {"cost_usd_per_step", r.costUsd},
+       {"kernel_rates", kernelRates(heteroKernelDevices(r))},
+       {"gradient_accumulation",
+        !r.groups.empty() && r.groups.front().separateGradientAccumulation
+            ? "separate"
+            : "fused"},
+       {"gradient_bytes_per_parameter",
+        r.groups.empty() ? 4.0 : r.groups.front().gradientBytesPerParameter},
+       {"gradient_reduce_bytes_per_parameter",
+        r.groups.empty() ? 4.0
+                         : r.groups.front().gradientReduceBytesPerParameter},
+       {"zero3_prefetch_parameters",
+        r.groups.empty() ? 0.0 : r.groups.front().zero3PrefetchParameters},
+       {"in_network_aggregation",
+        [&] {
+          for (const StepResult &g : r.groups)
+            if (!g.inNetworkAggregation.empty())
+              return g.inNetworkAggregation;
+          return std::string("none");
+        }()},
+       {"kernels",
+        kernelFusionName(r.groups.empty() ? KernelFusion::Fused
+                                          : r.groups.front().kernels)}},
+      r.energy);
 }
 
 ojson heteroStagesJson(const HeteroResult &r, const std::vector<Pool> &pools) {
@@ -822,11 +840,16 @@ const FieldType kStrategyFields[] = {
 
 // predicted and each alternatives[].predicted.
 const FieldType kPredictedFields[] = {
-    {"", K::Object}, {"step_time_s", K::Number}, {"mfu", K::Number},
-    {"hfu", K::Number}, {"peak_memory_bytes", K::Number},
+    {"", K::Object},
+    {"step_time_s", K::Number},
+    {"mfu", K::Number},
+    {"hfu", K::Number},
+    {"peak_memory_bytes", K::Number},
     {"host_memory_bytes_per_node", K::Number},
-    {"devices_used", K::Integer}, {"bubble_fraction", K::Number},
-    {"cost_usd_per_step", K::Number}, {"energy_j_per_step", K::Number},
+    {"devices_used", K::Integer},
+    {"bubble_fraction", K::Number},
+    {"cost_usd_per_step", K::Number},
+    {"energy_j_per_step", K::Number},
     {"energy_j_per_step_by_activity", K::Object},
     {"energy_j_per_step_by_activity.gemm_j", K::Number},
     {"energy_j_per_step_by_activity.memory_bound_j", K::Number},
@@ -836,13 +859,18 @@ const FieldType kPredictedFields[] = {
     {"cross_group_gradient_sync_s", K::Number},
     {"gradient_accumulation", K::String},
     {"gradient_bytes_per_parameter", K::Number},
-    {"gradient_reduce_bytes_per_parameter", K::Number}, {"kernels", K::String},
+    {"gradient_reduce_bytes_per_parameter", K::Number},
+    {"kernels", K::String},
     {"zero3_prefetch_parameters", K::Number},
     {"in_network_aggregation", K::String},
-    {"kernel_rates", K::String}, {"model_tflop_per_s_per_device", K::Number},
-    {"samples_per_s", K::Number}, {"tokens_per_s", K::Number},
-    {"slowest_group_s", K::Number}, {"wan_bytes_per_step", K::Number},
+    {"kernel_rates", K::String},
+    {"model_tflop_per_s_per_device", K::Number},
+    {"samples_per_s", K::Number},
+    {"tokens_per_s", K::Number},
+    {"slowest_group_s", K::Number},
+    {"wan_bytes_per_step", K::Number},
     {"wan_usd_per_step", K::Number},
+    {"energy_unknown_for_device_type", K::String},
 };
 
 const FieldType kPlanFields[] = {

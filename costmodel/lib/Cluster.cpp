@@ -353,7 +353,9 @@ parseClusterJsonImpl(const std::string &text, const std::string &what,
       ng.powerW = ng.device->powerW;
       if (auto e = nonNegative(n, "power_w", path, ng.powerW))
         return std::move(e);
-      ng.power = ng.device->power.scaledTo(ng.powerW);
+      ng.power = !ng.device->power.known() && n.contains("power_w")
+                     ? PowerByActivity::ofBoardPower(ng.powerW)
+                     : ng.device->power.scaledTo(ng.powerW);
       if (n.contains("power_w_by_activity")) {
         std::string problem =
             readPowerByActivity(n["power_w_by_activity"], ng.power);

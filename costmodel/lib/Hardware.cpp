@@ -51,6 +51,7 @@ std::string readPowerByActivity(const nlohmann::json &o, PowerByActivity &out) {
       return std::string(".") + key + ": missing or not a positive number";
     *field = o[key].get<double>();
   }
+  out.unknownFor.clear();
   if (out.idleW > out.gemmW || out.idleW > out.memoryBoundW ||
       out.idleW > out.communicationW)
     return ".idle_w: above the power of an activity (a device waiting draws "
@@ -273,9 +274,15 @@ static llvm::Expected<HardwareCatalog> parseCatalog(const std::string &text,
     if (auto e = number(d, "memory_bandwidth_bytes_per_s", path,
                         s.memoryBandwidthBytesPerS))
       return std::move(e);
-    if (auto e = number(d, "power_w", path, s.powerW))
-      return std::move(e);
-    s.power = PowerByActivity::ofBoardPower(s.powerW);
+    // Optional: Google and AWS publish no board power for their chips.
+    if (d.contains("power_w")) {
+      if (auto e = number(d, "power_w", path, s.powerW))
+        return std::move(e);
+      s.power = PowerByActivity::ofBoardPower(s.powerW);
+    } else {
+      s.power.unknownFor = s.name;
+      s.power.source = "no published board power";
+    }
     if (d.contains("power_w_by_activity")) {
       std::string problem = readPowerByActivity(d["power_w_by_activity"], s.power);
       if (!problem.empty())

@@ -75,9 +75,14 @@ std::string ServingPrecision::name() const {
 }
 
 llvm::Expected<ServingReplica> servingReplicaOn(const NodeGroup &g, int tp,
-                                                int pp) {
+                                                int pp, int ep) {
   if (tp < 1 || pp < 1)
     return servingError("serving: tp and pp must be at least 1");
+  if (ep != 1 && ep != tp)
+    return servingError("serving: ep=" + std::to_string(ep) +
+                        ": expert parallelism spans the tensor-parallel "
+                        "ranks (ep=1 or ep=tp=" +
+                        std::to_string(tp) + ")");
   if (tp > g.devicesPerNode)
     return servingError("serving: tp=" + std::to_string(tp) +
                         " spans more than one node of " +
@@ -92,6 +97,7 @@ llvm::Expected<ServingReplica> servingReplicaOn(const NodeGroup &g, int tp,
   ServingReplica r;
   r.tp = tp;
   r.pp = pp;
+  r.ep = ep;
   r.device = g.device;
   r.tpGroup = groupShapeIn(g, 1, tp);
   r.stageLink = groupShapeIn(g, tp, 2);
@@ -154,7 +160,7 @@ StepPricer::create(const Workload &w, const ServingReplica &replica,
   double tp = replica.tp;
   auto stages = stageCounts(w, replica.pp);
   size_t headKind = w.layers.size() > 1 ? w.layers.back().kind : size_t(-1);
-  bool anyAttention = false;
+  bool anyAttention = false, anyExperts = false;
   for (size_t ki = 0; ki < w.kinds.size(); ++ki) {
     const LayerKind &k = w.kinds[ki];
     Kind out;
@@ -206,10 +212,14 @@ StepPricer::create(const Workload &w, const ServingReplica &replica,
                               ? (rowParallel ? in / tp + outB : in + outB / tp)
                               : in + outB;
         if (op.experts > 1) {
+          anyExperts = true;
           t.experts = op.experts;
           t.topK = std::max<int>(
               1, int(std::lround(double(op.gemmBatch) * double(op.gemmM) /
                                  tokens)));
+          // Whole experts, E/ep of them a rank: the same bytes and work a
+          // rank on average as 1/tp of each, spread unevenly (kindSeconds).
+          t.expertParallel = split > 1 ? replica.ep : 1;
         }
       } else if (op.contraction && op.attentionCore) {
         return servingError(
@@ -234,6 +244,10 @@ StepPricer::create(const Workload &w, const ServingReplica &replica,
   if (!anyAttention)
     return servingError("serving: the model has no fused attention op "
                         "keeping a KV cache");
+  if (replica.ep > 1 && !anyExperts)
+    return servingError("serving: ep=" + std::to_string(replica.ep) +
+                        ": the model has no mixture-of-experts layer to "
+                        "split by experts");
   return p;
 }
 
@@ -251,7 +265,9 @@ double StepPricer::kindSeconds(const Kind &k, const StepBatch &b,
     case TokenOp::Linear: {
       double flops = op.flopsPerToken * tokens;
       double act = op.bytesPerToken * tokens;
-      if (op.experts > 1) {
+      if (op.experts > 1 && op.expertParallel > 1) {
+        s = expertParallelSeconds(op, tokens, act);
+      } else if (op.experts > 1) {
         // Each token picks topK of the experts: the expected number that
         // some token of the step chose run as one grouped GEMM, each
         // reading its weights.
@@ -307,6 +323,36 @@ double StepPricer::kindSeconds(const Kind &k, const StepBatch &b,
     }
   }
   return total;
+}
+
+/// A mixture-of-experts GEMM with its experts split whole over `ep` ranks:
+/// the step waits for the busiest rank. The tokens' topK choices land on
+/// the ranks as a multinomial draw (mean A/ep of A = tokens x topK, the
+/// busiest about sqrt(2 ln ep) standard deviations above it); that rank
+/// reads every one of its E/ep experts some choice picked, whole, and
+/// computes its choices at the full expert width. Small decode batches
+/// read fewer expert slices under tensor parallelism; large ones run
+/// wider, more efficient GEMMs under expert parallelism.
+double StepPricer::expertParallelSeconds(const TokenOp &op, double tokens,
+                                         double act) const {
+  const DeviceSpec &dev = *replica_.device;
+  const KernelModel &km = *kernels_;
+  double ep = op.expertParallel, topK = op.topK;
+  double choices = tokens * topK;
+  double mean = choices / ep;
+  double busiest = std::min(
+      choices, mean + std::sqrt(mean * (1 - 1 / ep) * 2 * std::log(ep)));
+  double local = double(op.experts) / ep;
+  double active =
+      std::max(1.0, local * (1.0 - std::pow(1.0 - 1.0 / local, busiest)));
+  // op's per-token work and weights are a rank's average share.
+  double flops = op.flopsPerToken * ep / topK * busiest;
+  double weights = op.weightBytes * ep / double(op.experts) * active;
+  double moved = act * busiest / std::max(mean, 1e-9);
+  return active * kernelSeconds(dev, km, op.precision, flops / active,
+                                (weights + moved) / active, KernelClass::Gemm,
+                                0) +
+         op.kernels * km.kernelLaunchS;
 }
 
 StepTime StepPricer::price(const StepBatch &b) const {

@@ -25,9 +25,9 @@ struct Served {
   Served(const char *model, const char *preset)
       : w(builtinWorkload(ctx, model)), cluster(test::preset(preset)) {}
   StepPricer pricer(int tp, const char *precision = "bf16",
-                    ServingEngine e = ServingEngine::Vllm) {
+                    ServingEngine e = ServingEngine::Vllm, int ep = 1) {
     auto replica =
-        servingReplicaOn(cluster.sites[0].nodeGroups[0], tp, /*pp=*/1);
+        servingReplicaOn(cluster.sites[0].nodeGroups[0], tp, /*pp=*/1, ep);
     EXPECT_TRUE(bool(replica));
     auto prec = ServingPrecision::parse(precision, "auto");
     EXPECT_TRUE(bool(prec));
@@ -277,6 +277,45 @@ TEST(ServingSim, BadWorkloadsAreOneLineErrors) {
                      "not fit the KV cache of one replica, 20000 tokens"),
             std::string::npos)
       << why;
+}
+
+// Mixtral 8x7B on 8 H100, its 8 experts sliced 8 ways (tp) or one whole
+// expert a rank (ep=8). One decoding request chooses 2 experts: under tp
+// every rank reads 1/8 of each (a quarter of an expert), under ep the
+// ranks holding them read a whole one, and the step waits for them. With
+// thousands of tokens every expert is busy on every rank either way, and
+// the ranks' loads even out: the expert layers cost about the same.
+TEST(ServingStep, ExpertParallelDecodeWaitsForTheBusiestRank) {
+  Served s("mixtral-8x7b", "8xH100-SXM");
+  StepPricer tp = s.pricer(8), ep = s.pricer(8, "bf16", ServingEngine::Vllm, 8);
+  StepTime tpOne = tp.price(decode(1, 1024)), epOne = ep.price(decode(1, 1024));
+  EXPECT_GT(epOne.linearS, 2.0 * tpOne.linearS);
+  EXPECT_EQ(epOne.communicationS, tpOne.communicationS); // the same all-reduces
+  EXPECT_EQ(epOne.attentionS, tpOne.attentionS);
+  StepBatch pre;
+  pre.prefillTokens = 8192;
+  pre.prefillRequests = pre.sampled = 1;
+  pre.prefillPairs = 8192.0 * 8193 / 2;
+  pre.prefillKeys = 8192;
+  StepTime tpPre = tp.price(pre), epPre = ep.price(pre);
+  EXPECT_LT(epPre.linearS, 1.15 * tpPre.linearS);
+  EXPECT_GT(epPre.linearS, 0.85 * tpPre.linearS);
+  EXPECT_LT(epPre.linearS / tpPre.linearS, 0.5 * epOne.linearS / tpOne.linearS);
+  // Expert parallelism needs experts, and spans the tp ranks.
+  Served dense("llama3-8b", "8xH100-SXM");
+  auto replica =
+      servingReplicaOn(dense.cluster.sites[0].nodeGroups[0], 8, 1, 8);
+  ASSERT_TRUE(bool(replica));
+  auto bf16 = ServingPrecision::parse("bf16", "auto");
+  ASSERT_TRUE(bool(bf16));
+  auto p = StepPricer::create(dense.w, *replica, *bf16, ServingEngine::Vllm);
+  ASSERT_FALSE(bool(p));
+  EXPECT_NE(llvm::toString(p.takeError()).find("no mixture-of-experts layer"),
+            std::string::npos);
+  auto uneven = servingReplicaOn(dense.cluster.sites[0].nodeGroups[0], 8, 1, 4);
+  ASSERT_FALSE(bool(uneven));
+  EXPECT_NE(llvm::toString(uneven.takeError()).find("ep=1 or ep=tp=8"),
+            std::string::npos);
 }
 
 TEST(ServingStep, RefusesWhatItCannotPrice) {

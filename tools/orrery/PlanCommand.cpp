@@ -76,9 +76,16 @@ llvm::Expected<PlanOptions> planOptions(PlanSetup &setup,
     options.objective = Objective::Time;
   else if (request.objective == "cost")
     options.objective = Objective::Cost;
-  else if (request.objective == "energy")
+  else if (request.objective == "energy") {
     options.objective = Objective::Energy;
-  else
+    // Joules of a device nobody published the power of would be a guess.
+    for (const Site &site : setup.cluster->sites)
+      for (const NodeGroup &ng : site.nodeGroups)
+        if (!ng.power.known())
+          return error("--objective energy: " + ng.power.unknownFor +
+                       " has no published board power; give its node "
+                       "group's power_w in a cluster file");
+  } else
     return error("--objective '" + request.objective +
                  "': expected time, cost or energy");
   if (request.budgetUsdPerHour < 0)

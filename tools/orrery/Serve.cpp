@@ -61,7 +61,7 @@ llvm::Expected<Slo> parseSlo(const std::string &text) {
 }
 
 struct Fixed {
-  int tp = 0, pp = 0, replicas = 0; ///< 0: searched
+  int tp = 0, pp = 0, replicas = 0, ep = 0; ///< 0: searched
   std::string device;
   /// A prefill/decode split: each pool's device type and tp.
   std::string prefillDevice, decodeDevice;
@@ -100,29 +100,37 @@ llvm::Expected<Fixed> parseServeStrategy(const std::string &text) {
       f.pp = value;
     else if (key == "replicas")
       f.replicas = value;
+    else if (key == "ep")
+      f.ep = value;
     else
       return serveError("--strategy: unknown field '" + key +
-                        "' (tp, pp, replicas, device; expert parallelism is "
-                        "not priced for serving yet)");
+                        "' (tp, pp, ep, replicas, device, or prefill and "
+                        "decode)");
   }
   if (f.prefillDevice.empty() != f.decodeDevice.empty())
     return serveError("--strategy: a prefill/decode split needs both "
                       "prefill=DEVICE:TP and decode=DEVICE:TP");
-  if (f.split() && (f.tp || f.pp || f.replicas || !f.device.empty()))
+  if (f.split() && (f.tp || f.pp || f.replicas || f.ep || !f.device.empty()))
     return serveError("--strategy: prefill= and decode= take the place of "
-                      "tp, pp, replicas and device");
+                      "tp, pp, ep, replicas and device");
+  if (f.ep > 1 && f.tp && f.ep != f.tp)
+    return serveError("--strategy ep=" + std::to_string(f.ep) +
+                      ": expert parallelism spans the tensor-parallel ranks "
+                      "(ep=1 or ep=tp=" +
+                      std::to_string(f.tp) + ")");
   return f;
 }
 
 /// One pool of identical replicas.
 struct Pool {
   const NodeGroup *group = nullptr;
-  int tp = 1, pp = 1, replicas = 1;
+  int tp = 1, pp = 1, replicas = 1, ep = 1;
   ServingMemory memory;
   SchedulerLimits limits;
   int devices() const { return tp * pp * replicas; }
   std::string name() const {
     return group->device->name + " tp=" + std::to_string(tp) +
+           (ep > 1 ? " ep=" + std::to_string(ep) : "") +
            " pp=" + std::to_string(pp) + " x" + std::to_string(replicas);
   }
 };
@@ -147,7 +155,9 @@ struct Candidate {
       return "prefill=" + p.group->device->name + ":" + std::to_string(p.tp) +
              ",decode=" + decode->group->device->name + ":" +
              std::to_string(decode->tp);
-    return "tp=" + std::to_string(p.tp) + ",pp=" + std::to_string(p.pp) +
+    return "tp=" + std::to_string(p.tp) +
+           (p.ep > 1 ? ",ep=" + std::to_string(p.ep) : "") +
+           ",pp=" + std::to_string(p.pp) +
            ",replicas=" + std::to_string(p.replicas) +
            ",device=" + p.group->device->name;
   }
@@ -204,7 +214,7 @@ struct Context {
 
 /// A pool's memory, its scheduler's limits and its step pricer.
 llvm::Expected<StepPricer> preparePool(const Context &cx, Pool &pool) {
-  auto replica = servingReplicaOn(*pool.group, pool.tp, pool.pp);
+  auto replica = servingReplicaOn(*pool.group, pool.tp, pool.pp, pool.ep);
   if (!replica)
     return replica.takeError();
   const DeviceSpec &dev = *pool.group->device;
@@ -376,6 +386,7 @@ nlohmann::ordered_json poolJson(const Pool &p) {
   nlohmann::ordered_json j;
   j["device"] = p.group->device->name;
   j["tp"] = p.tp;
+  j["ep"] = p.ep;
   j["pp"] = p.pp;
   j["replicas"] = p.replicas;
   j["devices"] = p.devices();
@@ -481,12 +492,26 @@ int serveModule(mlir::ModuleOp module, const ModelArgs &args,
     return fail(llvm::toString(fixed.takeError()));
 
   Context cx{w, *precision, engine, request, *workload, *slo};
+  bool moe = false;
+  for (const LayerKind &k : w.kinds)
+    for (const OpCost &op : k.ops)
+      moe |= op.experts > 1;
+  // TensorRT-LLM builds CUDA engines: NVIDIA devices only (vLLM also runs
+  // on AMD, TPU, Gaudi and Neuron devices).
+  auto engineRuns = [&](const NodeGroup &g) {
+    return engine != ServingEngine::TensorRtLlm || g.device->vendor == "NVIDIA";
+  };
+  std::string notRun;
+  for (const Site &site : cluster->sites)
+    for (const NodeGroup &g : site.nodeGroups)
+      if (!engineRuns(g) && notRun.empty())
+        notRun = g.device->name;
   // The candidates: each node group's device type, tp inside a node, pp
   // over the rest, as many replicas as fill the group.
   std::vector<Candidate> cands;
   for (const Site &site : cluster->sites)
     for (const NodeGroup &g : site.nodeGroups) {
-      if (fixed->split() ||
+      if (!engineRuns(g) || fixed->split() ||
           (!fixed->device.empty() &&
            llvm::StringRef(g.device->name).lower() !=
                llvm::StringRef(fixed->device).lower()))
@@ -505,25 +530,32 @@ int serveModule(mlir::ModuleOp module, const ModelArgs &args,
         return v;
       };
       for (int tp : degrees(fixed->tp, g.devicesPerNode))
-        for (int pp : degrees(fixed->pp, std::max(1, devices / tp))) {
-          Candidate c;
-          c.p.group = &g;
-          c.p.tp = tp;
-          c.p.pp = pp;
-          c.p.replicas = fixed->replicas ? fixed->replicas
-                                       : std::max(1, devices / (tp * pp));
-          if (int64_t(c.p.replicas) * tp * pp > devices &&
-              !(fixed->tp && fixed->pp))
-            continue;
-          if (int64_t(c.p.replicas) * tp * pp > devices)
-            return fail("--strategy: " + std::to_string(c.p.replicas) +
-                        " replica(s) of tp=" + std::to_string(tp) +
-                        " pp=" + std::to_string(pp) + " need " +
-                        std::to_string(int64_t(c.p.replicas) * tp * pp) + " " +
-                        g.device->name + ", the cluster has " +
-                        std::to_string(devices));
-          cands.push_back(c);
-        }
+        for (int pp : degrees(fixed->pp, std::max(1, devices / tp)))
+          for (int ep :
+               tp > 1 ? std::vector<int>{1, tp} : std::vector<int>{1}) {
+            // A mixture of experts: its experts sliced with the tp ranks, or
+            // split whole over them.
+            if (fixed->ep ? ep != fixed->ep : ep > 1 && !moe)
+              continue;
+            Candidate c;
+            c.p.group = &g;
+            c.p.tp = tp;
+            c.p.ep = ep;
+            c.p.pp = pp;
+            c.p.replicas = fixed->replicas ? fixed->replicas
+                                           : std::max(1, devices / (tp * pp));
+            if (int64_t(c.p.replicas) * tp * pp > devices &&
+                !(fixed->tp && fixed->pp))
+              continue;
+            if (int64_t(c.p.replicas) * tp * pp > devices)
+              return fail("--strategy: " + std::to_string(c.p.replicas) +
+                          " replica(s) of tp=" + std::to_string(tp) +
+                          " pp=" + std::to_string(pp) + " need " +
+                          std::to_string(int64_t(c.p.replicas) * tp * pp) +
+                          " " + g.device->name + ", the cluster has " +
+                          std::to_string(devices));
+            cands.push_back(c);
+          }
     }
   // A cluster of two or more device types may also split the phases:
   // prefill on one type, decode on another, each pool filling its nodes.
@@ -538,7 +570,8 @@ int serveModule(mlir::ModuleOp module, const ModelArgs &args,
   if (request.strategy.empty() || fixed->split())
     for (const NodeGroup *pg : groups)
       for (const NodeGroup *dg : groups) {
-        if (pg == dg || pg->device == dg->device)
+        if (pg == dg || pg->device == dg->device || !engineRuns(*pg) ||
+            !engineRuns(*dg))
           continue;
         if (fixed->split() && (!named(pg, fixed->prefillDevice) ||
                                !named(dg, fixed->decodeDevice)))
@@ -562,6 +595,10 @@ int serveModule(mlir::ModuleOp module, const ModelArgs &args,
             cands.push_back(c);
           }
       }
+  if (cands.empty() && !notRun.empty())
+    return fail("--engine trtllm: TensorRT-LLM runs on NVIDIA GPUs only, "
+                "not on " +
+                notRun);
   if (!fixed->device.empty() && cands.empty())
     return fail("--strategy device=" + fixed->device +
                 ": the cluster has no such device type");

@@ -169,7 +169,7 @@ llvm::Expected<std::string> exportServingPlan(const nlohmann::json &plan,
   bool fp8 = request->precision == "fp8";
   bool fp8Cache = request->kvCache == "fp8";
   struct Args {
-    int tp, pp, replicas;
+    int tp, pp, replicas, ep = 1;
     int64_t maxRequests, maxTokens;
     std::string device;
   };
@@ -196,8 +196,18 @@ llvm::Expected<std::string> exportServingPlan(const nlohmann::json &plan,
     if (!dev)
       return dev.takeError();
     a.device = *dev;
+    if (p.contains("ep")) { // plans before expert parallelism have none
+      auto ep = field<int>(p, "ep", what, path);
+      if (!ep)
+        return ep.takeError();
+      a.ep = *ep;
+    }
     if (a.tp < 1 || a.pp < 1 || a.replicas < 1)
       return planError(what, path + "tp, pp, replicas: must be at least 1");
+    if (a.ep != 1 && a.ep != a.tp)
+      return planError(what, path + "ep: " + std::to_string(a.ep) +
+                                 " is neither 1 nor the tp, " +
+                                 std::to_string(a.tp));
     return a;
   };
   auto flags = [&](const Args &a, const char *role) {
@@ -206,6 +216,8 @@ llvm::Expected<std::string> exportServingPlan(const nlohmann::json &plan,
     if (to == "vllm") {
       add("--tensor-parallel-size " + std::to_string(a.tp));
       add("--pipeline-parallel-size " + std::to_string(a.pp));
+      if (a.ep > 1)
+        add("--enable-expert-parallel");
       if (a.replicas > 1)
         add("--data-parallel-size " + std::to_string(a.replicas));
       add("--max-num-seqs " + std::to_string(a.maxRequests));
@@ -223,6 +235,8 @@ llvm::Expected<std::string> exportServingPlan(const nlohmann::json &plan,
     } else if (to == "sglang") {
       add("--tp-size " + std::to_string(a.tp));
       add("--pp-size " + std::to_string(a.pp));
+      if (a.ep > 1)
+        add("--ep-size " + std::to_string(a.ep));
       if (a.replicas > 1)
         add("--dp-size " + std::to_string(a.replicas));
       add("--max-running-requests " + std::to_string(a.maxRequests));
@@ -239,6 +253,8 @@ llvm::Expected<std::string> exportServingPlan(const nlohmann::json &plan,
     } else {
       add("--tp_size " + std::to_string(a.tp));
       add("--pp_size " + std::to_string(a.pp));
+      if (a.ep > 1)
+        add("--ep_size " + std::to_string(a.ep));
       add("--max_batch_size " + std::to_string(a.maxRequests));
       add("--max_num_tokens " + std::to_string(a.maxTokens));
       add("--kv_cache_free_gpu_memory_fraction 0.95");
@@ -267,8 +283,9 @@ llvm::Expected<std::string> exportServingPlan(const nlohmann::json &plan,
     if (!a)
       return a.takeError();
     out += "# chosen: " + a->device + " tp=" + std::to_string(a->tp) +
-           " pp=" + std::to_string(a->pp) + " x" +
-           std::to_string(a->replicas) + "\n";
+           (a->ep > 1 ? " ep=" + std::to_string(a->ep) : "") +
+           " pp=" + std::to_string(a->pp) + " x" + std::to_string(a->replicas) +
+           "\n";
     if (to == "trtllm" && a->replicas > 1)
       out += "# run " + std::to_string(a->replicas) +
              " instances behind a load balancer (trtllm-serve has no "

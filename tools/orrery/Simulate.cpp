@@ -57,6 +57,10 @@ nlohmann::ordered_json simulateJson(const StepResult &r, const Cluster &c,
 }
 
 std::string energyText(const EnergyByActivity &e) {
+  if (!e.known())
+    return "unknown: " + e.unknownFor +
+           " has no published board power (a cluster file's power_w gives "
+           "it)";
   double total = e.total();
   auto pct = [&](double j) { return total > 0 ? 100 * j / total : 0.0; };
   char buf[192];

@@ -98,6 +98,11 @@ struct KernelModel {
 struct PowerByActivity {
   double gemmW = 0, memoryBoundW = 0, communicationW = 0, idleW = 0;
   std::string source;
+  /// The device type whose power nobody published (TPUs, Trainium): the
+  /// watts above are then unknown, not zero, and energy is not priced for
+  /// it. Empty when known. A cluster's `power_w` makes it known.
+  std::string unknownFor;
+  bool known() const { return unknownFor.empty(); }
   /// Without a measurement: stated fractions of the board power `boardW`
   /// (docs/costmodel.md says why): 1.0 for tensor-core math, 0.7 for
   /// memory-bound kernels, 0.45 for communication, 0.2 waiting.

@@ -111,6 +111,11 @@ struct StepTime {
 /// A serving replica: `tp` x `pp` devices of one type.
 struct ServingReplica {
   int tp = 1, pp = 1;
+  /// Expert parallelism over the tp ranks (vLLM's --enable-expert-parallel
+  /// without data-parallel attention, SGLang's --ep-size, TensorRT-LLM's
+  /// moe_ep_size): 1, or tp — each rank keeps E/ep whole experts instead
+  /// of 1/tp of every expert. Attention stays tensor-parallel.
+  int ep = 1;
   const DeviceSpec *device = nullptr;
   /// The tensor-parallel group (one node) and the stage-to-stage link.
   GroupShape tpGroup, stageLink;
@@ -120,7 +125,7 @@ struct ServingReplica {
 /// stages on the next ranks (across nodes when a node is full). An error
 /// when tp exceeds a node.
 llvm::Expected<ServingReplica> servingReplicaOn(const NodeGroup &g, int tp,
-                                                int pp);
+                                                int pp, int ep = 1);
 
 /// Prices steps of one replica. Built once per (model, replica, precision,
 /// engine); price() is cheap (a few dozen roofline evaluations), so the
@@ -146,6 +151,7 @@ public:
     double weightBytes = 0;         ///< a linear layer's weights, one rank
     int kernels = 1;                ///< 0 when it fuses with the previous op
     int experts = 0, topK = 0;      ///< a mixture-of-experts GEMM
+    int expertParallel = 1;         ///< its experts split whole over ranks
     double allReduceBytesPerToken = 0; ///< tensor-parallel, after it
     /// Attention: query heads and kv heads on one rank, head dims.
     double heads = 0, kvHeads = 0, headDim = 0, valueDim = 0;
@@ -161,6 +167,8 @@ public:
 
 private:
   double kindSeconds(const Kind &k, const StepBatch &b, StepTime &t) const;
+  double expertParallelSeconds(const TokenOp &op, double tokens,
+                               double act) const;
   ServingReplica replica_;
   ServingEngine engine_ = ServingEngine::Vllm;
   const KernelModel *kernels_ = nullptr;

@@ -130,8 +130,14 @@ struct ActivitySeconds {
 /// A step's energy by activity, over every device of the cluster.
 struct EnergyByActivity {
   double gemmJ = 0, memoryBoundJ = 0, communicationJ = 0, idleJ = 0;
+  /// A device type of the step without a known power: the joules above
+  /// then leave its devices out, and no energy is reported.
+  std::string unknownFor;
+  bool known() const { return unknownFor.empty(); }
   void add(const ActivitySeconds &t, const PowerByActivity &power,
            double devices) {
+    if (!power.known() && unknownFor.empty() && devices > 0)
+      unknownFor = power.unknownFor;
     gemmJ += devices * t.gemmS * power.gemmW;
     memoryBoundJ += devices * t.memoryBoundS * power.memoryBoundW;
     communicationJ += devices * t.communicationS * power.communicationW;
