@@ -138,6 +138,14 @@ class Graph:
         full = self.op("ConstantOfShape", [self.const([seq, seq])], value=fill)
         return self.op("Trilu", [full, self.const(1)], upper=1)
 
+    def sliding_window_mask(self, seq, window):
+        """The causal mask with the keys `window` or more positions back
+        masked too (torch.tril(full, -window)): a band of `window` keys."""
+        fill = helper.make_tensor("fill", self.dtype, [1], [-65504.0 if self.dtype == F16 else -1e9])
+        full = self.op("ConstantOfShape", [self.const([seq, seq])], value=fill)
+        far = self.op("Trilu", [full, self.const(-window)], upper=0)
+        return self.op("Add", [self.causal_mask(seq), far])
+
     def attention(self, x, prefix, d, heads, kv_heads, seq, mask, bias, training,
                   rope=None, head_dim=None, qk_norm=False):
         """Multi-head attention; `head_dim` when heads × head_dim is not d
@@ -224,15 +232,16 @@ def gpt(name, layers, d, heads, seq, vocab, ffn=None, training=True):
 
 
 def llama(name, layers, d, heads, kv_heads, ffn, seq, vocab, theta, moe=None,
-          head_dim=None, qk_norm=False):
+          head_dim=None, qk_norm=False, window=None):
     """Llama-2/3 (and Mixtral when `moe` = (experts, top_k); Qwen3 with its
-    `head_dim` and `qk_norm`): RMSNorm, RoPE, grouped-query attention,
-    SwiGLU, untied head, no biases, no dropout."""
+    `head_dim` and `qk_norm`; Mistral 7B v0.1 with its sliding `window`):
+    RMSNorm, RoPE, grouped-query attention, SwiGLU, untied head, no biases,
+    no dropout."""
     g = Graph(name)
     dh = head_dim or d // heads
     ids = g.input("input_ids", I64, ["batch", seq])
     x = g.op("Gather", [g.weight("embed_tokens", [vocab, d]), ids])
-    mask = g.causal_mask(seq)
+    mask = g.sliding_window_mask(seq, window) if window else g.causal_mask(seq)
     rope = g.rotary_tables(seq, dh, theta)
     for i in range(layers):
         p = f"layers.{i}"
@@ -447,6 +456,12 @@ MODELS = {
     # Mistral 7B (v0.3: no sliding window): Llama's shape with 8 kv heads, vocab 32768.
     "mistral-7b": (lambda seq=None: llama("mistral-7b", 32, 4096, 32, 8, 14336, seq or 8192, 32768, 1e6),
                    7.248e9, "Jiang et al. 2023 (Mistral 7B); 7,248,023,552 in the v0.3 HF config's shapes"),
+    # Mistral 7B v0.1: every layer attends over a sliding window of 4,096
+    # keys (its KV cache never holds more), vocab 32000.
+    "mistral-7b-v0.1": (lambda seq=None: llama("mistral-7b-v0.1", 32, 4096, 32, 8, 14336, seq or 8192, 32000, 1e4,
+                                               window=4096),
+                        7.2417e9, "Jiang et al. 2023 (Mistral 7B): sliding window 4,096; 7,241,732,096 in the v0.1 "
+                        "HF config's shapes"),
     # Mixtral 8x22B: 56 layers, d 6144, 48 heads, 8 kv heads, experts of ffn 16384, top 2.
     "mixtral-8x22b": (lambda seq=None: llama("mixtral-8x22b", 56, 6144, 48, 8, 16384, seq or 4096, 32768, 1e6,
                                              moe=(8, 2)),

@@ -141,6 +141,30 @@ bool looksCausal(Value v) {
   return looksCausal(v, 16, seen);
 }
 
+/// A sliding window in a causal mask's ancestry: the band below it masked
+/// by a lower triangle from diagonal -W (torch.tril(full, -W), a Trilu with
+/// upper = 0 and k = -W): each query sees itself and the W - 1 keys before
+/// it. 0 when there is none.
+int64_t bandWindow(Value v, int depth, llvm::DenseSet<Operation *> &seen) {
+  Operation *def = v.getDefiningOp();
+  if (!def || !seen.insert(def).second)
+    return 0;
+  if (auto t = dyn_cast<TriluOp>(def)) {
+    auto upper = t->getAttrOfType<IntegerAttr>("upper");
+    std::optional<double> k = def->getNumOperands() > 1
+                                  ? scalarConstant(def->getOperand(1))
+                                  : std::nullopt;
+    if (upper && upper.getInt() == 0 && k && *k < 0 && *k > -(1 << 30))
+      return int64_t(-*k);
+  }
+  if (depth == 0)
+    return 0;
+  for (Value o : def->getOperands())
+    if (int64_t w = bandWindow(o, depth - 1, seen))
+      return w;
+  return 0;
+}
+
 /// A product of two activations whose result ends in a [q, k] block: the
 /// attention scores.
 bool isActivationProduct(Operation *op) {
@@ -306,10 +330,15 @@ LogicalResult fuseAttention(MatMulOp pv,
   // 2. The scores back to the product of Q and Kᵀ: scales, masks, casts.
   double scale = 1;
   bool scaleKnown = true, causal = false;
+  int64_t window = 0;
   Value bias;
   auto takeMask = [&](Value mask) {
     bool triangle = looksCausal(mask);
     causal |= triangle;
+    if (triangle) {
+      llvm::DenseSet<Operation *> seen;
+      window = std::max(window, bandWindow(mask, 16, seen));
+    }
     if (!triangle || isActivation(mask)) {
       if (bias)
         return false; // one bias operand at most
@@ -415,7 +444,7 @@ LogicalResult fuseAttention(MatMulOp pv,
     operands.push_back(bias);
   SmallVector<NamedAttribute> attrs = fusedAttentionAttributes(
       b, {batch, heads, kvHeads, sq, sk, d, dv, scaleKnown ? scale : 0.0,
-          dropout, causal});
+          dropout, causal, causal ? window : 0});
   auto fused = b.create<FusedAttentionOp>(loc, TypeRange{ot}, operands, attrs);
   if (failed(mlir::verify(fused, /*verifyRecursively=*/false))) {
     fused->erase();

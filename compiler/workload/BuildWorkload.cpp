@@ -307,6 +307,7 @@ static void analyzeParallelism(func::FuncOp func, LayerKind &kind,
       c.attentionHeadDim = attention.getHeadDim();
       c.attentionValueDim = attention.getValueDim();
       c.attentionCausal = attention.getCausal();
+      c.attentionWindow = attention.getWindow() ? *attention.getWindow() : 0;
       kind.attentionHeads =
           std::max<int>(kind.attentionHeads, int(attention.getHeads()));
       kind.attentionKvHeads =

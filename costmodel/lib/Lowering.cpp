@@ -239,6 +239,7 @@ Instruction PipelineLowering::attention(const OpCost &op, const OpPrice &o,
   in.precision = o.precision;
   in.backward = backward;
   in.causal = op.attentionCausal;
+  in.window = op.attentionWindow;
   in.batch = roundUp(double(std::max<int64_t>(1, op.attentionBatch)) *
                      double(s.microBatch) /
                      double(std::max<int64_t>(1, w.batchSize)));

@@ -87,14 +87,16 @@ static std::string describe(const ProgramSet &set, const Instruction &in) {
                   precisionName(in.precision));
     return buf;
   case InstrKind::Attention:
-    std::snprintf(buf, sizeof buf,
-                  "attention %s batch=%lld heads=%lld kv_heads=%lld q=%lld "
-                  "kv=%lld d=%lld dv=%lld%s %s",
-                  in.backward ? "backward" : "forward", (long long)in.batch,
-                  (long long)in.heads, (long long)in.kvHeads,
-                  (long long)in.qLen, (long long)in.kvLen,
-                  (long long)in.headDim, (long long)in.valueDim,
-                  in.causal ? " causal" : "", precisionName(in.precision));
+    std::snprintf(
+        buf, sizeof buf,
+        "attention %s batch=%lld heads=%lld kv_heads=%lld q=%lld "
+        "kv=%lld d=%lld dv=%lld%s%s %s",
+        in.backward ? "backward" : "forward", (long long)in.batch,
+        (long long)in.heads, (long long)in.kvHeads, (long long)in.qLen,
+        (long long)in.kvLen, (long long)in.headDim, (long long)in.valueDim,
+        in.causal ? " causal" : "",
+        in.window > 0 ? (" window=" + std::to_string(in.window)).c_str() : "",
+        precisionName(in.precision));
     return buf;
   case InstrKind::Kernel:
     return "kernel " + in.name + " " + className(in.kernelClass) + " " +
@@ -545,6 +547,8 @@ nlohmann::ordered_json programSetJson(const ProgramSet &set) {
         x["kv_len"] = in.kvLen, x["head_dim"] = in.headDim,
         x["value_dim"] = in.valueDim, x["causal"] = in.causal,
         x["backward"] = in.backward;
+        if (in.window > 0)
+          x["window"] = in.window;
         x["precision"] = precisionName(in.precision);
         break;
       case InstrKind::Kernel:
@@ -662,6 +666,7 @@ llvm::Expected<ProgramSet> programSetFromJson(const nlohmann::json &j) {
         in.headDim = checkedIntegerOr<int64_t>(x, "head_dim", 0);
         in.valueDim = checkedIntegerOr<int64_t>(x, "value_dim", 0);
         in.causal = x.value("causal", false);
+        in.window = checkedIntegerOr<int64_t>(x, "window", 0);
         in.backward = x.value("backward", false);
         if (x.contains("precision")) {
           auto p2 = precisionFromName(x["precision"].get<std::string>());

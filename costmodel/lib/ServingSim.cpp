@@ -288,7 +288,8 @@ public:
 private:
   bool trtllm() const { return pricer.engine() == ServingEngine::TensorRtLlm; }
   int64_t blocksFor(int64_t tokens) const {
-    return (tokens + limits.blockTokens - 1) / limits.blockTokens;
+    double held = pricer.tokensHeld(double(tokens), limits.blockTokens);
+    return int64_t(std::ceil(held / double(limits.blockTokens)));
   }
   void preempt(size_t id);
   bool schedule(StepBatch &b, std::vector<size_t> &members);
@@ -318,22 +319,21 @@ void Replica::preempt(size_t id) {
 
 bool Replica::schedule(StepBatch &b, std::vector<size_t> &members) {
   int64_t budget = limits.maxBatchedTokens;
+  double window = double(pricer.window());
   bool preempted = false;
   auto add = [&](Live &v, int64_t n) {
     v.scheduled = n;
     v.inFlight = true;
     bool prefill = v.computed < v.target;
     if (prefill) {
-      double q = double(n), p = double(v.computed);
       b.prefillTokens += n;
       ++b.prefillRequests;
-      b.prefillPairs += q * (p + (q + 1) / 2);
-      b.prefillKeys += p + q;
+      b.addPrefill(double(v.computed), double(n), window);
       if (v.computed + n >= v.target)
         ++b.sampled;
     } else {
       ++b.decodeRequests;
-      b.decodeKeys += double(v.computed + 1);
+      b.addDecode(double(v.computed + 1), window);
       ++b.sampled;
     }
     budget -= n;
@@ -508,6 +508,19 @@ void Replica::run(std::vector<ServingRequest> reqs, int concurrency,
     // up to the first request that finishes, the next arrival, or (vLLM)
     // the blocks left.
     int64_t k = 1;
+    // The run's step `steps` after this one: every request one key more
+    // a step (a sliding window's keys stop growing at the window).
+    auto later = [&](int64_t steps) {
+      StepBatch x = b;
+      x.decodeKeys += double(steps) * double(b.decodeRequests);
+      if (pricer.window() > 0) {
+        x.decodeKeysWindowed = 0;
+        for (size_t id : members)
+          x.decodeKeysWindowed += std::min(
+              double(live[id].computed + 1 + steps), double(pricer.window()));
+      }
+      return x;
+    };
     bool stable =
         pp == 1 && b.prefillTokens == 0 && members.size() == running.size() &&
         (waiting.empty() || int64_t(running.size()) >= limits.maxRequests ||
@@ -521,8 +534,7 @@ void Replica::run(std::vector<ServingRequest> reqs, int concurrency,
       if (concurrency <= 0 && nextArrival < live.size() && k > 1) {
         // Step i of the run takes t0 + i·d: the run stops at the first
         // step that starts after the next arrival.
-        StepBatch far = b;
-        far.decodeKeys += double(k - 1) * double(b.decodeRequests);
+        StepBatch far = later(k - 1);
         double t0 = t.latencyS;
         double d = std::max(0.0, (pricer.price(far).latencyS - t0) /
                                      double(k - 1));
@@ -545,8 +557,7 @@ void Replica::run(std::vector<ServingRequest> reqs, int concurrency,
     }
     double latency = t.latencyS, interval = t.latencyS;
     if (k > 1) {
-      StepBatch last = b;
-      last.decodeKeys += double(k - 1) * double(b.decodeRequests);
+      StepBatch last = later(k - 1);
       StepTime tl = pricer.price(last);
       latency = interval = double(k) * (t.latencyS + tl.latencyS) / 2;
       for (size_t id : members) {
@@ -615,7 +626,8 @@ llvm::Error checkFits(const StepPricer &pricer, const SchedulerLimits &limits,
   int pp = pricer.replica().pp;
   int64_t laneTokens = limits.kvCacheTokens / pp;
   int64_t capacity = laneTokens / limits.blockTokens * limits.blockTokens;
-  if (longest <= capacity)
+  if (pricer.tokensHeld(double(longest), limits.blockTokens) <=
+      double(capacity))
     return llvm::Error::success();
   return simError("workload " + name + ": a request of " +
                   std::to_string(longest) +

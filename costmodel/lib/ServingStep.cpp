@@ -161,6 +161,7 @@ StepPricer::create(const Workload &w, const ServingReplica &replica,
   auto stages = stageCounts(w, replica.pp);
   size_t headKind = w.layers.size() > 1 ? w.layers.back().kind : size_t(-1);
   bool anyAttention = false, anyExperts = false;
+  double kvAll = 0, kvWindowed = 0;
   for (size_t ki = 0; ki < w.kinds.size(); ++ki) {
     const LayerKind &k = w.kinds[ki];
     Kind out;
@@ -192,6 +193,20 @@ StepPricer::create(const Workload &w, const ServingReplica &replica,
         t.headDim = double(op.attentionHeadDim);
         t.valueDim = double(op.attentionValueDim > 0 ? op.attentionValueDim
                                                      : op.attentionHeadDim);
+        // The cache's bytes per token this op keeps, and in which window.
+        double kv = double(k.count) * t.kvHeads * (t.headDim + t.valueDim);
+        kvAll += kv;
+        if (op.attentionWindow > 0) {
+          if (p.window_ > 0 && p.window_ != op.attentionWindow)
+            return servingError(
+                "serving: the model's attention layers slide windows of " +
+                std::to_string(p.window_) + " and " +
+                std::to_string(op.attentionWindow) +
+                " keys; one window (beside full attention) is priced");
+          p.window_ = op.attentionWindow;
+          t.windowed = true;
+          kvWindowed += kv;
+        }
       } else if (op.contraction && op.weighted) {
         t.kind = TokenOp::Linear;
         t.cls = KernelClass::Gemm;
@@ -244,6 +259,7 @@ StepPricer::create(const Workload &w, const ServingReplica &replica,
   if (!anyAttention)
     return servingError("serving: the model has no fused attention op "
                         "keeping a KV cache");
+  p.windowedKvFraction_ = kvAll > 0 ? kvWindowed / kvAll : 0;
   if (replica.ep > 1 && !anyExperts)
     return servingError("serving: ep=" + std::to_string(replica.ep) +
                         ": the model has no mixture-of-experts layer to "
@@ -301,9 +317,15 @@ double StepPricer::kindSeconds(const Kind &k, const StepBatch &b,
                                 pairs / queries, false);
       };
       if (b.prefillTokens > 0)
-        s += kernel(double(b.prefillTokens), b.prefillKeys, b.prefillPairs);
+        s += op.windowed ? kernel(double(b.prefillTokens),
+                                  b.prefillKeysWindowed, b.prefillPairsWindowed)
+                         : kernel(double(b.prefillTokens), b.prefillKeys,
+                                  b.prefillPairs);
       if (b.decodeRequests > 0)
-        s += kernel(double(b.decodeRequests), b.decodeKeys, b.decodeKeys);
+        s += op.windowed
+                 ? kernel(double(b.decodeRequests), b.decodeKeysWindowed,
+                          b.decodeKeysWindowed)
+                 : kernel(double(b.decodeRequests), b.decodeKeys, b.decodeKeys);
       t.attentionS += s;
       break;
     }
@@ -323,6 +345,24 @@ double StepPricer::kindSeconds(const Kind &k, const StepBatch &b,
     }
   }
   return total;
+}
+
+void StepBatch::addPrefill(double p, double q, double window) {
+  prefillPairs += q * (p + (q + 1) / 2);
+  prefillKeys += p + q;
+  if (window <= 0)
+    return;
+  // Query i (0-based) of the chunk sees min(p + i + 1, window) keys: the
+  // ramp up to the window, then window each.
+  double ramp = std::clamp(window - p, 0.0, q); // queries below the window
+  prefillPairsWindowed += ramp * (p + (ramp + 1) / 2) + (q - ramp) * window;
+  prefillKeysWindowed += std::min(p + q, q + window - 1);
+}
+
+void StepBatch::addDecode(double context, double window) {
+  decodeKeys += context;
+  if (window > 0)
+    decodeKeysWindowed += std::min(context, window);
 }
 
 /// A mixture-of-experts GEMM with its experts split whole over `ep` ranks:

@@ -34,6 +34,8 @@ orrery::fusedAttentionAttributes(Builder &b, const AttentionShape &s) {
       b.getNamedAttr("dropout", b.getF64FloatAttr(s.dropout))};
   if (s.causal)
     attrs.push_back(b.getNamedAttr("causal", b.getUnitAttr()));
+  if (s.window > 0)
+    attrs.push_back(b.getNamedAttr("window", b.getI64IntegerAttr(s.window)));
   return attrs;
 }
 
@@ -48,6 +50,12 @@ LogicalResult FusedAttentionOp::verify() {
       return emitOpError() << "'" << name << "' must be positive, got " << v;
   if (h % kvh != 0)
     return emitOpError() << "kv_heads " << kvh << " must divide heads " << h;
+  if (auto w = getWindow()) {
+    if (*w < 1)
+      return emitOpError() << "window must be positive, got " << *w;
+    if (!getCausal())
+      return emitOpError() << "a window needs the causal mask";
+  }
   double p = getDropout().convertToDouble();
   if (!(p >= 0 && p < 1))
     return emitOpError() << "dropout must be in [0, 1), got " << p;
@@ -75,10 +83,18 @@ double FusedAttentionOp::computedBlockFraction() {
   int64_t nq = (q + kAttentionBlock - 1) / kAttentionBlock;
   int64_t nk = (k + kAttentionBlock - 1) / kAttentionBlock;
   int64_t offset = std::max<int64_t>(0, k - q);
+  // A window: row r sees keys r + offset - window + 1 to r + offset.
+  int64_t window = getWindow() ? *getWindow() : 0;
   int64_t computed = 0;
   for (int64_t i = 0; i < nq; ++i) {
     int64_t lastKey = std::min(k, (i + 1) * kAttentionBlock + offset);
-    computed += std::min(nk, (lastKey + kAttentionBlock - 1) / kAttentionBlock);
+    int64_t last =
+        std::min(nk, (lastKey + kAttentionBlock - 1) / kAttentionBlock);
+    int64_t first = 0;
+    if (window > 0)
+      first = std::max<int64_t>(0, i * kAttentionBlock + offset - window + 1) /
+              kAttentionBlock;
+    computed += std::max<int64_t>(0, last - first);
   }
   return double(computed) / double(nq * nk);
 }

@@ -41,7 +41,11 @@ void attention(Scratch &s, const Instruction &in) {
       // Causal: keys up to the block's last query (query i sees the first
       // i + 1 keys when the lengths match).
       int64_t keys = in.causal ? std::min(kv, q0 + rows + (kv - q)) : kv;
-      keys = std::max<int64_t>(1, keys);
+      // A sliding window: from the first row's first key of the band.
+      int64_t first = in.window > 0
+                          ? std::max<int64_t>(0, q0 + (kv - q) - in.window + 1)
+                          : 0;
+      keys = std::max<int64_t>(1, keys - std::min(first, keys - 1));
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(rows),
                   int(keys), int(d), 1.0f, Q, int(d), K, int(d), 0.0f, S,
                   int(keys));

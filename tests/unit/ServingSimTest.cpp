@@ -318,6 +318,45 @@ TEST(ServingStep, ExpertParallelDecodeWaitsForTheBusiestRank) {
             std::string::npos);
 }
 
+// Mistral 7B v0.1 attends over a sliding window of 4,096 keys in every
+// layer: a request's cache never holds more than the window and a block,
+// a decode at 32K of context reads what one at 4K does, and a prompt's
+// queries past the window each compute 4,096 query-key pairs.
+TEST(ServingStep, SlidingWindowCapsTheCacheAndTheKeys) {
+  Served s("mistral-7b-v0.1", "1xH100-SXM");
+  StepPricer p = s.pricer(1);
+  EXPECT_EQ(p.window(), 4096);
+  EXPECT_DOUBLE_EQ(p.windowedKvFraction(), 1.0);
+  EXPECT_DOUBLE_EQ(p.tokensHeld(1000, 16), 1000);
+  EXPECT_DOUBLE_EQ(p.tokensHeld(32768, 16), 4096 + 16);
+  auto decodeAt = [](double context) { // 64 requests
+    StepBatch b;
+    b.decodeRequests = b.sampled = 64;
+    for (int i = 0; i < 64; ++i)
+      b.addDecode(context, 4096);
+    return b;
+  };
+  EXPECT_DOUBLE_EQ(p.price(decodeAt(32768)).attentionS,
+                   p.price(decodeAt(4096)).attentionS);
+  EXPECT_GT(p.price(decodeAt(4096)).attentionS,
+            2.5 * p.price(decodeAt(1024)).attentionS);
+  // A prompt of 8,192: 4,096 queries ramp up (4096·4097/2 pairs), 4,096
+  // see the whole window; a later chunk of 2,048 after 6,000 cached tokens
+  // sees 4,096 keys a query and reads 2,048 + 4,095 of them.
+  StepBatch pre;
+  pre.addPrefill(0, 8192, 4096);
+  EXPECT_DOUBLE_EQ(pre.prefillPairsWindowed, 4096.0 * 4097 / 2 + 4096.0 * 4096);
+  EXPECT_DOUBLE_EQ(pre.prefillPairs, 8192.0 * 8193 / 2);
+  StepBatch chunk;
+  chunk.addPrefill(6000, 2048, 4096);
+  EXPECT_DOUBLE_EQ(chunk.prefillPairsWindowed, 2048.0 * 4096);
+  EXPECT_DOUBLE_EQ(chunk.prefillKeysWindowed, 2048.0 + 4095);
+  // Mistral 7B v0.3 (no window) keeps every token.
+  Served full("mistral-7b", "1xH100-SXM");
+  EXPECT_EQ(full.pricer(1).window(), 0);
+  EXPECT_DOUBLE_EQ(full.pricer(1).tokensHeld(32768, 16), 32768);
+}
+
 TEST(ServingStep, RefusesWhatItCannotPrice) {
   Served s("llama3-8b", "1xA100-80G");
   auto replica = servingReplicaOn(s.cluster.sites[0].nodeGroups[0], 1, 1);

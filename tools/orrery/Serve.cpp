@@ -127,6 +127,9 @@ struct Pool {
   int tp = 1, pp = 1, replicas = 1, ep = 1;
   ServingMemory memory;
   SchedulerLimits limits;
+  /// The cache a request of the workload's mean length holds (less than
+  /// its tokens under a sliding window).
+  double meanRequestTokensHeld = 0;
   int devices() const { return tp * pp * replicas; }
   std::string name() const {
     return group->device->name + " tp=" + std::to_string(tp) +
@@ -253,7 +256,12 @@ llvm::Expected<StepPricer> preparePool(const Context &cx, Pool &pool) {
     return mem.takeError();
   pool.memory = *mem;
   pool.limits.kvCacheTokens = mem->maxTokens;
-  return StepPricer::create(cx.w, *replica, cx.precision, cx.engine);
+  auto pricer = StepPricer::create(cx.w, *replica, cx.precision, cx.engine);
+  if (pricer)
+    pool.meanRequestTokensHeld =
+        pricer->tokensHeld(cx.workload.meanInput() + cx.workload.meanOutput(),
+                           pool.limits.blockTokens);
+  return pricer;
 }
 
 /// The prompt's cache from a prefill replica to a decode replica: over
@@ -819,8 +827,7 @@ int serveModule(mlir::ModuleOp module, const ModelArgs &args,
                   "of %.0f)\n",
                   which, (long long)p.limits.kvCacheTokens,
                   (long long)(p.limits.kvCacheTokens /
-                              std::max(1.0, workload->meanInput() +
-                                                workload->meanOutput())),
+                              std::max(1.0, p.meanRequestTokensHeld)),
                   workload->meanInput() + workload->meanOutput());
     os << buf;
   };

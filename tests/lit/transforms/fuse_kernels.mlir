@@ -39,6 +39,40 @@ func.func @causal(%q: tensor<1x2x256x16xf16>, %kt: tensor<1x2x16x256xf16>, %v: t
 
 // -----
 
+// Sliding-window attention as models/generate.py writes Mistral 7B v0.1's:
+// the causal triangle plus the band 128 or more keys back
+// (torch.tril(full, -128)). Each query sees itself and 127 keys before it:
+// `window = 128`. Of the 4 x 4 blocks of 128, query block i > 0 computes
+// key blocks i - 1 and i (its first row, 128i, sees keys from 128i - 127),
+// block 0 its own: 7 of 16 (causal alone: 10), so 7/16 of the
+// 2·1·2·512·512·32 FLOPs.
+// CHECK-LABEL: func.func @sliding
+// CHECK-NOT: orrery.trilu
+// CHECK: orrery.fused_attention
+// CHECK-SAME: causal
+// CHECK-SAME: window = 128 : i64
+// COST-LABEL: func.func @sliding
+// COST: orrery.fused_attention
+// COST-SAME: fwd_flops = 14680064 : i64
+func.func @sliding(%q: tensor<1x2x512x16xf16>, %kt: tensor<1x2x16x512xf16>, %v: tensor<1x2x512x16xf16>) -> tensor<1x2x512x16xf16> {
+  %s = orrery.matmul(%q, %kt) : (tensor<1x2x512x16xf16>, tensor<1x2x16x512xf16>) -> tensor<1x2x512x512xf16>
+  %c = orrery.constant dense<2.500000e-01> : tensor<f16>
+  %t = orrery.mul(%s, %c) : (tensor<1x2x512x512xf16>, tensor<f16>) -> tensor<1x2x512x512xf16>
+  %shape = orrery.constant dense<512> : tensor<2xi64>
+  %full = orrery.constant_of_shape(%shape) {value = dense<-6.550400e+04> : tensor<1xf16>} : (tensor<2xi64>) -> tensor<512x512xf16>
+  %one = orrery.constant dense<1> : tensor<i64>
+  %tri = orrery.trilu(%full, %one) {upper = 1 : i64} : (tensor<512x512xf16>, tensor<i64>) -> tensor<512x512xf16>
+  %back = orrery.constant dense<-128> : tensor<i64>
+  %band = orrery.trilu(%full, %back) {upper = 0 : i64} : (tensor<512x512xf16>, tensor<i64>) -> tensor<512x512xf16>
+  %mask = orrery.add(%tri, %band) : (tensor<512x512xf16>, tensor<512x512xf16>) -> tensor<512x512xf16>
+  %m = orrery.add(%t, %mask) : (tensor<1x2x512x512xf16>, tensor<512x512xf16>) -> tensor<1x2x512x512xf16>
+  %p = orrery.softmax(%m) {axis = -1 : i64} : (tensor<1x2x512x512xf16>) -> tensor<1x2x512x512xf16>
+  %o = orrery.matmul(%p, %v) : (tensor<1x2x512x512xf16>, tensor<1x2x512x16xf16>) -> tensor<1x2x512x16xf16>
+  return %o : tensor<1x2x512x16xf16>
+}
+
+// -----
+
 // Grouped-query attention: each of 2 key-value heads is repeated for 2
 // query heads (Reshape, Expand, Reshape); the fused op reads the 2 heads.
 // CHECK-LABEL: func.func @grouped

@@ -69,6 +69,7 @@ struct Instruction {
   int64_t heads = 0, kvHeads = 0, qLen = 0, kvLen = 0, headDim = 0,
           valueDim = 0;
   bool causal = false, backward = false;
+  int64_t window = 0; ///< Attention: a sliding window of keys (0: none)
   Precision precision = Precision::BF16;
   KernelClass kernelClass = KernelClass::Pointwise;
   /// FLOPs done; bytes moved (a kernel's memory traffic, a message's

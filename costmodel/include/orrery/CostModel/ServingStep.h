@@ -94,6 +94,14 @@ struct StepBatch {
   /// Requests that sample a token this step (the output head runs for
   /// them only): every decode and each prefill that finishes its prompt.
   int64_t sampled = 0;
+  /// The same three for sliding-window layers, each query seeing at most
+  /// the model's window of keys (set when the model has one).
+  double prefillPairsWindowed = 0, prefillKeysWindowed = 0,
+         decodeKeysWindowed = 0;
+  /// Adds a prompt chunk of q tokens after p cached ones, and a decode of
+  /// a request whose context is `context` tokens (its new one included).
+  void addPrefill(double p, double q, double window);
+  void addDecode(double context, double window);
   int64_t tokens() const { return prefillTokens + decodeRequests; }
 };
 
@@ -139,6 +147,21 @@ public:
   StepTime price(const StepBatch &b) const;
   const ServingReplica &replica() const { return replica_; }
   ServingEngine engine() const { return engine_; }
+  /// The sliding window of the model's windowed attention layers (0: none)
+  /// and their share of the KV cache's bytes per token.
+  int64_t window() const { return window_; }
+  double windowedKvFraction() const { return windowedKvFraction_; }
+  /// The cache a request of `tokens` holds, in tokens of the full rate:
+  /// every token in full-attention layers, the window and a block in
+  /// sliding-window layers (vLLM frees the blocks that fall out of the
+  /// window; TensorRT-LLM's cache is cyclic).
+  double tokensHeld(double tokens, int64_t blockTokens) const {
+    if (window_ <= 0)
+      return tokens;
+    return (1 - windowedKvFraction_) * tokens +
+           windowedKvFraction_ *
+               std::min(tokens, double(window_ + blockTokens));
+  }
 
   /// One op of a layer kind, reduced to what a step needs: its work per
   /// token on one rank.
@@ -153,8 +176,10 @@ public:
     int experts = 0, topK = 0;      ///< a mixture-of-experts GEMM
     int expertParallel = 1;         ///< its experts split whole over ranks
     double allReduceBytesPerToken = 0; ///< tensor-parallel, after it
-    /// Attention: query heads and kv heads on one rank, head dims.
+    /// Attention: query heads and kv heads on one rank, head dims, and a
+    /// sliding window.
     double heads = 0, kvHeads = 0, headDim = 0, valueDim = 0;
+    bool windowed = false;
   };
   struct Kind {
     std::vector<TokenOp> ops;
@@ -174,6 +199,8 @@ private:
   const KernelModel *kernels_ = nullptr;
   std::vector<Kind> kinds_;
   double kvBytesPerElement_ = 2;
+  int64_t window_ = 0;
+  double windowedKvFraction_ = 0;
 };
 
 } // namespace orrery

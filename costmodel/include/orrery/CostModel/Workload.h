@@ -77,6 +77,8 @@ struct OpCost {
   /// around), at the workload's batch.
   int64_t attentionKvBytes = 0;
   bool attentionCausal = false;
+  /// Sliding-window attention: the keys each query sees (0: all of them).
+  int64_t attentionWindow = 0;
   /// A contraction as the GEMM a runtime runs, at the workload's batch:
   /// gemmBatch products of [gemmM, gemmK] x [gemmK, gemmN] with the op's
   /// result ([.., m, n]; a convolution's output channels are n, its other

@@ -115,6 +115,7 @@ struct AttentionShape {
           headDim = 1, valueDim = 1;
   double scale = 0, dropout = 0;
   bool causal = false;
+  int64_t window = 0; ///< sliding window in keys (with causal); 0: none
 };
 /// The attributes of a fused attention op of shape `s`, for its builders
 /// (the fusion pass and the importer of ONNX's own Attention).

@@ -27,13 +27,16 @@ def Orrery_FusedAttentionOp : Orrery_Op<"fused_attention",
     mask or bias that depends on the data (a padding mask); a causal mask
     built in the graph is the `causal` attribute, not an operand. `dropout`
     is applied to the probabilities inside the kernel (it keeps the random
-    generator's state, not a mask).
+    generator's state, not a mask). `window` (with `causal`): sliding-window
+    attention, each query seeing itself and the `window` - 1 keys before it
+    (Mistral, Gemma's local layers; FlashAttention's window_size), a band
+    mask built in the graph.
 
     Cost: forward 2 · batch · heads · q_len · kv_len · (head_dim +
     value_dim) FLOPs times the fraction of 128 × 128 blocks the kernel
     computes (1; under a causal mask the blocks on and below the diagonal,
     (n + 1) / 2n of them for n blocks per side: the diagonal blocks are
-    computed whole). Backward 2.5 × forward (its five GEMMs, recomputing
+    computed whole; under a window, the blocks that hold a key of the band). Backward 2.5 × forward (its five GEMMs, recomputing
     the scores). Bytes: the operands read and the result and the
     log-sum-exp rows (fp32, batch · heads · q_len) written: O(s · d), not
     O(s²). Keeps Q, K, V, the output and the log-sum-exp rows.
@@ -53,7 +56,7 @@ def Orrery_FusedAttentionOp : Orrery_Op<"fused_attention",
                        I64Attr:$batch, I64Attr:$heads, I64Attr:$kv_heads,
                        I64Attr:$q_len, I64Attr:$kv_len, I64Attr:$head_dim,
                        I64Attr:$value_dim, UnitAttr:$causal, F64Attr:$scale,
-                       F64Attr:$dropout);
+                       F64Attr:$dropout, OptionalAttr<I64Attr>:$window);
   let results = (outs AnyRankedTensor:$output);
   let assemblyFormat =
       "`(` $query `,` $key `,` $value (`,` $bias^)? `)` attr-dict `:` "
