@@ -50,6 +50,9 @@ def simulate(orrery, row):
     hw, par, wl = row["hardware"], row["parallel"], row["workload"]
     device = GPUS[hw["gpu"]]
     tp, pp = par["tp"], par.get("pp", 1)
+    # trtllm-bench splits a mixture of experts' experts by tp (moe_tp_size)
+    # unless told an ep size: the rows give none.
+    ep = par.get("ep", 1)
     n = tp * pp
     isl, osl = wl["isl"], wl["osl"]
     requests = REQUESTS.get((isl, osl), 1000)
@@ -57,7 +60,7 @@ def simulate(orrery, row):
     cmd = [orrery, "serve", MODELS[row["model"]["key"]],
            "--cluster", f"{n}x{device}" if n <= 8 else f"{n // 8}x8x{device}",
            "--engine", "trtllm",
-           "--strategy", f"tp={tp},pp={pp},replicas=1",
+           "--strategy", f"tp={tp},pp={pp},ep={ep},replicas=1",
            "--workload", f"isl={isl},osl={osl},requests={requests},offline",
            "--precision", "fp8" if fp8 else "fp16",
            "--kv-cache", "fp8" if fp8 else "auto", "--json"]
