@@ -37,6 +37,15 @@ struct Served {
   }
 };
 
+/// One request's whole prompt of `tokens`, sampling its first token.
+StepBatch prompt(int64_t tokens) {
+  StepBatch b;
+  b.prefillTokens = tokens;
+  b.prefillRequests = b.sampled = 1;
+  b.addPrefill(0, double(tokens), 0);
+  return b;
+}
+
 StepBatch decode(int64_t requests, int64_t context) {
   StepBatch b;
   b.decodeRequests = b.sampled = requests;
@@ -63,12 +72,7 @@ TEST(ServingStep, DecodeStreamsTheWeightsPrefillComputes) {
   EXPECT_GT(many.attentionS, 20 * one.attentionS); // 64x the cache read
   // A prefill of 8,192 tokens is compute-bound: 2 x 8.03e9 x 8192 FLOPs
   // at 80 % of 989 TFLOP/s is 0.166 s for the linear layers.
-  StepBatch pre;
-  pre.prefillTokens = 8192;
-  pre.prefillRequests = pre.sampled = 1;
-  pre.prefillPairs = 8192.0 * 8193 / 2;
-  pre.prefillKeys = 8192;
-  StepTime prefill = p.price(pre);
+  StepTime prefill = p.price(prompt(8192));
   double flops = 2.0 * 8030261248.0 * 8192;
   EXPECT_GT(prefill.linearS, 0.9 * flops / (0.8 * 989.4e12));
   EXPECT_LT(prefill.linearS, 1.3 * flops / (0.8 * 989.4e12));
@@ -84,7 +88,7 @@ TEST(ServingStep, DecodeStreamsTheWeightsPrefillComputes) {
                  (h100.memoryBandwidthBytesPerS *
                   KernelModel{}.gemmMemoryEfficiency);
   EXPECT_NEAR(one.linearS - int4.linearS, saved, 0.05 * saved);
-  EXPECT_NEAR(s.pricer(1, "int4").price(pre).linearS, prefill.linearS,
+  EXPECT_NEAR(s.pricer(1, "int4").price(prompt(8192)).linearS, prefill.linearS,
               0.05 * prefill.linearS);
 }
 
@@ -292,12 +296,7 @@ TEST(ServingStep, ExpertParallelDecodeWaitsForTheBusiestRank) {
   EXPECT_GT(epOne.linearS, 2.0 * tpOne.linearS);
   EXPECT_EQ(epOne.communicationS, tpOne.communicationS); // the same all-reduces
   EXPECT_EQ(epOne.attentionS, tpOne.attentionS);
-  StepBatch pre;
-  pre.prefillTokens = 8192;
-  pre.prefillRequests = pre.sampled = 1;
-  pre.prefillPairs = 8192.0 * 8193 / 2;
-  pre.prefillKeys = 8192;
-  StepTime tpPre = tp.price(pre), epPre = ep.price(pre);
+  StepTime tpPre = tp.price(prompt(8192)), epPre = ep.price(prompt(8192));
   EXPECT_LT(epPre.linearS, 1.15 * tpPre.linearS);
   EXPECT_GT(epPre.linearS, 0.85 * tpPre.linearS);
   EXPECT_LT(epPre.linearS / tpPre.linearS, 0.5 * epOne.linearS / tpOne.linearS);
