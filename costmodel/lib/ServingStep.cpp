@@ -105,26 +105,21 @@ llvm::Expected<ServingReplica> servingReplicaOn(const NodeGroup &g, int tp,
 }
 
 namespace {
-/// Layers per stage: the longest run (the body) split evenly, what comes
-/// before it on the first stage and what follows on the last.
+/// Instances of each layer kind on each stage, the stages split as
+/// training splits them (Workload::layersPerChunk).
 std::vector<std::vector<int64_t>> stageCounts(const Workload &w, int pp) {
   std::vector<std::vector<int64_t>> perKind(
       w.kinds.size(), std::vector<int64_t>(size_t(pp), 0));
-  size_t body = 0;
-  for (size_t r = 0; r < w.layers.size(); ++r)
-    if (w.layers[r].count > w.layers[body].count)
-      body = r;
-  for (size_t r = 0; r < w.layers.size(); ++r) {
-    const LayerRun &run = w.layers[r];
-    if (r < body)
-      perKind[run.kind][0] += run.count;
-    else if (r > body)
-      perKind[run.kind][size_t(pp - 1)] += run.count;
-    else
-      for (int s = 0; s < pp; ++s)
-        perKind[run.kind][size_t(s)] +=
-            run.count / pp + (s < run.count % pp ? 1 : 0);
-  }
+  std::vector<int> sizes = w.layersPerChunk(pp);
+  size_t stage = 0;
+  int left = sizes.empty() ? 0 : sizes[0];
+  for (const LayerRun &run : w.layers)
+    for (int64_t i = 0; i < run.count; ++i) {
+      while (left == 0 && stage + 1 < sizes.size())
+        left = sizes[++stage];
+      ++perKind[run.kind][stage];
+      --left;
+    }
   return perKind;
 }
 } // namespace

@@ -98,31 +98,8 @@ Simulation::chunkLayers(std::vector<size_t> &sequence) const {
     for (int64_t i = 0; i < run.count; ++i)
       sequence.push_back(run.kind);
   int chunks = s.pp * s.virtualStages;
-  std::vector<int> sizes;
-  if (!s.stageLayers.empty()) {
-    sizes = s.stageLayers;
-  } else {
-    // The longest run is the body; what precedes it joins the first chunk,
-    // what follows the last.
-    size_t bodyRun = 0;
-    for (size_t r = 0; r < w.layers.size(); ++r)
-      if (w.layers[r].count > w.layers[bodyRun].count)
-        bodyRun = r;
-    int64_t before = 0, after = 0;
-    for (size_t r = 0; r < w.layers.size(); ++r)
-      (r < bodyRun   ? before
-       : r > bodyRun ? after
-                     : before) += r == bodyRun ? 0 : w.layers[r].count;
-    int64_t body = w.layers[bodyRun].count;
-    if (body < chunks) { // too few repeats: split all layers evenly
-      body = int64_t(sequence.size());
-      before = after = 0;
-    }
-    for (int i = 0; i < chunks; ++i)
-      sizes.push_back(int(body / chunks + (i < body % chunks ? 1 : 0)));
-    sizes.front() += int(before);
-    sizes.back() += int(after);
-  }
+  std::vector<int> sizes =
+      s.stageLayers.empty() ? w.layersPerChunk(chunks) : s.stageLayers;
   std::vector<std::vector<int>> out(chunks);
   int next = 0;
   for (int i = 0; i < chunks; ++i)

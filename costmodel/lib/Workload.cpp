@@ -45,6 +45,32 @@ bool parseKernelFusion(const std::string &name, KernelFusion &out) {
   return false;
 }
 
+std::vector<int> Workload::layersPerChunk(int chunks) const {
+  std::vector<int> sizes;
+  if (chunks < 1)
+    return sizes;
+  size_t bodyRun = 0;
+  int64_t total = 0;
+  for (size_t r = 0; r < layers.size(); ++r) {
+    total += layers[r].count;
+    if (layers[r].count > layers[bodyRun].count)
+      bodyRun = r;
+  }
+  int64_t before = 0, after = 0,
+          body = layers.empty() ? 0 : layers[bodyRun].count;
+  for (size_t r = 0; r < layers.size(); ++r)
+    (r < bodyRun ? before : after) += r == bodyRun ? 0 : layers[r].count;
+  if (body < chunks) { // too few repeats: split all layers evenly
+    body = total;
+    before = after = 0;
+  }
+  for (int i = 0; i < chunks; ++i)
+    sizes.push_back(int(body / chunks + (i < body % chunks ? 1 : 0)));
+  sizes.front() += int(before);
+  sizes.back() += int(after);
+  return sizes;
+}
+
 int64_t Workload::totalOps() const {
   int64_t n = 0;
   for (const auto &[name, count] : opHistogram)

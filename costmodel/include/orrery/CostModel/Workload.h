@@ -299,6 +299,12 @@ struct Workload {
   int64_t forwardFlops() const;
   int64_t backwardFlops() const;
   int64_t savedActivationBytes() const;
+  /// Layers in each of `chunks` consecutive pipeline chunks, in model
+  /// order, as Megatron-LM splits them by default: the longest run of
+  /// repeated layers (the body) evenly, what precedes it joining the first
+  /// chunk and what follows the last; every layer evenly when the body has
+  /// fewer repeats than chunks. Training's stages and serving's share it.
+  std::vector<int> layersPerChunk(int chunks) const;
 };
 
 } // namespace orrery
