@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <sstream>
 #include <type_traits>
 
@@ -122,18 +123,42 @@ int checkServingPlan(mlir::ModuleOp module, const ModelArgs &args,
                   "gives " + it.value().dump() +
                   ": the plan is for another model, cluster or version");
   }
-  const nlohmann::json &wm = was.value("metrics", nlohmann::json());
+  // Every figure of the simulation, the latency percentiles included: the
+  // simulator is deterministic, so serving again gives the same numbers.
+  std::function<std::string(const nlohmann::json &, const nlohmann::json &,
+                            const std::string &)>
+      differs = [&](const nlohmann::json &w, const nlohmann::json &n,
+                    const std::string &path) -> std::string {
+    if (n.is_object()) {
+      if (!w.is_object())
+        return path + ": expected an object";
+      for (auto it = n.begin(); it != n.end(); ++it) {
+        if (!w.contains(it.key()))
+          return path + "." + it.key() + ": missing";
+        std::string d = differs(w[it.key()], it.value(), path + "." + it.key());
+        if (!d.empty())
+          return d;
+      }
+      return "";
+    }
+    if (n.is_number()) {
+      if (!w.is_number())
+        return path + ": expected a number";
+      double a = w.get<double>(), b = n.get<double>();
+      if (std::abs(a - b) > 1e-9 * std::max(1.0, std::abs(b)))
+        return path + " is " + w.dump() +
+               ", serving the plan's request again gives " + n.dump();
+      return "";
+    }
+    return w == n
+               ? ""
+               : path + " is " + w.dump() + ", serving again gives " + n.dump();
+  };
   const nlohmann::json &nm = now.value("metrics", nlohmann::json());
-  for (const char *key :
-       {"output_throughput_tok_per_s", "request_throughput_req_per_s"}) {
-    if (!wm.contains(key) || !wm[key].is_number())
-      return fail(what + ": chosen.metrics." + key + ": expected a number");
-    double a = wm[key].get<double>(), b = nm[key].get<double>();
-    if (std::abs(a - b) > 1e-9 * std::max(1.0, std::abs(b)))
-      return fail(what + ": chosen.metrics." + key + " is " + wm[key].dump() +
-                  ", serving the plan's request again gives " +
-                  nm[key].dump());
-  }
+  std::string d =
+      differs(was.value("metrics", nlohmann::json()), nm, "chosen.metrics");
+  if (!d.empty())
+    return fail(what + ": " + d);
   char buf[160];
   std::snprintf(buf, sizeof buf, "%.0f output tok/s on %d devices",
                 nm["output_throughput_tok_per_s"].get<double>(),
