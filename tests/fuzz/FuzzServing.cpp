@@ -1,7 +1,8 @@
 //===- FuzzServing.cpp - serving workloads and traces on arbitrary text --===//
 //
-// The first byte picks the reader: a `--workload` spec or a `--trace` CSV.
-// What parses and is small enough is served on a two-layer model with
+// The first byte picks the reader: a `--workload` spec or a `--trace` CSV,
+// and whether the model's attention slides a window of 64 keys. What
+// parses and is small enough is served on a two-layer model with
 // grouped-query attention, on a cache small enough that requests queue,
 // preempt, or do not fit: every path of the scheduler, each error one line.
 //
@@ -14,7 +15,7 @@
 
 namespace {
 
-orrery::Workload twoLayers() {
+orrery::Workload twoLayers(int64_t window) {
   using namespace orrery;
   Workload w;
   w.batchSize = 1;
@@ -38,6 +39,8 @@ orrery::Workload twoLayers() {
   attention.attentionKvHeads = 2;
   attention.attentionHeadDim = attention.attentionValueDim = 64;
   attention.forwardFlops = 4 * 128 * 128 * 4 * 64;
+  attention.attentionCausal = true;
+  attention.attentionWindow = window;
   k.ops = {linear, attention};
   w.kinds.push_back(k);
   w.layers.push_back({0, 2});
@@ -62,7 +65,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (tokens > 2e5)
       return 0;
   }
-  static const Workload model = twoLayers();
+  static const Workload full = twoLayers(0), sliding = twoLayers(64);
+  const Workload &model = data[0] & 2 ? sliding : full;
   NodeGroup g;
   g.device = HardwareCatalog::builtin().device("H100-SXM");
   g.devicesPerNode = 2;
