@@ -223,6 +223,11 @@ StepPricer::create(const Workload &w, const ServingReplica &replica,
                               : in + outB;
         if (op.experts > 1) {
           anyExperts = true;
+          if (replica.ep > op.experts)
+            return servingError("serving: ep=" + std::to_string(replica.ep) +
+                                " is more ranks than the " +
+                                std::to_string(op.experts) + " experts of '" +
+                                op.name + "' (each rank keeps whole experts)");
           t.experts = op.experts;
           t.topK = std::max<int>(
               1, int(std::lround(double(op.gemmBatch) * double(op.gemmM) /

@@ -315,6 +315,17 @@ TEST(ServingStep, ExpertParallelDecodeWaitsForTheBusiestRank) {
   ASSERT_FALSE(bool(uneven));
   EXPECT_NE(llvm::toString(uneven.takeError()).find("ep=1 or ep=tp=8"),
             std::string::npos);
+  // More ranks than experts: some rank would hold none (refused, not NaN).
+  Served wide("mixtral-8x7b", "16xH100-SXM");
+  auto sixteen =
+      servingReplicaOn(wide.cluster.sites[0].nodeGroups[0], 16, 1, 16);
+  ASSERT_TRUE(bool(sixteen));
+  auto tooMany =
+      StepPricer::create(wide.w, *sixteen, *bf16, ServingEngine::Vllm);
+  ASSERT_FALSE(bool(tooMany));
+  EXPECT_NE(llvm::toString(tooMany.takeError())
+                .find("ep=16 is more ranks than the 8 experts"),
+            std::string::npos);
 }
 
 // Mistral 7B v0.1 attends over a sliding window of 4,096 keys in every
