@@ -500,10 +500,7 @@ int serveModule(mlir::ModuleOp module, const ModelArgs &args,
     return fail(llvm::toString(fixed.takeError()));
 
   Context cx{w, *precision, engine, request, *workload, *slo};
-  bool moe = false;
-  for (const LayerKind &k : w.kinds)
-    for (const OpCost &op : k.ops)
-      moe |= op.experts > 1;
+  bool moe = w.experts() > 1;
   // TensorRT-LLM builds CUDA engines: NVIDIA devices only (vLLM also runs
   // on AMD, TPU, Gaudi and Neuron devices).
   auto engineRuns = [&](const NodeGroup &g) {
