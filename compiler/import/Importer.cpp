@@ -164,7 +164,8 @@ FailureOr<Attribute> Importer::denseValues(const onnx::ValueDesc &v) {
       attrs.push_back(FloatAttr::get(f, x));
     else
       attrs.push_back(IntegerAttr::get(
-          elem, APInt(elem.getIntOrFloatBitWidth(), (uint64_t)(int64_t)x,
+          elem, APInt(elem.getIntOrFloatBitWidth(),
+                      uint64_t(onnx::saturatingInt64(x)),
                       /*isSigned=*/true, /*implicitTrunc=*/true)));
   }
   return Attribute(DenseElementsAttr::get(*type, attrs));

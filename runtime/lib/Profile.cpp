@@ -166,8 +166,11 @@ profileCpu(const LaunchEnv &env, const ProfileOptions &options) {
           {"reduce-scatter", CollectiveKind::ReduceScatter},
           {"all-to-all", CollectiveKind::AllToAll},
           {"send-recv", CollectiveKind::SendRecv}};
-      for (const auto &[name, kind] : kinds)
+      for (const auto &entry : kinds)
         for (double bytes : {4e3, 64e3, 1e6, 4e6, 16e6}) {
+          // Named copies: a C++17 lambda cannot capture structured bindings.
+          const char *name = entry.first;
+          CollectiveKind kind = entry.second;
           auto once = [&] {
             runtime::runCollective(world, kind, bytes, env.worldSize,
                                    env.rank, tag++, scratch, options.timeout);

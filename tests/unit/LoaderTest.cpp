@@ -2,7 +2,9 @@
 #include "TestSupport.h"
 #include "orrery/Onnx/GraphDesc.h"
 
+#include <cmath>
 #include <fstream>
+#include <limits>
 #include <gtest/gtest.h>
 #include <random>
 #include <sstream>
@@ -38,6 +40,20 @@ TEST(Loader, LoadsTheFixtureWithBoundBatch) {
     EXPECT_TRUE(g.values.at(w).values.empty()) << w;
     EXPECT_EQ(g.values.at(w).kind, ValueKind::Param) << w;
   }
+}
+
+// Integer constants are held as doubles: INT64_MAX (a Slice's open end)
+// rounds to 2^63, which no int64 holds; converting it must saturate, not be
+// undefined (UBSan's float-cast-overflow found the importer doing so).
+TEST(Loader, IntegerConstantsSaturate) {
+  EXPECT_EQ(saturatingInt64(double(std::numeric_limits<int64_t>::max())),
+            std::numeric_limits<int64_t>::max());
+  EXPECT_EQ(saturatingInt64(-1e19), std::numeric_limits<int64_t>::min());
+  EXPECT_EQ(saturatingInt64(double(std::numeric_limits<int64_t>::min())),
+            std::numeric_limits<int64_t>::min());
+  EXPECT_EQ(saturatingInt64(std::nan("")), 0);
+  EXPECT_EQ(saturatingInt64(-42.0), -42);
+  EXPECT_EQ(saturatingInt64(0x1p62), int64_t(1) << 62);
 }
 
 TEST(Loader, UnboundDimIsNamed) {

@@ -122,16 +122,7 @@ int64_t product(const Shape &s) {
   return p;
 }
 
-int64_t toInt(double v) {
-  if (std::isnan(v))
-    return 0;
-  // Slice ends use INT64_MAX/MIN; doubles round them past the range.
-  if (v >= 9.2e18)
-    return std::numeric_limits<int64_t>::max();
-  if (v <= -9.2e18)
-    return std::numeric_limits<int64_t>::min();
-  return static_cast<int64_t>(v);
-}
+int64_t toInt(double v) { return saturatingInt64(v); }
 
 bool isFloatType(ElemType t) { return isFloatElemType(t); }
 

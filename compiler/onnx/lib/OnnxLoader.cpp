@@ -27,6 +27,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <set>
 #include <sstream>
 
@@ -118,6 +119,16 @@ ElemType elemTypeFromOnnx(int32_t t) {
   if (t < 0 || t > int32_t(ElemType::Float4E2M1))
     return ElemType::Undefined;
   return static_cast<ElemType>(t);
+}
+
+int64_t saturatingInt64(double v) {
+  if (std::isnan(v))
+    return 0;
+  if (v >= 0x1p63)
+    return std::numeric_limits<int64_t>::max();
+  if (v < -0x1p63)
+    return std::numeric_limits<int64_t>::min();
+  return static_cast<int64_t>(v);
 }
 
 bool isFloatElemType(ElemType t) {

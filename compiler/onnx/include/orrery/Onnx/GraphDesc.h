@@ -158,6 +158,10 @@ int64_t elemTypeBits(ElemType type);
 ElemType elemTypeFromOnnx(int32_t dataType);
 /// Floating-point types: the ones a weight is trained in or stored as.
 bool isFloatElemType(ElemType type);
+/// An integer constant's value (held as a double) as int64, saturating:
+/// INT64_MAX/MIN (Slice's open ends) round past the range as doubles, and
+/// converting those is undefined; NaN is 0.
+int64_t saturatingInt64(double value);
 
 } // namespace orrery::onnx
 
