@@ -7,21 +7,33 @@
 
 namespace orrery {
 
-double kvCacheBytesPerToken(const Workload &w, double bytesPerElement, int tp) {
+double kvHeadsPerRank(const OpCost &attention, int tp) {
   tp = std::max(1, tp);
-  double perToken = 0;
+  return attention.attentionKvHeads >= tp
+             ? double(attention.attentionKvHeads) / tp
+             : 1.0;
+}
+
+KvCachePerToken kvCachePerToken(const Workload &w, double bytesPerElement,
+                                int tp) {
+  KvCachePerToken kv;
   for (const LayerKind &k : w.kinds)
     for (const OpCost &op : k.ops) {
       if (op.attentionKvHeads <= 0)
         continue;
-      double heads =
-          op.attentionKvHeads >= tp ? double(op.attentionKvHeads) / tp : 1.0;
       double valueDim =
           op.attentionValueDim > 0 ? op.attentionValueDim : op.attentionHeadDim;
-      perToken +=
-          k.count * heads * (op.attentionHeadDim + valueDim) * bytesPerElement;
+      double bytes = k.count * kvHeadsPerRank(op, tp) *
+                     (op.attentionHeadDim + valueDim) * bytesPerElement;
+      kv.bytes += bytes;
+      if (op.attentionWindow > 0)
+        kv.windowedBytes += bytes;
     }
-  return perToken;
+  return kv;
+}
+
+double kvCacheBytesPerToken(const Workload &w, double bytesPerElement, int tp) {
+  return kvCachePerToken(w, bytesPerElement, tp).bytes;
 }
 
 namespace {

@@ -10,6 +10,7 @@
 //===----------------------------------------------------------------------===//
 #include "orrery/CostModel/ServingStep.h"
 #include "orrery/CostModel/PrintableLine.h"
+#include "orrery/CostModel/Serving.h"
 #include "orrery/CostModel/Simulator.h"
 
 #include "llvm/ADT/StringRef.h"
@@ -156,7 +157,6 @@ StepPricer::create(const Workload &w, const ServingReplica &replica,
   auto stages = stageCounts(w, replica.pp);
   size_t headKind = w.layers.size() > 1 ? w.layers.back().kind : size_t(-1);
   bool anyAttention = false, anyExperts = false;
-  double kvAll = 0, kvWindowed = 0;
   for (size_t ki = 0; ki < w.kinds.size(); ++ki) {
     const LayerKind &k = w.kinds[ki];
     Kind out;
@@ -182,15 +182,10 @@ StepPricer::create(const Workload &w, const ServingReplica &replica,
         t.kind = TokenOp::Attention;
         t.cls = KernelClass::Attention;
         t.heads = double(op.attentionQueryHeads) / tp;
-        t.kvHeads = op.attentionKvHeads >= replica.tp
-                        ? double(op.attentionKvHeads) / tp
-                        : 1.0;
+        t.kvHeads = kvHeadsPerRank(op, replica.tp);
         t.headDim = double(op.attentionHeadDim);
         t.valueDim = double(op.attentionValueDim > 0 ? op.attentionValueDim
                                                      : op.attentionHeadDim);
-        // The cache's bytes per token this op keeps, and in which window.
-        double kv = double(k.count) * t.kvHeads * (t.headDim + t.valueDim);
-        kvAll += kv;
         if (op.attentionWindow > 0) {
           if (p.window_ > 0 && p.window_ != op.attentionWindow)
             return servingError(
@@ -200,7 +195,6 @@ StepPricer::create(const Workload &w, const ServingReplica &replica,
                 " keys; one window (beside full attention) is priced");
           p.window_ = op.attentionWindow;
           t.windowed = true;
-          kvWindowed += kv;
         }
       } else if (op.contraction && op.weighted) {
         t.kind = TokenOp::Linear;
@@ -259,7 +253,8 @@ StepPricer::create(const Workload &w, const ServingReplica &replica,
   if (!anyAttention)
     return servingError("serving: the model has no fused attention op "
                         "keeping a KV cache");
-  p.windowedKvFraction_ = kvAll > 0 ? kvWindowed / kvAll : 0;
+  KvCachePerToken kv = kvCachePerToken(w, 1, replica.tp);
+  p.windowedKvFraction_ = kv.bytes > 0 ? kv.windowedBytes / kv.bytes : 0;
   if (replica.ep > 1 && !anyExperts)
     return servingError("serving: ep=" + std::to_string(replica.ep) +
                         ": the model has no mixture-of-experts layer to "
@@ -291,10 +286,8 @@ double StepPricer::kindSeconds(const Kind &k, const StepBatch &b,
         double active =
             e * (1.0 - std::pow(1.0 - double(op.topK) / e, tokens));
         active = std::max(1.0, active);
-        s = active * kernelSeconds(dev, km, op.precision, flops / active,
-                                   (op.weightBytes * active / e + act) / active,
-                                   KernelClass::Gemm, 0) +
-            op.kernels * km.kernelLaunchS;
+        s = expertGemmSeconds(op, active, flops,
+                              op.weightBytes * active / e + act);
       } else {
         s = kernelSeconds(dev, km, op.precision, flops, op.weightBytes + act,
                           KernelClass::Gemm, op.kernels);
@@ -375,8 +368,6 @@ void StepBatch::addDecode(double context, double window) {
 /// wider, more efficient GEMMs under expert parallelism.
 double StepPricer::expertParallelSeconds(const TokenOp &op, double tokens,
                                          double act) const {
-  const DeviceSpec &dev = *replica_.device;
-  const KernelModel &km = *kernels_;
   double ep = op.expertParallel, topK = op.topK;
   double choices = tokens * topK;
   double mean = choices / ep;
@@ -389,9 +380,17 @@ double StepPricer::expertParallelSeconds(const TokenOp &op, double tokens,
   double flops = op.flopsPerToken * ep / topK * busiest;
   double weights = op.weightBytes * ep / double(op.experts) * active;
   double moved = act * busiest / std::max(mean, 1e-9);
-  return active * kernelSeconds(dev, km, op.precision, flops / active,
-                                (weights + moved) / active, KernelClass::Gemm,
-                                0) +
+  return expertGemmSeconds(op, active, flops, weights + moved);
+}
+
+/// `active` experts run as one grouped GEMM, each its share of `flops` and
+/// of `bytes` (the weights it reads and the activations it moves).
+double StepPricer::expertGemmSeconds(const TokenOp &op, double active,
+                                     double flops, double bytes) const {
+  const KernelModel &km = *kernels_;
+  return active * kernelSeconds(*replica_.device, km, op.precision,
+                                flops / active, bytes / active,
+                                KernelClass::Gemm, 0) +
          op.kernels * km.kernelLaunchS;
 }
 

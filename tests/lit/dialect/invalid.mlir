@@ -79,6 +79,22 @@ func.func @attention_shape(%q: tensor<1x4x8x16xf16>) -> tensor<1x4x8x16xf16> {
 
 // -----
 
+func.func @attention_window(%q: tensor<1x4x8x16xf16>) -> tensor<1x4x8x16xf16> {
+  // expected-error @+1 {{window must be positive, got 0}}
+  %o = orrery.fused_attention(%q, %q, %q) {batch = 1 : i64, heads = 4 : i64, kv_heads = 4 : i64, q_len = 8 : i64, kv_len = 8 : i64, head_dim = 16 : i64, value_dim = 16 : i64, scale = 0.25 : f64, dropout = 0.0 : f64, causal, window = 0 : i64} : (tensor<1x4x8x16xf16>, tensor<1x4x8x16xf16>, tensor<1x4x8x16xf16>) -> tensor<1x4x8x16xf16>
+  return %o : tensor<1x4x8x16xf16>
+}
+
+// -----
+
+func.func @attention_window_without_causal(%q: tensor<1x4x8x16xf16>) -> tensor<1x4x8x16xf16> {
+  // expected-error @+1 {{a window needs the causal mask}}
+  %o = orrery.fused_attention(%q, %q, %q) {batch = 1 : i64, heads = 4 : i64, kv_heads = 4 : i64, q_len = 8 : i64, kv_len = 8 : i64, head_dim = 16 : i64, value_dim = 16 : i64, scale = 0.25 : f64, dropout = 0.0 : f64, window = 4 : i64} : (tensor<1x4x8x16xf16>, tensor<1x4x8x16xf16>, tensor<1x4x8x16xf16>) -> tensor<1x4x8x16xf16>
+  return %o : tensor<1x4x8x16xf16>
+}
+
+// -----
+
 func.func @gated(%g: tensor<1x4x64xf16>) -> tensor<1x4x64xf16> {
   // expected-error @+1 {{activation must be 'silu' or 'gelu', got 'relu'}}
   %o = orrery.gated_activation(%g, %g) {activation = "relu"} : (tensor<1x4x64xf16>, tensor<1x4x64xf16>) -> tensor<1x4x64xf16>

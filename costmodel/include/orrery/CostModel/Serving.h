@@ -24,6 +24,18 @@ namespace orrery {
 double kvCacheBytesPerToken(const Workload &w, double bytesPerElement,
                             int tp = 1);
 
+/// The kv heads one rank of `tp` keeps of an attention op.
+double kvHeadsPerRank(const OpCost &attention, int tp);
+
+/// What a token adds to the cache on one rank, and the part of it kept by
+/// attention layers that slide a window (those hold only the window's keys).
+struct KvCachePerToken {
+  double bytes = 0;
+  double windowedBytes = 0;
+};
+KvCachePerToken kvCachePerToken(const Workload &w, double bytesPerElement,
+                                int tp = 1);
+
 /// How a serving replica is split and stored.
 struct ServingMemoryOptions {
   int tp = 1, pp = 1;

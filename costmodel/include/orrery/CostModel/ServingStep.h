@@ -194,6 +194,8 @@ private:
   double kindSeconds(const Kind &k, const StepBatch &b, StepTime &t) const;
   double expertParallelSeconds(const TokenOp &op, double tokens,
                                double act) const;
+  double expertGemmSeconds(const TokenOp &op, double active, double flops,
+                           double bytes) const;
   ServingReplica replica_;
   ServingEngine engine_ = ServingEngine::Vllm;
   const KernelModel *kernels_ = nullptr;
