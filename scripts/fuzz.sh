@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds the libFuzzer targets (clang, with ASan and UBSan) in build-fuzz and
+# Builds the libFuzzer targets (clang, with ASan and UBSan) in build-fuzz
+# (scripts/sanitized-build.sh, the tree the test suite's sanitizer pass uses) and
 # runs each for ORRERY_FUZZ_SECONDS seconds (default 60) from a seed corpus
 # made of the project's own inputs: the fixture models, the benchmark
 # clusters, and plans and program sets the main build writes. Any finding
@@ -19,13 +20,7 @@ limit=(-max_total_time="$seconds")
 targets=("$@")
 [ ${#targets[@]} -eq 0 ] && targets=(onnx cluster strategy plan programs serving)
 
-if [ ! -f build-fuzz/build.ninja ]; then
-  cmake -G Ninja -S . -B build-fuzz -DCMAKE_BUILD_TYPE=Release \
-    -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
-    -DORRERY_FUZZERS=ON -DORRERY_WITH_CUDA=OFF >/dev/null
-fi
-cmake --build build-fuzz -j "${ORRERY_JOBS:-2}" \
-  --target "${targets[@]/#/orrery-fuzz-}"
+scripts/sanitized-build.sh "${targets[@]/#/orrery-fuzz-}"
 
 seeds=build-fuzz/seeds
 rm -rf "$seeds"

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # The whole test suite: set up, build, run every test (lit, GoogleTest, the
-# end-to-end model checks, the Python package's pytest), then rebuild the importer with AddressSanitizer
-# and UndefinedBehaviorSanitizer and run the importer tests under them.
+# end-to-end model checks, the Python package's pytest), then rebuild with
+# AddressSanitizer and UndefinedBehaviorSanitizer in the fuzzers' clang tree,
+# run the front end and cost model tests under them, and fuzz every reader.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 scripts/build.sh
-ctest --test-dir build --output-on-failure
+ctest --test-dir build -j "${ORRERY_JOBS:-2}" --output-on-failure
 
 # The Python package: the wheel from the same build, installed into a fresh
 # virtual environment, its tests against the CLI.
@@ -14,16 +15,13 @@ scripts/python-test.sh
 
 # Sanitizers: the front end (ONNX island, importer, outlining) on every bad
 # input the lit suite and the loader unit tests feed it, and the cluster,
-# strategy and collective code on the unit tests' specs and topologies.
+# strategy and collective code on the unit tests' specs and topologies. The
+# tree is the fuzzers' (clang, ASan, UBSan and libFuzzer's coverage in
+# build-fuzz), so each object is compiled with the sanitizers once.
 if [ "${ORRERY_SKIP_SANITIZERS:-0}" != 1 ]; then
-  if [ ! -f build-asan/build.ninja ]; then
-    cmake -G Ninja -S . -B build-asan -DCMAKE_BUILD_TYPE=Release -DORRERY_SANITIZE=ON \
-      -DORRERY_WITH_CUDA=OFF
-  fi
-  cmake --build build-asan -j "${ORRERY_JOBS:-2}" --target orrery orrery-run orrery-opt orrery-unit-tests \
-    orrery-builtin-models
+  scripts/sanitized-build.sh orrery orrery-run orrery-opt orrery-unit-tests orrery-builtin-models
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-    ctest --test-dir build-asan --output-on-failure -R "^(lit|e2e-shared-models|e2e-error-sweep|Loader\.|Outline\.|CostTest\.|Collective\.|Cluster\.|Strategy\.|Hetero\.|HeteroPlanner\.|Parallelism\.|Workload\.|Catalog\.|Simulator\.|Fusion\.|Overlap\.|ContextParallel\.|Precision\.|ExpertParallel\.|Lowering\.|Launch\.|Serving\.|ServingStep\.|ServingSim\.)"
+    ctest --test-dir build-fuzz -j "${ORRERY_JOBS:-2}" --output-on-failure -R "^(lit|e2e-shared-models|e2e-error-sweep|Loader\.|Outline\.|CostTest\.|Collective\.|Cluster\.|Strategy\.|Hetero\.|HeteroPlanner\.|Parallelism\.|Workload\.|Catalog\.|Simulator\.|Fusion\.|Overlap\.|ContextParallel\.|Precision\.|ExpertParallel\.|Lowering\.|Launch\.|Serving\.|ServingStep\.|ServingSim\.)"
 fi
 
 # Fuzzers: every reader of untrusted input (ONNX, cluster spec, strategy,
