@@ -261,8 +261,84 @@ struct Live {
   int64_t generated = 0; ///< output tokens sampled
   int64_t blocks = 0;
   double firstTokenS = -1, arrivalS = 0;
+  double lastTokenS = -1; ///< when its latest output token came
   bool inFlight = false, running = false, done = false;
   int64_t scheduled = 0; ///< tokens in the step in flight
+};
+
+/// The gaps between consecutive output tokens, as a histogram of
+/// log-spaced bins (0.5 % wide, 0.1 µs to 10^4 s): a run of coalesced
+/// decode steps adds its gaps as a spread, not one by one, and 10,000
+/// requests' million tokens take no more room than ten.
+class TokenGaps {
+public:
+  TokenGaps() : bins_(size_t(std::ceil(std::log(kMax / kMin) / kLog)) + 1) {}
+  /// `count` gaps spread evenly over [lo, hi] (one value when lo == hi).
+  void add(double lo, double hi, double count) {
+    if (count <= 0)
+      return;
+    lo = std::max(lo, 0.0);
+    hi = std::max(hi, lo);
+    sum_ += count * (lo + hi) / 2;
+    total_ += count;
+    size_t a = bin(lo), b = bin(hi);
+    if (a == b || hi <= lo) {
+      bins_[a] += count;
+      return;
+    }
+    // Each bin the span crosses gets its share of the span's width.
+    double width = hi - lo;
+    for (size_t i = a; i <= b; ++i) {
+      double from = std::max(lo, edge(i)), to = std::min(hi, edge(i + 1));
+      if (to > from)
+        bins_[i] += count * (to - from) / width;
+    }
+  }
+  void merge(const TokenGaps &o) {
+    for (size_t i = 0; i < bins_.size(); ++i)
+      bins_[i] += o.bins_[i];
+    sum_ += o.sum_;
+    total_ += o.total_;
+  }
+  LatencyStats stats() const {
+    LatencyStats s;
+    if (total_ <= 0)
+      return s;
+    s.meanS = sum_ / total_;
+    // A percentile is read inside its bin, linearly.
+    auto pct = [&](double p) {
+      double want = p * total_, seen = 0;
+      for (size_t i = 0; i < bins_.size(); ++i) {
+        if (bins_[i] <= 0)
+          continue;
+        if (seen + bins_[i] >= want) {
+          double f = std::clamp((want - seen) / bins_[i], 0.0, 1.0);
+          return edge(i) + f * (edge(i + 1) - edge(i));
+        }
+        seen += bins_[i];
+      }
+      return edge(bins_.size());
+    };
+    s.p50S = pct(0.50);
+    s.p90S = pct(0.90);
+    s.p99S = pct(0.99);
+    return s;
+  }
+
+private:
+  static constexpr double kMin = 1e-7, kMax = 1e4, kLog = 0.00498754151103897;
+  size_t bin(double v) const {
+    if (v <= kMin)
+      return 0;
+    size_t i = size_t(std::log(v / kMin) / kLog) + 1;
+    return std::min(i, bins_.size() - 1);
+  }
+  /// The lower edge of bin i (bin 0 holds everything up to kMin).
+  double edge(size_t i) const {
+    return i == 0 ? 0.0 : kMin * std::exp(kLog * double(i - 1));
+  }
+  std::vector<double> bins_;
+  double sum_ = 0, total_ = 0;
 };
 
 struct Finished {
@@ -273,9 +349,10 @@ struct Finished {
 
 class Replica {
 public:
-  Replica(const StepPricer &p, const SchedulerLimits &l, int index,
-          int lanes, std::vector<StepRecord> *trace)
-      : pricer(p), limits(l), index(index), lanes(lanes), trace(trace) {
+  Replica(const StepPricer &p, const SchedulerLimits &l, int index, int lanes,
+          std::vector<StepRecord> *trace, TokenGaps &gaps)
+      : pricer(p), limits(l), index(index), lanes(lanes), trace(trace),
+        gaps(gaps) {
     totalBlocks = l.kvCacheTokens / l.blockTokens;
     freeBlocks = totalBlocks;
   }
@@ -298,6 +375,7 @@ private:
   SchedulerLimits limits;
   int index, lanes;
   std::vector<StepRecord> *trace;
+  TokenGaps &gaps;
   int64_t totalBlocks = 0, freeBlocks = 0;
   std::vector<Live> live;
   std::vector<size_t> running; ///< admission order
@@ -417,6 +495,7 @@ void Replica::run(std::vector<ServingRequest> reqs, int concurrency,
       live[i].computed = std::min(reqs[i].cachedTokens, reqs[i].inputTokens);
       live[i].generated = 1;
       live[i].firstTokenS = reqs[i].firstTokenS;
+      live[i].lastTokenS = reqs[i].firstTokenS;
     }
   }
   size_t nextArrival = 0;
@@ -431,6 +510,10 @@ void Replica::run(std::vector<ServingRequest> reqs, int concurrency,
   struct InFlight {
     double end;
     std::vector<size_t> members;
+    /// When it started, and its first and last steps' times (a coalesced
+    /// run of `steps` decode steps; one step: both the same).
+    double start = 0, firstS = 0, lastS = 0;
+    int64_t steps = 1;
   };
   std::deque<InFlight> flights;
   // One step at a time on this lane (a pipeline's other lanes are
@@ -442,6 +525,8 @@ void Replica::run(std::vector<ServingRequest> reqs, int concurrency,
     InFlight f = std::move(flights.front());
     flights.pop_front();
     now = std::max(now, f.end);
+    int64_t decoding = 0; // members that decoded: the run's later gaps
+    int64_t onTime = 0;   // ... whose previous token ended the last step
     for (size_t id : f.members) {
       Live &v = live[id];
       v.inFlight = false;
@@ -451,9 +536,25 @@ void Replica::run(std::vector<ServingRequest> reqs, int concurrency,
         if (v.computed < v.target)
           continue; // a chunk of the prompt: nothing sampled
         ++v.generated;
+        // The token after a recomputed prompt (a preemption) follows the
+        // one before it after the whole stall.
+        if (v.lastTokenS >= 0)
+          gaps.add(f.end - v.lastTokenS, f.end - v.lastTokenS, 1);
       } else {
         v.generated += v.scheduled; // one a step
+        // The run's first token follows this request's last one; the
+        // others come a step apart, the steps growing from the first
+        // step's time to the last's.
+        // (Most members' last token came as this step started: their
+        // first gaps are the step's time, added once below.)
+        double first = f.start + f.firstS;
+        if (v.lastTokenS == f.start)
+          ++onTime;
+        else if (v.lastTokenS >= 0)
+          gaps.add(first - v.lastTokenS, first - v.lastTokenS, 1);
+        ++decoding;
       }
+      v.lastTokenS = f.end;
       if (v.firstTokenS < 0)
         v.firstTokenS = f.end;
       if (v.generated >= v.req.outputTokens) {
@@ -478,6 +579,11 @@ void Replica::run(std::vector<ServingRequest> reqs, int concurrency,
           waiting.push_back(nextArrival++);
         }
       }
+    }
+    gaps.add(f.firstS, f.firstS, double(onTime));
+    if (f.steps > 1 && decoding > 0) {
+      double d = (f.lastS - f.firstS) / double(f.steps - 1);
+      gaps.add(f.firstS + d, f.lastS, double((f.steps - 1) * decoding));
     }
   };
   while (doneCount < live.size()) {
@@ -542,7 +648,10 @@ void Replica::run(std::vector<ServingRequest> reqs, int concurrency,
         double a = t0 - d / 2;
         double x = d > 0 ? (-a + std::sqrt(a * a + 2 * d * until)) / d
                          : until / t0;
-        k = std::min<int64_t>(k, std::max<int64_t>(1, int64_t(x) + 1));
+        // (An arrival far off, 1e68 s in a trace, leaves the run whole:
+        // compared as doubles, before any conversion.)
+        if (x + 1 < double(k))
+          k = std::max<int64_t>(1, int64_t(x) + 1);
       }
       auto extraBlocks = [&](int64_t steps) {
         int64_t extra = 0;
@@ -556,9 +665,11 @@ void Replica::run(std::vector<ServingRequest> reqs, int concurrency,
       k = std::max<int64_t>(1, k);
     }
     double latency = t.latencyS, interval = t.latencyS;
+    double lastStepS = t.latencyS;
     if (k > 1) {
       StepBatch last = later(k - 1);
       StepTime tl = pricer.price(last);
+      lastStepS = tl.latencyS;
       latency = interval = double(k) * (t.latencyS + tl.latencyS) / 2;
       for (size_t id : members) {
         Live &v = live[id];
@@ -580,7 +691,8 @@ void Replica::run(std::vector<ServingRequest> reqs, int concurrency,
                         b.decodeRequests, used, k});
     nextStart = start + interval;
     now = start;
-    flights.push_back({start + latency, std::move(members)});
+    flights.push_back(
+        {start + latency, std::move(members), start, t.latencyS, lastStepS, k});
   }
   res.preemptions += preemptions;
   res.kvUtilizationMean += kvTimeSum; // normalized by the caller
@@ -615,6 +727,7 @@ namespace {
 /// robin to its replicas' pipeline lanes. Appends what finished.
 struct PoolRun {
   std::vector<Finished> finished;
+  TokenGaps gaps;         ///< between consecutive output tokens
   ServingResult counters; ///< steps, preemptions, KV figures (unnormalized)
   double kvWeighted = 0;
   int lanes = 1;
@@ -664,7 +777,7 @@ PoolRun runPool(const StepPricer &pricer, const SchedulerLimits &limits,
     if (concurrency > 0)
       conc = std::max(1, concurrency / run.lanes +
                              (rep < concurrency % run.lanes ? 1 : 0));
-    Replica r(pricer, lane, rep / pp, pp, trace);
+    Replica r(pricer, lane, rep / pp, pp, trace, run.gaps);
     ServingResult part;
     r.run(std::move(mine), conc, run.finished, part);
     ServingResult &c = run.counters;
@@ -705,6 +818,10 @@ ServingResult summarize(const std::vector<ServingRequest> &all,
   res.ttft = stats(ttft);
   res.tpot = stats(tpot);
   res.e2e = stats(e2e);
+  TokenGaps gaps;
+  for (const PoolRun *p : pools)
+    gaps.merge(p->gaps);
+  res.itl = gaps.stats();
   int lanes = 0;
   double kv = 0;
   for (const PoolRun *p : pools) {

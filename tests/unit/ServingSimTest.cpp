@@ -165,6 +165,10 @@ TEST(ServingSim, CoalescedDecodeRunsMatchStepByStep) {
     EXPECT_NEAR(fast.ttft.p99S, exact.ttft.p99S, 1e-2 * exact.ttft.p99S) << wl;
     EXPECT_NEAR(fast.tpot.meanS, exact.tpot.meanS, 1e-3 * exact.tpot.meanS)
         << wl;
+    // A coalesced run adds its gaps as a spread from its first step's time
+    // to its last's; step by step adds each.
+    EXPECT_NEAR(fast.itl.meanS, exact.itl.meanS, 1e-3 * exact.itl.meanS) << wl;
+    EXPECT_NEAR(fast.itl.p99S, exact.itl.p99S, 2e-2 * exact.itl.p99S) << wl;
   }
 }
 
@@ -226,6 +230,16 @@ TEST(ServingSim, DisaggregationKeepsPrefillsOutOfTheDecodeSteps) {
   // tokens.
   EXPECT_LT(split->tpot.p99S, 0.85 * together->tpot.p99S)
       << split->tpot.p99S << " " << together->tpot.p99S;
+  // Together, the few gaps a request waits out behind a prompt's chunk are
+  // in ITL's tail, which TPOT (a request's mean gap) averages away; split,
+  // no gap waits for a prompt. Every request has 127 gaps, so ITL's mean
+  // is TPOT's.
+  EXPECT_GT(together->itl.p99S, 2 * together->tpot.p99S)
+      << together->itl.p99S << " " << together->tpot.p99S;
+  EXPECT_LT(split->itl.p99S, 0.5 * together->itl.p99S)
+      << split->itl.p99S << " " << together->itl.p99S;
+  EXPECT_NEAR(together->itl.meanS, together->tpot.meanS,
+              1e-2 * together->tpot.meanS);
   // A slow link delays the second token by the prompt's cache: 1 GiB at
   // 1 GB/s is 1.07 s, spread over the 127 tokens after the first.
   KvTransfer slow = fast;

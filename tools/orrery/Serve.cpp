@@ -430,6 +430,7 @@ nlohmann::ordered_json candidateJson(const Candidate &c) {
     m["goodput_req_per_s"] = c.goodputRequestsPerS;
   m["ttft"] = latencyJson(r.ttft);
   m["tpot"] = latencyJson(r.tpot);
+  m["itl"] = latencyJson(r.itl);
   m["e2e"] = latencyJson(r.e2e);
   m["kv_cache_utilization_mean"] = r.kvUtilizationMean;
   m["kv_cache_utilization_peak"] = r.kvUtilizationPeak;
@@ -817,6 +818,7 @@ int serveModule(mlir::ModuleOp module, const ModelArgs &args,
   };
   line("TTFT", r.ttft);
   line("TPOT", r.tpot);
+  line("ITL ", r.itl);
   line("E2E ", r.e2e);
   auto kvLine = [&](const Pool &p, const char *which) {
     std::snprintf(buf, sizeof buf,

@@ -106,6 +106,11 @@ struct ServingResult {
   /// Time to first token, time per output token after the first, end to
   /// end.
   LatencyStats ttft, tpot, e2e;
+  /// Inter-token latency: every gap between two consecutive output tokens
+  /// of a request, over all tokens (vLLM's benchmark's ITL). TPOT averages
+  /// a request's gaps; a decode stalled behind a prefill chunk, a
+  /// preemption or a KV transfer shows in ITL's tail.
+  LatencyStats itl;
   double kvUtilizationMean = 0, kvUtilizationPeak = 0;
   int64_t preemptions = 0, steps = 0;
   double meanRequestsPerStep = 0;
