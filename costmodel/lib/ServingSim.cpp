@@ -282,7 +282,7 @@ public:
     sum_ += count * (lo + hi) / 2;
     total_ += count;
     size_t a = bin(lo), b = bin(hi);
-    if (a == b || hi <= lo) {
+    if (a == b) {
       bins_[a] += count;
       return;
     }
@@ -326,6 +326,7 @@ public:
   }
 
 private:
+  /// kLog = ln 1.005, a bin's width (std::log is not constexpr in C++17).
   static constexpr double kMin = 1e-7, kMax = 1e4, kLog = 0.00498754151103897;
   size_t bin(double v) const {
     if (v <= kMin)
@@ -542,11 +543,10 @@ void Replica::run(std::vector<ServingRequest> reqs, int concurrency,
           gaps.add(f.end - v.lastTokenS, f.end - v.lastTokenS, 1);
       } else {
         v.generated += v.scheduled; // one a step
-        // The run's first token follows this request's last one; the
-        // others come a step apart, the steps growing from the first
-        // step's time to the last's.
-        // (Most members' last token came as this step started: their
-        // first gaps are the step's time, added once below.)
+        // The run's first token follows this request's last one (for
+        // most, the step before ended as this one started: that gap is the
+        // step's time, added once for them all below); the others come a
+        // step apart, growing from the first step's time to the last's.
         double first = f.start + f.firstS;
         if (v.lastTokenS == f.start)
           ++onTime;
