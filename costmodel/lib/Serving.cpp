@@ -21,10 +21,9 @@ KvCachePerToken kvCachePerToken(const Workload &w, double bytesPerElement,
     for (const OpCost &op : k.ops) {
       if (op.attentionKvHeads <= 0)
         continue;
-      double valueDim =
-          op.attentionValueDim > 0 ? op.attentionValueDim : op.attentionHeadDim;
       double bytes = k.count * kvHeadsPerRank(op, tp) *
-                     (op.attentionHeadDim + valueDim) * bytesPerElement;
+                     double(op.attentionHeadDim + op.attentionValueWidth()) *
+                     bytesPerElement;
       kv.bytes += bytes;
       if (op.attentionWindow > 0)
         kv.windowedBytes += bytes;

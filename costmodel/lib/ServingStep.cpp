@@ -184,8 +184,7 @@ StepPricer::create(const Workload &w, const ServingReplica &replica,
         t.heads = double(op.attentionQueryHeads) / tp;
         t.kvHeads = kvHeadsPerRank(op, replica.tp);
         t.headDim = double(op.attentionHeadDim);
-        t.valueDim = double(op.attentionValueDim > 0 ? op.attentionValueDim
-                                                     : op.attentionHeadDim);
+        t.valueDim = double(op.attentionValueWidth());
         if (op.attentionWindow > 0) {
           if (p.window_ > 0 && p.window_ != op.attentionWindow)
             return servingError(

@@ -1,7 +1,8 @@
 //===- Simulation.h - the step simulator's internals -------------------===//
 //
-// Shared by Simulator.cpp (chunks, the schedule, the step) and
-// LayerPricing.cpp (one layer kind's times under a strategy). Not part of
+// Shared by Simulator.cpp (chunks, the step), Schedule.cpp (the
+// schedules' task orders and running them) and LayerPricing.cpp (one
+// layer kind's times under a strategy). Not part of
 // the public API.
 //
 //===----------------------------------------------------------------------===//
@@ -101,6 +102,52 @@ struct Task {
   int pairVs = -1, pairMb = -1;
 };
 
+/// Per stage: when it finishes, how long it computed, its last backward.
+struct Timeline {
+  bool ok = true;
+  std::vector<double> free, busy, lastBackwardS;
+};
+
+/// What moving one micro-batch's boundary tensor costs between the chunk
+/// `c` and the chunk `c + 1`. Megatron-LM's pipeline communication
+/// (p2p_communication._communicate: batch_isend_irecv, wait on every
+/// request, synchronize) and DeepSpeed's pipeline engine block the stage
+/// until its sends and receives are done: a stage that sends is busy for the
+/// transfer, and the receiver gets the tensor when the sender is done. A
+/// tensor sent as 1/tp shards (Megatron's scatter/gather, without sequence
+/// parallelism) is all-gathered over the receiver's tensor-parallel group
+/// before it is used.
+struct PipelineLinks {
+  std::vector<double> transferS;  ///< chunk c -> c + 1, each way
+  std::vector<double> gatherFwdS; ///< at the receiver of c's activation
+  std::vector<double> gatherBwdS; ///< at the receiver of c + 1's gradient
+  /// Sends overlap the sender's next compute (Megatron-Core's
+  /// --overlap-p2p-communication): the stage is free when it has computed.
+  bool asynchronous = false;
+  /// Per chunk: the context-parallel transfers of one forward and one
+  /// backward (shown in the trace beside the compute they overlap).
+  std::vector<double> cpForwardS, cpBackwardS;
+  static PipelineLinks none(int chunks) {
+    return {std::vector<double>(chunks, 0.0),
+            std::vector<double>(chunks, 0.0),
+            std::vector<double>(chunks, 0.0),
+            false,
+            {},
+            {}};
+  }
+};
+
+/// Runs each stage's task list in order; a task starts when its stage is
+/// free and its inputs have arrived (when the producing task, which waits
+/// for its send, is done).
+Timeline runSchedule(const std::vector<std::vector<Task>> &order, int chunks,
+                     int m, const std::vector<double> &fwdS,
+                     const std::vector<double> &bwdS,
+                     const PipelineLinks &links, std::vector<TraceEvent> *trace,
+                     const std::vector<double> *weightS = nullptr,
+                     const std::vector<double> *fwdCommS = nullptr,
+                     const std::vector<double> *bwdCommS = nullptr);
+
 /// What the lowering takes from a simulated step (Simulation::parts):
 /// the chunks, the schedule, per chunk its times and the bytes it keeps
 /// and sends, per stage its gradient reduction and optimizer step.
@@ -150,7 +197,7 @@ public:
                   const std::vector<size_t> &sequence) const;
   /// Per stage, its tasks in the order the strategy's schedule runs them.
   std::vector<std::vector<Task>> schedule(int microBatches) const;
-  /// Stage i's tasks under ZB-V and DualPipeV (Simulator.cpp).
+  /// Stage i's tasks under ZB-V and DualPipeV (Schedule.cpp).
   void zeroBubbleV(int i, int m, std::vector<Task> &o) const;
   void dualPipeV(int i, int m, std::vector<Task> &o) const;
   double scale() const {

@@ -88,6 +88,10 @@ struct OpCost {
   int64_t attentionBatch = 0, attentionQueryHeads = 0, attentionKvHeads = 0,
           attentionQueryLen = 0, attentionKvLen = 0, attentionHeadDim = 0,
           attentionValueDim = 0;
+  /// The value heads' width: attentionValueDim, the keys' when not stated.
+  int64_t attentionValueWidth() const {
+    return attentionValueDim > 0 ? attentionValueDim : attentionHeadDim;
+  }
 };
 
 /// One kind of layer (a function after outlining) and the cost of one
