@@ -557,6 +557,23 @@ static bool hasLossOp(ModuleOp module) {
   return found;
 }
 
+/// The logits the implied training loss takes (addTrainingLoss): @main's
+/// first floating-point result of rank 2 or more, when a call returns it
+/// and the graph has no loss of its own; null otherwise.
+static Value impliedLossLogits(ModuleOp module, func::FuncOp main) {
+  if (hasLossOp(module))
+    return {};
+  Operation *ret = main.getBody().front().getTerminator();
+  for (Value v : ret->getOperands()) {
+    auto t = dyn_cast<RankedTensorType>(v.getType());
+    if (!t || !isa<FloatType>(t.getElementType()) || t.getRank() < 2 ||
+        !t.hasStaticShape())
+      continue;
+    return v.getDefiningOp<func::CallOp>() ? v : Value();
+  }
+  return {};
+}
+
 /// A training step ends with a loss, which an exported model usually leaves
 /// out (it returns logits). Unless the graph has one, the step is priced
 /// with the softmax cross-entropy that Megatron-LM and PyTorch compute over
@@ -571,17 +588,9 @@ static bool hasLossOp(ModuleOp module) {
 /// parallel cross-entropy under tensor parallelism).
 static void addTrainingLoss(ModuleOp module, func::FuncOp main, Workload &w,
                             const std::map<std::string, size_t> &kindIndex) {
-  if (hasLossOp(module))
-    return;
-  Operation *ret = main.getBody().front().getTerminator();
-  for (Value v : ret->getOperands()) {
-    auto t = dyn_cast<RankedTensorType>(v.getType());
-    if (!t || !isa<FloatType>(t.getElementType()) || t.getRank() < 2 ||
-        !t.hasStaticShape())
-      continue;
+  if (Value v = impliedLossLogits(module, main)) {
+    auto t = cast<RankedTensorType>(v.getType());
     auto call = v.getDefiningOp<func::CallOp>();
-    if (!call)
-      return;
     auto it = kindIndex.find(call.getCallee().str());
     if (it == kindIndex.end() || w.kinds[it->second].count != 1)
       return;
@@ -627,7 +636,6 @@ static void addTrainingLoss(ModuleOp module, func::FuncOp main, Workload &w,
       kind.batchSplitLayout = alt;
     }
     w.hasImpliedLoss = true;
-    return;
   }
 }
 
@@ -692,6 +700,18 @@ llvm::Expected<Workload> buildWorkload(ModuleOp module,
   llvm::DenseSet<Value> countedWeights;
   llvm::DenseMap<Value, size_t> weightKind; // the kind that counts a weight
   size_t callNo = 0;
+  // The head whose logits the implied loss takes, when it runs once: they
+  // may leave it split by vocabulary (LayoutCosts::lossResult).
+  func::CallOp lossCall;
+  if (Value logits = impliedLossLogits(module, main)) {
+    lossCall = logits.getDefiningOp<func::CallOp>();
+    int calls = 0;
+    main.walk([&](func::CallOp c) {
+      calls += c.getCallee() == lossCall.getCallee();
+    });
+    if (calls != 1)
+      lossCall = {};
+  }
   for (Operation &op : main.getBody().front()) {
     auto call = dyn_cast<func::CallOp>(op);
     if (!call)
@@ -713,6 +733,9 @@ llvm::Expected<Workload> buildWorkload(ModuleOp module,
     batched.batchSplit = true;
     batched.samples = std::max(1, costs.degree);
     batched.sequenceParallel = true; // as the planner runs tp
+    if (call == lossCall)
+      perSample.lossResult = batched.lossResult = int(
+          cast<OpResult>(impliedLossLogits(module, main)).getResultNumber());
     if (inserted) {
       w.kinds.push_back(
           measureKind(callee, perSample, kernels, trains, fineTuning.loraRank));

@@ -87,10 +87,11 @@ TensorParallelLayout layoutByDynamicProgramming(func::FuncOp layer,
     if (parent[i] >= 0)
       children[parent[i]].push_back(i);
   }
-  llvm::DenseSet<Operation *> returned;
-  for (Value v : layer.getBody().front().getTerminator()->getOperands())
+  llvm::DenseSet<Operation *> returned, lossInput;
+  for (auto [i, v] :
+       llvm::enumerate(layer.getBody().front().getTerminator()->getOperands()))
     if (Operation *def = v.getDefiningOp())
-      returned.insert(def);
+      (int(i) == costs.lossResult ? lossInput : returned).insert(def);
 
   double t = std::max(1, costs.degree);
   auto bytesOut = [](Operation *op) {
@@ -205,6 +206,21 @@ TensorParallelLayout layoutByDynamicProgramming(func::FuncOp layer,
       for (int in = 0; in < kLayouts; ++in)
         for (int out : {Feature, Batch, Spatial})
           L[in][out] = inf;
+    if (lossInput.contains(op) && !returned.contains(op)) {
+      // The loss takes the logits split by vocabulary: its three
+      // all-reduces of a float a token, no gather.
+      auto logits = dyn_cast<RankedTensorType>(op->getResult(0).getType());
+      double rows = logits && logits.getRank() && logits.getShape().back() > 0
+                        ? double(logits.getNumElements()) /
+                              double(logits.getShape().back())
+                        : 0;
+      double loss = 3 * (lat + ar * 4 * rows);
+      for (int in = 0; in < kLayouts; ++in) {
+        for (int out : {Batch, Spatial})
+          L[in][out] = inf;
+        L[in][Feature] += loss;
+      }
+    }
   }
   // best[i][in]: cheapest cost of op i's subtree given its input layout.
   std::vector<std::array<double, kLayouts>> best(n);

@@ -68,6 +68,13 @@ struct LayoutCosts {
   /// Price replicated ops without weights as split over the group, as
   /// sequence parallelism runs them (the planner turns it on with tp).
   bool sequenceParallel = false;
+  /// The layer's result the training loss takes (the logits of a model
+  /// that returns them), or -1. Megatron-LM's vocab-parallel cross-entropy
+  /// takes the logits split by vocabulary, with three all-reduces of one
+  /// float a token (the row maximum, the target's logit, the sum of
+  /// exponentials), so that result may leave the layer split instead of
+  /// gathered.
+  int lossResult = -1;
 };
 
 /// The cheapest layout by dynamic programming over the layer's dataflow
