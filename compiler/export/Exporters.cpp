@@ -175,6 +175,22 @@ llvm::Error noFineTuning(const ExportPlan &p, const char *target,
              "the weights");
 }
 
+/// The experts' capacity factor is a setting of the MoE layer in the model
+/// code everywhere but Megatron-LM's command line.
+llvm::Error noMoeCapacity(const Strategy &s, const char *target) {
+  if (s.moeCapacity <= 0)
+    return llvm::Error::success();
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", s.moeCapacity);
+  return err(std::string(target) +
+             ": the experts' capacity factor "
+             "(moe_capacity=" +
+             buf +
+             ") is the MoE layer's own setting in "
+             "the model code here; export to megatron "
+             "(--moe-expert-capacity-factor)");
+}
+
 /// Python for a fine-tuned plan: freeze as --freeze does, then PEFT's LoRA
 /// on the targets (Orrery's roles as torchtitan's Llama names them).
 llvm::Expected<std::string> fineTuneCode(const ExportPlan &p) {
@@ -288,6 +304,14 @@ llvm::Expected<std::string> megatron(const ExportPlan &p) {
     flag("--expert-tensor-parallel-size", num(s.expertTp()));
     flag("--moe-token-dispatcher-type", "alltoall");
     flag("--moe-grouped-gemm");
+  }
+  if (s.moeCapacity > 0) {
+    // Each expert's buffer padded to capacity x its mean share, the tokens
+    // above dropped, as priced.
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%g", s.moeCapacity);
+    flag("--moe-expert-capacity-factor", buf);
+    flag("--moe-pad-expert-input-to-capacity");
   }
   if (s.sequenceParallel && s.tp > 1)
     flag("--sequence-parallel");
@@ -441,6 +465,8 @@ llvm::Expected<std::string> megatron(const ExportPlan &p) {
 
 llvm::Expected<std::string> deepspeed(const ExportPlan &p) {
   const Strategy &s = p.strategy;
+  if (auto e = noMoeCapacity(s, "deepspeed"))
+    return std::move(e);
   if (auto e = noFineTuning(p, "deepspeed",
                             "a ds_config does not state (frozen weights and "
                             "adapters live in the model code)"))
@@ -589,6 +615,8 @@ const char *scheduleClass(const Strategy &s) {
 
 llvm::Expected<std::string> torchtitan(const ExportPlan &p) {
   const Strategy &s = p.strategy;
+  if (auto e = noMoeCapacity(s, "torchtitan"))
+    return std::move(e);
   if (s.precision == Precision::FP16)
     return err("torchtitan: fp16 is not a torchtitan parameter precision "
                "(bfloat16 or float32)");
@@ -713,6 +741,8 @@ std::string stageRanges(const ExportPlan &p) {
 
 llvm::Expected<std::string> pytorch(const ExportPlan &p) {
   const Strategy &s = p.strategy;
+  if (auto e = noMoeCapacity(s, "pytorch"))
+    return std::move(e);
   if (p.chunkBodyLayers.empty() && s.pp > 1)
     return err("pytorch: the plan puts embedding or head layers outside the "
                "first and last pipeline stages");
@@ -843,6 +873,8 @@ llvm::Expected<std::string> pytorch(const ExportPlan &p) {
 
 llvm::Expected<std::string> jax(const ExportPlan &p) {
   const Strategy &s = p.strategy;
+  if (auto e = noMoeCapacity(s, "jax"))
+    return std::move(e);
   if (auto e = noFineTuning(p, "jax",
                             "a mesh and PartitionSpecs do not state (an "
                             "optax mask does, in the training code)"))

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <tuple>
 
 namespace orrery {
 
@@ -31,6 +32,10 @@ static ojson strategyJson(const Strategy &s) {
   j["cp_comm"] = cpCommName(s.cpComm);
   j["ep"] = s.ep;
   j["expert_tensor_parallel"] = s.expertTp();
+  if (s.moeImbalance != 1)
+    j["moe_load_imbalance_ratio"] = s.moeImbalance;
+  if (s.moeCapacity > 0)
+    j["moe_capacity_factor"] = s.moeCapacity;
   j["sequence_parallel"] = s.sequenceParallel;
   j["tp_batch_split"] = s.tpBatchSplit;
   j["virtual_stages"] = s.virtualStages;
@@ -408,6 +413,20 @@ strategyFromPlanImpl(const nlohmann::json &plan, const std::string &what) {
       return err(what + ": strategy.chunk_parameters: must be a whole "
                         "number of millions of elements, 1e6 to 1e11");
     s.chunkParams = n.get<int64_t>();
+  }
+  // Mixture of experts: absent = balanced and dropless.
+  for (auto [key, field, lo] :
+       std::initializer_list<std::tuple<const char *, double *, double>>{
+           {"moe_load_imbalance_ratio", &s.moeImbalance, 1},
+           {"moe_capacity_factor", &s.moeCapacity, 0}}) {
+    if (!j.contains(key))
+      continue;
+    const nlohmann::json &f = j[key];
+    double v = f.is_number() ? f.get<double>() : -1;
+    if (!(lo == 1 ? v >= 1 : v > 0) || v > 64)
+      return err(what + ": strategy." + key + ": must be " +
+                 (lo == 1 ? "from 1" : "above 0") + " to 64");
+    *field = v;
   }
   if (j.contains("subnetwork_fraction")) {
     const nlohmann::json &f = j["subnetwork_fraction"];
@@ -799,28 +818,51 @@ using K = JsonKind;
 
 // strategy and each alternatives[].strategy.
 const FieldType kStrategyFields[] = {
-    {"", K::Object}, {"cli", K::String}, {"summary", K::String},
-    {"kind", K::String}, {"tp", K::Integer}, {"pp", K::Integer},
-    {"dp", K::Integer}, {"cp", K::Integer}, {"cp_comm", K::String},
-    {"ep", K::Integer}, {"expert_tensor_parallel", K::Integer},
+    {"", K::Object},
+    {"cli", K::String},
+    {"summary", K::String},
+    {"kind", K::String},
+    {"tp", K::Integer},
+    {"pp", K::Integer},
+    {"dp", K::Integer},
+    {"cp", K::Integer},
+    {"cp_comm", K::String},
+    {"ep", K::Integer},
+    {"expert_tensor_parallel", K::Integer},
+    {"moe_load_imbalance_ratio", K::Number},
+    {"moe_capacity_factor", K::Number},
     {"virtual_stages", K::Integer},
-    {"zero_stage", K::Integer}, {"micro_batch_size_samples", K::Integer},
-    {"micro_batches", K::Integer}, {"global_batch_size_samples", K::Integer},
-    {"schedule", K::String}, {"recompute", K::String},
-    {"recompute_layers", K::Integer}, {"recompute_kinds", K::Array},
-    {"subnetwork_fraction", K::Number}, {"mgrit_coarsening", K::Integer},
+    {"zero_stage", K::Integer},
+    {"micro_batch_size_samples", K::Integer},
+    {"micro_batches", K::Integer},
+    {"global_batch_size_samples", K::Integer},
+    {"schedule", K::String},
+    {"recompute", K::String},
+    {"recompute_layers", K::Integer},
+    {"recompute_kinds", K::Array},
+    {"subnetwork_fraction", K::Number},
+    {"mgrit_coarsening", K::Integer},
     {"subnetwork_masking", K::String},
-    {"chunk_parameters", K::Integer}, {"phantom_ghost_neurons", K::Integer},
+    {"chunk_parameters", K::Integer},
+    {"phantom_ghost_neurons", K::Integer},
     {"mgrit_iterations", K::Integer},
     {"recompute_kinds[]", K::String},
-    {"precision", K::String}, {"sequence_parallel", K::Boolean},
-    {"tp_batch_split", K::Boolean}, {"offload_activations", K::Boolean},
-    {"offload_optimizer", K::Boolean}, {"overlap", K::Object},
-    {"overlap.grad_reduce", K::Boolean}, {"overlap.p2p", K::Boolean},
-    {"overlap.param_gather", K::Boolean}, {"overlap.tp_comm", K::Boolean},
-    {"device_order", K::Array}, {"device_order[]", K::String},
-    {"layers_per_stage", K::Array}, {"layers_per_stage[]", K::Integer},
-    {"replica_groups", K::Array}, {"replica_groups[]", K::Object},
+    {"precision", K::String},
+    {"sequence_parallel", K::Boolean},
+    {"tp_batch_split", K::Boolean},
+    {"offload_activations", K::Boolean},
+    {"offload_optimizer", K::Boolean},
+    {"overlap", K::Object},
+    {"overlap.grad_reduce", K::Boolean},
+    {"overlap.p2p", K::Boolean},
+    {"overlap.param_gather", K::Boolean},
+    {"overlap.tp_comm", K::Boolean},
+    {"device_order", K::Array},
+    {"device_order[]", K::String},
+    {"layers_per_stage", K::Array},
+    {"layers_per_stage[]", K::Integer},
+    {"replica_groups", K::Array},
+    {"replica_groups[]", K::Object},
     {"replica_groups[].replicas", K::Integer},
     {"replica_groups[].micro_batch_size_samples", K::Integer},
     {"replica_groups[].recompute", K::String},

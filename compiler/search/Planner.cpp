@@ -640,6 +640,8 @@ searchPlans(const Workload &w, const Cluster &cluster, const PlanOptions &o) {
               s.sequenceParallel = tp > 1; // same traffic, less memory
               s.recompute = rec;
               s.precision = o.precision;
+              s.moeImbalance = o.moeImbalance;
+              s.moeCapacity = o.moeCapacity;
               Priced first = priceSaving(s);
               // Activations to host memory where the kept activations do
               // not fit (Transformer Engine's CPU offload; under full

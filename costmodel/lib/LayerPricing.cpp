@@ -77,13 +77,20 @@ OpPrice Simulation::priceOp(const OpCost &op, const LayerKind &k,
     // products of the tokens routed to each (FLOPs and bytes per device
     // are the same at any ep; each product is ep times larger, and
     // more efficient, as ep grows).
+    // The busiest device runs expertLoad times the mean tokens (routing
+    // imbalance, or every expert padded to its capacity), and every
+    // device waits for it.
     int local = std::max(1, op.experts / std::max(1, s.ep));
+    double load = s.expertLoad();
     o.localExperts = local;
+    o.expertLoad = load;
     const KernelModel &km = a.kernelsFor(dev);
-    fwd = local * (opTime(dev, f / local, bytes / local, cls, 0, prec)) +
+    fwd = local * (opTime(dev, load * f / local, load * bytes / local, cls, 0,
+                          prec)) +
           kernels * km.kernelLaunchS;
-    bwd = local * (opTime(dev, b / local, backMoved * sc / split / local,
-                          backCls, 0, prec)) +
+    bwd = local * (opTime(dev, load * b / local,
+                          load * backMoved * sc / split / local, backCls, 0,
+                          prec)) +
           backKernels * km.kernelLaunchS;
   }
   if (fp8) {
@@ -363,9 +370,8 @@ LayerTime Simulation::layerTime(const LayerKind &k, const StagePlacement &p,
     // to the ranks of its top-k experts and back (dispatch, combine), each
     // way again for the gradients; (ep - 1)/ep of the bytes leave the
     // device. Nothing overlaps them.
-    double tokens = double(k.expertDispatchBytes) * sc /
-                    (s.sequenceParallel ? tpDeg : 1);
-    double a2a = collectiveTime(CollectiveKind::AllToAll, tokens, p.epGroup);
+    double a2a = collectiveTime(CollectiveKind::AllToAll,
+                                expertDispatchBytes(k, tpDeg), p.epGroup);
     t.forwardEpS += 2 * a2a;
     t.backwardEpS += 2 * a2a;
   }
@@ -380,6 +386,12 @@ LayerTime Simulation::layerTime(const LayerKind &k, const StagePlacement &p,
   if (s.precision == Precision::FP8 && k.count > 1)
     all -= 0.5 * (k.savedLinearInputReplicatedBytes * sc / stream +
                   k.savedLinearInputShardedBytes * sc / tp);
+  // The busiest device also keeps its extra tokens' expert GEMM inputs.
+  if (double load = s.expertLoad(); load != 1)
+    for (const OpCost &op : k.ops)
+      if (op.experts > 1 && op.contraction && !op.view)
+        all += (load - 1) * double(op.activationInputBytes) * sc /
+               (op.tensorParallel || s.sequenceParallel ? tp : 1);
   t.workingBytes = all;
   // Recomputation checkpoints the repeated layers (Megatron-LM's
   // transformer layers); a layer that occurs once (the embedding, the head

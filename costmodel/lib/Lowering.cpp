@@ -187,7 +187,8 @@ Instruction PipelineLowering::gemm(const OpCost &op, const OpPrice &o,
           nn = op.gemmN, kk = op.gemmK;
   double rows = double(mm) * sc;
   if (op.experts > 1 && o.localExperts > 0) {
-    rows *= double(batch) / o.localExperts; // tokens per local expert
+    // tokens per local expert, on the busiest device
+    rows *= double(batch) / o.localExperts * o.expertLoad;
     batch = o.localExperts;
   }
   if (o.split > 1) {
@@ -438,8 +439,7 @@ void PipelineLowering::layerForward(const LayerKind &k, bool coreOnly,
                             CollectiveKind::AllGather),
                "zero-3 weight gather", StreamKind::DataParallel, true);
   bool ep = !coreOnly && k.experts > 1 && s.ep > 1 && k.expertDispatchBytes > 0;
-  double tokens = double(k.expertDispatchBytes) * sim.scale() /
-                  (s.sequenceParallel ? tp() : 1);
+  double tokens = sim.expertDispatchBytes(k, tp());
   double a2a = ep ? collectiveTime(CollectiveKind::AllToAll, tokens, p.epGroup)
                   : 0;
   int lastExpert = -1;
@@ -492,8 +492,7 @@ void PipelineLowering::layerBackward(const LayerKind &k, bool lastMicroBatch,
                "zero-3 weight gather", StreamKind::DataParallel, true);
   if (inputPart) {
     bool ep = k.experts > 1 && s.ep > 1 && k.expertDispatchBytes > 0;
-    double tokens = double(k.expertDispatchBytes) * sim.scale() /
-                    (s.sequenceParallel ? tp() : 1);
+    double tokens = sim.expertDispatchBytes(k, tp());
     double a2a = ep ? collectiveTime(CollectiveKind::AllToAll, tokens, p.epGroup)
                     : 0;
     int firstExpert = -1, lastCore = -1;

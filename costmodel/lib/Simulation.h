@@ -58,6 +58,9 @@ struct OpPrice {
               backwardClass = KernelClass::Pointwise;
   Precision precision = Precision::BF16;
   int localExperts = 0; ///< a grouped expert GEMM's products on the device
+  /// A grouped expert GEMM's tokens over the balanced mean on the busiest
+  /// device (Strategy::expertLoad).
+  double expertLoad = 1;
   /// Folded experts (etp 1): the GEMM runs whole experts on the tokens the
   /// tp ranks split (split divides its rows), with no tp collectives.
   bool foldedExperts = false;
@@ -203,6 +206,14 @@ public:
   double scale() const {
     return double(s.microBatch) / double(std::max<int64_t>(1, w.batchSize)) /
            s.cp;
+  }
+  /// Bytes of the tokens one device sends to (and takes back from) the
+  /// experts of layer `k` per micro-batch: each token's hidden state once
+  /// for each of its top-k experts, the tokens sequence parallelism gave
+  /// the device, times the busiest device's load (Strategy::expertLoad).
+  double expertDispatchBytes(const LayerKind &k, int tp) const {
+    return double(k.expertDispatchBytes) * scale() /
+           (s.sequenceParallel ? tp : 1) * s.expertLoad();
   }
   double opTime(const DeviceSpec &dev, double flops, double bytes,
                 KernelClass c, int kernels, Precision precision) const;

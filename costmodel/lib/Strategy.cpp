@@ -138,6 +138,17 @@ std::string Strategy::str() const {
     s += ",tpbatch=1";
   if (expertsFolded())
     s += ",etp=" + std::to_string(expertTp());
+  if (moeImbalance != 1 || moeCapacity > 0) {
+    char buf[64];
+    if (moeImbalance != 1) {
+      std::snprintf(buf, sizeof buf, ",moe_imbalance=%g", moeImbalance);
+      s += buf;
+    }
+    if (moeCapacity > 0) {
+      std::snprintf(buf, sizeof buf, ",moe_capacity=%g", moeCapacity);
+      s += buf;
+    }
+  }
   if (cpComm != CpComm::Ring)
     s += std::string(",cp_comm=") + cpCommName(cpComm);
   if (overlapName() != "grad+param")
@@ -250,8 +261,21 @@ llvm::Expected<Strategy> parseStrategy(const std::string &text) {
                         "each worker holds, in (0, 1]");
       else
         s.subnetworkFraction = f;
-    }
-    else if (key == "recompute_kinds") {
+    } else if (key == "moe_imbalance") {
+      double f = 0;
+      if (value.getAsDouble(f) || !(f >= 1) || f > 64)
+        e = err(where + ": moe_imbalance must be the busiest expert-parallel "
+                        "rank's tokens over the mean, from 1 to 64");
+      else
+        s.moeImbalance = f;
+    } else if (key == "moe_capacity") {
+      double f = 0;
+      if (value.getAsDouble(f) || !(f > 0) || f > 64)
+        e = err(where + ": moe_capacity must be the experts' capacity "
+                        "factor, above 0 and at most 64");
+      else
+        s.moeCapacity = f;
+    } else if (key == "recompute_kinds") {
       llvm::SmallVector<llvm::StringRef> kinds;
       value.split(kinds, '+', -1, /*KeepEmpty=*/false);
       if (kinds.empty())
@@ -259,8 +283,7 @@ llvm::Expected<Strategy> parseStrategy(const std::string &text) {
                         "'+'");
       for (llvm::StringRef k : kinds)
         s.recomputeKinds.push_back(k.str());
-    }
-    else if (key == "schedule") {
+    } else if (key == "schedule") {
       if (auto sc = scheduleFromName(value.str()))
         s.schedule = *sc;
       else
@@ -335,7 +358,8 @@ llvm::Expected<Strategy> parseStrategy(const std::string &text) {
       }
     } else
       e = err(where + ": unknown key '" + key.str() +
-              "' (known: tp, pp, dp, cp, ep, etp, sp, tpbatch, vpp, schedule, mbs, gbs, "
+              "' (known: tp, pp, dp, cp, ep, etp, moe_imbalance, moe_capacity, "
+              "sp, tpbatch, vpp, schedule, mbs, gbs, "
               "zero, recompute, recompute_layers, recompute_kinds, sdp, "
               "mg_coarsen, mg_iters, offload, precision, layers, order, "
               "overlap, cp_comm)");
@@ -454,6 +478,10 @@ llvm::Error completeAndValidate(Strategy &s, const Workload &w,
                  " must divide dp x tp = " + std::to_string(s.dp * s.tp) +
                  " (etp=1 draws the expert-parallel group from both)");
   }
+  if ((s.moeImbalance != 1 || s.moeCapacity > 0) && w.experts() < 2)
+    return err(std::string("strategy: ") +
+               (s.moeCapacity > 0 ? "moe_capacity" : "moe_imbalance") +
+               ": the model has no mixture-of-experts layers");
   if (s.etp > 0 && s.etp != s.tp) {
     // Megatron-Core's MoE parallel folding, as priced: each expert whole
     // (etp 1) on the tp x dp ranks, tokens split over tp by sequence

@@ -222,6 +222,8 @@ TEST(Strategy, EveryFieldMovesThePriceOrIsRefused) {
       {"etp", base + ",sp=1,ep=2,etp=1"},
       {"cp", "tp=2,pp=2,dp=2,cp=2,mbs=2,gbs=64,zero=0"},
       {"cp_comm", "tp=2,pp=2,dp=2,cp=2,mbs=2,gbs=64,zero=0,cp_comm=all-to-all"},
+      {"moe_imbalance", base + ",moe_imbalance=1.5"},
+      {"moe_capacity", base + ",moe_capacity=1.25"},
   };
   for (const Flip &f : flips) {
     std::string outcome = moves(f.strategy, w);
@@ -239,6 +241,69 @@ TEST(Strategy, EveryFieldMovesThePriceOrIsRefused) {
       simulate(moe, c, "tp=2,pp=2,dp=4,sp=1,mbs=2,gbs=64,ep=4,etp=1");
   EXPECT_NE(split.peakMemoryBytes, folded.peakMemoryBytes);
   EXPECT_NE(split.stepS, folded.stepS);
+  // And the routing's imbalance and the experts' capacity.
+  for (const char *moeField : {",moe_imbalance=1.5", ",moe_capacity=1.25"}) {
+    StepResult r = simulate(
+        moe, c,
+        std::string("tp=2,pp=2,dp=4,sp=1,mbs=2,gbs=64,ep=4") + moeField);
+    EXPECT_NE(r.stepS, split.stepS) << moeField;
+  }
+}
+
+TEST(ExpertParallel, TheBusiestRankSetsThePace) {
+  // moe_imbalance=1.5: the busiest of the ep ranks gets 1.5 times the mean
+  // tokens; its grouped GEMM runs 1.5 times the FLOPs, its all-to-alls move
+  // 1.5 times the bytes, it keeps 1.5 times the experts' inputs, and every
+  // rank waits for it.
+  const int layers = 4;
+  const int64_t dispatch = 64 << 20, kept = 32 << 20;
+  Workload w = moeModel(layers, 1'000'000'000, dispatch);
+  w.kinds[0].ops[0].activationInputBytes = kept;
+  w.kinds[0].savedReplicatedBytes = kept;
+  Cluster c = preset("8xH100-SXM");
+  const std::string base = "dp=8,mbs=1,gbs=16,zero=1,ep=8";
+  StepResult even = simulate(w, c, base);
+  StepResult skewed = simulate(w, c, base + ",moe_imbalance=1.5");
+  GroupShape g = groupShapeIn(c.groupOf(0), 1, 8);
+  EXPECT_NEAR(skewed.exposedEpCommS,
+              layers * 2 * 4 *
+                  collectiveTime(CollectiveKind::AllToAll, 1.5 * dispatch, g),
+              1e-9);
+  EXPECT_GT(skewed.stepS, even.stepS);
+  // What the layers keep is the experts' input alone here: half as much
+  // again on the busiest device.
+  EXPECT_GT(even.stages[0].memory.activationsBytes, 0);
+  EXPECT_NEAR(skewed.stages[0].memory.activationsBytes /
+                  even.stages[0].memory.activationsBytes,
+              1.5, 1e-9);
+  // Capacity 1 pads every expert to the balanced mean: as dropless and
+  // balanced. Capacity 2 doubles every expert's buffer, even with all the
+  // experts on one device, where an imbalance changes nothing (one device
+  // runs every token wherever it was routed).
+  EXPECT_EQ(simulate(w, c, base + ",moe_capacity=1").stepS, even.stepS);
+  const std::string one = "dp=8,mbs=1,gbs=16,zero=1,ep=1";
+  StepResult all = simulate(w, c, one);
+  EXPECT_EQ(simulate(w, c, one + ",moe_imbalance=2").stepS, all.stepS);
+  EXPECT_GT(simulate(w, c, one + ",moe_capacity=2").stepS, all.stepS);
+  // A dense model has no experts to balance; bad values are refused.
+  MLIRContext ctx;
+  auto dense = run(tinyGpt(ctx, KernelFusion::Fused), preset("2xH100-SXM"),
+                   "dp=2,moe_imbalance=1.2");
+  ASSERT_FALSE(bool(dense));
+  EXPECT_EQ(llvm::toString(dense.takeError()),
+            "strategy: moe_imbalance: the model has no mixture-of-experts "
+            "layers");
+  auto low = parseStrategy("dp=8,moe_imbalance=0.5");
+  ASSERT_FALSE(bool(low));
+  EXPECT_NE(llvm::toString(low.takeError()).find("from 1 to 64"),
+            std::string::npos);
+  auto zero = parseStrategy("dp=8,moe_capacity=0");
+  ASSERT_FALSE(bool(zero));
+  llvm::consumeError(zero.takeError());
+  auto parsed = parseStrategy(base + ",moe_imbalance=1.5,moe_capacity=1.25");
+  ASSERT_TRUE(bool(parsed));
+  EXPECT_NE(parsed->str().find("moe_imbalance=1.5,moe_capacity=1.25"),
+            std::string::npos);
 }
 
 TEST(Precision, Fp8AsTransformerEngineRunsIt) {

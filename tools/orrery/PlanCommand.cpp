@@ -14,6 +14,7 @@
 #include "orrery/Plan/Plan.h"
 #include "orrery/Workload/BuildWorkload.h"
 
+#include <cstdio>
 #include <fstream>
 #include <iostream>
 
@@ -62,6 +63,13 @@ preparePlan(mlir::ModuleOp module, const ModelArgs &args,
       PlanInputs{args.path, digestOf(modelBytesOf(args)), source.spec,
                  digestOf(clusterBytes), boundDims(args)};
   return std::move(setup);
+}
+
+/// A number for an error line (%g).
+static std::string printableNumber(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  return buf;
 }
 
 llvm::Expected<PlanOptions> planOptions(PlanSetup &setup,
@@ -132,6 +140,22 @@ llvm::Expected<PlanOptions> planOptions(PlanSetup &setup,
                  "': expected fp32, tf32, fp16, bf16 or fp8");
   }
   options.precision = prec->precision;
+  if (!(request.moeImbalance >= 1 && request.moeImbalance <= 64))
+    return error("--moe-imbalance " + printableNumber(request.moeImbalance) +
+                 ": expected the busiest expert-parallel rank's tokens over "
+                 "the mean, from 1 to 64");
+  if (request.moeCapacity != 0 &&
+      !(request.moeCapacity > 0 && request.moeCapacity <= 64))
+    return error("--moe-capacity " + printableNumber(request.moeCapacity) +
+                 ": expected the experts' capacity factor, above 0 and at "
+                 "most 64");
+  if ((request.moeImbalance != 1 || request.moeCapacity > 0) &&
+      setup.workload.experts() < 2)
+    return error(std::string(request.moeCapacity > 0 ? "--moe-capacity"
+                                                     : "--moe-imbalance") +
+                 ": the model has no mixture-of-experts layers");
+  options.moeImbalance = request.moeImbalance;
+  options.moeCapacity = request.moeCapacity;
   if (request.showProgress)
     options.progress = [](int64_t priced, const StepResult *best) {
       std::cerr << "\rorrery: priced " << priced << " candidates, best so far "

@@ -45,6 +45,9 @@ struct PlanRequest {
   std::string precision = "bf16";
   std::string framework;     ///< --framework, or empty
   std::string fixedStrategy; ///< --strategy: price this one, no search
+  /// --moe-imbalance, --moe-capacity: every candidate priced with them
+  /// (Strategy::moeImbalance, moeCapacity).
+  double moeImbalance = 1, moeCapacity = 0;
   FrameworkOptions flags;
   /// Progress on stderr (the CLI shows it only on a terminal).
   bool showProgress = false;

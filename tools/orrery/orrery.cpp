@@ -372,6 +372,17 @@ int main(int argc, char **argv) {
       "(e.g. seq=512:0.5,2048:0.3,8192:0.2, fractions of the tokens): a plan "
       "per bucket at a constant token budget (--global-batch samples of the "
       "longest), with the cost of switching between them");
+  double planMoeImbalance = 1, planMoeCapacity = 0;
+  planCmd->add_option(
+      "--moe-imbalance", planMoeImbalance,
+      "mixture of experts: the busiest expert-parallel rank's routed tokens "
+      "over the mean, 1 to 64, every candidate priced with it "
+      "(docs/strategy.md moe_imbalance)");
+  planCmd->add_option(
+      "--moe-capacity", planMoeCapacity,
+      "mixture of experts: the experts' capacity factor (tokens above "
+      "dropped, buffers padded; Megatron-Core's --moe-expert-capacity-factor), "
+      "every candidate priced with it");
   planCmd->add_option("--strategy", fixedStrategy,
                       "no search: price this strategy (docs/strategy.md) and "
                       "write it as the plan, e.g. to export a configuration "
@@ -662,6 +673,8 @@ int main(int argc, char **argv) {
     request.precision = precision;
     request.framework = planFramework;
     request.fixedStrategy = fixedStrategy;
+    request.moeImbalance = planMoeImbalance;
+    request.moeCapacity = planMoeCapacity;
     request.flags = planGradients.options();
     // Progress goes to a terminal only: a log or a pipe gets the result
     // and, on failure, the one error line alone.

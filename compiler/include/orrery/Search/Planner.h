@@ -29,6 +29,9 @@ struct PlanOptions {
   double budgetUsdPerHour = 0;
   int topK = 5;
   Precision precision = Precision::BF16;
+  /// Mixture of experts: the routing's stated imbalance and the experts'
+  /// capacity factor every candidate is priced with (Strategy fields).
+  double moeImbalance = 1, moeCapacity = 0;
   /// How the framework that will run the plan keeps its gradients (the
   /// rest of the assumptions stay the defaults).
   Assumptions assumptions;

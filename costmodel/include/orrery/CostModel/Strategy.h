@@ -73,6 +73,21 @@ struct Strategy {
   /// Whether the experts fold tensor parallelism into expert parallelism
   /// (etp 1 under tp > 1).
   bool expertsFolded() const { return expertTp() != tp; }
+  /// Mixture of experts: the busiest expert-parallel rank's routed tokens
+  /// over the mean (`moe_imbalance`: what the router's auxiliary loss
+  /// leaves; every rank of the ep group waits for that one), and the
+  /// experts' capacity factor (`moe_capacity`; 0: dropless, the graph's
+  /// tokens): each expert takes capacity x its mean share, the tokens above
+  /// dropped and the buffer padded below (Megatron-Core's
+  /// --moe-expert-capacity-factor with --moe-pad-expert-input-to-capacity).
+  double moeImbalance = 1, moeCapacity = 0;
+  /// The tokens the busiest device's experts run and its all-to-alls move,
+  /// over the balanced mean: the capacity when one is set, else the
+  /// imbalance under ep > 1 (a device holding every expert runs all the
+  /// tokens whatever their spread).
+  double expertLoad() const {
+    return moeCapacity > 0 ? moeCapacity : ep > 1 ? moeImbalance : 1.0;
+  }
   bool sequenceParallel = false;
   /// Let the tensor-parallel group split the batch of the ops whose layout
   /// for micro-batches that split over the group does so (a CNN's conv
