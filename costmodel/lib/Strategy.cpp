@@ -201,6 +201,15 @@ llvm::Expected<Strategy> parseStrategy(const std::string &text) {
         return err(where + ": " + key.str() + " must be 0 or 1");
       return llvm::Error::success();
     };
+    // A number in (lo, hi], or [lo, hi] when lo is included.
+    auto real = [&](double &out, double lo, bool withLo, double hi,
+                    const char *what) -> llvm::Error {
+      double f = 0;
+      if (value.getAsDouble(f) || !(withLo ? f >= lo : f > lo) || f > hi)
+        return err(where + ": " + key.str() + " must be " + what);
+      out = f;
+      return llvm::Error::success();
+    };
     llvm::Error e = llvm::Error::success();
     if (key == "tp")
       e = integer(s.tp, 1);
@@ -254,28 +263,18 @@ llvm::Expected<Strategy> parseStrategy(const std::string &text) {
         e = err(where + ": chunks is the chunk size in millions of "
                         "elements, at most 100000");
       s.chunkParams = millions * 1000000;
-    } else if (key == "sdp") {
-      double f = 0;
-      if (value.getAsDouble(f) || !(f > 0) || f > 1)
-        e = err(where + ": sdp must be the fraction of the repeated blocks "
-                        "each worker holds, in (0, 1]");
-      else
-        s.subnetworkFraction = f;
-    } else if (key == "moe_imbalance") {
-      double f = 0;
-      if (value.getAsDouble(f) || !(f >= 1) || f > 64)
-        e = err(where + ": moe_imbalance must be the busiest expert-parallel "
-                        "rank's tokens over the mean, from 1 to 64");
-      else
-        s.moeImbalance = f;
-    } else if (key == "moe_capacity") {
-      double f = 0;
-      if (value.getAsDouble(f) || !(f > 0) || f > 64)
-        e = err(where + ": moe_capacity must be the experts' capacity "
-                        "factor, above 0 and at most 64");
-      else
-        s.moeCapacity = f;
-    } else if (key == "recompute_kinds") {
+    } else if (key == "sdp")
+      e = real(s.subnetworkFraction, 0, false, 1,
+               "the fraction of the repeated blocks each worker holds, in "
+               "(0, 1]");
+    else if (key == "moe_imbalance")
+      e = real(s.moeImbalance, 1, true, 64,
+               "the busiest expert-parallel rank's tokens over the mean, from "
+               "1 to 64");
+    else if (key == "moe_capacity")
+      e = real(s.moeCapacity, 0, false, 64,
+               "the experts' capacity factor, above 0 and at most 64");
+    else if (key == "recompute_kinds") {
       llvm::SmallVector<llvm::StringRef> kinds;
       value.split(kinds, '+', -1, /*KeepEmpty=*/false);
       if (kinds.empty())
