@@ -11,6 +11,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "orrery/Export/Exporters.h"
+#include "orrery/CostModel/PrintableLine.h"
 #include "orrery/Plan/Plan.h"
 
 #include <algorithm>
@@ -308,9 +309,7 @@ llvm::Expected<std::string> megatron(const ExportPlan &p) {
   if (s.moeCapacity > 0) {
     // Each expert's buffer padded to capacity x its mean share, the tokens
     // above dropped, as priced.
-    char buf[32];
-    std::snprintf(buf, sizeof buf, "%g", s.moeCapacity);
-    flag("--moe-expert-capacity-factor", buf);
+    flag("--moe-expert-capacity-factor", printableNumber(s.moeCapacity));
     flag("--moe-pad-expert-input-to-capacity");
   }
   if (s.sequenceParallel && s.tp > 1)

@@ -423,7 +423,7 @@ strategyFromPlanImpl(const nlohmann::json &plan, const std::string &what) {
       continue;
     const nlohmann::json &f = j[key];
     double v = f.is_number() ? f.get<double>() : -1;
-    if (!(lo == 1 ? v >= 1 : v > 0) || v > 64)
+    if (!(lo == 1 ? v >= 1 : v > 0) || v > kMaxExpertLoad)
       return err(what + ": strategy." + key + ": must be " +
                  (lo == 1 ? "from 1" : "above 0") + " to 64");
     *field = v;

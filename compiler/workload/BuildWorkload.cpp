@@ -703,8 +703,10 @@ llvm::Expected<Workload> buildWorkload(ModuleOp module,
   // The head whose logits the implied loss takes, when it runs once: they
   // may leave it split by vocabulary (LayoutCosts::lossResult).
   func::CallOp lossCall;
+  int lossResult = -1;
   if (Value logits = impliedLossLogits(module, main)) {
     lossCall = logits.getDefiningOp<func::CallOp>();
+    lossResult = int(cast<OpResult>(logits).getResultNumber());
     int calls = 0;
     main.walk([&](func::CallOp c) {
       calls += c.getCallee() == lossCall.getCallee();
@@ -734,8 +736,7 @@ llvm::Expected<Workload> buildWorkload(ModuleOp module,
     batched.samples = std::max(1, costs.degree);
     batched.sequenceParallel = true; // as the planner runs tp
     if (call == lossCall)
-      perSample.lossResult = batched.lossResult = int(
-          cast<OpResult>(impliedLossLogits(module, main)).getResultNumber());
+      perSample.lossResult = batched.lossResult = lossResult;
     if (inserted) {
       w.kinds.push_back(
           measureKind(callee, perSample, kernels, trains, fineTuning.loraRank));

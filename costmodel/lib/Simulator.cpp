@@ -18,9 +18,10 @@
 //===----------------------------------------------------------------------===//
 
 #include "orrery/CostModel/Simulator.h"
-#include "orrery/CostModel/Errors.h"
 #include "Simulation.h"
 #include "orrery/CostModel/Collective.h"
+#include "orrery/CostModel/Errors.h"
+#include "orrery/CostModel/PrintableLine.h"
 #include "llvm/ADT/STLExtras.h"
 
 #include <algorithm>
@@ -952,8 +953,7 @@ static llvm::Expected<Workload> subnetworkOf(const Workload &w,
                                              const Strategy &s) {
   double f = s.subnetworkFraction;
   double holders = f * s.dp;
-  char text[32];
-  std::snprintf(text, sizeof text, "%g", f);
+  std::string text = printableNumber(f);
   if (std::fabs(holders - std::llround(holders)) > 1e-9 || holders < 1)
     return err(std::string("strategy: sdp=") + text + " with dp=" +
                std::to_string(s.dp) +

@@ -123,9 +123,7 @@ std::string Strategy::str() const {
   if (phantomGhosts > 0)
     s += ",phantom=" + std::to_string(phantomGhosts);
   if (subnetworkFraction > 0) {
-    char buf[32];
-    std::snprintf(buf, sizeof buf, ",sdp=%g", subnetworkFraction);
-    s += buf;
+    s += ",sdp=" + printableNumber(subnetworkFraction);
     if (subnetworkBackwardMask)
       s += ",sdp_mask=backward";
   }
@@ -138,17 +136,10 @@ std::string Strategy::str() const {
     s += ",tpbatch=1";
   if (expertsFolded())
     s += ",etp=" + std::to_string(expertTp());
-  if (moeImbalance != 1 || moeCapacity > 0) {
-    char buf[64];
-    if (moeImbalance != 1) {
-      std::snprintf(buf, sizeof buf, ",moe_imbalance=%g", moeImbalance);
-      s += buf;
-    }
-    if (moeCapacity > 0) {
-      std::snprintf(buf, sizeof buf, ",moe_capacity=%g", moeCapacity);
-      s += buf;
-    }
-  }
+  if (moeImbalance != 1)
+    s += ",moe_imbalance=" + printableNumber(moeImbalance);
+  if (moeCapacity > 0)
+    s += ",moe_capacity=" + printableNumber(moeCapacity);
   if (cpComm != CpComm::Ring)
     s += std::string(",cp_comm=") + cpCommName(cpComm);
   if (overlapName() != "grad+param")
@@ -268,11 +259,11 @@ llvm::Expected<Strategy> parseStrategy(const std::string &text) {
                "the fraction of the repeated blocks each worker holds, in "
                "(0, 1]");
     else if (key == "moe_imbalance")
-      e = real(s.moeImbalance, 1, true, 64,
+      e = real(s.moeImbalance, 1, true, kMaxExpertLoad,
                "the busiest expert-parallel rank's tokens over the mean, from "
                "1 to 64");
     else if (key == "moe_capacity")
-      e = real(s.moeCapacity, 0, false, 64,
+      e = real(s.moeCapacity, 0, false, kMaxExpertLoad,
                "the experts' capacity factor, above 0 and at most 64");
     else if (key == "recompute_kinds") {
       llvm::SmallVector<llvm::StringRef> kinds;

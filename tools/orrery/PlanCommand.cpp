@@ -10,11 +10,11 @@
 #include "PlanReport.h"
 #include "Simulate.h"
 #include "Stats.h"
+#include "orrery/CostModel/PrintableLine.h"
 #include "orrery/Export/Exporters.h"
 #include "orrery/Plan/Plan.h"
 #include "orrery/Workload/BuildWorkload.h"
 
-#include <cstdio>
 #include <fstream>
 #include <iostream>
 
@@ -63,13 +63,6 @@ preparePlan(mlir::ModuleOp module, const ModelArgs &args,
       PlanInputs{args.path, digestOf(modelBytesOf(args)), source.spec,
                  digestOf(clusterBytes), boundDims(args)};
   return std::move(setup);
-}
-
-/// A number for an error line (%g).
-static std::string printableNumber(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%g", v);
-  return buf;
 }
 
 llvm::Expected<PlanOptions> planOptions(PlanSetup &setup,
@@ -140,12 +133,12 @@ llvm::Expected<PlanOptions> planOptions(PlanSetup &setup,
                  "': expected fp32, tf32, fp16, bf16 or fp8");
   }
   options.precision = prec->precision;
-  if (!(request.moeImbalance >= 1 && request.moeImbalance <= 64))
+  if (!(request.moeImbalance >= 1 && request.moeImbalance <= kMaxExpertLoad))
     return error("--moe-imbalance " + printableNumber(request.moeImbalance) +
                  ": expected the busiest expert-parallel rank's tokens over "
                  "the mean, from 1 to 64");
   if (request.moeCapacity != 0 &&
-      !(request.moeCapacity > 0 && request.moeCapacity <= 64))
+      !(request.moeCapacity > 0 && request.moeCapacity <= kMaxExpertLoad))
     return error("--moe-capacity " + printableNumber(request.moeCapacity) +
                  ": expected the experts' capacity factor, above 0 and at "
                  "most 64");

@@ -15,6 +15,13 @@
 
 namespace orrery {
 
+/// A number as a short line-safe string (printf's %g: "1.25", "1e+68").
+inline std::string printableNumber(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  return buf;
+}
+
 /// `text` as one printable line (see the file comment).
 inline std::string printableLine(const std::string &text) {
   constexpr size_t kMaxChars = 500, kMaxDigits = 24;

@@ -58,6 +58,10 @@ enum class Recompute { None, Selective, Full };
 /// scattered, the sequence gathered, around the attention).
 enum class CpComm { Ring, AllToAll };
 
+/// The largest `moe_imbalance` and `moe_capacity` accepted (a spread or a
+/// padding beyond it is a mistake, not a routing).
+constexpr double kMaxExpertLoad = 64;
+
 struct Strategy {
   int tp = 1; ///< tensor parallel (Megatron column/row)
   int pp = 1; ///< pipeline stages
