@@ -3,15 +3,16 @@
 #include "orrery/Export/Exporters.h"
 
 #include <algorithm>
-#include <chrono>
-#include <functional>
-#include <cmath>
-#include <set>
-#include <optional>
-#include <utility>
 #include <atomic>
+#include <chrono>
 #include <climits>
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <optional>
+#include <set>
 #include <thread>
+#include <utility>
 
 namespace orrery {
 
@@ -412,17 +413,32 @@ searchPlans(const Workload &w, const Cluster &cluster, const PlanOptions &o) {
   auto priceOne = [&](SearchState &st, Strategy s) {
     if (s.microBatches() * s.pp * s.virtualStages > kMaxPlanStepTasks)
       return Priced{}; // too many events to price in a search
-    auto r = simulateStep(w, c, s, a, false, Detail::StepTime);
+    // The bar a candidate must pass to enter the plans kept (by time):
+    // above it, the schedule is not run. Not for one that recomputes
+    // every layer: its partial recompute (tried last) may be faster.
+    double bar = std::numeric_limits<double>::infinity();
+    if (o.objective == Objective::Time &&
+        int(st.best.size()) >= std::max(1, o.topK) &&
+        !(s.recompute == Recompute::Full && s.recomputeLayers == 0))
+      bar = st.best.back().stepS;
+    auto r = simulateStep(w, c, s, a, false, Detail::StepTime, bar);
     if (!r) {
       llvm::consumeError(r.takeError());
       return Priced{};
     }
-    consider(st, *r);
+    // Pruned: this candidate takes at least r->stepS, any split of its
+    // layers or zero-bubble schedule of it r->stepS - r->bubbleS.
+    if (r->pruned && r->fits)
+      ++st.pruned;
+    else
+      consider(st, *r); // a pruned one that does not fit: the closest
+    double anySplitS = r->pruned ? r->stepS - r->bubbleS : 0;
     Priced priced{r->fits ? 0.0 : std::max(1.0, r->memoryShortfallBytes),
-                  r->stepS - r->exposedDpCommS - r->optimizerS, r->stepS,
-                  r->bubbleS};
+                  r->pruned ? anySplitS
+                            : r->stepS - r->exposedDpCommS - r->optimizerS,
+                  r->stepS, r->bubbleS};
     // Balance uneven stages by the layers' measured cost.
-    if (s.pp > 1 && r->fits) {
+    if (s.pp > 1 && r->fits && !(r->pruned && anySplitS > bar)) {
       std::vector<double> perLayer;
       for (const LayerRun &run : w.layers)
         for (int64_t i = 0; i < run.count; ++i)
@@ -443,16 +459,19 @@ searchPlans(const Workload &w, const Cluster &cluster, const PlanOptions &o) {
             !frameworkRuns(b))
           continue;
         tried = split;
-        auto balanced = simulateStep(w, c, b, a, false, Detail::StepTime);
+        auto balanced = simulateStep(w, c, b, a, false, Detail::StepTime, bar);
         if (!balanced) {
           llvm::consumeError(balanced.takeError());
           continue;
         }
+        if (balanced->pruned)
+          continue;
         if (!fastest || balanced->stepS < fastest->stepS)
           fastest = std::move(*balanced);
       }
-      // Only a split that beats the default is a new plan.
-      if (fastest && fastest->stepS < r->stepS * (1 - 1e-9))
+      // Only a split that beats the default is a new plan (a pruned
+      // default's step is above the bar, that of any plan kept).
+      if (fastest && (r->pruned || fastest->stepS < r->stepS * (1 - 1e-9)))
         consider(st, *fastest);
     }
     return priced;

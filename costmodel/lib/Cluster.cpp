@@ -55,9 +55,10 @@ const NodeGroup &Cluster::groupOf(int device) const {
 }
 
 bool Cluster::homogeneous() const {
-  for (const DevicePlace &p : devices_)
-    if (sites[p.site].nodeGroups[p.group].device != &deviceSpec(0))
-      return false;
+  for (const Site &site : sites)
+    for (const NodeGroup &g : site.nodeGroups)
+      if (g.count > 0 && g.devicesPerNode > 0 && g.device != &deviceSpec(0))
+        return false;
   return true;
 }
 

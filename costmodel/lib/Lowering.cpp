@@ -664,8 +664,8 @@ Program PipelineLowering::lower(int stage_, int t_, int c_, int d_,
   cpPrev = rankOf(stage, t, (c + s.cp - 1) % s.cp, d);
 
   // The schedule of this stage at this replica's micro-batches.
-  std::vector<std::vector<Task>> order = sim.schedule(int(m));
-  const std::vector<Task> &tasks = order[stage];
+  std::shared_ptr<const TaskOrder> order = sim.schedule(int(m));
+  const std::vector<Task> &tasks = (*order)[stage];
   // The last task that computes a chunk's weight gradients (its W under
   // zero bubble) fills the last gradient bucket.
   bool zeroBubble = s.splitsWeightGradients();

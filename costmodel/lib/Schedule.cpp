@@ -12,6 +12,7 @@
 #include "Simulation.h"
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <string>
 
@@ -143,11 +144,36 @@ void Simulation::dualPipeV(int i, int m, std::vector<Task> &o) const {
     W();
 }
 
-std::vector<std::vector<Task>> Simulation::schedule(int m) const {
+std::shared_ptr<const TaskOrder> Simulation::schedule(int m) const {
+  // What an order depends on: the schedule, its stages and chunks, the
+  // micro-batches, and a folded DualPipe's turn. A search alternates a
+  // few schedules of one pipeline (1F1B and its zero-bubble variants), so
+  // the thread keeps the last few orders it built.
+  using Key = std::array<int, 5>;
+  Key key = {int(s.schedule), s.pp, s.virtualStages, m, int(dualPipeTurn)};
+  constexpr size_t kKept = 8;
+  thread_local std::array<std::pair<Key, std::shared_ptr<const TaskOrder>>,
+                          kKept>
+      kept;
+  thread_local size_t nextSlot = 0;
+  for (const auto &[k, order] : kept)
+    if (order && k == key)
+      return order;
+  auto order = std::make_shared<const TaskOrder>(buildSchedule(m));
+  kept[nextSlot] = {key, order};
+  nextSlot = (nextSlot + 1) % kKept;
+  return order;
+}
+
+TaskOrder Simulation::buildSchedule(int m) const {
   int pp = s.pp, v = s.virtualStages;
-  std::vector<std::vector<Task>> order(pp);
+  TaskOrder order(pp);
+  // Every schedule runs each chunk's forward, backward and (split)
+  // weight-gradient task once a micro-batch; ZB-V plans at least 2pp-1.
+  size_t tasks = size_t(std::max(m, 2 * pp - 1)) * v * 3;
   for (int i = 0; i < pp; ++i) {
     auto &o = order[i];
+    o.reserve(tasks);
     if (s.schedule == Schedule::GPipe) {
       for (int mb = 0; mb < m; ++mb)
         for (int c = 0; c < v; ++c)
@@ -271,9 +297,14 @@ Timeline runSchedule(const std::vector<std::vector<Task>> &order, int chunks,
   size_t remaining = 0;
   for (const auto &o : order)
     remaining += o.size();
-  while (remaining) {
+  // Each task's times follow from its inputs' alone, so the stages may be
+  // visited in any order: down the pipeline and back up in turn, as the
+  // forwards flow down and the backwards up (fewer visits to a stage whose
+  // next task waits); a trace keeps its events in the first stage's order.
+  for (bool down = true; remaining; down = trace || !down) {
     bool progress = false;
-    for (int i = 0; i < pp; ++i) {
+    for (int k = 0; k < pp; ++k) {
+      int i = down ? k : pp - 1 - k;
       while (next[i] < order[i].size()) {
         const Task &t = order[i][next[i]];
         double ready = 0, gather = 0, send = 0;

@@ -12,6 +12,8 @@
 #include "orrery/CostModel/Hetero.h"
 #include "orrery/CostModel/Simulator.h"
 
+#include <limits>
+#include <memory>
 #include <vector>
 
 namespace orrery {
@@ -105,6 +107,9 @@ struct Task {
   int pairVs = -1, pairMb = -1;
 };
 
+/// Per stage, its tasks in order.
+using TaskOrder = std::vector<std::vector<Task>>;
+
 /// Per stage: when it finishes, how long it computed, its last backward.
 struct Timeline {
   bool ok = true;
@@ -180,6 +185,9 @@ public:
 
   llvm::Expected<StepResult> run(bool keepTrace);
   Detail detail = Detail::Full;
+  /// simulateStep's bound (Detail::StepTime): above it the schedule is not
+  /// run.
+  double boundS = std::numeric_limits<double>::infinity();
   /// Filled by run() when set.
   StepParts *parts = nullptr;
   /// A folded DualPipe step (Strategy::dualPipeFolded): the V's turn
@@ -199,7 +207,10 @@ public:
   fullyRecomputed(const std::vector<std::vector<int>> &chunkOf,
                   const std::vector<size_t> &sequence) const;
   /// Per stage, its tasks in the order the strategy's schedule runs them.
-  std::vector<std::vector<Task>> schedule(int microBatches) const;
+  /// Shared: the last order built on a thread serves the next step of the
+  /// same shape (a search prices many candidates of one pipeline in a row).
+  std::shared_ptr<const TaskOrder> schedule(int microBatches) const;
+  TaskOrder buildSchedule(int microBatches) const;
   /// Stage i's tasks under ZB-V and DualPipeV (Schedule.cpp).
   void zeroBubbleV(int i, int m, std::vector<Task> &o) const;
   void dualPipeV(int i, int m, std::vector<Task> &o) const;

@@ -25,11 +25,12 @@
 #include "llvm/ADT/STLExtras.h"
 
 #include <algorithm>
-#include <optional>
-#include <deque>
 #include <cmath>
+#include <deque>
+#include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 namespace orrery {
 
@@ -460,10 +461,44 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
     }
     bwdCommS[ch] = std::max(0.0, epS[ch] - fwdCommS[ch]);
   }
-  std::vector<std::vector<Task>> order = schedule(m);
-  Timeline tl = runSchedule(order, chunks, m, fwdS, bS, links,
-                            keepTrace ? &r.trace : nullptr, &wS, &fwdCommS,
-                            &bwdCommS);
+  std::shared_ptr<const TaskOrder> orderOf = schedule(m);
+  const TaskOrder &order = *orderOf;
+  // A search's bar (boundS): what this step takes at least. Every stage's
+  // tasks over the stages' mean, which no split of the layers lowers nor a
+  // zero-bubble schedule of the same work (DualPipe's overlapped pairs
+  // do); and, for this split and schedule, a stage's tasks after the first
+  // micro-batch's forward down the chunks before it (and, where its last
+  // task is its first chunk's backward, GPipe and 1F1B, that backward's
+  // way back up).
+  double anySplitS = 0, thisSplitS = 0;
+  if (boundS < std::numeric_limits<double>::infinity() && !dualPipeTurn &&
+      s.schedule != Schedule::DualPipeV &&
+      s.schedule != Schedule::LayerParallelMgrit) {
+    std::vector<double> stageBusy(pp, 0.0);
+    for (int ch = 0; ch < chunks; ++ch)
+      stageBusy[s.stageOfChunk(ch)] += double(m) * (fwdS[ch] + bwdS[ch]);
+    bool drains = s.schedule == Schedule::GPipe ||
+                  (s.schedule == Schedule::OneFOneB && v == 1);
+    double fill = 0, drain = 0;
+    for (int i = 0; i < pp; ++i) {
+      anySplitS += stageBusy[i] / pp;
+      thisSplitS = std::max(thisSplitS, fill + stageBusy[i] + drain);
+      fill += fwdS[i]; // chunk i is stage i's first
+      if (drains)
+        drain += bwdS[i];
+    }
+  }
+  bool pruned = thisSplitS > boundS;
+  Timeline tl;
+  if (pruned) {
+    tl.free.assign(pp, thisSplitS);
+    tl.busy.assign(pp, anySplitS);
+    tl.lastBackwardS.assign(pp, 0);
+    r.pruned = true;
+  } else {
+    tl = runSchedule(order, chunks, m, fwdS, bS, links,
+                     keepTrace ? &r.trace : nullptr, &wS, &fwdCommS, &bwdCommS);
+  }
   if (!tl.ok)
     return err("simulator: the schedule deadlocked (an internal error)");
   if (s.schedule == Schedule::LayerParallelMgrit) {
@@ -705,11 +740,10 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
 
   // Transfers' share of the idle time: the same schedule without them.
   double noTransferEnd =
-      detail == Detail::StepTime || (pp == 1 && !dualPipeTurn)
+      detail == Detail::StepTime || pruned || (pp == 1 && !dualPipeTurn)
           ? free[slowest]
-          : runSchedule(order, chunks, m, fwdS, bS,
-                        PipelineLinks::none(chunks), nullptr, &wS, &fwdCommS,
-                        &bwdCommS)
+          : runSchedule(order, chunks, m, fwdS, bS, PipelineLinks::none(chunks),
+                        nullptr, &wS, &fwdCommS, &bwdCommS)
                 .free[slowest];
 
   // Memory per stage: the schedule's peak of kept activations.
@@ -840,7 +874,9 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
     }
   }
 
-  // Figures.
+  // Figures. A pruned step states its bound alone.
+  if (pruned)
+    stepS = thisSplitS;
   double samples = double(s.globalBatch);
   double perSample = 1.0 / std::max<int64_t>(1, w.batchSize);
   r.stepS = stepS;
@@ -900,6 +936,8 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
   r.exposedPpCommS =
       std::min(idle, std::max(0.0, free[slowest] - noTransferEnd));
   r.bubbleS = std::max(0.0, idle - r.exposedPpCommS);
+  if (pruned) // the part of the bound that this split and schedule add
+    r.bubbleS = thisSplitS - anySplitS;
   r.bubbleFraction = r.bubbleS / stepS;
   if (keepTrace)
     for (int i = 0; i < pp; ++i) {
@@ -1107,7 +1145,8 @@ static llvm::Expected<StepResult> dualPipeStep(const Workload &w,
 
 llvm::Expected<StepResult> simulateStep(const Workload &w, const Cluster &c,
                                         Strategy s, const Assumptions &a,
-                                        bool keepTrace, Detail detail) {
+                                        bool keepTrace, Detail detail,
+                                        double boundS) {
   if (auto e = completeAndValidate(s, w, c))
     return std::move(e);
   if (w.kinds.empty())
@@ -1163,12 +1202,16 @@ llvm::Expected<StepResult> simulateStep(const Workload &w, const Cluster &c,
                : [&] {
                    Simulation sim(model, s, a, homogeneousStages(c, s), true);
                    sim.detail = detail;
+                   if (detail == Detail::StepTime)
+                     sim.boundS = boundS;
                    return sim.run(keepTrace);
                  }();
   if (r) { // every device of the cluster, with its own price
     r->costUsd = 0;
-    for (int d = 0; d < c.numDevices(); ++d)
-      r->costUsd += c.groupOf(d).priceUsdPerDeviceHour * r->stepS / 3600.0;
+    for (const Site &site : c.sites)
+      for (const NodeGroup &g : site.nodeGroups)
+        r->costUsd += double(g.count) * g.devicesPerNode *
+                      g.priceUsdPerDeviceHour * r->stepS / 3600.0;
   }
   return r;
 }

@@ -1,8 +1,10 @@
 //===- SimulatorTest.cpp - the step simulator on hand-made workloads ------===//
-#include "TestSupport.h"
 #include "orrery/CostModel/Simulator.h"
+#include "TestSupport.h"
 #include "orrery/CostModel/Collective.h"
+#include "orrery/Search/Planner.h"
 
+#include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
 
@@ -539,6 +541,87 @@ TEST(Collective, Dgx1RingsFollowTheCubeMesh) {
   // link direction once, so k links per pair carry k such rings.
   EXPECT_EQ(ringsInTopology({{0, 1, 1}, {1, 0, 0}, {1, 0, 0}}, 3), 1);
   EXPECT_EQ(ringsInTopology({{0, 2, 2}, {2, 0, 0}, {2, 0, 0}}, 3), 2);
+}
+
+// A search's bar: a step bounded below its own lower bound is not run
+// event by event, and the bounds it states hold: stepS under this step,
+// stepS - bubbleS under every split of its layers and its zero-bubble
+// schedules; the memory is the step's own.
+TEST(Simulator, ABoundedStepStatesLowerBounds) {
+  Workload w = uniformModel(16, 1e13, int64_t(1e8), 1 << 24);
+  LayerKind head = w.kinds[0];
+  head.name = "head";
+  head.count = 1;
+  head.forwardFlops *= 3;
+  head.backwardFlops *= 3;
+  head.ops[0].forwardFlops = head.forwardFlops;
+  head.ops[0].backwardFlops = head.backwardFlops;
+  w.kinds.push_back(head);
+  w.layers = {{0, 16}, {1, 1}};
+  Cluster c = preset("8xA100-80G");
+  auto step = [&](const std::string &text, double bound) {
+    auto s = parseStrategy(text);
+    EXPECT_TRUE(bool(s)) << text;
+    auto r = simulateStep(w, c, *s, {}, false, Detail::StepTime, bound);
+    EXPECT_TRUE(bool(r)) << (r ? "" : llvm::toString(r.takeError()));
+    return *r;
+  };
+  // Each step, and the splits and schedules of the same work its
+  // any-split bound must stay under.
+  std::vector<std::pair<std::string, std::vector<std::string>>> cases = {
+      {"pp=4,dp=2,mbs=1,gbs=16",
+       {"layers=1:4:4:8", "layers=7:4:3:3", "schedule=zb-h1",
+        "vpp=2,schedule=zb-v"}},
+      {"pp=4,dp=2,mbs=2,gbs=64", {"layers=2:5:5:5", "schedule=zb-h1"}},
+      {"tp=2,pp=4,mbs=1,gbs=8", {"layers=5:4:4:4", "vpp=2,schedule=zb-v"}},
+      {"pp=4,dp=2,mbs=1,gbs=16,schedule=gpipe", {"layers=1:4:4:8"}},
+      {"pp=4,dp=2,vpp=2,mbs=1,gbs=16", {"layers=2:2:2:2:2:2:2:3"}},
+      {"pp=8,mbs=1,gbs=32,layers=1:2:2:2:2:2:2:4", {"layers=3:2:2:2:2:2:2:2"}},
+  };
+  for (const auto &[text, variants] : cases) {
+    StepResult full = step(text, std::numeric_limits<double>::infinity());
+    ASSERT_FALSE(full.pruned) << text;
+    EXPECT_FALSE(step(text, full.stepS).pruned) << text; // bound <= step
+    StepResult bounded = step(text, 0);
+    ASSERT_TRUE(bounded.pruned) << text;
+    EXPECT_LE(bounded.stepS, full.stepS) << text;
+    EXPECT_GE(bounded.bubbleS, 0) << text;
+    EXPECT_EQ(bounded.peakMemoryBytes, full.peakMemoryBytes) << text;
+    EXPECT_EQ(bounded.fits, full.fits) << text;
+    // 1F1B's own bound is its step but for the transfers and the gradient
+    // reduction.
+    if (text == "pp=4,dp=2,mbs=1,gbs=16")
+      EXPECT_GT(bounded.stepS, 0.8 * full.stepS);
+    double anySplit = bounded.stepS - bounded.bubbleS;
+    for (const std::string &v : variants) {
+      std::string other = text.substr(0, text.find(",layers")) + "," + v;
+      EXPECT_LE(anySplit,
+                step(other, std::numeric_limits<double>::infinity()).stepS)
+          << other;
+    }
+  }
+}
+
+// The planner's bound prunes without changing what it finds: the best
+// plan with one plan kept (the bar set early) is the best of a search
+// that keeps them all (no bar).
+TEST(Planner, TheStepBoundKeepsTheBestPlan) {
+  Workload w = uniformModel(16, 1e13, int64_t(1e9), 1 << 26);
+  Cluster c = preset("2x8xA100-80G");
+  PlanOptions one;
+  one.globalBatch = 256;
+  one.topK = 1;
+  PlanOptions all = one;
+  all.topK = 100000;
+  auto bounded = searchPlans(w, c, one);
+  auto unbounded = searchPlans(w, c, all);
+  ASSERT_TRUE(bool(bounded)) << llvm::toString(bounded.takeError());
+  ASSERT_TRUE(bool(unbounded)) << llvm::toString(unbounded.takeError());
+  EXPECT_GT(bounded->candidatesPruned, unbounded->candidatesPruned);
+  EXPECT_LT(bounded->candidatesPriced, unbounded->candidatesPriced);
+  EXPECT_EQ(bounded->top.front().strategy.str(),
+            unbounded->top.front().strategy.str());
+  EXPECT_EQ(bounded->top.front().stepS, unbounded->top.front().stepS);
 }
 
 } // namespace

@@ -63,7 +63,7 @@ void printPlan(std::ostream &os, const PlanResult &r, const Workload &w,
   if (r.searchS > 0)
     std::snprintf(buf, sizeof buf,
                   "searched     %lld candidates priced in %.0f ms (%.0f per "
-                  "second), %lld pruned by memory\n\n",
+                  "second), %lld pruned by memory or bound\n\n",
                   (long long)r.candidatesPriced, r.searchS * 1e3,
                   r.candidatesPriced / std::max(r.searchS, 1e-9),
                   (long long)r.candidatesPruned);

@@ -48,7 +48,7 @@ struct PlanOptions {
 struct PlanResult {
   std::vector<StepResult> top; ///< best first
   int64_t candidatesPriced = 0;
-  int64_t candidatesPruned = 0; ///< rejected before pricing (memory bound)
+  int64_t candidatesPruned = 0; ///< by the memory floor or the step bound
   /// Candidates the framework runs in no variant (PlanOptions::framework).
   int64_t candidatesRefused = 0;
   std::string framework; ///< PlanOptions::framework, echoed

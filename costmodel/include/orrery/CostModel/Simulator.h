@@ -15,6 +15,7 @@
 #include "orrery/CostModel/Strategy.h"
 #include "orrery/CostModel/Workload.h"
 
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -243,6 +244,13 @@ struct StepResult {
   /// The largest memory need minus capacity over stages (<= 0 when it fits).
   double memoryShortfallBytes = 0;
   bool fits = true;
+  /// Above simulateStep's bound: the schedule was not run and the time
+  /// breakdown is incomplete (memory is exact). stepS is a lower bound of
+  /// this step (its stages' tasks after the first micro-batch's way down
+  /// to them, and back for GPipe and 1F1B), stepS - bubbleS one of any
+  /// split of its layers and of its zero-bubble schedules (the stages'
+  /// mean busy time; not DualPipe's overlapped pairs).
+  bool pruned = false;
   std::string doesNotFit; ///< the reason when !fits
   /// Energy: every device of the plan at its power by activity; cost:
   /// the devices' price per hour over the step.
@@ -281,10 +289,13 @@ enum class Detail { Full, StepTime };
 
 /// Simulates one step. Fails with a one-line message when the strategy does
 /// not apply to this model or cluster.
-llvm::Expected<StepResult> simulateStep(const Workload &w, const Cluster &c,
-                                        Strategy s, const Assumptions &a = {},
-                                        bool keepTrace = false,
-                                        Detail detail = Detail::Full);
+/// `boundS` (Detail::StepTime, a search's bar): when a lower bound of this
+/// step is above it, the schedule is not run and the result is `pruned`.
+llvm::Expected<StepResult>
+simulateStep(const Workload &w, const Cluster &c, Strategy s,
+             const Assumptions &a = {}, bool keepTrace = false,
+             Detail detail = Detail::Full,
+             double boundS = std::numeric_limits<double>::infinity());
 
 /// Simulates one pipeline, replicated s.dp times, whose stages run where
 /// `stages` says (s.tp is ignored: each stage has its own). The building
