@@ -214,6 +214,16 @@ AMP_MICRO_BATCH = [1, 1, 1, 2, 2, 2, 4, 1, 1, 4, 4, 1, 2, 1, 2, 4, 2, 2, 1, 2, 4
                    32, 32, 32]
 
 
+# AMP's own measurement of its stack: a transformer block's forward at
+# micro-batch 1 per device type and tp (its src/known_cost profile, which
+# its cost model takes too); what Orrery's device model does not explain
+# there is priced as the stack's host time per layer (docs/costmodel.md,
+# "Layer profiles").
+with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "published",
+                       "amp_layer_profile.json")) as _f:
+    AMP_LAYER_PROFILE = json.load(_f)
+
+
 def amp_plan(case, mbs):
     """AMP's trial as an Orrery heterogeneous plan. DeepSpeed's pipeline
     topology numbers ranks ((stage * dp) + replica) * tp + tp_rank, four to a
@@ -250,7 +260,8 @@ def amp_plan(case, mbs):
                          "replica_groups": replica_groups},
             "predicted": {"kernels": "unfused-attention", "gradient_accumulation": "separate",
                           "gradient_bytes_per_parameter": 2,
-                          "gradient_reduce_bytes_per_parameter": 4}}
+                          "gradient_reduce_bytes_per_parameter": 4,
+                          "layer_profile": AMP_LAYER_PROFILE}}
 
 
 def spearman(xs, ys):

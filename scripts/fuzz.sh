@@ -54,6 +54,11 @@ if [ -x "$orrery" ]; then
     -o "$seeds/plan/hetero.json" >/dev/null
   "$orrery" plan "${tiny[@]}" --cluster 1x4xA100-80G --lora rank=4 \
     -o "$seeds/plan/lora.json" >/dev/null
+  printf '%s' '{"schema": "orrery-layer-profile", "version": 1, "source": "seed", "layers": [{"device": "A100-80G", "tp": 1, "micro_batch_size_samples": 1, "forward_s": 0.001}]}' \
+    > build-fuzz/layer-profile.json
+  "$orrery" plan "${tiny[@]}" --cluster 1x4xA100-80G \
+    --layer-profile build-fuzz/layer-profile.json \
+    -o "$seeds/plan/layer-profile.json" >/dev/null
   printf '%s' '{"sites": [{"name": "dc", "nodes": [{"count": 2, "device": "A100-80G", "devices_per_node": 8, "host_memory_bytes": 1e12, "host_memory_bandwidth_bytes_per_s": 4e11}]}]}' \
     > "$seeds/cluster/host-memory.json"
   for p in "$seeds"/plan/*.json; do

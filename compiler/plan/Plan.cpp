@@ -81,7 +81,12 @@ std::string kernelRates(const std::vector<std::string> &devices) {
 
 /// Where a device's power is unknown, the device type replaces the
 /// step's joules (the other fields keep their order).
-static ojson withEnergyKnown(ojson j, const EnergyByActivity &e) {
+/// The metrics, without the energy where a device's power is unknown, and
+/// with the layer profile that priced them (absent when none did).
+static ojson withEnergyKnown(ojson j, const EnergyByActivity &e,
+                             const LayerProfile *profile = nullptr) {
+  if (profile)
+    j["layer_profile"] = layerProfileJson(*profile);
   if (e.known())
     return j;
   j.erase("energy_j_per_step");
@@ -124,7 +129,7 @@ ojson metricsJson(const StepResult &r) {
        {"in_network_aggregation",
         r.inNetworkAggregation.empty() ? "none" : r.inNetworkAggregation},
        {"kernels", kernelFusionName(r.kernels)}},
-      r.energy);
+      r.energy, r.layerProfile.get());
 }
 
 ojson stageJson(const StageReport &st) {
@@ -575,7 +580,8 @@ ojson heteroMetricsJson(const HeteroResult &r) {
        {"kernels",
         kernelFusionName(r.groups.empty() ? KernelFusion::Fused
                                           : r.groups.front().kernels)}},
-      r.energy);
+      r.energy,
+      r.groups.empty() ? nullptr : r.groups.front().layerProfile.get());
 }
 
 ojson heteroStagesJson(const HeteroResult &r, const std::vector<Pool> &pools) {
@@ -700,6 +706,13 @@ assumptionsFromPlanImpl(const nlohmann::json &plan, const std::string &what) {
     if (a.fineTuning.loraRank > 0 && a.fineTuning.loraTargets.empty())
       return err(what + ": fine_tuning.lora_targets: missing (LoRA needs "
                         "its targets)");
+  }
+  if (p.contains("layer_profile")) {
+    auto profile = parseLayerProfile(p["layer_profile"],
+                                     what + ": predicted.layer_profile");
+    if (!profile)
+      return profile.takeError();
+    a.layerProfile = std::make_shared<const LayerProfile>(std::move(*profile));
   }
   // Plans written before `kernels` existed were priced with the attention
   // scores in memory.
@@ -903,6 +916,7 @@ const FieldType kPredictedFields[] = {
     {"gradient_bytes_per_parameter", K::Number},
     {"gradient_reduce_bytes_per_parameter", K::Number},
     {"kernels", K::String},
+    {"layer_profile", K::Object},
     {"zero3_prefetch_parameters", K::Number},
     {"in_network_aggregation", K::String},
     {"kernel_rates", K::String},

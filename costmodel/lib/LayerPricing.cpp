@@ -199,6 +199,40 @@ OpPrice Simulation::priceOp(const OpCost &op, const LayerKind &k,
   return o;
 }
 
+/// The kind that occurs most often (the first of equals), or -1 when no
+/// kind repeats: what a layer profile measures.
+static int repeatedKind(const Workload &w) {
+  int best = -1;
+  for (size_t i = 0; i < w.kinds.size(); ++i)
+    if (w.kinds[i].count > 1 &&
+        (best < 0 || w.kinds[i].count > w.kinds[best].count))
+      best = int(i);
+  return best;
+}
+
+double Simulation::profiledHostS(const LayerKind &k,
+                                 const StagePlacement &p) const {
+  int kind = repeatedKind(w);
+  const LayerProfile::Entry *e =
+      a.layerProfile ? a.layerProfile->find(p.device->name, p.tp) : nullptr;
+  if (kind < 0 || !e || k.name != w.kinds[kind].name)
+    return 0;
+  // The same layer priced as the profile ran it: its micro-batch, the
+  // device model alone.
+  Strategy measured = s;
+  measured.microBatch = e->microBatch;
+  Assumptions alone = a;
+  alone.layerProfile.reset();
+  Simulation probe(w, measured, alone, {p}, true);
+  LayerTime t =
+      probe.layerTime(w.kinds[kind].forMicroBatch(measured.microBatch, p.tp,
+                                                  measured.tpBatchSplit),
+                      p);
+  double modelled =
+      t.forwardComputeS + t.forwardTpS + t.forwardCpS + t.forwardEpS;
+  return std::max(0.0, e->forwardS - modelled);
+}
+
 LayerTime Simulation::layerTime(const LayerKind &k, const StagePlacement &p,
                                 LayerBreakdown *breakdown,
                                 bool recomputed) const {
@@ -374,6 +408,15 @@ LayerTime Simulation::layerTime(const LayerKind &k, const StagePlacement &p,
                                 expertDispatchBytes(k, tpDeg), p.epGroup);
     t.forwardEpS += 2 * a2a;
     t.backwardEpS += 2 * a2a;
+  }
+  // A layer profile's host time (docs/costmodel.md, "Layer profiles"):
+  // it runs between the kernels, adds to them, and repeats in backward
+  // (and in a full recompute, which re-runs the forward).
+  if (a.layerProfile) {
+    t.forwardHostS = profiledHostS(k, p);
+    t.backwardHostS = kLayerProfileBackwardRatio * t.forwardHostS;
+    t.forwardComputeS += t.forwardHostS;
+    t.backwardComputeS += t.backwardHostS;
   }
   // Selective recompute re-runs the attention with its exchange.
   if (strategyRecompute == Recompute::Selective && !k.noBackward)

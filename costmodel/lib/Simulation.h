@@ -36,6 +36,8 @@ struct LayerTime {
   /// weighted contraction and the separate gradient accumulation (what a
   /// zero-bubble schedule defers as its W pass).
   double weightGradS = 0;
+  /// Of the compute, the host time a layer profile adds (forward, backward).
+  double forwardHostS = 0, backwardHostS = 0;
   double recomputeS = 0; ///< extra forward work in backward (compute + comm)
   double recomputeFlops = 0;
   /// Activation bytes one micro-batch keeps for this layer, per device.
@@ -248,6 +250,10 @@ private:
   }
   /// `recomputed`: false prices a layer that partial full recompute
   /// (recompute_layers) leaves alone as under recompute=none.
+  /// A layer profile's host time for one forward of kind k on placement
+  /// p: the measured forward less the modelled one at the profile's
+  /// micro-batch (0 for any kind but the model's repeated one).
+  double profiledHostS(const LayerKind &k, const StagePlacement &p) const;
   LayerTime layerTime(const LayerKind &k, const StagePlacement &p,
                       LayerBreakdown *breakdown = nullptr,
                       bool recomputed = true) const;

@@ -169,6 +169,25 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
   r.gradientReduceBytesPerParameter = a.gradReduceBytes();
   r.kernels = a.fusion;
   r.zero3PrefetchParameters = a.zero3PrefetchParams;
+  r.layerProfile = a.layerProfile;
+  if (a.layerProfile) {
+    // Every stage's device and tp must be measured: a host time guessed
+    // for one that is not would be a silent wrong price.
+    bool repeats =
+        llvm::any_of(w.kinds, [](const LayerKind &k) { return k.count > 1; });
+    if (!repeats)
+      return err("layer profile: the model has no repeated layer for its "
+                 "forward times to measure");
+    for (const StagePlacement &p : at)
+      if (!a.layerProfile->find(p.device->name, p.tp)) {
+        std::string has;
+        for (const LayerProfile::Entry &e : a.layerProfile->entries)
+          has += (has.empty() ? "" : ", ") + e.device + " tp " +
+                 std::to_string(e.tp);
+        return err("layer profile: no entry for " + p.device->name + " at tp " +
+                   std::to_string(p.tp) + " (it measures " + has + ")");
+      }
+  }
 
   // Layer times per stage placement (once when every stage is alike); and
   // under partial full recompute, those of the layers it leaves alone.

@@ -624,4 +624,57 @@ TEST(Planner, TheStepBoundKeepsTheBestPlan) {
   EXPECT_EQ(bounded->top.front().stepS, unbounded->top.front().stepS);
 }
 
+// A layer profile: the measured forward of the repeated layer, less what
+// the device model prices for it at the profile's micro-batch, is host
+// time every such layer adds, forward and twice in backward, at any
+// micro-batch; other layers keep their price; a device or tp it does not
+// measure is an error.
+TEST(Simulator, ALayerProfileAddsTheHostTimeItMeasures) {
+  Workload w = uniformModel(8, 1e11, int64_t(1e8), 1 << 22);
+  LayerKind head = w.kinds[0];
+  head.name = "head";
+  head.count = 1;
+  w.kinds.push_back(head);
+  w.layers = {{0, 8}, {1, 1}};
+  Cluster c = preset("2xA100-80G");
+  auto run = [&](const char *text, const Assumptions &a) {
+    auto s = parseStrategy(text);
+    EXPECT_TRUE(bool(s));
+    auto r = simulateStep(w, c, *s, a, true);
+    EXPECT_TRUE(bool(r)) << (r ? "" : llvm::toString(r.takeError()));
+    return *r;
+  };
+  Assumptions plain;
+  StepResult one = run("pp=2,mbs=1,gbs=8", plain);
+  StepResult four = run("pp=2,mbs=4,gbs=8", plain);
+  double modelled = one.layers[0].forwardS;
+  double hostS = 2e-3;
+  LayerProfile profile;
+  profile.entries.push_back({"A100-80G", 1, 1, modelled + hostS});
+  Assumptions measured;
+  measured.layerProfile = std::make_shared<const LayerProfile>(profile);
+  StepResult withHost = run("pp=2,mbs=4,gbs=8", measured);
+  EXPECT_NEAR(withHost.layers[0].forwardS, four.layers[0].forwardS + hostS,
+              1e-12);
+  EXPECT_NEAR(withHost.layers[0].backwardS,
+              four.layers[0].backwardS + 2 * hostS, 1e-12);
+  EXPECT_EQ(withHost.layers[1].forwardS, four.layers[1].forwardS);
+  // 1F1B over two stages and two micro-batches: three slots of a stage's
+  // forward and backward, four repeated layers a stage, 3 x host each.
+  EXPECT_NEAR(withHost.stepS - four.stepS, 3 * 4 * 3 * hostS,
+              0.05 * 3 * 4 * 3 * hostS);
+  // Measured faster than modelled: nothing to add.
+  profile.entries[0].forwardS = modelled / 2;
+  measured.layerProfile = std::make_shared<const LayerProfile>(profile);
+  EXPECT_EQ(run("pp=2,mbs=4,gbs=8", measured).stepS, four.stepS);
+  // Not measured at tp 2.
+  auto s = parseStrategy("tp=2,mbs=4,gbs=8");
+  ASSERT_TRUE(bool(s));
+  auto r = simulateStep(w, c, *s, measured);
+  ASSERT_FALSE(bool(r));
+  EXPECT_EQ(llvm::toString(r.takeError()),
+            "layer profile: no entry for A100-80G at tp 2 (it measures "
+            "A100-80G tp 1)");
+}
+
 } // namespace

@@ -80,6 +80,17 @@ llvm::Error applyFrameworkOptions(const FrameworkOptions &o, Assumptions &a) {
     a.gradReduceBytesPerParam = *o.gradReduceBytes;
   if (o.kernels)
     orrery::parseKernelFusion(*o.kernels, a.fusion);
+  if (o.layerProfile) {
+    std::string text;
+    std::string what = "--layer-profile " + *o.layerProfile;
+    std::string why = readInputFile(*o.layerProfile, kMaxJsonInputBytes, text);
+    if (!why.empty())
+      return bad(what + ": " + why);
+    auto profile = parseLayerProfileText(text, what);
+    if (!profile)
+      return profile.takeError();
+    a.layerProfile = std::make_shared<const LayerProfile>(std::move(*profile));
+  }
   return llvm::Error::success();
 }
 

@@ -27,6 +27,7 @@ struct FrameworkOptions {
   std::optional<double> zero3PrefetchParams;        ///< >= 0
   std::optional<std::vector<std::string>> freeze;
   std::optional<std::string> lora;
+  std::optional<std::string> layerProfile; ///< a file (LayerProfile.h)
 };
 
 /// A cluster argument: a preset, a JSON file, or JSON text in memory (then

@@ -73,10 +73,18 @@ struct FrameworkFlags {
   std::vector<std::string> freeze;
   std::string lora;
   double prefetch = 0;
+  std::string layerProfile;
   CLI::Option *separateOpt = nullptr, *bytesOpt = nullptr,
               *reduceBytesOpt = nullptr, *kernelsOpt = nullptr,
-              *freezeOpt = nullptr, *loraOpt = nullptr, *prefetchOpt = nullptr;
+              *freezeOpt = nullptr, *loraOpt = nullptr, *prefetchOpt = nullptr,
+              *layerProfileOpt = nullptr;
   void add(CLI::App *cmd) {
+    layerProfileOpt = cmd->add_option(
+        "--layer-profile", layerProfile,
+        "a JSON file of your stack's measured forward time of the model's "
+        "repeated layer per device type and tp (docs/costmodel.md, \"Layer "
+        "profiles\"): what the device model does not explain is priced as "
+        "host time per layer");
     freezeOpt = cmd->add_option(
         "--freeze", freeze,
         "fine-tuning: freeze these weights (a name, a dotted prefix or part "
@@ -133,6 +141,8 @@ struct FrameworkFlags {
       o.gradReduceBytes = reduceBytes;
     if (kernelsOpt && kernelsOpt->count())
       o.kernels = kernels;
+    if (layerProfileOpt && layerProfileOpt->count())
+      o.layerProfile = layerProfile;
     return o;
   }
   llvm::Error apply(orrery::Assumptions &a) const {

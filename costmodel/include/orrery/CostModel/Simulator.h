@@ -12,10 +12,12 @@
 
 #include "orrery/CostModel/Cluster.h"
 #include "orrery/CostModel/Collective.h"
+#include "orrery/CostModel/LayerProfile.h"
 #include "orrery/CostModel/Strategy.h"
 #include "orrery/CostModel/Workload.h"
 
 #include <limits>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -46,6 +48,11 @@ struct Assumptions {
   /// 5–25 µs per op, so a kernel shorter than that waits for the host. 10 µs
   /// per kernel, forward and backward.
   double hostDispatchS = 10e-6;
+  /// The stack's measured forward time of the model's repeated layer
+  /// (`--layer-profile`, LayerProfile.h): what the device model does not
+  /// explain there is host time each such layer adds, forward and
+  /// backward, on the devices and tp degrees it measures.
+  std::shared_ptr<const LayerProfile> layerProfile;
   const KernelModel &kernelsFor(const DeviceSpec &d) const {
     return useMeasuredKernels && d.measuredKernels ? *d.measuredKernels
                                                    : kernels;
@@ -231,6 +238,8 @@ struct StepResult {
   KernelFusion kernels = KernelFusion::Fused;
   /// Assumptions::zero3PrefetchParams as priced.
   double zero3PrefetchParameters = 0;
+  /// Assumptions::layerProfile, echoed (a plan records it).
+  std::shared_ptr<const LayerProfile> layerProfile;
   /// "sharp" or "switchml" where the gradient all-reduce was priced
   /// through the switches' aggregation (the launch must enable it), else "".
   std::string inNetworkAggregation;
