@@ -615,9 +615,17 @@ static void addTrainingLoss(ModuleOp module, func::FuncOp main, Workload &w,
     OpCost loss;
     loss.name = "training_loss:softmax_cross_entropy";
     softmaxCrossEntropyCost(t, loss);
+    // Split by vocabulary, Megatron-LM's cross-entropy all-reduces over
+    // the tp group a float a token three times (the row maximum, the
+    // target's logit, the sum of exponentials; the layout's choice,
+    // LayoutCosts::lossResult, counted them); its backward is local.
+    int64_t rows =
+        t.getRank() && t.getShape().back() > 0 ? n / t.getShape().back() : 0;
     auto addTo = [&](LayerKind &kind) {
       loss.tensorParallel = found && index < kind.ops.size() &&
                             kind.ops[index].tensorParallel;
+      loss.tpAllReduceForwardBytes = loss.tensorParallel ? 3 * 4 * rows : 0;
+      loss.tpAllReducesForward = 3;
       kind.ops.push_back(loss);
       kind.forwardFlops = satAdd(kind.forwardFlops, loss.forwardFlops);
       kind.backwardFlops = satAdd(kind.backwardFlops, loss.backwardFlops);

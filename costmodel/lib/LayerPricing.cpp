@@ -185,8 +185,11 @@ OpPrice Simulation::priceOp(const OpCost &op, const LayerKind &k,
     o.tpColumnAllReduceBytes = op.tpAllReduceBackwardBytes * sc;
     o.tpGatherBytes = op.tpAllGatherForwardBytes * sc;
     o.tpHaloBytes = op.tpHaloBytes * sc;
-    o.tpRowAllReduceS = collectiveTime(CollectiveKind::AllReduce,
-                                       o.tpRowAllReduceBytes, tpGroup);
+    o.tpRowAllReduces = std::max(1, op.tpAllReducesForward);
+    o.tpRowAllReduceS =
+        o.tpRowAllReduces *
+        collectiveTime(CollectiveKind::AllReduce,
+                       o.tpRowAllReduceBytes / o.tpRowAllReduces, tpGroup);
     o.tpColumnAllReduceS = collectiveTime(CollectiveKind::AllReduce,
                                           o.tpColumnAllReduceBytes, tpGroup);
     o.tpGatherS =

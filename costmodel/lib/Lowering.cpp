@@ -326,9 +326,11 @@ void PipelineLowering::opForward(const OpCost &op, const OpPrice &o) {
                    o.forwardFlops, o.forwardS));
   }
   if (tp() > 1) {
-    collective(CollectiveKind::AllReduce, tpG, o.tpRowAllReduceBytes,
-               o.tpRowAllReduceS, "row-parallel all-reduce", StreamKind::Comm,
-               true);
+    for (int k = 0; k < o.tpRowAllReduces; ++k)
+      collective(CollectiveKind::AllReduce, tpG,
+                 o.tpRowAllReduceBytes / o.tpRowAllReduces,
+                 o.tpRowAllReduceS / o.tpRowAllReduces,
+                 "row-parallel all-reduce", StreamKind::Comm, true);
     collective(CollectiveKind::AllGather, tpG, o.tpGatherBytes, o.tpGatherS,
                "split gather", StreamKind::Comm, true);
     collective(CollectiveKind::SendRecv, tpG, o.tpHaloBytes, o.tpHaloS,

@@ -73,6 +73,8 @@ struct OpPrice {
   /// Tensor-parallel collectives (bytes per rank, seconds).
   double tpRowAllReduceBytes = 0, tpColumnAllReduceBytes = 0,
          tpGatherBytes = 0, tpHaloBytes = 0;
+  /// The forward all-reduces tpRowAllReduceBytes take (OpCost's).
+  int tpRowAllReduces = 1;
   double tpRowAllReduceS = 0, tpColumnAllReduceS = 0, tpGatherS = 0,
          tpScatterS = 0, tpHaloS = 0;
   /// Fused attention: kernel calls (cp blocks under the ring), keys per

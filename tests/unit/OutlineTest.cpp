@@ -460,4 +460,9 @@ TEST(Parallelism, TheLossTakesTheLogitsSplitByVocabulary) {
     return op.contraction && op.tensorParallel && op.gemmN > 0 &&
            op.gemmN * 4 >= 50257;
   }));
+  // Its three all-reduces of a float a token.
+  EXPECT_EQ(kind.ops.back().tpAllReduceForwardBytes,
+            3 * 4 * w->tokensPerSample * w->batchSize);
+  EXPECT_EQ(kind.ops.back().tpAllReducesForward, 3);
+  EXPECT_EQ(kind.ops.back().tpAllReduceBackwardBytes, 0);
 }

@@ -57,6 +57,9 @@ struct OpCost {
   /// gradient in the backward pass.
   int64_t tpAllReduceForwardBytes = 0;
   int64_t tpAllReduceBackwardBytes = 0;
+  /// The forward all-reduces those bytes take, in equal parts (Megatron's
+  /// vocab-parallel cross-entropy: three of a float a token).
+  int tpAllReducesForward = 1;
   /// A batch- or spatially-split value gathered whole (all-gather in
   /// forward, reduce-scatter of its gradient in backward).
   int64_t tpAllGatherForwardBytes = 0;
