@@ -292,12 +292,12 @@ void groupPipeline(const Cluster &c, const HeteroStrategy &s, size_t g,
   for (int i = 0; i < pp; ++i) {
     const HeteroStage &hs = rg.stages[i];
     const NodeGroup &ng = *pools[hs.pool].nodes;
-    StagePlacement p{ng.device,
-                     &ng,
-                     hs.tp,
-                     groupShapeIn(ng, 1, hs.tp),
-                     groupShapeIn(ng, hs.tp, rg.replicas),
-                     {}};
+    StagePlacement p;
+    p.device = ng.device;
+    p.group = &ng;
+    p.tp = hs.tp;
+    p.tpGroup = groupShapeIn(ng, 1, hs.tp);
+    p.dpGroup = groupShapeIn(ng, hs.tp, rg.replicas);
     if (aligned) {
       // Groups that split the model alike reduce each stage's gradients in
       // one collective over every group's replicas of it (one data-parallel

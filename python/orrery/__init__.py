@@ -199,8 +199,10 @@ def _framework_kwargs(separate_grad_accumulation: Optional[bool],
                       grad_reduce_bytes: Optional[float],
                       zero3_prefetch_params: Optional[float],
                       freeze: Optional[Iterable[str]],
-                      lora: Optional[str]) -> Dict[str, Any]:
+                      lora: Optional[str],
+                      layer_profile: Optional[str] = None) -> Dict[str, Any]:
     return dict(
+        layer_profile=None if layer_profile is None else str(layer_profile),
         separate_grad_accumulation=separate_grad_accumulation,
         grad_bytes=None if grad_bytes is None else float(grad_bytes),
         grad_reduce_bytes=None if grad_reduce_bytes is None else float(grad_reduce_bytes),
@@ -271,7 +273,8 @@ def simulate(model: Model, cluster: Cluster,
              grad_reduce_bytes: Optional[float] = None,
              zero3_prefetch_params: Optional[float] = None,
              freeze: Optional[Iterable[str]] = None,
-             lora: Optional[str] = None) -> Simulation:
+             lora: Optional[str] = None,
+             layer_profile: Optional[str] = None) -> Simulation:
     """Prices one training step of ``strategy`` (``"tp=8,pp=2,mbs=1,gbs=512"``
     or a dict of the same keys, docs/strategy.md) on ``cluster``, or of a
     plan's strategy (``plan=``, heterogeneous plans too), without hardware.
@@ -280,7 +283,7 @@ def simulate(model: Model, cluster: Cluster,
     if (strategy is None) == (plan is None):
         raise Error("simulate: give a strategy or a plan (one of them)")
     fw = _framework_kwargs(separate_grad_accumulation, grad_bytes, grad_reduce_bytes,
-                           zero3_prefetch_params, freeze, lora)
+                           zero3_prefetch_params, freeze, lora, layer_profile)
     text = _core.simulate(model._handle, cluster.spec, cluster._json,
                           "" if strategy is None else _strategy_text(strategy),
                           None if plan is None else plan.to_json(),
@@ -381,7 +384,8 @@ def plan(model: Model, cluster: Cluster, global_batch: int = 1024, *,
          grad_reduce_bytes: Optional[float] = None,
          zero3_prefetch_params: Optional[float] = None,
          freeze: Optional[Iterable[str]] = None,
-         lora: Optional[str] = None) -> Plan:
+         lora: Optional[str] = None,
+         layer_profile: Optional[str] = None) -> Plan:
     """Searches for the fastest (``objective="time"``), cheapest (``cost``)
     or least-energy (``energy``) plan that fits, as ``orrery plan`` does;
     ``top`` plans are kept (the best first, the rest ``runners_up``).
@@ -390,7 +394,7 @@ def plan(model: Model, cluster: Cluster, global_batch: int = 1024, *,
     strategy instead of searching. The rest are ``orrery plan``'s flags of
     the same names."""
     fw = _framework_kwargs(separate_grad_accumulation, grad_bytes, grad_reduce_bytes,
-                           zero3_prefetch_params, freeze, lora)
+                           zero3_prefetch_params, freeze, lora, layer_profile)
     if isinstance(global_batch, bool) or not isinstance(global_batch, int):
         raise Error(f"--global-batch {global_batch!r}: expected an integer")
     text, summary = _core.plan(

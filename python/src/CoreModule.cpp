@@ -46,14 +46,14 @@ clusterSource(const std::string &spec, const std::optional<std::string> &json) {
   return s;
 }
 
-orrery::cli::FrameworkOptions
-frameworkOptions(std::optional<bool> separateGradAccumulation,
-                 std::optional<double> gradBytes,
-                 std::optional<double> gradReduceBytes,
-                 std::optional<double> zero3PrefetchParams,
-                 std::optional<std::vector<std::string>> freeze,
-                 std::optional<std::string> lora) {
+orrery::cli::FrameworkOptions frameworkOptions(
+    std::optional<bool> separateGradAccumulation,
+    std::optional<double> gradBytes, std::optional<double> gradReduceBytes,
+    std::optional<double> zero3PrefetchParams,
+    std::optional<std::vector<std::string>> freeze,
+    std::optional<std::string> lora, std::optional<std::string> layerProfile) {
   orrery::cli::FrameworkOptions o;
+  o.layerProfile = std::move(layerProfile);
   o.separateGradAccumulation = separateGradAccumulation;
   o.gradBytes = gradBytes;
   o.gradReduceBytes = gradReduceBytes;
@@ -116,10 +116,12 @@ NB_MODULE(_core, m) {
          std::optional<double> gradBytes, std::optional<double> gradReduceBytes,
          std::optional<double> zero3PrefetchParams,
          std::optional<std::vector<std::string>> freeze,
-         std::optional<std::string> lora) {
+         std::optional<std::string> lora,
+         std::optional<std::string> layerProfile) {
         auto framework = frameworkOptions(separateGradAccumulation, gradBytes,
                                           gradReduceBytes, zero3PrefetchParams,
-                                          std::move(freeze), std::move(lora));
+                                          std::move(freeze), std::move(lora),
+                                          std::move(layerProfile));
         nb::gil_scoped_release release;
         return take(
             orrery::api::simulate(*h.ref, clusterSource(spec, clusterJson),
@@ -130,7 +132,7 @@ NB_MODULE(_core, m) {
       "plan_json"_a.none(), "use_measured_kernels"_a, "json"_a, "trace"_a,
       "separate_grad_accumulation"_a.none(), "grad_bytes"_a.none(),
       "grad_reduce_bytes"_a.none(), "zero3_prefetch_params"_a.none(),
-      "freeze"_a.none(), "lora"_a.none(),
+      "freeze"_a.none(), "lora"_a.none(), "layer_profile"_a.none(),
       "`orrery simulate` of a strategy string or a plan's JSON.");
 
   m.def(
@@ -144,7 +146,8 @@ NB_MODULE(_core, m) {
          std::optional<double> gradBytes, std::optional<double> gradReduceBytes,
          std::optional<double> zero3PrefetchParams,
          std::optional<std::vector<std::string>> freeze,
-         std::optional<std::string> lora) {
+         std::optional<std::string> lora,
+         std::optional<std::string> layerProfile) {
         orrery::cli::PlanRequest request;
         request.globalBatch = globalBatch;
         request.objective = objective;
@@ -155,7 +158,8 @@ NB_MODULE(_core, m) {
         request.fixedStrategy = strategy;
         request.flags = frameworkOptions(separateGradAccumulation, gradBytes,
                                          gradReduceBytes, zero3PrefetchParams,
-                                         std::move(freeze), std::move(lora));
+                                         std::move(freeze), std::move(lora),
+                                         std::move(layerProfile));
         orrery::api::PlanText text;
         {
           nb::gil_scoped_release release;
@@ -169,6 +173,7 @@ NB_MODULE(_core, m) {
       "strategy"_a, "explain"_a, "separate_grad_accumulation"_a.none(),
       "grad_bytes"_a.none(), "grad_reduce_bytes"_a.none(),
       "zero3_prefetch_params"_a.none(), "freeze"_a.none(), "lora"_a.none(),
+      "layer_profile"_a.none(),
       "`orrery plan`: (the JSON text `--json` prints, the summary).");
 
   m.def(

@@ -128,6 +128,21 @@ def test_simulate_a_given_strategy():
         assert s.to_json() == out
 
 
+def test_a_layer_profile_adds_its_host_time(gpt13, tmp_path):
+    profile = tmp_path / "profile.json"
+    profile.write_text(json.dumps({"schema": "orrery-layer-profile", "version": 1, "source": "test",
+                                   "layers": [{"device": "A100-80G", "tp": 1, "forward_s": 0.01}]}))
+    cluster = orrery.Cluster.preset("8xA100-80G")
+    plain = orrery.simulate(gpt13, cluster, "dp=8,mbs=2,gbs=64")
+    host = orrery.simulate(gpt13, cluster, "dp=8,mbs=2,gbs=64", layer_profile=str(profile))
+    assert host.step_time_s > plain.step_time_s + 0.5  # 24 layers, 4 micro-batches, ~30 ms each
+    p = orrery.plan(gpt13, cluster, 64, strategy="dp=8,mbs=2,gbs=64", layer_profile=str(profile))
+    assert p.predicted["layer_profile"]["layers"][0]["forward_s"] == 0.01
+    assert p.step_time_s == pytest.approx(host.step_time_s, rel=1e-12)
+    with pytest.raises(orrery.Error, match="no entry for A100-80G at tp 2"):
+        orrery.simulate(gpt13, cluster, "tp=2,dp=4,mbs=2,gbs=64", layer_profile=str(profile))
+
+
 def test_simulate_a_plan_and_a_trace(gpt13, tmp_path):
     cluster = orrery.Cluster.preset("8xA100-80G")
     p = orrery.plan(gpt13, cluster, 64)
