@@ -81,17 +81,21 @@ std::string kernelRates(const std::vector<std::string> &devices) {
 
 /// Where a device's power is unknown, the device type replaces the
 /// step's joules (the other fields keep their order).
-/// The metrics, without the energy where a device's power is unknown, and
-/// with the layer profile that priced them (absent when none did).
-static ojson withEnergyKnown(ojson j, const EnergyByActivity &e,
-                             const LayerProfile *profile = nullptr) {
-  if (profile)
-    j["layer_profile"] = layerProfileJson(*profile);
+/// The metrics, without the energy where a device's power is unknown.
+static ojson withEnergyKnown(ojson j, const EnergyByActivity &e) {
   if (e.known())
     return j;
   j.erase("energy_j_per_step");
   j.erase("energy_j_per_step_by_activity");
   j["energy_unknown_for_device_type"] = e.unknownFor;
+  return j;
+}
+
+/// The metrics with the layer profile that priced them (absent when none
+/// did).
+static ojson withLayerProfile(ojson j, const LayerProfile *profile) {
+  if (profile)
+    j["layer_profile"] = layerProfileJson(*profile);
   return j;
 }
 
@@ -103,7 +107,7 @@ static ojson energyJson(const EnergyByActivity &e) {
 }
 
 ojson metricsJson(const StepResult &r) {
-  return withEnergyKnown(
+  ojson j = withEnergyKnown(
       {{"step_time_s", r.stepS},
        {"tokens_per_s", r.tokensPerS},
        {"samples_per_s", r.samplesPerS},
@@ -129,7 +133,8 @@ ojson metricsJson(const StepResult &r) {
        {"in_network_aggregation",
         r.inNetworkAggregation.empty() ? "none" : r.inNetworkAggregation},
        {"kernels", kernelFusionName(r.kernels)}},
-      r.energy, r.layerProfile.get());
+      r.energy);
+  return withLayerProfile(std::move(j), r.layerProfile.get());
 }
 
 ojson stageJson(const StageReport &st) {
@@ -543,7 +548,7 @@ static std::vector<std::string> heteroKernelDevices(const HeteroResult &r) {
 }
 
 ojson heteroMetricsJson(const HeteroResult &r) {
-  return withEnergyKnown(
+  ojson j = withEnergyKnown(
       {{"step_time_s", r.stepS},
        {"tokens_per_s", r.tokensPerS},
        {"samples_per_s", r.samplesPerS},
@@ -580,7 +585,9 @@ ojson heteroMetricsJson(const HeteroResult &r) {
        {"kernels",
         kernelFusionName(r.groups.empty() ? KernelFusion::Fused
                                           : r.groups.front().kernels)}},
-      r.energy,
+      r.energy);
+  return withLayerProfile(
+      std::move(j),
       r.groups.empty() ? nullptr : r.groups.front().layerProfile.get());
 }
 

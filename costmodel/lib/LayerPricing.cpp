@@ -202,20 +202,9 @@ OpPrice Simulation::priceOp(const OpCost &op, const LayerKind &k,
   return o;
 }
 
-/// The kind that occurs most often (the first of equals), or -1 when no
-/// kind repeats: what a layer profile measures.
-static int repeatedKind(const Workload &w) {
-  int best = -1;
-  for (size_t i = 0; i < w.kinds.size(); ++i)
-    if (w.kinds[i].count > 1 &&
-        (best < 0 || w.kinds[i].count > w.kinds[best].count))
-      best = int(i);
-  return best;
-}
-
 double Simulation::profiledHostS(const LayerKind &k,
                                  const StagePlacement &p) const {
-  int kind = repeatedKind(w);
+  int kind = w.repeatedKind();
   const LayerProfile::Entry *e =
       a.layerProfile ? a.layerProfile->find(p.device->name, p.tp) : nullptr;
   if (kind < 0 || !e || k.name != w.kinds[kind].name)

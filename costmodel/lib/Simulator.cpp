@@ -173,9 +173,7 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
   if (a.layerProfile) {
     // Every stage's device and tp must be measured: a host time guessed
     // for one that is not would be a silent wrong price.
-    bool repeats =
-        llvm::any_of(w.kinds, [](const LayerKind &k) { return k.count > 1; });
-    if (!repeats)
+    if (w.repeatedKind() < 0)
       return err("layer profile: the model has no repeated layer for its "
                  "forward times to measure");
     for (const StagePlacement &p : at)

@@ -84,6 +84,14 @@ int64_t Workload::totalLayers() const {
   return n;
 }
 
+int Workload::repeatedKind() const {
+  int best = -1;
+  for (size_t i = 0; i < kinds.size(); ++i)
+    if (kinds[i].count > 1 && (best < 0 || kinds[i].count > kinds[best].count))
+      best = int(i);
+  return best;
+}
+
 int Workload::attentionHeads() const {
   int heads = 0;
   for (const LayerKind &k : kinds)

@@ -296,6 +296,9 @@ struct Workload {
   int64_t totalLayers() const;
   /// Attention heads (the largest over layer kinds; 0 without attention).
   int attentionHeads() const;
+  /// The kind that occurs most often (the first of equals), or -1 when no
+  /// kind repeats: what a layer profile measures.
+  int repeatedKind() const;
   /// Experts of a mixture-of-experts layer (the largest over layer kinds;
   /// 0 without one).
   int experts() const;
