@@ -252,7 +252,11 @@ def amp_plan(case, mbs):
     # DeepSpeed 2021 (ZeRO-0 under its pipeline engine): fp16 gradients
     # accumulated by autograd and reduced after the backward, in fp32 (AMP's
     # examples/ds_config.json sets "fp32_allreduce": true); attention
-    # scores in memory.
+    # scores in memory. Its pipeline engine (deepspeed/runtime/pipe/
+    # engine.py in AMP's fork) partitions activations over the tp ranks but
+    # sets is_grad_partitioned = False: each tp rank sends the whole
+    # gradient back; GPT2ModelPipe passes (hidden, attention mask) between
+    # stages, the [1, 1, s, s] mask cast to half for NCCL.
     return {"schema": "orrery-plan", "version": 1,
             "strategy": {"kind": "heterogeneous", "global_batch_size_samples": gbs,
                          "zero_stage": 0, "precision": "fp16",
@@ -261,6 +265,8 @@ def amp_plan(case, mbs):
             "predicted": {"kernels": "unfused-attention", "gradient_accumulation": "separate",
                           "gradient_bytes_per_parameter": 2,
                           "gradient_reduce_bytes_per_parameter": 4,
+                          "pipeline_gradients": "whole",
+                          "pipeline_attention_mask": "fp16",
                           "layer_profile": AMP_LAYER_PROFILE}}
 
 

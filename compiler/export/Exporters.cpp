@@ -61,6 +61,8 @@ llvm::Expected<ExportPlan> readExportPlan(const nlohmann::json &plan,
   p.fusedGradAccumulation = assumptions->fusedGradientAccumulation;
   p.fineTuning = assumptions->fineTuning;
   p.zero3PrefetchParams = assumptions->zero3PrefetchParams;
+  p.pipelineWholeGradients = assumptions->pipelineWholeGradients;
+  p.pipelineAttentionMask = assumptions->pipelineAttentionMask;
   const nlohmann::json &model = plan.value("model", nlohmann::json::object());
   p.model = model.value("source", "");
   if (model.contains("parameters") && model["parameters"].is_number_integer())
@@ -155,6 +157,8 @@ llvm::Expected<ExportPlan> exportPlanFor(const Workload &w, const Strategy &s,
   p.fusedGradAccumulation = a.fusedGradientAccumulation;
   p.fineTuning = a.fineTuning;
   p.zero3PrefetchParams = a.zero3PrefetchParams;
+  p.pipelineWholeGradients = a.pipelineWholeGradients;
+  p.pipelineAttentionMask = a.pipelineAttentionMask;
   p.parameters = w.parameters() + w.frozenParameters();
   for (const LayerRun &run : w.layers)
     p.layers.push_back({w.kinds[run.kind].name, run.count});
@@ -572,7 +576,9 @@ llvm::Expected<std::string> deepspeed(const ExportPlan &p) {
     j["pipeline"] = {{"stages", s.pp},
                      {"partition", "uniform"},
                      {"activation_checkpoint_interval",
-                      s.recompute == Recompute::Full ? 1 : 0}};
+                      s.recompute == Recompute::Full ? 1 : 0},
+                     {"pipe_partitioned", true},
+                     {"grad_partitioned", !p.pipelineWholeGradients}};
   if (s.recompute == Recompute::Full || s.offloadActivations)
     j["activation_checkpointing"] = {
         {"partition_activations", s.sequenceParallel && s.tp > 1},
@@ -1017,6 +1023,22 @@ llvm::Expected<std::string> exportPlan(const ExportPlan &plan,
     if (u.used && target)
       return err(format + ": the plan " + u.what +
                  ", which this target does not run" + u.hint);
+  // Only DeepSpeed's pipeline engine sends gradients whole from every
+  // tensor-parallel rank (pipeline.grad_partitioned false) and, with its
+  // GPT pipeline models, the attention mask beside each activation.
+  if (target && format != "deepspeed" && st.pp > 1 &&
+      (plan.pipelineAttentionMask ||
+       (plan.pipelineWholeGradients && st.tp > 1)))
+    return err(format + ": the plan was priced with " +
+               (plan.pipelineAttentionMask
+                    ? "the attention mask sent between pipeline stages "
+                      "(predicted.pipeline_attention_mask)"
+                    : "every tensor-parallel rank sending the whole "
+                      "gradient between pipeline stages "
+                      "(predicted.pipeline_gradients)") +
+               ", as DeepSpeed's pipeline engine does and this target's "
+               "does not; export --to deepspeed, or plan without "
+               "--pipeline-mask and --pipeline-gradients whole");
   // SwitchML's sum runs in its own client library, not in NCCL or Gloo.
   if (plan.aggregation == "switchml" && target)
     return err(format + ": the plan's gradient all-reduce was priced "
@@ -1092,6 +1114,8 @@ std::vector<std::string> frameworksRunning(const StepResult &r,
   a.gradBytesPerParam = r.gradientBytesPerParameter;
   a.gradReduceBytesPerParam = r.gradientReduceBytesPerParameter;
   a.zero3PrefetchParams = r.zero3PrefetchParameters;
+  a.pipelineWholeGradients = r.pipelineWholeGradients;
+  a.pipelineAttentionMask = r.pipelineAttentionMask;
   a.fineTuning = w.fineTuning;
   auto p = exportPlanFor(w, r.strategy, a);
   if (!p) {

@@ -106,6 +106,15 @@ static ojson energyJson(const EnergyByActivity &e) {
           {"idle_j", e.idleJ}};
 }
 
+/// predicted.pipeline_gradients and pipeline_attention_mask
+/// (Assumptions::pipelineWholeGradients, pipelineAttentionMask).
+static const char *pipelineGradientsName(bool whole) {
+  return whole ? "whole" : "partitioned";
+}
+static const char *pipelineMaskName(bool sent) {
+  return sent ? "fp16" : "none";
+}
+
 ojson metricsJson(const StepResult &r) {
   ojson j = withEnergyKnown(
       {{"step_time_s", r.stepS},
@@ -132,7 +141,9 @@ ojson metricsJson(const StepResult &r) {
        {"zero3_prefetch_parameters", r.zero3PrefetchParameters},
        {"in_network_aggregation",
         r.inNetworkAggregation.empty() ? "none" : r.inNetworkAggregation},
-       {"kernels", kernelFusionName(r.kernels)}},
+       {"kernels", kernelFusionName(r.kernels)},
+       {"pipeline_gradients", pipelineGradientsName(r.pipelineWholeGradients)},
+       {"pipeline_attention_mask", pipelineMaskName(r.pipelineAttentionMask)}},
       r.energy);
   return withLayerProfile(std::move(j), r.layerProfile.get());
 }
@@ -584,7 +595,13 @@ ojson heteroMetricsJson(const HeteroResult &r) {
         }()},
        {"kernels",
         kernelFusionName(r.groups.empty() ? KernelFusion::Fused
-                                          : r.groups.front().kernels)}},
+                                          : r.groups.front().kernels)},
+       {"pipeline_gradients",
+        pipelineGradientsName(!r.groups.empty() &&
+                              r.groups.front().pipelineWholeGradients)},
+       {"pipeline_attention_mask",
+        pipelineMaskName(!r.groups.empty() &&
+                         r.groups.front().pipelineAttentionMask)}},
       r.energy);
   return withLayerProfile(
       std::move(j),
@@ -656,6 +673,20 @@ assumptionsFromPlanImpl(const nlohmann::json &plan, const std::string &what) {
       return err(what + ": predicted.gradient_accumulation: must be \"fused\" "
                         "or \"separate\"");
     a.fusedGradientAccumulation = v == "fused";
+  }
+  if (p.contains("pipeline_gradients")) {
+    const nlohmann::json &v = p["pipeline_gradients"];
+    if (!v.is_string() || (v != "partitioned" && v != "whole"))
+      return err(what + ": predicted.pipeline_gradients: must be "
+                        "\"partitioned\" or \"whole\"");
+    a.pipelineWholeGradients = v == "whole";
+  }
+  if (p.contains("pipeline_attention_mask")) {
+    const nlohmann::json &v = p["pipeline_attention_mask"];
+    if (!v.is_string() || (v != "none" && v != "fp16"))
+      return err(what + ": predicted.pipeline_attention_mask: must be "
+                        "\"none\" or \"fp16\"");
+    a.pipelineAttentionMask = v == "fp16";
   }
   if (p.contains("gradient_bytes_per_parameter")) {
     const nlohmann::json &v = p["gradient_bytes_per_parameter"];
@@ -923,6 +954,8 @@ const FieldType kPredictedFields[] = {
     {"gradient_bytes_per_parameter", K::Number},
     {"gradient_reduce_bytes_per_parameter", K::Number},
     {"kernels", K::String},
+    {"pipeline_gradients", K::String},
+    {"pipeline_attention_mask", K::String},
     {"layer_profile", K::Object},
     {"zero3_prefetch_parameters", K::Number},
     {"in_network_aggregation", K::String},

@@ -703,11 +703,17 @@ Program PipelineLowering::lower(int stage_, int t_, int c_, int d_,
       in.backward = backward; // its own queue per link and direction
       in.peer = sending ? rankOf(dst, q % tpDst, c, d)
                         : rankOf(src, q % tpSrc, c, d);
-      in.bytes = whole / n;
+      // Beyond its shard: what the pipeline sends besides (the whole
+      // gradient from every rank, the attention mask; Assumptions).
+      const std::vector<double> &sent =
+          backward ? parts.sendBwdBytes : parts.sendFwdBytes;
+      in.bytes = whole / n + (sent[fromChunk] - parts.outBytes[fromChunk]);
       in.tag = ((int64_t(fromChunk) * m + mb) * 2 + (backward ? 1 : 0)) *
                    1024 +
                q;
-      in.predictedS = sending ? parts.transferS[fromChunk] : 0;
+      in.predictedS = !sending   ? 0
+                      : backward ? parts.transferBwdS[fromChunk]
+                                 : parts.transferS[fromChunk];
       if (sending && lastCompute >= 0)
         in.deps.push_back(lastCompute);
       int i = push(in);

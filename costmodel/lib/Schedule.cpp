@@ -291,7 +291,7 @@ Timeline runSchedule(const std::vector<std::vector<Task>> &order, int chunks,
       gather = links.gatherBwdS[vs];
     }
     if (vs > 0)
-      send = links.transferS[vs - 1];
+      send = links.transferBwdS[vs - 1];
     return true;
   };
   size_t remaining = 0;

@@ -130,7 +130,8 @@ struct Timeline {
 /// parallelism) is all-gathered over the receiver's tensor-parallel group
 /// before it is used.
 struct PipelineLinks {
-  std::vector<double> transferS;  ///< chunk c -> c + 1, each way
+  std::vector<double> transferS;    ///< chunk c -> c + 1: the activation
+  std::vector<double> transferBwdS; ///< chunk c + 1 -> c: its gradient
   std::vector<double> gatherFwdS; ///< at the receiver of c's activation
   std::vector<double> gatherBwdS; ///< at the receiver of c + 1's gradient
   /// Sends overlap the sender's next compute (Megatron-Core's
@@ -141,6 +142,7 @@ struct PipelineLinks {
   std::vector<double> cpForwardS, cpBackwardS;
   static PipelineLinks none(int chunks) {
     return {std::vector<double>(chunks, 0.0),
+            std::vector<double>(chunks, 0.0),
             std::vector<double>(chunks, 0.0),
             std::vector<double>(chunks, 0.0),
             false,
@@ -168,7 +170,10 @@ struct StepParts {
   std::vector<std::vector<int>> chunkOf;
   std::vector<std::vector<Task>> order; ///< per stage
   std::vector<double> fwdS, bwdS, keptBytes, workingBytes, outBytes;
-  std::vector<double> transferS, gatherFwdS, gatherBwdS;
+  std::vector<double> transferS, transferBwdS, gatherFwdS, gatherBwdS;
+  /// Per chunk boundary: the bytes each tensor-parallel rank sends with
+  /// an activation and with a gradient (Assumptions' pipeline sends).
+  std::vector<double> sendFwdBytes, sendBwdBytes;
   /// Per stage: parameters per device (dense, experts, split by batch in
   /// tp), the tied copy's and its sync, the optimizer shard.
   std::vector<double> denseParams, expertParams, tpGradParams, tiedParams,

@@ -36,6 +36,13 @@ namespace orrery {
 
 static llvm::Error err(const std::string &msg) { return inputError(msg); }
 
+/// The [1, 1, s, s] causal mask a DeepSpeed GPT pipeline passes between
+/// stages beside the activation, cast to fp16 for NCCL.
+static double attentionMaskBytes(const Workload &w) {
+  double s = double(w.tokensPerSample);
+  return 2 * s * s;
+}
+
 /// A device's link to its host: PCIe 5 beside NVLink 4/5 or PCIe 5
 /// between the devices, else PCIe 4.
 const LinkSpec *detail::hostLinkOf(const StagePlacement &place) {
@@ -170,6 +177,12 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
   r.kernels = a.fusion;
   r.zero3PrefetchParameters = a.zero3PrefetchParams;
   r.layerProfile = a.layerProfile;
+  r.pipelineWholeGradients = a.pipelineWholeGradients;
+  r.pipelineAttentionMask = a.pipelineAttentionMask;
+  if (a.pipelineAttentionMask && w.tokensPerSample <= 0)
+    return err("pipeline mask: the model takes no [batch, seq] token ids, "
+               "so it has no [seq, seq] attention mask to send between "
+               "stages");
   if (a.layerProfile) {
     // Every stage's device and tp must be measured: a host time guessed
     // for one that is not would be a silent wrong price.
@@ -425,6 +438,16 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
   // shards gathered whole at the receiver.
   PipelineLinks links = PipelineLinks::none(chunks);
   links.asynchronous = s.overlapP2p;
+  // What each tensor-parallel rank sends per micro-batch: its shard of the
+  // boundary tensor each way, or (Assumptions) the whole gradient back and
+  // the causal mask beside the activation.
+  std::vector<double> sendFwdBytes(outBytes), sendBwdBytes(outBytes);
+  for (int ch = 0; ch + 1 < chunks; ++ch) {
+    if (a.pipelineWholeGradients)
+      sendBwdBytes[ch] = outBytes[ch] * at[s.stageOfChunk(ch)].tp;
+    if (a.pipelineAttentionMask)
+      sendFwdBytes[ch] += attentionMaskBytes(w);
+  }
   if (s.cp > 1) {
     links.cpForwardS.assign(chunks, 0.0);
     links.cpBackwardS.assign(chunks, 0.0);
@@ -445,7 +468,9 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
     // Back up the V from stage a to b = a - 1 over b's link to a.
     const GroupShape &link = s.vShape() && ch >= pp ? at[b].toNext : from.toNext;
     links.transferS[ch] =
-        collectiveTime(CollectiveKind::SendRecv, outBytes[ch], link);
+        collectiveTime(CollectiveKind::SendRecv, sendFwdBytes[ch], link);
+    links.transferBwdS[ch] =
+        collectiveTime(CollectiveKind::SendRecv, sendBwdBytes[ch], link);
     double whole = outBytes[ch] * from.tp;
     if (!s.sequenceParallel) {
       if (to.tp > 1)
@@ -527,12 +552,18 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
     // The backward (adjoint) solve does the same with the input-gradient
     // kernels, then every stage computes its weight gradients once.
     double c = s.mgCoarsening, K = s.mgIterations;
-    double maxX = 0, sumX = 0;
-    for (int ch = 0; ch + 1 < chunks; ++ch) {
-      maxX = std::max(maxX, links.transferS[ch]);
-      sumX += links.transferS[ch];
-    }
-    auto solve = [&](const std::vector<double> &pass) {
+    // The forward solve sends states down, the adjoint gradients up.
+    auto sends = [&](const std::vector<double> &x) {
+      std::pair<double, double> maxSum{0, 0};
+      for (int ch = 0; ch + 1 < chunks; ++ch) {
+        maxSum.first = std::max(maxSum.first, x[ch]);
+        maxSum.second += x[ch];
+      }
+      return maxSum;
+    };
+    auto solve = [&](const std::vector<double> &pass,
+                     const std::vector<double> &transfer) {
+      auto [maxX, sumX] = sends(transfer);
       double relax = 0, coarse = 0, last = 0;
       for (int i = 0; i < pp; ++i) {
         relax = std::max(relax, (2 - 1 / c) * pass[i]);
@@ -548,7 +579,8 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
       inputGrad[i] = std::max(0.0, bwdS[i] - wS[i]);
       lastW = std::max(lastW, wS[i]);
     }
-    double forward = solve(fwdS), backward = solve(inputGrad) + lastW;
+    double forward = solve(fwdS, links.transferS),
+           backward = solve(inputGrad, links.transferBwdS) + lastW;
     for (int i = 0; i < pp; ++i) {
       tl.free[i] = forward + backward;
       tl.busy[i] = (K * (2 - 1 / c + 1 / c) + (1 - 1 / c)) *
@@ -587,6 +619,9 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
     parts->workingBytes = workingBytes;
     parts->outBytes = outBytes;
     parts->transferS = links.transferS;
+    parts->transferBwdS = links.transferBwdS;
+    parts->sendFwdBytes = sendFwdBytes;
+    parts->sendBwdBytes = sendBwdBytes;
     parts->gatherFwdS = links.gatherFwdS;
     parts->gatherBwdS = links.gatherBwdS;
     parts->tiedParams = tiedCopy;

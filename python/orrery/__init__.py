@@ -200,9 +200,13 @@ def _framework_kwargs(separate_grad_accumulation: Optional[bool],
                       zero3_prefetch_params: Optional[float],
                       freeze: Optional[Iterable[str]],
                       lora: Optional[str],
-                      layer_profile: Optional[str] = None) -> Dict[str, Any]:
+                      layer_profile: Optional[str] = None,
+                      pipeline_gradients: Optional[str] = None,
+                      pipeline_mask: Optional[bool] = None) -> Dict[str, Any]:
     return dict(
         layer_profile=None if layer_profile is None else str(layer_profile),
+        pipeline_gradients=None if pipeline_gradients is None else str(pipeline_gradients),
+        pipeline_mask=None if pipeline_mask is None else bool(pipeline_mask),
         separate_grad_accumulation=separate_grad_accumulation,
         grad_bytes=None if grad_bytes is None else float(grad_bytes),
         grad_reduce_bytes=None if grad_reduce_bytes is None else float(grad_reduce_bytes),
@@ -274,7 +278,9 @@ def simulate(model: Model, cluster: Cluster,
              zero3_prefetch_params: Optional[float] = None,
              freeze: Optional[Iterable[str]] = None,
              lora: Optional[str] = None,
-             layer_profile: Optional[str] = None) -> Simulation:
+             layer_profile: Optional[str] = None,
+             pipeline_gradients: Optional[str] = None,
+             pipeline_mask: Optional[bool] = None) -> Simulation:
     """Prices one training step of ``strategy`` (``"tp=8,pp=2,mbs=1,gbs=512"``
     or a dict of the same keys, docs/strategy.md) on ``cluster``, or of a
     plan's strategy (``plan=``, heterogeneous plans too), without hardware.
@@ -283,7 +289,8 @@ def simulate(model: Model, cluster: Cluster,
     if (strategy is None) == (plan is None):
         raise Error("simulate: give a strategy or a plan (one of them)")
     fw = _framework_kwargs(separate_grad_accumulation, grad_bytes, grad_reduce_bytes,
-                           zero3_prefetch_params, freeze, lora, layer_profile)
+                           zero3_prefetch_params, freeze, lora, layer_profile,
+                           pipeline_gradients, pipeline_mask)
     text = _core.simulate(model._handle, cluster.spec, cluster._json,
                           "" if strategy is None else _strategy_text(strategy),
                           None if plan is None else plan.to_json(),
@@ -385,7 +392,9 @@ def plan(model: Model, cluster: Cluster, global_batch: int = 1024, *,
          zero3_prefetch_params: Optional[float] = None,
          freeze: Optional[Iterable[str]] = None,
          lora: Optional[str] = None,
-         layer_profile: Optional[str] = None) -> Plan:
+         layer_profile: Optional[str] = None,
+         pipeline_gradients: Optional[str] = None,
+         pipeline_mask: Optional[bool] = None) -> Plan:
     """Searches for the fastest (``objective="time"``), cheapest (``cost``)
     or least-energy (``energy``) plan that fits, as ``orrery plan`` does;
     ``top`` plans are kept (the best first, the rest ``runners_up``).
@@ -394,7 +403,8 @@ def plan(model: Model, cluster: Cluster, global_batch: int = 1024, *,
     strategy instead of searching. The rest are ``orrery plan``'s flags of
     the same names."""
     fw = _framework_kwargs(separate_grad_accumulation, grad_bytes, grad_reduce_bytes,
-                           zero3_prefetch_params, freeze, lora, layer_profile)
+                           zero3_prefetch_params, freeze, lora, layer_profile,
+                           pipeline_gradients, pipeline_mask)
     if isinstance(global_batch, bool) or not isinstance(global_batch, int):
         raise Error(f"--global-batch {global_batch!r}: expected an integer")
     text, summary = _core.plan(

@@ -51,9 +51,13 @@ orrery::cli::FrameworkOptions frameworkOptions(
     std::optional<double> gradBytes, std::optional<double> gradReduceBytes,
     std::optional<double> zero3PrefetchParams,
     std::optional<std::vector<std::string>> freeze,
-    std::optional<std::string> lora, std::optional<std::string> layerProfile) {
+    std::optional<std::string> lora, std::optional<std::string> layerProfile,
+    std::optional<std::string> pipelineGradients,
+    std::optional<bool> pipelineMask) {
   orrery::cli::FrameworkOptions o;
   o.layerProfile = std::move(layerProfile);
+  o.pipelineGradients = std::move(pipelineGradients);
+  o.pipelineMask = pipelineMask;
   o.separateGradAccumulation = separateGradAccumulation;
   o.gradBytes = gradBytes;
   o.gradReduceBytes = gradReduceBytes;
@@ -117,11 +121,14 @@ NB_MODULE(_core, m) {
          std::optional<double> zero3PrefetchParams,
          std::optional<std::vector<std::string>> freeze,
          std::optional<std::string> lora,
-         std::optional<std::string> layerProfile) {
-        auto framework = frameworkOptions(separateGradAccumulation, gradBytes,
-                                          gradReduceBytes, zero3PrefetchParams,
-                                          std::move(freeze), std::move(lora),
-                                          std::move(layerProfile));
+         std::optional<std::string> layerProfile,
+         std::optional<std::string> pipelineGradients,
+         std::optional<bool> pipelineMask) {
+        auto framework = frameworkOptions(
+            separateGradAccumulation, gradBytes, gradReduceBytes,
+            zero3PrefetchParams, std::move(freeze), std::move(lora),
+            std::move(layerProfile), std::move(pipelineGradients),
+            pipelineMask);
         nb::gil_scoped_release release;
         return take(
             orrery::api::simulate(*h.ref, clusterSource(spec, clusterJson),
@@ -133,6 +140,7 @@ NB_MODULE(_core, m) {
       "separate_grad_accumulation"_a.none(), "grad_bytes"_a.none(),
       "grad_reduce_bytes"_a.none(), "zero3_prefetch_params"_a.none(),
       "freeze"_a.none(), "lora"_a.none(), "layer_profile"_a.none(),
+      "pipeline_gradients"_a.none(), "pipeline_mask"_a.none(),
       "`orrery simulate` of a strategy string or a plan's JSON.");
 
   m.def(
@@ -147,7 +155,9 @@ NB_MODULE(_core, m) {
          std::optional<double> zero3PrefetchParams,
          std::optional<std::vector<std::string>> freeze,
          std::optional<std::string> lora,
-         std::optional<std::string> layerProfile) {
+         std::optional<std::string> layerProfile,
+         std::optional<std::string> pipelineGradients,
+         std::optional<bool> pipelineMask) {
         orrery::cli::PlanRequest request;
         request.globalBatch = globalBatch;
         request.objective = objective;
@@ -156,10 +166,11 @@ NB_MODULE(_core, m) {
         request.precision = precision;
         request.framework = framework;
         request.fixedStrategy = strategy;
-        request.flags = frameworkOptions(separateGradAccumulation, gradBytes,
-                                         gradReduceBytes, zero3PrefetchParams,
-                                         std::move(freeze), std::move(lora),
-                                         std::move(layerProfile));
+        request.flags = frameworkOptions(
+            separateGradAccumulation, gradBytes, gradReduceBytes,
+            zero3PrefetchParams, std::move(freeze), std::move(lora),
+            std::move(layerProfile), std::move(pipelineGradients),
+            pipelineMask);
         orrery::api::PlanText text;
         {
           nb::gil_scoped_release release;
@@ -173,7 +184,8 @@ NB_MODULE(_core, m) {
       "strategy"_a, "explain"_a, "separate_grad_accumulation"_a.none(),
       "grad_bytes"_a.none(), "grad_reduce_bytes"_a.none(),
       "zero3_prefetch_params"_a.none(), "freeze"_a.none(), "lora"_a.none(),
-      "layer_profile"_a.none(),
+      "layer_profile"_a.none(), "pipeline_gradients"_a.none(),
+      "pipeline_mask"_a.none(),
       "`orrery plan`: (the JSON text `--json` prints, the summary).");
 
   m.def(

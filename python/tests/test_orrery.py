@@ -143,6 +143,23 @@ def test_a_layer_profile_adds_its_host_time(gpt13, tmp_path):
         orrery.simulate(gpt13, cluster, "tp=2,dp=4,mbs=2,gbs=64", layer_profile=str(profile))
 
 
+def test_deepspeed_pipeline_sends(gpt13):
+    # Whole gradients from every tp rank and the attention mask beside each
+    # activation (DeepSpeed's pipeline engine) cost more than shards.
+    cluster = orrery.Cluster.preset("2x8xA100-80G")
+    strategy = "tp=4,pp=4,mbs=2,gbs=32,overlap=none"
+    base = orrery.simulate(gpt13, cluster, strategy)
+    ds = orrery.simulate(gpt13, cluster, strategy, pipeline_gradients="whole", pipeline_mask=True)
+    assert ds.step_time_s > base.step_time_s
+    p = orrery.plan(gpt13, cluster, 32, strategy=strategy, pipeline_gradients="whole",
+                    pipeline_mask=True)
+    assert (p.predicted["pipeline_gradients"], p.predicted["pipeline_attention_mask"]) == \
+        ("whole", "fp16")
+    assert p.step_time_s == pytest.approx(ds.step_time_s, rel=1e-12)
+    with pytest.raises(orrery.Error, match="--pipeline-gradients 'halves'"):
+        orrery.simulate(gpt13, cluster, strategy, pipeline_gradients="halves")
+
+
 def test_simulate_a_plan_and_a_trace(gpt13, tmp_path):
     cluster = orrery.Cluster.preset("8xA100-80G")
     p = orrery.plan(gpt13, cluster, 64)

@@ -400,8 +400,9 @@ TEST(FineTuning, LoraAddsAdaptersAndFreezesTheBase) {
       EXPECT_EQ(k.savedActivationBytes, 0) << k.name;
     }
     for (const OpCost &op : k.ops)
-      if (op.weighted && op.name.rfind("lora:", 0) != 0 && !k.noBackward)
+      if (op.weighted && op.name.rfind("lora:", 0) != 0 && !k.noBackward) {
         EXPECT_EQ(op.backwardFlops, op.forwardFlops) << k.name << " " << op.name;
+      }
   }
   EXPECT_EQ(embeddings, 1);
   // --freeze by name: the first block's weights, and only them.

@@ -321,6 +321,67 @@ TEST(Simulator, PipelineSendsHoldTheStageAndShardsAreGathered) {
     EXPECT_EQ(e.name.find("gather"), std::string::npos) << e.name;
 }
 
+TEST(Simulator, DeepSpeedPipelinesSendWholeGradientsAndTheMask) {
+  // DeepSpeed's pipeline engine with grad_partitioned false (DeepSpeed
+  // 0.3): every tp rank sends the whole gradient back, not its shard; its
+  // GPT pipelines pass the [s, s] causal mask in fp16 beside every
+  // activation, from every tp rank. Across two nodes a send takes latency
+  // + bytes / bandwidth, so what each adds is in proportion to its bytes.
+  Workload w = uniformModel(8, 1e13, 1000, int64_t(1) << 31);
+  struct Sends {
+    double forward = 0, backward = 0, step = 0;
+  };
+  auto run = [&](const char *strategy, bool whole, bool mask) {
+    Assumptions a;
+    a.pipelineWholeGradients = whole;
+    a.pipelineAttentionMask = mask;
+    auto s = parseStrategy(strategy);
+    EXPECT_TRUE(bool(s));
+    auto r = simulateStep(w, preset("2x2xA100-80G"), *s, a, true);
+    EXPECT_TRUE(bool(r)) << (r ? "" : llvm::toString(r.takeError()));
+    Sends out;
+    out.step = r->stepS;
+    for (const TraceEvent &e : r->trace) {
+      if (e.track == 0 && e.name == "F0 send")
+        out.forward = e.durationS;
+      if (e.track == 1 && e.name == "B0 send")
+        out.backward = e.durationS;
+    }
+    EXPECT_TRUE(r->pipelineWholeGradients == whole &&
+                r->pipelineAttentionMask == mask);
+    return out;
+  };
+  const char *tp2 = "tp=2,pp=2,mbs=1,gbs=4";
+  Sends base = run(tp2, false, false), whole = run(tp2, true, false),
+        mask = run(tp2, false, true);
+  ASSERT_GT(base.forward, 0);
+  EXPECT_DOUBLE_EQ(base.forward, base.backward); // a shard each way
+  // Each rank's shard S = 2^31 / 10 / 2 bytes; the whole gradient 2S, so
+  // the gradient's send grows by S / bandwidth; the mask adds 2 x 1024^2.
+  double shard = double(int64_t(1) << 31) / 10 / 2,
+         maskBytes = 2.0 * 1024 * 1024;
+  double perByte = (whole.backward - base.backward) / shard;
+  EXPECT_GT(perByte, 0);
+  EXPECT_DOUBLE_EQ(whole.forward, base.forward);
+  EXPECT_NEAR(mask.forward - base.forward, maskBytes * perByte,
+              1e-9 * base.forward);
+  EXPECT_DOUBLE_EQ(mask.backward, base.backward);
+  EXPECT_GT(whole.step, base.step);
+  EXPECT_GT(mask.step, base.step);
+  // Without tensor parallelism the shard is the whole gradient.
+  const char *tp1 = "tp=1,pp=2,mbs=1,gbs=4";
+  EXPECT_DOUBLE_EQ(run(tp1, true, false).step, run(tp1, false, false).step);
+  // No token ids, no [s, s] mask: a one-line error, not a silent price.
+  Workload images = w;
+  images.tokensPerSample = 0;
+  Assumptions a;
+  a.pipelineAttentionMask = true;
+  auto r = simulateStep(images, preset("2x2xA100-80G"), *parseStrategy(tp2), a);
+  ASSERT_FALSE(bool(r));
+  EXPECT_NE(llvm::toString(r.takeError()).find("pipeline mask"),
+            std::string::npos);
+}
+
 TEST(Simulator, EachPipelineBoundaryCrossesItsOwnLink) {
   // tp=4, pp=4 on nodes of 8: stages 0 and 1 share node 0, 2 and 3 node 1.
   // The 1 -> 2 boundary crosses the nodes' InfiniBand; 0 -> 1 and 2 -> 3
@@ -590,8 +651,9 @@ TEST(Simulator, ABoundedStepStatesLowerBounds) {
     EXPECT_EQ(bounded.fits, full.fits) << text;
     // 1F1B's own bound is its step but for the transfers and the gradient
     // reduction.
-    if (text == "pp=4,dp=2,mbs=1,gbs=16")
+    if (text == "pp=4,dp=2,mbs=1,gbs=16") {
       EXPECT_GT(bounded.stepS, 0.8 * full.stepS);
+    }
     double anySplit = bounded.stepS - bounded.bubbleS;
     for (const std::string &v : variants) {
       std::string other = text.substr(0, text.find(",layers")) + "," + v;

@@ -62,6 +62,14 @@ llvm::Error applyFrameworkOptions(const FrameworkOptions &o, Assumptions &a) {
       *o.kernels != "eager")
     return bad("--kernels '" + *o.kernels +
                "': expected fused, unfused-attention or eager");
+  if (o.pipelineGradients && *o.pipelineGradients != "partitioned" &&
+      *o.pipelineGradients != "whole")
+    return bad("--pipeline-gradients '" + *o.pipelineGradients +
+               "': expected partitioned or whole");
+  if (o.pipelineGradients)
+    a.pipelineWholeGradients = *o.pipelineGradients == "whole";
+  if (o.pipelineMask)
+    a.pipelineAttentionMask = *o.pipelineMask;
   if (o.zero3PrefetchParams)
     a.zero3PrefetchParams = *o.zero3PrefetchParams;
   if (o.freeze)

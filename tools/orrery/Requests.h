@@ -28,6 +28,10 @@ struct FrameworkOptions {
   std::optional<std::vector<std::string>> freeze;
   std::optional<std::string> lora;
   std::optional<std::string> layerProfile; ///< a file (LayerProfile.h)
+  /// Between pipeline stages: "partitioned" or "whole" gradients from each
+  /// tensor-parallel rank; the attention mask sent beside activations.
+  std::optional<std::string> pipelineGradients;
+  std::optional<bool> pipelineMask;
 };
 
 /// A cluster argument: a preset, a JSON file, or JSON text in memory (then

@@ -74,11 +74,29 @@ struct FrameworkFlags {
   std::string lora;
   double prefetch = 0;
   std::string layerProfile;
+  std::string pipelineGradients = "partitioned";
+  bool pipelineMask = false;
   CLI::Option *separateOpt = nullptr, *bytesOpt = nullptr,
               *reduceBytesOpt = nullptr, *kernelsOpt = nullptr,
               *freezeOpt = nullptr, *loraOpt = nullptr, *prefetchOpt = nullptr,
-              *layerProfileOpt = nullptr;
+              *layerProfileOpt = nullptr, *pipelineGradientsOpt = nullptr,
+              *pipelineMaskOpt = nullptr;
   void add(CLI::App *cmd) {
+    pipelineGradientsOpt =
+        cmd->add_option(
+               "--pipeline-gradients", pipelineGradients,
+               "what each tensor-parallel rank sends back between pipeline "
+               "stages: partitioned (its shard, gathered at the receiver: "
+               "Megatron-LM, DeepSpeed's default; the default) or whole "
+               "(DeepSpeed's pipeline.grad_partitioned false, as DeepSpeed "
+               "0.3 ran)")
+            ->check(CLI::IsMember({"partitioned", "whole"}));
+    pipelineMaskOpt = cmd->add_flag(
+        "--pipeline-mask", pipelineMask,
+        "the [seq, seq] causal mask travels beside every activation between "
+        "pipeline stages in fp16, from every tensor-parallel rank (the GPT "
+        "pipeline models of DeepSpeed's Megatron examples and of "
+        "Megatron-DeepSpeed)");
     layerProfileOpt = cmd->add_option(
         "--layer-profile", layerProfile,
         "a JSON file of your stack's measured forward time of the model's "
@@ -143,6 +161,10 @@ struct FrameworkFlags {
       o.kernels = kernels;
     if (layerProfileOpt && layerProfileOpt->count())
       o.layerProfile = layerProfile;
+    if (pipelineGradientsOpt && pipelineGradientsOpt->count())
+      o.pipelineGradients = pipelineGradients;
+    if (pipelineMaskOpt && pipelineMaskOpt->count())
+      o.pipelineMask = pipelineMask;
     return o;
   }
   llvm::Error apply(orrery::Assumptions &a) const {

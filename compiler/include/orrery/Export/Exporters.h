@@ -57,6 +57,9 @@ struct ExportPlan {
   /// the next layer whole) and the model's parameters (model.parameters).
   double zero3PrefetchParams = 0;
   int64_t parameters = 0;
+  /// What the pipeline sends between stages as priced
+  /// (predicted.pipeline_gradients, pipeline_attention_mask).
+  bool pipelineWholeGradients = false, pipelineAttentionMask = false;
   /// The switches' sum the gradient all-reduce was priced with
   /// (predicted.in_network_aggregation: "", "sharp", "switchml").
   std::string aggregation;

@@ -53,6 +53,19 @@ struct Assumptions {
   /// explain there is host time each such layer adds, forward and
   /// backward, on the devices and tp degrees it measures.
   std::shared_ptr<const LayerProfile> layerProfile;
+  /// What a pipeline stage sends the next one, per micro-batch. Megatron-LM
+  /// (and DeepSpeed's pipeline engine with its pipe_partitioned and
+  /// grad_partitioned defaults) splits the boundary tensor over the
+  /// tensor-parallel ranks both ways and all-gathers it at the receiver.
+  /// With `pipelineWholeGradients` every tensor-parallel rank sends the
+  /// whole gradient back (DeepSpeed's grad_partitioned false, hard-coded
+  /// in DeepSpeed 0.3: `--pipeline-gradients whole`). With
+  /// `pipelineAttentionMask` the [1, 1, s, s] causal mask travels beside
+  /// every activation in fp16, from every tensor-parallel rank (the GPT
+  /// pipeline models of DeepSpeed's Megatron examples and of
+  /// Megatron-DeepSpeed pass (hidden, mask) between stages:
+  /// `--pipeline-mask`).
+  bool pipelineWholeGradients = false, pipelineAttentionMask = false;
   const KernelModel &kernelsFor(const DeviceSpec &d) const {
     return useMeasuredKernels && d.measuredKernels ? *d.measuredKernels
                                                    : kernels;
@@ -240,6 +253,9 @@ struct StepResult {
   double zero3PrefetchParameters = 0;
   /// Assumptions::layerProfile, echoed (a plan records it).
   std::shared_ptr<const LayerProfile> layerProfile;
+  /// Assumptions::pipelineWholeGradients and pipelineAttentionMask as
+  /// priced.
+  bool pipelineWholeGradients = false, pipelineAttentionMask = false;
   /// "sharp" or "switchml" where the gradient all-reduce was priced
   /// through the switches' aggregation (the launch must enable it), else "".
   std::string inNetworkAggregation;
