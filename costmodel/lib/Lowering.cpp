@@ -837,7 +837,7 @@ Program PipelineLowering::lower(int stage_, int t_, int c_, int d_,
         for (int x = t % g; x < sim.placement(j).tp; x += g)
           ranks.push_back(rankOf(j, x, c, d));
     int tied = groups.get(ranks, "embedding");
-    collective(CollectiveKind::AllReduce, tied, bytes * a.gradReduceBytes(),
+    collective(CollectiveKind::AllReduce, tied, bytes * a.gradBytesPerParam,
                parts.tiedSyncS[stage], "tied embedding all-reduce",
                StreamKind::DataParallel, false);
   }

@@ -372,7 +372,10 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
 
   // Tied weights (a head sharing the embedding's): a stage that uses them
   // without holding their owner keeps a copy (weights, gradients, optimizer
-  // state), and the two stages all-reduce its gradient after the backward.
+  // state), and the two stages all-reduce its gradient after the backward,
+  // in the bytes it is kept in (DeepSpeed's allreduce_tied_weight_gradients
+  // reduces weight.grad itself: its fp32_allreduce casts only the
+  // data-parallel buckets; Megatron-LM reduces the main gradient).
   std::vector<double> tiedSyncS(pp, 0.0), tiedCopy(pp, 0.0);
   if (parts)
     parts->tiedCopyParams.assign(pp, 0.0);
@@ -401,9 +404,9 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
         double sync = 0;
         for (int j = 0; j + 1 < pp; ++j)
           sync = std::max(sync, collectiveTime(CollectiveKind::AllReduce,
-                                               copy * a.gradReduceBytes(),
+                                               copy * a.gradBytesPerParam,
                                                at[j].toNext,
-                                               int(a.gradReduceBytes())));
+                                               int(a.gradBytesPerParam)));
         tiedSyncS[i] += sync;
         tiedCopy[i] += copy;
         if (parts)

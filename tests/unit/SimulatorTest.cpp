@@ -484,6 +484,21 @@ TEST(Simulator, ATiedHeadOnAnotherStageKeepsACopy) {
   EXPECT_GT(two.exposedDpCommS, 4e9 / 30e9);
   EXPECT_EQ(one.stages.size(), 1u);
   EXPECT_NEAR(one.stages[0].memory.weightsBytes, (1e9 + 4e6) * 2, 1);
+  // The two stages reduce the gradient in the bytes it is kept in: fp16
+  // gradients reduced in fp32 across data parallelism (DeepSpeed's
+  // fp32_allreduce) still cross between the stages in fp16, as
+  // allreduce_tied_weight_gradients reduces weight.grad itself.
+  auto s = parseStrategy("pp=2,mbs=1,gbs=4");
+  ASSERT_TRUE(bool(s));
+  Assumptions kept16, wire32;
+  kept16.gradBytesPerParam = wire32.gradBytesPerParam = 2;
+  wire32.gradReduceBytesPerParam = 4;
+  auto a = simulateStep(w, c, *s, kept16);
+  auto b = simulateStep(w, c, *s, wire32);
+  ASSERT_TRUE(a && b);
+  EXPECT_GT(a->exposedDpCommS, 2e9 / 30e9);
+  EXPECT_LT(a->exposedDpCommS, 0.6 * two.exposedDpCommS);
+  EXPECT_DOUBLE_EQ(b->exposedDpCommS, a->exposedDpCommS);
 }
 
 TEST(Simulator, DeviceOrderPutsTensorParallelismAcrossNodes) {

@@ -75,7 +75,8 @@ struct Assumptions {
   double weightBytesPerParam = 2, gradBytesPerParam = 4,
          optimizerBytesPerParam = 12;
   /// Bytes per gradient element on the wire when gradients are reduced
-  /// (data-parallel, ZeRO, tied and cross-group reductions); 0: the kept
+  /// (data-parallel, ZeRO and cross-group reductions; the tied weights'
+  /// reduction between stages moves the kept bytes); 0: the kept
   /// gradients' own (gradBytesPerParam). DeepSpeed's `fp32_allreduce` /
   /// `communication_data_type: fp32` reduces 16-bit gradients in fp32.
   double gradReduceBytesPerParam = 0;
