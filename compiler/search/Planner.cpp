@@ -378,6 +378,21 @@ searchPlans(const Workload &w, const Cluster &cluster, const PlanOptions &o) {
       return sx < sy;
     return x.strategy.str() < y.strategy.str(); // deterministic ties
   };
+  // Candidates that recompute every layer, those whose partial recompute
+  // might be fastest first: by the step less its recompute's share of the
+  // work (what recomputing no layer would leave), not by the step
+  // recomputing all of them; ties by the strategy's text.
+  auto recomputingLess = [](const StepResult &x, const StepResult &y) {
+    auto unrecomputed = [](const StepResult &r) {
+      return r.hardwareFlopsPerStep > 0
+                 ? r.stepS * r.modelFlopsPerStep / r.hardwareFlopsPerStep
+                 : r.stepS;
+    };
+    double ux = unrecomputed(x), uy = unrecomputed(y);
+    if (ux != uy)
+      return ux < uy;
+    return x.strategy.str() < y.strategy.str();
+  };
   std::atomic<int64_t> pricedSoFar{0};
   auto consider = [&](SearchState &st, const StepResult &r) {
     ++st.priced;
@@ -396,8 +411,16 @@ searchPlans(const Workload &w, const Cluster &cluster, const PlanOptions &o) {
     };
     keep(st.best, std::max(1, o.topK));
     if (r.strategy.recompute == Recompute::Full &&
-        r.strategy.recomputeLayers == 0)
-      keep(st.fullyRecomputing, kPartialRecomputeCandidates);
+        r.strategy.recomputeLayers == 0) {
+      // Those whose partial recompute might be fastest: by the step less
+      // its recompute's share of the work (what recomputing no layer would
+      // leave), not by the step recomputing all of them.
+      std::vector<StepResult> &list = st.fullyRecomputing;
+      list.push_back(r);
+      std::sort(list.begin(), list.end(), recomputingLess);
+      if (int(list.size()) > kPartialRecomputeCandidates)
+        list.pop_back();
+    }
     if (o.progress && st.first && st.priced % 1000 == 0)
       o.progress(total, &st.best.front()); // the first worker's best
   };
@@ -476,9 +499,13 @@ searchPlans(const Workload &w, const Cluster &cluster, const PlanOptions &o) {
     }
     return priced;
   };
-  auto price = [&](SearchState &st, Strategy s) {
+  // `known`: the framework's variant of `s` found already (priceSaving's).
+  auto price = [&](SearchState &st, Strategy s,
+                   const std::optional<Strategy> *known = nullptr) {
     if (!o.framework.empty()) {
       // No framework target states a per-op batch split inside tp.
+      if (known && *known)
+        return priceOne(st, **known);
       bool had = !st.refusal.empty();
       auto runnable = asFrameworkRuns(w, s, a, o.framework, st.refusal);
       if (!had && !st.refusal.empty())
@@ -624,17 +651,48 @@ searchPlans(const Workload &w, const Cluster &cluster, const PlanOptions &o) {
           continue;
         }
         auto priceSaving = [&](Strategy t) {
-          t.zeroStage = fitting[0].zero;
-          t.offloadOptimizer = fitting[0].offload;
-          t.chunkParams = fitting[0].chunks ? kPatrickStarChunkParams : 0;
+          // The first saver that fits and that the framework runs, as it
+          // is or in a variant of the same ZeRO stage (Megatron-LM has no
+          // ZeRO-2: its next saver, not a variant without the sharding).
+          auto useSaver = [&](size_t i) {
+            t.zeroStage = fitting[i].zero;
+            t.offloadOptimizer = fitting[i].offload;
+            t.chunkParams = fitting[i].chunks ? kPatrickStarChunkParams : 0;
+          };
+          size_t from = 0;
+          std::optional<Strategy> runnable;
+          for (size_t i = 0; !o.framework.empty() && i < fitting.size(); ++i) {
+            useSaver(i);
+            if (t.chunkParams > 0)
+              break;
+            std::string other;
+            bool had = !st.refusal.empty();
+            auto variant = asFrameworkRuns(w, t, a, o.framework,
+                                           i == 0 ? st.refusal : other);
+            if (!variant && i == 0) { // refused whatever the saver
+              if (!had && !st.refusal.empty())
+                st.refusalTpIndex = st.tpIndex;
+              ++st.refused;
+              return Priced{};
+            }
+            if (variant && variant->zeroStage == t.zeroStage) {
+              from = i;
+              runnable = std::move(variant);
+              break;
+            }
+          }
+          useSaver(from); // none keeps its stage: the first, refused
           if (t.chunkParams > 0 &&
               (t.microBatches() > 1 || t.offloadActivations || t.ep > 1))
             return Priced{};
-          Priced first = price(st, t);
+          Priced first = price(st, t, &runnable);
           priceZeroBubble(st, t, first);
           if (first.shortBy > 0 && first.shortBy != kNotPriced &&
-              fitting.size() > 1)
-            st.deferred.push_back({t, fitting, floors, first});
+              fitting.size() > from + 1)
+            st.deferred.push_back(
+                {t, std::vector<Saver>(fitting.begin() + from, fitting.end()),
+                 std::vector<double>(floors.begin() + from, floors.end()),
+                 first});
           return first;
         };
         for (int64_t mbs = 1; mbs <= std::min<int64_t>(gbs / dp, 64);
@@ -791,7 +849,11 @@ searchPlans(const Workload &w, const Cluster &cluster, const PlanOptions &o) {
     for (size_t i = 1; i < d.savers.size(); ++i) {
       if (last.shortBy == kNotPriced || at - d.floors[i] < last.shortBy)
         continue;
-      if (o.objective == Objective::Time &&
+      // Not one that recomputes every layer: its partial recompute
+      // (tried last) may be faster, as priceOne's bar spares it too.
+      bool recomputesAll =
+          d.s.recompute == Recompute::Full && d.s.recomputeLayers == 0;
+      if (o.objective == Objective::Time && !recomputesAll &&
           int(merged.best.size()) >= std::max(1, o.topK) &&
           last.floorS > objectiveScore(merged.best.back(), o.objective))
         break;
@@ -815,7 +877,7 @@ searchPlans(const Workload &w, const Cluster &cluster, const PlanOptions &o) {
   // the same memory and costs the same time). Those recomputing none fit
   // and were priced already.
   std::vector<StepResult> &full = merged.fullyRecomputing;
-  std::sort(full.begin(), full.end(), better);
+  std::sort(full.begin(), full.end(), recomputingLess);
   full.erase(std::unique(full.begin(), full.end(),
                          [](const StepResult &x, const StepResult &y) {
                            return x.strategy.str() == y.strategy.str();
@@ -847,18 +909,29 @@ searchPlans(const Workload &w, const Cluster &cluster, const PlanOptions &o) {
         if (frameworkRuns(t))
           priceVariant(t);
       }
+    // The saver it fits with, and each that shards more (ZeRO-2 without
+    // pipeline stages, ZeRO-3): the memory such a saver frees lets fewer
+    // layers recompute, which may pay for its collectives.
+    std::vector<int> zeros = {s.zeroStage};
+    if (!s.offloadOptimizer && s.chunkParams == 0 && s.dp > 1)
+      for (int z = s.zeroStage + 1; z <= 3; ++z)
+        if (z == 3 || (z == 2 && s.pp == 1))
+          zeros.push_back(z);
     int64_t chunks = int64_t(s.pp) * s.virtualStages;
-    int lo = 1, hi = int((body + chunks - 1) / chunks) - 1;
-    while (lo <= hi) {
-      int mid = (lo + hi) / 2;
-      Strategy t = s;
-      t.recomputeLayers = mid;
-      if (!frameworkRuns(t))
-        break;
-      if (priceVariant(t).shortBy <= 0)
-        hi = mid - 1;
-      else
-        lo = mid + 1;
+    for (int zero : zeros) {
+      int lo = 1, hi = int((body + chunks - 1) / chunks) - 1;
+      while (lo <= hi) {
+        int mid = (lo + hi) / 2;
+        Strategy t = s;
+        t.zeroStage = zero;
+        t.recomputeLayers = mid;
+        if (!frameworkRuns(t))
+          break;
+        if (priceVariant(t).shortBy <= 0)
+          hi = mid - 1;
+        else
+          lo = mid + 1;
+      }
     }
   }
   result.candidatesPriced = merged.priced;
