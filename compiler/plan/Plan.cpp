@@ -667,27 +667,28 @@ assumptionsFromPlanImpl(const nlohmann::json &plan, const std::string &what) {
   if (!plan.contains("predicted") || !plan["predicted"].is_object())
     return a;
   const nlohmann::json &p = plan["predicted"];
-  if (p.contains("gradient_accumulation")) {
-    const nlohmann::json &v = p["gradient_accumulation"];
-    if (!v.is_string() || (v != "fused" && v != "separate"))
-      return err(what + ": predicted.gradient_accumulation: must be \"fused\" "
-                        "or \"separate\"");
-    a.fusedGradientAccumulation = v == "fused";
-  }
-  if (p.contains("pipeline_gradients")) {
-    const nlohmann::json &v = p["pipeline_gradients"];
-    if (!v.is_string() || (v != "partitioned" && v != "whole"))
-      return err(what + ": predicted.pipeline_gradients: must be "
-                        "\"partitioned\" or \"whole\"");
-    a.pipelineWholeGradients = v == "whole";
-  }
-  if (p.contains("pipeline_attention_mask")) {
-    const nlohmann::json &v = p["pipeline_attention_mask"];
-    if (!v.is_string() || (v != "none" && v != "fp16"))
-      return err(what + ": predicted.pipeline_attention_mask: must be "
-                        "\"none\" or \"fp16\"");
-    a.pipelineAttentionMask = v == "fp16";
-  }
+  // A field of two values, `yes` setting `out` and `no` clearing it.
+  auto either = [&](const char *key, const char *yes, const char *no,
+                    bool &out) -> llvm::Error {
+    if (!p.contains(key))
+      return llvm::Error::success();
+    const nlohmann::json &v = p[key];
+    if (!v.is_string() || (v != yes && v != no))
+      return err(what + ": predicted." + key + ": must be \"" + no +
+                 "\" or \"" + yes + "\"");
+    out = v == yes;
+    return llvm::Error::success();
+  };
+  bool separate = !a.fusedGradientAccumulation;
+  if (auto e = either("gradient_accumulation", "separate", "fused", separate))
+    return std::move(e);
+  a.fusedGradientAccumulation = !separate;
+  if (auto e = either("pipeline_gradients", "whole", "partitioned",
+                      a.pipelineWholeGradients))
+    return std::move(e);
+  if (auto e = either("pipeline_attention_mask", "fp16", "none",
+                      a.pipelineAttentionMask))
+    return std::move(e);
   if (p.contains("gradient_bytes_per_parameter")) {
     const nlohmann::json &v = p["gradient_bytes_per_parameter"];
     if (!v.is_number() || (v.get<double>() != 2 && v.get<double>() != 4))
