@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <string_view>
 
 namespace orrery {
 
@@ -11,14 +12,18 @@ double ncclLinkEfficiency(const LinkSpec &link) {
   // NCCL's topology model: 20 GB/s per 25 GB/s NVLink (sm70/sm80), 20.6 on
   // sm90; PCIe gen3 x16 modelled at 12 of 15.75 GB/s; network cards at
   // 12 of 12.5 GB/s (100 Gb/s).
-  if (link.kind == "nvlink")
-    return link.name == "NVLink4" || link.name == "NVLink5" ? 20.6 / 25.0
-                                                            : 20.0 / 25.0;
-  if (link.kind == "pcie")
+  // (string_view: compared by length first, on the search's hot path.)
+  using sv = std::string_view;
+  const std::string &kind = link.kind;
+  if (kind == sv("nvlink"))
+    return link.name == sv("NVLink4") || link.name == sv("NVLink5")
+               ? 20.6 / 25.0
+               : 20.0 / 25.0;
+  if (kind == sv("pcie"))
     return 12.0 / 15.75;
-  if (link.kind == "xgmi")
+  if (kind == sv("xgmi"))
     return 0.8;
-  if (link.kind == "wan" || link.kind == "ethernet")
+  if (kind == sv("wan") || kind == sv("ethernet"))
     return 0.9;
   return 12.0 / 12.5; // infiniband, roce
 }
