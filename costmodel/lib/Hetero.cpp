@@ -400,7 +400,7 @@ llvm::Expected<HeteroResult> simulateHetero(const Workload &w,
           sb = c.devices()[rg.stages[i + 1].devices.front()].site;
       if (sa == sb)
         continue;
-      double bytes = 2 * res->boundaryBytesPerMicroBatch[i] * microBatches;
+      double bytes = res->boundaryBytesPerMicroBatch[i] * microBatches;
       r.wanBytesPerStep += bytes;
       if (const SiteLink *sl = siteLink(c, sa, sb))
         r.wanUsdPerStep += bytes / 1e9 * sl->egressUsdPerGB;

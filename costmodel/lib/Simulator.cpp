@@ -485,7 +485,11 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
     }
   }
   for (int ch = 0; ch + 1 < chunks; ++ch)
-    r.boundaryBytesPerMicroBatch.push_back(outBytes[ch] * at[s.stageOfChunk(ch)].tp);
+    r.boundaryBytesPerMicroBatch.push_back(
+        sendFwdBytes[ch] * at[s.stageOfChunk(ch)].tp +
+        sendBwdBytes[ch] * (a.pipelineWholeGradients
+                                ? at[s.stageOfChunk(ch + 1)].tp
+                                : at[s.stageOfChunk(ch)].tp));
 
   // Event simulation. Zero bubble: B tasks take the backward without its
   // weight gradients, W tasks those; the order comes from the times.

@@ -329,7 +329,7 @@ TEST(Simulator, DeepSpeedPipelinesSendWholeGradientsAndTheMask) {
   // + bytes / bandwidth, so what each adds is in proportion to its bytes.
   Workload w = uniformModel(8, 1e13, 1000, int64_t(1) << 31);
   struct Sends {
-    double forward = 0, backward = 0, step = 0;
+    double forward = 0, backward = 0, step = 0, boundaryBytes = 0;
   };
   auto run = [&](const char *strategy, bool whole, bool mask) {
     Assumptions a;
@@ -341,6 +341,7 @@ TEST(Simulator, DeepSpeedPipelinesSendWholeGradientsAndTheMask) {
     EXPECT_TRUE(bool(r)) << (r ? "" : llvm::toString(r.takeError()));
     Sends out;
     out.step = r->stepS;
+    out.boundaryBytes = r->boundaryBytesPerMicroBatch.at(0);
     for (const TraceEvent &e : r->trace) {
       if (e.track == 0 && e.name == "F0 send")
         out.forward = e.durationS;
@@ -356,9 +357,10 @@ TEST(Simulator, DeepSpeedPipelinesSendWholeGradientsAndTheMask) {
         mask = run(tp2, false, true);
   ASSERT_GT(base.forward, 0);
   EXPECT_DOUBLE_EQ(base.forward, base.backward); // a shard each way
-  // Each rank's shard S = 2^31 / 10 / 2 bytes; the whole gradient 2S, so
-  // the gradient's send grows by S / bandwidth; the mask adds 2 x 1024^2.
-  double shard = double(int64_t(1) << 31) / 10 / 2,
+  // Each rank's shard S = (2^31 / 10, whole bytes) / 2; the whole
+  // gradient 2S, so the gradient's send grows by S / bandwidth; the mask
+  // adds 2 x 1024^2.
+  double shard = double((int64_t(1) << 31) / 10) / 2,
          maskBytes = 2.0 * 1024 * 1024;
   double perByte = (whole.backward - base.backward) / shard;
   EXPECT_GT(perByte, 0);
@@ -368,6 +370,10 @@ TEST(Simulator, DeepSpeedPipelinesSendWholeGradientsAndTheMask) {
   EXPECT_DOUBLE_EQ(mask.backward, base.backward);
   EXPECT_GT(whole.step, base.step);
   EXPECT_GT(mask.step, base.step);
+  // Both ways over the boundary, both tp ranks (what a WAN carries).
+  EXPECT_NEAR(base.boundaryBytes, 4 * shard, 1);
+  EXPECT_NEAR(whole.boundaryBytes, 6 * shard, 1);
+  EXPECT_NEAR(mask.boundaryBytes, 4 * shard + 2 * maskBytes, 1);
   // Without tensor parallelism the shard is the whole gradient.
   const char *tp1 = "tp=1,pp=2,mbs=1,gbs=4";
   EXPECT_DOUBLE_EQ(run(tp1, true, false).step, run(tp1, false, false).step);

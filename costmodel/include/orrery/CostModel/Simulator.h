@@ -236,8 +236,9 @@ struct StepResult {
   /// micro-batch.
   std::vector<std::vector<double>> stageKindSeconds, stageKindParams,
       stageKindKeptBytes;
-  /// Bytes chunk i sends to chunk i+1 per micro-batch and replica (all of
-  /// its tp ranks together).
+  /// Bytes chunk i sends to chunk i+1 and chunk i+1 back to it, per
+  /// micro-batch and replica (all their tp ranks together: the activation
+  /// and its gradient, and what the pipeline sends besides, Assumptions).
   std::vector<double> boundaryBytesPerMicroBatch;
   /// Device types whose kernels were priced with their measured profile
   /// (empty: the stated assumptions everywhere).
