@@ -29,7 +29,7 @@ cp models/fixtures/*.onnx "$seeds/onnx/"
 # A model calling model-local functions (the dynamo exporter's modules).
 python3 tests/lit/import/Inputs/local_functions.py "$seeds/onnx/functions.onnx"
 cp bench/clusters/*.json bench/measured/*.json "$seeds/cluster/"
-cp tests/lit/Inputs/a100-hdr-sharp.json tests/lit/Inputs/a100-100gbe-switchml.json "$seeds/cluster/"
+cp tests/lit/Inputs/a100-hdr-sharp.json tests/lit/Inputs/a100-100gbe-switchml.json tests/lit/Inputs/gaudi2-own-chip.json "$seeds/cluster/"
 i=0
 for s in tp=8,pp=8,dp=16,mbs=1,gbs=1536 tp=2,cp=2,ep=4,zero=3,recompute=selective \
          pp=4,vpp=2,schedule=interleaved,overlap=grad+p2p sp=1,precision=fp8,offload=optimizer \

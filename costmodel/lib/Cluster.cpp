@@ -74,11 +74,20 @@ void Cluster::finalize() {
     }
 }
 
-/// The NIC a node of `device` has when the spec does not say: the
-/// InfiniBand generation of its DGX/HGX system, one port per GPU; Ethernet
-/// otherwise.
-static void defaultNic(const DeviceSpec &device, const HardwareCatalog &catalog,
-                       NodeGroup &ng) {
+/// The NIC a node of `device` has when the spec does not say: the ports on
+/// the device itself where it has them (Gaudi's RoCE), else the InfiniBand
+/// generation of its DGX/HGX system, one port per GPU; Ethernet otherwise.
+/// Empty, or what is wrong (a scale-out link the catalog lacks).
+static std::string defaultNic(const DeviceSpec &device,
+                              const HardwareCatalog &catalog, NodeGroup &ng) {
+  if (device.scaleOutPortsPerDevice > 0) {
+    ng.nic = catalog.link(device.scaleOutLink);
+    if (!ng.nic)
+      return "scale_out_nic.link: unknown link '" + device.scaleOutLink +
+             "' (known: " + catalog.linkNames() + ")";
+    ng.nicsPerNode = device.scaleOutPortsPerDevice * ng.devicesPerNode;
+    return "";
+  }
   const std::string &l = device.intraNodeLink;
   std::string nic = l == "NVLink2"   ? "IB-EDR"
                     : l == "NVLink3" ? "IB-HDR"
@@ -87,6 +96,7 @@ static void defaultNic(const DeviceSpec &device, const HardwareCatalog &catalog,
                                      : "Eth-100G";
   ng.nic = catalog.link(nic);
   ng.nicsPerNode = nic.rfind("IB-", 0) == 0 ? ng.devicesPerNode : 1;
+  return "";
 }
 
 llvm::Expected<Cluster> parseClusterPreset(const std::string &preset,
@@ -118,7 +128,10 @@ llvm::Expected<Cluster> parseClusterPreset(const std::string &preset,
   ng.power = device->power;
   ng.hostMemoryBytes = device->hostMemoryBytes;
   ng.hostMemoryBandwidthBytesPerS = device->hostMemoryBandwidthBytesPerS;
-  defaultNic(*device, catalog, ng);
+  std::string problem = defaultNic(*device, catalog, ng);
+  if (!problem.empty())
+    return err("cluster preset '" + preset + "'",
+               "device '" + device->name + "'." + problem);
   c.sites.push_back({"site0", {ng}});
   c.finalize();
   return c;
@@ -322,7 +335,9 @@ parseClusterJsonImpl(const std::string &text, const std::string &what,
       } else {
         return err(what, path + ".device: must be a device name or an object");
       }
-      defaultNic(*ng.device, catalog, ng);
+      std::string nicProblem = defaultNic(*ng.device, catalog, ng);
+      if (!nicProblem.empty() && !n.contains("nic"))
+        return err(what, path + ".device." + nicProblem);
       ng.intraNodeLink = catalog.link(ng.device->intraNodeLink);
       if (n.contains("intra_node_link")) {
         auto l = parseLink(n["intra_node_link"], path + ".intra_node_link", {});

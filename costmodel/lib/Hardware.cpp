@@ -168,14 +168,33 @@ double DeviceSpec::tensorPeak(Precision p) const {
   };
   // Without tensor cores for the precision cuBLAS computes in fp32 on the
   // CUDA cores (bf16 on Volta and Turing; tf32 before Ampere). fp8 has no
-  // such path: Transformer Engine refuses it (Simulation checks).
+  // such path: Transformer Engine refuses it (Simulation checks), as
+  // precisionProblem refuses the other vendors' unlisted precisions.
   double v = find(precisionName(p));
-  return v ? v : find("fp32");
+  if (!v)
+    v = find("fp32");
+  return v ? v : vectorPeak();
 }
 
 double DeviceSpec::vectorPeak() const {
+  if (vectorFlopPerS > 0)
+    return vectorFlopPerS;
   auto it = peakFlopPerS.find("fp32");
   return it == peakFlopPerS.end() ? 0 : it->second;
+}
+
+std::string DeviceSpec::precisionProblem(Precision p) const {
+  std::string name = precisionName(p);
+  if (peakFlopPerS.count(name))
+    return "";
+  if ((vendor == "NVIDIA" || vendor == "generic") && peakFlopPerS.count("fp32"))
+    return "";
+  std::string listed;
+  for (const auto &[k, v] : peakFlopPerS)
+    listed += (listed.empty() ? "" : ", ") + k;
+  return this->name + " has no published " + name +
+         " matrix rate (the catalog lists " + listed +
+         "; a cluster file's inline device may state one)";
 }
 
 static llvm::Error fieldError(const std::string &what, const std::string &msg) {
@@ -238,8 +257,29 @@ static llvm::Expected<HardwareCatalog> parseCatalog(const std::string &text,
             {"name", "aliases", "vendor", "source", "intra_node_link",
              "peak_flop_per_s", "memory_bytes", "memory_bandwidth_bytes_per_s",
              "power_w", "power_w_by_activity", "workspace_bytes",
-             "measured_kernel_profile", "kernel_profile_of", "host"}))
+             "measured_kernel_profile", "kernel_profile_of", "host",
+             "scale_out_nic", "vector_flop_per_s"}))
       return std::move(e);
+    if (d.contains("scale_out_nic")) {
+      const nlohmann::json &n = d["scale_out_nic"];
+      std::string npath = path + ".scale_out_nic";
+      if (!n.is_object())
+        return fieldError(what, npath + ": must be an object");
+      if (auto e = onlyKnownFields(n, what, npath,
+                                   {"link", "ports_per_device", "source"}))
+        return std::move(e);
+      if (!n.contains("link") || !n["link"].is_string() ||
+          n["link"].get<std::string>().empty())
+        return fieldError(what, npath + ".link: missing");
+      if (!n.contains("ports_per_device") ||
+          !n["ports_per_device"].is_number_integer() ||
+          n["ports_per_device"].get<long long>() <= 0 ||
+          n["ports_per_device"].get<long long>() > 1024)
+        return fieldError(what, npath + ".ports_per_device: must be an integer "
+                                        "from 1 to 1,024");
+      s.scaleOutLink = n["link"].get<std::string>();
+      s.scaleOutPortsPerDevice = n["ports_per_device"].get<int>();
+    }
     if (d.contains("host")) {
       const nlohmann::json &h = d["host"];
       std::string hpath = path + ".host";
@@ -269,6 +309,13 @@ static llvm::Expected<HardwareCatalog> parseCatalog(const std::string &text,
                                     ": must be a positive number");
       s.peakFlopPerS[k] = v.get<double>();
     }
+    if (d.contains("vector_flop_per_s"))
+      if (auto e = number(d, "vector_flop_per_s", path, s.vectorFlopPerS))
+        return std::move(e);
+    if (s.vectorPeak() <= 0)
+      return fieldError(what, path + ".peak_flop_per_s.fp32: missing (or "
+                                     "vector_flop_per_s: the rate of the "
+                                     "non-matrix kernels)");
     if (auto e = number(d, "memory_bytes", path, s.memoryBytes))
       return std::move(e);
     if (auto e = number(d, "memory_bandwidth_bytes_per_s", path,

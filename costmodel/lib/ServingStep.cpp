@@ -136,6 +136,9 @@ StepPricer::create(const Workload &w, const ServingReplica &replica,
     return servingError("serving: the model's first input is not a [batch, "
                         "sequence] tensor of token ids, so there is no "
                         "token to serve");
+  std::string problem = dev.precisionProblem(precision.linear);
+  if (!problem.empty())
+    return servingError("serving: " + problem);
   if (precision.linear == Precision::FP8 && !dev.hasTensorCores(Precision::FP8))
     return servingError("serving: the " + dev.name +
                         " has no fp8 tensor cores (serve it in bf16 or fp16)");

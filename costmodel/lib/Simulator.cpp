@@ -146,6 +146,10 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
   StepResult r;
   r.strategy = s;
   for (const StagePlacement &p : at) {
+    std::string problem = p.device->precisionProblem(s.precision);
+    if (!problem.empty())
+      return err(std::string("strategy: precision=") +
+                 precisionName(s.precision) + ": " + problem);
     if (s.precision == Precision::FP8 &&
         !p.device->hasTensorCores(Precision::FP8))
       return err("strategy: precision=fp8: " + p.device->name +

@@ -62,7 +62,7 @@ TEST(Catalog, MeasuredKernelProfiles) {
   // Each field is checked and named.
   auto parse = [](const std::string &profile) {
     return HardwareCatalog::parse(
-        R"({"devices": [{"name": "X", "peak_flop_per_s": {"fp16": 1e14},
+        R"({"devices": [{"name": "X", "peak_flop_per_s": {"fp32": 1e13, "fp16": 1e14},
             "memory_bytes": 1e10, "memory_bandwidth_bytes_per_s": 1e12,
             "power_w": 300, "measured_kernel_profile": )" +
             profile + "}]}",
@@ -96,7 +96,7 @@ TEST(Catalog, MeasuredKernelProfiles) {
   EXPECT_TRUE(bool(c.device("H100-SXM")->measuredKernels));
   auto borrow = [](const std::string &from) {
     return HardwareCatalog::parse(
-        R"({"devices": [{"name": "X", "peak_flop_per_s": {"fp16": 1e14},
+        R"({"devices": [{"name": "X", "peak_flop_per_s": {"fp32": 1e13, "fp16": 1e14},
             "memory_bytes": 1e10, "memory_bandwidth_bytes_per_s": 1e12,
             "power_w": 300, "kernel_profile_of": ")" +
             from + R"("}]})",
@@ -123,6 +123,76 @@ TEST(Cluster, Presets) {
   EXPECT_EQ(many->groupOf(0).nicsPerNode, 8);
   auto bad = parseClusterPreset("4x8xA200", HardwareCatalog::builtin());
   EXPECT_NE(errorOf(bad).find("unknown device type 'A200'"), std::string::npos);
+}
+
+TEST(Cluster, GaudiNodesUseTheirOwnScaleOutPorts) {
+  // Gaudi's scale-out ports are on the chip: three a card (Intel's network
+  // configuration), so an 8-card node has 24, not the one 100 GbE port a
+  // node of another device gets when the spec names no cards.
+  auto g3 = parseClusterPreset("4x8xGaudi3", HardwareCatalog::builtin());
+  ASSERT_TRUE(bool(g3)) << errorOf(g3);
+  EXPECT_EQ(g3->groupOf(0).nic->name, "RoCE-200G");
+  EXPECT_EQ(g3->groupOf(0).nicsPerNode, 24);
+  auto g2 = parseClusterPreset("2x4xGaudi2", HardwareCatalog::builtin());
+  ASSERT_TRUE(bool(g2)) << errorOf(g2);
+  EXPECT_EQ(g2->groupOf(0).nic->name, "RoCE-100G");
+  EXPECT_EQ(g2->groupOf(0).nicsPerNode, 12);
+  EXPECT_EQ(g2->groupOf(0).intraNodeLink->bandwidthBytesPerS, 262.5e9);
+  auto mi = parseClusterPreset("2x8xMI300X", HardwareCatalog::builtin());
+  ASSERT_TRUE(bool(mi));
+  EXPECT_EQ(mi->groupOf(0).nic->name, "Eth-100G");
+  EXPECT_EQ(mi->groupOf(0).nicsPerNode, 1);
+  // Every catalog device's scale-out ports name a catalog link.
+  for (const DeviceSpec &d : HardwareCatalog::builtin().devices())
+    if (d.scaleOutPortsPerDevice > 0)
+      EXPECT_TRUE(HardwareCatalog::builtin().link(d.scaleOutLink)) << d.name;
+  // A spec's own cards replace them.
+  auto own = parseClusterJson(
+      R"({"sites": [{"nodes": [{"count": 2, "device": "Gaudi3", "nic": {"link": "RoCE-400G", "count": 8}}]}]})",
+      "c.json", HardwareCatalog::builtin());
+  ASSERT_TRUE(bool(own)) << errorOf(own);
+  EXPECT_EQ(own->groupOf(0).nic->name, "RoCE-400G");
+  EXPECT_EQ(own->groupOf(0).nicsPerNode, 8);
+  // An inline device's ports must name a known link and a count.
+  auto check = [](const char *json, const char *expected) {
+    auto c = parseClusterJson(json, "c.json", HardwareCatalog::builtin());
+    std::string e = errorOf(c);
+    EXPECT_NE(e.find(expected), std::string::npos) << e;
+    EXPECT_EQ(e.find('\n'), std::string::npos);
+  };
+  check(
+      R"({"sites": [{"nodes": [{"count": 2, "device": {"name": "X", "peak_flop_per_s": {"fp32": 1e12}, "memory_bytes": 1e9, "memory_bandwidth_bytes_per_s": 1e12, "scale_out_nic": {"link": "RoCE-900G", "ports_per_device": 2}}}]}]})",
+      "sites[0].nodes[0].device.scale_out_nic.link: unknown link 'RoCE-900G'");
+  check(
+      R"({"sites": [{"nodes": [{"count": 2, "device": {"name": "X", "peak_flop_per_s": {"fp32": 1e12}, "memory_bytes": 1e9, "memory_bandwidth_bytes_per_s": 1e12, "scale_out_nic": {"link": "RoCE-100G", "ports_per_device": 0}}}]}]})",
+      "device 'X'.scale_out_nic.ports_per_device: must be an integer from 1");
+}
+
+TEST(Catalog, UnlistedPrecisionsAreRefusedOffNvidia) {
+  // cuBLAS runs bf16 on a V100's CUDA cores: priced at its fp32 rate. A
+  // Gaudi's MME has no published fp16 or fp32 rate and its TPC rate is no
+  // stand-in for one: refused, naming what the catalog lists.
+  const HardwareCatalog &c = HardwareCatalog::builtin();
+  EXPECT_EQ(c.device("V100-32G")->precisionProblem(Precision::BF16), "");
+  EXPECT_EQ(c.device("V100-32G")->tensorPeak(Precision::BF16), 15.7e12);
+  const DeviceSpec *g2 = c.device("Gaudi2");
+  ASSERT_TRUE(g2);
+  EXPECT_EQ(g2->precisionProblem(Precision::BF16), "");
+  EXPECT_EQ(g2->precisionProblem(Precision::FP16),
+            "Gaudi2 has no published fp16 matrix rate (the catalog lists "
+            "bf16; a cluster file's inline device may state one)");
+  EXPECT_NE(g2->precisionProblem(Precision::FP32), "");
+  EXPECT_EQ(g2->vectorPeak(), 10.76e12);
+  EXPECT_EQ(c.device("Gaudi3")->vectorPeak(), 28.7e12);
+  EXPECT_EQ(c.device("TPU-v5e")->precisionProblem(Precision::FP32), "");
+  // A device needs a rate for its non-matrix kernels.
+  auto none = HardwareCatalog::parse(
+      R"({"devices": [{"name": "X", "peak_flop_per_s": {"bf16": 1e14},
+          "memory_bytes": 1e10, "memory_bandwidth_bytes_per_s": 1e12}]})",
+      "catalog.json");
+  EXPECT_EQ(errorOf(none),
+            "catalog.json: device 'X'.peak_flop_per_s.fp32: missing (or "
+            "vector_flop_per_s: the rate of the non-matrix kernels)");
 }
 
 TEST(Cluster, MixedSitesFromJson) {

@@ -139,6 +139,12 @@ struct DeviceSpec {
   double workspaceBytes = 0;
   /// The link between devices of one node, by name.
   std::string intraNodeLink;
+  /// Network ports on the device itself that face the scale-out network
+  /// (the catalog's `scale_out_nic`: Gaudi's RoCE ports): a node's cards
+  /// when a cluster spec names none; empty where the server's cards are
+  /// the platform's, not the chip's.
+  std::string scaleOutLink;
+  int scaleOutPortsPerDevice = 0;
   std::string source;
   /// Kernel speeds measured on this device type (the catalog's
   /// `measured_kernel_profile`), which replace the stated assumptions.
@@ -152,8 +158,20 @@ struct DeviceSpec {
   bool hasTensorCores(Precision p) const {
     return p == Precision::FP32 || peakFlopPerS.count(precisionName(p));
   }
-  /// Peak FLOP/s of vector (non-tensor-core) fp32 math.
+  /// Peak FLOP/s of vector (non-tensor-core) math: the catalog's
+  /// `vector_flop_per_s` where given (a device whose fp32 matrix rate is
+  /// not published: Gaudi's TPCs), else its fp32 peak.
   double vectorPeak() const;
+  /// Why linear layers in `p` cannot be priced on this device, or empty.
+  /// Without a rate for `p` an NVIDIA GPU computes in fp32 on its CUDA
+  /// cores (cuBLAS's fallback: bf16 on a V100) and a CPU in fp32
+  /// (OpenBLAS); no such fallback is known for the other vendors, whose
+  /// matrix units run the listed precisions only as far as the catalog
+  /// knows, so their missing precisions are refused rather than priced at
+  /// another unit's rate. fp8 is the callers' to check (Transformer Engine
+  /// has no fallback either).
+  std::string precisionProblem(Precision p) const;
+  double vectorFlopPerS = 0; ///< the catalog's vector_flop_per_s; 0: fp32's
 };
 
 /// One link type: bandwidth per direction per device port.
