@@ -280,6 +280,12 @@ struct SearchState {
   std::string floorWhere;
   std::string refusal; // the framework's first refusal
   int refusalTpIndex = 0, tpIndex = 0;
+  /// After a framework check: where the first refusal was met, if this
+  /// check (which found `refusal` empty when `had` is false) wrote it.
+  void noteRefusal(bool had) {
+    if (!had && !refusal.empty())
+      refusalTpIndex = tpIndex;
+  }
   int64_t priced = 0, pruned = 0, refused = 0;
   std::vector<Deferred> deferred;
   /// The best fitting candidates that recompute every layer: those whose
@@ -403,24 +409,17 @@ searchPlans(const Workload &w, const Cluster &cluster, const PlanOptions &o) {
       keepCloser(st.closest, st.haveClosest, r);
       return;
     }
-    auto keep = [&](std::vector<StepResult> &list, int size) {
+    // The `size` first of `list` and r by `less`.
+    auto keep = [&](std::vector<StepResult> &list, int size, auto less) {
       list.push_back(r);
-      std::sort(list.begin(), list.end(), better);
+      std::sort(list.begin(), list.end(), less);
       if (int(list.size()) > size)
         list.pop_back();
     };
-    keep(st.best, std::max(1, o.topK));
+    keep(st.best, std::max(1, o.topK), better);
     if (r.strategy.recompute == Recompute::Full &&
-        r.strategy.recomputeLayers == 0) {
-      // Those whose partial recompute might be fastest: by the step less
-      // its recompute's share of the work (what recomputing no layer would
-      // leave), not by the step recomputing all of them.
-      std::vector<StepResult> &list = st.fullyRecomputing;
-      list.push_back(r);
-      std::sort(list.begin(), list.end(), recomputingLess);
-      if (int(list.size()) > kPartialRecomputeCandidates)
-        list.pop_back();
-    }
+        r.strategy.recomputeLayers == 0)
+      keep(st.fullyRecomputing, kPartialRecomputeCandidates, recomputingLess);
     if (o.progress && st.first && st.priced % 1000 == 0)
       o.progress(total, &st.best.front()); // the first worker's best
   };
@@ -508,8 +507,7 @@ searchPlans(const Workload &w, const Cluster &cluster, const PlanOptions &o) {
         return priceOne(st, **known);
       bool had = !st.refusal.empty();
       auto runnable = asFrameworkRuns(w, s, a, o.framework, st.refusal);
-      if (!had && !st.refusal.empty())
-        st.refusalTpIndex = st.tpIndex;
+      st.noteRefusal(had);
       if (!runnable) {
         ++st.refused;
         return Priced{};
@@ -669,9 +667,9 @@ searchPlans(const Workload &w, const Cluster &cluster, const PlanOptions &o) {
             bool had = !st.refusal.empty();
             auto variant = asFrameworkRuns(w, t, a, o.framework,
                                            i == 0 ? st.refusal : other);
+            if (i == 0)
+              st.noteRefusal(had);
             if (!variant && i == 0) { // refused whatever the saver
-              if (!had && !st.refusal.empty())
-                st.refusalTpIndex = st.tpIndex;
               ++st.refused;
               return Priced{};
             }
