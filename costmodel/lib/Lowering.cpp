@@ -704,7 +704,8 @@ Program PipelineLowering::lower(int stage_, int t_, int c_, int d_,
       in.peer = sending ? rankOf(dst, q % tpDst, c, d)
                         : rankOf(src, q % tpSrc, c, d);
       // Beyond its shard: what the pipeline sends besides (the whole
-      // gradient from every rank, the attention mask; Assumptions).
+      // gradient from every rank, the attention mask; Assumptions: one tp
+      // on every stage then, so n = tp and one message a rank).
       const std::vector<double> &sent =
           backward ? parts.sendBwdBytes : parts.sendFwdBytes;
       in.bytes = whole / n + (sent[fromChunk] - parts.outBytes[fromChunk]);

@@ -187,6 +187,17 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
     return err("pipeline mask: the model takes no [batch, seq] token ids, "
                "so it has no [seq, seq] attention mask to send between "
                "stages");
+  // DeepSpeed's pipeline engine runs one topology: every stage the same tp,
+  // each rank sending to its peer of the same tp rank.
+  if (a.pipelineWholeGradients || a.pipelineAttentionMask)
+    for (const StagePlacement &p : at)
+      if (p.tp != at.front().tp)
+        return err(
+            std::string(a.pipelineWholeGradients ? "pipeline gradients whole"
+                                                 : "pipeline mask") +
+            ": DeepSpeed's pipeline sends are those of one tensor-"
+            "parallel size on every stage, and these stages have tp " +
+            std::to_string(at.front().tp) + " and " + std::to_string(p.tp));
   if (a.layerProfile) {
     // Every stage's device and tp must be measured: a host time guessed
     // for one that is not would be a silent wrong price.

@@ -386,6 +386,32 @@ TEST(Simulator, DeepSpeedPipelinesSendWholeGradientsAndTheMask) {
   ASSERT_FALSE(bool(r));
   EXPECT_NE(llvm::toString(r.takeError()).find("pipeline mask"),
             std::string::npos);
+  // DeepSpeed's engine has one tp on every stage: stages of tp 2 and 1
+  // (a heterogeneous pipeline) with its sends are refused, not priced.
+  Cluster c = preset("2x2xA100-80G");
+  const NodeGroup &g = c.sites[0].nodeGroups[0];
+  auto placed = [&](int tp) {
+    StagePlacement p;
+    p.device = g.device;
+    p.group = &g;
+    p.tp = tp;
+    p.tpGroup = groupShapeIn(g, 1, tp);
+    p.dpGroup = groupShapeIn(g, tp, 1);
+    p.toNext = groupShapeIn(g, 2, 2);
+    return p;
+  };
+  Strategy uneven = *parseStrategy(tp2);
+  uneven.dp = 1;
+  Assumptions sends;
+  sends.pipelineWholeGradients = true;
+  auto even = simulatePipeline(w, uneven, {placed(2), placed(2)}, sends);
+  EXPECT_TRUE(bool(even)) << (even ? "" : llvm::toString(even.takeError()));
+  auto refused = simulatePipeline(w, uneven, {placed(2), placed(1)}, sends);
+  ASSERT_FALSE(bool(refused));
+  EXPECT_EQ(llvm::toString(refused.takeError()),
+            "pipeline gradients whole: DeepSpeed's pipeline sends are those "
+            "of one tensor-parallel size on every stage, and these stages "
+            "have tp 2 and 1");
 }
 
 TEST(Simulator, EachPipelineBoundaryCrossesItsOwnLink) {
