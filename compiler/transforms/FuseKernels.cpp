@@ -91,6 +91,84 @@ std::optional<double> scalarConstant(Value v) {
   return std::nullopt;
 }
 
+/// A constant's elements as doubles (integers and floats; booleans as 0
+/// and 1); empty for anything else, and past 2^24 elements (a [4096, 4096]
+/// mask is the largest read).
+std::vector<double> constantValues(ConstantOp c) {
+  std::vector<double> out;
+  auto attr = dyn_cast<DenseElementsAttr>(c.getValue());
+  if (!attr || attr.getNumElements() > (int64_t(1) << 24))
+    return out;
+  Type t = attr.getElementType();
+  out.reserve(attr.getNumElements());
+  if (t.isInteger(1)) {
+    for (bool b : attr.getValues<bool>())
+      out.push_back(b);
+  } else if (isa<IntegerType>(t)) {
+    for (const APInt &x : attr.getValues<APInt>())
+      out.push_back(double(x.getSExtValue()));
+  } else if (isa<FloatType>(t)) {
+    for (const APFloat &x : attr.getValues<APFloat>())
+      out.push_back(x.convertToDouble());
+  }
+  return out;
+}
+
+/// A constant mask over [.., q, k] (the importer folds one built from the
+/// positions of a short bound sequence): 0 when it keeps exactly the causal
+/// triangle, W when exactly a causal band of W keys (a sliding window),
+/// none for anything else. `keep`: 1 where true keeps a score, 0 where
+/// false does, -1 an additive mask (0 keeps, -1e4 or less masks).
+std::optional<int64_t> constantBand(Value mask, int keep) {
+  auto c = mask.getDefiningOp<ConstantOp>();
+  auto t = rankedOf(mask);
+  if (!c || !t || !t.hasStaticShape() || t.getRank() < 2)
+    return std::nullopt;
+  int64_t r = t.getRank(), sq = t.getDimSize(r - 2), sk = t.getDimSize(r - 1);
+  if (sq < 2 || sk < sq || t.getNumElements() != sq * sk) // one [q, k] mask
+    return std::nullopt;
+  bool boolean = t.getElementType().isInteger(1);
+  if (boolean != (keep >= 0))
+    return std::nullopt;
+  std::vector<double> x = constantValues(c);
+  if (int64_t(x.size()) != sq * sk)
+    return std::nullopt;
+  auto kept = [&](int64_t i, int64_t j) {
+    double v = x[size_t(i * sk + j)];
+    return boolean ? (v != 0) == (keep == 1) : v == 0;
+  };
+  if (!boolean)
+    for (double v : x)
+      if (v != 0 && v > -1e4)
+        return std::nullopt; // a bias, not a mask
+  // Each query (the last sq positions) keeps a run of keys ending at its
+  // own: all of them (causal) or the same W (a band).
+  int64_t window = 0, widestFromStart = 0;
+  for (int64_t i = 0; i < sq; ++i) {
+    int64_t self = i + sk - sq, lo = self;
+    if (!kept(i, self))
+      return std::nullopt;
+    for (int64_t j = self + 1; j < sk; ++j)
+      if (kept(i, j))
+        return std::nullopt;
+    while (lo > 0 && kept(i, lo - 1))
+      --lo;
+    for (int64_t j = 0; j < lo; ++j)
+      if (kept(i, j))
+        return std::nullopt;
+    int64_t width = self - lo + 1;
+    if (lo == 0)
+      widestFromStart = std::max(widestFromStart, width);
+    else if (window == 0)
+      window = width;
+    else if (width != window)
+      return std::nullopt;
+  }
+  if (window > 0 && widestFromStart > window)
+    return std::nullopt;
+  return window;
+}
+
 /// A one-element tensor that does not depend on the data (a scale, an
 /// epsilon, a fill value).
 bool isScalarNonActivation(Value v) {
@@ -141,10 +219,109 @@ bool looksCausal(Value v) {
   return looksCausal(v, 16, seen);
 }
 
+/// Positions plus a constant: a Range, moved by Unsqueeze, Reshape,
+/// Expand, Cast, and shifted by Add or Sub of a scalar constant; the shift,
+/// or none when `v` is anything else.
+std::optional<double> positionShift(Value v, int depth) {
+  Operation *def = v.getDefiningOp();
+  if (!def || depth < 0)
+    return std::nullopt;
+  if (isa<RangeOp>(def))
+    return 0.0;
+  if (auto c = dyn_cast<ConstantOp>(def)) {
+    // Positions the importer folded (a Range of a bound length): x0 + i.
+    std::vector<double> x = constantValues(c);
+    if (x.size() < 2)
+      return std::nullopt;
+    for (size_t i = 1; i < x.size(); ++i)
+      if (x[i] != x[0] + double(i))
+        return std::nullopt;
+    return x[0];
+  }
+  if (isa<UnsqueezeOp, ReshapeOp, ExpandOp, CastOp, IdentityOp>(def))
+    return positionShift(def->getOperand(0), depth - 1);
+  if (isa<AddOp, SubOp>(def) && def->getNumOperands() == 2) {
+    bool sub = isa<SubOp>(def);
+    for (int c = 1; c >= (sub ? 1 : 0); --c)
+      if (std::optional<double> k = scalarConstant(def->getOperand(c)))
+        if (std::optional<double> x =
+                positionShift(def->getOperand(1 - c), depth - 1))
+          return *x + (sub ? -*k : *k);
+  }
+  return std::nullopt;
+}
+
+/// Which positions an operand of a [.., q, k] mask comparison holds: the
+/// queries' (a column: last axis 1), the keys' (a row), or neither.
+enum class Axis { None, Query, Key };
+Axis positionAxis(Value v) {
+  auto t = rankedOf(v);
+  if (!t || !t.hasStaticShape() || t.getRank() < 1)
+    return Axis::None;
+  int64_t r = t.getRank(), last = t.getDimSize(r - 1),
+          before = r > 1 ? t.getDimSize(r - 2) : 1;
+  if (last == 1 && before > 1)
+    return Axis::Query;
+  if (last > 1 && before == 1)
+    return Axis::Key;
+  return Axis::None;
+}
+
+/// A band's lower edge written as a comparison of positions (transformers'
+/// sliding-window mask, `kv_idx > q_idx - W`, or `q_idx - kv_idx < W`):
+/// the keys a query sees, itself included, or 0 when `def` is not one.
+int64_t comparedWindow(Operation *def) {
+  if (!isa<LessOp, LessOrEqualOp, GreaterOp, GreaterOrEqualOp>(def) ||
+      def->getNumOperands() != 2)
+    return 0;
+  // As `lhs - rhs` against 0: key - query > d keeps keys past q + d.
+  bool greater = isa<GreaterOp, GreaterOrEqualOp>(def),
+       strict = isa<GreaterOp, LessOp>(def);
+  Value lhs = def->getOperand(0), rhs = def->getOperand(1);
+  std::optional<double> d; // key - query OP d, with OP > or >=
+  std::optional<double> sl = positionShift(lhs, 8), sr = positionShift(rhs, 8);
+  Axis al = positionAxis(lhs), ar = positionAxis(rhs);
+  if (sl && sr && al != Axis::None && ar != Axis::None && al != ar) {
+    // key + a OP query + b, or query + a OP key + b.
+    double keyMinusQuery = al == Axis::Key ? *sr - *sl : *sl - *sr;
+    bool keyLeft = al == Axis::Key;
+    if (greater == keyLeft) // key - query > (or >=) the shift
+      d = keyMinusQuery;
+  } else {
+    // (query - key) OP c, or c OP (query - key).
+    bool diffLeft = !scalarConstant(lhs).has_value();
+    Value diff = diffLeft ? lhs : rhs;
+    std::optional<double> c = scalarConstant(diffLeft ? rhs : lhs);
+    auto sub = diff.getDefiningOp<SubOp>();
+    if (!c || !sub)
+      return 0;
+    Value a = sub->getOperand(0), b = sub->getOperand(1);
+    std::optional<double> sa = positionShift(a, 8), sb = positionShift(b, 8);
+    Axis aa = positionAxis(a), ab = positionAxis(b);
+    if (!sa || !sb || aa == Axis::None || ab == Axis::None || aa == ab)
+      return 0;
+    // diff = (a + sa) - (b + sb) without the shifts: query - key or the
+    // reverse; the comparison as `diff OP c` with OP < or <= keeps a band
+    // below when diff is query - key.
+    bool queryMinusKey = aa == Axis::Query;
+    bool lessThan = diffLeft ? !greater : greater;
+    double shift = *sa - *sb;
+    if (queryMinusKey && lessThan) // q - k + shift < c: k - q > shift - c
+      d = shift - *c;
+    else if (!queryMinusKey && !lessThan) // k - q + shift > c
+      d = *c - shift;
+  }
+  if (!d || *d >= 0 || *d < -(1 << 30))
+    return 0;
+  // key - query > d: keys q + d + 1 .. q, -d of them; >= d: one more.
+  return int64_t(-*d) + (strict ? 0 : 1);
+}
+
 /// A sliding window in a causal mask's ancestry: the band below it masked
 /// by a lower triangle from diagonal -W (torch.tril(full, -W), a Trilu with
-/// upper = 0 and k = -W): each query sees itself and the W - 1 keys before
-/// it. 0 when there is none.
+/// upper = 0 and k = -W), or kept by a comparison of positions
+/// (comparedWindow): each query sees itself and the W - 1 keys before it.
+/// 0 when there is none.
 int64_t bandWindow(Value v, int depth, llvm::DenseSet<Operation *> &seen) {
   Operation *def = v.getDefiningOp();
   if (!def || !seen.insert(def).second)
@@ -157,6 +334,8 @@ int64_t bandWindow(Value v, int depth, llvm::DenseSet<Operation *> &seen) {
     if (upper && upper.getInt() == 0 && k && *k < 0 && *k > -(1 << 30))
       return int64_t(-*k);
   }
+  if (int64_t w = comparedWindow(def))
+    return w;
   if (depth == 0)
     return 0;
   for (Value o : def->getOperands())
@@ -332,7 +511,13 @@ LogicalResult fuseAttention(MatMulOp pv,
   bool scaleKnown = true, causal = false;
   int64_t window = 0;
   Value bias;
-  auto takeMask = [&](Value mask) {
+  // `keep`: constantBand's, how the mask's values keep a score.
+  auto takeMask = [&](Value mask, int keep) {
+    if (std::optional<int64_t> band = constantBand(mask, keep)) {
+      causal = true;
+      window = std::max(window, *band);
+      return true;
+    }
     bool triangle = looksCausal(mask);
     causal |= triangle;
     if (triangle) {
@@ -367,7 +552,7 @@ LogicalResult fuseAttention(MatMulOp pv,
       int data = reachesScores(def->getOperand(0), 6)   ? 0
                  : reachesScores(def->getOperand(1), 6) ? 1
                                                         : -1;
-      if (data < 0 || !takeMask(def->getOperand(1 - data)))
+      if (data < 0 || !takeMask(def->getOperand(1 - data), -1))
         return failure();
       cur = def->getOperand(data);
     } else if (isa<WhereOp>(def) && def->getNumOperands() == 3) {
@@ -376,7 +561,7 @@ LogicalResult fuseAttention(MatMulOp pv,
                  : reachesScores(def->getOperand(2), 6) ? 2
                                                         : -1;
       if (data < 0 || !isScalarNonActivation(def->getOperand(3 - data)) ||
-          !takeMask(def->getOperand(0)))
+          !takeMask(def->getOperand(0), data == 1 ? 1 : 0))
         return failure();
       cur = def->getOperand(data);
     } else {

@@ -73,6 +73,122 @@ func.func @sliding(%q: tensor<1x2x512x16xf16>, %kt: tensor<1x2x16x512xf16>, %v: 
 
 // -----
 
+// The same window as transformers writes it, a comparison of positions:
+// causal `kv_idx <= q_idx` and `kv_idx > q_idx - 128` (its sliding-window
+// mask), the scores kept where both hold: window 128, the FLOPs above.
+// CHECK-LABEL: func.func @compared
+// CHECK-NOT: orrery.greater
+// CHECK: orrery.fused_attention
+// CHECK-SAME: causal
+// CHECK-SAME: window = 128 : i64
+// COST-LABEL: func.func @compared
+// COST: orrery.fused_attention
+// COST-SAME: fwd_flops = 14680064 : i64
+func.func @compared(%q: tensor<1x2x512x16xf16>, %kt: tensor<1x2x16x512xf16>, %v: tensor<1x2x512x16xf16>) -> tensor<1x2x512x16xf16> {
+  %s = orrery.matmul(%q, %kt) : (tensor<1x2x512x16xf16>, tensor<1x2x16x512xf16>) -> tensor<1x2x512x512xf16>
+  %c = orrery.constant dense<2.500000e-01> : tensor<f16>
+  %t = orrery.mul(%s, %c) : (tensor<1x2x512x512xf16>, tensor<f16>) -> tensor<1x2x512x512xf16>
+  %zero = orrery.constant dense<0> : tensor<i64>
+  %n = orrery.constant dense<512> : tensor<i64>
+  %one = orrery.constant dense<1> : tensor<i64>
+  %pos = orrery.range(%zero, %n, %one) : (tensor<i64>, tensor<i64>, tensor<i64>) -> tensor<512xi64>
+  %ax1 = orrery.constant dense<1> : tensor<1xi64>
+  %ax0 = orrery.constant dense<0> : tensor<1xi64>
+  %qi = orrery.unsqueeze(%pos, %ax1) : (tensor<512xi64>, tensor<1xi64>) -> tensor<512x1xi64>
+  %ki = orrery.unsqueeze(%pos, %ax0) : (tensor<512xi64>, tensor<1xi64>) -> tensor<1x512xi64>
+  %causal = orrery.less_or_equal(%ki, %qi) : (tensor<1x512xi64>, tensor<512x1xi64>) -> tensor<512x512xi1>
+  %w = orrery.constant dense<128> : tensor<i64>
+  %qw = orrery.sub(%qi, %w) : (tensor<512x1xi64>, tensor<i64>) -> tensor<512x1xi64>
+  %band = orrery.greater(%ki, %qw) : (tensor<1x512xi64>, tensor<512x1xi64>) -> tensor<512x512xi1>
+  %keep = orrery.and(%causal, %band) : (tensor<512x512xi1>, tensor<512x512xi1>) -> tensor<512x512xi1>
+  %neg = orrery.constant dense<-6.550400e+04> : tensor<f16>
+  %m = orrery.where(%keep, %t, %neg) : (tensor<512x512xi1>, tensor<1x2x512x512xf16>, tensor<f16>) -> tensor<1x2x512x512xf16>
+  %p = orrery.softmax(%m) {axis = -1 : i64} : (tensor<1x2x512x512xf16>) -> tensor<1x2x512x512xf16>
+  %o = orrery.matmul(%p, %v) : (tensor<1x2x512x512xf16>, tensor<1x2x512x16xf16>) -> tensor<1x2x512x16xf16>
+  return %o : tensor<1x2x512x16xf16>
+}
+
+// -----
+
+// The window as a distance, `q_idx - kv_idx < 128` (the same band), and
+// `q_idx - kv_idx <= 128` one key wider; a comparison that bounds the keys
+// from above (`kv_idx < q_idx + 128`) is no window.
+// CHECK-LABEL: func.func @distance
+// CHECK: orrery.fused_attention
+// CHECK-SAME: window = 128 : i64
+// CHECK-LABEL: func.func @distance_inclusive
+// CHECK: orrery.fused_attention
+// CHECK-SAME: window = 129 : i64
+// CHECK-LABEL: func.func @ahead
+// CHECK: orrery.fused_attention
+// CHECK-SAME: causal
+// CHECK-SAME: value_dim = 16 : i64}
+func.func @distance(%q: tensor<1x2x512x16xf16>, %kt: tensor<1x2x16x512xf16>, %v: tensor<1x2x512x16xf16>) -> tensor<1x2x512x16xf16> {
+  %s = orrery.matmul(%q, %kt) : (tensor<1x2x512x16xf16>, tensor<1x2x16x512xf16>) -> tensor<1x2x512x512xf16>
+  %zero = orrery.constant dense<0> : tensor<i64>
+  %n = orrery.constant dense<512> : tensor<i64>
+  %one = orrery.constant dense<1> : tensor<i64>
+  %pos = orrery.range(%zero, %n, %one) : (tensor<i64>, tensor<i64>, tensor<i64>) -> tensor<512xi64>
+  %ax1 = orrery.constant dense<1> : tensor<1xi64>
+  %ax0 = orrery.constant dense<0> : tensor<1xi64>
+  %qi = orrery.unsqueeze(%pos, %ax1) : (tensor<512xi64>, tensor<1xi64>) -> tensor<512x1xi64>
+  %ki = orrery.unsqueeze(%pos, %ax0) : (tensor<512xi64>, tensor<1xi64>) -> tensor<1x512xi64>
+  %causal = orrery.less_or_equal(%ki, %qi) : (tensor<1x512xi64>, tensor<512x1xi64>) -> tensor<512x512xi1>
+  %w = orrery.constant dense<128> : tensor<i64>
+  %d = orrery.sub(%qi, %ki) : (tensor<512x1xi64>, tensor<1x512xi64>) -> tensor<512x512xi64>
+  %band = orrery.less(%d, %w) : (tensor<512x512xi64>, tensor<i64>) -> tensor<512x512xi1>
+  %keep = orrery.and(%causal, %band) : (tensor<512x512xi1>, tensor<512x512xi1>) -> tensor<512x512xi1>
+  %neg = orrery.constant dense<-6.550400e+04> : tensor<f16>
+  %m = orrery.where(%keep, %s, %neg) : (tensor<512x512xi1>, tensor<1x2x512x512xf16>, tensor<f16>) -> tensor<1x2x512x512xf16>
+  %p = orrery.softmax(%m) {axis = -1 : i64} : (tensor<1x2x512x512xf16>) -> tensor<1x2x512x512xf16>
+  %o = orrery.matmul(%p, %v) : (tensor<1x2x512x512xf16>, tensor<1x2x512x16xf16>) -> tensor<1x2x512x16xf16>
+  return %o : tensor<1x2x512x16xf16>
+}
+func.func @distance_inclusive(%q: tensor<1x2x512x16xf16>, %kt: tensor<1x2x16x512xf16>, %v: tensor<1x2x512x16xf16>) -> tensor<1x2x512x16xf16> {
+  %s = orrery.matmul(%q, %kt) : (tensor<1x2x512x16xf16>, tensor<1x2x16x512xf16>) -> tensor<1x2x512x512xf16>
+  %zero = orrery.constant dense<0> : tensor<i64>
+  %n = orrery.constant dense<512> : tensor<i64>
+  %one = orrery.constant dense<1> : tensor<i64>
+  %pos = orrery.range(%zero, %n, %one) : (tensor<i64>, tensor<i64>, tensor<i64>) -> tensor<512xi64>
+  %ax1 = orrery.constant dense<1> : tensor<1xi64>
+  %ax0 = orrery.constant dense<0> : tensor<1xi64>
+  %qi = orrery.unsqueeze(%pos, %ax1) : (tensor<512xi64>, tensor<1xi64>) -> tensor<512x1xi64>
+  %ki = orrery.unsqueeze(%pos, %ax0) : (tensor<512xi64>, tensor<1xi64>) -> tensor<1x512xi64>
+  %causal = orrery.less_or_equal(%ki, %qi) : (tensor<1x512xi64>, tensor<512x1xi64>) -> tensor<512x512xi1>
+  %w = orrery.constant dense<128> : tensor<i64>
+  %d = orrery.sub(%qi, %ki) : (tensor<512x1xi64>, tensor<1x512xi64>) -> tensor<512x512xi64>
+  %band = orrery.less_or_equal(%d, %w) : (tensor<512x512xi64>, tensor<i64>) -> tensor<512x512xi1>
+  %keep = orrery.and(%causal, %band) : (tensor<512x512xi1>, tensor<512x512xi1>) -> tensor<512x512xi1>
+  %neg = orrery.constant dense<-6.550400e+04> : tensor<f16>
+  %m = orrery.where(%keep, %s, %neg) : (tensor<512x512xi1>, tensor<1x2x512x512xf16>, tensor<f16>) -> tensor<1x2x512x512xf16>
+  %p = orrery.softmax(%m) {axis = -1 : i64} : (tensor<1x2x512x512xf16>) -> tensor<1x2x512x512xf16>
+  %o = orrery.matmul(%p, %v) : (tensor<1x2x512x512xf16>, tensor<1x2x512x16xf16>) -> tensor<1x2x512x16xf16>
+  return %o : tensor<1x2x512x16xf16>
+}
+func.func @ahead(%q: tensor<1x2x512x16xf16>, %kt: tensor<1x2x16x512xf16>, %v: tensor<1x2x512x16xf16>) -> tensor<1x2x512x16xf16> {
+  %s = orrery.matmul(%q, %kt) : (tensor<1x2x512x16xf16>, tensor<1x2x16x512xf16>) -> tensor<1x2x512x512xf16>
+  %zero = orrery.constant dense<0> : tensor<i64>
+  %n = orrery.constant dense<512> : tensor<i64>
+  %one = orrery.constant dense<1> : tensor<i64>
+  %pos = orrery.range(%zero, %n, %one) : (tensor<i64>, tensor<i64>, tensor<i64>) -> tensor<512xi64>
+  %ax1 = orrery.constant dense<1> : tensor<1xi64>
+  %ax0 = orrery.constant dense<0> : tensor<1xi64>
+  %qi = orrery.unsqueeze(%pos, %ax1) : (tensor<512xi64>, tensor<1xi64>) -> tensor<512x1xi64>
+  %ki = orrery.unsqueeze(%pos, %ax0) : (tensor<512xi64>, tensor<1xi64>) -> tensor<1x512xi64>
+  %causal = orrery.less_or_equal(%ki, %qi) : (tensor<1x512xi64>, tensor<512x1xi64>) -> tensor<512x512xi1>
+  %w = orrery.constant dense<128> : tensor<i64>
+  %qw = orrery.add(%qi, %w) : (tensor<512x1xi64>, tensor<i64>) -> tensor<512x1xi64>
+  %band = orrery.less(%ki, %qw) : (tensor<1x512xi64>, tensor<512x1xi64>) -> tensor<512x512xi1>
+  %keep = orrery.and(%causal, %band) : (tensor<512x512xi1>, tensor<512x512xi1>) -> tensor<512x512xi1>
+  %neg = orrery.constant dense<-6.550400e+04> : tensor<f16>
+  %m = orrery.where(%keep, %s, %neg) : (tensor<512x512xi1>, tensor<1x2x512x512xf16>, tensor<f16>) -> tensor<1x2x512x512xf16>
+  %p = orrery.softmax(%m) {axis = -1 : i64} : (tensor<1x2x512x512xf16>) -> tensor<1x2x512x512xf16>
+  %o = orrery.matmul(%p, %v) : (tensor<1x2x512x512xf16>, tensor<1x2x512x16xf16>) -> tensor<1x2x512x16xf16>
+  return %o : tensor<1x2x512x16xf16>
+}
+
+// -----
+
 // Grouped-query attention: each of 2 key-value heads is repeated for 2
 // query heads (Reshape, Expand, Reshape); the fused op reads the 2 heads.
 // CHECK-LABEL: func.func @grouped
@@ -219,4 +335,22 @@ func.func @not_fused(%x: tensor<8xf32>, %a: tensor<2x3x4xf32>, %b: tensor<2x4x3x
   %m = orrery.reduce_mean(%sq) {axes = array<i64: 0>, keepdims = 1 : i64} : (tensor<8xf32>) -> tensor<1xf32>
   %s = orrery.matmul(%a, %b) : (tensor<2x3x4xf32>, tensor<2x4x3xf32>) -> tensor<2x3x3xf32>
   return %m, %s : tensor<1xf32>, tensor<2x3x3xf32>
+}
+
+// -----
+
+// A constant additive mask (the importer folds one built from the positions
+// of a short sequence): 0 on a band of 3 keys ending at each query, -1e4
+// elsewhere: causal with window 3, and the mask leaves the graph.
+// CHECK-LABEL: func.func @folded_band
+// CHECK: orrery.fused_attention(%arg0, %{{.*}}, %arg2) {
+// CHECK-SAME: causal
+// CHECK-SAME: window = 3 : i64
+func.func @folded_band(%q: tensor<1x2x8x16xf32>, %kt: tensor<1x2x16x8xf32>, %v: tensor<1x2x8x16xf32>) -> tensor<1x2x8x16xf32> {
+  %s = orrery.matmul(%q, %kt) : (tensor<1x2x8x16xf32>, tensor<1x2x16x8xf32>) -> tensor<1x2x8x8xf32>
+  %mask = orrery.constant dense<[[0.0, -1.0e+04, -1.0e+04, -1.0e+04, -1.0e+04, -1.0e+04, -1.0e+04, -1.0e+04], [0.0, 0.0, -1.0e+04, -1.0e+04, -1.0e+04, -1.0e+04, -1.0e+04, -1.0e+04], [0.0, 0.0, 0.0, -1.0e+04, -1.0e+04, -1.0e+04, -1.0e+04, -1.0e+04], [-1.0e+04, 0.0, 0.0, 0.0, -1.0e+04, -1.0e+04, -1.0e+04, -1.0e+04], [-1.0e+04, -1.0e+04, 0.0, 0.0, 0.0, -1.0e+04, -1.0e+04, -1.0e+04], [-1.0e+04, -1.0e+04, -1.0e+04, 0.0, 0.0, 0.0, -1.0e+04, -1.0e+04], [-1.0e+04, -1.0e+04, -1.0e+04, -1.0e+04, 0.0, 0.0, 0.0, -1.0e+04], [-1.0e+04, -1.0e+04, -1.0e+04, -1.0e+04, -1.0e+04, 0.0, 0.0, 0.0]]> : tensor<8x8xf32>
+  %m = orrery.add(%s, %mask) : (tensor<1x2x8x8xf32>, tensor<8x8xf32>) -> tensor<1x2x8x8xf32>
+  %p = orrery.softmax(%m) {axis = -1 : i64} : (tensor<1x2x8x8xf32>) -> tensor<1x2x8x8xf32>
+  %o = orrery.matmul(%p, %v) : (tensor<1x2x8x8xf32>, tensor<1x2x8x16xf32>) -> tensor<1x2x8x16xf32>
+  return %o : tensor<1x2x8x16xf32>
 }
