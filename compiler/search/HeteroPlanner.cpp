@@ -141,12 +141,7 @@ const KindTable &Search::table(int pool, int tp, int64_t mbs, Recompute rec) {
   s.precision = o.precision;
   s.sequenceParallel = true;
   s.stageLayers = {int(sequence.size())};
-  StagePlacement at;
-  at.device = ng.device;
-  at.group = &ng;
-  at.tp = tp;
-  at.tpGroup = groupShapeIn(ng, 1, tp);
-  at.dpGroup = groupShapeIn(ng, tp, 1);
+  StagePlacement at = stageOn(ng, tp);
   KindTable t;
   if (auto r = simulatePipeline(w, s, {at}, a)) {
     t.seconds = r->stageKindSeconds[0];

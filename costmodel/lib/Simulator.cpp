@@ -71,6 +71,16 @@ GroupShape groupShapeIn(const NodeGroup &group, int stride, int ranks) {
   return g;
 }
 
+StagePlacement stageOn(const NodeGroup &group, int tp) {
+  StagePlacement p;
+  p.device = group.device;
+  p.group = &group;
+  p.tp = tp;
+  p.tpGroup = groupShapeIn(group, 1, tp);
+  p.dpGroup = groupShapeIn(group, tp, 1);
+  return p;
+}
+
 double kernelSeconds(const DeviceSpec &dev, const KernelModel &k,
                      Precision precision, double flops, double bytes,
                      KernelClass c, int kernels) {

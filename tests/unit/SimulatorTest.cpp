@@ -391,12 +391,7 @@ TEST(Simulator, DeepSpeedPipelinesSendWholeGradientsAndTheMask) {
   Cluster c = preset("2x2xA100-80G");
   const NodeGroup &g = c.sites[0].nodeGroups[0];
   auto placed = [&](int tp) {
-    StagePlacement p;
-    p.device = g.device;
-    p.group = &g;
-    p.tp = tp;
-    p.tpGroup = groupShapeIn(g, 1, tp);
-    p.dpGroup = groupShapeIn(g, tp, 1);
+    StagePlacement p = stageOn(g, tp);
     p.toNext = groupShapeIn(g, 2, 2);
     return p;
   };

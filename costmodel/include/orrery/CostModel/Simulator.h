@@ -307,6 +307,9 @@ struct StagePlacement {
 
 /// The shape of a group of `ranks` ranks `stride` apart on nodes of `group`.
 GroupShape groupShapeIn(const NodeGroup &group, int stride, int ranks);
+/// One stage of `tp` ranks on nodes of `group`, alone (no data-parallel
+/// peers, nothing to send): the other groups are the caller's to set.
+StagePlacement stageOn(const NodeGroup &group, int tp);
 
 /// How much of a step to work out: all of it, or (for searches that price
 /// thousands and re-price the plans they keep) everything but the split of
