@@ -1,11 +1,22 @@
-//===- FuzzOnnx.cpp - the ONNX loader on arbitrary bytes ------------------===//
+//===- FuzzOnnx.cpp - the ONNX front end on arbitrary bytes ---------------===//
 //
 // Any byte string is either a model or a one-line error; never a crash, a
-// hang or a leak. The symbolic dims the seed corpus uses are bound.
+// hang or a leak. The symbolic dims the seed corpus uses are bound where a
+// model has them (binding one it lacks is an error). A model
+// that loads goes on through the rest of the front end as `orrery import
+// --outline` runs it: the importer into the dialect, kernel fusion (the
+// attention, mask and window patterns match on whatever graph arrives) and
+// layer outlining, each of which either succeeds or fails in one line.
 //
 //===----------------------------------------------------------------------===//
+#include "orrery/Import/Importer.h"
 #include "orrery/Onnx/GraphDesc.h"
+#include "orrery/Transforms/Passes.h"
 #include "FuzzSupport.h"
+
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/Pass/PassManager.h"
 
 #include <cstdint>
 #include <cstdio>
@@ -16,15 +27,36 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   std::string bytes(reinterpret_cast<const char *>(data), size);
   orrery::onnx::LoadOptions options;
   for (const char *dim : {"batch", "seq", "sequence", "N", "enc_seq",
-                          "dec_seq", "DynamicDimension.0"})
+                          "dec_seq", "DynamicDimension.0"}) {
     options.dims[dim] = 2;
+    options.optionalDims.insert(dim); // a model without it is no error
+  }
   orrery::onnx::LoadResult r =
       orrery::onnx::loadOnnxModelFromBytes(bytes, "fuzz.onnx", options);
   if (!r.model == r.error.empty()) {
     std::fprintf(stderr, "neither a model nor an error\n");
     std::abort();
   }
-  if (!r.model)
+  if (!r.model) {
     orrery::fuzz::expectOneLine(r.error);
+    return 0;
+  }
+  mlir::MLIRContext ctx;
+  ctx.disableMultithreading();
+  orrery::registerOrreryDialects(ctx);
+  auto module = orrery::importModel(ctx, *r.model);
+  if (!orrery::fuzz::succeeded(module))
+    return 0;
+  mlir::PassManager pm(&ctx);
+  pm.addPass(orrery::createFuseKernelsPass());
+  pm.addPass(orrery::createOutlineLayersPass());
+  std::string diag;
+  mlir::ScopedDiagnosticHandler handler(&ctx, [&](mlir::Diagnostic &d) {
+    if (diag.empty())
+      diag = d.str();
+    return mlir::success();
+  });
+  if (mlir::failed(pm.run(**module)))
+    orrery::fuzz::expectOneLine(diag);
   return 0;
 }
