@@ -641,6 +641,53 @@ LogicalResult fuseAttention(MatMulOp pv,
   return success();
 }
 
+/// An attention op the file holds fused (opset 23's Attention) with a mask
+/// operand and no is_causal: the dynamo exporter passes transformers'
+/// causal (and sliding-window) mask that way, folded with the padding
+/// mask. The same reading as a written-out attention's mask: causal and
+/// its window when the mask is one; a constant causal mask leaves the op,
+/// one that depends on the data (padding) stays as its bias operand.
+LogicalResult maskedAttention(FusedAttentionOp op, Dead &maybeDead) {
+  if (op.getCausal() || op->getNumOperands() != 4)
+    return failure();
+  Value mask = op->getOperand(3);
+  auto mt = rankedOf(mask);
+  if (!mt)
+    return failure();
+  // ONNX Attention: a boolean mask's true takes part; a float one is added.
+  int keep = mt.getElementType().isInteger(1) ? 1 : -1;
+  int64_t window = 0;
+  bool keepOperand = true;
+  if (std::optional<int64_t> band = constantBand(mask, keep)) {
+    window = *band;
+    keepOperand = false;
+  } else if (looksCausal(mask)) {
+    llvm::DenseSet<Operation *> seen;
+    window = bandWindow(mask, 16, seen);
+    keepOperand = isActivation(mask);
+  } else {
+    return failure();
+  }
+  OpBuilder b(op);
+  SmallVector<NamedAttribute> attrs(op->getAttrs());
+  attrs.push_back(b.getNamedAttr("causal", b.getUnitAttr()));
+  if (window > 0)
+    attrs.push_back(b.getNamedAttr("window", b.getI64IntegerAttr(window)));
+  SmallVector<Value> operands(
+      op->getOperands().take_front(keepOperand ? 4 : 3));
+  auto fused = b.create<FusedAttentionOp>(op.getLoc(), op->getResultTypes(),
+                                          operands, attrs);
+  if (failed(mlir::verify(fused, /*verifyRecursively=*/false))) {
+    fused->erase();
+    return failure();
+  }
+  op->getResult(0).replaceAllUsesWith(fused->getResult(0));
+  op->erase();
+  if (Operation *def = mask.getDefiningOp(); def && !keepOperand)
+    maybeDead.insert(def);
+  return success();
+}
+
 /// Erases what the rewrites left without users (the causal mask's
 /// subgraph, a repeat no one reads), never weights: ops that were unused
 /// before the pass stay, as the graph priced them.
@@ -962,8 +1009,10 @@ struct FuseKernelsPass : orrery::impl::FuseKernelsPassBase<FuseKernelsPass> {
       // Dead ops may sit among the next rewrite's anchors: erase them now.
       eraseDead(maybeDead);
     };
-    if (attention)
+    if (attention) {
       each(fuseAttention, MatMulOp());
+      each(maskedAttention, FusedAttentionOp());
+    }
     if (norms)
       each(fuseNorm, ReduceMeanOp());
     if (gatedActivations) {

@@ -354,3 +354,19 @@ func.func @folded_band(%q: tensor<1x2x8x16xf32>, %kt: tensor<1x2x16x8xf32>, %v: 
   %o = orrery.matmul(%p, %v) : (tensor<1x2x8x8xf32>, tensor<1x2x8x16xf32>) -> tensor<1x2x8x16xf32>
   return %o : tensor<1x2x8x16xf32>
 }
+
+// -----
+
+// A fused attention the file states (opset 23's Attention) with is_causal 0
+// and a constant boolean mask of the causal triangle: causal, the mask gone.
+// CHECK-LABEL: func.func @stated_masked
+// CHECK: orrery.fused_attention(%arg0, %arg1, %arg2) {
+// CHECK-SAME: causal
+// Without attention fusion (--kernels unfused-attention) it stays as stated.
+// NOATTN-LABEL: func.func @stated_masked
+// NOATTN: orrery.fused_attention(%arg0, %arg1, %arg2, %{{.*}})
+func.func @stated_masked(%q: tensor<1x2x8x16xf32>, %k: tensor<1x2x8x16xf32>, %v: tensor<1x2x8x16xf32>) -> tensor<1x2x8x16xf32> {
+  %mask = orrery.constant dense<[[true, false, false, false, false, false, false, false], [true, true, false, false, false, false, false, false], [true, true, true, false, false, false, false, false], [true, true, true, true, false, false, false, false], [true, true, true, true, true, false, false, false], [true, true, true, true, true, true, false, false], [true, true, true, true, true, true, true, false], [true, true, true, true, true, true, true, true]]> : tensor<8x8xi1>
+  %o = orrery.fused_attention(%q, %k, %v, %mask) {batch = 1 : i64, heads = 2 : i64, kv_heads = 2 : i64, q_len = 8 : i64, kv_len = 8 : i64, head_dim = 16 : i64, value_dim = 16 : i64, scale = 0.25 : f64, dropout = 0.0 : f64} : (tensor<1x2x8x16xf32>, tensor<1x2x8x16xf32>, tensor<1x2x8x16xf32>, tensor<8x8xi1>) -> tensor<1x2x8x16xf32>
+  return %o : tensor<1x2x8x16xf32>
+}
