@@ -14,9 +14,7 @@
 #include "orrery/Transforms/Passes.h"
 #include "FuzzSupport.h"
 
-#include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/MLIRContext.h"
-#include "mlir/Pass/PassManager.h"
 
 #include <cstdint>
 #include <cstdio>
@@ -47,16 +45,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   auto module = orrery::importModel(ctx, *r.model);
   if (!orrery::fuzz::succeeded(module))
     return 0;
-  mlir::PassManager pm(&ctx);
-  pm.addPass(orrery::createFuseKernelsPass());
-  pm.addPass(orrery::createOutlineLayersPass());
-  std::string diag;
-  mlir::ScopedDiagnosticHandler handler(&ctx, [&](mlir::Diagnostic &d) {
-    if (diag.empty())
-      diag = d.str();
-    return mlir::success();
-  });
-  if (mlir::failed(pm.run(**module)))
+  std::string diag = orrery::fuseAndOutline(**module, true, true);
+  if (!diag.empty())
     orrery::fuzz::expectOneLine(diag);
   return 0;
 }

@@ -240,20 +240,10 @@ importFrontEnd(mlir::MLIRContext &ctx, const ModelArgs &args, bool outline,
                    "MatMul / Softmax / MatMul (use --kernels fused or eager)");
   }
   if (outline) {
-    mlir::PassManager pm(&ctx);
-    if (args.kernels != orrery::KernelFusion::Eager) {
-      orrery::FuseKernelsPassOptions fusion;
-      fusion.attention = args.kernels == orrery::KernelFusion::Fused;
-      pm.addPass(orrery::createFuseKernelsPass(fusion));
-    }
-    pm.addPass(orrery::createOutlineLayersPass());
-    std::string diag;
-    mlir::ScopedDiagnosticHandler handler(&ctx, [&](mlir::Diagnostic &d) {
-      if (diag.empty())
-        diag = d.str();
-      return mlir::success();
-    });
-    if (mlir::failed(pm.run(**module)))
+    std::string diag = orrery::fuseAndOutline(
+        **module, args.kernels != orrery::KernelFusion::Eager,
+        args.kernels == orrery::KernelFusion::Fused);
+    if (!diag.empty())
       return error(args.path + ": layer outlining failed: " + diag);
   }
   return std::move(*module);

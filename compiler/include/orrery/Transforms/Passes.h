@@ -14,6 +14,11 @@ namespace orrery {
 
 #define GEN_PASS_REGISTRATION
 #include "orrery/Transforms/Passes.h.inc"
+
+/// The front end after import, as `orrery import --outline` runs it:
+/// kernel fusion when `fuse` (its attention patterns when `attention`),
+/// then layer outlining. Empty, or the first diagnostic of a failure.
+std::string fuseAndOutline(mlir::ModuleOp module, bool fuse, bool attention);
 } // namespace orrery
 
 #endif // ORRERY_TRANSFORMS_PASSES_H
