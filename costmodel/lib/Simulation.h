@@ -184,6 +184,84 @@ struct StepParts {
   std::vector<bool> recomputed;
 };
 
+/// The step's layers as the pipeline holds them, priced once
+/// (StepLayout.cpp): what the later phases (pipeline transfers, the
+/// schedule, gradient sync and the optimizer, memory, the figures) and the
+/// lowering read. Per chunk values are per micro-batch on one device of
+/// the chunk's stage.
+struct StepLayout {
+  std::vector<size_t> sequence;          ///< layer (model order) -> kind
+  std::vector<std::vector<int>> chunkOf; ///< chunk -> its layers
+  /// Per layer: whether recompute=full re-runs its forward.
+  std::vector<bool> recomputed;
+  /// Per stage placement (one when every stage is alike) and layer kind:
+  /// its times; under partial full recompute (`partial`), kindTimeKept
+  /// holds those of the layers it leaves alone.
+  std::vector<std::vector<LayerTime>> kindTime, kindTimeKept;
+  bool uniform = true, partial = false;
+  /// Per chunk: forward, backward (with recompute) and weight-gradient
+  /// seconds; the tp, cp (exposed, and all of it) and ep collectives;
+  /// compute and its tensor-core share; recomputed FLOPs.
+  std::vector<double> fwdS, bwdS, wS, tpS, cpS, cpAllS, epS, computeS, gemmS,
+      recompFlops;
+  /// Per chunk: activation bytes kept per micro-batch, the working bytes of
+  /// its largest backward, the boundary tensor's bytes per tp rank, and
+  /// under activation offload the bytes offloaded and the largest layer's.
+  std::vector<double> keptBytes, workingBytes, outBytes, offloadedBytes,
+      largestLayerBytes;
+  /// Per chunk, per device: trainable parameters (tied copies included),
+  /// those a batch split keeps whole on every tp rank, fp8 weight copies,
+  /// held experts, a subnetwork's blocks, frozen weights; buffer bytes.
+  std::vector<double> params, tpGradParams, fp8Params, expertParams,
+      subnetParams, frozenParams, bufferBytes;
+  /// Per stage: the tied weights' all-reduce and the copies it reduces
+  /// (both stages), and the copies a stage holds of another's weights.
+  std::vector<double> tiedSyncS, tiedCopy, tiedCopyParams;
+
+  const std::vector<LayerTime> &stageTimes(int stage) const {
+    return kindTime[uniform ? 0 : size_t(stage)];
+  }
+  /// Layer `l`'s times on `stage` (the kept ones where partial recompute
+  /// leaves it alone).
+  const LayerTime &timeOf(int l, int stage) const {
+    return partial && !recomputed[size_t(l)]
+               ? kindTimeKept[uniform ? 0 : size_t(stage)][sequence[size_t(l)]]
+               : stageTimes(stage)[sequence[size_t(l)]];
+  }
+};
+
+/// What the pipeline sends between chunks (PipelineTransfers.cpp): the
+/// transfers' seconds and the bytes each tensor-parallel rank sends per
+/// micro-batch with an activation and with a gradient.
+struct PipelineTransfers {
+  PipelineLinks links;
+  std::vector<double> sendFwdBytes, sendBwdBytes;
+};
+
+/// The schedule run (StepSchedule.cpp): its task order, each stage's
+/// timeline, and the per-chunk times it ran with (B without W under a
+/// zero-bubble schedule; the ep collectives DualPipeV's pairs overlap).
+/// `pruned`: above the search's bar, the timeline is the bound's.
+struct ScheduledStep {
+  std::shared_ptr<const TaskOrder> order;
+  Timeline timeline;
+  std::vector<double> bS, fwdCommS, bwdCommS;
+  bool pruned = false;
+  double anySplitS = 0, thisSplitS = 0;
+};
+
+/// Per stage, the gradient reduction and the optimizer step after the
+/// schedule (GradientSync.cpp), and the step's end on the slowest stage.
+struct GradientSync {
+  std::vector<double> dpExposedS, optS, finishS, hostBytesPerNode;
+  /// Parameters per device: dense, experts, kept whole across tp, and the
+  /// optimizer's shard; the optimizer step's bytes.
+  std::vector<double> denseParams, expertParams, tpGradParams, shardParams,
+      optBytes;
+  double stepS = 0;
+  int slowest = 0;
+};
+
 class Simulation {
 public:
   /// `at[i]` says where pipeline stage i runs; `uniform` when every stage
@@ -192,7 +270,36 @@ public:
              std::vector<StagePlacement> at, bool uniform)
       : w(w), s(s), a(a), at(std::move(at)), uniform(uniform) {}
 
+  /// One step: the phases below, in order.
   llvm::Expected<StepResult> run(bool keepTrace);
+  /// The devices take the strategy's precision; the fallbacks noted.
+  llvm::Error checkDevices(StepResult &r) const;
+  /// The framework assumptions apply to this model and these stages.
+  llvm::Error checkAssumptions() const;
+  /// Layers into chunks, each layer kind priced per stage placement, the
+  /// chunks' sums, tied copies (StepLayout.cpp).
+  llvm::Expected<StepLayout> layOut(StepResult &r, bool keepTrace) const;
+  /// The boundary tensors' sends between chunks (PipelineTransfers.cpp).
+  PipelineTransfers pipelineTransfers(const StepLayout &l,
+                                      StepResult &r) const;
+  /// The schedule run event by event, bounded, or MGRIT's solves
+  /// (StepSchedule.cpp).
+  llvm::Expected<ScheduledStep> scheduleStep(const StepLayout &l,
+                                             const PipelineTransfers &x,
+                                             StepResult &r,
+                                             bool keepTrace) const;
+  /// Gradient reduction and the optimizer step per stage
+  /// (GradientSync.cpp).
+  GradientSync syncGradients(const StepLayout &l, const Timeline &tl,
+                             StepResult &r) const;
+  /// Memory per stage and whether it fits (StepMemory.cpp).
+  void stageMemory(const StepLayout &l, const TaskOrder &order,
+                   const GradientSync &sync, StepResult &r) const;
+  /// Throughput, FLOPs, energy and the slowest stage's breakdown
+  /// (StepFigures.cpp).
+  void figures(const StepLayout &l, const ScheduledStep &sch,
+               const GradientSync &sync, double noTransferEnd,
+               bool keepTrace, StepResult &r) const;
   Detail detail = Detail::Full;
   /// simulateStep's bound (Detail::StepTime): above it the schedule is not
   /// run.
@@ -266,7 +373,29 @@ private:
                       bool recomputed = true) const;
   std::vector<std::vector<int>>
   chunkLayers(std::vector<size_t> &sequence) const;
+  // The layout's parts (StepLayout.cpp).
+  void priceKinds(StepLayout &l, StepResult &r, bool keepTrace) const;
+  void sumChunk(StepLayout &l, int ch) const;
+  void offloadChunk(StepLayout &l, int ch) const;
+  void tieWeights(StepLayout &l) const;
+  void stageKindFigures(const StepLayout &l, StepResult &r) const;
+  // Gradient sync (GradientSync.cpp) and memory (StepMemory.cpp) of stage i.
+  void syncStage(int i, const StepLayout &l, double lastBackwardS,
+                 GradientSync &sync, StepResult &r) const;
+  double exposedReduction(int i, const StepLayout &l, double lastBackwardS,
+                          double perDevice, double experts, double subnet,
+                          double tpGrad, StepResult &r) const;
+  void optimizerStep(int i, double dense, double experts,
+                     GradientSync &sync) const;
+  void memoryOf(int i, const StepLayout &l, const TaskOrder &order,
+                const GradientSync &sync, StepResult &r) const;
+  /// MGRIT's timeline in place of a schedule's (StepSchedule.cpp).
+  void mgritTimeline(const StepLayout &l, const PipelineLinks &links,
+                     Timeline &tl, StepResult &r, bool keepTrace) const;
 };
+
+/// A layer's forward + backward (with recompute) seconds per micro-batch.
+double secondsOf(const LayerTime &t);
 
 /// A device's link to its host: PCIe 5 beside NVLink 4/5 or PCIe 5
 /// between the devices, else PCIe 4.

@@ -1,0 +1,169 @@
+//===- StepMemory.cpp - memory per stage and whether the step fits --------===//
+//
+// Per stage: weights, gradients and optimizer state by ZeRO stage (experts
+// sharded over the ranks that hold them), fp8 copies, frozen weights and
+// buffers; the activations the schedule holds at its peak (less what
+// activation offload keeps on the host, plus the layers in flight and the
+// layer being recomputed); workspace. Host memory per node: the offloaded
+// optimizer state and activations.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Simulation.h"
+
+#include <algorithm>
+#include <cstdio>
+
+namespace orrery {
+namespace detail {
+
+void Simulation::stageMemory(const StepLayout &l, const TaskOrder &order,
+                             const GradientSync &sync, StepResult &r) const {
+  r.stages.resize(s.pp);
+  for (int i = 0; i < s.pp; ++i)
+    memoryOf(i, l, order, sync, r);
+}
+
+/// The "does not fit" reasons, one line each.
+static std::string deviceShortfall(int stage, const MemoryBreakdown &mem,
+                                   const std::string &device,
+                                   double capacityBytes) {
+  char buf[256];
+  std::snprintf(
+      buf, sizeof buf,
+      "stage %d needs %.1f GiB per %s (weights %.1f, gradients %.1f, "
+      "optimizer %.1f, "
+      "activations %.1f, workspace %.1f) but has %.1f GiB",
+      stage, mem.total() / (1 << 30), device.c_str(),
+      mem.weightsBytes / (1 << 30), mem.gradientsBytes / (1 << 30),
+      mem.optimizerBytes / (1 << 30), mem.activationsBytes / (1 << 30),
+      mem.workspaceBytes / (1 << 30), capacityBytes / (1 << 30));
+  return buf;
+}
+
+static std::string hostShortfall(int stage, double hostBytes,
+                                 double activationBytes, double hostCap) {
+  char buf[320];
+  std::string what =
+      activationBytes <= 0
+          ? "the offloaded optimizer state (fp32 master weights, "
+            "momentum, variance and gradients)"
+      : activationBytes >= hostBytes ? "the offloaded activations"
+                                     : "the offloaded optimizer state and "
+                                       "activations";
+  std::snprintf(buf, sizeof buf,
+                "host memory: stage %d's nodes need %.1f GiB each for %s "
+                "but have %.1f GiB (host_memory_bytes)",
+                stage, hostBytes / double(1ull << 30), what.c_str(),
+                hostCap / double(1ull << 30));
+  return buf;
+}
+
+void Simulation::memoryOf(int i, const StepLayout &l, const TaskOrder &order,
+                          const GradientSync &sync, StepResult &r) const {
+  int v = s.virtualStages;
+  StageReport &st = r.stages[i];
+  const DeviceSpec &dev = *at[i].device;
+  st.device = dev.name;
+  st.capacityBytes = dev.memoryBytes;
+  st.tp = at[i].tp;
+  st.devices = at[i].tp * s.cp * s.dp;
+  double p = 0, live = 0, peak = 0, working = 0, fp8Copies = 0;
+  double frozen = 0, buffers = 0;
+  for (int c2 = 0; c2 < v; ++c2) {
+    int ch = s.chunkOnStage(i, c2);
+    p += l.params[ch];
+    frozen += l.frozenParams[ch];
+    buffers += l.bufferBytes[ch];
+    fp8Copies += l.fp8Params[ch];
+    st.numLayers += int(l.chunkOf[ch].size());
+    st.forwardS += l.fwdS[ch];
+    st.backwardS += l.bwdS[ch];
+    st.weightGradS += l.wS[ch];
+    working = std::max(working, l.workingBytes[ch]);
+  }
+  st.firstLayer = l.chunkOf[i].front();
+  // Kept until the backward that reads them (ZB-H1 as 1F1B: Qi et al.
+  // count what a deferred W reads within 1F1B's peak).
+  // Under activation offload the device keeps what is not offloaded,
+  // and the host the rest, at the schedule's peak of each.
+  double hostLive = 0, hostPeak = 0, inFlight = 0;
+  for (const Task &t : order[i]) {
+    double offloaded = s.offloadActivations ? l.offloadedBytes[t.vs] : 0;
+    if (!t.backward) {
+      live += l.keptBytes[t.vs] - offloaded;
+      hostLive += offloaded;
+    } else if (!t.weight) {
+      live -= l.keptBytes[t.vs] - offloaded;
+      hostLive -= offloaded;
+    }
+    peak = std::max(peak, live);
+    hostPeak = std::max(hostPeak, hostLive);
+    if (t.pairVs >= 0) { // the pair's backward frees its chunk's after
+      double pairOff = s.offloadActivations ? l.offloadedBytes[t.pairVs] : 0;
+      live -= l.keptBytes[t.pairVs] - pairOff;
+      hostLive -= pairOff;
+    }
+  }
+  double hostBytes = sync.hostBytesPerNode[i], hostActivationBytes = 0;
+  if (s.offloadActivations) {
+    // Two layers in flight: the one going out or coming back, and the
+    // one computing.
+    for (int c2 = 0; c2 < v; ++c2)
+      inFlight =
+          std::max(inFlight, 2 * l.largestLayerBytes[s.chunkOnStage(i, c2)]);
+    peak += inFlight;
+    hostBytes += hostPeak * at[i].group->devicesPerNode;
+    hostActivationBytes = hostPeak * at[i].group->devicesPerNode;
+  }
+  if (s.recompute == Recompute::Full)
+    peak += working;    // the layer being recomputed
+  double perDevice = p; // already per tp rank
+  // ZeRO shards over the ranks that reduce the gradients: dp x cp (and
+  // every aligned replica group's, Hetero.cpp).
+  double dp = double(at[i].dpGroup.ranks);
+  // ZeRO shards the experts over the ranks that hold them: dp x cp / ep.
+  double expertsHere = 0;
+  for (int c2 = 0; c2 < v; ++c2)
+    expertsHere += l.expertParams[s.chunkOnStage(i, c2)];
+  auto sharded = [&](int stage) {
+    if (s.zeroStage < stage)
+      return perDevice;
+    return (perDevice - expertsHere) / dp +
+           expertsHere / std::max(1.0, expertShard(dp));
+  };
+  MemoryBreakdown &mem = st.memory;
+  // fp8 keeps each linear weight in fp8 and transposed (1 byte each)
+  // beside its 16-bit copy.
+  // Frozen weights at the weights' bytes (sharded by ZeRO-3 as FSDP
+  // shards them), buffers at their own types, whole on every device.
+  mem.weightsBytes =
+      (sharded(3) + (s.zeroStage >= 3 ? frozen / dp : frozen)) *
+          a.weightBytesPerParam +
+      2 * fp8Copies + buffers;
+  mem.gradientsBytes = sharded(2) * a.gradBytesPerParam;
+  mem.optimizerBytes =
+      s.offloadOptimizer ? 0 : sharded(1) * a.optimizerBytesPerParam;
+  mem.activationsBytes = peak * (1 + a.fragmentation);
+  mem.workspaceBytes = a.workspaceFor(dev);
+  if (mem.total() > r.peakMemoryBytes)
+    r.peakMemoryBytes = mem.total();
+  if (i == 0 || mem.total() - st.capacityBytes > r.memoryShortfallBytes)
+    r.memoryShortfallBytes = mem.total() - st.capacityBytes;
+  if (mem.total() > st.capacityBytes && r.fits) {
+    r.fits = false;
+    r.doesNotFit = deviceShortfall(i, mem, dev.name, st.capacityBytes);
+  }
+  // The offloaded optimizer state in the node's host memory.
+  r.hostMemoryBytesPerNode = std::max(r.hostMemoryBytesPerNode, hostBytes);
+  double hostCap = at[i].group->hostMemoryBytes;
+  if (hostBytes > hostCap && r.fits) {
+    r.fits = false;
+    r.memoryShortfallBytes =
+        std::max(r.memoryShortfallBytes, hostBytes - hostCap);
+    r.doesNotFit = hostShortfall(i, hostBytes, hostActivationBytes, hostCap);
+  }
+}
+
+} // namespace detail
+} // namespace orrery
