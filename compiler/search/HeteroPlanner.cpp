@@ -1,5 +1,6 @@
 //===- HeteroPlanner.cpp - plans for mixed device types and sites --------===//
 #include "orrery/Search/HeteroPlanner.h"
+#include "orrery/CostModel/Errors.h"
 
 #include <algorithm>
 #include <chrono>
@@ -73,6 +74,9 @@ private:
   std::map<std::tuple<int, int, int64_t, int>, KindTable> tables;
   std::vector<Candidate> candidates;
   int64_t pruned = 0;
+  /// The simulator's first internal error (a bug, not a strategy that does
+  /// not apply): it ends the search as an error.
+  std::string internal;
   /// Samples each site must read itself (Site::dataShare).
   std::vector<int64_t> pinned; // set with gbs
   /// Whether the replicas starting at each site take its pinned samples.
@@ -148,7 +152,7 @@ const KindTable &Search::table(int pool, int tp, int64_t mbs, Recompute rec) {
     t.params = r->stageKindParams[0];
     t.kept = r->stageKindKeptBytes[0];
   } else {
-    llvm::consumeError(r.takeError());
+    stopsSearch(r.takeError(), internal);
   }
   return tables.emplace(key, std::move(t)).first->second;
 }
@@ -444,7 +448,7 @@ void Search::perPoolGroups() {
         auto r = simulateHetero(w, c, s, a);
         t[j] = r ? r->stepS : 1e30;
         if (!r)
-          llvm::consumeError(r.takeError());
+          stopsSearch(r.takeError(), internal);
       }
       opt.perMicroBatchS = (t[1] - t[0]) / double(ms[1] - ms[0]);
       opt.fixedS = t[0] - opt.perMicroBatchS * double(ms[0]);
@@ -705,7 +709,7 @@ llvm::Expected<HeteroPlanResult> Search::run() {
       auto r = simulateHetero(w, c, cand.s, a);
       ++result.candidatesPriced;
       if (!r) {
-        llvm::consumeError(r.takeError());
+        stopsSearch(r.takeError(), internal);
         continue;
       }
       if (!r->fits) {
@@ -729,6 +733,8 @@ llvm::Expected<HeteroPlanResult> Search::run() {
       }
     }
   }
+  if (!internal.empty())
+    return err("plan: " + internal);
   result.candidatesPruned = pruned;
   result.searchS =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start)

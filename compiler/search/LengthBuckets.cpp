@@ -171,7 +171,10 @@ planLengthBuckets(const std::vector<Workload> &workloads,
       s.globalBatch = B[i].globalBatch;
       auto r = simulateStep(workloads[i], c, s, o.assumptions);
       if (!r) {
-        llvm::consumeError(r.takeError());
+        std::string internal;
+        if (stopsSearch(r.takeError(), internal))
+          return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                         "plan: " + internal);
         ok = false;
       } else if (!r->fits) {
         ok = false;

@@ -1,5 +1,6 @@
 //===- Planner.cpp - search the strategy space ---------------------------===//
 #include "orrery/Search/Planner.h"
+#include "orrery/CostModel/Errors.h"
 #include "orrery/Export/Exporters.h"
 
 #include <algorithm>
@@ -292,65 +293,85 @@ struct SearchState {
   /// partial recompute (recompute_layers) the search tries last.
   std::vector<StepResult> fullyRecomputing;
   bool first = false; // reports progress
+  /// The first internal error of the simulator met (a bug, not a strategy
+  /// that does not apply): it stops the search.
+  std::string internal;
+  /// Whether a refusal of `s` stops the search (noted in `internal`).
+  bool stopsOn(llvm::Error e, const Strategy &s) {
+    std::string msg;
+    if (!stopsSearch(std::move(e), msg))
+      return false;
+    if (internal.empty())
+      internal = msg + " (pricing " + s.str() + ")";
+    return true;
+  }
 };
 /// Fitting full-recompute candidates refined into partial recompute.
 constexpr int kPartialRecomputeCandidates = 16;
 } // namespace
 
-llvm::Expected<PlanResult>
-searchPlans(const Workload &w, const Cluster &cluster, const PlanOptions &o) {
-  auto start = std::chrono::steady_clock::now();
-  PlanResult result;
-  result.cluster = cluster;
-  result.framework = o.framework;
-  if (o.objective == Objective::Cost || o.budgetUsdPerHour > 0) {
-    bool priced = false;
-    for (int d = 0; d < cluster.numDevices(); ++d)
-      priced |= cluster.groupOf(d).priceUsdPerDeviceHour > 0;
-    if (!priced)
-      return err("plan: --objective cost and --budget need "
-                 "price_usd_per_device_hour in the "
-                 "cluster spec");
-  }
-  if (o.budgetUsdPerHour > 0) {
-    if (cluster.sites.size() != 1 || cluster.sites[0].nodeGroups.size() != 1)
-      return err(
-          "plan: --budget supports clusters of one node type at one site");
-    const NodeGroup &g = cluster.sites[0].nodeGroups[0];
-    double perNode = g.priceUsdPerDeviceHour * g.devicesPerNode;
-    int nodes = std::min(g.count, int(o.budgetUsdPerHour / perNode));
-    if (nodes < 1)
-      return err("plan: the budget of " + std::to_string(o.budgetUsdPerHour) +
-                 " USD/hour buys no node (" + std::to_string(perNode) +
-                 " USD/hour each)");
-    result.cluster = firstNodes(cluster, nodes);
-  }
-  const Cluster &c = result.cluster;
-  int64_t devices = c.numDevices();
-  int perNode = c.groupOf(0).devicesPerNode;
-  int64_t gbs = o.globalBatch > 0 ? o.globalBatch : 1024;
-  int heads = w.attentionHeads();
-  int64_t layers = w.totalLayers();
-  // Even the widest data parallelism with the largest micro-batch searched
-  // (64) leaves this many micro-batches per replica.
-  if (gbs / (devices * 64) > kMaxPlanStepTasks)
-    return err("plan: a global batch of " + std::to_string(gbs) +
-               " samples is more micro-batches than the planner simulates "
-               "per candidate (" +
-               std::to_string(kMaxPlanStepTasks) +
-               " micro-batch executions, even at the widest data "
-               "parallelism and micro-batch 64); give a smaller "
-               "--global-batch, or `orrery simulate` one strategy (up to " +
-               std::to_string(kMaxStepTasks) + ")");
-  const DeviceSpec &dev = c.deviceSpec(0);
-  const Assumptions &a = o.assumptions;
+namespace {
+/// One search (searchPlans): the problem, the savers, and the phases —
+/// every tensor-parallel degree's candidates on the workers, their results
+/// merged, the deferred savers, partial recompute, the plans kept priced
+/// in full.
+class PlanSearch {
+public:
+  PlanSearch(const Workload &w, const Cluster &c, const PlanOptions &o)
+      : w(w), c(c), o(o), a(o.assumptions), dev(c.deviceSpec(0)) {}
+  llvm::Expected<PlanResult> run(PlanResult &result,
+                                 std::chrono::steady_clock::time_point start);
 
-  // Layer kinds with a layout that splits the batch inside tp (CNN stages):
-  // such candidates are priced both ways, Megatron's feature splits alone
-  // and with those batch splits.
-  bool batchable = std::any_of(
-      w.kinds.begin(), w.kinds.end(),
-      [](const LayerKind &k) { return bool(k.batchSplitLayout); });
+private:
+  const Workload &w;
+  const Cluster &c;
+  const PlanOptions &o;
+  const Assumptions &a;
+  const DeviceSpec &dev;
+  int64_t devices = 0, gbs = 0, layers = 0;
+  int perNode = 0, heads = 0, maxExperts = 0;
+  /// Layer kinds with a layout that splits the batch inside tp (CNN
+  /// stages): such candidates are priced both ways, Megatron's feature
+  /// splits alone and with those batch splits.
+  bool batchable = false;
+  /// Whether every node states host memory (offload may be searched).
+  bool host = true;
+  std::vector<Saver> savers;
+  std::atomic<int64_t> pricedSoFar{0};
+
+  void chooseSavers();
+  bool better(const StepResult &x, const StepResult &y) const;
+  static bool recomputingLess(const StepResult &x, const StepResult &y);
+  void consider(SearchState &st, const StepResult &r);
+  bool frameworkRuns(const Strategy &s) const {
+    return o.framework.empty() || runsOn(w, s, a, o.framework, nullptr);
+  }
+  Priced priceOne(SearchState &st, Strategy s);
+  void balanceStages(SearchState &st, const Strategy &s, const StepResult &r,
+                     double bar);
+  Priced price(SearchState &st, Strategy s,
+               const std::optional<Strategy> *known = nullptr);
+  void priceZeroBubble(SearchState &st, Strategy t, const Priced &p);
+  void searchTp(SearchState &st, int tp);
+  void searchShape(SearchState &st, int tp, int cp, int pp);
+  bool fittingSavers(SearchState &st, int tp, int cp, int pp, int64_t dp,
+                     std::vector<Saver> &fitting,
+                     std::vector<double> &floors);
+  Priced priceSaving(SearchState &st, Strategy t,
+                     const std::vector<Saver> &fitting,
+                     const std::vector<double> &floors);
+  void priceCandidate(SearchState &st, const Strategy &s,
+                      const std::vector<Saver> &fitting,
+                      const std::vector<double> &floors, int64_t dp);
+  SearchState searchOnWorkers();
+  static void merge(SearchState &merged, SearchState &st, int &refusalAt);
+  void priceDeferred(SearchState &merged);
+  void refinePartialRecompute(SearchState &merged);
+  llvm::Error noPlan(const SearchState &merged, const PlanResult &result) const;
+};
+} // namespace
+
+void PlanSearch::chooseSavers() {
   // Memory savers, cheapest first: ZeRO-1 (the optimizer sharded for
   // free: the same traffic as an all-reduce); ZeRO-2 (the gradients too,
   // reduce-scattered every micro-batch; without pipeline stages, as
@@ -360,11 +381,10 @@ searchPlans(const Workload &w, const Cluster &cluster, const PlanOptions &o) {
   // ZeRO-3 with the optimizer on the host. Each candidate takes the first
   // that fits it: a later one is priced only when the earlier ones do not
   // fit that candidate (the memory model's floor prunes those that cannot).
-  bool host = true;
   for (const Site &site : c.sites)
     for (const NodeGroup &g : site.nodeGroups)
       host &= g.hostMemoryBytes > 0 && g.hostMemoryBandwidthBytesPerS > 0;
-  std::vector<Saver> savers = {{1, false}, {2, false}};
+  savers = {{1, false}, {2, false}};
   if (host)
     savers.push_back({1, true});
   savers.push_back({3, false});
@@ -375,396 +395,432 @@ searchPlans(const Workload &w, const Cluster &cluster, const PlanOptions &o) {
     if (!w.fineTuning.active())
       savers.push_back({0, false, true});
   }
-  int maxExperts = w.experts();
+}
 
-  auto better = [&](const StepResult &x, const StepResult &y) {
-    double sx = objectiveScore(x, o.objective),
-           sy = objectiveScore(y, o.objective);
-    if (sx != sy)
-      return sx < sy;
-    return x.strategy.str() < y.strategy.str(); // deterministic ties
+bool PlanSearch::better(const StepResult &x, const StepResult &y) const {
+  double sx = objectiveScore(x, o.objective),
+         sy = objectiveScore(y, o.objective);
+  if (sx != sy)
+    return sx < sy;
+  return x.strategy.str() < y.strategy.str(); // deterministic ties
+}
+
+/// Candidates that recompute every layer, those whose partial recompute
+/// might be fastest first: by the step less its recompute's share of the
+/// work (what recomputing no layer would leave), not by the step
+/// recomputing all of them; ties by the strategy's text.
+bool PlanSearch::recomputingLess(const StepResult &x, const StepResult &y) {
+  auto unrecomputed = [](const StepResult &r) {
+    return r.hardwareFlopsPerStep > 0
+               ? r.stepS * r.modelFlopsPerStep / r.hardwareFlopsPerStep
+               : r.stepS;
   };
-  // Candidates that recompute every layer, those whose partial recompute
-  // might be fastest first: by the step less its recompute's share of the
-  // work (what recomputing no layer would leave), not by the step
-  // recomputing all of them; ties by the strategy's text.
-  auto recomputingLess = [](const StepResult &x, const StepResult &y) {
-    auto unrecomputed = [](const StepResult &r) {
-      return r.hardwareFlopsPerStep > 0
-                 ? r.stepS * r.modelFlopsPerStep / r.hardwareFlopsPerStep
-                 : r.stepS;
-    };
-    double ux = unrecomputed(x), uy = unrecomputed(y);
-    if (ux != uy)
-      return ux < uy;
-    return x.strategy.str() < y.strategy.str();
+  double ux = unrecomputed(x), uy = unrecomputed(y);
+  if (ux != uy)
+    return ux < uy;
+  return x.strategy.str() < y.strategy.str();
+}
+
+void PlanSearch::consider(SearchState &st, const StepResult &r) {
+  ++st.priced;
+  int64_t total = ++pricedSoFar;
+  if (!r.fits) {
+    if (r.doesNotFit.rfind("host memory", 0) == 0)
+      keepCloser(st.hostClosest, st.haveHostClosest, r);
+    keepCloser(st.closest, st.haveClosest, r);
+    return;
+  }
+  // The `size` first of `list` and r by `less`.
+  auto keep = [&](std::vector<StepResult> &list, int size, auto less) {
+    list.push_back(r);
+    std::sort(list.begin(), list.end(), less);
+    if (int(list.size()) > size)
+      list.pop_back();
   };
-  std::atomic<int64_t> pricedSoFar{0};
-  auto consider = [&](SearchState &st, const StepResult &r) {
-    ++st.priced;
-    int64_t total = ++pricedSoFar;
-    if (!r.fits) {
-      if (r.doesNotFit.rfind("host memory", 0) == 0)
-        keepCloser(st.hostClosest, st.haveHostClosest, r);
-      keepCloser(st.closest, st.haveClosest, r);
-      return;
+  keep(st.best, std::max(1, o.topK),
+       [this](const StepResult &x, const StepResult &y) {
+         return better(x, y);
+       });
+  if (r.strategy.recompute == Recompute::Full &&
+      r.strategy.recomputeLayers == 0)
+    keep(st.fullyRecomputing, kPartialRecomputeCandidates, recomputingLess);
+  if (o.progress && st.first && st.priced % 1000 == 0)
+    o.progress(total, &st.best.front()); // the first worker's best
+}
+
+/// Prices a candidate and says how far it is from fitting: its memory
+/// shortfall in bytes (<= 0: it fits; kNotPriced: not priced), and the
+/// least step any memory saver could give it: its step without the
+/// data-parallel reduction and the optimizer step (the only parts a saver
+/// can shorten; ZeRO-3 and offload only add to the forward and backward).
+Priced PlanSearch::priceOne(SearchState &st, Strategy s) {
+  if (s.microBatches() * s.pp * s.virtualStages > kMaxPlanStepTasks ||
+      !st.internal.empty())
+    return Priced{}; // too many events to price in a search, or stopped
+  // The bar a candidate must pass to enter the plans kept (by time):
+  // above it, the schedule is not run. Not for one that recomputes
+  // every layer: its partial recompute (tried last) may be faster.
+  double bar = std::numeric_limits<double>::infinity();
+  if (o.objective == Objective::Time &&
+      int(st.best.size()) >= std::max(1, o.topK) &&
+      !(s.recompute == Recompute::Full && s.recomputeLayers == 0))
+    bar = st.best.back().stepS;
+  auto r = simulateStep(w, c, s, a, false, Detail::StepTime, bar);
+  if (!r) {
+    st.stopsOn(r.takeError(), s);
+    return Priced{};
+  }
+  // Pruned: this candidate takes at least r->stepS, any split of its
+  // layers or zero-bubble schedule of it r->stepS - r->bubbleS.
+  if (r->pruned && r->fits)
+    ++st.pruned;
+  else
+    consider(st, *r); // a pruned one that does not fit: the closest
+  double anySplitS = r->pruned ? r->stepS - r->bubbleS : 0;
+  Priced priced{r->fits ? 0.0 : std::max(1.0, r->memoryShortfallBytes),
+                r->pruned ? anySplitS
+                          : r->stepS - r->exposedDpCommS - r->optimizerS,
+                r->stepS, r->bubbleS};
+  if (s.pp > 1 && r->fits && !(r->pruned && anySplitS > bar))
+    balanceStages(st, s, *r, bar);
+  return priced;
+}
+
+/// Uneven stages balanced by the layers' measured cost: even chunks; under
+/// a V (and DualPipe's mirrored ranks), where a device runs chunks c and
+/// chunks-1-c, also the split that evens those pairs: the schedule's
+/// critical path decides which is faster.
+void PlanSearch::balanceStages(SearchState &st, const Strategy &s,
+                               const StepResult &r, double bar) {
+  std::vector<double> perLayer;
+  for (const LayerRun &run : w.layers)
+    for (int64_t i = 0; i < run.count; ++i)
+      perLayer.push_back(r.kindSecondsPerMicroBatch[run.kind]);
+  int chunks = s.pp * s.virtualStages;
+  std::vector<std::vector<int>> splits = {balanceLayers(perLayer, chunks)};
+  if (s.vShape() || s.schedule == Schedule::DualPipe)
+    splits.push_back(balanceFoldedLayers(perLayer, chunks));
+  std::optional<StepResult> fastest;
+  std::vector<int> tried;
+  for (const std::vector<int> &split : splits) {
+    Strategy b = s;
+    b.stageLayers = split;
+    if (split.empty() || split == s.stageLayers || split == tried ||
+        !frameworkRuns(b))
+      continue;
+    tried = split;
+    auto balanced = simulateStep(w, c, b, a, false, Detail::StepTime, bar);
+    if (!balanced) {
+      st.stopsOn(balanced.takeError(), b);
+      continue;
     }
-    // The `size` first of `list` and r by `less`.
-    auto keep = [&](std::vector<StepResult> &list, int size, auto less) {
-      list.push_back(r);
-      std::sort(list.begin(), list.end(), less);
-      if (int(list.size()) > size)
-        list.pop_back();
-    };
-    keep(st.best, std::max(1, o.topK), better);
-    if (r.strategy.recompute == Recompute::Full &&
-        r.strategy.recomputeLayers == 0)
-      keep(st.fullyRecomputing, kPartialRecomputeCandidates, recomputingLess);
-    if (o.progress && st.first && st.priced % 1000 == 0)
-      o.progress(total, &st.best.front()); // the first worker's best
-  };
+    if (balanced->pruned)
+      continue;
+    if (!fastest || balanced->stepS < fastest->stepS)
+      fastest = std::move(*balanced);
+  }
+  // Only a split that beats the default is a new plan (a pruned
+  // default's step is above the bar, that of any plan kept).
+  if (fastest && (r.pruned || fastest->stepS < r.stepS * (1 - 1e-9)))
+    consider(st, *fastest);
+}
 
-  // Each prices a candidate and says how far it is from fitting: its
-  // memory shortfall in bytes (<= 0: it fits; +inf: not priced), and the
-  // least step any memory saver could give it: its step without the
-  // data-parallel reduction and the optimizer step (the only parts a saver
-  // can shorten; ZeRO-3 and offload only add to the forward and backward).
-  auto frameworkRuns = [&](const Strategy &s) {
-    return o.framework.empty() || runsOn(w, s, a, o.framework, nullptr);
-  };
-  auto priceOne = [&](SearchState &st, Strategy s) {
-    if (s.microBatches() * s.pp * s.virtualStages > kMaxPlanStepTasks)
-      return Priced{}; // too many events to price in a search
-    // The bar a candidate must pass to enter the plans kept (by time):
-    // above it, the schedule is not run. Not for one that recomputes
-    // every layer: its partial recompute (tried last) may be faster.
-    double bar = std::numeric_limits<double>::infinity();
-    if (o.objective == Objective::Time &&
-        int(st.best.size()) >= std::max(1, o.topK) &&
-        !(s.recompute == Recompute::Full && s.recomputeLayers == 0))
-      bar = st.best.back().stepS;
-    auto r = simulateStep(w, c, s, a, false, Detail::StepTime, bar);
-    if (!r) {
-      llvm::consumeError(r.takeError());
+/// `known`: the framework's variant of `s` found already (priceSaving's).
+Priced PlanSearch::price(SearchState &st, Strategy s,
+                         const std::optional<Strategy> *known) {
+  if (!o.framework.empty()) {
+    // No framework target states a per-op batch split inside tp.
+    if (known && *known)
+      return priceOne(st, **known);
+    bool had = !st.refusal.empty();
+    auto runnable = asFrameworkRuns(w, s, a, o.framework, st.refusal);
+    st.noteRefusal(had);
+    if (!runnable) {
+      ++st.refused;
       return Priced{};
     }
-    // Pruned: this candidate takes at least r->stepS, any split of its
-    // layers or zero-bubble schedule of it r->stepS - r->bubbleS.
-    if (r->pruned && r->fits)
-      ++st.pruned;
-    else
-      consider(st, *r); // a pruned one that does not fit: the closest
-    double anySplitS = r->pruned ? r->stepS - r->bubbleS : 0;
-    Priced priced{r->fits ? 0.0 : std::max(1.0, r->memoryShortfallBytes),
-                  r->pruned ? anySplitS
-                            : r->stepS - r->exposedDpCommS - r->optimizerS,
-                  r->stepS, r->bubbleS};
-    // Balance uneven stages by the layers' measured cost.
-    if (s.pp > 1 && r->fits && !(r->pruned && anySplitS > bar)) {
-      std::vector<double> perLayer;
-      for (const LayerRun &run : w.layers)
-        for (int64_t i = 0; i < run.count; ++i)
-          perLayer.push_back(r->kindSecondsPerMicroBatch[run.kind]);
-      // Even chunks; under a V (and DualPipe's mirrored ranks), where a
-      // device runs chunks c and chunks-1-c, also the split that evens
-      // those pairs: the schedule's critical path decides which is faster.
-      int chunks = s.pp * s.virtualStages;
-      std::vector<std::vector<int>> splits = {balanceLayers(perLayer, chunks)};
-      if (s.vShape() || s.schedule == Schedule::DualPipe)
-        splits.push_back(balanceFoldedLayers(perLayer, chunks));
-      std::optional<StepResult> fastest;
-      std::vector<int> tried;
-      for (const std::vector<int> &split : splits) {
-        Strategy b = s;
-        b.stageLayers = split;
-        if (split.empty() || split == s.stageLayers || split == tried ||
-            !frameworkRuns(b))
-          continue;
-        tried = split;
-        auto balanced = simulateStep(w, c, b, a, false, Detail::StepTime, bar);
-        if (!balanced) {
-          llvm::consumeError(balanced.takeError());
-          continue;
-        }
-        if (balanced->pruned)
-          continue;
-        if (!fastest || balanced->stepS < fastest->stepS)
-          fastest = std::move(*balanced);
+    return priceOne(st, *runnable);
+  }
+  Priced p = priceOne(st, s);
+  if (batchable && s.tp > 1 && s.microBatch % s.tp == 0) {
+    s.tpBatchSplit = true;
+    Priced split = priceOne(st, s);
+    p.shortBy = std::min(p.shortBy, split.shortBy);
+    p.floorS = std::min(p.floorS, split.floorS);
+  }
+  return p;
+}
+
+/// The zero-bubble schedules of a 1F1B candidate that fits: ZB-H1 (the
+/// same work and memory, the weight gradients deferred into the bubble),
+/// ZB-V and DualPipeV; priced unless (by time) even a step without any
+/// bubble would not enter the plans kept.
+void PlanSearch::priceZeroBubble(SearchState &st, Strategy t,
+                                 const Priced &p) {
+  if (t.pp < 2 || t.virtualStages != 1 || t.schedule != Schedule::OneFOneB ||
+      p.shortBy > 0)
+    return;
+  if (o.objective == Objective::Time &&
+      int(st.best.size()) >= std::max(1, o.topK) &&
+      p.stepS - p.idleS > st.best.back().stepS)
+    return;
+  t.schedule = Schedule::ZeroBubbleH1;
+  price(st, t);
+  // The V schedules (two chunks per stage: the same layers per device,
+  // a deeper V of activations on the later stages): ZB-V, and DualPipeV
+  // where the micro-batches allow (its overlapped pairs hide the
+  // expert-parallel all-to-alls).
+  if (w.totalLayers() < 2 * t.pp)
+    return;
+  t.virtualStages = 2;
+  t.stageLayers.clear();
+  t.schedule = Schedule::ZeroBubbleV;
+  price(st, t);
+  if (t.microBatches() >= 2 * t.pp) {
+    t.schedule = Schedule::DualPipeV;
+    price(st, t);
+  }
+  // Bidirectional DualPipe: the same order on pp/2 mirrored pairs of
+  // ranks, two copies of each stage's weights.
+  if (t.pp % 2 == 0 && t.microBatches() % 2 == 0 &&
+      t.microBatches() >= 2 * t.pp && t.zeroStage <= 1 &&
+      t.subnetworkFraction == 0) {
+    t.schedule = Schedule::DualPipe;
+    t.virtualStages = 1;
+    price(st, t);
+  }
+}
+
+/// Every candidate of one tensor-parallel degree under its cheapest saver;
+/// those it does not fit wait (`deferred`) for the later savers.
+void PlanSearch::searchTp(SearchState &st, int tp) {
+  // Context parallelism may leave the node: the ring's sends hide
+  // behind long sequences' attention even over the network.
+  // Each rank's two chunks of the sequence must fill FlashAttention's
+  // 128-token tiles (kAttentionTileTokens): shorter chunks leave the
+  // kernel's blocks part empty. At most 16 ranks.
+  int64_t maxCp = std::clamp<int64_t>(
+      w.tokensPerSample / (2 * kAttentionTileTokens), 1, 16);
+  for (int cp : divisors(devices / tp, maxCp)) {
+    // Context parallelism splits the sequence into 2·cp chunks (causal
+    // load balancing); it costs its exchange, so it is searched at any
+    // length and wins where the memory or the attention needs it.
+    if (cp > 1 && (w.tokensPerSample == 0 || heads == 0 ||
+                   w.tokensPerSample % (2 * cp)))
+      continue;
+    for (int pp : divisors(devices / (int64_t(tp) * cp), layers))
+      searchShape(st, tp, cp, pp);
+  }
+}
+
+/// The savers whose memory floor fits one device of a tp x cp x pp x dp
+/// candidate (and their floors); none: the candidate is pruned, the
+/// nearest floor noted for the error.
+bool PlanSearch::fittingSavers(SearchState &st, int tp, int cp, int pp,
+                               int64_t dp, std::vector<Saver> &fitting,
+                               std::vector<double> &floors) {
+  // Memory lower bound per saver: this stage's share of the
+  // parameters (frozen ones at their weights' bytes) sharded so.
+  double params = double(w.parameters()) / (double(tp) * pp);
+  double frozen = double(w.frozenParameters()) / (double(tp) * pp);
+  double leastFloor = 1e300;
+  Saver least = savers.front();
+  for (const Saver &v : savers) {
+    if ((v.zero == 3 && dp == 1) || (v.zero == 2 && (dp == 1 || pp > 1)))
+      continue;
+    // PatrickStar: data parallel, one micro-batch per replica.
+    if (v.chunks && (tp > 1 || pp > 1 || cp > 1 || gbs / dp > 64))
+      continue;
+    if (v.chunks) {
+      double floorBytes = double(dp) * double(kPatrickStarChunkParams) *
+                              a.weightBytesPerParam +
+                          a.workspaceFor(dev);
+      if (floorBytes <= dev.memoryBytes) {
+        fitting.push_back(v);
+        floors.push_back(floorBytes);
       }
-      // Only a split that beats the default is a new plan (a pruned
-      // default's step is above the bar, that of any plan kept).
-      if (fastest && (r->pruned || fastest->stepS < r->stepS * (1 - 1e-9)))
-        consider(st, *fastest);
+      continue;
     }
-    return priced;
+    double optimizer = v.offload ? 0 : a.optimizerBytesPerParam / dp;
+    double grads = a.gradBytesPerParam / (v.zero == 2 ? dp : 1);
+    double floorBytes =
+        v.zero == 2 ? params * (a.weightBytesPerParam + grads + optimizer) +
+                          frozen * a.weightBytesPerParam
+        : v.zero == 3
+            ? (params * (a.weightBytesPerParam + a.gradBytesPerParam) +
+               frozen * a.weightBytesPerParam) /
+                      dp +
+                  params * optimizer
+            : params * (a.weightBytesPerParam + a.gradBytesPerParam +
+                        optimizer) +
+                  frozen * a.weightBytesPerParam;
+    floorBytes += a.workspaceFor(dev);
+    if (floorBytes <= dev.memoryBytes) {
+      fitting.push_back(v);
+      floors.push_back(floorBytes);
+    }
+    if (floorBytes < leastFloor) {
+      leastFloor = floorBytes;
+      least = v;
+    }
+  }
+  if (!fitting.empty())
+    return true;
+  ++st.pruned;
+  double shortBy = leastFloor - dev.memoryBytes;
+  std::string where = "tp=" + std::to_string(tp) + ",cp=" +
+                      std::to_string(cp) + ",pp=" + std::to_string(pp) +
+                      ",dp=" + std::to_string(dp) +
+                      ",zero=" + std::to_string(least.zero) +
+                      (least.offload ? ",offload=optimizer" : "");
+  if (shortBy < st.floorShortfall ||
+      (shortBy == st.floorShortfall && where < st.floorWhere)) {
+    st.floorShortfall = shortBy;
+    st.floorNeed = leastFloor;
+    st.floorWhere = where;
+  }
+  return false;
+}
+
+/// The first saver that fits and that the framework runs, as it is or in a
+/// variant of the same ZeRO stage (Megatron-LM has no ZeRO-2: its next
+/// saver, not a variant without the sharding); the later ones deferred
+/// while it does not fit.
+Priced PlanSearch::priceSaving(SearchState &st, Strategy t,
+                               const std::vector<Saver> &fitting,
+                               const std::vector<double> &floors) {
+  auto useSaver = [&](size_t i) {
+    t.zeroStage = fitting[i].zero;
+    t.offloadOptimizer = fitting[i].offload;
+    t.chunkParams = fitting[i].chunks ? kPatrickStarChunkParams : 0;
   };
-  // `known`: the framework's variant of `s` found already (priceSaving's).
-  auto price = [&](SearchState &st, Strategy s,
-                   const std::optional<Strategy> *known = nullptr) {
-    if (!o.framework.empty()) {
-      // No framework target states a per-op batch split inside tp.
-      if (known && *known)
-        return priceOne(st, **known);
-      bool had = !st.refusal.empty();
-      auto runnable = asFrameworkRuns(w, s, a, o.framework, st.refusal);
+  size_t from = 0;
+  std::optional<Strategy> runnable;
+  for (size_t i = 0; !o.framework.empty() && i < fitting.size(); ++i) {
+    useSaver(i);
+    if (t.chunkParams > 0)
+      break;
+    std::string other;
+    bool had = !st.refusal.empty();
+    auto variant =
+        asFrameworkRuns(w, t, a, o.framework, i == 0 ? st.refusal : other);
+    if (i == 0)
       st.noteRefusal(had);
-      if (!runnable) {
-        ++st.refused;
-        return Priced{};
-      }
-      return priceOne(st, *runnable);
+    if (!variant && i == 0) { // refused whatever the saver
+      ++st.refused;
+      return Priced{};
     }
-    Priced p = priceOne(st, s);
-    if (batchable && s.tp > 1 && s.microBatch % s.tp == 0) {
-      s.tpBatchSplit = true;
-      Priced split = priceOne(st, s);
-      p.shortBy = std::min(p.shortBy, split.shortBy);
-      p.floorS = std::min(p.floorS, split.floorS);
+    if (variant && variant->zeroStage == t.zeroStage) {
+      from = i;
+      runnable = std::move(variant);
+      break;
     }
-    return p;
-  };
+  }
+  useSaver(from); // none keeps its stage: the first, refused
+  if (t.chunkParams > 0 &&
+      (t.microBatches() > 1 || t.offloadActivations || t.ep > 1))
+    return Priced{};
+  Priced first = price(st, t, &runnable);
+  priceZeroBubble(st, t, first);
+  if (first.shortBy > 0 && first.shortBy != kNotPriced &&
+      fitting.size() > from + 1)
+    st.deferred.push_back(
+        {t, std::vector<Saver>(fitting.begin() + from, fitting.end()),
+         std::vector<double>(floors.begin() + from, floors.end()), first});
+  return first;
+}
 
-  // The zero-bubble schedules of a 1F1B candidate that fits: ZB-H1 (the
-  // same work and memory, the weight gradients deferred into the bubble),
-  // ZB-V and DualPipeV; priced unless (by time) even a step without any
-  // bubble would not enter the plans kept.
-  auto priceZeroBubble = [&](SearchState &st, Strategy t, const Priced &p) {
-    if (t.pp < 2 || t.virtualStages != 1 ||
-        t.schedule != Schedule::OneFOneB || p.shortBy > 0)
-      return;
-    if (o.objective == Objective::Time &&
-        int(st.best.size()) >= std::max(1, o.topK) &&
-        p.stepS - p.idleS > st.best.back().stepS)
-      return;
-    t.schedule = Schedule::ZeroBubbleH1;
-    price(st, t);
-    // The V schedules (two chunks per stage: the same layers per device,
-    // a deeper V of activations on the later stages): ZB-V, and DualPipeV
-    // where the micro-batches allow (its overlapped pairs hide the
-    // expert-parallel all-to-alls).
-    if (w.totalLayers() < 2 * t.pp)
-      return;
-    t.virtualStages = 2;
-    t.stageLayers.clear();
-    t.schedule = Schedule::ZeroBubbleV;
-    price(st, t);
-    if (t.microBatches() >= 2 * t.pp) {
-      t.schedule = Schedule::DualPipeV;
-      price(st, t);
-    }
-    // Bidirectional DualPipe: the same order on pp/2 mirrored pairs of
-    // ranks, two copies of each stage's weights.
-    if (t.pp % 2 == 0 && t.microBatches() % 2 == 0 &&
-        t.microBatches() >= 2 * t.pp && t.zeroStage <= 1 &&
-        t.subnetworkFraction == 0) {
-      t.schedule = Schedule::DualPipe;
-      t.virtualStages = 1;
-      price(st, t);
-    }
-  };
-
-  // Every candidate of one tensor-parallel degree under its cheapest saver;
-  // those it does not fit wait (`deferred`) for the later savers.
-  auto searchTp = [&](SearchState &st, int tp) {
-    // Context parallelism may leave the node: the ring's sends hide
-    // behind long sequences' attention even over the network.
-    // Each rank's two chunks of the sequence must fill FlashAttention's
-    // 128-token tiles (kAttentionTileTokens): shorter chunks leave the
-    // kernel's blocks part empty. At most 16 ranks.
-    int64_t maxCp = std::clamp<int64_t>(
-        w.tokensPerSample / (2 * kAttentionTileTokens), 1, 16);
-    for (int cp : divisors(devices / tp, maxCp)) {
-      // Context parallelism splits the sequence into 2·cp chunks (causal
-      // load balancing); it costs its exchange, so it is searched at any
-      // length and wins where the memory or the attention needs it.
-      if (cp > 1 && (w.tokensPerSample == 0 || heads == 0 ||
-                     w.tokensPerSample % (2 * cp)))
+/// Every micro-batch, interleaving and recompute of one tp x cp x pp x dp
+/// shape.
+void PlanSearch::searchShape(SearchState &st, int tp, int cp, int pp) {
+  int64_t dp = devices / (int64_t(tp) * cp * pp);
+  if (gbs % dp)
+    return;
+  std::vector<Saver> fitting;
+  std::vector<double> floors; // of the fitting savers
+  if (!fittingSavers(st, tp, cp, pp, dp, fitting, floors))
+    return;
+  for (int64_t mbs = 1; mbs <= std::min<int64_t>(gbs / dp, 64); mbs *= 2) {
+    if ((gbs / dp) % mbs)
+      continue;
+    int64_t m = gbs / (dp * mbs);
+    for (int vpp : {1, 2, 4}) {
+      if (vpp > 1 && (pp == 1 || m % pp || layers < pp * vpp * 2))
         continue;
-      for (int pp : divisors(devices / (int64_t(tp) * cp), layers)) {
-        int64_t dp = devices / (int64_t(tp) * cp * pp);
-        if (gbs % dp)
-          continue;
-        // Memory lower bound per saver: this stage's share of the
-        // parameters (frozen ones at their weights' bytes) sharded so.
-        double params = double(w.parameters()) / (double(tp) * pp);
-        double frozen = double(w.frozenParameters()) / (double(tp) * pp);
-        std::vector<Saver> fitting;
-        std::vector<double> floors; // of the fitting savers
-        double leastFloor = 1e300;
-        Saver least = savers.front();
-        for (const Saver &v : savers) {
-          if ((v.zero == 3 && dp == 1) || (v.zero == 2 && (dp == 1 || pp > 1)))
-            continue;
-          // PatrickStar: data parallel, one micro-batch per replica.
-          if (v.chunks && (tp > 1 || pp > 1 || cp > 1 || gbs / dp > 64))
-            continue;
-          if (v.chunks) {
-            double floorBytes = double(dp) * double(kPatrickStarChunkParams) *
-                                    a.weightBytesPerParam +
-                                a.workspaceFor(dev);
-            if (floorBytes <= dev.memoryBytes) {
-              fitting.push_back(v);
-              floors.push_back(floorBytes);
-            }
-            continue;
-          }
-          double optimizer = v.offload ? 0 : a.optimizerBytesPerParam / dp;
-          double grads = a.gradBytesPerParam / (v.zero == 2 ? dp : 1);
-          double floorBytes =
-              v.zero == 2
-                  ? params * (a.weightBytesPerParam + grads + optimizer) +
-                        frozen * a.weightBytesPerParam
-              : v.zero == 3
-                  ? (params * (a.weightBytesPerParam + a.gradBytesPerParam) +
-                     frozen * a.weightBytesPerParam) /
-                            dp +
-                        params * optimizer
-                  : params * (a.weightBytesPerParam + a.gradBytesPerParam +
-                              optimizer) +
-                        frozen * a.weightBytesPerParam;
-          floorBytes += a.workspaceFor(dev);
-          if (floorBytes <= dev.memoryBytes) {
-            fitting.push_back(v);
-            floors.push_back(floorBytes);
-          }
-          if (floorBytes < leastFloor) {
-            leastFloor = floorBytes;
-            least = v;
-          }
-        }
-        if (fitting.empty()) {
-          ++st.pruned;
-          double shortBy = leastFloor - dev.memoryBytes;
-          std::string where =
-              "tp=" + std::to_string(tp) + ",cp=" + std::to_string(cp) +
-              ",pp=" + std::to_string(pp) + ",dp=" + std::to_string(dp) +
-              ",zero=" + std::to_string(least.zero) +
-              (least.offload ? ",offload=optimizer" : "");
-          if (shortBy < st.floorShortfall ||
-              (shortBy == st.floorShortfall && where < st.floorWhere)) {
-            st.floorShortfall = shortBy;
-            st.floorNeed = leastFloor;
-            st.floorWhere = where;
-          }
-          continue;
-        }
-        auto priceSaving = [&](Strategy t) {
-          // The first saver that fits and that the framework runs, as it
-          // is or in a variant of the same ZeRO stage (Megatron-LM has no
-          // ZeRO-2: its next saver, not a variant without the sharding).
-          auto useSaver = [&](size_t i) {
-            t.zeroStage = fitting[i].zero;
-            t.offloadOptimizer = fitting[i].offload;
-            t.chunkParams = fitting[i].chunks ? kPatrickStarChunkParams : 0;
-          };
-          size_t from = 0;
-          std::optional<Strategy> runnable;
-          for (size_t i = 0; !o.framework.empty() && i < fitting.size(); ++i) {
-            useSaver(i);
-            if (t.chunkParams > 0)
-              break;
-            std::string other;
-            bool had = !st.refusal.empty();
-            auto variant = asFrameworkRuns(w, t, a, o.framework,
-                                           i == 0 ? st.refusal : other);
-            if (i == 0)
-              st.noteRefusal(had);
-            if (!variant && i == 0) { // refused whatever the saver
-              ++st.refused;
-              return Priced{};
-            }
-            if (variant && variant->zeroStage == t.zeroStage) {
-              from = i;
-              runnable = std::move(variant);
-              break;
-            }
-          }
-          useSaver(from); // none keeps its stage: the first, refused
-          if (t.chunkParams > 0 &&
-              (t.microBatches() > 1 || t.offloadActivations || t.ep > 1))
-            return Priced{};
-          Priced first = price(st, t, &runnable);
-          priceZeroBubble(st, t, first);
-          if (first.shortBy > 0 && first.shortBy != kNotPriced &&
-              fitting.size() > from + 1)
-            st.deferred.push_back(
-                {t, std::vector<Saver>(fitting.begin() + from, fitting.end()),
-                 std::vector<double>(floors.begin() + from, floors.end()),
-                 first});
-          return first;
-        };
-        for (int64_t mbs = 1; mbs <= std::min<int64_t>(gbs / dp, 64);
-             mbs *= 2) {
-          if ((gbs / dp) % mbs)
-            continue;
-          int64_t m = gbs / (dp * mbs);
-          for (int vpp : {1, 2, 4}) {
-            if (vpp > 1 && (pp == 1 || m % pp || layers < pp * vpp * 2))
-              continue;
-            for (Recompute rec :
-                 {Recompute::None, Recompute::Selective, Recompute::Full}) {
-              Strategy s;
-              s.tp = tp;
-              s.cp = cp;
-              s.pp = pp;
-              s.dp = int(dp);
-              s.microBatch = mbs;
-              s.globalBatch = gbs;
-              s.virtualStages = vpp;
-              s.schedule = vpp > 1 ? Schedule::Interleaved : Schedule::OneFOneB;
-              s.sequenceParallel = tp > 1; // same traffic, less memory
-              s.recompute = rec;
-              s.precision = o.precision;
-              s.moeImbalance = o.moeImbalance;
-              s.moeCapacity = o.moeCapacity;
-              Priced first = priceSaving(s);
-              // Activations to host memory where the kept activations do
-              // not fit (Transformer Engine's CPU offload; under full
-              // recompute DeepSpeed's cpu_checkpointing): only where it
-              // saves memory, as the PCIe transfers are rarely hidden.
-              if (host && rec != Recompute::Selective && first.shortBy > 0 &&
-                  first.shortBy != kNotPriced) {
-                Strategy t = s;
-                t.offloadActivations = true;
-                priceSaving(t);
-              }
-              // Expert parallelism for mixture-of-experts models: ep of
-              // the dp x cp ranks that divides the experts.
-              for (int ep = 2; ep <= maxExperts && ep <= dp * cp; ep *= 2)
-                if (maxExperts % ep == 0 && (dp * cp) % ep == 0) {
-                  Strategy e = s;
-                  e.ep = ep;
-                  priceSaving(e);
-                }
-              // Folded (etp 1, Megatron-Core's MoE parallel folding):
-              // whole experts on ep of the tp x dp ranks.
-              if (maxExperts > 1 && tp > 1 && cp == 1)
-                for (int ep = 2; ep <= maxExperts && ep <= dp * tp; ep *= 2)
-                  if (maxExperts % ep == 0 && (dp * tp) % ep == 0) {
-                    Strategy e = s;
-                    e.ep = ep;
-                    e.etp = 1;
-                    priceSaving(e);
-                  }
-              // Ulysses where the heads split over cp (its all-to-all
-              // against the ring's overlapped sends), inside a node: over
-              // the network every rank's all-to-all crosses the cards,
-              // where the ring's sends hide behind compute.
-              if (cp > 1 && heads > 0 && (heads / tp) % cp == 0 &&
-                  int64_t(tp) * cp <= perNode) {
-                s.cpComm = CpComm::AllToAll;
-                priceSaving(s);
-              }
-            }
-          }
-        }
+      for (Recompute rec :
+           {Recompute::None, Recompute::Selective, Recompute::Full}) {
+        Strategy s;
+        s.tp = tp;
+        s.cp = cp;
+        s.pp = pp;
+        s.dp = int(dp);
+        s.microBatch = mbs;
+        s.globalBatch = gbs;
+        s.virtualStages = vpp;
+        s.schedule = vpp > 1 ? Schedule::Interleaved : Schedule::OneFOneB;
+        s.sequenceParallel = tp > 1; // same traffic, less memory
+        s.recompute = rec;
+        s.precision = o.precision;
+        s.moeImbalance = o.moeImbalance;
+        s.moeCapacity = o.moeCapacity;
+        priceCandidate(st, s, fitting, floors, dp);
       }
     }
-  };
+  }
+}
 
-  // The tensor-parallel degrees split over the host's cores (each worker
-  // its own candidates and results, merged below in a fixed order: the
-  // same plans, counts and bytes however many workers ran).
+/// A candidate, and its variants: activation offload where it does not
+/// fit, expert parallelism (plain and folded), Ulysses.
+void PlanSearch::priceCandidate(SearchState &st, const Strategy &s,
+                                const std::vector<Saver> &fitting,
+                                const std::vector<double> &floors,
+                                int64_t dp) {
+  int tp = s.tp, cp = s.cp;
+  Priced first = priceSaving(st, s, fitting, floors);
+  // Activations to host memory where the kept activations do
+  // not fit (Transformer Engine's CPU offload; under full
+  // recompute DeepSpeed's cpu_checkpointing): only where it
+  // saves memory, as the PCIe transfers are rarely hidden.
+  if (host && s.recompute != Recompute::Selective && first.shortBy > 0 &&
+      first.shortBy != kNotPriced) {
+    Strategy t = s;
+    t.offloadActivations = true;
+    priceSaving(st, t, fitting, floors);
+  }
+  // Expert parallelism for mixture-of-experts models: ep of
+  // the dp x cp ranks that divides the experts.
+  for (int ep = 2; ep <= maxExperts && ep <= dp * cp; ep *= 2)
+    if (maxExperts % ep == 0 && (dp * cp) % ep == 0) {
+      Strategy e = s;
+      e.ep = ep;
+      priceSaving(st, e, fitting, floors);
+    }
+  // Folded (etp 1, Megatron-Core's MoE parallel folding):
+  // whole experts on ep of the tp x dp ranks.
+  if (maxExperts > 1 && tp > 1 && cp == 1)
+    for (int ep = 2; ep <= maxExperts && ep <= dp * tp; ep *= 2)
+      if (maxExperts % ep == 0 && (dp * tp) % ep == 0) {
+        Strategy e = s;
+        e.ep = ep;
+        e.etp = 1;
+        priceSaving(st, e, fitting, floors);
+      }
+  // Ulysses where the heads split over cp (its all-to-all
+  // against the ring's overlapped sends), inside a node: over
+  // the network every rank's all-to-all crosses the cards,
+  // where the ring's sends hide behind compute.
+  if (cp > 1 && heads > 0 && (heads / tp) % cp == 0 &&
+      int64_t(tp) * cp <= perNode) {
+    Strategy u = s;
+    u.cpComm = CpComm::AllToAll;
+    priceSaving(st, u, fitting, floors);
+  }
+}
+
+/// The tensor-parallel degrees split over the host's cores (each worker
+/// its own candidates and results, merged in a fixed order: the same
+/// plans, counts and bytes however many workers ran).
+SearchState PlanSearch::searchOnWorkers() {
   std::vector<int> tps;
   for (int tp : divisors(devices, perNode))
     if (!(heads > 0 && heads % tp))
@@ -793,41 +849,52 @@ searchPlans(const Workload &w, const Cluster &cluster, const PlanOptions &o) {
   SearchState merged;
   merged.first = true;
   int refusalAt = INT32_MAX;
-  for (SearchState &st : states) {
-    merged.priced += st.priced;
-    merged.pruned += st.pruned;
-    merged.refused += st.refused;
-    for (StepResult &r : st.best)
-      merged.best.push_back(std::move(r));
-    for (StepResult &r : st.fullyRecomputing)
-      merged.fullyRecomputing.push_back(std::move(r));
-    if (st.haveClosest)
-      keepCloser(merged.closest, merged.haveClosest, st.closest);
-    if (st.haveHostClosest)
-      keepCloser(merged.hostClosest, merged.haveHostClosest, st.hostClosest);
-    if (st.floorShortfall < merged.floorShortfall ||
-        (st.floorShortfall == merged.floorShortfall &&
-         st.floorWhere < merged.floorWhere)) {
-      merged.floorShortfall = st.floorShortfall;
-      merged.floorNeed = st.floorNeed;
-      merged.floorWhere = st.floorWhere;
-    }
-    if (!st.refusal.empty() && st.refusalTpIndex < refusalAt) {
-      refusalAt = st.refusalTpIndex;
-      merged.refusal = st.refusal;
-    }
-    for (Deferred &d : st.deferred)
-      merged.deferred.push_back(std::move(d));
-  }
-  std::sort(merged.best.begin(), merged.best.end(), better);
+  for (SearchState &st : states)
+    merge(merged, st, refusalAt);
+  std::sort(merged.best.begin(), merged.best.end(),
+            [this](const StepResult &x, const StepResult &y) {
+              return better(x, y);
+            });
   if (int(merged.best.size()) > std::max(1, o.topK))
     merged.best.resize(std::max(1, o.topK));
+  return merged;
+}
 
-  // The deferred candidates, those that might be fastest first: a later
-  // saver is tried only if what it saves over the one priced before (their
-  // floors' difference: weights, gradients, optimizer state; the
-  // activations are the same) covers that one's shortfall, and (by time)
-  // only while its least step could still enter the plans kept.
+void PlanSearch::merge(SearchState &merged, SearchState &st, int &refusalAt) {
+  if (!st.internal.empty() && merged.internal.empty())
+    merged.internal = st.internal;
+  merged.priced += st.priced;
+  merged.pruned += st.pruned;
+  merged.refused += st.refused;
+  for (StepResult &r : st.best)
+    merged.best.push_back(std::move(r));
+  for (StepResult &r : st.fullyRecomputing)
+    merged.fullyRecomputing.push_back(std::move(r));
+  if (st.haveClosest)
+    keepCloser(merged.closest, merged.haveClosest, st.closest);
+  if (st.haveHostClosest)
+    keepCloser(merged.hostClosest, merged.haveHostClosest, st.hostClosest);
+  if (st.floorShortfall < merged.floorShortfall ||
+      (st.floorShortfall == merged.floorShortfall &&
+       st.floorWhere < merged.floorWhere)) {
+    merged.floorShortfall = st.floorShortfall;
+    merged.floorNeed = st.floorNeed;
+    merged.floorWhere = st.floorWhere;
+  }
+  if (!st.refusal.empty() && st.refusalTpIndex < refusalAt) {
+    refusalAt = st.refusalTpIndex;
+    merged.refusal = st.refusal;
+  }
+  for (Deferred &d : st.deferred)
+    merged.deferred.push_back(std::move(d));
+}
+
+/// The deferred candidates, those that might be fastest first: a later
+/// saver is tried only if what it saves over the one priced before (their
+/// floors' difference: weights, gradients, optimizer state; the
+/// activations are the same) covers that one's shortfall, and (by time)
+/// only while its least step could still enter the plans kept.
+void PlanSearch::priceDeferred(SearchState &merged) {
   std::vector<Deferred> &deferred = merged.deferred;
   std::vector<std::string> keys;
   std::vector<size_t> order(deferred.size());
@@ -868,12 +935,14 @@ searchPlans(const Workload &w, const Cluster &cluster, const PlanOptions &o) {
         break;
     }
   }
-  // Partial recompute of the best candidates that fit only recomputing
-  // every layer: per layer kind, and (Megatron's block method) the fewest
-  // layers per chunk
-  // that still fit, found by bisection (each layer recomputed saves about
-  // the same memory and costs the same time). Those recomputing none fit
-  // and were priced already.
+}
+
+/// Partial recompute of the best candidates that fit only recomputing
+/// every layer: per layer kind, and (Megatron's block method) the fewest
+/// layers per chunk that still fit, found by bisection (each layer
+/// recomputed saves about the same memory and costs the same time). Those
+/// recomputing none fit and were priced already.
+void PlanSearch::refinePartialRecompute(SearchState &merged) {
   std::vector<StepResult> &full = merged.fullyRecomputing;
   std::sort(full.begin(), full.end(), recomputingLess);
   full.erase(std::unique(full.begin(), full.end(),
@@ -932,66 +1001,140 @@ searchPlans(const Workload &w, const Cluster &cluster, const PlanOptions &o) {
       }
     }
   }
-  result.candidatesPriced = merged.priced;
-  result.candidatesPruned = merged.pruned;
-  result.candidatesRefused = merged.refused;
-  std::vector<StepResult> &best = merged.best;
+}
+
+/// Why no plan was kept, in one line: the memory floor, the framework's
+/// refusal, nothing applying, or the closest candidate's shortfall.
+llvm::Error PlanSearch::noPlan(const SearchState &merged,
+                               const PlanResult &result) const {
   const StepResult &closest = merged.closest;
   bool haveClosest = merged.haveClosest;
   const std::string &floorWhere = merged.floorWhere, &refusal = merged.refusal;
   double floorNeed = merged.floorNeed, floorShortfall = merged.floorShortfall;
+  if (!haveClosest && !floorWhere.empty()) {
+    char buf[512];
+    std::snprintf(buf, sizeof buf,
+                  "plan: the model fits on the cluster under no strategy; "
+                  "the closest (%s) "
+                  "needs %.1f GiB per %s for weights, gradients, optimizer "
+                  "state and workspace "
+                  "alone, %.1f GiB more than it has",
+                  floorWhere.c_str(), floorNeed / double(1ull << 30),
+                  dev.name.c_str(), floorShortfall / double(1ull << 30));
+    return err(buf);
+  }
+  if (!haveClosest && result.candidatesRefused > 0 &&
+      result.candidatesPriced == 0)
+    return err("plan: --framework " + o.framework +
+               " runs none of the strategies searched; the first refused: " +
+               refusal);
+  if (!haveClosest)
+    return err("plan: no strategy applies to this model on " +
+               std::to_string(devices) + " devices (global batch " +
+               std::to_string(gbs) + "; check that some dp divides it)");
+  char buf[512];
+  std::snprintf(buf, sizeof buf,
+                "plan: the model fits on the cluster under no strategy; the "
+                "closest (%s) is "
+                "%.1f GiB short on one %s: %s",
+                closest.strategy.str().c_str(),
+                closest.memoryShortfallBytes / double(1ull << 30),
+                dev.name.c_str(), closest.doesNotFit.c_str());
+  // Where the optimizer on the host would have fitted the devices, the
+  // host memory is what stops it.
+  if (merged.haveHostClosest)
+    return err("plan: the model fits on the cluster under no strategy; "
+               "with the model data on the host (" +
+               merged.hostClosest.strategy.str() +
+               ") the devices fit, but " + merged.hostClosest.doesNotFit);
+  return err(buf);
+}
+
+llvm::Expected<PlanResult>
+PlanSearch::run(PlanResult &result,
+                std::chrono::steady_clock::time_point start) {
+  devices = c.numDevices();
+  perNode = c.groupOf(0).devicesPerNode;
+  gbs = o.globalBatch > 0 ? o.globalBatch : 1024;
+  heads = w.attentionHeads();
+  layers = w.totalLayers();
+  // Even the widest data parallelism with the largest micro-batch searched
+  // (64) leaves this many micro-batches per replica.
+  if (gbs / (devices * 64) > kMaxPlanStepTasks)
+    return err("plan: a global batch of " + std::to_string(gbs) +
+               " samples is more micro-batches than the planner simulates "
+               "per candidate (" +
+               std::to_string(kMaxPlanStepTasks) +
+               " micro-batch executions, even at the widest data "
+               "parallelism and micro-batch 64); give a smaller "
+               "--global-batch, or `orrery simulate` one strategy (up to " +
+               std::to_string(kMaxStepTasks) + ")");
+  batchable =
+      std::any_of(w.kinds.begin(), w.kinds.end(),
+                  [](const LayerKind &k) { return bool(k.batchSplitLayout); });
+  chooseSavers();
+  maxExperts = w.experts();
+  SearchState merged = searchOnWorkers();
+  if (!merged.internal.empty())
+    return err("plan: " + merged.internal);
+  priceDeferred(merged);
+  refinePartialRecompute(merged);
+  if (!merged.internal.empty())
+    return err("plan: " + merged.internal);
+  result.candidatesPriced = merged.priced;
+  result.candidatesPruned = merged.pruned;
+  result.candidatesRefused = merged.refused;
   result.searchS =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
           .count();
-  if (best.empty()) {
-    if (!haveClosest && !floorWhere.empty()) {
-      char buf[512];
-      std::snprintf(buf, sizeof buf,
-                    "plan: the model fits on the cluster under no strategy; "
-                    "the closest (%s) "
-                    "needs %.1f GiB per %s for weights, gradients, optimizer "
-                    "state and workspace "
-                    "alone, %.1f GiB more than it has",
-                    floorWhere.c_str(), floorNeed / double(1ull << 30),
-                    dev.name.c_str(), floorShortfall / double(1ull << 30));
-      return err(buf);
-    }
-    if (!haveClosest && result.candidatesRefused > 0 &&
-        result.candidatesPriced == 0)
-      return err("plan: --framework " + o.framework +
-                 " runs none of the strategies searched; the first refused: " +
-                 refusal);
-    if (!haveClosest)
-      return err("plan: no strategy applies to this model on " +
-                 std::to_string(devices) + " devices (global batch " +
-                 std::to_string(gbs) + "; check that some dp divides it)");
-    char buf[512];
-    std::snprintf(buf, sizeof buf,
-                  "plan: the model fits on the cluster under no strategy; the "
-                  "closest (%s) is "
-                  "%.1f GiB short on one %s: %s",
-                  closest.strategy.str().c_str(),
-                  closest.memoryShortfallBytes / double(1ull << 30),
-                  dev.name.c_str(), closest.doesNotFit.c_str());
-    // Where the optimizer on the host would have fitted the devices, the
-    // host memory is what stops it.
-    if (merged.haveHostClosest)
-      return err("plan: the model fits on the cluster under no strategy; "
-                 "with the model data on the host (" +
-                 merged.hostClosest.strategy.str() +
-                 ") the devices fit, but " + merged.hostClosest.doesNotFit);
-    return err(buf);
+  if (merged.best.empty())
+    return noPlan(merged, result);
+  // The plans kept, priced in full (the breakdown's pipeline transfers). A
+  // plan that priced at the search's detail prices in full: an error here
+  // is the simulator's own.
+  for (StepResult &r : merged.best) {
+    auto full = simulateStep(w, c, r.strategy, a);
+    if (!full)
+      return err("plan: " + llvm::toString(full.takeError()) + " (pricing " +
+                 r.strategy.str() + ")");
+    r = std::move(*full);
   }
-  // The plans kept, priced in full (the breakdown's pipeline transfers).
-  for (StepResult &r : best)
-    if (auto full = simulateStep(w, c, r.strategy, a))
-      r = std::move(*full);
-    else
-      llvm::consumeError(full.takeError());
-  result.top = std::move(best);
+  result.top = std::move(merged.best);
   if (o.progress)
     o.progress(result.candidatesPriced, &result.top.front());
-  return result;
+  return std::move(result);
+}
+
+llvm::Expected<PlanResult>
+searchPlans(const Workload &w, const Cluster &cluster, const PlanOptions &o) {
+  auto start = std::chrono::steady_clock::now();
+  PlanResult result;
+  result.cluster = cluster;
+  result.framework = o.framework;
+  if (o.objective == Objective::Cost || o.budgetUsdPerHour > 0) {
+    bool priced = false;
+    for (int d = 0; d < cluster.numDevices(); ++d)
+      priced |= cluster.groupOf(d).priceUsdPerDeviceHour > 0;
+    if (!priced)
+      return err("plan: --objective cost and --budget need "
+                 "price_usd_per_device_hour in the "
+                 "cluster spec");
+  }
+  if (o.budgetUsdPerHour > 0) {
+    if (cluster.sites.size() != 1 || cluster.sites[0].nodeGroups.size() != 1)
+      return err(
+          "plan: --budget supports clusters of one node type at one site");
+    const NodeGroup &g = cluster.sites[0].nodeGroups[0];
+    double perNode = g.priceUsdPerDeviceHour * g.devicesPerNode;
+    int nodes = std::min(g.count, int(o.budgetUsdPerHour / perNode));
+    if (nodes < 1)
+      return err("plan: the budget of " + std::to_string(o.budgetUsdPerHour) +
+                 " USD/hour buys no node (" + std::to_string(perNode) +
+                 " USD/hour each)");
+    result.cluster = firstNodes(cluster, nodes);
+  }
+  // The search reads the cluster the result keeps (the budget's nodes).
+  return PlanSearch(w, result.cluster, o).run(result, start);
 }
 
 } // namespace orrery

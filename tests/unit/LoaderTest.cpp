@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <random>
 #include <sstream>
+#include <thread>
 
 using namespace orrery::onnx;
 
@@ -113,6 +114,37 @@ TEST(Loader, FlippedBytesNeverCrash) {
     b[rng() % b.size()] = char(rng());
     LoadResult r = loadOnnxModelFromBytes(b, "flip.onnx", batch(1));
     EXPECT_TRUE(r.model || !r.error.empty());
+  }
+}
+
+// The shape rules are built once, thread-safely: loads of different models
+// at once (the library's promise) infer the same shapes as one at a time.
+TEST(Loader, ParallelLoadsInferAlike) {
+  std::vector<std::string> names = {"tiny-gpt.onnx", "gpt3-125m.onnx",
+                                    "resnet50.onnx", "tiny-gpt.onnx"};
+  std::vector<std::string> bytes;
+  for (const std::string &n : names)
+    bytes.push_back(fixture(n));
+  auto shapes = [](const LoadResult &r) {
+    std::vector<std::vector<int64_t>> out;
+    for (const auto &kv : r.model->graph.values)
+      out.push_back(kv.second.shape);
+    return out;
+  };
+  std::vector<LoadResult> alone(names.size()), together(names.size());
+  for (size_t i = 0; i < names.size(); ++i)
+    alone[i] = loadOnnxModelFromBytes(bytes[i], names[i], batch(2));
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < names.size(); ++i)
+    threads.emplace_back([&, i] {
+      together[i] = loadOnnxModelFromBytes(bytes[i], names[i], batch(2));
+    });
+  for (std::thread &t : threads)
+    t.join();
+  for (size_t i = 0; i < names.size(); ++i) {
+    ASSERT_TRUE(alone[i].model) << alone[i].error;
+    ASSERT_TRUE(together[i].model) << together[i].error;
+    EXPECT_EQ(shapes(alone[i]), shapes(together[i])) << names[i];
   }
 }
 

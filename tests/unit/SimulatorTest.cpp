@@ -2,6 +2,7 @@
 #include "orrery/CostModel/Simulator.h"
 #include "TestSupport.h"
 #include "orrery/CostModel/Collective.h"
+#include "orrery/CostModel/Errors.h"
 #include "orrery/Search/Planner.h"
 
 #include <limits>
@@ -781,4 +782,21 @@ TEST(Simulator, ALayerProfileAddsTheHostTimeItMeasures) {
             "A100-80G tp 1)");
 }
 
+} // namespace
+
+namespace {
+// A search reads a strategy that does not apply as a candidate to skip, and
+// an internal error of the simulator as the end of the search (it is a bug,
+// not "does not fit").
+TEST(Simulator, SearchesStopOnInternalErrorsOnly) {
+  std::string internal;
+  EXPECT_FALSE(stopsSearch(inputError("strategy: tp=5 does not divide"),
+                           internal));
+  EXPECT_TRUE(internal.empty());
+  EXPECT_TRUE(stopsSearch(internalError("simulator: deadlock"), internal));
+  EXPECT_EQ(internal, "simulator: deadlock");
+  // The first is kept.
+  EXPECT_TRUE(stopsSearch(internalError("simulator: another"), internal));
+  EXPECT_EQ(internal, "simulator: deadlock");
+}
 } // namespace

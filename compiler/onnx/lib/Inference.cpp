@@ -311,10 +311,11 @@ std::vector<int64_t> reduceAxes(Ctx &c, int64_t inputOpset) {
 
 using Rule = std::function<void(Ctx &)>;
 
-std::map<std::string, Rule> &rules() {
-  static std::map<std::string, Rule> r;
-  if (!r.empty())
-    return r;
+/// Every shape rule, by op type. Built once: rules() holds it in a
+/// function-local static, whose initialisation C++ makes thread-safe (the
+/// library's loads of different models may run in parallel).
+static std::map<std::string, Rule> buildRules() {
+  std::map<std::string, Rule> r;
   // Elementwise ops that keep shape and type.
   for (const char *op : {"Abs",
                          "Neg",
@@ -1313,6 +1314,11 @@ std::map<std::string, Rule> &rules() {
     }
     c.result(0, c.input(0).type, r);
   };
+  return r;
+}
+
+const std::map<std::string, Rule> &rules() {
+  static const std::map<std::string, Rule> r = buildRules();
   return r;
 }
 
