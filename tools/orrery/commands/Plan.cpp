@@ -1,0 +1,177 @@
+//===- Plan.cpp - `orrery plan` --------------------------------------------===//
+#include "Buckets.h"
+#include "Commands.h"
+#include "PlanCommand.h"
+#include "PlanReport.h"
+#include "orrery/Export/Exporters.h"
+
+#include <fstream>
+#include <iostream>
+#include <optional>
+#include <unistd.h>
+
+namespace orrery {
+namespace cli {
+
+void PlanCommand::add(CLI::App &app) {
+  cmd = app.add_subcommand("plan", "Search for the fastest (or cheapest) "
+                                   "strategy that fits and write the plan");
+  cmd->add_option("model", args.path, "ONNX model file or built-in model name")
+      ->required();
+  cmd->add_option("--dim", args.dims, "bind a symbolic dimension, NAME=VALUE")
+      ->type_name("NAME=VALUE");
+  cmd->add_option("--cluster", cluster, "cluster spec: JSON file or preset")
+      ->required();
+  cmd->add_option("--global-batch", globalBatch, "samples per training step")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
+  cmd->add_option("--objective", objective,
+                  "time, cost (USD per step) or energy (J per step)")
+      ->check(CLI::IsMember({"time", "cost", "energy"}));
+  cmd->add_option(
+         "--budget", budget,
+         "USD per hour: use as many nodes as this buys, fastest on them")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--top", topK, "how many plans to report")
+      ->check(CLI::Range(1, 100));
+  cmd->add_option("--precision", precision, "fp32, tf32, fp16, bf16 or fp8")
+      ->check(CLI::IsMember({"fp32", "tf32", "fp16", "bf16", "fp8"}));
+  cmd->add_flag("--explain", explain,
+                "say why the best plan beats the runners-up");
+  cmd->add_option("-o,--output", output, "write the plan JSON to FILE");
+  cmd->add_flag("--json", json, "print the plan JSON instead of the summary");
+  cmd->add_flag(
+      "--quiet", quiet,
+      "no progress on stderr (shown only when stderr is a terminal)");
+  cmd->add_option(
+      "--length-buckets", lengthBuckets,
+      "variable-length data trained in length buckets: DIM=LENGTH:FRACTION,... "
+      "(e.g. seq=512:0.5,2048:0.3,8192:0.2, fractions of the tokens): a plan "
+      "per bucket at a constant token budget (--global-batch samples of the "
+      "longest), with the cost of switching between them");
+  cmd->add_option(
+      "--moe-imbalance", moeImbalance,
+      "mixture of experts: the busiest expert-parallel rank's routed tokens "
+      "over the mean, 1 to 64, every candidate priced with it "
+      "(docs/strategy.md moe_imbalance)");
+  cmd->add_option(
+      "--moe-capacity", moeCapacity,
+      "mixture of experts: the experts' capacity factor (tokens above "
+      "dropped, buffers padded; Megatron-Core's --moe-expert-capacity-factor), "
+      "every candidate priced with it");
+  cmd->add_option("--strategy", fixedStrategy,
+                  "no search: price this strategy (docs/strategy.md) and "
+                  "write it as the plan, e.g. to export a configuration "
+                  "you already run");
+  flags.add(cmd);
+  cmd->add_option("--framework", framework,
+                  "search only what this framework runs, as `orrery export "
+                  "--to` writes it (megatron, deepspeed, torchtitan, "
+                  "pytorch, jax), priced with its gradient accumulation")
+      ->check(CLI::IsMember(frameworkFormats()));
+  cmd->add_option("--emit-mlir", emitMlir,
+                  "write the model annotated with the plan's shardings "
+                  "(MLIR shard dialect) to FILE");
+}
+
+/// Why --length-buckets does not go with the other options given, or null.
+static const char *bucketConflict(const PlanCommand &p, const Cluster &c,
+                                  Objective objective) {
+  return needsHeteroSearch(c)           ? "plans one node type at one site"
+         : !p.fixedStrategy.empty()     ? "searches; drop --strategy"
+         : p.budget > 0                 ? "takes no --budget"
+         : !p.emitMlir.empty()          ? "takes no --emit-mlir"
+         : objective != Objective::Time ? "minimizes time only"
+                                        : nullptr;
+}
+
+int PlanCommand::run() {
+  ModelArgs modelArgs = args;
+  // The kernels the plan is priced with (--kernels).
+  Assumptions assumptions;
+  if (auto e = flags.apply(assumptions))
+    return fail(llvm::toString(std::move(e)));
+  modelArgs.kernels = args.kernels = assumptions.fusion;
+  // Length buckets bind their dim per bucket; the first import (and the
+  // digest) uses the longest.
+  std::optional<LengthBuckets> buckets;
+  if (!lengthBuckets.empty()) {
+    auto b = parseLengthBuckets(lengthBuckets, globalBatch);
+    if (!b)
+      return fail(llvm::toString(b.takeError()));
+    for (const std::string &d : modelArgs.dims)
+      if (d.rfind(b->dim + "=", 0) == 0)
+        return fail("--length-buckets binds " + b->dim +
+                    " per bucket; drop --dim " + d);
+    modelArgs.dims.push_back(b->dim + "=" +
+                             std::to_string(b->buckets.back().length));
+    buckets = std::move(*b);
+  }
+  defaultBatchToOne(modelArgs);
+  mlir::MLIRContext ctx;
+  ctx.disableMultithreading();
+  int rc = 0;
+  auto module = frontEnd(ctx, modelArgs, true, nullptr, rc);
+  if (!module)
+    return rc;
+  auto setup =
+      preparePlan(*module, modelArgs, {cluster, nullptr}, precision, assumptions);
+  if (!setup)
+    return fail(llvm::toString(setup.takeError()));
+
+  PlanRequest request;
+  request.globalBatch = globalBatch;
+  request.objective = objective;
+  request.budgetUsdPerHour = budget;
+  request.topK = topK;
+  request.precision = precision;
+  request.framework = framework;
+  request.fixedStrategy = fixedStrategy;
+  request.moeImbalance = moeImbalance;
+  request.moeCapacity = moeCapacity;
+  request.flags = flags.options();
+  // Progress goes to a terminal only: a log or a pipe gets the result
+  // and, on failure, the one error line alone.
+  request.showProgress = !quiet && ::isatty(STDERR_FILENO);
+  std::vector<std::string> notes;
+  auto options = planOptions(*setup, request, notes);
+  if (!options)
+    return fail(llvm::toString(options.takeError()));
+  if (!quiet)
+    for (const std::string &note : notes)
+      std::cerr << "note: " << note << "\n";
+  if (buckets) {
+    if (const char *why = bucketConflict(*this, *setup->cluster,
+                                         options->objective))
+      return fail(std::string("--length-buckets ") + why);
+    return planLengthBucketsCommand(ctx, modelArgs, *buckets, *setup->cluster,
+                                    *options, setup->inputs, assumptions,
+                                    setup->layoutCosts, output, json);
+  }
+  auto made = searchPlan(*setup, *options, request, !emitMlir.empty());
+  if (!made)
+    return fail(llvm::toString(made.takeError()));
+  std::string text = made->doc.dump(2) + "\n";
+  if (!output.empty()) {
+    std::ofstream out(output);
+    out << text;
+    if (!out)
+      return fail("-o " + output + ": cannot write the file");
+  }
+  if (made->plan && !emitMlir.empty())
+    if (int emitRc = emitSharded(args, made->plan->top.front().strategy,
+                                 made->plan->top.front().chunkLayers,
+                                 setup->layoutCosts, emitMlir, "--emit-mlir"))
+      return emitRc;
+  if (json)
+    std::cout << text;
+  else if (made->hetero)
+    printHeteroPlan(std::cout, *made->hetero, setup->workload, *setup->cluster,
+                    options->objective);
+  else
+    printPlan(std::cout, *made->plan, setup->workload, options->objective,
+              explain);
+  return 0;
+}
+
+} // namespace cli
+} // namespace orrery

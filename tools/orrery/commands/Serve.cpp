@@ -1,0 +1,67 @@
+//===- Serve.cpp - `orrery serve` ------------------------------------------===//
+#include "Commands.h"
+
+#include <iostream>
+
+namespace orrery {
+namespace cli {
+
+void ServeCommand::add(CLI::App &app) {
+  cmd = app.add_subcommand(
+      "serve", "Size and split a model for serving: simulate a workload "
+               "through an engine's scheduler and choose tp, pp and replicas "
+               "(docs/serving.md)");
+  addModelArgs(cmd, args);
+  cmd->add_option("--cluster", request.cluster.spec,
+                  "cluster spec: JSON file or preset")
+      ->required();
+  cmd->add_option(
+      "--workload", request.workload,
+      "chat (1K in, 256 out), reasoning (1K in, 16K out), summarize, or "
+      "isl=..,osl=..,requests=..,rate=..|concurrency=..|offline (default "
+      "chat, all at once)");
+  cmd->add_option("--trace", request.traceFile,
+                  "requests from a CSV file: "
+                  "arrival_s,input_tokens,output_tokens");
+  cmd->add_option("--strategy", request.strategy,
+                  "price this configuration: tp=..,pp=..,replicas=.."
+                  "[,device=TYPE]; fields left out are searched");
+  cmd->add_option("--engine", request.engine,
+                  "the scheduler and host loop modelled: vllm (v1) or "
+                  "trtllm");
+  cmd->add_option("--precision", request.precision,
+                  "weights and linear layers: bf16, fp16 or fp8");
+  cmd->add_option("--kv-cache", request.kvCache,
+                  "KV-cache elements: auto (16-bit) or fp8");
+  cmd->add_option("--slo", request.slo, "p99 targets: ttft_ms=..,tpot_ms=..");
+  cmd->add_option("--objective", request.objective,
+                  "throughput, cost (requests per dollar) or latency "
+                  "(p99 end to end)");
+  cmd->add_option("--max-requests", request.maxRequests,
+                  "requests a replica runs at once (default: the "
+                  "engine's)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
+  cmd->add_option("--max-batched-tokens", request.maxBatchedTokens,
+                  "tokens a step computes at most (default: the "
+                  "engine's)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
+  cmd->add_option("-o,--output", output, "write the serving plan JSON");
+  cmd->add_option("--trace-out", request.traceOut,
+                  "write the chosen configuration's steps as a Chrome "
+                  "trace");
+  cmd->add_flag("--json", json, "print the plan JSON");
+}
+
+int ServeCommand::run() {
+  defaultBatchToOne(args);
+  mlir::MLIRContext ctx;
+  ctx.disableMultithreading();
+  int rc = 0;
+  auto module = frontEnd(ctx, args, true, nullptr, rc);
+  if (!module)
+    return rc;
+  return serveModule(*module, args, request, json, output, std::cout);
+}
+
+} // namespace cli
+} // namespace orrery

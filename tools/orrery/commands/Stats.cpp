@@ -1,0 +1,32 @@
+//===- Stats.cpp - `orrery stats` ------------------------------------------===//
+#include "Commands.h"
+#include "PlanCommand.h"
+
+#include <iostream>
+
+namespace orrery {
+namespace cli {
+
+void StatsCommand::add(CLI::App &app) {
+  cmd = app.add_subcommand("stats", "Print parameters, FLOPs, activation "
+                                    "memory and the layer list of a model");
+  addModelArgs(cmd, args);
+  cmd->add_flag("--json", json, "print JSON instead of a table");
+  cmd->add_option("--kernels", kernels, kKernelsHelp)
+      ->check(CLI::IsMember({"fused", "unfused-attention", "eager"}));
+}
+
+int StatsCommand::run() {
+  mlir::MLIRContext ctx;
+  ctx.disableMultithreading();
+  int rc = 0;
+  std::map<std::string, int64_t> hist;
+  parseKernelFusion(kernels, args.kernels);
+  auto module = frontEnd(ctx, args, true, &hist, rc);
+  if (!module)
+    return rc;
+  return statsModule(*module, args, hist, json, std::cout);
+}
+
+} // namespace cli
+} // namespace orrery
