@@ -68,10 +68,10 @@ int64_t roundUp(double x) {
 class PipelineLowering {
 public:
   PipelineLowering(const Workload &w, const Strategy &s, const Assumptions &a,
-                   const Simulation &sim, const StepParts &parts,
+                   const Simulation &sim, const StepPhases &step,
                    const StepResult &r, RankOf rankOf, Groups &groups,
                    int replicaGroup)
-      : w(w), s(s), a(a), sim(sim), parts(parts), r(r),
+      : w(w), s(s), a(a), sim(sim), step(step), r(r),
         rankOf(std::move(rankOf)), groups(groups), replicaGroup(replicaGroup) {}
 
   /// The program of one rank, running `microBatches` micro-batches.
@@ -87,7 +87,7 @@ private:
   const Strategy &s;
   const Assumptions &a;
   const Simulation &sim;
-  const StepParts &parts;
+  const StepPhases &step;
   const StepResult &r;
   RankOf rankOf;
   Groups &groups;
@@ -692,7 +692,7 @@ Program PipelineLowering::lower(int stage_, int t_, int c_, int d_,
     int src = backward ? b : a, dst = backward ? a : b;
     int tpSrc = sim.placement(src).tp, tpDst = sim.placement(dst).tp;
     int n = std::max(tpSrc, tpDst);
-    double whole = parts.outBytes[fromChunk] * sim.placement(a).tp;
+    double whole = step.layout.outBytes[fromChunk] * sim.placement(a).tp;
     for (int q = 0; q < n; ++q) {
       if ((sending ? q % tpSrc : q % tpDst) != t)
         continue;
@@ -707,14 +707,14 @@ Program PipelineLowering::lower(int stage_, int t_, int c_, int d_,
       // gradient from every rank, the attention mask; Assumptions: one tp
       // on every stage then, so n = tp and one message a rank).
       const std::vector<double> &sent =
-          backward ? parts.sendBwdBytes : parts.sendFwdBytes;
-      in.bytes = whole / n + (sent[fromChunk] - parts.outBytes[fromChunk]);
+          backward ? step.transfers.sendBwdBytes : step.transfers.sendFwdBytes;
+      in.bytes = whole / n + (sent[fromChunk] - step.layout.outBytes[fromChunk]);
       in.tag = ((int64_t(fromChunk) * m + mb) * 2 + (backward ? 1 : 0)) *
                    1024 +
                q;
       in.predictedS = !sending   ? 0
-                      : backward ? parts.transferBwdS[fromChunk]
-                                 : parts.transferS[fromChunk];
+                      : backward ? step.transfers.links.transferBwdS[fromChunk]
+                                 : step.transfers.links.transferS[fromChunk];
       if (sending && lastCompute >= 0)
         in.deps.push_back(lastCompute);
       int i = push(in);
@@ -727,12 +727,12 @@ Program PipelineLowering::lower(int stage_, int t_, int c_, int d_,
     span = std::string(task.weight ? "W" : task.backward ? "B" : "F") +
            std::to_string(task.mb) +
            (v > 1 ? "." + std::to_string(task.vs / pp) : "");
-    const std::vector<int> &layers = parts.chunkOf[task.vs];
+    const std::vector<int> &layers = step.layout.chunkOf[task.vs];
     if (task.weight) { // zero bubble: the deferred weight gradients
       part = Part::Weight;
       bool last = task.mb == lastBackwardOf[task.vs];
       for (auto it = layers.rbegin(); it != layers.rend(); ++it)
-        layerBackward(sim.layout(w.kinds[parts.sequence[*it]], stage), last);
+        layerBackward(sim.layout(w.kinds[step.layout.sequence[*it]], stage), last);
       part = Part::Both;
       return;
     }
@@ -741,19 +741,19 @@ Program PipelineLowering::lower(int stage_, int t_, int c_, int d_,
         pipeTransfer(task.vs - 1, false, task.mb, false);
         if (!s.sequenceParallel && T > 1)
           collective(CollectiveKind::AllGather, tpG,
-                     parts.outBytes[task.vs - 1] *
+                     step.layout.outBytes[task.vs - 1] *
                          sim.placement(s.stageOfChunk(task.vs - 1)).tp,
-                     parts.gatherFwdS[task.vs - 1], "input gather",
+                     step.transfers.links.gatherFwdS[task.vs - 1], "input gather",
                      StreamKind::Comm, true);
       }
       Instruction alloc;
       alloc.kind = InstrKind::Alloc;
       alloc.name = "activations";
       alloc.buffer = int(task.vs * m + task.mb);
-      alloc.bytes = parts.keptBytes[task.vs];
+      alloc.bytes = step.layout.keptBytes[task.vs];
       compute(alloc);
       for (int l : layers)
-        layerForward(sim.layout(w.kinds[parts.sequence[l]], stage), false,
+        layerForward(sim.layout(w.kinds[step.layout.sequence[l]], stage), false,
                      false);
       if (task.vs + 1 < chunks)
         pipeTransfer(task.vs, false, task.mb, true);
@@ -762,25 +762,25 @@ Program PipelineLowering::lower(int stage_, int t_, int c_, int d_,
         pipeTransfer(task.vs, true, task.mb, false);
         if (!s.sequenceParallel && T > 1)
           collective(CollectiveKind::AllGather, tpG,
-                     parts.outBytes[task.vs] *
+                     step.layout.outBytes[task.vs] *
                          sim.placement(s.stageOfChunk(task.vs)).tp,
-                     parts.gatherBwdS[task.vs], "gradient gather",
+                     step.transfers.links.gatherBwdS[task.vs], "gradient gather",
                      StreamKind::Comm, true);
       }
       bool last = task.mb == lastBackwardOf[task.vs];
       part = zeroBubble && !task.full ? Part::Input : Part::Both;
       for (auto it = layers.rbegin(); it != layers.rend(); ++it)
-        layerBackward(sim.layout(w.kinds[parts.sequence[*it]], stage), last,
-                      parts.recomputed[*it]);
+        layerBackward(sim.layout(w.kinds[step.layout.sequence[*it]], stage), last,
+                      step.layout.recomputed[*it]);
       part = Part::Both;
       // ZeRO-2 without overlap: this micro-batch's gradients, reduced now.
       if (s.zeroStage == 2 && !s.overlapGradReduce && dpRanks() > 1)
-        gradientBuckets(parts.denseParams[stage], parts.expertParams[stage]);
+        gradientBuckets(step.sync.denseParams[stage], step.sync.expertParams[stage]);
       Instruction free;
       free.kind = InstrKind::Free;
       free.name = "activations";
       free.buffer = int(task.vs * m + task.mb);
-      free.bytes = parts.keptBytes[task.vs];
+      free.bytes = step.layout.keptBytes[task.vs];
       compute(free);
       if (task.vs > 0)
         pipeTransfer(task.vs - 1, true, task.mb, true);
@@ -802,44 +802,44 @@ Program PipelineLowering::lower(int stage_, int t_, int c_, int d_,
   }
 
   span = "step";
-  double dense = parts.denseParams[stage], experts = parts.expertParams[stage];
+  double dense = step.sync.denseParams[stage], experts = step.sync.expertParams[stage];
   bool bucketsRan = s.overlapGradReduce && s.zeroStage != 3 && dpRanks() > 1;
   if (s.zeroStage != 3 && s.zeroStage != 2 && dpRanks() > 1) {
     if (bucketsRan) {
       // The tied copy's gradient, which no layer's bucket holds.
-      if (parts.tiedCopyParams[stage] > 0)
-        gradientBuckets(parts.tiedCopyParams[stage], 0);
+      if (step.layout.tiedCopyParams[stage] > 0)
+        gradientBuckets(step.layout.tiedCopyParams[stage], 0);
     } else {
       gradientBuckets(dense, experts);
     }
   }
-  if (T > 1 && parts.tpGradParams[stage] > 0)
+  if (T > 1 && step.sync.tpGradParams[stage] > 0)
     collective(CollectiveKind::AllReduce, tpG,
-               parts.tpGradParams[stage] * a.gradReduceBytes(),
+               step.sync.tpGradParams[stage] * a.gradReduceBytes(),
                collectiveTime(CollectiveKind::AllReduce,
-                              parts.tpGradParams[stage] * a.gradReduceBytes(),
+                              step.sync.tpGradParams[stage] * a.gradReduceBytes(),
                               place().tpGroup, int(a.gradReduceBytes())),
                "split-weight gradient all-reduce", StreamKind::DataParallel,
                false);
-  if (parts.tiedSyncS[stage] > 0) {
+  if (step.layout.tiedSyncS[stage] > 0) {
     // The stages that hold the tied weights (the embedding and the head's
     // copy) all-reduce its gradient: shard q of g (the smallest tp of
     // those stages) between the ranks whose tp rank is q modulo g.
     int g = T;
-    double bytes = parts.tiedParams[stage];
+    double bytes = step.layout.tiedCopy[stage];
     for (int j = 0; j < pp; ++j)
-      if (parts.tiedSyncS[j] > 0 && sim.placement(j).tp <= g) {
+      if (step.layout.tiedSyncS[j] > 0 && sim.placement(j).tp <= g) {
         g = sim.placement(j).tp;
-        bytes = parts.tiedParams[j];
+        bytes = step.layout.tiedCopy[j];
       }
     ranks.clear();
     for (int j = 0; j < pp; ++j)
-      if (parts.tiedSyncS[j] > 0)
+      if (step.layout.tiedSyncS[j] > 0)
         for (int x = t % g; x < sim.placement(j).tp; x += g)
           ranks.push_back(rankOf(j, x, c, d));
     int tied = groups.get(ranks, "embedding");
     collective(CollectiveKind::AllReduce, tied, bytes * a.gradBytesPerParam,
-               parts.tiedSyncS[stage], "tied embedding all-reduce",
+               step.layout.tiedSyncS[stage], "tied embedding all-reduce",
                StreamKind::DataParallel, false);
   }
   // Every stream done, then the optimizer step over this rank's shard.
@@ -864,9 +864,9 @@ Program PipelineLowering::lower(int stage_, int t_, int c_, int d_,
   Instruction opt;
   opt.kind = InstrKind::Optimizer;
   opt.name = s.zeroStage >= 1 ? "adam (sharded)" : "adam";
-  opt.bytes = parts.optBytes[stage];
-  opt.flops = parts.shardParams[stage] * 10;
-  opt.predictedS = parts.optS[stage];
+  opt.bytes = step.sync.optBytes[stage];
+  opt.flops = step.sync.shardParams[stage] * 10;
+  opt.predictedS = step.sync.optS[stage];
   compute(opt);
   if ((s.zeroStage == 1 || s.zeroStage == 2) && dpRanks() > 1)
     collective(CollectiveKind::AllGather, dpG,
@@ -918,8 +918,8 @@ llvm::Expected<ProgramSet> lowerStep(const Workload &w, const Cluster &c,
     return result.takeError();
   s = result->strategy;
   detail::Simulation sim(w, s, a, detail::homogeneousStages(c, s), true);
-  detail::StepParts parts;
-  sim.parts = &parts;
+  detail::StepPhases phases;
+  sim.phases = &phases;
   auto again = sim.run(false);
   if (!again)
     return again.takeError();
@@ -933,7 +933,7 @@ llvm::Expected<ProgramSet> lowerStep(const Workload &w, const Cluster &c,
   int st = s.stride("tp"), sc = s.stride("cp"), sd = s.stride("dp"),
       sp = s.stride("pp");
   detail::PipelineLowering lowering(
-      w, s, a, sim, parts, *again,
+      w, s, a, sim, phases, *again,
       [=](int stage, int t, int cc, int d) {
         return t * st + cc * sc + d * sd + stage * sp;
       },
@@ -980,8 +980,8 @@ llvm::Expected<ProgramSet> lowerHetero(const Workload &w, const Cluster &c,
     std::vector<StagePlacement> at;
     detail::groupPipeline(c, s, g, pools, st, at);
     detail::Simulation sim(w, st, a, at, false);
-    detail::StepParts parts;
-    sim.parts = &parts;
+    detail::StepPhases phases;
+    sim.phases = &phases;
     auto sr = sim.run(false);
     if (!sr)
       return sr.takeError();
@@ -990,7 +990,7 @@ llvm::Expected<ProgramSet> lowerHetero(const Workload &w, const Cluster &c,
       const HeteroStage &hs = rg.stages[stage];
       return rankOfDevice.at(hs.devices[size_t(d) * hs.tp + t]);
     };
-    detail::PipelineLowering lowering(w, st, a, sim, parts, *sr, rankOf,
+    detail::PipelineLowering lowering(w, st, a, sim, phases, *sr, rankOf,
                                       groups, int(g));
     if (detail::alignedGroups(c, s))
       lowering.dpMembers = [&s, &rankOfDevice](int stage, int t,

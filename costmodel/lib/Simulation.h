@@ -162,27 +162,6 @@ Timeline runSchedule(const std::vector<std::vector<Task>> &order, int chunks,
                      const std::vector<double> *fwdCommS = nullptr,
                      const std::vector<double> *bwdCommS = nullptr);
 
-/// What the lowering takes from a simulated step (Simulation::parts):
-/// the chunks, the schedule, per chunk its times and the bytes it keeps
-/// and sends, per stage its gradient reduction and optimizer step.
-struct StepParts {
-  std::vector<size_t> sequence; ///< layer -> kind
-  std::vector<std::vector<int>> chunkOf;
-  std::vector<std::vector<Task>> order; ///< per stage
-  std::vector<double> fwdS, bwdS, keptBytes, workingBytes, outBytes;
-  std::vector<double> transferS, transferBwdS, gatherFwdS, gatherBwdS;
-  /// Per chunk boundary: the bytes each tensor-parallel rank sends with
-  /// an activation and with a gradient (Assumptions' pipeline sends).
-  std::vector<double> sendFwdBytes, sendBwdBytes;
-  /// Per stage: parameters per device (dense, experts, split by batch in
-  /// tp), the tied copy's and its sync, the optimizer shard.
-  std::vector<double> denseParams, expertParams, tpGradParams, tiedParams,
-      tiedSyncS, shardParams, optS, optBytes;
-  /// Per stage: the tied weights it holds as a copy (not its own layer's).
-  std::vector<double> tiedCopyParams;
-  /// Per layer (model order): whether full recompute re-runs its forward.
-  std::vector<bool> recomputed;
-};
 
 /// The step's layers as the pipeline holds them, priced once
 /// (StepLayout.cpp): what the later phases (pipeline transfers, the
@@ -262,6 +241,15 @@ struct GradientSync {
   int slowest = 0;
 };
 
+/// What the lowering takes from a simulated step (Simulation::phases): the
+/// phases' own results, from which the step was priced, so programs and
+/// prices cannot drift apart.
+struct StepPhases {
+  StepLayout layout;
+  PipelineTransfers transfers;
+  GradientSync sync;
+};
+
 class Simulation {
 public:
   /// `at[i]` says where pipeline stage i runs; `uniform` when every stage
@@ -305,7 +293,7 @@ public:
   /// run.
   double boundS = std::numeric_limits<double>::infinity();
   /// Filled by run() when set.
-  StepParts *parts = nullptr;
+  StepPhases *phases = nullptr;
   /// A folded DualPipe step (Strategy::dualPipeFolded): the V's turn
   /// crosses from the last stage to its mirror rank over its toNext link.
   bool dualPipeTurn = false;

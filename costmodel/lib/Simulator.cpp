@@ -165,36 +165,6 @@ llvm::Error Simulation::checkAssumptions() const {
   return llvm::Error::success();
 }
 
-/// What the lowering takes from a simulated step.
-static void fillParts(StepParts &parts, const StepLayout &l,
-                      const PipelineTransfers &x, const ScheduledStep &sch,
-                      const GradientSync &sync) {
-  parts.sequence = l.sequence;
-  parts.chunkOf = l.chunkOf;
-  parts.order = *sch.order;
-  parts.fwdS = l.fwdS;
-  parts.bwdS = l.bwdS;
-  parts.keptBytes = l.keptBytes;
-  parts.workingBytes = l.workingBytes;
-  parts.outBytes = l.outBytes;
-  parts.transferS = x.links.transferS;
-  parts.transferBwdS = x.links.transferBwdS;
-  parts.sendFwdBytes = x.sendFwdBytes;
-  parts.sendBwdBytes = x.sendBwdBytes;
-  parts.gatherFwdS = x.links.gatherFwdS;
-  parts.gatherBwdS = x.links.gatherBwdS;
-  parts.tiedParams = l.tiedCopy;
-  parts.tiedSyncS = l.tiedSyncS;
-  parts.tiedCopyParams = l.tiedCopyParams;
-  parts.recomputed = l.recomputed;
-  parts.denseParams = sync.denseParams;
-  parts.expertParams = sync.expertParams;
-  parts.tpGradParams = sync.tpGradParams;
-  parts.shardParams = sync.shardParams;
-  parts.optS = sync.optS;
-  parts.optBytes = sync.optBytes;
-}
-
 llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
   StepResult r;
   r.strategy = s;
@@ -216,8 +186,6 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
   if (!sch)
     return sch.takeError();
   GradientSync sync = syncGradients(*layout, sch->timeline, r);
-  if (parts)
-    fillParts(*parts, *layout, transfers, *sch, sync);
   // Transfers' share of the idle time: the same schedule without them.
   int chunks = s.pp * s.virtualStages;
   double noTransferEnd =
@@ -229,6 +197,8 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
                 .free[sync.slowest];
   stageMemory(*layout, *sch->order, sync, r);
   figures(*layout, *sch, sync, noTransferEnd, keepTrace, r);
+  if (phases)
+    *phases = {std::move(*layout), std::move(transfers), std::move(sync)};
   return r;
 }
 
