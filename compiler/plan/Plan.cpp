@@ -1,6 +1,6 @@
 //===- Plan.cpp - the plan format (version 1) ----------------------------===//
 #include "orrery/Plan/Plan.h"
-#include "orrery/Export/Exporters.h"
+#include "orrery/Plan/Capabilities.h"
 #include "orrery/CostModel/Errors.h"
 #include "llvm/ADT/StringExtras.h"
 
@@ -224,7 +224,7 @@ static ojson planHeader(const Workload &w, const PlanInputs &in) {
   return j;
 }
 
-/// The export targets that run `r`'s strategy as priced (Exporters.h).
+/// The export targets that run `r`'s strategy as priced (Capabilities.h).
 static ojson frameworksJson(const StepResult &r, const Workload &w) {
   ojson list = ojson::array();
   for (const std::string &f : frameworksRunning(r, w))

@@ -1,7 +1,7 @@
 //===- Planner.cpp - search the strategy space ---------------------------===//
 #include "orrery/Search/Planner.h"
 #include "orrery/CostModel/Errors.h"
-#include "orrery/Export/Exporters.h"
+#include "orrery/Plan/Capabilities.h"
 
 #include <algorithm>
 #include <atomic>

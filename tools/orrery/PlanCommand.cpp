@@ -11,7 +11,7 @@
 #include "Simulate.h"
 #include "Stats.h"
 #include "orrery/CostModel/PrintableLine.h"
-#include "orrery/Export/Exporters.h"
+#include "orrery/Plan/Capabilities.h"
 #include "orrery/Plan/Plan.h"
 #include "orrery/Workload/BuildWorkload.h"
 

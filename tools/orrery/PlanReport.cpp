@@ -1,7 +1,7 @@
 //===- PlanReport.cpp - the `orrery plan` summary ------------------------===//
 #include "PlanReport.h"
 #include "Simulate.h"
-#include "orrery/Export/Exporters.h"
+#include "orrery/Plan/Capabilities.h"
 
 #include <algorithm>
 #include <cstdio>

@@ -3,7 +3,7 @@
 #include "Commands.h"
 #include "PlanCommand.h"
 #include "PlanReport.h"
-#include "orrery/Export/Exporters.h"
+#include "orrery/Plan/Capabilities.h"
 
 #include <fstream>
 #include <iostream>

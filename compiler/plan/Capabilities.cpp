@@ -1,0 +1,977 @@
+//===- Capabilities.cpp - what each framework runs, in one table ----------===//
+//
+// Per framework, its refusals in the order they are checked: each names the
+// capability it is about, when the plan needs what the framework lacks,
+// and the one line that says so. Rules that several frameworks share come
+// first (kCommon); then each framework's own. An exporter writes a plan
+// only when no rule refuses it, and the planner asks the same rules.
+//
+//===----------------------------------------------------------------------===//
+#include "orrery/Plan/Capabilities.h"
+#include "orrery/Plan/Plan.h"
+
+#include <algorithm>
+
+namespace orrery {
+
+static llvm::Error err(const std::string &msg) {
+  return llvm::createStringError(llvm::inconvertibleErrorCode(), msg);
+}
+
+//===----------------------------------------------------------------------===//
+// A plan as a framework sees it.
+//===----------------------------------------------------------------------===//
+
+llvm::Expected<ExportPlan> readExportPlan(const nlohmann::json &plan,
+                                          const std::string &what) {
+  if (isHeteroPlan(plan))
+    return err(what + ": a heterogeneous plan (stages on different device "
+                      "types or sites) runs different configurations on "
+                      "different devices; none of the export targets can "
+                      "express that");
+  auto s = strategyFromPlan(plan, what);
+  if (!s)
+    return s.takeError();
+  ExportPlan p;
+  p.strategy = *s;
+  auto assumptions = assumptionsFromPlan(plan, what);
+  if (!assumptions)
+    return assumptions.takeError();
+  p.kernels = assumptions->fusion;
+  p.gradBytes = assumptions->gradBytesPerParam;
+  p.gradReduceBytes = assumptions->gradReduceBytes();
+  p.fusedGradAccumulation = assumptions->fusedGradientAccumulation;
+  p.fineTuning = assumptions->fineTuning;
+  p.zero3PrefetchParams = assumptions->zero3PrefetchParams;
+  p.pipelineWholeGradients = assumptions->pipelineWholeGradients;
+  p.pipelineAttentionMask = assumptions->pipelineAttentionMask;
+  const nlohmann::json &model = plan.value("model", nlohmann::json::object());
+  p.model = model.value("source", "");
+  if (model.contains("parameters") && model["parameters"].is_number_integer())
+    p.parameters = model["parameters"].get<int64_t>();
+  const nlohmann::json &predicted =
+      plan.value("predicted", nlohmann::json::object());
+  if (predicted.is_object() && predicted.contains("in_network_aggregation")) {
+    const nlohmann::json &v = predicted["in_network_aggregation"];
+    if (!v.is_string() || (v != "none" && v != "sharp" && v != "switchml"))
+      return err(what + ": predicted.in_network_aggregation: must be \"none\", "
+                        "\"sharp\" or \"switchml\"");
+    p.aggregation = v == "none" ? "" : v.get<std::string>();
+  }
+  if (plan.contains("cluster") && plan["cluster"].is_object()) {
+    p.deviceType = plan["cluster"].value("device_type", "");
+    p.devices = plan["cluster"].value("devices", 0);
+  }
+  if (!model.contains("layers") || !model["layers"].is_array() ||
+      model["layers"].empty())
+    return err(what + ": model.layers: missing (the layer kinds and counts)");
+  for (const auto &l : model["layers"]) {
+    if (!l.is_object() || !l.contains("kind") || !l["kind"].is_string() ||
+        !l.contains("count") || !l["count"].is_number_integer() ||
+        l["count"].get<int64_t>() < 1)
+      return err(what + ": model.layers: each entry needs a kind and a "
+                        "positive count");
+    p.layers.push_back({l["kind"], l["count"]});
+  }
+  if (auto e = placeChunks(p, what))
+    return std::move(e);
+  return p;
+}
+
+llvm::Error placeChunks(ExportPlan &p, const std::string &what) {
+  // The body is the longest run; what precedes it, what follows it.
+  size_t bodyRun = 0;
+  int64_t total = 0;
+  p.before = p.body = p.after = 0;
+  for (size_t r = 0; r < p.layers.size(); ++r) {
+    total += p.layers[r].second;
+    if (p.layers[r].second > p.layers[bodyRun].second)
+      bodyRun = r;
+  }
+  for (size_t r = 0; r < p.layers.size(); ++r)
+    (r < bodyRun ? p.before : r > bodyRun ? p.after : p.body) +=
+        p.layers[r].second;
+  // Chunks as the simulator makes them (StepLayout.cpp chunkLayers).
+  const Strategy &st = p.strategy;
+  int chunks = st.pp * st.virtualStages;
+  p.chunkLayers.clear();
+  if (!st.stageLayers.empty()) {
+    p.chunkLayers = st.stageLayers;
+  } else {
+    int64_t body = p.body, before = p.before, after = p.after;
+    if (body < chunks) {
+      body = total;
+      before = after = 0;
+    }
+    for (int i = 0; i < chunks; ++i)
+      p.chunkLayers.push_back(int(body / chunks + (i < body % chunks)));
+    p.chunkLayers.front() += int(before);
+    p.chunkLayers.back() += int(after);
+  }
+  int64_t sum = 0;
+  for (int n : p.chunkLayers)
+    sum += n;
+  if (int(p.chunkLayers.size()) != chunks || sum != total)
+    return err(what + ": strategy.layers_per_stage: " +
+               std::to_string(p.chunkLayers.size()) + " chunks holding " +
+               std::to_string(sum) + " layers; expected " +
+               std::to_string(chunks) + " holding " + std::to_string(total));
+  p.chunkBodyLayers.clear();
+  bool clean = true;
+  for (int c = 0; c < chunks; ++c) {
+    int64_t n = p.chunkLayers[c] - (c == 0 ? p.before : 0) -
+                (c == chunks - 1 ? p.after : 0);
+    clean &= n >= 0;
+    p.chunkBodyLayers.push_back(n);
+  }
+  if (!clean)
+    p.chunkBodyLayers.clear();
+  return llvm::Error::success();
+}
+
+llvm::Expected<ExportPlan> exportPlanFor(const Workload &w, const Strategy &s,
+                                         const Assumptions &a) {
+  ExportPlan p;
+  p.strategy = s;
+  p.kernels = a.fusion;
+  p.gradBytes = a.gradBytesPerParam;
+  p.gradReduceBytes = a.gradReduceBytes();
+  p.fusedGradAccumulation = a.fusedGradientAccumulation;
+  p.fineTuning = a.fineTuning;
+  p.zero3PrefetchParams = a.zero3PrefetchParams;
+  p.pipelineWholeGradients = a.pipelineWholeGradients;
+  p.pipelineAttentionMask = a.pipelineAttentionMask;
+  p.parameters = w.parameters() + w.frozenParameters();
+  for (const LayerRun &run : w.layers)
+    p.layers.push_back({w.kinds[run.kind].name, run.count});
+  if (auto e = placeChunks(p, "strategy"))
+    return std::move(e);
+  return p;
+}
+
+std::vector<int64_t> megatronChunkLayers(const ExportPlan &p, bool &embedding,
+                                         bool &loss) {
+  // Megatron splits the body evenly over the chunks, or takes the first
+  // and last stage's count and splits the rest evenly. Megatron-Core can
+  // also count the input embedding and the loss head as one transformer
+  // layer each in its even split (--account-for-embedding-in-pipeline-split,
+  // --account-for-loss-in-pipeline-split): the first chunk then builds one
+  // layer fewer, the last one fewer.
+  embedding = loss = false;
+  std::vector<int64_t> b = p.chunkBodyLayers;
+  auto isEven = [](const std::vector<int64_t> &v) {
+    return std::all_of(v.begin(), v.end(),
+                       [&](int64_t n) { return n == v.front(); });
+  };
+  if (isEven(b) || b.size() < 2)
+    return b;
+  for (auto [emb, ls] : {std::pair{true, true}, std::pair{true, false},
+                         std::pair{false, true}}) {
+    if ((emb && p.before != 1) || (ls && p.after != 1))
+      continue;
+    std::vector<int64_t> counted = b;
+    counted.front() += emb;
+    counted.back() += ls;
+    if (!isEven(counted))
+      continue;
+    embedding = emb;
+    loss = ls;
+    return counted;
+  }
+  return b;
+}
+
+//===----------------------------------------------------------------------===//
+// The table.
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+using Plan = ExportPlan;
+/// One refusal: what it is about, whether `framework` refuses the plan,
+/// and why (the line after "FRAMEWORK: ").
+struct Refusal {
+  Capability about;
+  bool (*refuses)(const Plan &p, const std::string &framework);
+  std::string (*why)(const Plan &p);
+};
+
+std::string num(int64_t v) { return std::to_string(v); }
+
+std::string fineTuningWhy(const Plan &p, const char *why) {
+  return "the plan fine-tunes (" + p.fineTuning.str() + "), which " + why +
+         "; export --to pytorch for the code that freezes and adapts the "
+         "weights";
+}
+std::string moeCapacityWhy(const Plan &p) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", p.strategy.moeCapacity);
+  return std::string("the experts' capacity factor (moe_capacity=") + buf +
+         ") is the MoE layer's own setting in the model code here; export to "
+         "megatron (--moe-expert-capacity-factor)";
+}
+std::string prefetchWhy(const Plan &p, const char *how) {
+  return std::string(how) +
+         std::to_string(int64_t(p.zero3PrefetchParams)) +
+         " parameters ahead (predicted.zero3_prefetch_parameters)";
+}
+bool needsMoeCapacity(const Plan &p, const std::string &) {
+  return p.strategy.moeCapacity > 0;
+}
+bool prefetches(const Plan &p, const std::string &) {
+  return p.strategy.zeroStage == 3 && p.zero3PrefetchParams > 0;
+}
+bool ulysses(const Plan &p, const std::string &) {
+  return p.strategy.cp > 1 && p.strategy.cpComm == CpComm::AllToAll;
+}
+bool overlapsTpOrP2p(const Plan &p, const std::string &) {
+  const Strategy &s = p.strategy;
+  return (s.overlapTpComm && s.tp > 1) || (s.overlapP2p && s.pp > 1);
+}
+/// Why `s`'s layer split cannot be given as split points ("" if it can).
+std::string splitPointProblem(const Plan &p) {
+  if (p.chunkBodyLayers.empty())
+    return "the plan puts embedding or head layers outside the first and "
+           "last pipeline stages";
+  int64_t at = 0;
+  for (size_t c = 0; c + 1 < p.chunkBodyLayers.size(); ++c) {
+    at += p.chunkBodyLayers[c];
+    if (p.chunkBodyLayers[c] == 0 || at >= p.body)
+      return "a pipeline stage holds no transformer block (only the "
+             "embedding or head), which a split point cannot express";
+  }
+  return "";
+}
+
+/// Every target but mlir, before its own rules.
+const Refusal kCommon[] = {
+    {Capability::LayerSplit,
+     [](const Plan &p, const std::string &) {
+       return p.strategy.tpBatchSplit;
+     },
+     [](const Plan &) -> std::string {
+       return "the plan splits the batch of some ops inside the "
+              "tensor-parallel group (tp_batch_split), a per-op layout this "
+              "target cannot state; export it --to mlir, or plan without it";
+     }},
+    {Capability::Schedule,
+     [](const Plan &p, const std::string &) {
+       return p.strategy.schedule == Schedule::ZeroBubbleH1 &&
+              p.strategy.pp > 1;
+     },
+     [](const Plan &) -> std::string {
+       return "the plan runs ZB-H1 (schedule=zb-h1), which this target does "
+              "not run (Megatron-LM core_r0.12 and DeepSpeed have no "
+              "zero-bubble schedule; torch.distributed.pipelining's are "
+              "interleaved or V-shaped); plan with schedule=1f1b";
+     }},
+    // The V schedules: PyTorch 2.6's ScheduleZBVZeroBubble runs ZB-V in
+    // the order priced; no target here runs DualPipeV (DeepSeek's own code,
+    // and PyTorch's ScheduleDualPipeV from a later release than the 2.6
+    // named); torch's V schedules refuse stages compiled with
+    // torch.compile, which torchtitan's fused kernels need.
+    {Capability::Schedule,
+     [](const Plan &p, const std::string &f) {
+       return p.strategy.vShape() &&
+              (f != "pytorch" || p.strategy.schedule == Schedule::DualPipeV);
+     },
+     [](const Plan &p) -> std::string {
+       return std::string("the plan runs ") + scheduleName(p.strategy.schedule) +
+              ", which this target does not run (" +
+              (p.strategy.schedule == Schedule::DualPipeV
+                   ? "DualPipeV runs in DeepSeek's DualPipe code and "
+                     "PyTorch's ScheduleDualPipeV, after PyTorch 2.6"
+                   : "ZB-V runs in PyTorch's ScheduleZBVZeroBubble, on "
+                     "stages not compiled with torch.compile: export "
+                     "--to pytorch") +
+              "); plan with schedule=interleaved or 1f1b";
+     }},
+    // Research strategies and schedules only their authors' code runs
+    // (phantom parallelism, subnetwork data parallelism), PatrickStar,
+    // DeepSeek's DualPipe (PyTorch ships the V alone, ScheduleDualPipeV)
+    // and torchbraid's layer-parallel MGRIT.
+    {Capability::ResearchStrategy,
+     [](const Plan &p, const std::string &) {
+       return p.strategy.phantomGhosts > 0;
+     },
+     [](const Plan &) -> std::string {
+       return "the plan trains phantom parallelism's ghost layers (phantom=, "
+              "Seal et al. 2025), which this target does not run";
+     }},
+    {Capability::ResearchStrategy,
+     [](const Plan &p, const std::string &) {
+       return p.strategy.chunkParams > 0;
+     },
+     [](const Plan &) -> std::string {
+       return "the plan manages its model data in PatrickStar's chunks "
+              "(chunks=), which this target does not run; plan with zero=3 "
+              "or offload=optimizer";
+     }},
+    {Capability::Schedule,
+     [](const Plan &p, const std::string &) {
+       return p.strategy.schedule == Schedule::DualPipe;
+     },
+     [](const Plan &) -> std::string {
+       return "the plan runs DualPipe (schedule=dualpipe), which this target "
+              "does not run (DeepSeek's DualPipe code runs it); plan with "
+              "schedule=zb-v or 1f1b";
+     }},
+    {Capability::ResearchStrategy,
+     [](const Plan &p, const std::string &) {
+       return p.strategy.schedule == Schedule::LayerParallelMgrit;
+     },
+     [](const Plan &) -> std::string {
+       return "the plan trains layer-parallel by MGRIT (schedule=mgrit, "
+              "torchbraid's method), which this target does not run";
+     }},
+    {Capability::ResearchStrategy,
+     [](const Plan &p, const std::string &) {
+       return p.strategy.subnetworkFraction > 0;
+     },
+     [](const Plan &) -> std::string {
+       return "the plan trains subnetworks per worker (sdp, Singh et al. "
+              "2025), which this target does not run";
+     }},
+    // Only DeepSpeed's pipeline engine sends gradients whole from every
+    // tensor-parallel rank (pipeline.grad_partitioned false) and, with its
+    // GPT pipeline models, the attention mask beside each activation.
+    {Capability::PipelineSends,
+     [](const Plan &p, const std::string &f) {
+       return f != "deepspeed" && p.strategy.pp > 1 &&
+              (p.pipelineAttentionMask ||
+               (p.pipelineWholeGradients && p.strategy.tp > 1));
+     },
+     [](const Plan &p) -> std::string {
+       return std::string("the plan was priced with ") +
+              (p.pipelineAttentionMask
+                   ? "the attention mask sent between pipeline stages "
+                     "(predicted.pipeline_attention_mask)"
+                   : "every tensor-parallel rank sending the whole "
+                     "gradient between pipeline stages "
+                     "(predicted.pipeline_gradients)") +
+              ", as DeepSpeed's pipeline engine does and this target's "
+              "does not; export --to deepspeed, or plan without "
+              "--pipeline-mask and --pipeline-gradients whole";
+     }},
+    // SwitchML's sum runs in its own client library, not in NCCL or Gloo.
+    {Capability::Collectives,
+     [](const Plan &p, const std::string &) {
+       return p.aggregation == "switchml";
+     },
+     [](const Plan &) -> std::string {
+       return "the plan's gradient all-reduce was priced through SwitchML's "
+              "switch aggregation (predicted.in_network_aggregation), which "
+              "this target's collectives (NCCL) do not run; plan on the "
+              "cluster without nic.in_network_aggregation";
+     }},
+    {Capability::Recompute,
+     [](const Plan &p, const std::string &) {
+       return !p.strategy.recomputeKinds.empty();
+     },
+     [](const Plan &) -> std::string {
+       return "the plan recomputes only some layer kinds (recompute_kinds), "
+              "which this target does not state; plan with recompute on "
+              "every kind";
+     }},
+    // Only Megatron-LM recomputes the first K layers of each chunk and
+    // keeps the rest (--recompute-method block); DeepSpeed's checkpoint
+    // interval, torchtitan's every-N-th-layer option and JAX's remat
+    // policies choose other layers, with another memory peak on the uneven
+    // stages.
+    {Capability::Recompute,
+     [](const Plan &p, const std::string &f) {
+       return p.strategy.recompute == Recompute::Full &&
+              p.strategy.recomputeLayers > 0 && f != "megatron";
+     },
+     [](const Plan &p) -> std::string {
+       return "the plan recomputes only the first " +
+              num(p.strategy.recomputeLayers) +
+              " layers of each pipeline chunk (recompute_layers), which only "
+              "Megatron-LM states (--recompute-method block); plan with "
+              "recompute=full on every layer";
+     }},
+    // Only DeepSpeed reduces gradients in another type than it keeps them
+    // (communication_data_type); the others reduce what they keep.
+    {Capability::Gradients,
+     [](const Plan &p, const std::string &f) {
+       return p.gradReduceBytes != p.gradBytes && f != "deepspeed";
+     },
+     [](const Plan &p) -> std::string {
+       return "the plan reduces " + num(int(p.gradBytes)) +
+              "-byte gradients in " + num(int(p.gradReduceBytes)) +
+              " bytes (predicted.gradient_reduce_bytes_per_parameter); this "
+              "target reduces gradients in the type it keeps them; plan "
+              "without --grad-reduce-bytes";
+     }},
+};
+
+bool uneven(const std::vector<int64_t> &v) {
+  return !v.empty() && !std::all_of(v.begin(), v.end(),
+                      [&](int64_t n) { return n == v.front(); });
+}
+std::string megatronLayers(const Plan &p) {
+  bool emb, loss;
+  std::string l;
+  for (int64_t n : megatronChunkLayers(p, emb, loss))
+    l += (l.empty() ? "" : ",") + std::to_string(n);
+  return l;
+}
+/// Megatron-LM sets only the first and last stage's count: the middle
+/// stages' must agree (and hold a layer).
+bool megatronMiddleUneven(const Plan &p) {
+  bool emb, loss;
+  std::vector<int64_t> b = megatronChunkLayers(p, emb, loss);
+  if (p.strategy.virtualStages > 1 || p.strategy.pp <= 1 || !uneven(b))
+    return false;
+  size_t chunks = b.size();
+  for (size_t c = 1; c + 1 < chunks; ++c)
+    if (b[c] != b[1])
+      return true;
+  return chunks > 2 && b[1] == 0;
+}
+
+/// Megatron-LM core_r0.12: pretrain_gpt.py's flags.
+const Refusal kMegatron[] = {
+    {Capability::FineTuning,
+     [](const Plan &p, const std::string &) { return p.fineTuning.active(); },
+     [](const Plan &p) {
+       return fineTuningWhy(p, "Megatron-LM's flags do not state (NeMo's "
+                               "PEFT does: LoRA with dim and "
+                               "target_modules)");
+     }},
+    {Capability::Schedule,
+     [](const Plan &p, const std::string &) {
+       return p.strategy.schedule == Schedule::GPipe && p.strategy.pp > 1;
+     },
+     [](const Plan &) -> std::string {
+       return "Megatron-LM has no GPipe schedule (it runs 1F1B or "
+              "interleaved 1F1B); plan or simulate with schedule=1f1b";
+     }},
+    {Capability::Offload,
+     [](const Plan &p, const std::string &) {
+       return p.strategy.offloadActivations;
+     },
+     [](const Plan &) -> std::string {
+       return "the plan offloads activations to host memory, which "
+              "Megatron-LM's flags do not express";
+     }},
+    {Capability::Zero,
+     [](const Plan &p, const std::string &) {
+       return p.strategy.zeroStage == 2;
+     },
+     [](const Plan &) -> std::string {
+       return "ZeRO-2 (sharded gradients without sharded weights) has no "
+              "Megatron-LM flag; its distributed optimizer is ZeRO-1 and "
+              "torch FSDP2 is ZeRO-3";
+     }},
+    {Capability::DeviceOrder,
+     [](const Plan &p, const std::string &) {
+       const std::vector<std::string> &o = p.strategy.order;
+       return o != std::vector<std::string>{"tp", "cp", "dp", "pp"} &&
+              o != std::vector<std::string>{"tp", "cp", "pp", "dp"};
+     },
+     [](const Plan &p) {
+       return "device order " + p.strategy.str() +
+              " is neither Megatron-LM's default (tp, cp, dp, pp) nor its "
+              "--use-tp-pp-dp-mapping (tp, cp, pp, dp)";
+     }},
+    {Capability::LayerSplit,
+     [](const Plan &p, const std::string &) {
+       return p.chunkBodyLayers.empty();
+     },
+     [](const Plan &) -> std::string {
+       return "the plan puts embedding or head layers outside the first and "
+              "last pipeline stages";
+     }},
+    {Capability::LayerSplit,
+     [](const Plan &p, const std::string &) {
+       bool emb, loss;
+       return p.strategy.virtualStages > 1 &&
+              uneven(megatronChunkLayers(p, emb, loss));
+     },
+     [](const Plan &p) {
+       return "interleaved stages of uneven size (" + p.strategy.str() +
+              ") cannot be given to Megatron-LM, which splits the layers "
+              "evenly over virtual stages";
+     }},
+    {Capability::LayerSplit,
+     [](const Plan &p, const std::string &) { return megatronMiddleUneven(p); },
+     [](const Plan &p) {
+       return "the plan's layers per stage (" + megatronLayers(p) +
+              " transformer layers) differ between middle stages; "
+              "Megatron-LM sets only the first and last stage's count";
+     }},
+    {Capability::Overlap,
+     [](const Plan &p, const std::string &) {
+       const Strategy &s = p.strategy;
+       return s.dp > 1 && s.zeroStage == 1 && s.overlapParamGather &&
+              !s.overlapGradReduce;
+     },
+     [](const Plan &) -> std::string {
+       return "Megatron-LM overlaps the parameter all-gather "
+              "(--overlap-param-gather) only with --overlap-grad-reduce; the "
+              "plan overlaps one without the other";
+     }},
+    {Capability::Kernels,
+     [](const Plan &p, const std::string &) {
+       return p.kernels == KernelFusion::Eager;
+     },
+     [](const Plan &) -> std::string {
+       return "the plan was priced as plain PyTorch, one kernel per op "
+              "(--kernels eager); Megatron-LM runs its fused kernels: plan "
+              "with --kernels fused or unfused-attention";
+     }},
+    {Capability::Zero, prefetches,
+     [](const Plan &p) {
+       return prefetchWhy(p, "--use-torch-fsdp2 prefetches the next layer "
+                             "whole; the plan was priced gathering ");
+     }},
+    {Capability::Offload,
+     [](const Plan &p, const std::string &) {
+       return p.strategy.offloadOptimizer && p.strategy.zeroStage != 1;
+     },
+     [](const Plan &p) {
+       return "Megatron-LM offloads the optimizer only with its distributed "
+              "optimizer (ZeRO-1); the plan uses ZeRO-" +
+              num(p.strategy.zeroStage);
+     }},
+};
+
+/// DeepSpeed 0.16: a ds_config.json.
+const Refusal kDeepSpeed[] = {
+    {Capability::Experts, needsMoeCapacity, moeCapacityWhy},
+    {Capability::FineTuning,
+     [](const Plan &p, const std::string &) { return p.fineTuning.active(); },
+     [](const Plan &p) {
+       return fineTuningWhy(p, "a ds_config does not state (frozen weights "
+                               "and adapters live in the model code)");
+     }},
+    {Capability::Experts,
+     [](const Plan &p, const std::string &) { return p.strategy.ep > 1; },
+     [](const Plan &p) {
+       return "expert parallelism (ep=" + num(p.strategy.ep) +
+              ") lives in DeepSpeed-MoE's model code, not in ds_config";
+     }},
+    {Capability::ContextParallel,
+     [](const Plan &p, const std::string &) { return p.strategy.cp > 1; },
+     [](const Plan &p) {
+       return "context parallelism (cp=" + num(p.strategy.cp) +
+              ") has no ds_config setting";
+     }},
+    {Capability::Offload,
+     [](const Plan &p, const std::string &) {
+       return p.strategy.offloadActivations &&
+              p.strategy.recompute != Recompute::Full;
+     },
+     [](const Plan &p) {
+       return "cpu_checkpointing offloads activation checkpoints, which only "
+              "full recompute makes; the plan offloads activations with "
+              "recompute=" +
+              std::string(recomputeName(p.strategy.recompute));
+     }},
+    {Capability::Schedule,
+     [](const Plan &p, const std::string &) {
+       return p.strategy.virtualStages > 1;
+     },
+     [](const Plan &p) {
+       return "DeepSpeed's pipeline engine has no interleaved schedule (the "
+              "plan has vpp=" +
+              num(p.strategy.virtualStages) + ")";
+     }},
+    {Capability::Recompute,
+     [](const Plan &p, const std::string &) {
+       return p.strategy.recompute == Recompute::Selective;
+     },
+     [](const Plan &) -> std::string {
+       return "selective (attention-only) recompute is not a ds_config "
+              "setting; it lives in the model code";
+     }},
+    {Capability::Zero,
+     [](const Plan &p, const std::string &) {
+       return p.strategy.pp > 1 && p.strategy.zeroStage >= 2;
+     },
+     [](const Plan &p) {
+       return "DeepSpeed's pipeline engine runs with ZeRO-1 at most; the "
+              "plan uses ZeRO-" +
+              num(p.strategy.zeroStage) + " with pp=" + num(p.strategy.pp);
+     }},
+    {Capability::LayerSplit,
+     [](const Plan &p, const std::string &) {
+       if (p.strategy.pp <= 1)
+         return false;
+       auto [lo, hi] =
+           std::minmax_element(p.chunkLayers.begin(), p.chunkLayers.end());
+       return *hi - *lo > 1;
+     },
+     [](const Plan &p) {
+       auto [lo, hi] =
+           std::minmax_element(p.chunkLayers.begin(), p.chunkLayers.end());
+       return "DeepSpeed's PipelineModule partitions layers uniformly (or "
+              "by parameters or type); it cannot take this plan's uneven "
+              "stages (" +
+              num(*lo) + " to " + num(*hi) + " layers)";
+     }},
+    {Capability::Precision,
+     [](const Plan &p, const std::string &) {
+       return p.strategy.precision == Precision::FP8;
+     },
+     [](const Plan &) -> std::string {
+       return "fp8 training is not a ds_config precision";
+     }},
+    // Megatron's sequence parallelism splits the norms' and dropouts'
+    // activations over tp; DeepSpeed's AutoTP does not. Under full
+    // recompute only the checkpoints are kept, and partition_activations
+    // splits those over tp as sequence parallelism does.
+    {Capability::LayerSplit,
+     [](const Plan &p, const std::string &) {
+       const Strategy &s = p.strategy;
+       return s.sequenceParallel && s.tp > 1 && s.recompute != Recompute::Full;
+     },
+     [](const Plan &p) {
+       return "AutoTP has no sequence parallelism (the plan has sp=1 with "
+              "tp=" +
+              num(p.strategy.tp) +
+              " and recompute=" + recomputeName(p.strategy.recompute) +
+              "); plan with sp=0, or recompute=full (partition_activations)";
+     }},
+    {Capability::Overlap,
+     [](const Plan &p, const std::string &) {
+       return p.strategy.overlapTpComm && p.strategy.tp > 1;
+     },
+     [](const Plan &p) {
+       return "AutoTP has no overlap of its collectives with the GEMMs (the "
+              "plan has overlap=" +
+              p.strategy.overlapName() + ")";
+     }},
+    {Capability::Overlap,
+     [](const Plan &p, const std::string &) {
+       const Strategy &s = p.strategy;
+       return s.dp > 1 && s.overlapGradReduce &&
+              (s.pp > 1 || s.zeroStage == 0);
+     },
+     [](const Plan &p) {
+       return "DeepSpeed's " +
+              std::string(p.strategy.pp > 1 ? "pipeline engine" : "ZeRO-0") +
+              " reduces gradients after the backward, not during it; plan "
+              "without the gradient overlap (overlap=none, or without "
+              "'grad')";
+     }},
+    {Capability::Overlap,
+     [](const Plan &p, const std::string &) {
+       const Strategy &s = p.strategy;
+       return s.dp > 1 && (s.zeroStage == 1 || s.zeroStage == 2) &&
+              s.overlapParamGather;
+     },
+     [](const Plan &p) {
+       return "ZeRO-" + num(p.strategy.zeroStage) +
+              " all-gathers the updated weights after the optimizer step, "
+              "not during the next forward; plan without 'param' in "
+              "overlap= (e.g. overlap=grad)";
+     }},
+    {Capability::Offload,
+     [](const Plan &p, const std::string &) {
+       return p.strategy.offloadOptimizer && p.strategy.zeroStage == 0;
+     },
+     [](const Plan &) -> std::string {
+       return "optimizer offload needs ZeRO-1 or more";
+     }},
+};
+
+/// torchtitan 0.1: its job TOML.
+const Refusal kTorchtitan[] = {
+    {Capability::Experts, needsMoeCapacity, moeCapacityWhy},
+    {Capability::Precision,
+     [](const Plan &p, const std::string &) {
+       return p.strategy.precision == Precision::FP16;
+     },
+     [](const Plan &) -> std::string {
+       return "fp16 is not a torchtitan parameter precision (bfloat16 or "
+              "float32)";
+     }},
+    {Capability::Offload,
+     [](const Plan &p, const std::string &) {
+       return p.strategy.offloadActivations;
+     },
+     [](const Plan &) -> std::string {
+       return "activation offload to host memory has no torchtitan setting";
+     }},
+    {Capability::Zero,
+     [](const Plan &p, const std::string &) {
+       return p.strategy.zeroStage == 1 || p.strategy.zeroStage == 2;
+     },
+     [](const Plan &p) {
+       return "the plan shards " +
+              std::string(p.strategy.zeroStage == 1
+                              ? "the optimizer state (ZeRO-1)"
+                              : "gradients and optimizer state (ZeRO-2)") +
+              "; torchtitan replicates (DDP, ZeRO-0) or shards weights too "
+              "(FSDP, ZeRO-3): plan with zero=0 or zero=3";
+     }},
+    {Capability::Offload,
+     [](const Plan &p, const std::string &) {
+       return p.strategy.offloadOptimizer && p.strategy.zeroStage == 0;
+     },
+     [](const Plan &) -> std::string {
+       return "CPU offload needs FSDP (ZeRO-3); the plan replicates weights "
+              "(ZeRO-0)";
+     }},
+    {Capability::ContextParallel, ulysses,
+     [](const Plan &) -> std::string {
+       return "its context parallelism is ring attention; the plan uses "
+              "cp_comm=all-to-all (Ulysses)";
+     }},
+    {Capability::Kernels,
+     [](const Plan &p, const std::string &) {
+       return p.kernels != KernelFusion::Fused;
+     },
+     [](const Plan &p) {
+       return std::string("its models run attention through SDPA's flash "
+                          "kernels and fuse the rest with torch.compile; the "
+                          "plan was priced with --kernels ") +
+              kernelFusionName(p.kernels) + ": plan with --kernels fused";
+     }},
+    {Capability::Overlap,
+     [](const Plan &p, const std::string &) {
+       return p.strategy.overlapP2p && p.strategy.pp > 1;
+     },
+     [](const Plan &p) {
+       return "its pipeline schedules have no overlap of the sends with "
+              "compute (the plan has overlap=" +
+              p.strategy.overlapName() + ")";
+     }},
+    {Capability::Zero, prefetches,
+     [](const Plan &p) {
+       return prefetchWhy(p, "FSDP prefetches the next block whole; the plan "
+                             "was priced gathering ");
+     }},
+    {Capability::LayerSplit,
+     [](const Plan &p, const std::string &) {
+       return p.strategy.pp > 1 && !splitPointProblem(p).empty();
+     },
+     splitPointProblem},
+};
+
+/// PyTorch 2.6: DeviceMesh, DTensor, FSDP2, torch.distributed.pipelining.
+const Refusal kPytorch[] = {
+    {Capability::Experts, needsMoeCapacity, moeCapacityWhy},
+    {Capability::LayerSplit,
+     [](const Plan &p, const std::string &) {
+       return p.chunkBodyLayers.empty() && p.strategy.pp > 1;
+     },
+     [](const Plan &) -> std::string {
+       return "the plan puts embedding or head layers outside the first and "
+              "last pipeline stages";
+     }},
+    {Capability::Offload,
+     [](const Plan &p, const std::string &) {
+       return p.strategy.offloadActivations;
+     },
+     [](const Plan &) -> std::string {
+       return "activation offload has no FSDP2/DTensor setting";
+     }},
+    {Capability::Zero,
+     [](const Plan &p, const std::string &) {
+       return p.strategy.zeroStage == 2;
+     },
+     [](const Plan &) -> std::string {
+       return "ZeRO-2 has no PyTorch equivalent (FSDP2 is ZeRO-3, "
+              "ZeroRedundancyOptimizer is ZeRO-1)";
+     }},
+    {Capability::Zero, prefetches,
+     [](const Plan &p) {
+       return prefetchWhy(p, "FSDP2 prefetches the next block whole; the "
+                             "plan was priced gathering ");
+     }},
+    {Capability::Experts,
+     [](const Plan &p, const std::string &) { return p.strategy.ep > 1; },
+     [](const Plan &p) {
+       return "expert parallelism (ep=" + num(p.strategy.ep) +
+              ") has no DTensor / FSDP2 setting here; export to megatron or "
+              "torchtitan";
+     }},
+    {Capability::ContextParallel, ulysses,
+     [](const Plan &) -> std::string {
+       return "torch's context_parallel is ring attention; the plan uses "
+              "cp_comm=all-to-all (Ulysses)";
+     }},
+    {Capability::Overlap, overlapsTpOrP2p,
+     [](const Plan &p) {
+       return "DTensor and torch.distributed.pipelining have no overlap of "
+              "tensor-parallel collectives or pipeline sends with compute "
+              "(the plan has overlap=" +
+              p.strategy.overlapName() + ")";
+     }},
+    // Orrery's layer kinds are not names in the model code.
+    {Capability::FineTuning,
+     [](const Plan &p, const std::string &) {
+       for (const std::string &f : p.fineTuning.freeze)
+         for (const auto &kind : p.layers)
+           if (f == kind.first)
+             return p.fineTuning.active();
+       return false;
+     },
+     [](const Plan &p) {
+       for (const std::string &f : p.fineTuning.freeze)
+         for (const auto &kind : p.layers)
+           if (f == kind.first)
+             return "--freeze " + f +
+                    " names one of Orrery's layer kinds, which the model "
+                    "code does not; freeze by weight name to export";
+       return std::string();
+     }},
+};
+
+/// JAX 0.4.35+: a Mesh and PartitionSpecs by weight role.
+const Refusal kJax[] = {
+    {Capability::Experts, needsMoeCapacity, moeCapacityWhy},
+    {Capability::FineTuning,
+     [](const Plan &p, const std::string &) { return p.fineTuning.active(); },
+     [](const Plan &p) {
+       return fineTuningWhy(p, "a mesh and PartitionSpecs do not state (an "
+                               "optax mask does, in the training code)");
+     }},
+    {Capability::Offload,
+     [](const Plan &p, const std::string &) {
+       return p.strategy.offloadActivations || p.strategy.offloadOptimizer;
+     },
+     [](const Plan &) -> std::string {
+       return "host offload is not part of a mesh and PartitionSpecs";
+     }},
+    {Capability::Zero, prefetches,
+     [](const Plan &p) {
+       return prefetchWhy(p, "XLA schedules the sharded weights' gathers "
+                             "itself; the plan was priced gathering only ");
+     }},
+    {Capability::Zero,
+     [](const Plan &p, const std::string &) {
+       return p.strategy.zeroStage == 1 || p.strategy.zeroStage == 2;
+     },
+     [](const Plan &p) {
+       return "the plan shards the optimizer state" +
+              std::string(p.strategy.zeroStage == 2 ? " and gradients" : "") +
+              " but not the weights (ZeRO-" + num(p.strategy.zeroStage) +
+              "); these PartitionSpecs shard weights and optimizer state "
+              "alike (zero=3) or neither (zero=0): plan with one of those";
+     }},
+    {Capability::Experts,
+     [](const Plan &p, const std::string &) { return p.strategy.ep > 1; },
+     [](const Plan &p) {
+       return "expert parallelism (ep=" + num(p.strategy.ep) +
+              ") is not written as a mesh axis here; export to megatron or "
+              "torchtitan";
+     }},
+    {Capability::ContextParallel, ulysses,
+     [](const Plan &) -> std::string {
+       return "a sequence-sharded mesh runs ring-style attention; the plan "
+              "uses cp_comm=all-to-all (Ulysses)";
+     }},
+    {Capability::Overlap, overlapsTpOrP2p,
+     [](const Plan &p) {
+       return "a mesh and PartitionSpecs do not state how XLA overlaps "
+              "collectives (the plan has overlap=" +
+              p.strategy.overlapName() + ")";
+     }},
+};
+
+/// A framework's row: the release its exports are written for, how it
+/// treats gradients, and its own refusals after the common ones.
+struct Row {
+  FrameworkCapabilities info;
+  const Refusal *begin, *end;
+};
+template <size_t N>
+Row row(const char *name, const char *release, const char *gradients,
+        const Refusal (&rules)[N]) {
+  return {{name, release, gradients}, rules, rules + N};
+}
+
+const std::vector<Row> &table() {
+  static const std::vector<Row> rows = {
+      row("megatron", "Megatron-LM core_r0.12",
+          "accumulated into fp32 main gradients inside the weight-gradient "
+          "GEMM (or by a kernel of their own), reduced in the type kept",
+          kMegatron),
+      row("deepspeed", "DeepSpeed 0.16",
+          "accumulated by a kernel of their own; reduced in the type kept "
+          "or in communication_data_type",
+          kDeepSpeed),
+      row("torchtitan", "torchtitan 0.1",
+          "accumulated by autograd; FSDP reduces in fp32, DDP in the type "
+          "kept",
+          kTorchtitan),
+      row("pytorch", "PyTorch 2.6",
+          "accumulated by autograd; reduced in the type kept", kPytorch),
+      row("jax", "JAX 0.4.35",
+          "accumulated and reduced as XLA compiles the step", kJax),
+  };
+  return rows;
+}
+
+const Row *rowOf(const std::string &name) {
+  for (const Row &r : table())
+    if (name == r.info.name)
+      return &r;
+  return nullptr;
+}
+
+} // namespace
+
+const std::vector<std::string> &frameworkFormats() {
+  static const std::vector<std::string> formats = [] {
+    std::vector<std::string> f;
+    for (const Row &r : table())
+      f.push_back(r.info.name);
+    return f;
+  }();
+  return formats;
+}
+
+const FrameworkCapabilities *frameworkCapabilities(const std::string &name) {
+  const Row *r = rowOf(name);
+  return r ? &r->info : nullptr;
+}
+
+llvm::Error frameworkRuns(const ExportPlan &plan, const std::string &framework) {
+  const Row *r = rowOf(framework);
+  if (!r)
+    return err("export: unknown framework '" + framework + "'");
+  for (const Refusal &rule : kCommon)
+    if (rule.refuses(plan, framework))
+      return err(framework + ": " + rule.why(plan));
+  for (const Refusal *rule = r->begin; rule != r->end; ++rule)
+    if (rule->refuses(plan, framework))
+      return err(framework + ": " + rule->why(plan));
+  return llvm::Error::success();
+}
+
+std::vector<std::string> frameworksRunning(const ExportPlan &plan) {
+  std::vector<std::string> running;
+  for (const std::string &f : frameworkFormats())
+    if (auto e = frameworkRuns(plan, f))
+      llvm::consumeError(std::move(e));
+    else
+      running.push_back(f);
+  return running;
+}
+
+std::vector<std::string> frameworksRunning(const StepResult &r,
+                                           const Workload &w) {
+  Assumptions a; // as the result was priced
+  a.fusion = r.kernels;
+  a.fusedGradientAccumulation = !r.separateGradientAccumulation;
+  a.gradBytesPerParam = r.gradientBytesPerParameter;
+  a.gradReduceBytesPerParam = r.gradientReduceBytesPerParameter;
+  a.zero3PrefetchParams = r.zero3PrefetchParameters;
+  a.pipelineWholeGradients = r.pipelineWholeGradients;
+  a.pipelineAttentionMask = r.pipelineAttentionMask;
+  a.fineTuning = w.fineTuning;
+  auto p = exportPlanFor(w, r.strategy, a);
+  if (!p) {
+    llvm::consumeError(p.takeError());
+    return {};
+  }
+  p->aggregation = r.inNetworkAggregation;
+  return frameworksRunning(*p);
+}
+
+} // namespace orrery
