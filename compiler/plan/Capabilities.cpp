@@ -89,8 +89,9 @@ llvm::Error placeChunks(ExportPlan &p, const std::string &what) {
       bodyRun = r;
   }
   for (size_t r = 0; r < p.layers.size(); ++r)
-    (r < bodyRun ? p.before : r > bodyRun ? p.after : p.body) +=
-        p.layers[r].second;
+    (r < bodyRun   ? p.before
+     : r > bodyRun ? p.after
+                   : p.body) += p.layers[r].second;
   // Chunks as the simulator makes them (StepLayout.cpp chunkLayers).
   const Strategy &st = p.strategy;
   int chunks = st.pp * st.virtualStages;
@@ -211,8 +212,7 @@ std::string moeCapacityWhy(const Plan &p) {
          "megatron (--moe-expert-capacity-factor)";
 }
 std::string prefetchWhy(const Plan &p, const char *how) {
-  return std::string(how) +
-         std::to_string(int64_t(p.zero3PrefetchParams)) +
+  return std::string(how) + std::to_string(int64_t(p.zero3PrefetchParams)) +
          " parameters ahead (predicted.zero3_prefetch_parameters)";
 }
 bool needsMoeCapacity(const Plan &p, const std::string &) {
@@ -246,9 +246,7 @@ std::string splitPointProblem(const Plan &p) {
 /// Every target but mlir, before its own rules.
 const Refusal kCommon[] = {
     {Capability::LayerSplit,
-     [](const Plan &p, const std::string &) {
-       return p.strategy.tpBatchSplit;
-     },
+     [](const Plan &p, const std::string &) { return p.strategy.tpBatchSplit; },
      [](const Plan &) -> std::string {
        return "the plan splits the batch of some ops inside the "
               "tensor-parallel group (tp_batch_split), a per-op layout this "
@@ -276,7 +274,8 @@ const Refusal kCommon[] = {
               (f != "pytorch" || p.strategy.schedule == Schedule::DualPipeV);
      },
      [](const Plan &p) -> std::string {
-       return std::string("the plan runs ") + scheduleName(p.strategy.schedule) +
+       return std::string("the plan runs ") +
+              scheduleName(p.strategy.schedule) +
               ", which this target does not run (" +
               (p.strategy.schedule == Schedule::DualPipeV
                    ? "DualPipeV runs in DeepSeek's DualPipe code and "
@@ -407,7 +406,7 @@ const Refusal kCommon[] = {
 
 bool uneven(const std::vector<int64_t> &v) {
   return !v.empty() && !std::all_of(v.begin(), v.end(),
-                      [&](int64_t n) { return n == v.front(); });
+                                    [&](int64_t n) { return n == v.front(); });
 }
 std::string megatronLayers(const Plan &p) {
   bool emb, loss;
@@ -646,8 +645,7 @@ const Refusal kDeepSpeed[] = {
     {Capability::Overlap,
      [](const Plan &p, const std::string &) {
        const Strategy &s = p.strategy;
-       return s.dp > 1 && s.overlapGradReduce &&
-              (s.pp > 1 || s.zeroStage == 0);
+       return s.dp > 1 && s.overlapGradReduce && (s.pp > 1 || s.zeroStage == 0);
      },
      [](const Plan &p) {
        return "DeepSpeed's " +
@@ -931,7 +929,8 @@ const FrameworkCapabilities *frameworkCapabilities(const std::string &name) {
   return r ? &r->info : nullptr;
 }
 
-llvm::Error frameworkRuns(const ExportPlan &plan, const std::string &framework) {
+llvm::Error frameworkRuns(const ExportPlan &plan,
+                          const std::string &framework) {
   const Row *r = rowOf(framework);
   if (!r)
     return err("export: unknown framework '" + framework + "'");

@@ -23,9 +23,8 @@ GradientSync Simulation::syncGradients(const StepLayout &l, const Timeline &tl,
   size_t pp = size_t(s.pp);
   GradientSync sync;
   for (auto *v : {&sync.dpExposedS, &sync.optS, &sync.finishS,
-                  &sync.hostBytesPerNode, &sync.denseParams,
-                  &sync.expertParams, &sync.tpGradParams, &sync.shardParams,
-                  &sync.optBytes})
+                  &sync.hostBytesPerNode, &sync.denseParams, &sync.expertParams,
+                  &sync.tpGradParams, &sync.shardParams, &sync.optBytes})
     v->assign(pp, 0.0);
   for (int i = 0; i < s.pp; ++i) {
     syncStage(i, l, tl.lastBackwardS[i], sync, r);
@@ -52,8 +51,8 @@ void Simulation::syncStage(int i, const StepLayout &l, double lastBackwardS,
   // The experts' gradients are reduced over the ranks that hold the same
   // experts (dp x cp / ep), the rest over dp x cp.
   double dense = perDevice - experts;
-  sync.dpExposedS[i] = exposedReduction(i, l, lastBackwardS, perDevice,
-                                        experts, subnet, tpGrad, r);
+  sync.dpExposedS[i] = exposedReduction(i, l, lastBackwardS, perDevice, experts,
+                                        subnet, tpGrad, r);
   optimizerStep(i, dense, experts, sync);
   sync.denseParams[i] = dense;
   sync.expertParams[i] = experts;
@@ -84,15 +83,14 @@ double Simulation::exposedReduction(int i, const StepLayout &l,
     if (s.subnetworkFraction > 0)
       return collectiveTime(kind, (perDevice - subnet) * bytesPerParam,
                             at[i].dpGroup, element) +
-             collectiveTime(kind, subnet * bytesPerParam,
-                            at[i].subnetworkGroup, element);
-    return expertGroup
-               ? collectiveTime(kind, dense * bytesPerParam, at[i].dpGroup,
-                                element) +
-                     collectiveTime(kind, experts * bytesPerParam,
-                                    at[i].expertDpGroup, element)
-               : collectiveTime(kind, perDevice * bytesPerParam,
-                                at[i].dpGroup, element);
+             collectiveTime(kind, subnet * bytesPerParam, at[i].subnetworkGroup,
+                            element);
+    return expertGroup ? collectiveTime(kind, dense * bytesPerParam,
+                                        at[i].dpGroup, element) +
+                             collectiveTime(kind, experts * bytesPerParam,
+                                            at[i].expertDpGroup, element)
+                       : collectiveTime(kind, perDevice * bytesPerParam,
+                                        at[i].dpGroup, element);
   };
   double grad = s.zeroStage == 3 ? 0 : overGroups(reduce, a.gradReduceBytes());
   if (reduce == CollectiveKind::AllReduce && s.zeroStage != 3 &&
@@ -113,9 +111,9 @@ double Simulation::exposedReduction(int i, const StepLayout &l,
   // Weights a batch or spatial split keeps whole on every tp rank: their
   // gradients are all-reduced across the tp group too.
   if (at[i].tp > 1 && tpGrad > 0)
-    grad += collectiveTime(CollectiveKind::AllReduce,
-                           tpGrad * a.gradReduceBytes(), at[i].tpGroup,
-                           int(a.gradReduceBytes()));
+    grad +=
+        collectiveTime(CollectiveKind::AllReduce, tpGrad * a.gradReduceBytes(),
+                       at[i].tpGroup, int(a.gradReduceBytes()));
   // Overlapped (Megatron's --overlap-grad-reduce, DDP's buckets): the
   // reduction runs as the last micro-batch's backward fills the buckets;
   // the parameter all-gather (--overlap-param-gather) with the next
@@ -131,13 +129,12 @@ double Simulation::exposedReduction(int i, const StepLayout &l,
     const LayerKind &first = w.kinds[l.sequence[l.chunkOf[i].front()]];
     double firstParams =
         first.count == 1
-            ? double(first.parameters - first.replicatedParameters) /
-                      at[i].tp +
+            ? double(first.parameters - first.replicatedParameters) / at[i].tp +
                   double(first.replicatedParameters)
             : 0;
-    double bucket = std::max(
-        {a.gradBucketParams, a.gradBucketParamsPerRank * at[i].dpGroup.ranks,
-         firstParams});
+    double bucket = std::max({a.gradBucketParams,
+                              a.gradBucketParamsPerRank * at[i].dpGroup.ranks,
+                              firstParams});
     edge = std::min(dense, bucket);
   }
   double lastBucket =
@@ -153,9 +150,9 @@ double Simulation::exposedReduction(int i, const StepLayout &l,
   // reduce-scatters its gradients (DeepSpeed's partitioned gradients),
   // each exposed as the last one's is (no pipeline: refused above).
   double reductions = s.zeroStage == 2 ? double(m) : 1.0;
-  return reductions *
-             (s.overlapGradReduce ? std::max(lastBucket, grad - lastBackwardS)
-                                  : grad) +
+  return reductions * (s.overlapGradReduce
+                           ? std::max(lastBucket, grad - lastBackwardS)
+                           : grad) +
          (s.overlapParamGather ? std::max(firstBucket, gather - firstForward)
                                : gather) +
          l.tiedSyncS[i];
@@ -178,8 +175,8 @@ void Simulation::optimizerStep(int i, double dense, double experts,
   // read again and copied into the half-precision weight; the gradient
   // buffer zeroed for the next step. Five kernels.
   double masterBytes = 4;
-  double optBytes = shardParams *
-                    (3 * a.gradBytesPerParam + 2 * a.optimizerBytesPerParam +
+  double optBytes =
+      shardParams * (3 * a.gradBytesPerParam + 2 * a.optimizerBytesPerParam +
                      masterBytes + a.weightBytesPerParam);
   if (s.offloadOptimizer) {
     // ZeRO-Offload (Ren et al. 2021) and Megatron-Core's CPU optimizer:

@@ -46,7 +46,8 @@ PipelineTransfers Simulation::pipelineTransfers(const StepLayout &l,
     links.cpBackwardS.assign(chunks, 0.0);
     for (int ch = 0; ch < chunks; ++ch)
       for (int layer : l.chunkOf[ch]) {
-        const LayerTime &t = l.stageTimes(s.stageOfChunk(ch))[l.sequence[layer]];
+        const LayerTime &t =
+            l.stageTimes(s.stageOfChunk(ch))[l.sequence[layer]];
         links.cpForwardS[ch] += t.forwardCpSendS;
         links.cpBackwardS[ch] += t.backwardCpSendS;
       }

@@ -53,10 +53,9 @@ void Simulation::figures(const StepLayout &l, const ScheduledStep &sch,
       gemm += l.gemmS[s.chunkOnStage(i, c2)] * m;
     }
     act.gemmS = gemm;
-    act.memoryBoundS = std::max(0.0, compute - gemm) +
-                       (s.offloadOptimizer ? 0 : sync.optS[i]);
-    act.communicationS =
-        std::max(0.0, busy[i] - compute) + sync.dpExposedS[i];
+    act.memoryBoundS =
+        std::max(0.0, compute - gemm) + (s.offloadOptimizer ? 0 : sync.optS[i]);
+    act.communicationS = std::max(0.0, busy[i] - compute) + sync.dpExposedS[i];
     act.idleS = std::max(0.0, stepS - act.gemmS - act.memoryBoundS -
                                   act.communicationS);
     r.stages[i].power = at[i].group->power;

@@ -69,19 +69,36 @@ llvm::Expected<StepLayout> Simulation::layOut(StepResult &r,
   int chunks = s.pp * s.virtualStages;
   for (const auto &layers : l.chunkOf)
     if (layers.empty())
-      return inputError("strategy: a pipeline stage gets no layers (pp x vpp = " +
-                        std::to_string(chunks) + " for " +
-                        std::to_string(l.sequence.size()) + " layers)");
+      return inputError(
+          "strategy: a pipeline stage gets no layers (pp x vpp = " +
+          std::to_string(chunks) + " for " + std::to_string(l.sequence.size()) +
+          " layers)");
   for (const auto &layers : l.chunkOf)
     r.chunkLayers.push_back(int(layers.size()));
   if (auto e = checkAssumptions())
     return std::move(e);
   priceKinds(l, r, keepTrace);
-  for (auto *v : {&l.wS, &l.fwdS, &l.bwdS, &l.tpS, &l.cpS, &l.cpAllS, &l.epS,
-                  &l.recompFlops, &l.offloadedBytes, &l.largestLayerBytes,
-                  &l.keptBytes, &l.workingBytes, &l.params, &l.outBytes,
-                  &l.tpGradParams, &l.fp8Params, &l.expertParams,
-                  &l.subnetParams, &l.computeS, &l.gemmS, &l.frozenParams,
+  for (auto *v : {&l.wS,
+                  &l.fwdS,
+                  &l.bwdS,
+                  &l.tpS,
+                  &l.cpS,
+                  &l.cpAllS,
+                  &l.epS,
+                  &l.recompFlops,
+                  &l.offloadedBytes,
+                  &l.largestLayerBytes,
+                  &l.keptBytes,
+                  &l.workingBytes,
+                  &l.params,
+                  &l.outBytes,
+                  &l.tpGradParams,
+                  &l.fp8Params,
+                  &l.expertParams,
+                  &l.subnetParams,
+                  &l.computeS,
+                  &l.gemmS,
+                  &l.frozenParams,
                   &l.bufferBytes})
     v->assign(size_t(chunks), 0.0);
   for (int ch = 0; ch < chunks; ++ch) {
@@ -238,9 +255,9 @@ void Simulation::offloadChunk(StepLayout &l, int ch) const {
   const LinkSpec *host = hostLinkOf(place);
   double perDevice = host->bandwidthBytesPerS * ncclLinkEfficiency(*host);
   if (place.group->hostMemoryBandwidthBytesPerS > 0)
-    perDevice = std::min(perDevice,
-                         place.group->hostMemoryBandwidthBytesPerS /
-                             std::max(1, place.group->devicesPerNode));
+    perDevice =
+        std::min(perDevice, place.group->hostMemoryBandwidthBytesPerS /
+                                std::max(1, place.group->devicesPerNode));
   double xfer = l.offloadedBytes[ch] / perDevice;
   l.fwdS[ch] += std::max(0.0, xfer - l.fwdS[ch]);
   l.bwdS[ch] += std::max(0.0, xfer - l.bwdS[ch]);
@@ -281,10 +298,10 @@ void Simulation::tieWeights(StepLayout &l) const {
       // (the last stage has no link of its own to the next).
       double sync = 0;
       for (int j = 0; j + 1 < pp; ++j)
-        sync = std::max(sync, collectiveTime(CollectiveKind::AllReduce,
-                                             copy * a.gradBytesPerParam,
-                                             at[j].toNext,
-                                             int(a.gradBytesPerParam)));
+        sync = std::max(sync,
+                        collectiveTime(CollectiveKind::AllReduce,
+                                       copy * a.gradBytesPerParam, at[j].toNext,
+                                       int(a.gradBytesPerParam)));
       l.tiedSyncS[i] += sync;
       l.tiedCopy[i] += copy;
       l.tiedCopyParams[i] += copy;

@@ -29,15 +29,15 @@ static std::string deviceShortfall(int stage, const MemoryBreakdown &mem,
                                    const std::string &device,
                                    double capacityBytes) {
   char buf[256];
-  std::snprintf(
-      buf, sizeof buf,
-      "stage %d needs %.1f GiB per %s (weights %.1f, gradients %.1f, "
-      "optimizer %.1f, "
-      "activations %.1f, workspace %.1f) but has %.1f GiB",
-      stage, mem.total() / (1 << 30), device.c_str(),
-      mem.weightsBytes / (1 << 30), mem.gradientsBytes / (1 << 30),
-      mem.optimizerBytes / (1 << 30), mem.activationsBytes / (1 << 30),
-      mem.workspaceBytes / (1 << 30), capacityBytes / (1 << 30));
+  std::snprintf(buf, sizeof buf,
+                "stage %d needs %.1f GiB per %s (weights %.1f, gradients %.1f, "
+                "optimizer %.1f, "
+                "activations %.1f, workspace %.1f) but has %.1f GiB",
+                stage, mem.total() / (1 << 30), device.c_str(),
+                mem.weightsBytes / (1 << 30), mem.gradientsBytes / (1 << 30),
+                mem.optimizerBytes / (1 << 30),
+                mem.activationsBytes / (1 << 30),
+                mem.workspaceBytes / (1 << 30), capacityBytes / (1 << 30));
   return buf;
 }
 
@@ -137,10 +137,9 @@ void Simulation::memoryOf(int i, const StepLayout &l, const TaskOrder &order,
   // beside its 16-bit copy.
   // Frozen weights at the weights' bytes (sharded by ZeRO-3 as FSDP
   // shards them), buffers at their own types, whole on every device.
-  mem.weightsBytes =
-      (sharded(3) + (s.zeroStage >= 3 ? frozen / dp : frozen)) *
-          a.weightBytesPerParam +
-      2 * fp8Copies + buffers;
+  mem.weightsBytes = (sharded(3) + (s.zeroStage >= 3 ? frozen / dp : frozen)) *
+                         a.weightBytesPerParam +
+                     2 * fp8Copies + buffers;
   mem.gradientsBytes = sharded(2) * a.gradBytesPerParam;
   mem.optimizerBytes =
       s.offloadOptimizer ? 0 : sharded(1) * a.optimizerBytesPerParam;

@@ -1,11 +1,9 @@
 //===- Serve.cpp - `orrery serve` ----------------------------------------===//
 //
-// docs/serving.md, "orrery serve". Each candidate configuration is a device
-// type (a node group), tp, pp and the replicas that fill the group; each is
-// simulated through the engine's scheduler on the workload. With latency
-// targets and requests that all come at once (a throughput benchmark), a
-// candidate's figure is its goodput: the highest Poisson arrival rate whose
-// p99 TTFT and TPOT meet the targets, found by bisection.
+// docs/serving.md, "orrery serve": the request read, the search run by the
+// library (orrery/CostModel/ServingSearch.h), and its result written as a
+// serving plan (JSON), a summary, and the chosen configuration's steps as a
+// Chrome trace.
 //
 //===----------------------------------------------------------------------===//
 #include "Serve.h"
@@ -13,6 +11,7 @@
 
 #include "orrery/CostModel/PrintableLine.h"
 #include "orrery/CostModel/Serving.h"
+#include "orrery/CostModel/ServingSearch.h"
 #include "orrery/CostModel/ServingSim.h"
 #include "orrery/Workload/BuildWorkload.h"
 
@@ -29,358 +28,9 @@ namespace orrery {
 namespace cli {
 namespace {
 
-struct Slo {
-  double ttftS = 0, tpotS = 0; ///< p99 targets; 0: none
-  bool any() const { return ttftS > 0 || tpotS > 0; }
-};
-
 llvm::Error serveError(const std::string &m) {
   return llvm::createStringError(llvm::inconvertibleErrorCode(),
                                  printableLine(m));
-}
-
-llvm::Expected<Slo> parseSlo(const std::string &text) {
-  Slo s;
-  llvm::SmallVector<llvm::StringRef> parts;
-  llvm::StringRef(text).split(parts, ',', -1, false);
-  for (llvm::StringRef part : parts) {
-    auto [k, v] = part.trim().split('=');
-    double value = 0;
-    if (v.trim().getAsDouble(value) || !(value > 0) || !std::isfinite(value))
-      return serveError("--slo " + part.trim().str() +
-                        ": expected a positive number of milliseconds");
-    if (k.trim() == "ttft_ms")
-      s.ttftS = value / 1e3;
-    else if (k.trim() == "tpot_ms")
-      s.tpotS = value / 1e3;
-    else
-      return serveError("--slo: unknown target '" + k.trim().str() +
-                        "' (ttft_ms, tpot_ms: p99 targets in milliseconds)");
-  }
-  return s;
-}
-
-struct Fixed {
-  int tp = 0, pp = 0, replicas = 0, ep = 0; ///< 0: searched
-  std::string device;
-  /// A prefill/decode split: each pool's device type and tp.
-  std::string prefillDevice, decodeDevice;
-  int prefillTp = 0, decodeTp = 0;
-  bool split() const { return !prefillDevice.empty(); }
-};
-
-llvm::Expected<Fixed> parseServeStrategy(const std::string &text) {
-  Fixed f;
-  llvm::SmallVector<llvm::StringRef> parts;
-  llvm::StringRef(text).split(parts, ',', -1, false);
-  for (llvm::StringRef part : parts) {
-    auto [k, v] = part.trim().split('=');
-    std::string key = k.trim().str();
-    if (key == "device") {
-      f.device = v.trim().str();
-      continue;
-    }
-    if (key == "prefill" || key == "decode") {
-      auto [dev, tpText] = v.trim().rsplit(':');
-      int tp = 0;
-      if (dev.empty() || tpText.getAsInteger(10, tp) || tp < 1 || tp > 65536)
-        return serveError("--strategy " + part.trim().str() +
-                          ": expected " + key + "=DEVICE:TP");
-      (key == "prefill" ? f.prefillDevice : f.decodeDevice) = dev.str();
-      (key == "prefill" ? f.prefillTp : f.decodeTp) = tp;
-      continue;
-    }
-    int value = 0;
-    if (v.trim().getAsInteger(10, value) || value < 1 || value > 65536)
-      return serveError("--strategy " + part.trim().str() +
-                        ": expected a positive integer");
-    if (key == "tp")
-      f.tp = value;
-    else if (key == "pp")
-      f.pp = value;
-    else if (key == "replicas")
-      f.replicas = value;
-    else if (key == "ep")
-      f.ep = value;
-    else
-      return serveError("--strategy: unknown field '" + key +
-                        "' (tp, pp, ep, replicas, device, or prefill and "
-                        "decode)");
-  }
-  if (f.prefillDevice.empty() != f.decodeDevice.empty())
-    return serveError("--strategy: a prefill/decode split needs both "
-                      "prefill=DEVICE:TP and decode=DEVICE:TP");
-  if (f.split() && (f.tp || f.pp || f.replicas || f.ep || !f.device.empty()))
-    return serveError("--strategy: prefill= and decode= take the place of "
-                      "tp, pp, ep, replicas and device");
-  if (f.ep > 1 && f.tp && f.ep != f.tp)
-    return serveError("--strategy ep=" + std::to_string(f.ep) +
-                      ": expert parallelism spans the tensor-parallel ranks "
-                      "(ep=1 or ep=tp=" +
-                      std::to_string(f.tp) + ")");
-  return f;
-}
-
-/// One pool of identical replicas.
-struct Pool {
-  const NodeGroup *group = nullptr;
-  int tp = 1, pp = 1, replicas = 1, ep = 1;
-  ServingMemory memory;
-  SchedulerLimits limits;
-  /// The cache a request of the workload's mean length holds (less than
-  /// its tokens under a sliding window).
-  double meanRequestTokensHeld = 0;
-  int devices() const { return tp * pp * replicas; }
-  std::string name() const {
-    return group->device->name + " tp=" + std::to_string(tp) +
-           (ep > 1 ? " ep=" + std::to_string(ep) : "") +
-           " pp=" + std::to_string(pp) + " x" + std::to_string(replicas);
-  }
-};
-
-struct Candidate {
-  Pool p;                    ///< the replicas (the prefill pool when split)
-  std::optional<Pool> decode; ///< prefill/decode disaggregation
-  ServingResult result;
-  double goodputRequestsPerS = -1; ///< with targets and offline arrivals
-  bool meets = true;
-  double miss = 0; ///< the worst target's overshoot, relative
-  std::string missText;
-  std::string error;
-  std::string name() const {
-    return decode ? "prefill " + p.name() + " + decode " + decode->name()
-                  : p.name();
-  }
-  int devices() const { return p.devices() + (decode ? decode->devices() : 0); }
-  /// The --strategy that prices this configuration alone.
-  std::string strategyText() const {
-    if (decode)
-      return "prefill=" + p.group->device->name + ":" + std::to_string(p.tp) +
-             ",decode=" + decode->group->device->name + ":" +
-             std::to_string(decode->tp);
-    return "tp=" + std::to_string(p.tp) +
-           (p.ep > 1 ? ",ep=" + std::to_string(p.ep) : "") +
-           ",pp=" + std::to_string(p.pp) +
-           ",replicas=" + std::to_string(p.replicas) +
-           ",device=" + p.group->device->name;
-  }
-  double dollarsPerHour() const {
-    return p.devices() * p.group->priceUsdPerDeviceHour +
-           (decode ? decode->devices() * decode->group->priceUsdPerDeviceHour
-                   : 0);
-  }
-  double figure(const std::string &objective) const {
-    if (objective == "latency")
-      return -result.e2e.p99S;
-    double perS = goodputRequestsPerS >= 0 ? goodputRequestsPerS
-                                           : result.requestsPerS;
-    if (objective == "cost")
-      return perS / std::max(1e-9, dollarsPerHour());
-    return perS;
-  }
-};
-
-std::string ms(double s) {
-  char buf[32];
-  double m = s * 1e3;
-  std::snprintf(buf, sizeof buf, m < 1 ? "%.3g ms" : m < 100 ? "%.1f ms" : "%.0f ms",
-                m);
-  return buf;
-}
-
-void judge(Candidate &c, const Slo &slo) {
-  c.meets = true;
-  c.miss = 0;
-  c.missText.clear();
-  auto check = [&](const char *what, double got, double target) {
-    if (target <= 0 || got <= target)
-      return;
-    c.meets = false;
-    double over = got / target - 1;
-    if (over > c.miss) {
-      c.miss = over;
-      c.missText = std::string(what) + " p99 " + ms(got) + " > " + ms(target);
-    }
-  };
-  check("TTFT", c.result.ttft.p99S, slo.ttftS);
-  check("TPOT", c.result.tpot.p99S, slo.tpotS);
-}
-
-struct Context {
-  const Workload &w;
-  const ServingPrecision &precision;
-  ServingEngine engine;
-  const ServeRequest &request;
-  const ServingWorkload &workload;
-  Slo slo;
-};
-
-/// A pool's memory, its scheduler's limits and its step pricer.
-llvm::Expected<StepPricer> preparePool(const Context &cx, Pool &pool) {
-  auto replica = servingReplicaOn(*pool.group, pool.tp, pool.pp, pool.ep);
-  if (!replica)
-    return replica.takeError();
-  const DeviceSpec &dev = *pool.group->device;
-  ServingMemoryOptions mo;
-  mo.tp = pool.tp;
-  mo.pp = pool.pp;
-  mo.weightBytesPerParam = cx.precision.weightBytesPerParam();
-  mo.onceOnlyBytesPerParam = 2; // quantized checkpoints keep them 16-bit
-  mo.kvBytesPerElement = cx.precision.kvBytesPerElement;
-  if (cx.engine == ServingEngine::TensorRtLlm)
-    mo.freeMemoryFraction = 0.95; // trtllm-bench's default
-  // The limits depend on the weights' size (TensorRT-LLM's estimate), the
-  // activations' room on the token limit.
-  auto first = servingMemory(cx.w, dev, mo);
-  if (!first)
-    return first.takeError();
-  // trtllm-bench estimates the engine as every parameter at the weights'
-  // bytes, counted in GB of 10^9 and set against memory in GiB.
-  double estimate =
-      cx.engine == ServingEngine::TensorRtLlm
-          ? double(cx.w.parameters() + cx.w.frozenParameters()) *
-                cx.precision.weightBytesPerParam() *
-                (double(1ull << 30) / 1e9) / double(pool.tp * pool.pp)
-          : first->weightBytes;
-  pool.limits = engineDefaults(cx.engine, dev, pool.tp, pool.pp, estimate,
-                               first->kvBytesPerToken,
-                               cx.workload.meanInput(),
-                               cx.workload.meanOutput());
-  if (cx.request.maxRequests > 0)
-    pool.limits.maxRequests = cx.request.maxRequests;
-  if (cx.request.maxBatchedTokens > 0)
-    pool.limits.maxBatchedTokens = cx.request.maxBatchedTokens;
-  mo.maxBatchedTokens = pool.limits.maxBatchedTokens;
-  auto mem = servingMemory(cx.w, dev, mo);
-  if (!mem)
-    return mem.takeError();
-  pool.memory = *mem;
-  pool.limits.kvCacheTokens = mem->maxTokens;
-  auto pricer = StepPricer::create(cx.w, *replica, cx.precision, cx.engine);
-  if (pricer)
-    pool.meanRequestTokensHeld =
-        pricer->tokensHeld(cx.workload.meanInput() + cx.workload.meanOutput(),
-                           pool.limits.blockTokens);
-  return pricer;
-}
-
-/// The prompt's cache from a prefill replica to a decode replica: over
-/// the nodes' network cards, each device its share of them.
-llvm::Expected<KvTransfer> transferBetween(const Context &cx, const Pool &a,
-                                           const Pool &b) {
-  auto share = [](const NodeGroup &g) {
-    return g.nic ? g.nic->bandwidthBytesPerS * g.nicsPerNode /
-                       std::max(1, g.devicesPerNode)
-                 : 0.0;
-  };
-  for (const Pool *p : {&a, &b})
-    if (!p->group->nic)
-      return serveError("disaggregation: the " + p->group->device->name +
-                        " nodes state no network card to move the KV cache "
-                        "over");
-  KvTransfer t;
-  t.bytesPerToken = kvCacheBytesPerToken(cx.w, cx.precision.kvBytesPerElement);
-  t.bandwidthBytesPerS = std::min(share(*a.group), share(*b.group));
-  t.latencyS = std::max(a.group->nic->latencyS, b.group->nic->latencyS);
-  t.devices = std::min(a.tp * a.pp, b.tp * b.pp);
-  return t;
-}
-
-/// A candidate's pools made ready to simulate.
-struct Prepared {
-  std::optional<StepPricer> pricer, decodePricer;
-  KvTransfer transfer;
-};
-
-llvm::Expected<Prepared> prepare(const Context &cx, Candidate &c) {
-  Prepared p;
-  auto pricer = preparePool(cx, c.p);
-  if (!pricer)
-    return pricer.takeError();
-  p.pricer.emplace(std::move(*pricer));
-  if (c.decode) {
-    auto d = preparePool(cx, *c.decode);
-    if (!d)
-      return d.takeError();
-    p.decodePricer.emplace(std::move(*d));
-    auto t = transferBetween(cx, c.p, *c.decode);
-    if (!t)
-      return t.takeError();
-    p.transfer = *t;
-  }
-  return p;
-}
-
-llvm::Expected<ServingResult> simulateOn(const Prepared &p, const Candidate &c,
-                                         const ServingWorkload &wl,
-                                         std::vector<StepRecord> *trace) {
-  return c.decode ? simulateDisaggregated(*p.pricer, c.p.limits, c.p.replicas,
-                                          *p.decodePricer, c.decode->limits,
-                                          c.decode->replicas, p.transfer, wl,
-                                          trace)
-                  : simulateServing(*p.pricer, c.p.limits, wl, c.p.replicas,
-                                    trace);
-}
-
-/// Memory, limits and a simulation of the workload for one candidate.
-bool evaluate(const Context &cx, Candidate &c) {
-  auto fail = [&](llvm::Error e) {
-    c.error = llvm::toString(std::move(e));
-    return false;
-  };
-  auto prepared = prepare(cx, c);
-  if (!prepared)
-    return fail(prepared.takeError());
-  auto simulate = [&](const ServingWorkload &wl) {
-    return simulateOn(*prepared, c, wl, nullptr);
-  };
-  auto res = simulate(cx.workload);
-  if (!res)
-    return fail(res.takeError());
-  c.result = *res;
-  judge(c, cx.slo);
-  if (cx.slo.any() &&
-      cx.workload.arrival == ServingWorkload::Arrival::Offline) {
-    // Goodput: the highest Poisson rate whose p99s meet the targets.
-    double hi = res->requestsPerS, lo = 0;
-    ServingWorkload probe = cx.workload;
-    probe.arrival = ServingWorkload::Arrival::Poisson;
-    probe.requests = std::min<int64_t>(probe.requests, 2000);
-    Candidate best = c;
-    bool found = false;
-    for (int i = 0; i < 8; ++i) {
-      double rate = (lo + hi) / 2;
-      if (!(rate > 0))
-        break;
-      probe.ratePerS = rate;
-      auto r = simulate(probe);
-      if (!r) {
-        llvm::consumeError(r.takeError());
-        break;
-      }
-      Candidate trial = c;
-      trial.result = *r;
-      judge(trial, cx.slo);
-      if (trial.meets) {
-        lo = rate;
-        best = trial;
-        best.goodputRequestsPerS = rate;
-        found = true;
-      } else {
-        hi = rate;
-        if (!found)
-          best = trial; // the closest miss so far, for the error
-      }
-    }
-    if (found) {
-      c = best;
-    } else {
-      best.goodputRequestsPerS = 0;
-      c = best;
-      c.meets = false;
-    }
-  }
-  return true;
 }
 
 nlohmann::ordered_json latencyJson(const LatencyStats &s) {
@@ -390,7 +40,7 @@ nlohmann::ordered_json latencyJson(const LatencyStats &s) {
           {"p99_ms", s.p99S * 1e3}};
 }
 
-nlohmann::ordered_json poolJson(const Pool &p) {
+nlohmann::ordered_json poolJson(const ServingPool &p) {
   nlohmann::ordered_json j;
   j["device"] = p.group->device->name;
   j["tp"] = p.tp;
@@ -407,7 +57,7 @@ nlohmann::ordered_json poolJson(const Pool &p) {
   return j;
 }
 
-nlohmann::ordered_json candidateJson(const Candidate &c) {
+nlohmann::ordered_json candidateJson(const ServingCandidate &c) {
   nlohmann::ordered_json j;
   if (c.decode) {
     j["disaggregated"] = true;
@@ -449,242 +99,64 @@ std::string describeWorkload(const ServingWorkload &w) {
   using A = ServingWorkload::Arrival;
   char rate[48];
   std::snprintf(rate, sizeof rate, "Poisson at %.4g req/s", w.ratePerS);
-  std::string arrival =
-      w.arrival == A::Offline       ? "all at once"
-      : w.arrival == A::Poisson     ? std::string(rate)
-      : w.arrival == A::Concurrency ? std::to_string(w.concurrency) + " outstanding"
-                                    : "from the trace";
+  std::string arrival = w.arrival == A::Offline   ? "all at once"
+                        : w.arrival == A::Poisson ? std::string(rate)
+                        : w.arrival == A::Concurrency
+                            ? std::to_string(w.concurrency) + " outstanding"
+                            : "from the trace";
   std::snprintf(buf, sizeof buf, "%lld requests, %.0f in / %.0f out tokens, ",
                 (long long)w.requests, w.meanInput(), w.meanOutput());
   return buf + arrival;
 }
 
-} // namespace
-
-int serveModule(mlir::ModuleOp module, const ModelArgs &args,
-                const ServeRequest &request, bool json,
-                const std::string &planOut, std::ostream &os) {
-  auto built = buildWorkload(module, {}, KernelFusion::Fused);
-  if (!built)
-    return fail(args.path + ": " + llvm::toString(built.takeError()));
-  const Workload &w = *built;
-  auto cluster = loadClusterSource(request.cluster);
-  if (!cluster)
-    return fail(llvm::toString(cluster.takeError()));
-  ServingEngine engine;
-  if (!parseServingEngine(request.engine, engine))
-    return fail("--engine " + request.engine + ": expected vllm or trtllm");
+/// The search request from the command line's: engine, precision, the
+/// workload (or its trace file), targets.
+llvm::Expected<ServingSearchRequest>
+searchRequestOf(const ServeRequest &request) {
+  ServingSearchRequest search;
+  if (!parseServingEngine(request.engine, search.engine))
+    return serveError("--engine " + request.engine +
+                      ": expected vllm or trtllm");
   auto precision = ServingPrecision::parse(request.precision, request.kvCache);
   if (!precision)
-    return fail(llvm::toString(precision.takeError()));
+    return precision.takeError();
   llvm::Expected<ServingWorkload> workload =
-      request.traceFile.empty()
-          ? ServingWorkload::parse(request.workload)
-          : [&]() -> llvm::Expected<ServingWorkload> {
-        std::string text;
-        if (!readFileBytes(request.traceFile, text))
-          return serveError("--trace " + request.traceFile +
-                            ": cannot read the file");
-        return ServingWorkload::parseTrace(text, request.traceFile);
-      }();
+      request.traceFile.empty() ? ServingWorkload::parse(request.workload)
+                                : [&]() -> llvm::Expected<ServingWorkload> {
+    std::string text;
+    if (!readFileBytes(request.traceFile, text))
+      return serveError("--trace " + request.traceFile +
+                        ": cannot read the file");
+    return ServingWorkload::parseTrace(text, request.traceFile);
+  }();
   if (!workload)
-    return fail(llvm::toString(workload.takeError()));
-  auto slo = parseSlo(request.slo);
+    return workload.takeError();
+  auto slo = ServingSlo::parse(request.slo);
   if (!slo)
-    return fail(llvm::toString(slo.takeError()));
-  if (request.objective != "throughput" && request.objective != "cost" &&
-      request.objective != "latency")
-    return fail("--objective " + request.objective +
-                ": expected throughput, cost or latency");
-  auto fixed = parseServeStrategy(request.strategy);
-  if (!fixed)
-    return fail(llvm::toString(fixed.takeError()));
+    return slo.takeError();
+  search.precision = *precision;
+  search.workload = *workload;
+  search.slo = *slo;
+  search.strategy = request.strategy;
+  search.objective = request.objective;
+  search.maxRequests = request.maxRequests;
+  search.maxBatchedTokens = request.maxBatchedTokens;
+  return search;
+}
 
-  Context cx{w, *precision, engine, request, *workload, *slo};
-  bool moe = w.experts() > 1;
-  // TensorRT-LLM builds CUDA engines: NVIDIA devices only (vLLM also runs
-  // on AMD, TPU, Gaudi and Neuron devices).
-  auto engineRuns = [&](const NodeGroup &g) {
-    return engine != ServingEngine::TensorRtLlm || g.device->vendor == "NVIDIA";
-  };
-  std::string notRun;
-  for (const Site &site : cluster->sites)
-    for (const NodeGroup &g : site.nodeGroups)
-      if (!engineRuns(g) && notRun.empty())
-        notRun = g.device->name;
-  // The candidates: each node group's device type, tp inside a node, pp
-  // over the rest, as many replicas as fill the group.
-  std::vector<Candidate> cands;
-  for (const Site &site : cluster->sites)
-    for (const NodeGroup &g : site.nodeGroups) {
-      if (!engineRuns(g) || fixed->split() ||
-          (!fixed->device.empty() &&
-           llvm::StringRef(g.device->name).lower() !=
-               llvm::StringRef(fixed->device).lower()))
-        continue;
-      if (request.objective == "cost" && g.priceUsdPerDeviceHour <= 0)
-        return fail("--objective cost: the cluster states no price for its " +
-                    g.device->name + " (price_usd_per_device_hour)");
-      int devices = g.count * g.devicesPerNode;
-      auto degrees = [](int fixedDegree, int most) {
-        std::vector<int> v;
-        if (fixedDegree)
-          v.push_back(fixedDegree);
-        else
-          for (int d = 1; d <= most; d *= 2)
-            v.push_back(d);
-        return v;
-      };
-      for (int tp : degrees(fixed->tp, g.devicesPerNode))
-        for (int pp : degrees(fixed->pp, std::max(1, devices / tp)))
-          for (int ep :
-               tp > 1 ? std::vector<int>{1, tp} : std::vector<int>{1}) {
-            // A mixture of experts: its experts sliced with the tp ranks, or
-            // split whole over them.
-            if (fixed->ep ? ep != fixed->ep : ep > 1 && !moe)
-              continue;
-            Candidate c;
-            c.p.group = &g;
-            c.p.tp = tp;
-            c.p.ep = ep;
-            c.p.pp = pp;
-            c.p.replicas = fixed->replicas ? fixed->replicas
-                                           : std::max(1, devices / (tp * pp));
-            if (int64_t(c.p.replicas) * tp * pp > devices &&
-                !(fixed->tp && fixed->pp))
-              continue;
-            if (int64_t(c.p.replicas) * tp * pp > devices)
-              return fail("--strategy: " + std::to_string(c.p.replicas) +
-                          " replica(s) of tp=" + std::to_string(tp) +
-                          " pp=" + std::to_string(pp) + " need " +
-                          std::to_string(int64_t(c.p.replicas) * tp * pp) +
-                          " " + g.device->name + ", the cluster has " +
-                          std::to_string(devices));
-            cands.push_back(c);
-          }
-    }
-  // A cluster of two or more device types may also split the phases:
-  // prefill on one type, decode on another, each pool filling its nodes.
-  std::vector<const NodeGroup *> groups;
-  for (const Site &site : cluster->sites)
-    for (const NodeGroup &g : site.nodeGroups)
-      groups.push_back(&g);
-  auto named = [](const NodeGroup *g, const std::string &device) {
-    return llvm::StringRef(g->device->name).lower() ==
-           llvm::StringRef(device).lower();
-  };
-  if (request.strategy.empty() || fixed->split())
-    for (const NodeGroup *pg : groups)
-      for (const NodeGroup *dg : groups) {
-        if (pg == dg || pg->device == dg->device || !engineRuns(*pg) ||
-            !engineRuns(*dg))
-          continue;
-        if (fixed->split() && (!named(pg, fixed->prefillDevice) ||
-                               !named(dg, fixed->decodeDevice)))
-          continue;
-        int pDevices = pg->count * pg->devicesPerNode,
-            dDevices = dg->count * dg->devicesPerNode;
-        for (int ptp = 1; ptp <= pg->devicesPerNode; ptp *= 2)
-          for (int dtp = 1; dtp <= dg->devicesPerNode; dtp *= 2) {
-            if (fixed->split() &&
-                (ptp != fixed->prefillTp || dtp != fixed->decodeTp))
-              continue;
-            Candidate c;
-            c.p.group = pg;
-            c.p.tp = ptp;
-            c.p.replicas = std::max(1, pDevices / ptp);
-            Pool d;
-            d.group = dg;
-            d.tp = dtp;
-            d.replicas = std::max(1, dDevices / dtp);
-            c.decode = d;
-            cands.push_back(c);
-          }
-      }
-  if (cands.empty() && !notRun.empty())
-    return fail("--engine trtllm: TensorRT-LLM runs on NVIDIA GPUs only, "
-                "not on " +
-                notRun);
-  if (!fixed->device.empty() && cands.empty())
-    return fail("--strategy device=" + fixed->device +
-                ": the cluster has no such device type");
-  if (fixed->split() && cands.empty())
-    return fail("--strategy: the cluster has no " + fixed->prefillDevice +
-                " and " + fixed->decodeDevice +
-                " node groups with those tp (powers of two inside a node)");
-  if (cands.empty())
-    return fail("--strategy " + request.strategy +
-                ": no configuration of the cluster's devices matches it");
-  std::vector<Candidate> ok;
-  std::string firstError;
-  for (Candidate &c : cands) {
-    if (evaluate(cx, c))
-      ok.push_back(c);
-    else if (firstError.empty())
-      firstError = c.name() + ": " + c.error;
-  }
-  if (ok.empty())
-    return fail(cands.size() == 1 ? cands.front().error
-                                  : "no configuration can serve the model: " +
-                                        firstError);
-  auto better = [&](const Candidate &a, const Candidate &b) {
-    if (a.meets != b.meets)
-      return a.meets;
-    if (!a.meets)
-      return a.miss < b.miss;
-    double fa = a.figure(request.objective), fb = b.figure(request.objective);
-    if (fa != fb)
-      return fa > fb;
-    return a.devices() < b.devices();
-  };
-  std::stable_sort(ok.begin(), ok.end(), better);
-  const Candidate &chosen = ok.front();
-  if (slo->any() && !chosen.meets)
-    return fail("no configuration meets the SLO; the closest, " +
-                chosen.name() + ", misses it by " +
-                std::to_string(int(std::lround(chosen.miss * 100))) + "% (" +
-                chosen.missText + ")");
-  // Why: the runner-up, and what binds the chosen one.
-  auto figureText = [&](const Candidate &c) {
-    char b[64];
-    if (request.objective == "latency")
-      std::snprintf(b, sizeof b, "E2E p99 %s", ms(c.result.e2e.p99S).c_str());
-    else if (c.goodputRequestsPerS >= 0)
-      std::snprintf(b, sizeof b, "goodput %.3g req/s", c.goodputRequestsPerS);
-    else if (request.objective == "cost")
-      std::snprintf(b, sizeof b, "%.3g req per dollar",
-                    c.figure("cost") * 3600);
-    else
-      std::snprintf(b, sizeof b, "%.0f output tok/s",
-                    c.result.outputTokensPerS);
-    return std::string(b);
-  };
-  std::string why = figureText(chosen);
-  if (slo->any()) {
-    // The target nearest to binding at the chosen operating point.
-    double ttftUse = slo->ttftS > 0 ? chosen.result.ttft.p99S / slo->ttftS : 0;
-    double tpotUse = slo->tpotS > 0 ? chosen.result.tpot.p99S / slo->tpotS : 0;
-    why += ttftUse >= tpotUse
-               ? ", TTFT p99 " + ms(chosen.result.ttft.p99S) + " of " +
-                     ms(slo->ttftS)
-               : ", TPOT p99 " + ms(chosen.result.tpot.p99S) + " of " +
-                     ms(slo->tpotS);
-  }
-  if (ok.size() > 1) {
-    const Candidate &second = ok[1];
-    why += "; runner-up " + second.name() + ": " +
-           (second.meets ? figureText(second)
-                         : "misses the target (" + second.missText + ")");
-  }
-  const Candidate *fastest = &ok.front();
-  for (const Candidate &c : ok)
-    if (c.result.outputTokensPerS > fastest->result.outputTokensPerS)
-      fastest = &c;
-  if (slo->any() && fastest != &chosen && !fastest->meets)
-    why += "; " + fastest->name() +
-           " would serve more but misses the target (" + fastest->missText +
-           ")";
-
+/// The serving plan: the request, the chosen configuration, why, and the
+/// others it beat.
+nlohmann::ordered_json servingPlanJson(const ModelArgs &args,
+                                       const ServeRequest &request,
+                                       const ServingSearchRequest &search,
+                                       const ServingSearchResult &found) {
+  const ServingWorkload *workload = &search.workload;
+  const ServingSlo *slo = &search.slo;
+  const ServingPrecision *precision = &search.precision;
+  ServingEngine engine = search.engine;
+  const std::vector<ServingCandidate> &ok = found.ranked;
+  const ServingCandidate &chosen = ok.front();
+  const std::string &why = found.why;
   nlohmann::ordered_json plan;
   plan["serving_plan_version"] = 1;
   plan["model"] = args.path;
@@ -730,69 +202,73 @@ int serveModule(mlir::ModuleOp module, const ModelArgs &args,
   for (size_t i = 1; i < ok.size(); ++i)
     others.push_back(candidateJson(ok[i]));
   plan["candidates"] = others;
-  std::string text = plan.dump(2) + "\n";
-  if (!planOut.empty()) {
-    std::ofstream out(planOut);
-    out << text;
-    if (!out)
-      return fail("-o " + planOut + ": cannot write the file");
+  return plan;
+}
+
+/// The chosen configuration's steps as a Chrome trace, one track per
+/// replica.
+int writeServingTrace(const Workload &w, const ServeRequest &request,
+                      const ServingSearchRequest &search,
+                      const ServingCandidate &chosen) {
+  using A = ServingWorkload::Arrival;
+  const ServingWorkload *workload = &search.workload;
+  // The chosen configuration's steps, one track per replica.
+  std::vector<StepRecord> steps;
+  ServingWorkload traced = *workload;
+  if (chosen.goodputRequestsPerS > 0) {
+    traced.arrival = A::Poisson;
+    traced.ratePerS = chosen.goodputRequestsPerS;
+    traced.requests = std::min<int64_t>(traced.requests, 2000);
   }
-  if (!request.traceOut.empty()) {
-    // The chosen configuration's steps, one track per replica.
-    std::vector<StepRecord> steps;
-    ServingWorkload traced = *workload;
-    if (chosen.goodputRequestsPerS > 0) {
-      traced.arrival = A::Poisson;
-      traced.ratePerS = chosen.goodputRequestsPerS;
-      traced.requests = std::min<int64_t>(traced.requests, 2000);
-    }
-    Candidate again = chosen;
-    auto prepared = prepare(cx, again);
-    bool ran = false;
-    if (prepared) {
-      auto r = simulateOn(*prepared, again, traced, &steps);
-      ran = bool(r);
-      if (!r)
-        llvm::consumeError(r.takeError());
-    } else {
-      llvm::consumeError(prepared.takeError());
-    }
-    if (!ran)
-      return fail("--trace-out: the chosen configuration did not simulate");
-    nlohmann::ordered_json events = nlohmann::ordered_json::array();
-    // A split plan's prefill replicas come back numbered -1, -2, ...: a
-    // process of their own.
-    for (const StepRecord &s : steps)
-      events.push_back({{"name", s.prefillTokens && s.decodeRequests
-                                     ? "prefill+decode"
-                                 : s.prefillTokens ? "prefill"
-                                                   : "decode"},
-                        {"ph", "X"},
-                        {"pid", s.replica < 0 ? 1 : 0},
-                        {"tid", s.replica < 0 ? -1 - s.replica : s.replica},
-                        {"ts", s.startS * 1e6},
-                        {"dur", s.durationS * 1e6},
-                        {"args",
-                         {{"prefill_tokens", s.prefillTokens},
-                          {"decode_requests", s.decodeRequests},
-                          {"kv_cache_utilization", s.kvUtilization}}}});
-    std::ofstream out(request.traceOut);
-    out << nlohmann::ordered_json{{"traceEvents", events},
-                                  {"displayTimeUnit", "ms"}}
-               .dump()
-        << "\n";
-    if (!out)
-      return fail("--trace-out " + request.traceOut + ": cannot write the file");
+  auto ran = traceServing(w, search, chosen, traced, steps);
+  if (!ran) {
+    llvm::consumeError(ran.takeError());
+    return fail("--trace-out: the chosen configuration did not simulate");
   }
-  if (json) {
-    os << text;
-    return 0;
-  }
+  nlohmann::ordered_json events = nlohmann::ordered_json::array();
+  // A split plan's prefill replicas come back numbered -1, -2, ...: a
+  // process of their own.
+  for (const StepRecord &s : steps)
+    events.push_back(
+        {{"name", s.prefillTokens && s.decodeRequests ? "prefill+decode"
+                  : s.prefillTokens                   ? "prefill"
+                                                      : "decode"},
+         {"ph", "X"},
+         {"pid", s.replica < 0 ? 1 : 0},
+         {"tid", s.replica < 0 ? -1 - s.replica : s.replica},
+         {"ts", s.startS * 1e6},
+         {"dur", s.durationS * 1e6},
+         {"args",
+          {{"prefill_tokens", s.prefillTokens},
+           {"decode_requests", s.decodeRequests},
+           {"kv_cache_utilization", s.kvUtilization}}}});
+  std::ofstream out(request.traceOut);
+  out << nlohmann::ordered_json{{"traceEvents", events},
+                                {"displayTimeUnit", "ms"}}
+             .dump()
+      << "\n";
+  if (!out)
+    return fail("--trace-out " + request.traceOut + ": cannot write the file");
+
+  return 0;
+}
+
+/// The summary for a terminal.
+void printServing(std::ostream &os, const ModelArgs &args,
+                  const ServeRequest &request,
+                  const ServingSearchRequest &search,
+                  const ServingSearchResult &found) {
+  const ServingWorkload *workload = &search.workload;
+  const ServingSlo *slo = &search.slo;
+  const ServingPrecision *precision = &search.precision;
+  ServingEngine engine = search.engine;
+  const std::vector<ServingCandidate> &ok = found.ranked;
+  const ServingCandidate &chosen = ok.front();
+  const std::string &why = found.why;
   const ServingResult &r = chosen.result;
   char buf[400];
   os << "serving   " << args.path << " on " << request.cluster.spec << " ("
-     << servingEngineName(engine) << ", " << precision->name()
-     << " weights, "
+     << servingEngineName(engine) << ", " << precision->name() << " weights, "
      << (precision->kvBytesPerElement == 1 ? "fp8" : "16-bit")
      << " KV cache)\n";
   os << "workload  " << workload->name << ": " << describeWorkload(*workload)
@@ -812,15 +288,15 @@ int serveModule(mlir::ModuleOp module, const ModelArgs &args,
                 r.outputTokensPerS / double(chosen.devices()));
   os << buf;
   auto line = [&](const char *name, const LatencyStats &s) {
-    os << "          " << name << " mean " << ms(s.meanS) << ", p50 "
-       << ms(s.p50S) << ", p90 " << ms(s.p90S) << ", p99 " << ms(s.p99S)
-       << "\n";
+    os << "          " << name << " mean " << servingMs(s.meanS) << ", p50 "
+       << servingMs(s.p50S) << ", p90 " << servingMs(s.p90S) << ", p99 "
+       << servingMs(s.p99S) << "\n";
   };
   line("TTFT", r.ttft);
   line("TPOT", r.tpot);
   line("ITL ", r.itl);
   line("E2E ", r.e2e);
-  auto kvLine = [&](const Pool &p, const char *which) {
+  auto kvLine = [&](const ServingPool &p, const char *which) {
     std::snprintf(buf, sizeof buf,
                   "          KV cache%s %lld tokens a replica (%lld requests "
                   "of %.0f)\n",
@@ -843,7 +319,7 @@ int serveModule(mlir::ModuleOp module, const ModelArgs &args,
                 (long long)r.preemptions);
   os << buf;
   os << "\nconfigurations (best first)\n";
-  for (const Candidate &c : ok) {
+  for (const ServingCandidate &c : ok) {
     std::string figure =
         c.goodputRequestsPerS >= 0
             ? [&] {
@@ -858,13 +334,49 @@ int serveModule(mlir::ModuleOp module, const ModelArgs &args,
                               c.result.outputTokensPerS);
                 return std::string(b);
               }();
-    std::snprintf(buf, sizeof buf, "  %-28s %s  TTFT p99 %9s  TPOT p99 %9s  %s\n",
-                  c.name().c_str(), figure.c_str(),
-                  ms(c.result.ttft.p99S).c_str(),
-                  ms(c.result.tpot.p99S).c_str(),
-                  c.meets ? (slo->any() ? "meets" : "") : c.missText.c_str());
+    std::snprintf(
+        buf, sizeof buf, "  %-28s %s  TTFT p99 %9s  TPOT p99 %9s  %s\n",
+        c.name().c_str(), figure.c_str(), servingMs(c.result.ttft.p99S).c_str(),
+        servingMs(c.result.tpot.p99S).c_str(),
+        c.meets ? (slo->any() ? "meets" : "") : c.missText.c_str());
     os << buf;
   }
+}
+
+} // namespace
+
+int serveModule(mlir::ModuleOp module, const ModelArgs &args,
+                const ServeRequest &request, bool json,
+                const std::string &planOut, std::ostream &os) {
+  auto built = buildWorkload(module, {}, KernelFusion::Fused);
+  if (!built)
+    return fail(args.path + ": " + llvm::toString(built.takeError()));
+  const Workload &w = *built;
+  auto cluster = loadClusterSource(request.cluster);
+  if (!cluster)
+    return fail(llvm::toString(cluster.takeError()));
+  auto search = searchRequestOf(request);
+  if (!search)
+    return fail(llvm::toString(search.takeError()));
+  auto found = searchServing(w, *cluster, *search);
+  if (!found)
+    return fail(llvm::toString(found.takeError()));
+  std::string text =
+      servingPlanJson(args, request, *search, *found).dump(2) + "\n";
+  if (!planOut.empty()) {
+    std::ofstream out(planOut);
+    out << text;
+    if (!out)
+      return fail("-o " + planOut + ": cannot write the file");
+  }
+  if (!request.traceOut.empty())
+    if (int rc = writeServingTrace(w, request, *search, found->ranked.front()))
+      return rc;
+  if (json) {
+    os << text;
+    return 0;
+  }
+  printServing(os, args, request, *search, *found);
   return 0;
 }
 

@@ -1,4 +1,5 @@
-//===- Check.cpp - `orrery check` and `orrery report` ----------------------===//
+//===- Check.cpp - `orrery check` and `orrery report`
+//----------------------===//
 #include "Check.h"
 #include "Commands.h"
 

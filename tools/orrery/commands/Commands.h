@@ -1,4 +1,5 @@
-//===- Commands.h - the `orrery` subcommands ---------------------*- C++ -*-===//
+//===- Commands.h - the `orrery` subcommands ---------------------*- C++
+//-*-===//
 //
 // One struct per subcommand: its options (`add` registers them on the app)
 // and its action (`run`, after the command line parsed). orrery.cpp only

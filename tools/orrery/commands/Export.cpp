@@ -1,4 +1,5 @@
-//===- Export.cpp - `orrery export` ----------------------------------------===//
+//===- Export.cpp - `orrery export`
+//----------------------------------------===//
 //
 // A training plan to megatron, deepspeed, torchtitan, pytorch, jax or mlir
 // (the model annotated with its shardings); a serving plan to vllm, sglang

@@ -128,7 +128,6 @@ struct FrameworkFlags {
   }
 };
 
-
 } // namespace cli
 } // namespace orrery
 

@@ -1,4 +1,5 @@
-//===- Import.cpp - `orrery import` ----------------------------------------===//
+//===- Import.cpp - `orrery import`
+//----------------------------------------===//
 #include "Commands.h"
 
 #include "llvm/Support/raw_ostream.h"

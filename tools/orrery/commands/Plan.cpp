@@ -1,4 +1,5 @@
-//===- Plan.cpp - `orrery plan` --------------------------------------------===//
+//===- Plan.cpp - `orrery plan`
+//--------------------------------------------===//
 #include "Buckets.h"
 #include "Commands.h"
 #include "PlanCommand.h"
@@ -39,9 +40,8 @@ void PlanCommand::add(CLI::App &app) {
                 "say why the best plan beats the runners-up");
   cmd->add_option("-o,--output", output, "write the plan JSON to FILE");
   cmd->add_flag("--json", json, "print the plan JSON instead of the summary");
-  cmd->add_flag(
-      "--quiet", quiet,
-      "no progress on stderr (shown only when stderr is a terminal)");
+  cmd->add_flag("--quiet", quiet,
+                "no progress on stderr (shown only when stderr is a terminal)");
   cmd->add_option(
       "--length-buckets", lengthBuckets,
       "variable-length data trained in length buckets: DIM=LENGTH:FRACTION,... "
@@ -113,8 +113,8 @@ int PlanCommand::run() {
   auto module = frontEnd(ctx, modelArgs, true, nullptr, rc);
   if (!module)
     return rc;
-  auto setup =
-      preparePlan(*module, modelArgs, {cluster, nullptr}, precision, assumptions);
+  auto setup = preparePlan(*module, modelArgs, {cluster, nullptr}, precision,
+                           assumptions);
   if (!setup)
     return fail(llvm::toString(setup.takeError()));
 
@@ -140,8 +140,8 @@ int PlanCommand::run() {
     for (const std::string &note : notes)
       std::cerr << "note: " << note << "\n";
   if (buckets) {
-    if (const char *why = bucketConflict(*this, *setup->cluster,
-                                         options->objective))
+    if (const char *why =
+            bucketConflict(*this, *setup->cluster, options->objective))
       return fail(std::string("--length-buckets ") + why);
     return planLengthBucketsCommand(ctx, modelArgs, *buckets, *setup->cluster,
                                     *options, setup->inputs, assumptions,

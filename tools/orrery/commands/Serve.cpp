@@ -1,4 +1,5 @@
-//===- Serve.cpp - `orrery serve` ------------------------------------------===//
+//===- Serve.cpp - `orrery serve`
+//------------------------------------------===//
 #include "Commands.h"
 
 #include <iostream>

@@ -1,4 +1,5 @@
-//===- Simulate.cpp - `orrery simulate` ------------------------------------===//
+//===- Simulate.cpp - `orrery simulate`
+//------------------------------------===//
 #include "Commands.h"
 #include "PlanCommand.h"
 

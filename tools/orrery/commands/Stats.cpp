@@ -1,4 +1,5 @@
-//===- Stats.cpp - `orrery stats` ------------------------------------------===//
+//===- Stats.cpp - `orrery stats`
+//------------------------------------------===//
 #include "Commands.h"
 #include "PlanCommand.h"
 

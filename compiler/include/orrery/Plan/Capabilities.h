@@ -1,4 +1,5 @@
-//===- Capabilities.h - what each framework runs, in one table ---*- C++ -*-===//
+//===- Capabilities.h - what each framework runs, in one table ---*- C++
+//-*-===//
 //
 // The one place that says what a target framework (and the release the
 // exports are written for) runs as Orrery prices it: its schedules, ZeRO
@@ -78,22 +79,22 @@ llvm::Expected<ExportPlan> exportPlanFor(const Workload &w, const Strategy &s,
 
 /// What a refusal is about: the columns of the capability table.
 enum class Capability {
-  Schedule,          ///< pipeline schedules (GPipe, 1F1B, interleaved, ...)
-  LayerSplit,        ///< how layers fall into stages it can state
-  DeviceOrder,       ///< the order of the parallel axes over the ranks
-  Zero,              ///< ZeRO stages, alone and with pipeline stages
-  ContextParallel,   ///< context-parallel kinds (ring, Ulysses)
-  Overlap,           ///< which collectives overlap compute
-  Experts,           ///< expert layouts and the MoE layer's settings
-  FineTuning,        ///< frozen weights and adapters
-  Precision,         ///< parameter and math precisions
-  Kernels,           ///< the kernels priced (fused, unfused, eager)
-  Offload,           ///< optimizer and activation offload
-  Recompute,         ///< which layers recompute
-  Gradients,         ///< how gradients accumulate and are reduced
-  PipelineSends,     ///< what the pipeline sends between stages
-  Collectives,       ///< the collectives' library (NCCL's, SwitchML's)
-  ResearchStrategy,  ///< strategies only their authors' code runs
+  Schedule,         ///< pipeline schedules (GPipe, 1F1B, interleaved, ...)
+  LayerSplit,       ///< how layers fall into stages it can state
+  DeviceOrder,      ///< the order of the parallel axes over the ranks
+  Zero,             ///< ZeRO stages, alone and with pipeline stages
+  ContextParallel,  ///< context-parallel kinds (ring, Ulysses)
+  Overlap,          ///< which collectives overlap compute
+  Experts,          ///< expert layouts and the MoE layer's settings
+  FineTuning,       ///< frozen weights and adapters
+  Precision,        ///< parameter and math precisions
+  Kernels,          ///< the kernels priced (fused, unfused, eager)
+  Offload,          ///< optimizer and activation offload
+  Recompute,        ///< which layers recompute
+  Gradients,        ///< how gradients accumulate and are reduced
+  PipelineSends,    ///< what the pipeline sends between stages
+  Collectives,      ///< the collectives' library (NCCL's, SwitchML's)
+  ResearchStrategy, ///< strategies only their authors' code runs
 };
 
 /// A framework target: its name, the release the exports are written for,
