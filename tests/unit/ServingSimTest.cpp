@@ -11,6 +11,7 @@
 
 #include "orrery/CostModel/Serving.h"
 #include "orrery/CostModel/ServingSim.h"
+#include "orrery/CostModel/Simulator.h"
 #include "TestSupport.h"
 
 namespace orrery {
@@ -401,5 +402,38 @@ TEST(ServingStep, RefusesWhatItCannotPrice) {
             std::string::npos);
 }
 
+} // namespace
+} // namespace orrery
+
+namespace orrery {
+namespace {
+// One mechanism, one place: a prefill step prices its ops through the same
+// roofline as training's forward (kernelSeconds, attentionSeconds), so the
+// prefill of one sample's tokens costs what the training forward of its
+// layers does. They differ by design only where serving runs other work:
+// the output head runs for the sampled token alone (a request's last, not
+// every position), the embedding is a lookup of the tokens either way, and
+// the engine's host time (StepTime::hostS) is a step's own. Dense, GQA and
+// mixture-of-experts layers alike.
+TEST(ServingStep, APrefillPricesLikeTheTrainingForwardOfItsTokens) {
+  for (const char *model : {"llama3-8b", "gpt3-1.3b", "mixtral-8x7b"}) {
+    Served s(model, "1xH100-SXM");
+    StepPricer p = s.pricer(1);
+    auto strategy = parseStrategy("mbs=1,gbs=1");
+    ASSERT_TRUE(bool(strategy));
+    auto r = simulateStep(s.w, s.cluster, *strategy, {}, /*keepTrace=*/true);
+    ASSERT_TRUE(bool(r)) << llvm::toString(r.takeError());
+    double training = 0; // the forward of every layer but the head
+    for (const LayerBreakdown &b : r->layers)
+      if (b.kind != "head")
+        training += b.forwardS * double(b.count);
+    StepTime t = p.price(prompt(s.w.tokensPerSample));
+    double prefill = t.linearS + t.attentionS + t.otherS; // no host time
+    EXPECT_NEAR(prefill / training, 1.0, 0.02)
+        << model << ": prefill " << prefill << " s, training forward "
+        << training << " s";
+    EXPECT_GT(t.hostS, 0) << model;
+  }
+}
 } // namespace
 } // namespace orrery
