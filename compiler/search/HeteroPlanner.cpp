@@ -1,6 +1,7 @@
 //===- HeteroPlanner.cpp - plans for mixed device types and sites --------===//
 #include "orrery/Search/HeteroPlanner.h"
 #include "orrery/CostModel/Errors.h"
+#include "orrery/CostModel/ModelState.h"
 
 #include <algorithm>
 #include <chrono>
@@ -168,12 +169,9 @@ bool Search::balance(const std::vector<StageSlot> &stages, int replicas,
   int n = int(sequence.size()), S = int(stages.size());
   if (S > n)
     return false;
+  // Model state per parameter: ZeRO-3, or ZeRO-1 over the replicas.
   double perParam =
-      zero >= 3 ? (a.weightBytesPerParam + a.gradBytesPerParam +
-                   a.optimizerBytesPerParam) /
-                      replicas
-                : a.weightBytesPerParam + a.gradBytesPerParam +
-                      a.optimizerBytesPerParam / replicas; // ZeRO-1
+      modelState({1, 0, 0, zero >= 3 ? 3 : 1, double(replicas)}, a).total();
   std::vector<const KindTable *> tab;
   std::vector<double> cap(S);
   std::vector<double> inFlight(S);
@@ -767,9 +765,7 @@ llvm::Expected<HeteroPlanResult> Search::run() {
                     closest->doesNotFit.c_str());
       return err(buf);
     }
-    double need = double(w.parameters()) *
-                  (a.weightBytesPerParam + a.gradBytesPerParam +
-                   a.optimizerBytesPerParam);
+    double need = modelState({double(w.parameters())}, a).total();
     double have = 0;
     for (int p : usable) {
       const DeviceSpec &dev = *pools[p].nodes->device;

@@ -1,6 +1,7 @@
 //===- Planner.cpp - search the strategy space ---------------------------===//
 #include "orrery/Search/Planner.h"
 #include "orrery/CostModel/Errors.h"
+#include "orrery/CostModel/ModelState.h"
 #include "orrery/Plan/Capabilities.h"
 
 #include <algorithm>
@@ -641,19 +642,11 @@ bool PlanSearch::fittingSavers(SearchState &st, int tp, int cp, int pp,
       }
       continue;
     }
-    double optimizer = v.offload ? 0 : a.optimizerBytesPerParam / dp;
-    double grads = a.gradBytesPerParam / (v.zero == 2 ? dp : 1);
+    // The experts counted as dense: sharded over more ranks than hold
+    // them, a floor.
     double floorBytes =
-        v.zero == 2 ? params * (a.weightBytesPerParam + grads + optimizer) +
-                          frozen * a.weightBytesPerParam
-        : v.zero == 3
-            ? (params * (a.weightBytesPerParam + a.gradBytesPerParam) +
-               frozen * a.weightBytesPerParam) /
-                      dp +
-                  params * optimizer
-            : params * (a.weightBytesPerParam + a.gradBytesPerParam +
-                        optimizer) +
-                  frozen * a.weightBytesPerParam;
+        modelState({params, 0, frozen, v.zero, double(dp), 1, v.offload}, a)
+            .total();
     floorBytes += a.workspaceFor(dev);
     if (floorBytes <= dev.memoryBytes) {
       fitting.push_back(v);

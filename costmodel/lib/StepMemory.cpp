@@ -10,6 +10,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "Simulation.h"
+#include "orrery/CostModel/ModelState.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -117,32 +118,24 @@ void Simulation::memoryOf(int i, const StepLayout &l, const TaskOrder &order,
     hostActivationBytes = hostPeak * at[i].group->devicesPerNode;
   }
   if (s.recompute == Recompute::Full)
-    peak += working;    // the layer being recomputed
-  double perDevice = p; // already per tp rank
+    peak += working; // the layer being recomputed
   // ZeRO shards over the ranks that reduce the gradients: dp x cp (and
-  // every aligned replica group's, Hetero.cpp).
+  // every aligned replica group's, Hetero.cpp); the experts over the ranks
+  // that hold them: dp x cp / ep.
   double dp = double(at[i].dpGroup.ranks);
-  // ZeRO shards the experts over the ranks that hold them: dp x cp / ep.
   double expertsHere = 0;
   for (int c2 = 0; c2 < v; ++c2)
     expertsHere += l.expertParams[s.chunkOnStage(i, c2)];
-  auto sharded = [&](int stage) {
-    if (s.zeroStage < stage)
-      return perDevice;
-    return (perDevice - expertsHere) / dp +
-           expertsHere / std::max(1.0, expertShard(dp));
-  };
+  ModelState state = modelState({p, expertsHere, frozen, s.zeroStage, dp,
+                                 expertShard(dp), s.offloadOptimizer},
+                                a);
   MemoryBreakdown &mem = st.memory;
   // fp8 keeps each linear weight in fp8 and transposed (1 byte each)
-  // beside its 16-bit copy.
-  // Frozen weights at the weights' bytes (sharded by ZeRO-3 as FSDP
-  // shards them), buffers at their own types, whole on every device.
-  mem.weightsBytes = (sharded(3) + (s.zeroStage >= 3 ? frozen / dp : frozen)) *
-                         a.weightBytesPerParam +
-                     2 * fp8Copies + buffers;
-  mem.gradientsBytes = sharded(2) * a.gradBytesPerParam;
-  mem.optimizerBytes =
-      s.offloadOptimizer ? 0 : sharded(1) * a.optimizerBytesPerParam;
+  // beside its 16-bit copy; buffers at their own types, whole on every
+  // device.
+  mem.weightsBytes = state.weightsBytes + 2 * fp8Copies + buffers;
+  mem.gradientsBytes = state.gradientsBytes;
+  mem.optimizerBytes = state.optimizerBytes;
   mem.activationsBytes = peak * (1 + a.fragmentation);
   mem.workspaceBytes = a.workspaceFor(dev);
   if (mem.total() > r.peakMemoryBytes)

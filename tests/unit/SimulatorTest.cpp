@@ -3,6 +3,7 @@
 #include "TestSupport.h"
 #include "orrery/CostModel/Collective.h"
 #include "orrery/CostModel/Errors.h"
+#include "orrery/CostModel/ModelState.h"
 #include "orrery/Search/Planner.h"
 
 #include <limits>
@@ -798,5 +799,37 @@ TEST(Simulator, SearchesStopOnInternalErrorsOnly) {
   // The first is kept.
   EXPECT_TRUE(stopsSearch(internalError("simulator: another"), internal));
   EXPECT_EQ(internal, "simulator: deadlock");
+}
+} // namespace
+
+namespace {
+// One model-state function for every caller: each ZeRO stage shards one
+// more part (optimizer state, gradients, weights) over the ranks, the
+// experts over the ranks that hold them; frozen weights carry no gradient
+// or optimizer state and are sharded only by ZeRO-3; offload moves the
+// optimizer state off the device.
+TEST(Simulator, ModelStateShardsOnePartMorePerZeroStage) {
+  Assumptions a; // 2 + 4 + 12 bytes per parameter
+  ModelShare m{1e9, 4e8, 1e8, 0, 8, 2, false};
+  double dense = 6e8, experts = 4e8;
+  double shard = dense / 8 + experts / 2;
+  ModelState z0 = modelState(m, a);
+  EXPECT_DOUBLE_EQ(z0.weightsBytes, 1.1e9 * 2);
+  EXPECT_DOUBLE_EQ(z0.gradientsBytes, 1e9 * 4);
+  EXPECT_DOUBLE_EQ(z0.optimizerBytes, 1e9 * 12);
+  m.zeroStage = 1;
+  ModelState z1 = modelState(m, a);
+  EXPECT_DOUBLE_EQ(z1.optimizerBytes, shard * 12);
+  EXPECT_DOUBLE_EQ(z1.gradientsBytes, z0.gradientsBytes);
+  m.zeroStage = 2;
+  ModelState z2 = modelState(m, a);
+  EXPECT_DOUBLE_EQ(z2.gradientsBytes, shard * 4);
+  EXPECT_DOUBLE_EQ(z2.weightsBytes, z0.weightsBytes);
+  m.zeroStage = 3;
+  ModelState z3 = modelState(m, a);
+  EXPECT_DOUBLE_EQ(z3.weightsBytes, (shard + 1e8 / 8) * 2);
+  m.offloadOptimizer = true;
+  EXPECT_EQ(modelState(m, a).optimizerBytes, 0);
+  EXPECT_DOUBLE_EQ(modelState(m, a).weightsBytes, z3.weightsBytes);
 }
 } // namespace
