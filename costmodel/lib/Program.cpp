@@ -11,8 +11,8 @@
 //===----------------------------------------------------------------------===//
 
 #include "orrery/CostModel/Program.h"
-#include "orrery/CostModel/JsonInput.h"
 #include "orrery/CostModel/Errors.h"
+#include "orrery/CostModel/JsonInput.h"
 #include "orrery/CostModel/Strategy.h"
 
 #include <algorithm>
@@ -25,11 +25,11 @@ namespace orrery {
 static llvm::Error err(const std::string &msg) { return inputError(msg); }
 
 static const std::vector<std::pair<const char *, InstrKind>> kKinds = {
-    {"gemm", InstrKind::Gemm},       {"attention", InstrKind::Attention},
-    {"kernel", InstrKind::Kernel},   {"collective", InstrKind::Collective},
-    {"send", InstrKind::Send},       {"recv", InstrKind::Recv},
-    {"wait", InstrKind::Wait},       {"alloc", InstrKind::Alloc},
-    {"free", InstrKind::Free},       {"optimizer", InstrKind::Optimizer}};
+    {"gemm", InstrKind::Gemm},     {"attention", InstrKind::Attention},
+    {"kernel", InstrKind::Kernel}, {"collective", InstrKind::Collective},
+    {"send", InstrKind::Send},     {"recv", InstrKind::Recv},
+    {"wait", InstrKind::Wait},     {"alloc", InstrKind::Alloc},
+    {"free", InstrKind::Free},     {"optimizer", InstrKind::Optimizer}};
 static const std::vector<std::pair<const char *, StreamKind>> kStreams = {
     {"compute", StreamKind::Compute},
     {"comm", StreamKind::Comm},
@@ -132,7 +132,8 @@ static std::string describe(const ProgramSet &set, const Instruction &in) {
 Queue queueOf(const Instruction &in) {
   Queue q;
   q.stream = in.stream;
-  if ((in.stream == StreamKind::PipeSend || in.stream == StreamKind::PipeRecv) &&
+  if ((in.stream == StreamKind::PipeSend ||
+       in.stream == StreamKind::PipeRecv) &&
       (in.kind == InstrKind::Send || in.kind == InstrKind::Recv)) {
     q.peer = in.peer;
     q.backward = in.backward;
@@ -144,7 +145,8 @@ std::string queueName(const Queue &q) {
   std::string out = streamKindName(q.stream);
   if (q.peer >= 0)
     out += std::string(q.stream == StreamKind::PipeSend ? " to " : " from ") +
-           std::to_string(q.peer) + (q.backward ? " (gradients)" : " (activations)");
+           std::to_string(q.peer) +
+           (q.backward ? " (gradients)" : " (activations)");
   return out;
 }
 
@@ -202,32 +204,30 @@ std::string programText(const ProgramSet &set, int rank) {
       deps += (deps.empty() ? " after " : ",") + std::to_string(d);
     std::snprintf(buf, sizeof buf, "%6zu %-7s %-7s %s%s  %.2f us\n", i,
                   streamKindName(in.stream), in.span.c_str(),
-                  describe(set, in).c_str(), deps.c_str(),
-                  in.predictedS * 1e6);
+                  describe(set, in).c_str(), deps.c_str(), in.predictedS * 1e6);
     out += buf;
   }
   return out;
 }
 
-llvm::Error checkPrograms(const ProgramSet &set) {
-  int world = int(set.ranks.size());
-  if (world != set.worldSize)
-    return err("program set: " + std::to_string(world) + " programs for " +
-               std::to_string(set.worldSize) + " ranks");
-  if (set.groupNames.size() != set.groups.size())
-    return err("program set: groups and their names differ in number");
-  for (size_t g = 0; g < set.groups.size(); ++g)
-    for (int r : set.groups[g])
-      if (r < 0 || r >= world)
-        return err("program set: group g" + std::to_string(g) +
-                   " names rank " + std::to_string(r) + " of " +
-                   std::to_string(world));
+namespace {
 
-  // Per instruction: references in range, dependencies back in the program.
-  using Key = std::tuple<int, int, int64_t>; // from, to, tag
-  std::map<Key, std::pair<int, int>> sends, recvs; // -> (rank, instruction)
-  // Per group and member: its collectives in program order.
-  std::vector<std::map<int, std::vector<int>>> collectives(set.groups.size());
+using P2pKey = std::tuple<int, int, int64_t>; // from, to, tag
+/// Where each send and receive is (rank, instruction), and per group and
+/// member its collectives in program order.
+struct ProgramIndex {
+  std::map<P2pKey, std::pair<int, int>> sends, recvs;
+  std::vector<std::map<int, std::vector<int>>> collectives;
+};
+
+/// Per instruction: references in range, dependencies back in the program;
+/// the index of its sends, receives and collectives.
+llvm::Error indexPrograms(const ProgramSet &set, ProgramIndex &ix) {
+  int world = int(set.ranks.size());
+  using Key = P2pKey;
+  auto &sends = ix.sends, &recvs = ix.recvs;
+  auto &collectives = ix.collectives;
+  collectives.assign(set.groups.size(), {});
   for (int r = 0; r < world; ++r) {
     const Program &p = set.ranks[r];
     if (p.rank != r)
@@ -273,12 +273,22 @@ llvm::Error checkPrograms(const ProgramSet &set) {
       }
     }
   }
+  for (size_t g = 0; g < set.groups.size(); ++g)
+    for (int r : set.groups[g])
+      collectives[g][r]; // every member listed, with or without any
+  return llvm::Error::success();
+}
+
+/// Every send has its receive (same bytes, same link) and the reverse;
+/// every member enters its group's collectives in the same order.
+llvm::Error checkMatches(const ProgramSet &set, const ProgramIndex &ix) {
+  const auto &sends = ix.sends, &recvs = ix.recvs;
+  const auto &collectives = ix.collectives;
   for (const auto &[key, at] : sends) {
     auto it = recvs.find(key);
     if (it == recvs.end())
       return err(where(set, at.first, at.second) + ": rank " +
-                 std::to_string(std::get<1>(key)) +
-                 " has no matching receive");
+                 std::to_string(std::get<1>(key)) + " has no matching receive");
     const Instruction &s = set.ranks[at.first].code[at.second];
     const Instruction &v = set.ranks[it->second.first].code[it->second.second];
     if (s.bytes != v.bytes)
@@ -296,17 +306,19 @@ llvm::Error checkPrograms(const ProgramSet &set) {
                  std::to_string(std::get<0>(key)) + " never sends it");
   for (size_t g = 0; g < set.groups.size(); ++g) {
     const auto &members = set.groups[g];
-    const std::vector<int> &first = collectives[g][members.front()];
+    if (members.empty())
+      continue;
+    const std::vector<int> &first = collectives[g].at(members.front());
     for (int r : members) {
-      const std::vector<int> &mine = collectives[g][r];
+      const std::vector<int> &mine = collectives[g].at(r);
       for (size_t c = 0; c < std::max(mine.size(), first.size()); ++c) {
         if (c >= mine.size() || c >= first.size()) {
           int who = c >= mine.size() ? members.front() : r;
           int idx = c >= mine.size() ? first[c] : mine[c];
           int other = who == r ? members.front() : r;
-          return err(where(set, who, idx) + ": rank " +
-                     std::to_string(other) + " never enters collective #" +
-                     std::to_string(c) + " of group g" + std::to_string(g));
+          return err(where(set, who, idx) + ": rank " + std::to_string(other) +
+                     " never enters collective #" + std::to_string(c) +
+                     " of group g" + std::to_string(g));
         }
         const Instruction &a = set.ranks[members.front()].code[first[c]];
         const Instruction &b = set.ranks[r].code[mine[c]];
@@ -320,7 +332,12 @@ llvm::Error checkPrograms(const ProgramSet &set) {
     }
   }
 
-  // Memory: static + live buffers against the prediction.
+  return llvm::Error::success();
+}
+
+/// Static and live buffers against the predicted peak; every buffer freed.
+llvm::Error checkMemory(const ProgramSet &set) {
+  int world = int(set.ranks.size());
   for (int r = 0; r < world; ++r) {
     const Program &p = set.ranks[r];
     std::map<int, double> live;
@@ -334,11 +351,10 @@ llvm::Error checkPrograms(const ProgramSet &set) {
         peak = std::max(peak, now);
         if (p.staticBytes + peak >
             p.predictedPeakBytes + set.memoryAllowanceBytes)
-          return err(where(set, r, i) + ": holds " +
-                     bytesText(p.staticBytes + peak) +
-                     ", above the predicted peak " +
-                     bytesText(p.predictedPeakBytes) + " plus the allowance " +
-                     bytesText(set.memoryAllowanceBytes));
+          return err(
+              where(set, r, i) + ": holds " + bytesText(p.staticBytes + peak) +
+              ", above the predicted peak " + bytesText(p.predictedPeakBytes) +
+              " plus the allowance " + bytesText(set.memoryAllowanceBytes));
       } else if (in.kind == InstrKind::Free) {
         auto it = live.find(in.buffer);
         if (it == live.end())
@@ -349,20 +365,81 @@ llvm::Error checkPrograms(const ProgramSet &set) {
     }
     if (!live.empty())
       return err("rank " + std::to_string(r) + ": buffer #" +
-                 std::to_string(live.begin()->first) +
-                 " is never freed");
+                 std::to_string(live.begin()->first) + " is never freed");
   }
 
-  // Run it: queues in order, rendezvous sends, whole-group collectives.
+  return llvm::Error::success();
+}
+
+/// The programs run with queues in order, rendezvous sends and
+/// whole-group collectives: a deadlock names a waiting instruction and
+/// what it waits for.
+class DeadlockRun {
+public:
+  DeadlockRun(const ProgramSet &set, const ProgramIndex &ix);
+  llvm::Error run();
+
+private:
   struct Rank {
     std::vector<std::vector<int>> streams; ///< per queue (queuesOf)
     std::vector<int> queue;                ///< per instruction
     std::vector<size_t> head;
     std::vector<char> done;
   };
-  std::vector<Rank> st(world);
+  const ProgramSet &set;
+  const ProgramIndex &ix;
+  std::vector<Rank> st;
   size_t remaining = 0;
-  for (int r = 0; r < world; ++r) {
+  /// Next collective index per group and member.
+  std::vector<std::map<int, size_t>> nextCollective;
+
+  bool atHead(int r, int i) const {
+    const Rank &x = st[r];
+    int sIdx = x.queue[i];
+    return x.head[sIdx] < x.streams[sIdx].size() &&
+           x.streams[sIdx][x.head[sIdx]] == i;
+  }
+  bool ready(int r, int i) const {
+    if (!atHead(r, i))
+      return false;
+    for (int d : set.ranks[r].code[i].deps)
+      if (!st[r].done[d])
+        return false;
+    return true;
+  }
+  /// A send/receive and the others of its group (consecutive, one stream).
+  std::vector<int> batchOf(int r, int i) const {
+    const std::vector<Instruction> &code = set.ranks[r].code;
+    std::vector<int> out{i};
+    int g = code[i].p2pGroup;
+    if (g >= 0)
+      for (int j = i + 1; j < int(code.size()) && code[j].p2pGroup == g; ++j)
+        out.push_back(j);
+    return out;
+  }
+  bool batchReady(int r, const std::vector<int> &members) const {
+    if (!atHead(r, members.front()))
+      return false;
+    for (int j : members)
+      for (int dep : set.ranks[r].code[j].deps)
+        if (!st[r].done[dep] && (dep < members.front() || dep > members.back()))
+          return false;
+    return true;
+  }
+  void finish(int r, int i) {
+    st[r].done[i] = 1;
+    ++st[r].head[st[r].queue[i]];
+    --remaining;
+  }
+  bool runP2p(int r, int i);
+  bool runCollective(int r, int i);
+  llvm::Error stuck() const;
+};
+
+DeadlockRun::DeadlockRun(const ProgramSet &set, const ProgramIndex &ix)
+    : set(set), ix(ix), st(set.ranks.size()),
+      nextCollective(set.groups.size()) {
+  for (int r = 0; r < int(set.ranks.size()); ++r) {
     const Program &p = set.ranks[r];
     size_t queues = queuesOf(p, &st[r].queue).size();
     st[r].streams.resize(queues);
@@ -372,49 +449,55 @@ llvm::Error checkPrograms(const ProgramSet &set) {
       st[r].streams[st[r].queue[i]].push_back(i);
     remaining += p.code.size();
   }
-  // Next collective index per group and member.
-  std::vector<std::map<int, size_t>> nextCollective(set.groups.size());
-  auto atHead = [&](int r, int i) {
-    const Rank &x = st[r];
-    int sIdx = x.queue[i];
-    return x.head[sIdx] < x.streams[sIdx].size() &&
-           x.streams[sIdx][x.head[sIdx]] == i;
-  };
-  auto ready = [&](int r, int i) {
-    if (!atHead(r, i))
+}
+
+/// The batches joined by their partners complete together, or none does.
+bool DeadlockRun::runP2p(int r, int i) {
+  std::vector<std::pair<int, int>> todo{{r, i}}, seen;
+  while (!todo.empty()) {
+    auto [q, first] = todo.back();
+    todo.pop_back();
+    if (std::find(seen.begin(), seen.end(), std::make_pair(q, first)) !=
+        seen.end())
+      continue;
+    seen.push_back({q, first});
+    std::vector<int> members = batchOf(q, first);
+    if (!batchReady(q, members))
       return false;
-    for (int d : set.ranks[r].code[i].deps)
-      if (!st[r].done[d])
-        return false;
-    return true;
-  };
-  // A send/receive and the others of its group (consecutive, one stream).
-  auto batchOf = [&](int r, int i) {
-    const std::vector<Instruction> &code = set.ranks[r].code;
-    std::vector<int> out{i};
-    int g = code[i].p2pGroup;
-    if (g >= 0)
-      for (int j = i + 1; j < int(code.size()) && code[j].p2pGroup == g; ++j)
-        out.push_back(j);
-    return out;
-  };
-  auto batchReady = [&](int r, const std::vector<int> &members) {
-    if (!atHead(r, members.front()))
+    for (int j : members) {
+      const Instruction &x = set.ranks[q].code[j];
+      bool xs = x.kind == InstrKind::Send;
+      P2pKey key = xs ? P2pKey{q, x.peer, x.tag} : P2pKey{x.peer, q, x.tag};
+      auto other = (xs ? ix.recvs : ix.sends).at(key);
+      int of = set.ranks[other.first].code[other.second].p2pGroup;
+      todo.push_back({other.first, of >= 0 ? of : other.second});
+    }
+  }
+  for (auto [q, first] : seen)
+    for (int j : batchOf(q, first))
+      finish(q, j);
+  return true;
+}
+
+/// Every member at the group's next collective, or none goes.
+bool DeadlockRun::runCollective(int r, int i) {
+  const Instruction &in = set.ranks[r].code[i];
+  const auto &members = set.groups[in.group];
+  size_t c = nextCollective[in.group][r];
+  for (int q : members)
+    if (!ready(q, ix.collectives[in.group].at(q)[c]))
       return false;
-    for (int j : members)
-      for (int dep : set.ranks[r].code[j].deps)
-        if (!st[r].done[dep] && (dep < members.front() || dep > members.back()))
-          return false;
-    return true;
-  };
-  auto finish = [&](int r, int i) {
-    st[r].done[i] = 1;
-    ++st[r].head[st[r].queue[i]];
-    --remaining;
-  };
+  for (int q : members) {
+    finish(q, ix.collectives[in.group].at(q)[c]);
+    ++nextCollective[in.group][q];
+  }
+  return true;
+}
+
+llvm::Error DeadlockRun::run() {
   while (remaining) {
     bool progress = false;
-    for (int r = 0; r < world; ++r)
+    for (int r = 0; r < int(st.size()); ++r)
       for (int s = 0; s < int(st[r].streams.size()); ++s) {
         Rank &x = st[r];
         while (x.head[s] < x.streams[s].size()) {
@@ -423,96 +506,82 @@ llvm::Error checkPrograms(const ProgramSet &set) {
             break;
           const Instruction &in = set.ranks[r].code[i];
           if (in.kind == InstrKind::Send || in.kind == InstrKind::Recv) {
-            // The batches joined by their partners complete together.
-            std::vector<std::pair<int, int>> todo{{r, i}}, seen;
-            bool all = true;
-            while (!todo.empty() && all) {
-              auto [q, first] = todo.back();
-              todo.pop_back();
-              if (std::find(seen.begin(), seen.end(),
-                            std::make_pair(q, first)) != seen.end())
-                continue;
-              seen.push_back({q, first});
-              std::vector<int> members = batchOf(q, first);
-              if (!batchReady(q, members)) {
-                all = false;
-                break;
-              }
-              for (int j : members) {
-                const Instruction &x = set.ranks[q].code[j];
-                bool xs = x.kind == InstrKind::Send;
-                Key key = xs ? Key{q, x.peer, x.tag} : Key{x.peer, q, x.tag};
-                auto other = (xs ? recvs : sends).at(key);
-                int of = set.ranks[other.first].code[other.second].p2pGroup;
-                todo.push_back({other.first, of >= 0 ? of : other.second});
-              }
-            }
-            if (!all)
+            if (!runP2p(r, i))
               break;
-            for (auto [q, first] : seen)
-              for (int j : batchOf(q, first))
-                finish(q, j);
           } else if (in.kind == InstrKind::Collective) {
-            const auto &members = set.groups[in.group];
-            size_t c = nextCollective[in.group][r];
-            bool all = true;
-            for (int q : members)
-              if (!ready(q, collectives[in.group][q][c])) {
-                all = false;
-                break;
-              }
-            if (!all)
+            if (!runCollective(r, i))
               break;
-            for (int q : members) {
-              finish(q, collectives[in.group][q][c]);
-              ++nextCollective[in.group][q];
-            }
           } else {
             finish(r, i);
           }
           progress = true;
         }
       }
-    if (!progress) {
-      // Name a waiting instruction and the rank it waits for: one that
-      // waits on another rank first, else one that waits on its own.
-      for (int pass = 0; pass < 2; ++pass)
-        for (int r = 0; r < world; ++r)
-          for (int s = 0; s < int(st[r].streams.size()); ++s) {
-            const Rank &x = st[r];
-            if (x.head[s] >= x.streams[s].size())
-              continue;
-            int i = x.streams[s][x.head[s]];
-            const Instruction &in = set.ranks[r].code[i];
-            std::string why;
-            bool own = !batchReady(r, batchOf(r, i));
-            if (own && pass == 1) {
-              for (int d : in.deps)
-                if (!st[r].done[d]) {
-                  why = "its dependency " + std::to_string(d) +
-                        " never finishes";
-                  break;
-                }
-            } else if (!own && (in.kind == InstrKind::Send ||
-                                in.kind == InstrKind::Recv)) {
-              why = "rank " + std::to_string(in.peer) +
-                    " never reaches its " +
-                    (in.kind == InstrKind::Send ? "receive" : "send");
-            } else if (!own && in.kind == InstrKind::Collective) {
-              size_t c = nextCollective[in.group][r];
-              for (int q : set.groups[in.group])
-                if (!ready(q, collectives[in.group][q][c])) {
-                  why = "rank " + std::to_string(q) + " never enters it";
-                  break;
-                }
-            }
-            if (!why.empty())
-              return err("deadlock: " + where(set, r, i) + " waits: " + why);
-          }
-      return err("deadlock: no rank can make progress");
-    }
+    if (!progress)
+      return stuck();
   }
   return llvm::Error::success();
+}
+
+/// Names a waiting instruction and the rank it waits for: one that waits
+/// on another rank first, else one that waits on its own.
+llvm::Error DeadlockRun::stuck() const {
+  for (int pass = 0; pass < 2; ++pass)
+    for (int r = 0; r < int(st.size()); ++r)
+      for (int s = 0; s < int(st[r].streams.size()); ++s) {
+        const Rank &x = st[r];
+        if (x.head[s] >= x.streams[s].size())
+          continue;
+        int i = x.streams[s][x.head[s]];
+        const Instruction &in = set.ranks[r].code[i];
+        std::string why;
+        bool own = !batchReady(r, batchOf(r, i));
+        if (own && pass == 1) {
+          for (int d : in.deps)
+            if (!st[r].done[d]) {
+              why = "its dependency " + std::to_string(d) + " never finishes";
+              break;
+            }
+        } else if (!own &&
+                   (in.kind == InstrKind::Send || in.kind == InstrKind::Recv)) {
+          why = "rank " + std::to_string(in.peer) + " never reaches its " +
+                (in.kind == InstrKind::Send ? "receive" : "send");
+        } else if (!own && in.kind == InstrKind::Collective) {
+          size_t c = nextCollective[in.group].at(r);
+          for (int q : set.groups[in.group])
+            if (!ready(q, ix.collectives[in.group].at(q)[c])) {
+              why = "rank " + std::to_string(q) + " never enters it";
+              break;
+            }
+        }
+        if (!why.empty())
+          return err("deadlock: " + where(set, r, i) + " waits: " + why);
+      }
+  return err("deadlock: no rank can make progress");
+}
+
+} // namespace
+
+llvm::Error checkPrograms(const ProgramSet &set) {
+  int world = int(set.ranks.size());
+  if (world != set.worldSize)
+    return err("program set: " + std::to_string(world) + " programs for " +
+               std::to_string(set.worldSize) + " ranks");
+  if (set.groupNames.size() != set.groups.size())
+    return err("program set: groups and their names differ in number");
+  for (size_t g = 0; g < set.groups.size(); ++g)
+    for (int r : set.groups[g])
+      if (r < 0 || r >= world)
+        return err("program set: group g" + std::to_string(g) + " names rank " +
+                   std::to_string(r) + " of " + std::to_string(world));
+  ProgramIndex ix;
+  if (auto e = indexPrograms(set, ix))
+    return e;
+  if (auto e = checkMatches(set, ix))
+    return e;
+  if (auto e = checkMemory(set))
+    return e;
+  return DeadlockRun(set, ix).run();
 }
 
 nlohmann::ordered_json programSetJson(const ProgramSet &set) {
@@ -632,9 +701,12 @@ llvm::Expected<ProgramSet> programSetFromJson(const nlohmann::json &j) {
       p.device = pj.at("device").get<std::string>();
       p.replicaGroup = checkedInteger<int>(pj.at("replica_group"));
       p.stage = checkedInteger<int>(pj.at("stage"));
-      p.tpRank = checkedInteger<int>(pj.at("tp").at(0)), p.tp = checkedInteger<int>(pj["tp"].at(1));
-      p.cpRank = checkedInteger<int>(pj.at("cp").at(0)), p.cp = checkedInteger<int>(pj["cp"].at(1));
-      p.dpRank = checkedInteger<int>(pj.at("dp").at(0)), p.dp = checkedInteger<int>(pj["dp"].at(1));
+      p.tpRank = checkedInteger<int>(pj.at("tp").at(0)),
+      p.tp = checkedInteger<int>(pj["tp"].at(1));
+      p.cpRank = checkedInteger<int>(pj.at("cp").at(0)),
+      p.cp = checkedInteger<int>(pj["cp"].at(1));
+      p.dpRank = checkedInteger<int>(pj.at("dp").at(0)),
+      p.dp = checkedInteger<int>(pj["dp"].at(1));
       p.staticBytes = pj.at("static_bytes").get<double>();
       p.predictedPeakBytes = pj.at("predicted_peak_bytes").get<double>();
       const nlohmann::json &code = pj.at("code");
@@ -657,8 +729,10 @@ llvm::Expected<ProgramSet> programSetFromJson(const nlohmann::json &j) {
           return err(at + ".stream: unknown");
         in.name = x.value("name", "");
         in.span = x.value("span", "");
-        in.m = checkedIntegerOr<int64_t>(x, "m", 0), in.n = checkedIntegerOr<int64_t>(x, "n", 0),
-        in.k = checkedIntegerOr<int64_t>(x, "k", 0), in.batch = checkedIntegerOr<int64_t>(x, "batch", 1);
+        in.m = checkedIntegerOr<int64_t>(x, "m", 0),
+        in.n = checkedIntegerOr<int64_t>(x, "n", 0),
+        in.k = checkedIntegerOr<int64_t>(x, "k", 0),
+        in.batch = checkedIntegerOr<int64_t>(x, "batch", 1);
         in.heads = checkedIntegerOr<int64_t>(x, "heads", 0);
         in.kvHeads = checkedIntegerOr<int64_t>(x, "kv_heads", 0);
         in.qLen = checkedIntegerOr<int64_t>(x, "q_len", 0);
@@ -686,8 +760,8 @@ llvm::Expected<ProgramSet> programSetFromJson(const nlohmann::json &j) {
         in.buffer = checkedIntegerOr<int>(x, "buffer", -1);
         in.flops = x.value("flops", 0.0);
         in.bytes = x.value("bytes", 0.0);
-        if (in.m < 0 || in.n < 0 || in.k < 0 || in.batch < 0 ||
-            in.bytes < 0 || in.bytes > 1e15 || double(in.m) * in.n > 1e13 ||
+        if (in.m < 0 || in.n < 0 || in.k < 0 || in.batch < 0 || in.bytes < 0 ||
+            in.bytes > 1e15 || double(in.m) * in.n > 1e13 ||
             double(in.n) * in.k > 1e13 || double(in.m) * in.k > 1e13)
           return err(at + ": a size out of range");
         if (x.contains("deps"))

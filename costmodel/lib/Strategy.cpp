@@ -1,8 +1,8 @@
 //===- Strategy.cpp - parse and validate strategies ----------------------===//
 #include "orrery/CostModel/Strategy.h"
-#include "orrery/CostModel/PrintableLine.h"
-#include "orrery/CostModel/Errors.h"
 #include "orrery/CostModel/Cluster.h"
+#include "orrery/CostModel/Errors.h"
+#include "orrery/CostModel/PrintableLine.h"
 #include "orrery/CostModel/Workload.h"
 
 #include "llvm/ADT/StringExtras.h"
@@ -17,14 +17,14 @@ namespace orrery {
 static llvm::Error err(const std::string &msg) { return inputError(msg); }
 
 const char *scheduleName(Schedule s) {
-  return s == Schedule::GPipe          ? "gpipe"
-         : s == Schedule::OneFOneB     ? "1f1b"
-         : s == Schedule::ZeroBubbleH1 ? "zb-h1"
-         : s == Schedule::ZeroBubbleV  ? "zb-v"
-         : s == Schedule::DualPipeV    ? "dualpipev"
-         : s == Schedule::DualPipe     ? "dualpipe"
+  return s == Schedule::GPipe                ? "gpipe"
+         : s == Schedule::OneFOneB           ? "1f1b"
+         : s == Schedule::ZeroBubbleH1       ? "zb-h1"
+         : s == Schedule::ZeroBubbleV        ? "zb-v"
+         : s == Schedule::DualPipeV          ? "dualpipev"
+         : s == Schedule::DualPipe           ? "dualpipe"
          : s == Schedule::LayerParallelMgrit ? "mgrit"
-                                       : "interleaved";
+                                             : "interleaved";
 }
 
 const char *recomputeName(Recompute r) {
@@ -82,10 +82,11 @@ int Strategy::stride(const std::string &axis) const {
 
 std::string Strategy::overlapName() const {
   std::string out;
-  for (auto [on, name] : {std::pair<bool, const char *>{overlapGradReduce, "grad"},
-                          {overlapParamGather, "param"},
-                          {overlapTpComm, "tp"},
-                          {overlapP2p, "p2p"}})
+  for (auto [on, name] :
+       {std::pair<bool, const char *>{overlapGradReduce, "grad"},
+        {overlapParamGather, "param"},
+        {overlapTpComm, "tp"},
+        {overlapP2p, "p2p"}})
     if (on)
       out += (out.empty() ? "" : "+") + std::string(name);
   return out.empty() ? "none" : out;
@@ -152,6 +153,219 @@ std::string Strategy::str() const {
   return s;
 }
 
+namespace {
+
+/// One KEY=VALUE of --strategy and the readers of its value; each error
+/// names the item.
+struct StrategyField {
+  llvm::StringRef key, value;
+  std::string where;
+
+  template <typename T> llvm::Error integer(T &out, long long lo) const {
+    // Never narrowed past the field's range (2^32 must not wrap to 0).
+    long long hi =
+        std::min<long long>(std::numeric_limits<T>::max(), 1LL << 40);
+    long long v;
+    if (value.getAsInteger(10, v) || v < lo || v > hi)
+      return err(where + ": " + key.str() + " must be an integer from " +
+                 std::to_string(lo) + " to " + std::to_string(hi));
+    out = static_cast<T>(v);
+    return llvm::Error::success();
+  }
+  llvm::Error boolean(bool &out) const {
+    std::string v = value.lower();
+    if (v == "1" || v == "true" || v == "on")
+      out = true;
+    else if (v == "0" || v == "false" || v == "off")
+      out = false;
+    else
+      return err(where + ": " + key.str() + " must be 0 or 1");
+    return llvm::Error::success();
+  }
+  /// A number in (lo, hi], or [lo, hi] when lo is included.
+  llvm::Error real(double &out, double lo, bool withLo, double hi,
+                   const char *what) const {
+    double f = 0;
+    if (value.getAsDouble(f) || !(withLo ? f >= lo : f > lo) || f > hi)
+      return err(where + ": " + key.str() + " must be " + what);
+    out = f;
+    return llvm::Error::success();
+  }
+};
+
+/// The numeric fields; false when `f` names none of them.
+bool numberField(const StrategyField &f, Strategy &s, llvm::Error &e) {
+  llvm::StringRef key = f.key;
+  if (key == "tp")
+    e = f.integer(s.tp, 1);
+  else if (key == "pp")
+    e = f.integer(s.pp, 1);
+  else if (key == "dp")
+    e = f.integer(s.dp, 1);
+  else if (key == "cp")
+    e = f.integer(s.cp, 1);
+  else if (key == "ep")
+    e = f.integer(s.ep, 1);
+  else if (key == "etp")
+    e = f.integer(s.etp, 1);
+  else if (key == "vpp")
+    e = f.integer(s.virtualStages, 1);
+  else if (key == "mbs")
+    e = f.integer(s.microBatch, 1);
+  else if (key == "gbs")
+    e = f.integer(s.globalBatch, 1);
+  else if (key == "zero") {
+    e = f.integer(s.zeroStage, 0);
+    if (!e && s.zeroStage > 3)
+      e = err(f.where + ": zero must be 0, 1, 2 or 3");
+  } else if (key == "sp")
+    e = f.boolean(s.sequenceParallel);
+  else if (key == "tpbatch")
+    e = f.boolean(s.tpBatchSplit);
+  else if (key == "recompute_layers")
+    e = f.integer(s.recomputeLayers, 1);
+  else if (key == "mg_coarsen")
+    e = f.integer(s.mgCoarsening, 2);
+  else if (key == "mg_iters")
+    e = f.integer(s.mgIterations, 1);
+  else if (key == "phantom")
+    e = f.integer(s.phantomGhosts, 1);
+  else if (key == "chunks") {
+    int64_t millions = 0;
+    e = f.integer(millions, 1);
+    if (!e && millions > 100000)
+      e = err(f.where + ": chunks is the chunk size in millions of "
+                        "elements, at most 100000");
+    s.chunkParams = millions * 1000000;
+  } else if (key == "sdp")
+    e = f.real(s.subnetworkFraction, 0, false, 1,
+               "the fraction of the repeated blocks each worker holds, in "
+               "(0, 1]");
+  else if (key == "moe_imbalance")
+    e = f.real(s.moeImbalance, 1, true, kMaxExpertLoad,
+               "the busiest expert-parallel rank's tokens over the mean, from "
+               "1 to 64");
+  else if (key == "moe_capacity")
+    e = f.real(s.moeCapacity, 0, false, kMaxExpertLoad,
+               "the experts' capacity factor, above 0 and at most 64");
+  else
+    return false;
+  return true;
+}
+
+/// overlap=none or grad, param, tp and p2p joined by '+'.
+llvm::Error overlapField(const StrategyField &f, Strategy &s) {
+  s.overlapGradReduce = s.overlapParamGather = s.overlapTpComm = s.overlapP2p =
+      false;
+  if (f.value == "none")
+    return llvm::Error::success();
+  llvm::SmallVector<llvm::StringRef> parts;
+  f.value.split(parts, '+');
+  for (llvm::StringRef p : parts) {
+    bool *flag = p == "grad"    ? &s.overlapGradReduce
+                 : p == "param" ? &s.overlapParamGather
+                 : p == "tp"    ? &s.overlapTpComm
+                 : p == "p2p"   ? &s.overlapP2p
+                                : nullptr;
+    if (!flag)
+      return err(f.where +
+                 ": overlap takes none or grad, param, tp and p2p "
+                 "joined by '+', not '" +
+                 p.str() + "'");
+    *flag = true;
+  }
+  return llvm::Error::success();
+}
+
+/// order= and layers=: the axes' order and the layers per chunk.
+llvm::Error listField(const StrategyField &f, Strategy &s) {
+  llvm::SmallVector<llvm::StringRef> parts;
+  if (f.key == "order") {
+    f.value.split(parts, '-');
+    std::vector<std::string> order;
+    for (llvm::StringRef p : parts)
+      order.push_back(p.str());
+    std::vector<std::string> sorted = order;
+    std::sort(sorted.begin(), sorted.end());
+    if (sorted != std::vector<std::string>{"cp", "dp", "pp", "tp"})
+      return err(f.where + ": order must list tp, cp, dp and pp once each, "
+                           "e.g. tp-cp-dp-pp");
+    s.order = order;
+    return llvm::Error::success();
+  }
+  f.value.split(parts, ':');
+  for (llvm::StringRef p : parts) {
+    int n;
+    if (p.getAsInteger(10, n) || n <= 0)
+      return err(f.where + ": layers must be positive counts separated by ':'");
+    s.stageLayers.push_back(n);
+  }
+  return llvm::Error::success();
+}
+
+/// The named choices and lists; false when `f` names none of them.
+bool wordField(const StrategyField &f, Strategy &s, bool &sdpMask,
+               llvm::Error &e) {
+  llvm::StringRef key = f.key, value = f.value;
+  const std::string &where = f.where;
+  if (key == "recompute") {
+    if (auto r = recomputeFromName(value.str()))
+      s.recompute = *r;
+    else
+      e = err(where + ": recompute must be none, selective or full");
+  } else if (key == "sdp_mask") {
+    if (value == "backward")
+      s.subnetworkBackwardMask = true;
+    else if (value != "forward")
+      e = err(where + ": sdp_mask must be forward or backward");
+    sdpMask = true;
+  } else if (key == "recompute_kinds") {
+    llvm::SmallVector<llvm::StringRef> kinds;
+    value.split(kinds, '+', -1, /*KeepEmpty=*/false);
+    if (kinds.empty())
+      e = err(where + ": recompute_kinds needs layer kind names joined by "
+                      "'+'");
+    for (llvm::StringRef k : kinds)
+      s.recomputeKinds.push_back(k.str());
+  } else if (key == "schedule") {
+    if (auto sc = scheduleFromName(value.str()))
+      s.schedule = *sc;
+    else
+      e = err(where + ": schedule must be gpipe, 1f1b, interleaved, zb-h1, "
+                      "zb-v, dualpipev, dualpipe or mgrit");
+  } else if (key == "offload") {
+    if (value == "optimizer")
+      s.offloadOptimizer = true;
+    else if (value == "activations")
+      s.offloadActivations = true;
+    else if (value == "both")
+      s.offloadOptimizer = s.offloadActivations = true;
+    else if (value != "none")
+      e = err(where + ": offload must be none, optimizer, activations or both");
+  } else if (key == "precision") {
+    if (auto p = precisionFromName(value.str()))
+      s.precision = *p;
+    else
+      e = err(where + ": precision must be fp32, tf32, fp16, bf16 or fp8");
+  } else if (key == "cp_comm") {
+    if (value == "ring")
+      s.cpComm = CpComm::Ring;
+    else if (value == "all-to-all")
+      s.cpComm = CpComm::AllToAll;
+    else
+      e = err(where + ": cp_comm must be ring or all-to-all");
+  } else if (key == "overlap") {
+    e = overlapField(f, s);
+  } else if (key == "order" || key == "layers") {
+    e = listField(f, s);
+  } else {
+    return false;
+  }
+  return true;
+}
+
+} // namespace
+
 llvm::Expected<Strategy> parseStrategy(const std::string &text) {
   Strategy s;
   llvm::SmallVector<llvm::StringRef> items;
@@ -164,190 +378,15 @@ llvm::Expected<Strategy> parseStrategy(const std::string &text) {
   bool sdpMask = false;
   for (llvm::StringRef item : items) {
     std::pair<llvm::StringRef, llvm::StringRef> kv = item.trim().split('=');
-    llvm::StringRef key = kv.first, value = kv.second;
-    std::string where = "--strategy '" + item.trim().str() + "'";
-    if (value.empty())
-      return err(where + ": expected KEY=VALUE");
-    if (!seen.insert(key.str()).second)
-      return err(where + ": " + key.str() + " is given twice");
-    auto integer = [&](auto &out, long long lo) -> llvm::Error {
-      using T = std::remove_reference_t<decltype(out)>;
-      // Never narrowed past the field's range (2^32 must not wrap to 0).
-      long long hi = std::min<long long>(std::numeric_limits<T>::max(),
-                                         1LL << 40);
-      long long v;
-      if (value.getAsInteger(10, v) || v < lo || v > hi)
-        return err(where + ": " + key.str() + " must be an integer from " +
-                   std::to_string(lo) + " to " + std::to_string(hi));
-      out = static_cast<T>(v);
-      return llvm::Error::success();
-    };
-    auto boolean = [&](bool &out) -> llvm::Error {
-      std::string v = value.lower();
-      if (v == "1" || v == "true" || v == "on")
-        out = true;
-      else if (v == "0" || v == "false" || v == "off")
-        out = false;
-      else
-        return err(where + ": " + key.str() + " must be 0 or 1");
-      return llvm::Error::success();
-    };
-    // A number in (lo, hi], or [lo, hi] when lo is included.
-    auto real = [&](double &out, double lo, bool withLo, double hi,
-                    const char *what) -> llvm::Error {
-      double f = 0;
-      if (value.getAsDouble(f) || !(withLo ? f >= lo : f > lo) || f > hi)
-        return err(where + ": " + key.str() + " must be " + what);
-      out = f;
-      return llvm::Error::success();
-    };
+    StrategyField f{kv.first, kv.second,
+                    "--strategy '" + item.trim().str() + "'"};
+    if (f.value.empty())
+      return err(f.where + ": expected KEY=VALUE");
+    if (!seen.insert(f.key.str()).second)
+      return err(f.where + ": " + f.key.str() + " is given twice");
     llvm::Error e = llvm::Error::success();
-    if (key == "tp")
-      e = integer(s.tp, 1);
-    else if (key == "pp")
-      e = integer(s.pp, 1);
-    else if (key == "dp")
-      e = integer(s.dp, 1);
-    else if (key == "cp")
-      e = integer(s.cp, 1);
-    else if (key == "ep")
-      e = integer(s.ep, 1);
-    else if (key == "etp")
-      e = integer(s.etp, 1);
-    else if (key == "vpp")
-      e = integer(s.virtualStages, 1);
-    else if (key == "mbs")
-      e = integer(s.microBatch, 1);
-    else if (key == "gbs")
-      e = integer(s.globalBatch, 1);
-    else if (key == "zero") {
-      e = integer(s.zeroStage, 0);
-      if (!e && s.zeroStage > 3)
-        e = err(where + ": zero must be 0, 1, 2 or 3");
-    } else if (key == "sp")
-      e = boolean(s.sequenceParallel);
-    else if (key == "tpbatch")
-      e = boolean(s.tpBatchSplit);
-    else if (key == "recompute") {
-      if (auto r = recomputeFromName(value.str()))
-        s.recompute = *r;
-      else
-        e = err(where + ": recompute must be none, selective or full");
-    } else if (key == "recompute_layers")
-      e = integer(s.recomputeLayers, 1);
-    else if (key == "mg_coarsen")
-      e = integer(s.mgCoarsening, 2);
-    else if (key == "mg_iters")
-      e = integer(s.mgIterations, 1);
-    else if (key == "sdp_mask") {
-      if (value == "backward")
-        s.subnetworkBackwardMask = true;
-      else if (value != "forward")
-        e = err(where + ": sdp_mask must be forward or backward");
-      sdpMask = true;
-    } else if (key == "phantom")
-      e = integer(s.phantomGhosts, 1);
-    else if (key == "chunks") {
-      int64_t millions = 0;
-      e = integer(millions, 1);
-      if (!e && millions > 100000)
-        e = err(where + ": chunks is the chunk size in millions of "
-                        "elements, at most 100000");
-      s.chunkParams = millions * 1000000;
-    } else if (key == "sdp")
-      e = real(s.subnetworkFraction, 0, false, 1,
-               "the fraction of the repeated blocks each worker holds, in "
-               "(0, 1]");
-    else if (key == "moe_imbalance")
-      e = real(s.moeImbalance, 1, true, kMaxExpertLoad,
-               "the busiest expert-parallel rank's tokens over the mean, from "
-               "1 to 64");
-    else if (key == "moe_capacity")
-      e = real(s.moeCapacity, 0, false, kMaxExpertLoad,
-               "the experts' capacity factor, above 0 and at most 64");
-    else if (key == "recompute_kinds") {
-      llvm::SmallVector<llvm::StringRef> kinds;
-      value.split(kinds, '+', -1, /*KeepEmpty=*/false);
-      if (kinds.empty())
-        e = err(where + ": recompute_kinds needs layer kind names joined by "
-                        "'+'");
-      for (llvm::StringRef k : kinds)
-        s.recomputeKinds.push_back(k.str());
-    } else if (key == "schedule") {
-      if (auto sc = scheduleFromName(value.str()))
-        s.schedule = *sc;
-      else
-        e = err(where + ": schedule must be gpipe, 1f1b, interleaved, zb-h1, "
-                        "zb-v, dualpipev, dualpipe or mgrit");
-    } else if (key == "offload") {
-      if (value == "optimizer")
-        s.offloadOptimizer = true;
-      else if (value == "activations")
-        s.offloadActivations = true;
-      else if (value == "both")
-        s.offloadOptimizer = s.offloadActivations = true;
-      else if (value != "none")
-        e = err(where +
-                ": offload must be none, optimizer, activations or both");
-    } else if (key == "precision") {
-      if (auto p = precisionFromName(value.str()))
-        s.precision = *p;
-      else
-        e = err(where + ": precision must be fp32, tf32, fp16, bf16 or fp8");
-    } else if (key == "order") {
-      llvm::SmallVector<llvm::StringRef> parts;
-      value.split(parts, '-');
-      std::vector<std::string> order;
-      for (llvm::StringRef p : parts)
-        order.push_back(p.str());
-      std::vector<std::string> sorted = order;
-      std::sort(sorted.begin(), sorted.end());
-      if (sorted != std::vector<std::string>{"cp", "dp", "pp", "tp"})
-        e = err(
-            where +
-            ": order must list tp, cp, dp and pp once each, e.g. tp-cp-dp-pp");
-      else
-        s.order = order;
-    } else if (key == "cp_comm") {
-      if (value == "ring")
-        s.cpComm = CpComm::Ring;
-      else if (value == "all-to-all")
-        s.cpComm = CpComm::AllToAll;
-      else
-        e = err(where + ": cp_comm must be ring or all-to-all");
-    } else if (key == "overlap") {
-      s.overlapGradReduce = s.overlapParamGather = s.overlapTpComm =
-          s.overlapP2p = false;
-      if (value != "none") {
-        llvm::SmallVector<llvm::StringRef> parts;
-        value.split(parts, '+');
-        for (llvm::StringRef p : parts) {
-          bool *flag = p == "grad"    ? &s.overlapGradReduce
-                       : p == "param" ? &s.overlapParamGather
-                       : p == "tp"    ? &s.overlapTpComm
-                       : p == "p2p"   ? &s.overlapP2p
-                                      : nullptr;
-          if (!flag) {
-            e = err(where + ": overlap takes none or grad, param, tp and p2p "
-                            "joined by '+', not '" +
-                    p.str() + "'");
-            break;
-          }
-          *flag = true;
-        }
-      }
-    } else if (key == "layers") {
-      llvm::SmallVector<llvm::StringRef> parts;
-      value.split(parts, ':');
-      for (llvm::StringRef p : parts) {
-        int n;
-        if (p.getAsInteger(10, n) || n <= 0)
-          return err(where +
-                     ": layers must be positive counts separated by ':'");
-        s.stageLayers.push_back(n);
-      }
-    } else
-      e = err(where + ": unknown key '" + key.str() +
+    if (!numberField(f, s, e) && !wordField(f, s, sdpMask, e))
+      e = err(f.where + ": unknown key '" + f.key.str() +
               "' (known: tp, pp, dp, cp, ep, etp, moe_imbalance, moe_capacity, "
               "sp, tpbatch, vpp, schedule, mbs, gbs, "
               "zero, recompute, recompute_layers, recompute_kinds, sdp, "
@@ -355,8 +394,8 @@ llvm::Expected<Strategy> parseStrategy(const std::string &text) {
               "overlap, cp_comm)");
     if (e)
       return std::move(e);
-    if (key == "mg_coarsen" || key == "mg_iters")
-      mgKey = key.str();
+    if (f.key == "mg_coarsen" || f.key == "mg_iters")
+      mgKey = f.key.str();
   }
   if (sdpMask && s.subnetworkFraction == 0)
     return err("--strategy '" + text + "': sdp_mask applies with sdp only");
@@ -374,9 +413,9 @@ llvm::Expected<Strategy> parseStrategy(const std::string &text) {
   return s;
 }
 
-llvm::Error completeAndValidate(Strategy &s, const Workload &w,
-                                const Cluster &c) {
-  int64_t devices = c.numDevices();
+/// ZeRO-2 and subnetwork data parallelism against the other fields,
+/// recompute_kinds and recompute_layers.
+static llvm::Error checkSaversAndRecompute(Strategy &s, const Workload &w) {
   // ZeRO-2 keeps only its shard of the gradients, so it reduce-scatters
   // them after every micro-batch's backward: DeepSpeed runs it without
   // pipeline stages (its pipeline engine takes ZeRO-1 at most), and so
@@ -387,13 +426,12 @@ llvm::Error completeAndValidate(Strategy &s, const Workload &w,
                "micro-batch, which no pipeline schedule here runs (DeepSpeed "
                "takes ZeRO-1 at most with pipeline stages); use zero=1 or 3");
   if (s.subnetworkFraction > 0) {
-    const char *clash = s.pp > 1               ? "pp"
-                        : s.cp > 1             ? "cp"
-                        : s.ep > 1             ? "ep"
-                        : s.zeroStage > 0      ? "zero"
-                        : s.offloadOptimizer || s.offloadActivations
-                            ? "offload"
-                            : nullptr;
+    const char *clash = s.pp > 1                                     ? "pp"
+                        : s.cp > 1                                   ? "cp"
+                        : s.ep > 1                                   ? "ep"
+                        : s.zeroStage > 0                            ? "zero"
+                        : s.offloadOptimizer || s.offloadActivations ? "offload"
+                                                                     : nullptr;
     if (clash)
       return err(std::string("strategy: sdp with ") + clash +
                  ": subnetwork data parallelism is modelled over plain data "
@@ -415,15 +453,21 @@ llvm::Error completeAndValidate(Strategy &s, const Workload &w,
       if (!found)
         return err("strategy: recompute_kinds: '" + printableLine(name) +
                    "' is not a repeated layer kind of the model (its "
-                   "repeated kinds: " + known + ")");
+                   "repeated kinds: " +
+                   known + ")");
     }
   }
   if (s.recomputeLayers > 0 && s.recompute != Recompute::Full)
-    return err("strategy: recompute_layers=" +
-               std::to_string(s.recomputeLayers) + " with recompute=" +
-               recomputeName(s.recompute) +
-               ": it says how many layers of each pipeline chunk full "
-               "recompute takes; use recompute=full");
+    return err(
+        "strategy: recompute_layers=" + std::to_string(s.recomputeLayers) +
+        " with recompute=" + recomputeName(s.recompute) +
+        ": it says how many layers of each pipeline chunk full "
+        "recompute takes; use recompute=full");
+  return llvm::Error::success();
+}
+
+/// tp splits whole attention heads and whole key-value groups.
+static llvm::Error checkHeads(Strategy &s, const Workload &w) {
   int heads = w.attentionHeads();
   if (heads > 0 && heads % s.tp)
     return err("strategy: tp=" + std::to_string(s.tp) +
@@ -436,6 +480,12 @@ llvm::Error completeAndValidate(Strategy &s, const Workload &w,
                  " key-value heads of " + k.name +
                  " (each tp rank needs whole key-value groups)");
 
+  return llvm::Error::success();
+}
+
+/// tp x pp x cp x dp fills the cluster (dp from it when not given).
+static llvm::Error fillDevices(Strategy &s, const Cluster &c) {
+  int64_t devices = c.numDevices();
   int64_t model = int64_t(s.tp) * s.pp * s.cp;
   if (s.dp == 0) {
     if (devices % model)
@@ -448,6 +498,11 @@ llvm::Error completeAndValidate(Strategy &s, const Workload &w,
     return err("strategy: tp x pp x cp x dp = " + std::to_string(model * s.dp) +
                " differs from the " + std::to_string(devices) +
                " devices of the cluster");
+  return llvm::Error::success();
+}
+
+/// Expert parallelism, the MoE settings and folded experts (etp 1).
+static llvm::Error checkExperts(Strategy &s, const Workload &w) {
   // Expert parallelism splits the experts of mixture-of-experts layers
   // over ep of the data-parallel (x cp) ranks (Megatron-Core's expert
   // parallel group).
@@ -499,6 +554,13 @@ llvm::Error completeAndValidate(Strategy &s, const Workload &w,
                  "to them (order tp-cp-dp-pp or tp-dp-...): the folded "
                  "expert-parallel group runs over both");
   }
+  return llvm::Error::success();
+}
+
+/// The global batch (gbs from mbs x dp when not given) and context parallelism
+/// (Ulysses' heads, a sequence to split).
+static llvm::Error checkBatchAndContext(Strategy &s, const Workload &w) {
+  int heads = w.attentionHeads();
   if (s.globalBatch == 0)
     s.globalBatch = s.microBatch * s.dp;
   if (s.globalBatch % (s.microBatch * s.dp))
@@ -529,10 +591,15 @@ llvm::Error completeAndValidate(Strategy &s, const Workload &w,
   if (w.tokensPerSample > 0 && s.cp > 1 && w.tokensPerSample % (2 * s.cp))
     return err("strategy: cp=" + std::to_string(s.cp) +
                " needs a sequence divisible by 2 x cp");
+  return llvm::Error::success();
+}
+
+/// Pipeline chunks, the schedules' own needs, layers=, the tp overlap and
+/// MGRIT.
+static llvm::Error checkPipeline(Strategy &s, const Workload &w) {
   int64_t layers = w.totalLayers();
   if ((s.schedule == Schedule::ZeroBubbleV ||
-       s.schedule == Schedule::DualPipeV ||
-       s.schedule == Schedule::DualPipe) &&
+       s.schedule == Schedule::DualPipeV || s.schedule == Schedule::DualPipe) &&
       s.pp < 2)
     return err(std::string("strategy: schedule=") + scheduleName(s.schedule) +
                " needs pp >= 2");
@@ -547,8 +614,7 @@ llvm::Error completeAndValidate(Strategy &s, const Workload &w,
     return err("strategy: gbs=" + std::to_string(s.globalBatch) + " is " +
                std::to_string(s.microBatches()) +
                " micro-batches of mbs=" + std::to_string(s.microBatch) +
-               " per replica, times " +
-               std::to_string(s.pp * s.virtualStages) +
+               " per replica, times " + std::to_string(s.pp * s.virtualStages) +
                " pipeline chunks: more than the " +
                std::to_string(kMaxStepTasks) +
                " the simulator takes in one step");
@@ -586,9 +652,8 @@ llvm::Error completeAndValidate(Strategy &s, const Workload &w,
       return err("strategy: schedule=mgrit needs mg_coarsen >= 2 and "
                  "mg_iters >= 1");
     for (int i = 0; i < s.pp; ++i) {
-      int64_t n = s.stageLayers.empty()
-                      ? layers / s.pp + (i < layers % s.pp)
-                      : s.stageLayers[i];
+      int64_t n = s.stageLayers.empty() ? layers / s.pp + (i < layers % s.pp)
+                                        : s.stageLayers[i];
       if (n < s.mgCoarsening)
         return err("strategy: schedule=mgrit with mg_coarsen=" +
                    std::to_string(s.mgCoarsening) + ": stage " +
@@ -599,7 +664,8 @@ llvm::Error completeAndValidate(Strategy &s, const Workload &w,
   if (s.schedule == Schedule::ZeroBubbleH1 && s.virtualStages > 1)
     return err("strategy: schedule=zb-h1 runs one chunk per stage (vpp=1); "
                "schedule=zb-v runs two");
-  if (s.schedule == Schedule::ZeroBubbleV || s.schedule == Schedule::DualPipeV) {
+  if (s.schedule == Schedule::ZeroBubbleV ||
+      s.schedule == Schedule::DualPipeV) {
     std::string name = scheduleName(s.schedule);
     if (s.virtualStages != 2)
       return err("strategy: schedule=" + name +
@@ -607,10 +673,17 @@ llvm::Error completeAndValidate(Strategy &s, const Workload &w,
                  std::to_string(s.virtualStages));
     if (s.schedule == Schedule::DualPipeV && s.microBatches() < 2 * s.pp)
       return err("strategy: schedule=dualpipev needs at least 2 x pp = " +
-                 std::to_string(2 * s.pp) + " micro-batches per replica, "
-                 "not " + std::to_string(s.microBatches()) +
+                 std::to_string(2 * s.pp) +
+                 " micro-batches per replica, "
+                 "not " +
+                 std::to_string(s.microBatches()) +
                  " (DualPipe's own requirement)");
   }
+  return llvm::Error::success();
+}
+
+/// Phantom parallelism and PatrickStar's chunks.
+static llvm::Error checkResearchStrategies(Strategy &s, const Workload &w) {
   if (s.phantomGhosts > 0) {
     if (s.tp < 2)
       return err("strategy: phantom=" + std::to_string(s.phantomGhosts) +
@@ -643,6 +716,11 @@ llvm::Error completeAndValidate(Strategy &s, const Workload &w,
       return err("strategy: chunks (PatrickStar) with frozen weights or "
                  "adapters is not priced");
   }
+  return llvm::Error::success();
+}
+
+/// DualPipe (dualpipe.py's own requirements) and the pipeline sends' overlap.
+static llvm::Error checkDualPipeAndP2p(Strategy &s, const Workload &w) {
   if (s.schedule == Schedule::DualPipe) {
     // dualpipe.py's assertions: an even number of ranks, an even number
     // of micro-batches (half from each end), at least two per rank.
@@ -656,8 +734,8 @@ llvm::Error completeAndValidate(Strategy &s, const Workload &w,
                  std::to_string(s.virtualStages));
     if (s.microBatches() % 2 || s.microBatches() < 2 * s.pp)
       return err("strategy: schedule=dualpipe needs an even number of at "
-                 "least 2 x pp = " + std::to_string(2 * s.pp) +
-                 " micro-batches per replica, not " +
+                 "least 2 x pp = " +
+                 std::to_string(2 * s.pp) + " micro-batches per replica, not " +
                  std::to_string(s.microBatches()) +
                  " (dualpipe.py's own requirement)");
     if (s.zeroStage > 1)
@@ -671,6 +749,27 @@ llvm::Error completeAndValidate(Strategy &s, const Workload &w,
   if (s.overlapP2p && s.pp > 1 && s.schedule != Schedule::Interleaved)
     return err("strategy: overlap=p2p needs the interleaved schedule "
                "(vpp > 1): Megatron-Core overlaps pipeline sends only there");
+  return llvm::Error::success();
+}
+
+llvm::Error completeAndValidate(Strategy &s, const Workload &w,
+                                const Cluster &c) {
+  if (auto e = checkSaversAndRecompute(s, w))
+    return e;
+  if (auto e = checkHeads(s, w))
+    return e;
+  if (auto e = fillDevices(s, c))
+    return e;
+  if (auto e = checkExperts(s, w))
+    return e;
+  if (auto e = checkBatchAndContext(s, w))
+    return e;
+  if (auto e = checkPipeline(s, w))
+    return e;
+  if (auto e = checkResearchStrategies(s, w))
+    return e;
+  if (auto e = checkDualPipeAndP2p(s, w))
+    return e;
   if (s.sequenceParallel && s.tp == 1)
     s.sequenceParallel = false; // nothing to split
   return llvm::Error::success();
