@@ -17,7 +17,6 @@
 namespace orrery {
 namespace detail {
 
-
 double Simulation::opTime(const DeviceSpec &dev, double flops, double bytes,
                           KernelClass c, int kernels,
                           Precision precision) const {
@@ -26,7 +25,7 @@ double Simulation::opTime(const DeviceSpec &dev, double flops, double bytes,
 }
 
 OpPrice Simulation::priceOp(const OpCost &op, const LayerKind &k,
-                             const StagePlacement &p) const {
+                            const StagePlacement &p) const {
   OpPrice o;
   double sc = scale();
   const DeviceSpec &dev = *p.device;
@@ -50,15 +49,15 @@ OpPrice Simulation::priceOp(const OpCost &op, const LayerKind &k,
   // repeated layers in fp8, attention and the once-only layers (the
   // embedding, the output head) in bf16.
   bool fp8 = s.precision == Precision::FP8 && op.weighted && k.count > 1;
-  Precision prec = s.precision == Precision::FP8 && !fp8 ? Precision::BF16
-                                                         : s.precision;
+  Precision prec =
+      s.precision == Precision::FP8 && !fp8 ? Precision::BF16 : s.precision;
   double fwd = opTime(dev, f, bytes, cls, kernels, prec);
   // Backward: what the op's gradients read and write, else two kernels per
   // contraction (input and weight gradients), each moving about the
   // forward's bytes. A fused chain's backward is fused too.
-  double backMoved = op.backwardBytes >= 0 ? double(op.backwardBytes)
-                                           : 2 * double(op.bytesRead +
-                                                        op.bytesWritten);
+  double backMoved = op.backwardBytes >= 0
+                         ? double(op.backwardBytes)
+                         : 2 * double(op.bytesRead + op.bytesWritten);
   int backKernels = op.backwardKernels >= 0 ? op.backwardKernels
                     : op.contraction        ? 2
                                             : 1;
@@ -70,8 +69,8 @@ OpPrice Simulation::priceOp(const OpCost &op, const LayerKind &k,
   // elementwise kernel that draws no random numbers.
   KernelClass backCls =
       cls == KernelClass::Random ? KernelClass::Pointwise : cls;
-  double bwd = opTime(dev, b, backMoved * sc / split, backCls, backKernels,
-                      prec);
+  double bwd =
+      opTime(dev, b, backMoved * sc / split, backCls, backKernels, prec);
   if (op.experts > 1) {
     // The device runs its E/ep local experts as one grouped GEMM: E/ep
     // products of the tokens routed to each (FLOPs and bytes per device
@@ -118,9 +117,9 @@ OpPrice Simulation::priceOp(const OpCost &op, const LayerKind &k,
     o.attentionKeys = keys;
     fwd = attentionSeconds(dev, km, prec, f, bytes, keys, false) +
           (calls - 1) * km.kernelLaunchS;
-    bwd = attentionSeconds(dev, km, prec, b, backMoved * sc / split, keys,
-                           true) +
-          (calls - 1) * 2 * km.kernelLaunchS;
+    bwd =
+        attentionSeconds(dev, km, prec, b, backMoved * sc / split, keys, true) +
+        (calls - 1) * 2 * km.kernelLaunchS;
     o.attentionForwardS = fwd;
     o.attentionBackwardS = bwd;
     if (ring) {
@@ -146,9 +145,8 @@ OpPrice Simulation::priceOp(const OpCost &op, const LayerKind &k,
       o.cpMergeBackwardBytes = 4 * q + 2 * block;
       o.cpMergeForwardS =
           (s.cp - 1) * opTime(dev, 0, 2 * out, KernelClass::Pointwise, 1);
-      o.cpMergeBackwardS =
-          (s.cp - 1) *
-          opTime(dev, 0, 4 * q + 2 * block, KernelClass::Pointwise, 2);
+      o.cpMergeBackwardS = (s.cp - 1) * opTime(dev, 0, 4 * q + 2 * block,
+                                               KernelClass::Pointwise, 2);
     } else if (s.cp > 1) {
       // DeepSpeed-Ulysses: Q, K, V all-to-all (heads scattered, sequence
       // gathered) before the kernel, the output back after it; backward
@@ -194,8 +192,8 @@ OpPrice Simulation::priceOp(const OpCost &op, const LayerKind &k,
                                           o.tpColumnAllReduceBytes, tpGroup);
     o.tpGatherS =
         collectiveTime(CollectiveKind::AllGather, o.tpGatherBytes, tpGroup);
-    o.tpScatterS = collectiveTime(CollectiveKind::ReduceScatter,
-                                  o.tpGatherBytes, tpGroup);
+    o.tpScatterS =
+        collectiveTime(CollectiveKind::ReduceScatter, o.tpGatherBytes, tpGroup);
     o.tpHaloS =
         collectiveTime(CollectiveKind::SendRecv, o.tpHaloBytes, tpGroup);
   }
@@ -225,137 +223,100 @@ double Simulation::profiledHostS(const LayerKind &k,
   return std::max(0.0, e->forwardS - modelled);
 }
 
-LayerTime Simulation::layerTime(const LayerKind &k, const StagePlacement &p,
-                                LayerBreakdown *breakdown,
-                                bool recomputed) const {
-  LayerTime t;
-  Recompute strategyRecompute = recomputed && s.recomputesKind(k.name)
-                                    ? s.recompute
-                                    : Recompute::None;
-  double sc = scale();
+/// A contraction's compute and the tensor-parallel collectives that may
+/// overlap it (Megatron-Core's --tp-comm-overlap).
+struct TpOverlap {
+  double fwd, bwd, rowAr, colAr;
+};
+
+/// Context parallelism's exchange of one attention op: the ring's sends
+/// past what its blocks' compute hides, or Ulysses' all-to-alls.
+void Simulation::addContextParallel(const OpPrice &o, LayerTime &t) const {
+  if (o.cpRing) {
+    t.forwardCpS +=
+        (s.cp - 1) * std::max(0.0, o.cpSendS - o.attentionForwardS / s.cp);
+    t.backwardCpS +=
+        (s.cp - 1) * std::max(0.0, o.cpSendBackS - o.attentionBackwardS / s.cp);
+    t.cpTransferS += (s.cp - 1) * (o.cpSendS + o.cpSendBackS);
+    t.forwardCpSendS += (s.cp - 1) * o.cpSendS;
+    t.backwardCpSendS += (s.cp - 1) * o.cpSendBackS;
+  } else if (s.cp > 1 && o.attention) {
+    double both = o.cpQkvAllToAllS + o.cpOutAllToAllS;
+    t.forwardCpS += both;
+    t.backwardCpS += both;
+    t.cpTransferS += 2 * both;
+    t.forwardCpSendS += both;
+    t.backwardCpSendS += both;
+  }
+}
+
+/// One op's time in the layer's per-kernel breakdown (`orrery simulate
+/// --trace`): ops that share a kernel with the one before are part of its
+/// time.
+static void noteKernel(LayerBreakdown &b, const OpCost &op, const OpPrice &o,
+                       double fwd, double bwd) {
+  // Ops that share a kernel with the one before are part of its time.
+  std::string name = op.name;
+  if (llvm::StringRef(name).starts_with("orrery."))
+    name = name.substr(7);
+  if (o.kernels == 0 && !b.kernels.empty()) {
+    b.kernels.back().forwardS += fwd;
+    b.kernels.back().backwardS += bwd;
+  } else {
+    auto it = llvm::find_if(
+        b.kernels, [&](const KernelTime &x) { return x.name == name; });
+    if (it == b.kernels.end())
+      it = b.kernels.insert(b.kernels.end(), KernelTime{name, 0, 0, 0});
+    it->count++;
+    it->forwardS += fwd;
+    it->backwardS += bwd;
+  }
+}
+
+/// Megatron-Core's --tp-comm-overlap (Transformer Engine's userbuffers)
+/// splits each GEMM into tp chunks and moves one chunk's data while the
+/// next computes: forward, a row-parallel GEMM's reduce-scatter with that
+/// GEMM and the all-gather that follows it with the next column-parallel
+/// GEMM (the first one's of the layer after the last); backward, a
+/// column-parallel GEMM's reduce-scatter of the input gradient with its
+/// weight-gradient GEMM (half its backward). At least one chunk's transfer
+/// stays exposed.
+static void addTpOverlap(const std::vector<TpOverlap> &overlapped, int tpDeg,
+                         LayerTime &t) {
+  auto exposed = [&](double comm, double gemm) {
+    return std::max(comm / tpDeg, comm - gemm);
+  };
+  std::vector<size_t> columns;
+  for (size_t i = 0; i < overlapped.size(); ++i)
+    if (overlapped[i].colAr > 0)
+      columns.push_back(i);
+  for (size_t i = 0; i < overlapped.size(); ++i) {
+    const TpOverlap &o = overlapped[i];
+    if (o.rowAr > 0) {
+      auto next = llvm::upper_bound(columns, i);
+      double gather = next != columns.end() ? overlapped[*next].fwd
+                      : columns.empty()     ? 0.0
+                                            : overlapped[columns.front()].fwd;
+      t.forwardTpS +=
+          exposed(o.rowAr / 2, o.fwd) + exposed(o.rowAr / 2, gather);
+    }
+    if (o.colAr > 0)
+      t.backwardTpS += exposed(o.colAr, o.bwd / 2);
+  }
+}
+
+/// The layer's weights: separate gradient accumulation, ZeRO-3's gathers
+/// and reduce-scatters, expert parallelism's token all-to-alls.
+void Simulation::addWeightTraffic(const LayerKind &k, const StagePlacement &p,
+                                  LayerTime &t) const {
   const DeviceSpec &dev = *p.device;
   int tpDeg = p.tp;
-  // Contractions with tensor-parallel collectives, when they overlap.
-  struct TpOverlap {
-    double fwd, bwd, rowAr, colAr;
-  };
-  std::vector<TpOverlap> overlapped;
-  for (const OpCost &op : k.ops) {
-    if (op.view)
-      continue;
-    OpPrice o = priceOp(op, k, p);
-    t.forwardComputeS += o.cpMergeForwardS;
-    t.backwardComputeS += o.cpMergeBackwardS;
-    if (o.cpRing) {
-      t.forwardCpS +=
-          (s.cp - 1) * std::max(0.0, o.cpSendS - o.attentionForwardS / s.cp);
-      t.backwardCpS += (s.cp - 1) * std::max(0.0, o.cpSendBackS -
-                                                    o.attentionBackwardS / s.cp);
-      t.cpTransferS += (s.cp - 1) * (o.cpSendS + o.cpSendBackS);
-      t.forwardCpSendS += (s.cp - 1) * o.cpSendS;
-      t.backwardCpSendS += (s.cp - 1) * o.cpSendBackS;
-    } else if (s.cp > 1 && o.attention) {
-      double both = o.cpQkvAllToAllS + o.cpOutAllToAllS;
-      t.forwardCpS += both;
-      t.backwardCpS += both;
-      t.cpTransferS += 2 * both;
-      t.forwardCpSendS += both;
-      t.backwardCpSendS += both;
-    }
-    double fwd = o.forwardS, bwd = o.backwardS;
-    t.forwardComputeS += fwd;
-    t.backwardComputeS += bwd;
-    auto tensorMath = [](KernelClass c) {
-      return c == KernelClass::Gemm || c == KernelClass::Attention;
-    };
-    if (tensorMath(o.kernelClass))
-      t.forwardGemmS += fwd;
-    if (tensorMath(o.backwardClass))
-      t.backwardGemmS += bwd;
-    // A weighted contraction's backward is two GEMMs of the forward's
-    // FLOPs each: the input gradient, then the weight gradient.
-    if (op.weighted && o.backwardKernels == 2)
-      t.weightGradS += (bwd - o.castBackwardS) / 2; // Lowering's wgrad GEMM
-    if (breakdown) {
-      // Ops that share a kernel with the one before are part of its time.
-      std::string name = op.name;
-      if (llvm::StringRef(name).starts_with("orrery."))
-        name = name.substr(7);
-      if (o.kernels == 0 && !breakdown->kernels.empty()) {
-        breakdown->kernels.back().forwardS += fwd;
-        breakdown->kernels.back().backwardS += bwd;
-      } else {
-        auto it = llvm::find_if(breakdown->kernels, [&](const KernelTime &x) {
-          return x.name == name;
-        });
-        if (it == breakdown->kernels.end())
-          it = breakdown->kernels.insert(breakdown->kernels.end(),
-                                         KernelTime{name, 0, 0, 0});
-        it->count++;
-        it->forwardS += fwd;
-        it->backwardS += bwd;
-      }
-    }
-    if (tpDeg > 1) {
-      if (s.overlapTpComm) {
-        // Priced after the loop, against the GEMMs they overlap.
-        overlapped.push_back({fwd, bwd, o.tpRowAllReduceS, o.tpColumnAllReduceS});
-      } else {
-        t.forwardTpS += o.tpRowAllReduceS;
-        t.backwardTpS += o.tpColumnAllReduceS;
-      }
-      // A batch or spatial split gathered whole, and its gradient scattered
-      // back; a spatial split's halo each way.
-      t.forwardTpS += o.tpGatherS;
-      t.forwardTpS += o.tpHaloS;
-      if (!k.noBackward) {
-        t.backwardTpS += o.tpScatterS;
-        t.backwardTpS += o.tpHaloS;
-      }
-    }
-    if (strategyRecompute == Recompute::Selective && op.attentionCore &&
-        !k.noBackward) {
-      t.recomputeS += fwd;
-      if (tensorMath(o.kernelClass))
-        t.recomputeGemmS += fwd;
-      t.recomputeFlops += o.forwardFlops;
-    }
-  }
-  if (!overlapped.empty()) {
-    // Megatron-Core's --tp-comm-overlap (Transformer Engine's userbuffers)
-    // splits each GEMM into tp chunks and moves one chunk's data while the
-    // next computes: forward, a row-parallel GEMM's reduce-scatter with that
-    // GEMM and the all-gather that follows it with the next column-parallel
-    // GEMM (the first one's of the layer after the last); backward, a
-    // column-parallel GEMM's reduce-scatter of the input gradient with its
-    // weight-gradient GEMM (half its backward). At least one chunk's
-    // transfer stays exposed.
-    auto exposed = [&](double comm, double gemm) {
-      return std::max(comm / tpDeg, comm - gemm);
-    };
-    std::vector<size_t> columns;
-    for (size_t i = 0; i < overlapped.size(); ++i)
-      if (overlapped[i].colAr > 0)
-        columns.push_back(i);
-    for (size_t i = 0; i < overlapped.size(); ++i) {
-      const TpOverlap &o = overlapped[i];
-      if (o.rowAr > 0) {
-        auto next = llvm::upper_bound(columns, i);
-        double gather = next != columns.end() ? overlapped[*next].fwd
-                        : columns.empty()     ? 0.0
-                                              : overlapped[columns.front()].fwd;
-        t.forwardTpS += exposed(o.rowAr / 2, o.fwd) + exposed(o.rowAr / 2, gather);
-      }
-      if (o.colAr > 0)
-        t.backwardTpS += exposed(o.colAr, o.bwd / 2);
-    }
-  }
   if (!a.fusedGradientAccumulation && k.parameters > 0) {
     // The fp32 main gradient and the 16-bit gradient read, the sum written.
     double perDevice = k.trainablePerRank(tpDeg);
     double accumulate =
-        opTime(dev, perDevice, perDevice * (2 * a.gradBytesPerParam +
-                                            a.weightBytesPerParam),
+        opTime(dev, perDevice,
+               perDevice * (2 * a.gradBytesPerParam + a.weightBytesPerParam),
                KernelClass::Pointwise, std::max(1, k.weightTensors));
     t.backwardComputeS += accumulate;
     t.weightGradS += accumulate;
@@ -401,18 +362,12 @@ LayerTime Simulation::layerTime(const LayerKind &k, const StagePlacement &p,
     t.forwardEpS += 2 * a2a;
     t.backwardEpS += 2 * a2a;
   }
-  // A layer profile's host time (docs/costmodel.md, "Layer profiles"):
-  // it runs between the kernels, adds to them, and repeats in backward
-  // (and in a full recompute, which re-runs the forward).
-  if (a.layerProfile) {
-    t.forwardHostS = profiledHostS(k, p);
-    t.backwardHostS = kLayerProfileBackwardRatio * t.forwardHostS;
-    t.forwardComputeS += t.forwardHostS;
-    t.backwardComputeS += t.backwardHostS;
-  }
-  // Selective recompute re-runs the attention with its exchange.
-  if (strategyRecompute == Recompute::Selective && !k.noBackward)
-    t.recomputeS += t.forwardCpS;
+}
+
+/// The activations the layer keeps and works in, by recompute.
+void Simulation::layerMemory(const LayerKind &k, Recompute strategyRecompute,
+                             int tpDeg, LayerTime &t) const {
+  double sc = scale();
   double tp = tpDeg, stream = s.sequenceParallel ? tp : 1;
   double all = k.savedReplicatedBytes * sc / stream +
                k.savedShardedBytes * sc / tp + k.savedCoreBytes * sc / tp;
@@ -459,6 +414,82 @@ LayerTime Simulation::layerTime(const LayerKind &k, const StagePlacement &p,
     t.weightGradS = t.backwardGemmS = t.recomputeGemmS = 0;
     t.backwardCpSendS = t.recomputeS = t.recomputeFlops = 0;
   }
+}
+
+LayerTime Simulation::layerTime(const LayerKind &k, const StagePlacement &p,
+                                LayerBreakdown *breakdown,
+                                bool recomputed) const {
+  LayerTime t;
+  Recompute strategyRecompute =
+      recomputed && s.recomputesKind(k.name) ? s.recompute : Recompute::None;
+  int tpDeg = p.tp;
+  // Contractions with tensor-parallel collectives, when they overlap.
+  std::vector<TpOverlap> overlapped;
+  for (const OpCost &op : k.ops) {
+    if (op.view)
+      continue;
+    OpPrice o = priceOp(op, k, p);
+    t.forwardComputeS += o.cpMergeForwardS;
+    t.backwardComputeS += o.cpMergeBackwardS;
+    addContextParallel(o, t);
+    double fwd = o.forwardS, bwd = o.backwardS;
+    t.forwardComputeS += fwd;
+    t.backwardComputeS += bwd;
+    auto tensorMath = [](KernelClass c) {
+      return c == KernelClass::Gemm || c == KernelClass::Attention;
+    };
+    if (tensorMath(o.kernelClass))
+      t.forwardGemmS += fwd;
+    if (tensorMath(o.backwardClass))
+      t.backwardGemmS += bwd;
+    // A weighted contraction's backward is two GEMMs of the forward's
+    // FLOPs each: the input gradient, then the weight gradient.
+    if (op.weighted && o.backwardKernels == 2)
+      t.weightGradS += (bwd - o.castBackwardS) / 2; // Lowering's wgrad GEMM
+    if (breakdown)
+      noteKernel(*breakdown, op, o, fwd, bwd);
+    if (tpDeg > 1) {
+      if (s.overlapTpComm) {
+        // Priced after the loop, against the GEMMs they overlap.
+        overlapped.push_back(
+            {fwd, bwd, o.tpRowAllReduceS, o.tpColumnAllReduceS});
+      } else {
+        t.forwardTpS += o.tpRowAllReduceS;
+        t.backwardTpS += o.tpColumnAllReduceS;
+      }
+      // A batch or spatial split gathered whole, and its gradient scattered
+      // back; a spatial split's halo each way.
+      t.forwardTpS += o.tpGatherS;
+      t.forwardTpS += o.tpHaloS;
+      if (!k.noBackward) {
+        t.backwardTpS += o.tpScatterS;
+        t.backwardTpS += o.tpHaloS;
+      }
+    }
+    if (strategyRecompute == Recompute::Selective && op.attentionCore &&
+        !k.noBackward) {
+      t.recomputeS += fwd;
+      if (tensorMath(o.kernelClass))
+        t.recomputeGemmS += fwd;
+      t.recomputeFlops += o.forwardFlops;
+    }
+  }
+  if (!overlapped.empty())
+    addTpOverlap(overlapped, tpDeg, t);
+  addWeightTraffic(k, p, t);
+  // A layer profile's host time (docs/costmodel.md, "Layer profiles"):
+  // it runs between the kernels, adds to them, and repeats in backward
+  // (and in a full recompute, which re-runs the forward).
+  if (a.layerProfile) {
+    t.forwardHostS = profiledHostS(k, p);
+    t.backwardHostS = kLayerProfileBackwardRatio * t.forwardHostS;
+    t.forwardComputeS += t.forwardHostS;
+    t.backwardComputeS += t.backwardHostS;
+  }
+  // Selective recompute re-runs the attention with its exchange.
+  if (strategyRecompute == Recompute::Selective && !k.noBackward)
+    t.recomputeS += t.forwardCpS;
+  layerMemory(k, strategyRecompute, tpDeg, t);
   return t;
 }
 

@@ -359,6 +359,12 @@ private:
   LayerTime layerTime(const LayerKind &k, const StagePlacement &p,
                       LayerBreakdown *breakdown = nullptr,
                       bool recomputed = true) const;
+  // layerTime's parts (LayerPricing.cpp).
+  void addContextParallel(const OpPrice &o, LayerTime &t) const;
+  void addWeightTraffic(const LayerKind &k, const StagePlacement &p,
+                        LayerTime &t) const;
+  void layerMemory(const LayerKind &k, Recompute strategyRecompute, int tpDeg,
+                   LayerTime &t) const;
   std::vector<std::vector<int>>
   chunkLayers(std::vector<size_t> &sequence) const;
   // The layout's parts (StepLayout.cpp).
