@@ -24,12 +24,98 @@ double Simulation::opTime(const DeviceSpec &dev, double flops, double bytes,
                        kernels);
 }
 
+/// A fused attention kernel's times (the ring's blocks, each a call of its
+/// own) and context parallelism's sends, merges or all-to-alls around it.
+void Simulation::priceAttention(const OpCost &op, const StagePlacement &p,
+                                Precision prec, double f, double b,
+                                double bytes, double backMoved, double &fwd,
+                                double &bwd, OpPrice &o) const {
+  double sc = scale();
+  double split = o.split;
+  const DeviceSpec &dev = *p.device;
+  o.attention = true;
+  const KernelModel &km = a.kernelsFor(dev);
+  // Context parallelism: each rank holds s/cp of the queries (sc
+  // divides by cp). The ring computes them against one s/cp block of
+  // keys per step, each block a kernel call of its own; Ulysses runs
+  // the whole sequence for heads/cp heads.
+  bool ring = s.cp > 1 && s.cpComm == CpComm::Ring;
+  double keys = op.attentionKeysPerQuery / (ring ? s.cp : 1);
+  int calls = ring ? s.cp : 1;
+  o.attentionCalls = calls;
+  o.attentionKeys = keys;
+  fwd = attentionSeconds(dev, km, prec, f, bytes, keys, false) +
+        (calls - 1) * km.kernelLaunchS;
+  bwd = attentionSeconds(dev, km, prec, b, backMoved * sc / split, keys, true) +
+        (calls - 1) * 2 * km.kernelLaunchS;
+  o.attentionForwardS = fwd;
+  o.attentionBackwardS = bwd;
+  if (ring) {
+    // Megatron-Core / Transformer Engine: cp - 1 steps, each sending
+    // this rank's K and V block to the next rank while the current
+    // block computes (causal load balancing: 2·cp sequence chunks, two
+    // per rank, so every step has work); backward the blocks travel
+    // again with their dK and dV.
+    o.cpRing = true;
+    double block = double(op.attentionKvBytes) * sc / split;
+    o.cpBlockBytes = block;
+    o.cpSendS = collectiveTime(CollectiveKind::SendRecv, block, p.cpGroup);
+    o.cpSendBackS =
+        collectiveTime(CollectiveKind::SendRecv, 2 * block, p.cpGroup);
+    // Each step after the first merges its partial result into the
+    // running one (Transformer Engine's out / log-sum-exp correction:
+    // O read and written); backward accumulates dQ in fp32 and dK, dV
+    // across the steps.
+    double out = double(op.bytesWritten) * sc / split;
+    double q =
+        std::max(0.0, double(op.bytesRead - op.attentionKvBytes)) * sc / split;
+    o.cpMergeForwardBytes = 2 * out;
+    o.cpMergeBackwardBytes = 4 * q + 2 * block;
+    o.cpMergeForwardS =
+        (s.cp - 1) * opTime(dev, 0, 2 * out, KernelClass::Pointwise, 1);
+    o.cpMergeBackwardS = (s.cp - 1) * opTime(dev, 0, 4 * q + 2 * block,
+                                             KernelClass::Pointwise, 2);
+  } else if (s.cp > 1) {
+    // DeepSpeed-Ulysses: Q, K, V all-to-all (heads scattered, sequence
+    // gathered) before the kernel, the output back after it; backward
+    // the reverse. Nothing overlaps them.
+    o.cpQkvBytes = double(op.bytesRead) * sc / split;
+    o.cpOutBytes = double(op.bytesWritten) * sc / split; // O (and rows)
+    o.cpQkvAllToAllS =
+        collectiveTime(CollectiveKind::AllToAll, o.cpQkvBytes, p.cpGroup);
+    o.cpOutAllToAllS =
+        collectiveTime(CollectiveKind::AllToAll, o.cpOutBytes, p.cpGroup);
+  }
+}
+
+/// The tensor-parallel collectives around an op, as bytes per rank and
+/// seconds.
+void Simulation::priceTpCollectives(const OpCost &op, const GroupShape &tpGroup,
+                                    OpPrice &o) const {
+  double sc = scale();
+  o.tpRowAllReduceBytes = op.tpAllReduceForwardBytes * sc;
+  o.tpColumnAllReduceBytes = op.tpAllReduceBackwardBytes * sc;
+  o.tpGatherBytes = op.tpAllGatherForwardBytes * sc;
+  o.tpHaloBytes = op.tpHaloBytes * sc;
+  o.tpRowAllReduces = std::max(1, op.tpAllReducesForward);
+  o.tpRowAllReduceS =
+      o.tpRowAllReduces *
+      collectiveTime(CollectiveKind::AllReduce,
+                     o.tpRowAllReduceBytes / o.tpRowAllReduces, tpGroup);
+  o.tpColumnAllReduceS = collectiveTime(CollectiveKind::AllReduce,
+                                        o.tpColumnAllReduceBytes, tpGroup);
+  o.tpGatherS =
+      collectiveTime(CollectiveKind::AllGather, o.tpGatherBytes, tpGroup);
+  o.tpScatterS =
+      collectiveTime(CollectiveKind::ReduceScatter, o.tpGatherBytes, tpGroup);
+  o.tpHaloS = collectiveTime(CollectiveKind::SendRecv, o.tpHaloBytes, tpGroup);
+}
+
 OpPrice Simulation::priceOp(const OpCost &op, const LayerKind &k,
                             const StagePlacement &p) const {
   OpPrice o;
   double sc = scale();
   const DeviceSpec &dev = *p.device;
-  const GroupShape &tpGroup = p.tpGroup;
   int tpDeg = p.tp;
   bool eager = w.kernels == KernelFusion::Eager;
   double split = (op.tensorParallel || s.sequenceParallel) ? tpDeg : 1;
@@ -103,62 +189,8 @@ OpPrice Simulation::priceOp(const OpCost &op, const LayerKind &k,
     fwd += o.castForwardS;
     bwd += o.castBackwardS;
   }
-  if (cls == KernelClass::Attention) {
-    o.attention = true;
-    const KernelModel &km = a.kernelsFor(dev);
-    // Context parallelism: each rank holds s/cp of the queries (sc
-    // divides by cp). The ring computes them against one s/cp block of
-    // keys per step, each block a kernel call of its own; Ulysses runs
-    // the whole sequence for heads/cp heads.
-    bool ring = s.cp > 1 && s.cpComm == CpComm::Ring;
-    double keys = op.attentionKeysPerQuery / (ring ? s.cp : 1);
-    int calls = ring ? s.cp : 1;
-    o.attentionCalls = calls;
-    o.attentionKeys = keys;
-    fwd = attentionSeconds(dev, km, prec, f, bytes, keys, false) +
-          (calls - 1) * km.kernelLaunchS;
-    bwd =
-        attentionSeconds(dev, km, prec, b, backMoved * sc / split, keys, true) +
-        (calls - 1) * 2 * km.kernelLaunchS;
-    o.attentionForwardS = fwd;
-    o.attentionBackwardS = bwd;
-    if (ring) {
-      // Megatron-Core / Transformer Engine: cp - 1 steps, each sending
-      // this rank's K and V block to the next rank while the current
-      // block computes (causal load balancing: 2·cp sequence chunks, two
-      // per rank, so every step has work); backward the blocks travel
-      // again with their dK and dV.
-      o.cpRing = true;
-      double block = double(op.attentionKvBytes) * sc / split;
-      o.cpBlockBytes = block;
-      o.cpSendS = collectiveTime(CollectiveKind::SendRecv, block, p.cpGroup);
-      o.cpSendBackS =
-          collectiveTime(CollectiveKind::SendRecv, 2 * block, p.cpGroup);
-      // Each step after the first merges its partial result into the
-      // running one (Transformer Engine's out / log-sum-exp correction:
-      // O read and written); backward accumulates dQ in fp32 and dK, dV
-      // across the steps.
-      double out = double(op.bytesWritten) * sc / split;
-      double q = std::max(0.0, double(op.bytesRead - op.attentionKvBytes)) *
-                 sc / split;
-      o.cpMergeForwardBytes = 2 * out;
-      o.cpMergeBackwardBytes = 4 * q + 2 * block;
-      o.cpMergeForwardS =
-          (s.cp - 1) * opTime(dev, 0, 2 * out, KernelClass::Pointwise, 1);
-      o.cpMergeBackwardS = (s.cp - 1) * opTime(dev, 0, 4 * q + 2 * block,
-                                               KernelClass::Pointwise, 2);
-    } else if (s.cp > 1) {
-      // DeepSpeed-Ulysses: Q, K, V all-to-all (heads scattered, sequence
-      // gathered) before the kernel, the output back after it; backward
-      // the reverse. Nothing overlaps them.
-      o.cpQkvBytes = double(op.bytesRead) * sc / split;
-      o.cpOutBytes = double(op.bytesWritten) * sc / split; // O (and rows)
-      o.cpQkvAllToAllS =
-          collectiveTime(CollectiveKind::AllToAll, o.cpQkvBytes, p.cpGroup);
-      o.cpOutAllToAllS =
-          collectiveTime(CollectiveKind::AllToAll, o.cpOutBytes, p.cpGroup);
-    }
-  }
+  if (cls == KernelClass::Attention)
+    priceAttention(op, p, prec, f, b, bytes, backMoved, fwd, bwd, o);
   if (eager) { // a kernel shorter than the host's dispatch waits for it
     fwd = std::max(fwd, kernels * a.hostDispatchS);
     bwd = std::max(bwd, backKernels * a.hostDispatchS);
@@ -178,25 +210,8 @@ OpPrice Simulation::priceOp(const OpCost &op, const LayerKind &k,
   // gave each tp rank: the FLOPs per rank are the same (tokens / tp
   // instead of features / tp) and no tp collective surrounds them.
   o.foldedExperts = op.experts > 1 && s.expertsFolded();
-  if (tpDeg > 1 && !o.foldedExperts) {
-    o.tpRowAllReduceBytes = op.tpAllReduceForwardBytes * sc;
-    o.tpColumnAllReduceBytes = op.tpAllReduceBackwardBytes * sc;
-    o.tpGatherBytes = op.tpAllGatherForwardBytes * sc;
-    o.tpHaloBytes = op.tpHaloBytes * sc;
-    o.tpRowAllReduces = std::max(1, op.tpAllReducesForward);
-    o.tpRowAllReduceS =
-        o.tpRowAllReduces *
-        collectiveTime(CollectiveKind::AllReduce,
-                       o.tpRowAllReduceBytes / o.tpRowAllReduces, tpGroup);
-    o.tpColumnAllReduceS = collectiveTime(CollectiveKind::AllReduce,
-                                          o.tpColumnAllReduceBytes, tpGroup);
-    o.tpGatherS =
-        collectiveTime(CollectiveKind::AllGather, o.tpGatherBytes, tpGroup);
-    o.tpScatterS =
-        collectiveTime(CollectiveKind::ReduceScatter, o.tpGatherBytes, tpGroup);
-    o.tpHaloS =
-        collectiveTime(CollectiveKind::SendRecv, o.tpHaloBytes, tpGroup);
-  }
+  if (tpDeg > 1 && !o.foldedExperts)
+    priceTpCollectives(op, p.tpGroup, o);
   return o;
 }
 

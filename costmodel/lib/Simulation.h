@@ -359,7 +359,13 @@ private:
   LayerTime layerTime(const LayerKind &k, const StagePlacement &p,
                       LayerBreakdown *breakdown = nullptr,
                       bool recomputed = true) const;
-  // layerTime's parts (LayerPricing.cpp).
+  // priceOp's and layerTime's parts (LayerPricing.cpp).
+  void priceAttention(const OpCost &op, const StagePlacement &p,
+                      Precision prec, double f, double b, double bytes,
+                      double backMoved, double &fwd, double &bwd,
+                      OpPrice &o) const;
+  void priceTpCollectives(const OpCost &op, const GroupShape &tpGroup,
+                          OpPrice &o) const;
   void addContextParallel(const OpPrice &o, LayerTime &t) const;
   void addWeightTraffic(const LayerKind &k, const StagePlacement &p,
                         LayerTime &t) const;
