@@ -16,9 +16,9 @@
 //===----------------------------------------------------------------------===//
 
 #include "orrery/CostModel/Lowering.h"
-#include "orrery/CostModel/Errors.h"
 #include "Simulation.h"
 #include "orrery/CostModel/Collective.h"
+#include "orrery/CostModel/Errors.h"
 
 #include <algorithm>
 #include <cmath>
@@ -71,8 +71,8 @@ public:
                    const Simulation &sim, const StepPhases &step,
                    const StepResult &r, RankOf rankOf, Groups &groups,
                    int replicaGroup)
-      : w(w), s(s), a(a), sim(sim), step(step), r(r),
-        rankOf(std::move(rankOf)), groups(groups), replicaGroup(replicaGroup) {}
+      : w(w), s(s), a(a), sim(sim), step(step), r(r), rankOf(std::move(rankOf)),
+        groups(groups), replicaGroup(replicaGroup) {}
 
   /// The program of one rank, running `microBatches` micro-batches.
   Program lower(int stage, int t, int c, int d, int64_t microBatches);
@@ -104,6 +104,14 @@ private:
   /// Instructions the next compute instruction waits for.
   std::vector<int> pending;
   int lastCompute = -1;
+  /// Per chunk, the micro-batch whose backward computes its weight
+  /// gradients last (it fills the last gradient bucket); zero bubble's W.
+  std::vector<int64_t> lastBackwardOf;
+  bool zeroBubble = false;
+  void buildGroups();
+  void pipeTransfer(int fromChunk, bool backward, int64_t mb, bool sending);
+  void runTask(const Task &task);
+  void stepEnd(Program &out);
   /// Backward: fused ops' kernels, carried to the op they fuse with.
   double carryS = 0, carryBytes = 0, carryFlops = 0;
 
@@ -241,15 +249,16 @@ Instruction PipelineLowering::attention(const OpCost &op, const OpPrice &o,
   in.backward = backward;
   in.causal = op.attentionCausal;
   in.window = op.attentionWindow;
-  in.batch = roundUp(double(std::max<int64_t>(1, op.attentionBatch)) *
-                     double(s.microBatch) /
-                     double(std::max<int64_t>(1, w.batchSize)));
+  in.batch =
+      roundUp(double(std::max<int64_t>(1, op.attentionBatch)) *
+              double(s.microBatch) / double(std::max<int64_t>(1, w.batchSize)));
   int64_t heads = std::max<int64_t>(1, op.attentionQueryHeads),
           kvHeads = std::max<int64_t>(1, op.attentionKvHeads);
   double headSplit = o.split * (s.cp > 1 && !ring ? s.cp : 1);
   in.heads = roundUp(double(heads) / headSplit);
   in.kvHeads = roundUp(double(kvHeads) / headSplit);
-  in.qLen = roundUp(double(op.attentionQueryLen) / (s.cp > 1 && ring ? s.cp : 1));
+  in.qLen =
+      roundUp(double(op.attentionQueryLen) / (s.cp > 1 && ring ? s.cp : 1));
   in.kvLen = roundUp(double(op.attentionKvLen) / (ring ? s.cp : 1));
   in.headDim = op.attentionHeadDim;
   in.valueDim = op.attentionValueDim;
@@ -333,8 +342,8 @@ void PipelineLowering::opForward(const OpCost &op, const OpPrice &o) {
                  "row-parallel all-reduce", StreamKind::Comm, true);
     collective(CollectiveKind::AllGather, tpG, o.tpGatherBytes, o.tpGatherS,
                "split gather", StreamKind::Comm, true);
-    collective(CollectiveKind::SendRecv, tpG, o.tpHaloBytes, o.tpHaloS,
-               "halo", StreamKind::Comm, true);
+    collective(CollectiveKind::SendRecv, tpG, o.tpHaloBytes, o.tpHaloS, "halo",
+               StreamKind::Comm, true);
   }
 }
 
@@ -359,11 +368,11 @@ void PipelineLowering::opBackward(const OpCost &op, const OpPrice &o) {
     return in;
   };
   if (tp() > 1) {
-    collective(CollectiveKind::SendRecv, tpG, o.tpHaloBytes, o.tpHaloS,
-               "halo", StreamKind::Comm, true);
-    collective(CollectiveKind::ReduceScatter, tpG, o.tpGatherBytes,
-               o.tpScatterS, "split gradient reduce-scatter",
+    collective(CollectiveKind::SendRecv, tpG, o.tpHaloBytes, o.tpHaloS, "halo",
                StreamKind::Comm, true);
+    collective(CollectiveKind::ReduceScatter, tpG, o.tpGatherBytes,
+               o.tpScatterS, "split gradient reduce-scatter", StreamKind::Comm,
+               true);
   }
   if (o.castBackwardS > 0)
     compute(kernel("fp8 cast", KernelClass::Pointwise,
@@ -404,9 +413,8 @@ void PipelineLowering::opBackward(const OpCost &op, const OpPrice &o) {
     g.predictedS = o.backwardS - o.castBackwardS;
     compute(withCarry(g));
   } else {
-    compute(withCarry(kernel(shortName(op.name) + " backward",
-                             o.backwardClass, o.backwardBytes,
-                             o.backwardFlops, o.backwardS)));
+    compute(withCarry(kernel(shortName(op.name) + " backward", o.backwardClass,
+                             o.backwardBytes, o.backwardFlops, o.backwardS)));
   }
   if (tp() > 1)
     collective(CollectiveKind::AllReduce, tpG, o.tpColumnAllReduceBytes,
@@ -423,9 +431,9 @@ double PipelineLowering::layerParams(const LayerKind &k) const {
 static double zero3Seconds(const LayerKind &k, const StagePlacement &p,
                            double bytesPerParam, CollectiveKind kind) {
   int tensors = std::max(1, k.weightTensors);
-  double params = k.trainablePerRank(p.tp) +
-                  (kind == CollectiveKind::AllGather ? k.frozenPerRank(p.tp)
-                                                     : 0);
+  double params =
+      k.trainablePerRank(p.tp) +
+      (kind == CollectiveKind::AllGather ? k.frozenPerRank(p.tp) : 0);
   return tensors *
          collectiveTime(kind, params / tensors * bytesPerParam, p.dpGroup);
 }
@@ -435,15 +443,15 @@ void PipelineLowering::layerForward(const LayerKind &k, bool coreOnly,
   const StagePlacement &p = place();
   if (!coreOnly && s.zeroStage == 3 && dpRanks() > 1 &&
       k.parameters + k.frozenParameters > 0)
-    collective(CollectiveKind::AllGather, dpG,
-               (layerParams(k) + k.frozenPerRank(tp())) * a.weightBytesPerParam,
-               zero3Seconds(k, p, a.weightBytesPerParam,
-                            CollectiveKind::AllGather),
-               "zero-3 weight gather", StreamKind::DataParallel, true);
+    collective(
+        CollectiveKind::AllGather, dpG,
+        (layerParams(k) + k.frozenPerRank(tp())) * a.weightBytesPerParam,
+        zero3Seconds(k, p, a.weightBytesPerParam, CollectiveKind::AllGather),
+        "zero-3 weight gather", StreamKind::DataParallel, true);
   bool ep = !coreOnly && k.experts > 1 && s.ep > 1 && k.expertDispatchBytes > 0;
   double tokens = sim.expertDispatchBytes(k, tp());
-  double a2a = ep ? collectiveTime(CollectiveKind::AllToAll, tokens, p.epGroup)
-                  : 0;
+  double a2a =
+      ep ? collectiveTime(CollectiveKind::AllToAll, tokens, p.epGroup) : 0;
   int lastExpert = -1;
   for (int i = 0; i < int(k.ops.size()); ++i)
     if (k.ops[i].experts > 1 && !k.ops[i].view)
@@ -487,16 +495,16 @@ void PipelineLowering::layerBackward(const LayerKind &k, bool lastMicroBatch,
   bool zero3 = s.zeroStage == 3 && dpRanks() > 1 && !k.noBackward &&
                k.parameters + k.frozenParameters > 0;
   if (zero3 && inputPart)
-    collective(CollectiveKind::AllGather, dpG,
-               (layerParams(k) + k.frozenPerRank(tp())) * a.weightBytesPerParam,
-               zero3Seconds(k, p, a.weightBytesPerParam,
-                            CollectiveKind::AllGather),
-               "zero-3 weight gather", StreamKind::DataParallel, true);
+    collective(
+        CollectiveKind::AllGather, dpG,
+        (layerParams(k) + k.frozenPerRank(tp())) * a.weightBytesPerParam,
+        zero3Seconds(k, p, a.weightBytesPerParam, CollectiveKind::AllGather),
+        "zero-3 weight gather", StreamKind::DataParallel, true);
   if (inputPart) {
     bool ep = k.experts > 1 && s.ep > 1 && k.expertDispatchBytes > 0;
     double tokens = sim.expertDispatchBytes(k, tp());
-    double a2a = ep ? collectiveTime(CollectiveKind::AllToAll, tokens, p.epGroup)
-                    : 0;
+    double a2a =
+        ep ? collectiveTime(CollectiveKind::AllToAll, tokens, p.epGroup) : 0;
     int firstExpert = -1, lastCore = -1;
     for (int i = int(k.ops.size()) - 1; i >= 0; --i) {
       if (k.ops[i].view)
@@ -512,8 +520,8 @@ void PipelineLowering::layerBackward(const LayerKind &k, bool lastMicroBatch,
       const OpCost &op = k.ops[i];
       if (op.view)
         continue;
-      if (i == lastCore && s.recompute == Recompute::Selective &&
-          k.count > 1 && s.recomputesKind(k.name))
+      if (i == lastCore && s.recompute == Recompute::Selective && k.count > 1 &&
+          s.recomputesKind(k.name))
         layerForward(k, true, true); // the attention core again
       if (ep && op.experts > 1 && !combined) {
         collective(CollectiveKind::AllToAll, epG, tokens, a2a,
@@ -532,22 +540,22 @@ void PipelineLowering::layerBackward(const LayerKind &k, bool lastMicroBatch,
   }
   if (weightPart && !a.fusedGradientAccumulation && k.parameters > 0) {
     double perDevice = layerParams(k);
-    compute(kernel("gradient accumulation", KernelClass::Pointwise,
-                   perDevice * (2 * a.gradBytesPerParam + a.weightBytesPerParam),
-                   perDevice,
-                   sim.opTime(*p.device, perDevice,
-                              perDevice * (2 * a.gradBytesPerParam +
-                                           a.weightBytesPerParam),
-                              KernelClass::Pointwise,
-                              std::max(1, k.weightTensors), s.precision)));
+    compute(
+        kernel("gradient accumulation", KernelClass::Pointwise,
+               perDevice * (2 * a.gradBytesPerParam + a.weightBytesPerParam),
+               perDevice,
+               sim.opTime(*p.device, perDevice,
+                          perDevice *
+                              (2 * a.gradBytesPerParam + a.weightBytesPerParam),
+                          KernelClass::Pointwise, std::max(1, k.weightTensors),
+                          s.precision)));
   }
   if (zero3 && weightPart && k.parameters > 0)
-    collective(CollectiveKind::ReduceScatter, dpG,
-               layerParams(k) * a.gradReduceBytes(),
-               zero3Seconds(k, p, a.gradReduceBytes(),
-                            CollectiveKind::ReduceScatter),
-               "zero-3 gradient reduce-scatter", StreamKind::DataParallel,
-               false);
+    collective(
+        CollectiveKind::ReduceScatter, dpG,
+        layerParams(k) * a.gradReduceBytes(),
+        zero3Seconds(k, p, a.gradReduceBytes(), CollectiveKind::ReduceScatter),
+        "zero-3 gradient reduce-scatter", StreamKind::DataParallel, false);
   // ZeRO-2 reduces every micro-batch's gradients (Simulator.cpp).
   if (weightPart && (lastMicroBatch || s.zeroStage == 2) &&
       s.overlapGradReduce && s.zeroStage != 3 && dpRanks() > 1) {
@@ -559,8 +567,7 @@ void PipelineLowering::layerBackward(const LayerKind &k, bool lastMicroBatch,
           double(k.expertParameters - k.expertReplicatedParameters) / tp() +
           double(k.expertReplicatedParameters);
       // Held: 1/ep of them, whole when folded (etp 1).
-      experts = (s.expertsFolded() ? double(k.expertParameters) : split) /
-                s.ep;
+      experts = (s.expertsFolded() ? double(k.expertParameters) : split) / s.ep;
       params -= split;
     }
     gradientBuckets(params, experts);
@@ -586,11 +593,11 @@ void PipelineLowering::gradientBuckets(double dense, double experts) {
              StreamKind::DataParallel, false);
   if (expertGroup) {
     double eb = experts * a.gradReduceBytes();
-    collective(kind, edpG, eb,
-               collectiveTime(kind, eb, p.expertDpGroup,
-                              int(a.gradReduceBytes())),
-               "expert gradient " + std::string(collectiveKindName(kind)),
-               StreamKind::DataParallel, false);
+    collective(
+        kind, edpG, eb,
+        collectiveTime(kind, eb, p.expertDpGroup, int(a.gradReduceBytes())),
+        "expert gradient " + std::string(collectiveKindName(kind)),
+        StreamKind::DataParallel, false);
   }
 }
 
@@ -606,7 +613,7 @@ Program PipelineLowering::lower(int stage_, int t_, int c_, int d_,
   pending.clear();
   lastCompute = -1;
   cpTag = 0;
-  int pp = s.pp, chunks = pp * s.virtualStages, T = tp();
+  int T = tp();
   out.rank = rankOf(stage, t, c, d);
   out.device = place().device->name;
   out.stage = stage;
@@ -621,171 +628,20 @@ Program PipelineLowering::lower(int stage_, int t_, int c_, int d_,
   out.predictedPeakBytes = rep.memory.total();
   out.staticBytes = rep.memory.total() - rep.memory.activationsBytes;
 
-  // Groups of this rank.
-  std::vector<int> ranks;
-  auto build = [&](auto member, const std::string &name) {
-    ranks.clear();
-    member();
-    return groups.get(ranks, name);
-  };
-  tpG = build([&] { for (int x = 0; x < T; ++x) ranks.push_back(rankOf(stage, x, c, d)); }, "tp");
-  cpG = build([&] { for (int x = 0; x < s.cp; ++x) ranks.push_back(rankOf(stage, t, x, d)); }, "cp");
-  dpG = build([&] {
-    if (dpMembers)
-      return dpMembers(stage, t, ranks);
-    for (int y = 0; y < s.dp; ++y)
-      for (int x = 0; x < s.cp; ++x)
-        ranks.push_back(rankOf(stage, t, x, y));
-  }, "dp");
-  int ep = std::max(1, s.ep);
-  if (s.expertsFolded()) {
-    // Folded experts (etp 1, cp 1): the ep group is ep adjacent ranks of
-    // the tp x dp ones (q = dp rank x tp + tp rank), the expert-dp group
-    // those ep apart.
-    int q = d * T + t;
-    epG = build([&] {
-      for (int x = q / ep * ep; x < q / ep * ep + ep; ++x)
-        ranks.push_back(rankOf(stage, x % T, c, x / T));
-    }, "ep");
-    edpG = build([&] {
-      for (int x = q % ep; x < T * s.dp; x += ep)
-        ranks.push_back(rankOf(stage, x % T, c, x / T));
-    }, "expert-dp");
-  } else {
-    epG = build([&] {
-      for (int y = d / ep * ep; y < d / ep * ep + ep && y < s.dp; ++y)
-        ranks.push_back(rankOf(stage, t, c, y));
-    }, "ep");
-    edpG = build([&] {
-      for (int y = d % ep; y < s.dp; y += ep)
-        for (int x = 0; x < s.cp; ++x)
-          ranks.push_back(rankOf(stage, t, x, y));
-    }, "expert-dp");
-  }
-  cpNext = rankOf(stage, t, (c + 1) % s.cp, d);
-  cpPrev = rankOf(stage, t, (c + s.cp - 1) % s.cp, d);
-
+  buildGroups();
   // The schedule of this stage at this replica's micro-batches.
   std::shared_ptr<const TaskOrder> order = sim.schedule(int(m));
   const std::vector<Task> &tasks = (*order)[stage];
   // The last task that computes a chunk's weight gradients (its W under
   // zero bubble) fills the last gradient bucket.
-  bool zeroBubble = s.splitsWeightGradients();
-  std::vector<int64_t> lastBackwardOf(chunks, -1);
+  zeroBubble = s.splitsWeightGradients();
+  lastBackwardOf.assign(size_t(s.pp * s.virtualStages), -1);
   for (const Task &task : tasks) {
     if (task.backward && (task.weight || task.full || !zeroBubble))
       lastBackwardOf[task.vs] = task.mb;
     if (task.pairVs >= 0) // the pair's backward is a full one
       lastBackwardOf[task.pairVs] = task.pairMb;
   }
-  int v = s.virtualStages;
-  // Pipeline peers: chunk ch runs on stage s.stageOfChunk(ch); tp shards pair up as
-  // n = max(tp_from, tp_to) messages, shard q from tp rank q % tp_from to
-  // q % tp_to.
-  auto pipeTransfer = [&](int fromChunk, bool backward, int64_t mb,
-                          bool sending) {
-    // Forward: chunk fromChunk's output to fromChunk + 1; backward: its
-    // gradient back. At the V's turn both chunks are on this stage.
-    int a = s.stageOfChunk(fromChunk), b = s.stageOfChunk(fromChunk + 1);
-    if (a == b)
-      return;
-    int src = backward ? b : a, dst = backward ? a : b;
-    int tpSrc = sim.placement(src).tp, tpDst = sim.placement(dst).tp;
-    int n = std::max(tpSrc, tpDst);
-    double whole = step.layout.outBytes[fromChunk] * sim.placement(a).tp;
-    for (int q = 0; q < n; ++q) {
-      if ((sending ? q % tpSrc : q % tpDst) != t)
-        continue;
-      Instruction in;
-      in.kind = sending ? InstrKind::Send : InstrKind::Recv;
-      in.stream = sending ? StreamKind::PipeSend : StreamKind::PipeRecv;
-      in.name = backward ? "gradient" : "activation";
-      in.backward = backward; // its own queue per link and direction
-      in.peer = sending ? rankOf(dst, q % tpDst, c, d)
-                        : rankOf(src, q % tpSrc, c, d);
-      // Beyond its shard: what the pipeline sends besides (the whole
-      // gradient from every rank, the attention mask; Assumptions: one tp
-      // on every stage then, so n = tp and one message a rank).
-      const std::vector<double> &sent =
-          backward ? step.transfers.sendBwdBytes : step.transfers.sendFwdBytes;
-      in.bytes = whole / n + (sent[fromChunk] - step.layout.outBytes[fromChunk]);
-      in.tag = ((int64_t(fromChunk) * m + mb) * 2 + (backward ? 1 : 0)) *
-                   1024 +
-               q;
-      in.predictedS = !sending   ? 0
-                      : backward ? step.transfers.links.transferBwdS[fromChunk]
-                                 : step.transfers.links.transferS[fromChunk];
-      if (sending && lastCompute >= 0)
-        in.deps.push_back(lastCompute);
-      int i = push(in);
-      if (!sending || !s.overlapP2p)
-        pending.push_back(i);
-    }
-  };
-
-  auto runTask = [&](const Task &task) {
-    span = std::string(task.weight ? "W" : task.backward ? "B" : "F") +
-           std::to_string(task.mb) +
-           (v > 1 ? "." + std::to_string(task.vs / pp) : "");
-    const std::vector<int> &layers = step.layout.chunkOf[task.vs];
-    if (task.weight) { // zero bubble: the deferred weight gradients
-      part = Part::Weight;
-      bool last = task.mb == lastBackwardOf[task.vs];
-      for (auto it = layers.rbegin(); it != layers.rend(); ++it)
-        layerBackward(sim.layout(w.kinds[step.layout.sequence[*it]], stage), last);
-      part = Part::Both;
-      return;
-    }
-    if (!task.backward) {
-      if (task.vs > 0) {
-        pipeTransfer(task.vs - 1, false, task.mb, false);
-        if (!s.sequenceParallel && T > 1)
-          collective(CollectiveKind::AllGather, tpG,
-                     step.layout.outBytes[task.vs - 1] *
-                         sim.placement(s.stageOfChunk(task.vs - 1)).tp,
-                     step.transfers.links.gatherFwdS[task.vs - 1], "input gather",
-                     StreamKind::Comm, true);
-      }
-      Instruction alloc;
-      alloc.kind = InstrKind::Alloc;
-      alloc.name = "activations";
-      alloc.buffer = int(task.vs * m + task.mb);
-      alloc.bytes = step.layout.keptBytes[task.vs];
-      compute(alloc);
-      for (int l : layers)
-        layerForward(sim.layout(w.kinds[step.layout.sequence[l]], stage), false,
-                     false);
-      if (task.vs + 1 < chunks)
-        pipeTransfer(task.vs, false, task.mb, true);
-    } else {
-      if (task.vs + 1 < chunks) {
-        pipeTransfer(task.vs, true, task.mb, false);
-        if (!s.sequenceParallel && T > 1)
-          collective(CollectiveKind::AllGather, tpG,
-                     step.layout.outBytes[task.vs] *
-                         sim.placement(s.stageOfChunk(task.vs)).tp,
-                     step.transfers.links.gatherBwdS[task.vs], "gradient gather",
-                     StreamKind::Comm, true);
-      }
-      bool last = task.mb == lastBackwardOf[task.vs];
-      part = zeroBubble && !task.full ? Part::Input : Part::Both;
-      for (auto it = layers.rbegin(); it != layers.rend(); ++it)
-        layerBackward(sim.layout(w.kinds[step.layout.sequence[*it]], stage), last,
-                      step.layout.recomputed[*it]);
-      part = Part::Both;
-      // ZeRO-2 without overlap: this micro-batch's gradients, reduced now.
-      if (s.zeroStage == 2 && !s.overlapGradReduce && dpRanks() > 1)
-        gradientBuckets(step.sync.denseParams[stage], step.sync.expertParams[stage]);
-      Instruction free;
-      free.kind = InstrKind::Free;
-      free.name = "activations";
-      free.buffer = int(task.vs * m + task.mb);
-      free.bytes = step.layout.keptBytes[task.vs];
-      compute(free);
-      if (task.vs > 0)
-        pipeTransfer(task.vs - 1, true, task.mb, true);
-    }
-  };
   for (const Task &task : tasks) {
     if (task.pairVs < 0) {
       runTask(task);
@@ -801,8 +657,203 @@ Program PipelineLowering::lower(int stage_, int t_, int c_, int d_,
     runTask(backward);
   }
 
+  stepEnd(out);
+  prog = nullptr;
+  return out;
+}
+
+/// The groups of this rank: tp, cp, dp (or the aligned groups'), ep and
+/// the experts' dp, and its ring neighbours in cp.
+void PipelineLowering::buildGroups() {
+  int T = tp();
+  std::vector<int> ranks;
+  auto build = [&](auto member, const std::string &name) {
+    ranks.clear();
+    member();
+    return groups.get(ranks, name);
+  };
+  tpG = build(
+      [&] {
+        for (int x = 0; x < T; ++x)
+          ranks.push_back(rankOf(stage, x, c, d));
+      },
+      "tp");
+  cpG = build(
+      [&] {
+        for (int x = 0; x < s.cp; ++x)
+          ranks.push_back(rankOf(stage, t, x, d));
+      },
+      "cp");
+  dpG = build(
+      [&] {
+        if (dpMembers)
+          return dpMembers(stage, t, ranks);
+        for (int y = 0; y < s.dp; ++y)
+          for (int x = 0; x < s.cp; ++x)
+            ranks.push_back(rankOf(stage, t, x, y));
+      },
+      "dp");
+  int ep = std::max(1, s.ep);
+  if (s.expertsFolded()) {
+    // Folded experts (etp 1, cp 1): the ep group is ep adjacent ranks of
+    // the tp x dp ones (q = dp rank x tp + tp rank), the expert-dp group
+    // those ep apart.
+    int q = d * T + t;
+    epG = build(
+        [&] {
+          for (int x = q / ep * ep; x < q / ep * ep + ep; ++x)
+            ranks.push_back(rankOf(stage, x % T, c, x / T));
+        },
+        "ep");
+    edpG = build(
+        [&] {
+          for (int x = q % ep; x < T * s.dp; x += ep)
+            ranks.push_back(rankOf(stage, x % T, c, x / T));
+        },
+        "expert-dp");
+  } else {
+    epG = build(
+        [&] {
+          for (int y = d / ep * ep; y < d / ep * ep + ep && y < s.dp; ++y)
+            ranks.push_back(rankOf(stage, t, c, y));
+        },
+        "ep");
+    edpG = build(
+        [&] {
+          for (int y = d % ep; y < s.dp; y += ep)
+            for (int x = 0; x < s.cp; ++x)
+              ranks.push_back(rankOf(stage, t, x, y));
+        },
+        "expert-dp");
+  }
+  cpNext = rankOf(stage, t, (c + 1) % s.cp, d);
+  cpPrev = rankOf(stage, t, (c + s.cp - 1) % s.cp, d);
+}
+
+/// Chunk ch runs on stage s.stageOfChunk(ch); tp shards pair up as n =
+/// max(tp_from, tp_to) messages, shard q from tp rank q % tp_from to
+/// q % tp_to. Forward: chunk fromChunk's output to fromChunk + 1;
+/// backward: its gradient back. At the V's turn both chunks are on this
+/// stage.
+void PipelineLowering::pipeTransfer(int fromChunk, bool backward, int64_t mb,
+                                    bool sending) {
+  // Forward: chunk fromChunk's output to fromChunk + 1; backward: its
+  // gradient back. At the V's turn both chunks are on this stage.
+  int a = s.stageOfChunk(fromChunk), b = s.stageOfChunk(fromChunk + 1);
+  if (a == b)
+    return;
+  int src = backward ? b : a, dst = backward ? a : b;
+  int tpSrc = sim.placement(src).tp, tpDst = sim.placement(dst).tp;
+  int n = std::max(tpSrc, tpDst);
+  double whole = step.layout.outBytes[fromChunk] * sim.placement(a).tp;
+  for (int q = 0; q < n; ++q) {
+    if ((sending ? q % tpSrc : q % tpDst) != t)
+      continue;
+    Instruction in;
+    in.kind = sending ? InstrKind::Send : InstrKind::Recv;
+    in.stream = sending ? StreamKind::PipeSend : StreamKind::PipeRecv;
+    in.name = backward ? "gradient" : "activation";
+    in.backward = backward; // its own queue per link and direction
+    in.peer =
+        sending ? rankOf(dst, q % tpDst, c, d) : rankOf(src, q % tpSrc, c, d);
+    // Beyond its shard: what the pipeline sends besides (the whole
+    // gradient from every rank, the attention mask; Assumptions: one tp
+    // on every stage then, so n = tp and one message a rank).
+    const std::vector<double> &sent =
+        backward ? step.transfers.sendBwdBytes : step.transfers.sendFwdBytes;
+    in.bytes = whole / n + (sent[fromChunk] - step.layout.outBytes[fromChunk]);
+    in.tag =
+        ((int64_t(fromChunk) * m + mb) * 2 + (backward ? 1 : 0)) * 1024 + q;
+    in.predictedS = !sending   ? 0
+                    : backward ? step.transfers.links.transferBwdS[fromChunk]
+                               : step.transfers.links.transferS[fromChunk];
+    if (sending && lastCompute >= 0)
+      in.deps.push_back(lastCompute);
+    int i = push(in);
+    if (!sending || !s.overlapP2p)
+      pending.push_back(i);
+  }
+}
+
+/// One task of the schedule: a forward, a backward (input and weight
+/// gradients, or the input's alone under zero bubble) or a deferred W.
+void PipelineLowering::runTask(const Task &task) {
+  int pp = s.pp, chunks = pp * s.virtualStages, T = tp(), v = s.virtualStages;
+  span = std::string(task.weight     ? "W"
+                     : task.backward ? "B"
+                                     : "F") +
+         std::to_string(task.mb) +
+         (v > 1 ? "." + std::to_string(task.vs / pp) : "");
+  const std::vector<int> &layers = step.layout.chunkOf[task.vs];
+  if (task.weight) { // zero bubble: the deferred weight gradients
+    part = Part::Weight;
+    bool last = task.mb == lastBackwardOf[task.vs];
+    for (auto it = layers.rbegin(); it != layers.rend(); ++it)
+      layerBackward(sim.layout(w.kinds[step.layout.sequence[*it]], stage),
+                    last);
+    part = Part::Both;
+    return;
+  }
+  if (!task.backward) {
+    if (task.vs > 0) {
+      pipeTransfer(task.vs - 1, false, task.mb, false);
+      if (!s.sequenceParallel && T > 1)
+        collective(CollectiveKind::AllGather, tpG,
+                   step.layout.outBytes[task.vs - 1] *
+                       sim.placement(s.stageOfChunk(task.vs - 1)).tp,
+                   step.transfers.links.gatherFwdS[task.vs - 1], "input gather",
+                   StreamKind::Comm, true);
+    }
+    Instruction alloc;
+    alloc.kind = InstrKind::Alloc;
+    alloc.name = "activations";
+    alloc.buffer = int(task.vs * m + task.mb);
+    alloc.bytes = step.layout.keptBytes[task.vs];
+    compute(alloc);
+    for (int l : layers)
+      layerForward(sim.layout(w.kinds[step.layout.sequence[l]], stage), false,
+                   false);
+    if (task.vs + 1 < chunks)
+      pipeTransfer(task.vs, false, task.mb, true);
+  } else {
+    if (task.vs + 1 < chunks) {
+      pipeTransfer(task.vs, true, task.mb, false);
+      if (!s.sequenceParallel && T > 1)
+        collective(CollectiveKind::AllGather, tpG,
+                   step.layout.outBytes[task.vs] *
+                       sim.placement(s.stageOfChunk(task.vs)).tp,
+                   step.transfers.links.gatherBwdS[task.vs], "gradient gather",
+                   StreamKind::Comm, true);
+    }
+    bool last = task.mb == lastBackwardOf[task.vs];
+    part = zeroBubble && !task.full ? Part::Input : Part::Both;
+    for (auto it = layers.rbegin(); it != layers.rend(); ++it)
+      layerBackward(sim.layout(w.kinds[step.layout.sequence[*it]], stage), last,
+                    step.layout.recomputed[*it]);
+    part = Part::Both;
+    // ZeRO-2 without overlap: this micro-batch's gradients, reduced now.
+    if (s.zeroStage == 2 && !s.overlapGradReduce && dpRanks() > 1)
+      gradientBuckets(step.sync.denseParams[stage],
+                      step.sync.expertParams[stage]);
+    Instruction free;
+    free.kind = InstrKind::Free;
+    free.name = "activations";
+    free.buffer = int(task.vs * m + task.mb);
+    free.bytes = step.layout.keptBytes[task.vs];
+    compute(free);
+    if (task.vs > 0)
+      pipeTransfer(task.vs - 1, true, task.mb, true);
+  }
+}
+
+/// After the schedule: the gradients' reductions not yet run, the tied
+/// weights' all-reduce, every stream waited for, the optimizer step over
+/// this rank's shard and the updated weights gathered.
+void PipelineLowering::stepEnd(Program &out) {
+  int pp = s.pp, T = tp();
   span = "step";
-  double dense = step.sync.denseParams[stage], experts = step.sync.expertParams[stage];
+  double dense = step.sync.denseParams[stage],
+         experts = step.sync.expertParams[stage];
   bool bucketsRan = s.overlapGradReduce && s.zeroStage != 3 && dpRanks() > 1;
   if (s.zeroStage != 3 && s.zeroStage != 2 && dpRanks() > 1) {
     if (bucketsRan) {
@@ -814,13 +865,13 @@ Program PipelineLowering::lower(int stage_, int t_, int c_, int d_,
     }
   }
   if (T > 1 && step.sync.tpGradParams[stage] > 0)
-    collective(CollectiveKind::AllReduce, tpG,
-               step.sync.tpGradParams[stage] * a.gradReduceBytes(),
-               collectiveTime(CollectiveKind::AllReduce,
-                              step.sync.tpGradParams[stage] * a.gradReduceBytes(),
-                              place().tpGroup, int(a.gradReduceBytes())),
-               "split-weight gradient all-reduce", StreamKind::DataParallel,
-               false);
+    collective(
+        CollectiveKind::AllReduce, tpG,
+        step.sync.tpGradParams[stage] * a.gradReduceBytes(),
+        collectiveTime(CollectiveKind::AllReduce,
+                       step.sync.tpGradParams[stage] * a.gradReduceBytes(),
+                       place().tpGroup, int(a.gradReduceBytes())),
+        "split-weight gradient all-reduce", StreamKind::DataParallel, false);
   if (step.layout.tiedSyncS[stage] > 0) {
     // The stages that hold the tied weights (the embedding and the head's
     // copy) all-reduce its gradient: shard q of g (the smallest tp of
@@ -832,7 +883,7 @@ Program PipelineLowering::lower(int stage_, int t_, int c_, int d_,
         g = sim.placement(j).tp;
         bytes = step.layout.tiedCopy[j];
       }
-    ranks.clear();
+    std::vector<int> ranks;
     for (int j = 0; j < pp; ++j)
       if (step.layout.tiedSyncS[j] > 0)
         for (int x = t % g; x < sim.placement(j).tp; x += g)
@@ -869,15 +920,11 @@ Program PipelineLowering::lower(int stage_, int t_, int c_, int d_,
   opt.predictedS = step.sync.optS[stage];
   compute(opt);
   if ((s.zeroStage == 1 || s.zeroStage == 2) && dpRanks() > 1)
-    collective(CollectiveKind::AllGather, dpG,
-               (dense) * a.weightBytesPerParam,
+    collective(CollectiveKind::AllGather, dpG, (dense)*a.weightBytesPerParam,
                collectiveTime(CollectiveKind::AllGather,
                               dense * a.weightBytesPerParam, place().dpGroup),
                "parameter all-gather", StreamKind::DataParallel, false);
-  prog = nullptr;
-  return out;
 }
-
 } // namespace
 } // namespace detail
 
@@ -950,8 +997,7 @@ llvm::Expected<ProgramSet> lowerStep(const Workload &w, const Cluster &c,
 }
 
 llvm::Expected<ProgramSet> lowerHetero(const Workload &w, const Cluster &c,
-                                       HeteroStrategy s,
-                                       const Assumptions &a) {
+                                       HeteroStrategy s, const Assumptions &a) {
   if (auto e = placeDevices(s, w, c))
     return std::move(e);
   auto result = simulateHetero(w, c, s, a);
@@ -1015,8 +1061,8 @@ llvm::Expected<ProgramSet> lowerHetero(const Workload &w, const Cluster &c,
     int streams = s.groups.front().devices();
     for (const ReplicaGroup &rg : s.groups)
       streams = std::min(streams, rg.devices());
-    double bytes = double(w.parameters()) * a.gradReduceBytes() /
-                   std::max(1, streams);
+    double bytes =
+        double(w.parameters()) * a.gradReduceBytes() / std::max(1, streams);
     std::vector<std::vector<int>> devicesOf(G);
     for (int g = 0; g < G; ++g)
       for (const HeteroStage &hs : s.groups[g].stages)
