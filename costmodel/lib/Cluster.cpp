@@ -137,34 +137,31 @@ llvm::Expected<Cluster> parseClusterPreset(const std::string &preset,
   return c;
 }
 
-static llvm::Expected<Cluster>
-parseClusterJsonImpl(const std::string &text, const std::string &what,
-                     const HardwareCatalog &catalog) {
-  std::string problem;
-  json j = parseJsonInput(text, problem);
-  if (j.is_discarded())
-    return err(what, problem);
-  if (!j.is_object())
-    return err(what, "the cluster spec must be a JSON object");
-  // A misspelt field would otherwise fall back to its default and price a
-  // different cluster without a word (JsonInput.h).
-  auto onlyKeys = [&](const json &o, const std::string &path,
-                      const std::vector<const char *> &known)
-      -> llvm::Error {
+namespace {
+
+/// Reads a cluster spec (docs/cluster.md): every error names its field.
+class ClusterReader {
+public:
+  ClusterReader(const std::string &what, const HardwareCatalog &catalog)
+      : what(what), catalog(catalog) {}
+  llvm::Expected<Cluster> read(const std::string &text);
+
+private:
+  const std::string &what;
+  const HardwareCatalog &catalog;
+  Cluster c;
+
+  /// A misspelt field would otherwise fall back to its default and price a
+  /// different cluster without a word (JsonInput.h).
+  llvm::Error onlyKeys(const json &o, const std::string &path,
+                       const std::vector<const char *> &known) const {
     std::string problem = unknownField(o, known);
     if (problem.empty())
       return llvm::Error::success();
     return err(what, (path.empty() ? "" : path + ".") + problem);
-  };
-  if (auto e = onlyKeys(j, "", {"name", "sites", "inter_site_links"}))
-    return std::move(e);
-  Cluster c;
-  c.name = j.value("name", what);
-  if (!j.contains("sites") || !j["sites"].is_array() || j["sites"].empty())
-    return err(what, "sites: missing or empty");
-  auto positiveInt = [&](const json &o, const char *key,
-                         const std::string &path, int dflt,
-                         int &out) -> llvm::Error {
+  }
+  llvm::Error positiveInt(const json &o, const char *key,
+                          const std::string &path, int dflt, int &out) const {
     if (!o.contains(key)) {
       out = dflt;
       return llvm::Error::success();
@@ -175,9 +172,9 @@ parseClusterJsonImpl(const std::string &text, const std::string &what,
                            o[key].dump());
     out = o[key].get<int>();
     return llvm::Error::success();
-  };
-  auto nonNegative = [&](const json &o, const char *key,
-                         const std::string &path, double &out) -> llvm::Error {
+  }
+  llvm::Error nonNegative(const json &o, const char *key,
+                          const std::string &path, double &out) const {
     if (!o.contains(key))
       return llvm::Error::success();
     if (!o[key].is_number() || o[key].get<double>() < 0)
@@ -186,212 +183,238 @@ parseClusterJsonImpl(const std::string &text, const std::string &what,
                            o[key].dump());
     out = o[key].get<double>();
     return llvm::Error::success();
-  };
-  // A link: a catalog name, or an object with "link" plus overrides.
-  auto parseLink =
-      [&](const json &v, const std::string &path,
-          std::vector<const char *> known) -> llvm::Expected<const LinkSpec *> {
-    if (!v.is_string() && !v.is_object())
-      return err(what, path + ": must be a link name or an object");
-    if (v.is_object() && v.contains("link") && !v["link"].is_string())
-      return err(what, path + ".link: expected a link name");
-    std::string name =
-        v.is_string() ? v.get<std::string>() : v.value("link", "");
-    const LinkSpec *base = catalog.link(name);
-    if (!base && !(v.is_object() && v.contains("bandwidth_bytes_per_s")))
-      return err(what, path + ": unknown link type '" + name +
-                           "' (known: " + catalog.linkNames() + ")");
-    LinkSpec l;
-    if (base) {
-      l = *base;
-    } else {
-      l.name = name.empty() ? "custom" : name;
-      l.kind = "custom";
-      l.source = "inline in the cluster spec";
-    }
-    if (v.is_object()) {
-      known.insert(known.begin(), {"link", "bandwidth_bytes_per_s",
-                                   "latency_s", "measured_collectives"});
-      if (auto e = onlyKeys(v, path, known))
-        return std::move(e);
-      for (const char *key : {"bandwidth_bytes_per_s", "latency_s"}) {
-        if (!v.contains(key))
-          continue;
-        if (!v[key].is_number() || v[key].get<double>() < 0 ||
-            (std::string(key) == "bandwidth_bytes_per_s" &&
-             v[key].get<double>() == 0))
-          return err(what, path + "." + key + ": must be " +
-                               (std::string(key) == "latency_s" ? "non-negative"
-                                                                : "positive") +
-                               ", got " + v[key].dump());
-      }
-      l.bandwidthBytesPerS =
-          v.value("bandwidth_bytes_per_s", l.bandwidthBytesPerS);
-      l.latencyS = v.value("latency_s", l.latencyS);
-      if (v.contains("measured_collectives")) {
-        const json &m = v["measured_collectives"];
-        std::string mpath = path + ".measured_collectives";
-        if (!m.is_array() || m.size() > 10000)
-          return err(what, mpath + ": expected an array of at most 10000 "
-                                   "points");
-        static const char *kinds[] = {"all-reduce", "all-gather",
-                                      "reduce-scatter", "all-to-all",
-                                      "send-recv"};
-        for (size_t i = 0; i < m.size(); ++i) {
-          std::string ip = mpath + "[" + std::to_string(i) + "]";
-          const json &p = m[i];
-          if (!p.is_object() || !p.contains("collective") ||
-              !p["collective"].is_string() ||
-              std::none_of(std::begin(kinds), std::end(kinds),
-                           [&](const char *k) { return p["collective"] == k; }))
-            return err(what, ip + ".collective: expected all-reduce, "
-                                  "all-gather, reduce-scatter, all-to-all or "
-                                  "send-recv");
-          for (const char *key : {"ranks", "bytes", "seconds"})
-            if (!p.contains(key) || !p[key].is_number() ||
-                !(p[key].get<double>() > 0) || p[key].get<double>() > 1e18)
-              return err(what, ip + "." + key + ": expected a positive number");
-          if (!p["ranks"].is_number_integer() || p["ranks"].get<int64_t>() < 2 ||
-              p["ranks"].get<int64_t>() > 1000000)
-            return err(what, ip + ".ranks: expected an integer from 2");
-          l.measured.push_back({p["collective"].get<std::string>(),
-                                int(p["ranks"].get<int64_t>()),
-                                p["bytes"].get<double>(),
-                                p["seconds"].get<double>()});
-        }
-        std::stable_sort(l.measured.begin(), l.measured.end(),
-                         [](const LinkSpec::MeasuredPoint &a,
-                            const LinkSpec::MeasuredPoint &b) {
-                           return a.bytes < b.bytes;
-                         });
-      }
-    }
-    c.inlineLinks.push_back(l);
-    return &c.inlineLinks.back();
-  };
-  for (size_t s = 0; s < j["sites"].size(); ++s) {
-    const json &site = j["sites"][s];
-    std::string spath = "sites[" + std::to_string(s) + "]";
-    if (!site.is_object())
-      return err(what, spath + ": must be an object");
-    if (auto e = onlyKeys(site, spath, {"name", "nodes", "data_share"}))
-      return std::move(e);
-    Site st;
-    st.name = site.value("name", "site" + std::to_string(s));
-    if (site.contains("data_share")) {
-      const json &v = site["data_share"];
-      if (!v.is_number() || !(v.get<double>() >= 0) || v.get<double>() > 1)
-        return err(what, spath + ".data_share: must be a fraction from 0 to "
-                                 "1, got " + v.dump());
-      st.dataShare = v.get<double>();
-      double pinned = st.dataShare;
-      for (const Site &prev : c.sites)
-        pinned += prev.dataShare;
-      if (pinned > 1 + 1e-9)
-        return err(what, spath + ".data_share: the sites' shares add up to " +
-                             std::to_string(pinned) + ", more than the whole "
-                             "batch");
-    }
-    for (const Site &prev : c.sites)
-      if (prev.name == st.name)
-        return err(what,
-                   spath + ".name: duplicate site name '" + st.name + "'");
-    if (!site.contains("nodes") || !site["nodes"].is_array() ||
-        site["nodes"].empty())
-      return err(what, spath + ".nodes: missing or empty");
-    for (size_t g = 0; g < site["nodes"].size(); ++g) {
-      const json &n = site["nodes"][g];
-      std::string path = spath + ".nodes[" + std::to_string(g) + "]";
-      if (!n.is_object())
-        return err(what, path + ": must be an object");
-      if (auto e = onlyKeys(n, path,
-                            {"count", "devices_per_node", "device",
-                             "intra_node_link", "nic", "power_w", "power_w_by_activity",
-                             "price_usd_per_device_hour", "host_memory_bytes",
-                             "host_memory_bandwidth_bytes_per_s"}))
-        return std::move(e);
-      NodeGroup ng;
-      if (auto e = positiveInt(n, "count", path, 1, ng.count))
-        return std::move(e);
-      if (auto e =
-              positiveInt(n, "devices_per_node", path, 8, ng.devicesPerNode))
-        return std::move(e);
-      if (!n.contains("device"))
-        return err(what, path + ".device: missing");
-      if (n["device"].is_string()) {
-        ng.device = catalog.device(n["device"]);
-        if (!ng.device)
-          return err(what, path + ".device: unknown device type '" +
-                               n["device"].get<std::string>() +
-                               "' (known: " + catalog.deviceNames() + ")");
-      } else if (n["device"].is_object()) {
-        json wrapper = {{"devices", json::array({n["device"]})}};
-        auto inlineCatalog = HardwareCatalog::parse(
-            wrapper.dump(), what + " " + path + ".device");
-        if (!inlineCatalog)
-          return inlineCatalog.takeError();
-        c.inlineDevices.push_back(inlineCatalog->devices().front());
-        ng.device = &c.inlineDevices.back();
-      } else {
-        return err(what, path + ".device: must be a device name or an object");
-      }
-      std::string nicProblem = defaultNic(*ng.device, catalog, ng);
-      if (!nicProblem.empty() && !n.contains("nic"))
-        return err(what, path + ".device." + nicProblem);
-      ng.intraNodeLink = catalog.link(ng.device->intraNodeLink);
-      if (n.contains("intra_node_link")) {
-        auto l = parseLink(n["intra_node_link"], path + ".intra_node_link", {});
-        if (!l)
-          return l.takeError();
-        ng.intraNodeLink = *l;
-      }
-      if (!ng.intraNodeLink)
-        return err(
-            what, path + ".intra_node_link: missing and the device names none");
-      if (n.contains("nic")) {
-        const json &nic = n["nic"];
-        auto l = parseLink(nic, path + ".nic",
-                           {"count", "in_network_aggregation"});
-        if (!l)
-          return l.takeError();
-        ng.nic = *l;
-        if (nic.is_object())
-          if (auto e = positiveInt(nic, "count", path + ".nic", ng.nicsPerNode,
-                                   ng.nicsPerNode))
-            return std::move(e);
-        if (nic.is_object() && nic.contains("in_network_aggregation")) {
-          std::string problem = readAggregation(nic["in_network_aggregation"],
-                                                *ng.nic, ng.aggregation);
-          if (!problem.empty())
-            return err(what, path + ".nic.in_network_aggregation" + problem);
-        }
-      }
-      ng.powerW = ng.device->powerW;
-      if (auto e = nonNegative(n, "power_w", path, ng.powerW))
-        return std::move(e);
-      ng.power = !ng.device->power.known() && n.contains("power_w")
-                     ? PowerByActivity::ofBoardPower(ng.powerW)
-                     : ng.device->power.scaledTo(ng.powerW);
-      if (n.contains("power_w_by_activity")) {
-        std::string problem =
-            readPowerByActivity(n["power_w_by_activity"], ng.power);
-        if (!problem.empty())
-          return err(what, path + ".power_w_by_activity" + problem);
-      }
-      ng.hostMemoryBytes = ng.device->hostMemoryBytes;
-      ng.hostMemoryBandwidthBytesPerS = ng.device->hostMemoryBandwidthBytesPerS;
-      if (auto e = nonNegative(n, "host_memory_bytes", path, ng.hostMemoryBytes))
-        return std::move(e);
-      if (auto e = nonNegative(n, "host_memory_bandwidth_bytes_per_s", path,
-                               ng.hostMemoryBandwidthBytesPerS))
-        return std::move(e);
-      if (auto e = nonNegative(n, "price_usd_per_device_hour", path,
-                               ng.priceUsdPerDeviceHour))
-        return std::move(e);
-      st.nodeGroups.push_back(ng);
-    }
-    c.sites.push_back(std::move(st));
   }
+  llvm::Expected<const LinkSpec *> readLink(const json &v,
+                                            const std::string &path,
+                                            std::vector<const char *> known);
+  llvm::Error readMeasured(const json &m, const std::string &path,
+                           LinkSpec &l) const;
+  llvm::Error readSite(const json &site, size_t s);
+  llvm::Expected<NodeGroup> readNodeGroup(const json &n,
+                                          const std::string &path);
+  llvm::Error readSiteLinks(const json &j);
+};
+
+/// A link: a catalog name, or an object with "link" plus overrides.
+llvm::Expected<const LinkSpec *>
+ClusterReader::readLink(const json &v, const std::string &path,
+                        std::vector<const char *> known) {
+  if (!v.is_string() && !v.is_object())
+    return err(what, path + ": must be a link name or an object");
+  if (v.is_object() && v.contains("link") && !v["link"].is_string())
+    return err(what, path + ".link: expected a link name");
+  std::string name = v.is_string() ? v.get<std::string>() : v.value("link", "");
+  const LinkSpec *base = catalog.link(name);
+  if (!base && !(v.is_object() && v.contains("bandwidth_bytes_per_s")))
+    return err(what, path + ": unknown link type '" + name +
+                         "' (known: " + catalog.linkNames() + ")");
+  LinkSpec l;
+  if (base) {
+    l = *base;
+  } else {
+    l.name = name.empty() ? "custom" : name;
+    l.kind = "custom";
+    l.source = "inline in the cluster spec";
+  }
+  if (v.is_object()) {
+    known.insert(known.begin(), {"link", "bandwidth_bytes_per_s", "latency_s",
+                                 "measured_collectives"});
+    if (auto e = onlyKeys(v, path, known))
+      return std::move(e);
+    for (const char *key : {"bandwidth_bytes_per_s", "latency_s"}) {
+      if (!v.contains(key))
+        continue;
+      if (!v[key].is_number() || v[key].get<double>() < 0 ||
+          (std::string(key) == "bandwidth_bytes_per_s" &&
+           v[key].get<double>() == 0))
+        return err(what, path + "." + key + ": must be " +
+                             (std::string(key) == "latency_s" ? "non-negative"
+                                                              : "positive") +
+                             ", got " + v[key].dump());
+    }
+    l.bandwidthBytesPerS =
+        v.value("bandwidth_bytes_per_s", l.bandwidthBytesPerS);
+    l.latencyS = v.value("latency_s", l.latencyS);
+    if (v.contains("measured_collectives"))
+      if (auto e = readMeasured(v["measured_collectives"], path, l))
+        return std::move(e);
+  }
+  c.inlineLinks.push_back(l);
+  return &c.inlineLinks.back();
+}
+
+/// A link's measured collectives: (collective, ranks, bytes, seconds)
+/// points, sorted by bytes.
+llvm::Error ClusterReader::readMeasured(const json &m, const std::string &path,
+                                        LinkSpec &l) const {
+  std::string mpath = path + ".measured_collectives";
+  if (!m.is_array() || m.size() > 10000)
+    return err(what, mpath + ": expected an array of at most 10000 "
+                             "points");
+  static const char *kinds[] = {"all-reduce", "all-gather", "reduce-scatter",
+                                "all-to-all", "send-recv"};
+  for (size_t i = 0; i < m.size(); ++i) {
+    std::string ip = mpath + "[" + std::to_string(i) + "]";
+    const json &p = m[i];
+    if (!p.is_object() || !p.contains("collective") ||
+        !p["collective"].is_string() ||
+        std::none_of(std::begin(kinds), std::end(kinds),
+                     [&](const char *k) { return p["collective"] == k; }))
+      return err(what, ip + ".collective: expected all-reduce, "
+                            "all-gather, reduce-scatter, all-to-all or "
+                            "send-recv");
+    for (const char *key : {"ranks", "bytes", "seconds"})
+      if (!p.contains(key) || !p[key].is_number() ||
+          !(p[key].get<double>() > 0) || p[key].get<double>() > 1e18)
+        return err(what, ip + "." + key + ": expected a positive number");
+    if (!p["ranks"].is_number_integer() || p["ranks"].get<int64_t>() < 2 ||
+        p["ranks"].get<int64_t>() > 1000000)
+      return err(what, ip + ".ranks: expected an integer from 2");
+    l.measured.push_back(
+        {p["collective"].get<std::string>(), int(p["ranks"].get<int64_t>()),
+         p["bytes"].get<double>(), p["seconds"].get<double>()});
+  }
+  std::stable_sort(
+      l.measured.begin(), l.measured.end(),
+      [](const LinkSpec::MeasuredPoint &a, const LinkSpec::MeasuredPoint &b) {
+        return a.bytes < b.bytes;
+      });
+  return llvm::Error::success();
+}
+
+llvm::Error ClusterReader::readSite(const json &site, size_t s) {
+  std::string spath = "sites[" + std::to_string(s) + "]";
+  if (!site.is_object())
+    return err(what, spath + ": must be an object");
+  if (auto e = onlyKeys(site, spath, {"name", "nodes", "data_share"}))
+    return std::move(e);
+  Site st;
+  st.name = site.value("name", "site" + std::to_string(s));
+  if (site.contains("data_share")) {
+    const json &v = site["data_share"];
+    if (!v.is_number() || !(v.get<double>() >= 0) || v.get<double>() > 1)
+      return err(what, spath +
+                           ".data_share: must be a fraction from 0 to "
+                           "1, got " +
+                           v.dump());
+    st.dataShare = v.get<double>();
+    double pinned = st.dataShare;
+    for (const Site &prev : c.sites)
+      pinned += prev.dataShare;
+    if (pinned > 1 + 1e-9)
+      return err(what, spath + ".data_share: the sites' shares add up to " +
+                           std::to_string(pinned) +
+                           ", more than the whole "
+                           "batch");
+  }
+  for (const Site &prev : c.sites)
+    if (prev.name == st.name)
+      return err(what, spath + ".name: duplicate site name '" + st.name + "'");
+  if (!site.contains("nodes") || !site["nodes"].is_array() ||
+      site["nodes"].empty())
+    return err(what, spath + ".nodes: missing or empty");
+  for (size_t g = 0; g < site["nodes"].size(); ++g) {
+    auto ng = readNodeGroup(site["nodes"][g],
+                            spath + ".nodes[" + std::to_string(g) + "]");
+    if (!ng)
+      return ng.takeError();
+    st.nodeGroups.push_back(*ng);
+  }
+  c.sites.push_back(std::move(st));
+  return llvm::Error::success();
+}
+
+llvm::Expected<NodeGroup>
+ClusterReader::readNodeGroup(const json &n, const std::string &path) {
+  if (!n.is_object())
+    return err(what, path + ": must be an object");
+  if (auto e = onlyKeys(
+          n, path,
+          {"count", "devices_per_node", "device", "intra_node_link", "nic",
+           "power_w", "power_w_by_activity", "price_usd_per_device_hour",
+           "host_memory_bytes", "host_memory_bandwidth_bytes_per_s"}))
+    return std::move(e);
+  NodeGroup ng;
+  if (auto e = positiveInt(n, "count", path, 1, ng.count))
+    return std::move(e);
+  if (auto e = positiveInt(n, "devices_per_node", path, 8, ng.devicesPerNode))
+    return std::move(e);
+  if (!n.contains("device"))
+    return err(what, path + ".device: missing");
+  if (n["device"].is_string()) {
+    ng.device = catalog.device(n["device"]);
+    if (!ng.device)
+      return err(what, path + ".device: unknown device type '" +
+                           n["device"].get<std::string>() +
+                           "' (known: " + catalog.deviceNames() + ")");
+  } else if (n["device"].is_object()) {
+    json wrapper = {{"devices", json::array({n["device"]})}};
+    auto inlineCatalog =
+        HardwareCatalog::parse(wrapper.dump(), what + " " + path + ".device");
+    if (!inlineCatalog)
+      return inlineCatalog.takeError();
+    c.inlineDevices.push_back(inlineCatalog->devices().front());
+    ng.device = &c.inlineDevices.back();
+  } else {
+    return err(what, path + ".device: must be a device name or an object");
+  }
+  std::string nicProblem = defaultNic(*ng.device, catalog, ng);
+  if (!nicProblem.empty() && !n.contains("nic"))
+    return err(what, path + ".device." + nicProblem);
+  ng.intraNodeLink = catalog.link(ng.device->intraNodeLink);
+  if (n.contains("intra_node_link")) {
+    auto l = readLink(n["intra_node_link"], path + ".intra_node_link", {});
+    if (!l)
+      return l.takeError();
+    ng.intraNodeLink = *l;
+  }
+  if (!ng.intraNodeLink)
+    return err(what,
+               path + ".intra_node_link: missing and the device names none");
+  if (n.contains("nic")) {
+    const json &nic = n["nic"];
+    auto l = readLink(nic, path + ".nic", {"count", "in_network_aggregation"});
+    if (!l)
+      return l.takeError();
+    ng.nic = *l;
+    if (nic.is_object())
+      if (auto e = positiveInt(nic, "count", path + ".nic", ng.nicsPerNode,
+                               ng.nicsPerNode))
+        return std::move(e);
+    if (nic.is_object() && nic.contains("in_network_aggregation")) {
+      std::string problem = readAggregation(nic["in_network_aggregation"],
+                                            *ng.nic, ng.aggregation);
+      if (!problem.empty())
+        return err(what, path + ".nic.in_network_aggregation" + problem);
+    }
+  }
+  ng.powerW = ng.device->powerW;
+  if (auto e = nonNegative(n, "power_w", path, ng.powerW))
+    return std::move(e);
+  ng.power = !ng.device->power.known() && n.contains("power_w")
+                 ? PowerByActivity::ofBoardPower(ng.powerW)
+                 : ng.device->power.scaledTo(ng.powerW);
+  if (n.contains("power_w_by_activity")) {
+    std::string problem =
+        readPowerByActivity(n["power_w_by_activity"], ng.power);
+    if (!problem.empty())
+      return err(what, path + ".power_w_by_activity" + problem);
+  }
+  ng.hostMemoryBytes = ng.device->hostMemoryBytes;
+  ng.hostMemoryBandwidthBytesPerS = ng.device->hostMemoryBandwidthBytesPerS;
+  if (auto e = nonNegative(n, "host_memory_bytes", path, ng.hostMemoryBytes))
+    return std::move(e);
+  if (auto e = nonNegative(n, "host_memory_bandwidth_bytes_per_s", path,
+                           ng.hostMemoryBandwidthBytesPerS))
+    return std::move(e);
+  if (auto e = nonNegative(n, "price_usd_per_device_hour", path,
+                           ng.priceUsdPerDeviceHour))
+    return std::move(e);
+  return ng;
+}
+
+/// The links between sites, and one for every pair of sites.
+llvm::Error ClusterReader::readSiteLinks(const json &j) {
   const json &links = j.value("inter_site_links", json::array());
   for (size_t i = 0; i < links.size(); ++i) {
     const json &l = links[i];
@@ -412,7 +435,7 @@ parseClusterJsonImpl(const std::string &text, const std::string &what,
                              "]: unknown site '" + name + "'");
       (k ? sl.siteB : sl.siteA) = idx;
     }
-    auto link = parseLink(l, path, {"sites", "egress_usd_per_gb"});
+    auto link = readLink(l, path, {"sites", "egress_usd_per_gb"});
     if (!link)
       return link.takeError();
     sl.link = **link;
@@ -432,10 +455,38 @@ parseClusterJsonImpl(const std::string &text, const std::string &what,
                                c.sites[a].name + "' and '" + c.sites[b].name +
                                "'");
       }
+  return llvm::Error::success();
+}
+
+llvm::Expected<Cluster> ClusterReader::read(const std::string &text) {
+  std::string problem;
+  json j = parseJsonInput(text, problem);
+  if (j.is_discarded())
+    return err(what, problem);
+  if (!j.is_object())
+    return err(what, "the cluster spec must be a JSON object");
+  if (auto e = onlyKeys(j, "", {"name", "sites", "inter_site_links"}))
+    return std::move(e);
+  c.name = j.value("name", what);
+  if (!j.contains("sites") || !j["sites"].is_array() || j["sites"].empty())
+    return err(what, "sites: missing or empty");
+  for (size_t s = 0; s < j["sites"].size(); ++s)
+    if (auto e = readSite(j["sites"][s], s))
+      return std::move(e);
+  if (auto e = readSiteLinks(j))
+    return std::move(e);
   c.finalize();
   if (c.numDevices() == 0)
     return err(what, "the cluster has no devices");
-  return c;
+  return std::move(c);
+}
+
+} // namespace
+
+static llvm::Expected<Cluster>
+parseClusterJsonImpl(const std::string &text, const std::string &what,
+                     const HardwareCatalog &catalog) {
+  return ClusterReader(what, catalog).read(text);
 }
 
 // nlohmann::json throws on a value of the wrong type; every such case is a
