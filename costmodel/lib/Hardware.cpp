@@ -36,9 +36,8 @@ PowerByActivity PowerByActivity::scaledTo(double boardW) const {
 std::string readPowerByActivity(const nlohmann::json &o, PowerByActivity &out) {
   if (!o.is_object())
     return ": must be an object";
-  std::string problem =
-      unknownField(o, {"gemm_w", "memory_bound_w", "communication_w", "idle_w",
-                       "source"});
+  std::string problem = unknownField(
+      o, {"gemm_w", "memory_bound_w", "communication_w", "idle_w", "source"});
   if (!problem.empty())
     return "." + problem;
   for (auto [key, field] :
@@ -46,8 +45,8 @@ std::string readPowerByActivity(const nlohmann::json &o, PowerByActivity &out) {
         {"memory_bound_w", &out.memoryBoundW},
         {"communication_w", &out.communicationW},
         {"idle_w", &out.idleW}}) {
-    if (!o.contains(key) || !o[key].is_number() || !(o[key].get<double>() > 0) ||
-        !std::isfinite(o[key].get<double>()))
+    if (!o.contains(key) || !o[key].is_number() ||
+        !(o[key].get<double>() > 0) || !std::isfinite(o[key].get<double>()))
       return std::string(".") + key + ": missing or not a positive number";
     *field = o[key].get<double>();
   }
@@ -83,9 +82,11 @@ std::string readAggregation(const nlohmann::json &v, const LinkSpec &nic,
     if (!problem.empty())
       return "." + problem;
   }
-  const nlohmann::json &kind = v.is_string() ? v : v.value("kind", nlohmann::json());
+  const nlohmann::json &kind =
+      v.is_string() ? v : v.value("kind", nlohmann::json());
   if (!kind.is_string())
-    return v.is_string() ? ": must be a kind" : ".kind: missing or not a string";
+    return v.is_string() ? ": must be a kind"
+                         : ".kind: missing or not a string";
   std::string k = kind.get<std::string>();
   out = InNetworkAggregation{};
   if (k == "none")
@@ -224,6 +225,230 @@ HardwareCatalog::parse(const std::string &text, const std::string &what) {
   }
 }
 
+namespace {
+
+/// o[key]: present, a number, and positive.
+llvm::Error positiveNumber(const std::string &what, const nlohmann::json &o,
+                           const char *key, const std::string &path,
+                           double &out) {
+  if (!o.contains(key) || !o[key].is_number())
+    return fieldError(what, path + "." + key + ": missing or not a number");
+  out = o[key].get<double>();
+  if (!(out > 0))
+    return fieldError(what, path + "." + key + ": must be positive, got " +
+                                std::to_string(out));
+  return llvm::Error::success();
+}
+
+/// A chip's own scale-out ports (Gaudi's RoCE ports): its node's cards.
+llvm::Error readScaleOutNic(const nlohmann::json &n, const std::string &path,
+                            const std::string &what, DeviceSpec &s) {
+  std::string npath = path + ".scale_out_nic";
+  if (!n.is_object())
+    return fieldError(what, npath + ": must be an object");
+  if (auto e = onlyKnownFields(n, what, npath,
+                               {"link", "ports_per_device", "source"}))
+    return std::move(e);
+  if (!n.contains("link") || !n["link"].is_string() ||
+      n["link"].get<std::string>().empty())
+    return fieldError(what, npath + ".link: missing");
+  if (!n.contains("ports_per_device") ||
+      !n["ports_per_device"].is_number_integer() ||
+      n["ports_per_device"].get<long long>() <= 0 ||
+      n["ports_per_device"].get<long long>() > 1024)
+    return fieldError(what, npath + ".ports_per_device: must be an integer "
+                                    "from 1 to 1,024");
+  s.scaleOutLink = n["link"].get<std::string>();
+  s.scaleOutPortsPerDevice = n["ports_per_device"].get<int>();
+  return llvm::Error::success();
+}
+
+/// The host memory beside the device.
+llvm::Error readHost(const nlohmann::json &h, const std::string &path,
+                     const std::string &what, DeviceSpec &s) {
+  std::string hpath = path + ".host";
+  if (!h.is_object())
+    return fieldError(what, hpath + ": must be an object");
+  if (auto e = onlyKnownFields(
+          h, what, hpath,
+          {"memory_bytes", "memory_bandwidth_bytes_per_s", "source"}))
+    return std::move(e);
+  if (auto e =
+          positiveNumber(what, h, "memory_bytes", hpath, s.hostMemoryBytes))
+    return std::move(e);
+  if (auto e = positiveNumber(what, h, "memory_bandwidth_bytes_per_s", hpath,
+                              s.hostMemoryBandwidthBytesPerS))
+    return std::move(e);
+  return llvm::Error::success();
+}
+
+/// A measured kernel profile: efficiencies up to 1, the attention curve
+/// where it was measured.
+llvm::Error readKernelProfile(const nlohmann::json &k, const std::string &path,
+                              const std::string &what, DeviceSpec &s) {
+  std::string kpath = path + ".measured_kernel_profile";
+  if (!k.is_object())
+    return fieldError(what, kpath + ": must be an object");
+  if (auto e = onlyKnownFields(
+          k, what, kpath,
+          {"gemm_efficiency", "gemm_half_efficiency_s",
+           "gemm_memory_efficiency", "pointwise_memory_efficiency",
+           "reduction_memory_efficiency", "random_memory_efficiency",
+           "kernel_launch_s", "attention_forward_efficiency",
+           "attention_forward_half_keys", "attention_backward_efficiency",
+           "attention_backward_half_keys", "source"}))
+    return std::move(e);
+  KernelModel m;
+  for (auto [key, out] :
+       {std::pair<const char *, double *>{"gemm_efficiency", &m.gemmEfficiency},
+        {"gemm_half_efficiency_s", &m.gemmHalfEfficiencyS},
+        {"gemm_memory_efficiency", &m.gemmMemoryEfficiency},
+        {"pointwise_memory_efficiency", &m.pointwiseMemoryEfficiency},
+        {"reduction_memory_efficiency", &m.reductionMemoryEfficiency},
+        {"random_memory_efficiency", &m.randomMemoryEfficiency},
+        {"kernel_launch_s", &m.kernelLaunchS}}) {
+    if (auto e = positiveNumber(what, k, key, kpath, *out))
+      return std::move(e);
+    if (llvm::StringRef(key).ends_with("efficiency") && *out > 1)
+      return fieldError(what, kpath + "." + key + ": an efficiency above 1");
+  }
+  // Optional: the fused attention's curve where it was measured.
+  for (auto [key, out] :
+       {std::pair<const char *, double *>{"attention_forward_efficiency",
+                                          &m.attentionForwardEfficiency},
+        {"attention_forward_half_keys", &m.attentionForwardHalfKeys},
+        {"attention_backward_efficiency", &m.attentionBackwardEfficiency},
+        {"attention_backward_half_keys", &m.attentionBackwardHalfKeys}}) {
+    if (!k.contains(key))
+      continue;
+    if (auto e = positiveNumber(what, k, key, kpath, *out))
+      return std::move(e);
+    if (llvm::StringRef(key).ends_with("efficiency") && *out > 1)
+      return fieldError(what, kpath + "." + key + ": an efficiency above 1");
+  }
+  s.measuredKernels = m;
+  s.measuredKernelsSource = k.value("source", "");
+  return llvm::Error::success();
+}
+
+llvm::Expected<DeviceSpec> readDevice(const nlohmann::json &d, size_t i,
+                                      const std::string &what) {
+  std::string path = "devices[" + std::to_string(i) + "]";
+  if (!d.is_object() || !d.contains("name") || !d["name"].is_string())
+    return fieldError(what, path + ".name: missing");
+  DeviceSpec s;
+  s.name = d["name"];
+  path = "device '" + s.name + "'";
+  if (auto e = onlyKnownFields(
+          d, what, path,
+          {"name", "aliases", "vendor", "source", "intra_node_link",
+           "peak_flop_per_s", "memory_bytes", "memory_bandwidth_bytes_per_s",
+           "power_w", "power_w_by_activity", "workspace_bytes",
+           "measured_kernel_profile", "kernel_profile_of", "host",
+           "scale_out_nic", "vector_flop_per_s"}))
+    return std::move(e);
+  if (d.contains("scale_out_nic"))
+    if (auto e = readScaleOutNic(d["scale_out_nic"], path, what, s))
+      return std::move(e);
+  if (d.contains("host"))
+    if (auto e = readHost(d["host"], path, what, s))
+      return std::move(e);
+  s.vendor = d.value("vendor", "");
+  s.source = d.value("source", "");
+  s.intraNodeLink = d.value("intra_node_link", "PCIe4");
+  for (const auto &a : d.value("aliases", nlohmann::json::array()))
+    if (a.is_string())
+      s.aliases.push_back(a);
+  if (!d.contains("peak_flop_per_s") || !d["peak_flop_per_s"].is_object())
+    return fieldError(what, path + ".peak_flop_per_s: missing");
+  for (auto &[k, v] : d["peak_flop_per_s"].items()) {
+    if (!v.is_number() || v.get<double>() <= 0)
+      return fieldError(what, path + ".peak_flop_per_s." + k +
+                                  ": must be a positive number");
+    s.peakFlopPerS[k] = v.get<double>();
+  }
+  if (d.contains("vector_flop_per_s"))
+    if (auto e = positiveNumber(what, d, "vector_flop_per_s", path,
+                                s.vectorFlopPerS))
+      return std::move(e);
+  if (s.vectorPeak() <= 0)
+    return fieldError(what, path + ".peak_flop_per_s.fp32: missing (or "
+                                   "vector_flop_per_s: the rate of the "
+                                   "non-matrix kernels)");
+  if (auto e = positiveNumber(what, d, "memory_bytes", path, s.memoryBytes))
+    return std::move(e);
+  if (auto e = positiveNumber(what, d, "memory_bandwidth_bytes_per_s", path,
+                              s.memoryBandwidthBytesPerS))
+    return std::move(e);
+  // Optional: Google and AWS publish no board power for their chips.
+  if (d.contains("power_w")) {
+    if (auto e = positiveNumber(what, d, "power_w", path, s.powerW))
+      return std::move(e);
+    s.power = PowerByActivity::ofBoardPower(s.powerW);
+  } else {
+    s.power.unknownFor = s.name;
+    s.power.source = "no published board power";
+  }
+  if (d.contains("power_w_by_activity")) {
+    std::string problem =
+        readPowerByActivity(d["power_w_by_activity"], s.power);
+    if (!problem.empty())
+      return fieldError(what, path + ".power_w_by_activity" + problem);
+  }
+  if (d.contains("workspace_bytes"))
+    if (auto e =
+            positiveNumber(what, d, "workspace_bytes", path, s.workspaceBytes))
+      return std::move(e);
+  if (d.contains("measured_kernel_profile"))
+    if (auto e = readKernelProfile(d["measured_kernel_profile"], path, what, s))
+      return std::move(e);
+  return s;
+}
+
+llvm::Expected<LinkSpec> readCatalogLink(const nlohmann::json &l, size_t i,
+                                         const std::string &what) {
+  std::string path = "links[" + std::to_string(i) + "]";
+  if (!l.is_object() || !l.contains("name") || !l["name"].is_string())
+    return fieldError(what, path + ".name: missing");
+  LinkSpec s;
+  s.name = l["name"];
+  path = "link '" + s.name + "'";
+  s.kind = l.value("kind", "");
+  s.source = l.value("source", "");
+  s.switched = l.value("switched", true);
+  if (auto e = positiveNumber(what, l, "bandwidth_bytes_per_s", path,
+                              s.bandwidthBytesPerS))
+    return std::move(e);
+  if (!l.contains("latency_s") || !l["latency_s"].is_number() ||
+      l["latency_s"].get<double>() < 0)
+    return fieldError(what, path + ".latency_s: missing or negative");
+  s.latencyS = l["latency_s"];
+  s.perLinkBandwidthBytesPerS = l.value("per_link_bandwidth_bytes_per_s", 0.0);
+  s.fallbackLink = l.value("fallback_link", "");
+  s.ncclBusBandwidthCapBytesPerS =
+      l.value("nccl_bus_bandwidth_cap_bytes_per_s", 0.0);
+  if (s.ncclBusBandwidthCapBytesPerS < 0)
+    return fieldError(what, path + ".nccl_bus_bandwidth_cap_bytes_per_s: "
+                                   "must not be negative");
+  s.ncclNvlsEfficiency = l.value("nccl_nvls_efficiency", 0.0);
+  if (s.ncclNvlsEfficiency < 0 || s.ncclNvlsEfficiency > 1)
+    return fieldError(what, path + ".nccl_nvls_efficiency: must be 0 to 1");
+  if (l.contains("link_multiplicity")) {
+    s.linkMultiplicity =
+        l["link_multiplicity"].get<std::vector<std::vector<int>>>();
+    for (const auto &row : s.linkMultiplicity)
+      if (row.size() != s.linkMultiplicity.size())
+        return fieldError(what,
+                          path + ".link_multiplicity: must be a square matrix");
+    if (!(s.perLinkBandwidthBytesPerS > 0))
+      return fieldError(what, path + ".per_link_bandwidth_bytes_per_s: "
+                                     "needed with link_multiplicity");
+  }
+  return s;
+}
+
+} // namespace
+
 static llvm::Expected<HardwareCatalog> parseCatalog(const std::string &text,
                                                     const std::string &what) {
   nlohmann::json j =
@@ -233,160 +458,12 @@ static llvm::Expected<HardwareCatalog> parseCatalog(const std::string &text,
   HardwareCatalog c;
   auto &devicesOut = HardwareCatalog::mutableDevices(c);
   auto &linksOut = HardwareCatalog::mutableLinks(c);
-  auto number = [&](const nlohmann::json &o, const char *key,
-                    const std::string &path, double &out) -> llvm::Error {
-    if (!o.contains(key) || !o[key].is_number())
-      return fieldError(what, path + "." + key + ": missing or not a number");
-    out = o[key].get<double>();
-    if (!(out > 0))
-      return fieldError(what, path + "." + key + ": must be positive, got " +
-                                  std::to_string(out));
-    return llvm::Error::success();
-  };
   const nlohmann::json &devices = j.value("devices", nlohmann::json::array());
   for (size_t i = 0; i < devices.size(); ++i) {
-    const nlohmann::json &d = devices[i];
-    std::string path = "devices[" + std::to_string(i) + "]";
-    if (!d.is_object() || !d.contains("name") || !d["name"].is_string())
-      return fieldError(what, path + ".name: missing");
-    DeviceSpec s;
-    s.name = d["name"];
-    path = "device '" + s.name + "'";
-    if (auto e = onlyKnownFields(
-            d, what, path,
-            {"name", "aliases", "vendor", "source", "intra_node_link",
-             "peak_flop_per_s", "memory_bytes", "memory_bandwidth_bytes_per_s",
-             "power_w", "power_w_by_activity", "workspace_bytes",
-             "measured_kernel_profile", "kernel_profile_of", "host",
-             "scale_out_nic", "vector_flop_per_s"}))
-      return std::move(e);
-    if (d.contains("scale_out_nic")) {
-      const nlohmann::json &n = d["scale_out_nic"];
-      std::string npath = path + ".scale_out_nic";
-      if (!n.is_object())
-        return fieldError(what, npath + ": must be an object");
-      if (auto e = onlyKnownFields(n, what, npath,
-                                   {"link", "ports_per_device", "source"}))
-        return std::move(e);
-      if (!n.contains("link") || !n["link"].is_string() ||
-          n["link"].get<std::string>().empty())
-        return fieldError(what, npath + ".link: missing");
-      if (!n.contains("ports_per_device") ||
-          !n["ports_per_device"].is_number_integer() ||
-          n["ports_per_device"].get<long long>() <= 0 ||
-          n["ports_per_device"].get<long long>() > 1024)
-        return fieldError(what, npath + ".ports_per_device: must be an integer "
-                                        "from 1 to 1,024");
-      s.scaleOutLink = n["link"].get<std::string>();
-      s.scaleOutPortsPerDevice = n["ports_per_device"].get<int>();
-    }
-    if (d.contains("host")) {
-      const nlohmann::json &h = d["host"];
-      std::string hpath = path + ".host";
-      if (!h.is_object())
-        return fieldError(what, hpath + ": must be an object");
-      if (auto e = onlyKnownFields(h, what, hpath,
-                                   {"memory_bytes",
-                                    "memory_bandwidth_bytes_per_s", "source"}))
-        return std::move(e);
-      if (auto e = number(h, "memory_bytes", hpath, s.hostMemoryBytes))
-        return std::move(e);
-      if (auto e = number(h, "memory_bandwidth_bytes_per_s", hpath,
-                          s.hostMemoryBandwidthBytesPerS))
-        return std::move(e);
-    }
-    s.vendor = d.value("vendor", "");
-    s.source = d.value("source", "");
-    s.intraNodeLink = d.value("intra_node_link", "PCIe4");
-    for (const auto &a : d.value("aliases", nlohmann::json::array()))
-      if (a.is_string())
-        s.aliases.push_back(a);
-    if (!d.contains("peak_flop_per_s") || !d["peak_flop_per_s"].is_object())
-      return fieldError(what, path + ".peak_flop_per_s: missing");
-    for (auto &[k, v] : d["peak_flop_per_s"].items()) {
-      if (!v.is_number() || v.get<double>() <= 0)
-        return fieldError(what, path + ".peak_flop_per_s." + k +
-                                    ": must be a positive number");
-      s.peakFlopPerS[k] = v.get<double>();
-    }
-    if (d.contains("vector_flop_per_s"))
-      if (auto e = number(d, "vector_flop_per_s", path, s.vectorFlopPerS))
-        return std::move(e);
-    if (s.vectorPeak() <= 0)
-      return fieldError(what, path + ".peak_flop_per_s.fp32: missing (or "
-                                     "vector_flop_per_s: the rate of the "
-                                     "non-matrix kernels)");
-    if (auto e = number(d, "memory_bytes", path, s.memoryBytes))
-      return std::move(e);
-    if (auto e = number(d, "memory_bandwidth_bytes_per_s", path,
-                        s.memoryBandwidthBytesPerS))
-      return std::move(e);
-    // Optional: Google and AWS publish no board power for their chips.
-    if (d.contains("power_w")) {
-      if (auto e = number(d, "power_w", path, s.powerW))
-        return std::move(e);
-      s.power = PowerByActivity::ofBoardPower(s.powerW);
-    } else {
-      s.power.unknownFor = s.name;
-      s.power.source = "no published board power";
-    }
-    if (d.contains("power_w_by_activity")) {
-      std::string problem = readPowerByActivity(d["power_w_by_activity"], s.power);
-      if (!problem.empty())
-        return fieldError(what, path + ".power_w_by_activity" + problem);
-    }
-    if (d.contains("workspace_bytes"))
-      if (auto e = number(d, "workspace_bytes", path, s.workspaceBytes))
-        return std::move(e);
-    if (d.contains("measured_kernel_profile")) {
-      const nlohmann::json &k = d["measured_kernel_profile"];
-      std::string kpath = path + ".measured_kernel_profile";
-      if (!k.is_object())
-        return fieldError(what, kpath + ": must be an object");
-      if (auto e = onlyKnownFields(
-              k, what, kpath,
-              {"gemm_efficiency", "gemm_half_efficiency_s",
-               "gemm_memory_efficiency", "pointwise_memory_efficiency",
-               "reduction_memory_efficiency", "random_memory_efficiency",
-               "kernel_launch_s", "attention_forward_efficiency",
-               "attention_forward_half_keys", "attention_backward_efficiency",
-               "attention_backward_half_keys", "source"}))
-        return std::move(e);
-      KernelModel m;
-      for (auto [key, out] :
-           {std::pair<const char *, double *>{"gemm_efficiency",
-                                              &m.gemmEfficiency},
-            {"gemm_half_efficiency_s", &m.gemmHalfEfficiencyS},
-            {"gemm_memory_efficiency", &m.gemmMemoryEfficiency},
-            {"pointwise_memory_efficiency", &m.pointwiseMemoryEfficiency},
-            {"reduction_memory_efficiency", &m.reductionMemoryEfficiency},
-            {"random_memory_efficiency", &m.randomMemoryEfficiency},
-            {"kernel_launch_s", &m.kernelLaunchS}}) {
-        if (auto e = number(k, key, kpath, *out))
-          return std::move(e);
-        if (llvm::StringRef(key).ends_with("efficiency") && *out > 1)
-          return fieldError(what, kpath + "." + key +
-                                      ": an efficiency above 1");
-      }
-      // Optional: the fused attention's curve where it was measured.
-      for (auto [key, out] :
-           {std::pair<const char *, double *>{"attention_forward_efficiency",
-                                              &m.attentionForwardEfficiency},
-            {"attention_forward_half_keys", &m.attentionForwardHalfKeys},
-            {"attention_backward_efficiency", &m.attentionBackwardEfficiency},
-            {"attention_backward_half_keys", &m.attentionBackwardHalfKeys}}) {
-        if (!k.contains(key))
-          continue;
-        if (auto e = number(k, key, kpath, *out))
-          return std::move(e);
-        if (llvm::StringRef(key).ends_with("efficiency") && *out > 1)
-          return fieldError(what, kpath + "." + key +
-                                      ": an efficiency above 1");
-      }
-      s.measuredKernels = m;
-      s.measuredKernelsSource = k.value("source", "");
-    }
-    devicesOut.push_back(std::move(s));
+    auto s = readDevice(devices[i], i, what);
+    if (!s)
+      return s.takeError();
+    devicesOut.push_back(std::move(*s));
   }
   // A device built on the same chip as a measured one (same SMs, clocks
   // and tensor cores) takes its profile: a GEMM's share of the tensor-core
@@ -399,59 +476,23 @@ static llvm::Expected<HardwareCatalog> parseCatalog(const std::string &text,
     if (!d["kernel_profile_of"].is_string())
       return fieldError(what, path + ": must be a device name");
     std::string other = d["kernel_profile_of"];
-    auto it = llvm::find_if(devicesOut, [&](const DeviceSpec &x) {
-      return x.name == other;
-    });
-    if (it == devicesOut.end() || !it->measuredKernels || &*it == &devicesOut[i])
+    auto it = llvm::find_if(
+        devicesOut, [&](const DeviceSpec &x) { return x.name == other; });
+    if (it == devicesOut.end() || !it->measuredKernels ||
+        &*it == &devicesOut[i])
       return fieldError(what, path + ": '" + other +
                                   "' is not a device with a measured profile");
     devicesOut[i].measuredKernels = it->measuredKernels;
     devicesOut[i].measuredKernelsSource =
-        "the profile measured on " + other + " (the same chip): " +
-        it->measuredKernelsSource;
+        "the profile measured on " + other +
+        " (the same chip): " + it->measuredKernelsSource;
   }
   const nlohmann::json &links = j.value("links", nlohmann::json::array());
   for (size_t i = 0; i < links.size(); ++i) {
-    const nlohmann::json &l = links[i];
-    std::string path = "links[" + std::to_string(i) + "]";
-    if (!l.is_object() || !l.contains("name") || !l["name"].is_string())
-      return fieldError(what, path + ".name: missing");
-    LinkSpec s;
-    s.name = l["name"];
-    path = "link '" + s.name + "'";
-    s.kind = l.value("kind", "");
-    s.source = l.value("source", "");
-    s.switched = l.value("switched", true);
-    if (auto e = number(l, "bandwidth_bytes_per_s", path, s.bandwidthBytesPerS))
-      return std::move(e);
-    if (!l.contains("latency_s") || !l["latency_s"].is_number() ||
-        l["latency_s"].get<double>() < 0)
-      return fieldError(what, path + ".latency_s: missing or negative");
-    s.latencyS = l["latency_s"];
-    s.perLinkBandwidthBytesPerS =
-        l.value("per_link_bandwidth_bytes_per_s", 0.0);
-    s.fallbackLink = l.value("fallback_link", "");
-    s.ncclBusBandwidthCapBytesPerS =
-        l.value("nccl_bus_bandwidth_cap_bytes_per_s", 0.0);
-    if (s.ncclBusBandwidthCapBytesPerS < 0)
-      return fieldError(what, path + ".nccl_bus_bandwidth_cap_bytes_per_s: "
-                                     "must not be negative");
-    s.ncclNvlsEfficiency = l.value("nccl_nvls_efficiency", 0.0);
-    if (s.ncclNvlsEfficiency < 0 || s.ncclNvlsEfficiency > 1)
-      return fieldError(what,
-                        path + ".nccl_nvls_efficiency: must be 0 to 1");
-    if (l.contains("link_multiplicity")) {
-      s.linkMultiplicity =
-          l["link_multiplicity"].get<std::vector<std::vector<int>>>();
-      for (const auto &row : s.linkMultiplicity)
-        if (row.size() != s.linkMultiplicity.size())
-          return fieldError(
-              what, path + ".link_multiplicity: must be a square matrix");
-      if (!(s.perLinkBandwidthBytesPerS > 0))
-        return fieldError(what, path + ".per_link_bandwidth_bytes_per_s: "
-                                       "needed with link_multiplicity");
-    }
-    linksOut.push_back(std::move(s));
+    auto l = readCatalogLink(links[i], i, what);
+    if (!l)
+      return l.takeError();
+    linksOut.push_back(std::move(*l));
   }
   return c;
 }
