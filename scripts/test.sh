@@ -21,7 +21,7 @@ scripts/python-test.sh
 if [ "${ORRERY_SKIP_SANITIZERS:-0}" != 1 ]; then
   scripts/sanitized-build.sh orrery orrery-run orrery-opt orrery-unit-tests orrery-builtin-models
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-    ctest --test-dir build-fuzz -j "${ORRERY_JOBS:-2}" --output-on-failure -R "^(lit|e2e-shared-models|e2e-error-sweep|Loader\.|Outline\.|CostTest\.|Collective\.|Cluster\.|Strategy\.|Hetero\.|HeteroPlanner\.|Parallelism\.|Workload\.|Catalog\.|Simulator\.|Fusion\.|Overlap\.|ContextParallel\.|Precision\.|ExpertParallel\.|Lowering\.|Launch\.|Serving\.|ServingStep\.|ServingSim\.|ServingSearch\.)"
+    ctest --test-dir build-fuzz -j "${ORRERY_JOBS:-2}" --output-on-failure -R "^(lit|e2e-shared-models|e2e-error-sweep|Loader\.|Outline\.|CostTest\.|Collective\.|Cluster\.|Strategy\.|Hetero\.|HeteroPlanner\.|Parallelism\.|Workload\.|Catalog\.|Simulator\.|Fusion\.|Overlap\.|ContextParallel\.|Precision\.|ExpertParallel\.|Lowering\.|Launch\.|Serving\.|ServingStep\.|ServingSim\.|ServingSearch\.|AssumptionFields\.)"
 fi
 
 # Fuzzers: every reader of untrusted input (ONNX, cluster spec, strategy,

@@ -35,7 +35,7 @@ namespace {
 /// Python for a fine-tuned plan: freeze as --freeze does, then PEFT's LoRA
 /// on the targets (Orrery's roles as torchtitan's Llama names them).
 std::string fineTuneCode(const ExportPlan &p) {
-  const FineTuning &ft = p.fineTuning;
+  const FineTuning &ft = p.assumptions.fineTuning;
   if (!ft.active())
     return "";
   auto list = [](const std::vector<std::string> &v) {
@@ -169,7 +169,7 @@ llvm::Expected<std::string> megatron(const ExportPlan &p) {
     flag("--tp-comm-overlap");
   if (s.pp > 1 && s.overlapP2p)
     flag("--overlap-p2p-communication");
-  switch (p.kernels) {
+  switch (p.assumptions.fusion) {
   case KernelFusion::Fused:
     flag("--transformer-impl", "transformer_engine");
     flag("--attention-backend", "auto");
@@ -181,7 +181,7 @@ llvm::Expected<std::string> megatron(const ExportPlan &p) {
   case KernelFusion::Eager: // refused by the capability table
     break;
   }
-  if (!p.fusedGradAccumulation)
+  if (!p.assumptions.fusedGradientAccumulation)
     flag("--no-gradient-accumulation-fusion");
   // The loss was priced as one fused softmax cross-entropy pass (14 bytes
   // per logit each way), not Megatron's default vocab-parallel one in six.
@@ -233,9 +233,9 @@ llvm::Expected<std::string> deepspeed(const ExportPlan &p) {
   if (s.precision == Precision::FP16)
     j["fp16"] = {{"enabled", true}, {"loss_scale", 0}};
   // Gradients reduced in another type than kept, as priced.
-  if (p.gradReduceBytes != p.gradBytes)
+  if (p.assumptions.gradReduceBytes() != p.assumptions.gradBytesPerParam)
     j["communication_data_type"] =
-        p.gradReduceBytes == 4 ? "fp32"
+        p.assumptions.gradReduceBytes() == 4 ? "fp32"
         : s.precision == Precision::BF16 ? "bf16"
                                          : "fp16";
   nlohmann::ordered_json zero = {{"stage", s.zeroStage}};
@@ -250,7 +250,7 @@ llvm::Expected<std::string> deepspeed(const ExportPlan &p) {
   // own defaults (5e7 and 1e9 parameters) gather most of a large layer on
   // demand.
   if (s.zeroStage == 3) {
-    double bucket = p.zero3PrefetchParams > 0 ? p.zero3PrefetchParams
+    double bucket = p.assumptions.zero3PrefetchParams > 0 ? p.assumptions.zero3PrefetchParams
                                               : double(std::max<int64_t>(
                                                     1, p.parameters));
     zero["stage3_prefetch_bucket_size"] = int64_t(bucket);
@@ -267,7 +267,7 @@ llvm::Expected<std::string> deepspeed(const ExportPlan &p) {
                      {"activation_checkpoint_interval",
                       s.recompute == Recompute::Full ? 1 : 0},
                      {"pipe_partitioned", true},
-                     {"grad_partitioned", !p.pipelineWholeGradients}};
+                     {"grad_partitioned", !p.assumptions.pipelineWholeGradients}};
   if (s.recompute == Recompute::Full || s.offloadActivations)
     j["activation_checkpointing"] = {
         {"partition_activations", s.sequenceParallel && s.tp > 1},
@@ -305,8 +305,8 @@ llvm::Expected<std::string> torchtitan(const ExportPlan &p) {
        "plan\n"
     << "# model: " << p.model << "\n"
     << "# strategy: " << s.str() << "\n";
-  if (p.fineTuning.active())
-    t << "# Fine-tuning as priced (" << p.fineTuning.str()
+  if (p.assumptions.fineTuning.active())
+    t << "# Fine-tuning as priced (" << p.assumptions.fineTuning.str()
       << "): torchtitan 0.1 has no option for it; freeze and adapt the "
          "weights in the model before training (`orrery export --to "
          "pytorch` writes fine_tune(model)).\n";

@@ -37,14 +37,7 @@ llvm::Expected<ExportPlan> readExportPlan(const nlohmann::json &plan,
   auto assumptions = assumptionsFromPlan(plan, what);
   if (!assumptions)
     return assumptions.takeError();
-  p.kernels = assumptions->fusion;
-  p.gradBytes = assumptions->gradBytesPerParam;
-  p.gradReduceBytes = assumptions->gradReduceBytes();
-  p.fusedGradAccumulation = assumptions->fusedGradientAccumulation;
-  p.fineTuning = assumptions->fineTuning;
-  p.zero3PrefetchParams = assumptions->zero3PrefetchParams;
-  p.pipelineWholeGradients = assumptions->pipelineWholeGradients;
-  p.pipelineAttentionMask = assumptions->pipelineAttentionMask;
+  p.assumptions = *assumptions;
   const nlohmann::json &model = plan.value("model", nlohmann::json::object());
   p.model = model.value("source", "");
   if (model.contains("parameters") && model["parameters"].is_number_integer())
@@ -134,14 +127,7 @@ llvm::Expected<ExportPlan> exportPlanFor(const Workload &w, const Strategy &s,
                                          const Assumptions &a) {
   ExportPlan p;
   p.strategy = s;
-  p.kernels = a.fusion;
-  p.gradBytes = a.gradBytesPerParam;
-  p.gradReduceBytes = a.gradReduceBytes();
-  p.fusedGradAccumulation = a.fusedGradientAccumulation;
-  p.fineTuning = a.fineTuning;
-  p.zero3PrefetchParams = a.zero3PrefetchParams;
-  p.pipelineWholeGradients = a.pipelineWholeGradients;
-  p.pipelineAttentionMask = a.pipelineAttentionMask;
+  p.assumptions = a;
   p.parameters = w.parameters() + w.frozenParameters();
   for (const LayerRun &run : w.layers)
     p.layers.push_back({w.kinds[run.kind].name, run.count});
@@ -200,7 +186,7 @@ struct Refusal {
 std::string num(int64_t v) { return std::to_string(v); }
 
 std::string fineTuningWhy(const Plan &p, const char *why) {
-  return "the plan fine-tunes (" + p.fineTuning.str() + "), which " + why +
+  return "the plan fine-tunes (" + p.assumptions.fineTuning.str() + "), which " + why +
          "; export --to pytorch for the code that freezes and adapts the "
          "weights";
 }
@@ -212,14 +198,14 @@ std::string moeCapacityWhy(const Plan &p) {
          "megatron (--moe-expert-capacity-factor)";
 }
 std::string prefetchWhy(const Plan &p, const char *how) {
-  return std::string(how) + std::to_string(int64_t(p.zero3PrefetchParams)) +
+  return std::string(how) + std::to_string(int64_t(p.assumptions.zero3PrefetchParams)) +
          " parameters ahead (predicted.zero3_prefetch_parameters)";
 }
 bool needsMoeCapacity(const Plan &p, const std::string &) {
   return p.strategy.moeCapacity > 0;
 }
 bool prefetches(const Plan &p, const std::string &) {
-  return p.strategy.zeroStage == 3 && p.zero3PrefetchParams > 0;
+  return p.strategy.zeroStage == 3 && p.assumptions.zero3PrefetchParams > 0;
 }
 bool ulysses(const Plan &p, const std::string &) {
   return p.strategy.cp > 1 && p.strategy.cpComm == CpComm::AllToAll;
@@ -337,12 +323,12 @@ const Refusal kCommon[] = {
     {Capability::PipelineSends,
      [](const Plan &p, const std::string &f) {
        return f != "deepspeed" && p.strategy.pp > 1 &&
-              (p.pipelineAttentionMask ||
-               (p.pipelineWholeGradients && p.strategy.tp > 1));
+              (p.assumptions.pipelineAttentionMask ||
+               (p.assumptions.pipelineWholeGradients && p.strategy.tp > 1));
      },
      [](const Plan &p) -> std::string {
        return std::string("the plan was priced with ") +
-              (p.pipelineAttentionMask
+              (p.assumptions.pipelineAttentionMask
                    ? "the attention mask sent between pipeline stages "
                      "(predicted.pipeline_attention_mask)"
                    : "every tensor-parallel rank sending the whole "
@@ -393,11 +379,11 @@ const Refusal kCommon[] = {
     // (communication_data_type); the others reduce what they keep.
     {Capability::Gradients,
      [](const Plan &p, const std::string &f) {
-       return p.gradReduceBytes != p.gradBytes && f != "deepspeed";
+       return p.assumptions.gradReduceBytes() != p.assumptions.gradBytesPerParam && f != "deepspeed";
      },
      [](const Plan &p) -> std::string {
-       return "the plan reduces " + num(int(p.gradBytes)) +
-              "-byte gradients in " + num(int(p.gradReduceBytes)) +
+       return "the plan reduces " + num(int(p.assumptions.gradBytesPerParam)) +
+              "-byte gradients in " + num(int(p.assumptions.gradReduceBytes())) +
               " bytes (predicted.gradient_reduce_bytes_per_parameter); this "
               "target reduces gradients in the type it keeps them; plan "
               "without --grad-reduce-bytes";
@@ -432,7 +418,7 @@ bool megatronMiddleUneven(const Plan &p) {
 /// Megatron-LM core_r0.12: pretrain_gpt.py's flags.
 const Refusal kMegatron[] = {
     {Capability::FineTuning,
-     [](const Plan &p, const std::string &) { return p.fineTuning.active(); },
+     [](const Plan &p, const std::string &) { return p.assumptions.fineTuning.active(); },
      [](const Plan &p) {
        return fineTuningWhy(p, "Megatron-LM's flags do not state (NeMo's "
                                "PEFT does: LoRA with dim and "
@@ -513,7 +499,7 @@ const Refusal kMegatron[] = {
      }},
     {Capability::Kernels,
      [](const Plan &p, const std::string &) {
-       return p.kernels == KernelFusion::Eager;
+       return p.assumptions.fusion == KernelFusion::Eager;
      },
      [](const Plan &) -> std::string {
        return "the plan was priced as plain PyTorch, one kernel per op "
@@ -540,7 +526,7 @@ const Refusal kMegatron[] = {
 const Refusal kDeepSpeed[] = {
     {Capability::Experts, needsMoeCapacity, moeCapacityWhy},
     {Capability::FineTuning,
-     [](const Plan &p, const std::string &) { return p.fineTuning.active(); },
+     [](const Plan &p, const std::string &) { return p.assumptions.fineTuning.active(); },
      [](const Plan &p) {
        return fineTuningWhy(p, "a ds_config does not state (frozen weights "
                                "and adapters live in the model code)");
@@ -720,13 +706,13 @@ const Refusal kTorchtitan[] = {
      }},
     {Capability::Kernels,
      [](const Plan &p, const std::string &) {
-       return p.kernels != KernelFusion::Fused;
+       return p.assumptions.fusion != KernelFusion::Fused;
      },
      [](const Plan &p) {
        return std::string("its models run attention through SDPA's flash "
                           "kernels and fuse the rest with torch.compile; the "
                           "plan was priced with --kernels ") +
-              kernelFusionName(p.kernels) + ": plan with --kernels fused";
+              kernelFusionName(p.assumptions.fusion) + ": plan with --kernels fused";
      }},
     {Capability::Overlap,
      [](const Plan &p, const std::string &) {
@@ -802,14 +788,14 @@ const Refusal kPytorch[] = {
     // Orrery's layer kinds are not names in the model code.
     {Capability::FineTuning,
      [](const Plan &p, const std::string &) {
-       for (const std::string &f : p.fineTuning.freeze)
+       for (const std::string &f : p.assumptions.fineTuning.freeze)
          for (const auto &kind : p.layers)
            if (f == kind.first)
-             return p.fineTuning.active();
+             return p.assumptions.fineTuning.active();
        return false;
      },
      [](const Plan &p) {
-       for (const std::string &f : p.fineTuning.freeze)
+       for (const std::string &f : p.assumptions.fineTuning.freeze)
          for (const auto &kind : p.layers)
            if (f == kind.first)
              return "--freeze " + f +
@@ -823,7 +809,7 @@ const Refusal kPytorch[] = {
 const Refusal kJax[] = {
     {Capability::Experts, needsMoeCapacity, moeCapacityWhy},
     {Capability::FineTuning,
-     [](const Plan &p, const std::string &) { return p.fineTuning.active(); },
+     [](const Plan &p, const std::string &) { return p.assumptions.fineTuning.active(); },
      [](const Plan &p) {
        return fineTuningWhy(p, "a mesh and PartitionSpecs do not state (an "
                                "optax mask does, in the training code)");
@@ -955,14 +941,7 @@ std::vector<std::string> frameworksRunning(const ExportPlan &plan) {
 
 std::vector<std::string> frameworksRunning(const StepResult &r,
                                            const Workload &w) {
-  Assumptions a; // as the result was priced
-  a.fusion = r.kernels;
-  a.fusedGradientAccumulation = !r.separateGradientAccumulation;
-  a.gradBytesPerParam = r.gradientBytesPerParameter;
-  a.gradReduceBytesPerParam = r.gradientReduceBytesPerParameter;
-  a.zero3PrefetchParams = r.zero3PrefetchParameters;
-  a.pipelineWholeGradients = r.pipelineWholeGradients;
-  a.pipelineAttentionMask = r.pipelineAttentionMask;
+  Assumptions a = r.assumptions;
   a.fineTuning = w.fineTuning;
   auto p = exportPlanFor(w, r.strategy, a);
   if (!p) {

@@ -1,6 +1,7 @@
 //===- Plan.cpp - the plan format (version 1) ----------------------------===//
 #include "orrery/Plan/Plan.h"
 #include "orrery/Plan/Capabilities.h"
+#include "orrery/CostModel/AssumptionFields.h"
 #include "orrery/CostModel/Errors.h"
 #include "llvm/ADT/StringExtras.h"
 
@@ -106,17 +107,16 @@ static ojson energyJson(const EnergyByActivity &e) {
           {"idle_j", e.idleJ}};
 }
 
-/// predicted.pipeline_gradients and pipeline_attention_mask
-/// (Assumptions::pipelineWholeGradients, pipelineAttentionMask).
-static const char *pipelineGradientsName(bool whole) {
-  return whole ? "whole" : "partitioned";
-}
-static const char *pipelineMaskName(bool sent) {
-  return sent ? "fp16" : "none";
+/// The metrics with the framework assumptions they were priced with
+/// (AssumptionFields.h), and the energy when the device types state it.
+static ojson withAssumptions(ojson j, const Assumptions &a,
+                             const EnergyByActivity &e) {
+  writeAssumptionFields(a, j);
+  return withEnergyKnown(std::move(j), e);
 }
 
 ojson metricsJson(const StepResult &r) {
-  ojson j = withEnergyKnown(
+  ojson j = withAssumptions(
       {{"step_time_s", r.stepS},
        {"tokens_per_s", r.tokensPerS},
        {"samples_per_s", r.samplesPerS},
@@ -133,19 +133,10 @@ ojson metricsJson(const StepResult &r) {
        {"energy_j_per_step_by_activity", energyJson(r.energy)},
        {"cost_usd_per_step", r.costUsd},
        {"kernel_rates", kernelRates(r.measuredKernelDevices)},
-       {"gradient_accumulation",
-        r.separateGradientAccumulation ? "separate" : "fused"},
-       {"gradient_bytes_per_parameter", r.gradientBytesPerParameter},
-       {"gradient_reduce_bytes_per_parameter",
-        r.gradientReduceBytesPerParameter},
-       {"zero3_prefetch_parameters", r.zero3PrefetchParameters},
        {"in_network_aggregation",
-        r.inNetworkAggregation.empty() ? "none" : r.inNetworkAggregation},
-       {"kernels", kernelFusionName(r.kernels)},
-       {"pipeline_gradients", pipelineGradientsName(r.pipelineWholeGradients)},
-       {"pipeline_attention_mask", pipelineMaskName(r.pipelineAttentionMask)}},
-      r.energy);
-  return withLayerProfile(std::move(j), r.layerProfile.get());
+        r.inNetworkAggregation.empty() ? "none" : r.inNetworkAggregation}},
+      r.assumptions, r.energy);
+  return withLayerProfile(std::move(j), r.assumptions.layerProfile.get());
 }
 
 ojson stageJson(const StageReport &st) {
@@ -559,7 +550,10 @@ static std::vector<std::string> heteroKernelDevices(const HeteroResult &r) {
 }
 
 ojson heteroMetricsJson(const HeteroResult &r) {
-  ojson j = withEnergyKnown(
+  // Every group is priced under the same assumptions.
+  Assumptions priced =
+      r.groups.empty() ? Assumptions{} : r.groups.front().assumptions;
+  ojson j = withAssumptions(
       {{"step_time_s", r.stepS},
        {"tokens_per_s", r.tokensPerS},
        {"samples_per_s", r.samplesPerS},
@@ -575,37 +569,15 @@ ojson heteroMetricsJson(const HeteroResult &r) {
        {"energy_j_per_step_by_activity", energyJson(r.energy)},
        {"cost_usd_per_step", r.costUsd},
        {"kernel_rates", kernelRates(heteroKernelDevices(r))},
-       {"gradient_accumulation",
-        !r.groups.empty() && r.groups.front().separateGradientAccumulation
-            ? "separate"
-            : "fused"},
-       {"gradient_bytes_per_parameter",
-        r.groups.empty() ? 4.0 : r.groups.front().gradientBytesPerParameter},
-       {"gradient_reduce_bytes_per_parameter",
-        r.groups.empty() ? 4.0
-                         : r.groups.front().gradientReduceBytesPerParameter},
-       {"zero3_prefetch_parameters",
-        r.groups.empty() ? 0.0 : r.groups.front().zero3PrefetchParameters},
        {"in_network_aggregation",
         [&] {
           for (const StepResult &g : r.groups)
             if (!g.inNetworkAggregation.empty())
               return g.inNetworkAggregation;
           return std::string("none");
-        }()},
-       {"kernels",
-        kernelFusionName(r.groups.empty() ? KernelFusion::Fused
-                                          : r.groups.front().kernels)},
-       {"pipeline_gradients",
-        pipelineGradientsName(!r.groups.empty() &&
-                              r.groups.front().pipelineWholeGradients)},
-       {"pipeline_attention_mask",
-        pipelineMaskName(!r.groups.empty() &&
-                         r.groups.front().pipelineAttentionMask)}},
-      r.energy);
-  return withLayerProfile(
-      std::move(j),
-      r.groups.empty() ? nullptr : r.groups.front().layerProfile.get());
+        }()}},
+      priced, r.energy);
+  return withLayerProfile(std::move(j), priced.layerProfile.get());
 }
 
 ojson heteroStagesJson(const HeteroResult &r, const std::vector<Pool> &pools) {
@@ -667,50 +639,8 @@ assumptionsFromPlanImpl(const nlohmann::json &plan, const std::string &what) {
   if (!plan.contains("predicted") || !plan["predicted"].is_object())
     return a;
   const nlohmann::json &p = plan["predicted"];
-  // A field of two values, `yes` setting `out` and `no` clearing it.
-  auto either = [&](const char *key, const char *yes, const char *no,
-                    bool &out) -> llvm::Error {
-    if (!p.contains(key))
-      return llvm::Error::success();
-    const nlohmann::json &v = p[key];
-    if (!v.is_string() || (v != yes && v != no))
-      return err(what + ": predicted." + key + ": must be \"" + no +
-                 "\" or \"" + yes + "\"");
-    out = v == yes;
-    return llvm::Error::success();
-  };
-  bool separate = !a.fusedGradientAccumulation;
-  if (auto e = either("gradient_accumulation", "separate", "fused", separate))
+  if (auto e = readAssumptionFields(p, what, a))
     return std::move(e);
-  a.fusedGradientAccumulation = !separate;
-  if (auto e = either("pipeline_gradients", "whole", "partitioned",
-                      a.pipelineWholeGradients))
-    return std::move(e);
-  if (auto e = either("pipeline_attention_mask", "fp16", "none",
-                      a.pipelineAttentionMask))
-    return std::move(e);
-  if (p.contains("gradient_bytes_per_parameter")) {
-    const nlohmann::json &v = p["gradient_bytes_per_parameter"];
-    if (!v.is_number() || (v.get<double>() != 2 && v.get<double>() != 4))
-      return err(what +
-                 ": predicted.gradient_bytes_per_parameter: must be 2 or 4");
-    a.gradBytesPerParam = v.get<double>();
-  }
-  if (p.contains("gradient_reduce_bytes_per_parameter")) {
-    const nlohmann::json &v = p["gradient_reduce_bytes_per_parameter"];
-    if (!v.is_number() || (v.get<double>() != 2 && v.get<double>() != 4))
-      return err(what + ": predicted.gradient_reduce_bytes_per_parameter: "
-                        "must be 2 or 4");
-    a.gradReduceBytesPerParam = v.get<double>();
-  }
-  if (p.contains("zero3_prefetch_parameters")) {
-    const nlohmann::json &v = p["zero3_prefetch_parameters"];
-    if (!v.is_number() || !(v.get<double>() >= 0) ||
-        !std::isfinite(v.get<double>()))
-      return err(what + ": predicted.zero3_prefetch_parameters: must be a "
-                        "non-negative number (0: the next layer whole)");
-    a.zero3PrefetchParams = v.get<double>();
-  }
   if (plan.contains("fine_tuning")) {
     const nlohmann::json &f = plan["fine_tuning"];
     auto strings = [&](const char *key, std::vector<std::string> &out)
@@ -752,15 +682,6 @@ assumptionsFromPlanImpl(const nlohmann::json &plan, const std::string &what) {
     if (!profile)
       return profile.takeError();
     a.layerProfile = std::make_shared<const LayerProfile>(std::move(*profile));
-  }
-  // Plans written before `kernels` existed were priced with the attention
-  // scores in memory.
-  a.fusion = KernelFusion::UnfusedAttention;
-  if (p.contains("kernels")) {
-    const nlohmann::json &v = p["kernels"];
-    if (!v.is_string() || !parseKernelFusion(v.get<std::string>(), a.fusion))
-      return err(what + ": predicted.kernels: must be \"fused\", "
-                        "\"unfused-attention\" or \"eager\"");
   }
   return a;
 }
@@ -932,7 +853,8 @@ const FieldType kStrategyFields[] = {
     {"replica_groups[].stages[].tp", K::Integer},
 };
 
-// predicted and each alternatives[].predicted.
+// predicted and each alternatives[].predicted (and the framework
+// assumptions' rows, AssumptionFields.h).
 const FieldType kPredictedFields[] = {
     {"", K::Object},
     {"step_time_s", K::Number},
@@ -951,14 +873,7 @@ const FieldType kPredictedFields[] = {
     {"energy_j_per_step_by_activity.idle_j", K::Number},
     {"exposed_communication_s", K::Number},
     {"cross_group_gradient_sync_s", K::Number},
-    {"gradient_accumulation", K::String},
-    {"gradient_bytes_per_parameter", K::Number},
-    {"gradient_reduce_bytes_per_parameter", K::Number},
-    {"kernels", K::String},
-    {"pipeline_gradients", K::String},
-    {"pipeline_attention_mask", K::String},
     {"layer_profile", K::Object},
-    {"zero3_prefetch_parameters", K::Number},
     {"in_network_aggregation", K::String},
     {"kernel_rates", K::String},
     {"model_tflop_per_s_per_device", K::Number},
@@ -1129,6 +1044,18 @@ bool checkFields(const nlohmann::json &node, const std::string &where,
   return false;
 }
 
+/// A plan's predicted: its fields and the framework assumptions' rows.
+bool checkPredicted(const nlohmann::json &node, const std::string &where,
+                    std::string &bad) {
+  if (checkFields(node, where, kPredictedFields, bad))
+    return true;
+  for (const AssumptionField &f : assumptionFields())
+    if (findWrongKind(node, f.planKey,
+                      f.isChoice() ? K::String : K::Number, where, bad))
+      return true;
+  return false;
+}
+
 } // namespace
 
 llvm::Error checkPlanFieldTypes(const nlohmann::json &plan,
@@ -1138,7 +1065,7 @@ llvm::Error checkPlanFieldTypes(const nlohmann::json &plan,
   if (!wrong && plan.is_object() && plan.contains("strategy"))
     wrong = checkFields(plan["strategy"], "strategy", kStrategyFields, bad);
   if (!wrong && plan.is_object() && plan.contains("predicted"))
-    wrong = checkFields(plan["predicted"], "predicted", kPredictedFields, bad);
+    wrong = checkPredicted(plan["predicted"], "predicted", bad);
   if (!wrong && plan.is_object() && plan.contains("alternatives") &&
       plan["alternatives"].is_array())
     for (size_t i = 0; i < plan["alternatives"].size() && !wrong; ++i) {
@@ -1148,8 +1075,7 @@ llvm::Error checkPlanFieldTypes(const nlohmann::json &plan,
         wrong = checkFields(alt["strategy"], at + ".strategy",
                             kStrategyFields, bad);
       if (!wrong && alt.contains("predicted"))
-        wrong = checkFields(alt["predicted"], at + ".predicted",
-                            kPredictedFields, bad);
+        wrong = checkPredicted(alt["predicted"], at + ".predicted", bad);
     }
   if (!wrong)
     return llvm::Error::success();

@@ -170,14 +170,7 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
   r.strategy = s;
   if (auto e = checkDevices(r))
     return std::move(e);
-  r.separateGradientAccumulation = !a.fusedGradientAccumulation;
-  r.gradientBytesPerParameter = a.gradBytesPerParam;
-  r.gradientReduceBytesPerParameter = a.gradReduceBytes();
-  r.kernels = a.fusion;
-  r.zero3PrefetchParameters = a.zero3PrefetchParams;
-  r.layerProfile = a.layerProfile;
-  r.pipelineWholeGradients = a.pipelineWholeGradients;
-  r.pipelineAttentionMask = a.pipelineAttentionMask;
+  r.assumptions = a;
   auto layout = layOut(r, keepTrace);
   if (!layout)
     return layout.takeError();

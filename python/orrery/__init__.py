@@ -32,6 +32,7 @@ __all__ = [
     "simulate",
     "plan",
     "from_torch",
+    "assumption_keywords",
     "EXPORT_FORMATS",
 ]
 
@@ -194,25 +195,23 @@ class Cluster:
                 f"{self.num_nodes} nodes ({', '.join(self.device_types)})>")
 
 
-def _framework_kwargs(separate_grad_accumulation: Optional[bool],
-                      grad_bytes: Optional[float],
-                      grad_reduce_bytes: Optional[float],
-                      zero3_prefetch_params: Optional[float],
-                      freeze: Optional[Iterable[str]],
-                      lora: Optional[str],
-                      layer_profile: Optional[str] = None,
-                      pipeline_gradients: Optional[str] = None,
-                      pipeline_mask: Optional[bool] = None) -> Dict[str, Any]:
-    return dict(
-        layer_profile=None if layer_profile is None else str(layer_profile),
-        pipeline_gradients=None if pipeline_gradients is None else str(pipeline_gradients),
-        pipeline_mask=None if pipeline_mask is None else bool(pipeline_mask),
-        separate_grad_accumulation=separate_grad_accumulation,
-        grad_bytes=None if grad_bytes is None else float(grad_bytes),
-        grad_reduce_bytes=None if grad_reduce_bytes is None else float(grad_reduce_bytes),
-        zero3_prefetch_params=None if zero3_prefetch_params is None else float(zero3_prefetch_params),
-        freeze=None if freeze is None else [str(f) for f in ([freeze] if isinstance(freeze, str) else freeze)],
-        lora=lora)
+def assumption_keywords() -> List[str]:
+    """The framework assumptions :func:`simulate` and :func:`plan` take as
+    keywords, the flags of ``orrery simulate`` and ``orrery plan`` of the
+    same names (``grad_bytes`` is ``--grad-bytes``): one table in the C++
+    core names them for plans, flags and keywords alike."""
+    return list(_core.assumption_keywords())
+
+
+def _framework_kwargs(freeze: Optional[Iterable[str]], lora: Optional[str],
+                      layer_profile: Optional[str],
+                      assumptions: Mapping[str, Any]) -> Dict[str, Any]:
+    kw: Dict[str, Any] = dict(assumptions)
+    kw["freeze"] = None if freeze is None else \
+        [str(f) for f in ([freeze] if isinstance(freeze, str) else freeze)]
+    kw["lora"] = lora
+    kw["layer_profile"] = None if layer_profile is None else str(layer_profile)
+    return kw
 
 
 def _strategy_text(strategy: Union[str, Mapping[str, Any]]) -> str:
@@ -272,29 +271,23 @@ def simulate(model: Model, cluster: Cluster,
              strategy: Union[str, Mapping[str, Any], None] = None, *,
              plan: Optional["Plan"] = None, trace: Optional[str] = None,
              use_measured_kernels: bool = True,
-             separate_grad_accumulation: Optional[bool] = None,
-             grad_bytes: Optional[float] = None,
-             grad_reduce_bytes: Optional[float] = None,
-             zero3_prefetch_params: Optional[float] = None,
              freeze: Optional[Iterable[str]] = None,
              lora: Optional[str] = None,
              layer_profile: Optional[str] = None,
-             pipeline_gradients: Optional[str] = None,
-             pipeline_mask: Optional[bool] = None) -> Simulation:
+             **assumptions: Any) -> Simulation:
     """Prices one training step of ``strategy`` (``"tp=8,pp=2,mbs=1,gbs=512"``
     or a dict of the same keys, docs/strategy.md) on ``cluster``, or of a
     plan's strategy (``plan=``, heterogeneous plans too), without hardware.
     ``trace`` writes a Chrome-trace timeline there. The keywords after it
-    are the flags of ``orrery simulate`` of the same names."""
+    are the flags of ``orrery simulate`` of the same names; the framework
+    assumptions among them are :func:`assumption_keywords`."""
     if (strategy is None) == (plan is None):
         raise Error("simulate: give a strategy or a plan (one of them)")
-    fw = _framework_kwargs(separate_grad_accumulation, grad_bytes, grad_reduce_bytes,
-                           zero3_prefetch_params, freeze, lora, layer_profile,
-                           pipeline_gradients, pipeline_mask)
+    fw = _framework_kwargs(freeze, lora, layer_profile, assumptions)
     text = _core.simulate(model._handle, cluster.spec, cluster._json,
                           "" if strategy is None else _strategy_text(strategy),
                           None if plan is None else plan.to_json(),
-                          use_measured_kernels, True, trace or "", **fw)
+                          use_measured_kernels, True, trace or "", fw)
     return Simulation(text)
 
 
@@ -386,32 +379,26 @@ def plan(model: Model, cluster: Cluster, global_batch: int = 1024, *,
          precision: str = "bf16", framework: Optional[str] = None,
          strategy: Union[str, Mapping[str, Any], None] = None,
          explain: bool = False,
-         separate_grad_accumulation: Optional[bool] = None,
-         grad_bytes: Optional[float] = None,
-         grad_reduce_bytes: Optional[float] = None,
-         zero3_prefetch_params: Optional[float] = None,
          freeze: Optional[Iterable[str]] = None,
          lora: Optional[str] = None,
          layer_profile: Optional[str] = None,
-         pipeline_gradients: Optional[str] = None,
-         pipeline_mask: Optional[bool] = None) -> Plan:
+         **assumptions: Any) -> Plan:
     """Searches for the fastest (``objective="time"``), cheapest (``cost``)
     or least-energy (``energy``) plan that fits, as ``orrery plan`` does;
     ``top`` plans are kept (the best first, the rest ``runners_up``).
     ``budget`` (USD per hour) uses as many nodes as it buys; ``framework``
     searches only what that framework runs; ``strategy`` prices one
     strategy instead of searching. The rest are ``orrery plan``'s flags of
-    the same names."""
-    fw = _framework_kwargs(separate_grad_accumulation, grad_bytes, grad_reduce_bytes,
-                           zero3_prefetch_params, freeze, lora, layer_profile,
-                           pipeline_gradients, pipeline_mask)
+    the same names; the framework assumptions among them are
+    :func:`assumption_keywords`."""
+    fw = _framework_kwargs(freeze, lora, layer_profile, assumptions)
     if isinstance(global_batch, bool) or not isinstance(global_batch, int):
         raise Error(f"--global-batch {global_batch!r}: expected an integer")
     text, summary = _core.plan(
         model._handle, cluster.spec, cluster._json, global_batch, objective,
         0.0 if budget is None else float(budget), int(top), precision,
         framework or "", "" if strategy is None else _strategy_text(strategy),
-        explain, **fw)
+        explain, fw)
     return Plan(text, summary, model, cluster)
 
 

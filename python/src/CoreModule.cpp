@@ -8,6 +8,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "Api.h"
+#include "orrery/CostModel/AssumptionFields.h"
 
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/optional.h>
@@ -46,24 +47,54 @@ clusterSource(const std::string &spec, const std::optional<std::string> &json) {
   return s;
 }
 
-orrery::cli::FrameworkOptions frameworkOptions(
-    std::optional<bool> separateGradAccumulation,
-    std::optional<double> gradBytes, std::optional<double> gradReduceBytes,
-    std::optional<double> zero3PrefetchParams,
-    std::optional<std::vector<std::string>> freeze,
-    std::optional<std::string> lora, std::optional<std::string> layerProfile,
-    std::optional<std::string> pipelineGradients,
-    std::optional<bool> pipelineMask) {
+/// A framework assumption's keyword value as the table's value (a
+/// choice's index or a number); a wrong type is a TypeError naming it.
+double assumptionValue(const orrery::AssumptionField &f, const std::string &key,
+                       nb::handle v) {
+  auto wrong = [&](const std::string &expected) {
+    return nb::type_error((key + ": expected " + expected).c_str());
+  };
+  if (f.isSwitch) {
+    if (!nb::isinstance<bool>(v))
+      throw wrong("True or False");
+    return nb::cast<bool>(v) ? 1 : 0;
+  }
+  if (f.isChoice()) {
+    if (!nb::isinstance<nb::str>(v))
+      throw wrong("a string: " + f.expected(false));
+    auto index = orrery::assumptionChoice(f, nb::cast<std::string>(v));
+    if (!index)
+      throw OrreryError(llvm::toString(index.takeError()));
+    return *index;
+  }
+  if (nb::isinstance<bool>(v) ||
+      !(nb::isinstance<int>(v) || nb::isinstance<nb::float_>(v)))
+    throw wrong("a number: " + f.expected(false));
+  return nb::cast<double>(v);
+}
+
+/// The framework keywords of simulate and plan: the assumptions table's
+/// (AssumptionFields.h) and fine-tuning's and the layer profile's; None
+/// leaves one unset.
+orrery::cli::FrameworkOptions frameworkOptions(const nb::dict &keywords) {
   orrery::cli::FrameworkOptions o;
-  o.layerProfile = std::move(layerProfile);
-  o.pipelineGradients = std::move(pipelineGradients);
-  o.pipelineMask = pipelineMask;
-  o.separateGradAccumulation = separateGradAccumulation;
-  o.gradBytes = gradBytes;
-  o.gradReduceBytes = gradReduceBytes;
-  o.zero3PrefetchParams = zero3PrefetchParams;
-  o.freeze = std::move(freeze);
-  o.lora = std::move(lora);
+  for (auto [k, v] : keywords) {
+    std::string key = nb::cast<std::string>(k);
+    if (v.is_none())
+      continue;
+    if (key == "freeze")
+      o.freeze = nb::cast<std::vector<std::string>>(v);
+    else if (key == "lora")
+      o.lora = nb::cast<std::string>(v);
+    else if (key == "layer_profile")
+      o.layerProfile = nb::cast<std::string>(v);
+    else if (const orrery::AssumptionField *f =
+                 orrery::assumptionFieldByKeyword(key))
+      o.set(f->flag, assumptionValue(*f, key, v));
+    else
+      throw nb::type_error(
+          ("unexpected keyword argument '" + key + "'").c_str());
+  }
   return o;
 }
 
@@ -115,20 +146,8 @@ NB_MODULE(_core, m) {
       [](ModelHandle &h, const std::string &spec,
          std::optional<std::string> clusterJson, const std::string &strategy,
          std::optional<std::string> planJson, bool useMeasuredKernels,
-         bool json, const std::string &trace,
-         std::optional<bool> separateGradAccumulation,
-         std::optional<double> gradBytes, std::optional<double> gradReduceBytes,
-         std::optional<double> zero3PrefetchParams,
-         std::optional<std::vector<std::string>> freeze,
-         std::optional<std::string> lora,
-         std::optional<std::string> layerProfile,
-         std::optional<std::string> pipelineGradients,
-         std::optional<bool> pipelineMask) {
-        auto framework = frameworkOptions(
-            separateGradAccumulation, gradBytes, gradReduceBytes,
-            zero3PrefetchParams, std::move(freeze), std::move(lora),
-            std::move(layerProfile), std::move(pipelineGradients),
-            pipelineMask);
+         bool json, const std::string &trace, const nb::dict &keywords) {
+        auto framework = frameworkOptions(keywords);
         nb::gil_scoped_release release;
         return take(
             orrery::api::simulate(*h.ref, clusterSource(spec, clusterJson),
@@ -137,11 +156,7 @@ NB_MODULE(_core, m) {
       },
       "model"_a, "spec"_a, "cluster_json"_a.none(), "strategy"_a,
       "plan_json"_a.none(), "use_measured_kernels"_a, "json"_a, "trace"_a,
-      "separate_grad_accumulation"_a.none(), "grad_bytes"_a.none(),
-      "grad_reduce_bytes"_a.none(), "zero3_prefetch_params"_a.none(),
-      "freeze"_a.none(), "lora"_a.none(), "layer_profile"_a.none(),
-      "pipeline_gradients"_a.none(), "pipeline_mask"_a.none(),
-      "`orrery simulate` of a strategy string or a plan's JSON.");
+      "keywords"_a, "`orrery simulate` of a strategy string or a plan's JSON.");
 
   m.def(
       "plan",
@@ -149,15 +164,7 @@ NB_MODULE(_core, m) {
          std::optional<std::string> clusterJson, int64_t globalBatch,
          const std::string &objective, double budget, int top,
          const std::string &precision, const std::string &framework,
-         const std::string &strategy, bool explain,
-         std::optional<bool> separateGradAccumulation,
-         std::optional<double> gradBytes, std::optional<double> gradReduceBytes,
-         std::optional<double> zero3PrefetchParams,
-         std::optional<std::vector<std::string>> freeze,
-         std::optional<std::string> lora,
-         std::optional<std::string> layerProfile,
-         std::optional<std::string> pipelineGradients,
-         std::optional<bool> pipelineMask) {
+         const std::string &strategy, bool explain, const nb::dict &keywords) {
         orrery::cli::PlanRequest request;
         request.globalBatch = globalBatch;
         request.objective = objective;
@@ -166,11 +173,7 @@ NB_MODULE(_core, m) {
         request.precision = precision;
         request.framework = framework;
         request.fixedStrategy = strategy;
-        request.flags = frameworkOptions(
-            separateGradAccumulation, gradBytes, gradReduceBytes,
-            zero3PrefetchParams, std::move(freeze), std::move(lora),
-            std::move(layerProfile), std::move(pipelineGradients),
-            pipelineMask);
+        request.flags = frameworkOptions(keywords);
         orrery::api::PlanText text;
         {
           nb::gil_scoped_release release;
@@ -181,11 +184,7 @@ NB_MODULE(_core, m) {
       },
       "model"_a, "spec"_a, "cluster_json"_a.none(), "global_batch"_a,
       "objective"_a, "budget"_a, "top"_a, "precision"_a, "framework"_a,
-      "strategy"_a, "explain"_a, "separate_grad_accumulation"_a.none(),
-      "grad_bytes"_a.none(), "grad_reduce_bytes"_a.none(),
-      "zero3_prefetch_params"_a.none(), "freeze"_a.none(), "lora"_a.none(),
-      "layer_profile"_a.none(), "pipeline_gradients"_a.none(),
-      "pipeline_mask"_a.none(),
+      "strategy"_a, "explain"_a, "keywords"_a,
       "`orrery plan`: (the JSON text `--json` prints, the summary).");
 
   m.def(
@@ -206,6 +205,18 @@ NB_MODULE(_core, m) {
       "model"_a, "plan_json"_a, "spec"_a, "cluster_json"_a.none(), "out"_a,
       "measured"_a, nb::call_guard<nb::gil_scoped_release>(),
       "`orrery report`: checks the plan and writes its HTML page.");
+
+  m.def(
+      "assumption_keywords",
+      [] {
+        std::vector<std::string> keywords;
+        for (const orrery::AssumptionField &f : orrery::assumptionFields())
+          if (f.pythonKeyword)
+            keywords.push_back(f.keyword());
+        return keywords;
+      },
+      "The framework assumptions' keywords of simulate and plan, in the "
+      "table's order (AssumptionFields.h).");
 
   m.def("set_builtin_models_dir", &orrery::api::setBuiltinModelsDir, "dir"_a,
         "Where built-in model names resolve.");

@@ -160,6 +160,40 @@ def test_deepspeed_pipeline_sends(gpt13):
         orrery.simulate(gpt13, cluster, strategy, pipeline_gradients="halves")
 
 
+def test_every_framework_assumption_is_a_keyword_and_a_plan_field(gpt13):
+    # One table names each assumption for plans, flags and keywords: each
+    # keyword is taken, lands in the plan, and moves or keeps the price as
+    # its flag does.
+    cluster = orrery.Cluster.preset("2x8xA100-80G")
+    strategy = "tp=2,pp=2,dp=4,mbs=1,gbs=32,zero=3,overlap=none"
+    keywords = orrery.assumption_keywords()
+    assert keywords == ["separate_grad_accumulation", "grad_bytes",
+                        "grad_reduce_bytes", "zero3_prefetch_params",
+                        "pipeline_gradients", "pipeline_mask"]
+    values = {"separate_grad_accumulation": (True, "gradient_accumulation", "separate"),
+              "grad_bytes": (2, "gradient_bytes_per_parameter", 2),
+              "grad_reduce_bytes": (2, "gradient_reduce_bytes_per_parameter", 2),
+              "zero3_prefetch_params": (5e7, "zero3_prefetch_parameters", 5e7),
+              "pipeline_gradients": ("whole", "pipeline_gradients", "whole"),
+              "pipeline_mask": (True, "pipeline_attention_mask", "fp16")}
+    assert sorted(values) == sorted(keywords)
+    for key, (value, field, recorded) in values.items():
+        p = orrery.plan(gpt13, cluster, 32, strategy=strategy, **{key: value})
+        assert p.predicted[field] == recorded, key
+        if CLI:
+            flag = "--" + key.replace("_", "-")
+            args = [flag] if value is True else [flag, str(value)]
+            assert p.to_json() == cli("plan", "gpt3-1.3b", "--cluster", "2x8xA100-80G",
+                                      "--global-batch", "32", "--strategy", strategy,
+                                      "--json", *args).stdout, key
+    with pytest.raises(TypeError, match="unexpected keyword argument 'grad_bites'"):
+        orrery.simulate(gpt13, cluster, strategy, grad_bites=2)
+    with pytest.raises(TypeError, match="pipeline_mask: expected True or False"):
+        orrery.simulate(gpt13, cluster, strategy, pipeline_mask="yes")
+    with pytest.raises(TypeError, match="grad_bytes: expected a number"):
+        orrery.simulate(gpt13, cluster, strategy, grad_bytes="2")
+
+
 def test_simulate_a_plan_and_a_trace(gpt13, tmp_path):
     cluster = orrery.Cluster.preset("8xA100-80G")
     p = orrery.plan(gpt13, cluster, 64)

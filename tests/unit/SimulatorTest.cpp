@@ -88,8 +88,8 @@ TEST(Simulator, SeparateGradientAccumulationIsAPassPerMicroBatch) {
   auto a = simulateStep(w, c, *s, fused);
   auto b = simulateStep(w, c, *s, separate);
   ASSERT_TRUE(a && b);
-  EXPECT_FALSE(a->separateGradientAccumulation);
-  EXPECT_TRUE(b->separateGradientAccumulation);
+  EXPECT_TRUE(a->assumptions.fusedGradientAccumulation);
+  EXPECT_FALSE(b->assumptions.fusedGradientAccumulation);
   double perPass = kernelSeconds(d, separate.kernels, Precision::BF16, 0.5e9,
                                  0.5e9 * 10, KernelClass::Pointwise, 3);
   EXPECT_NEAR(b->computeS - a->computeS, 4 * 8 * perPass, 1e-9);
@@ -117,8 +117,8 @@ TEST(Simulator, GradientsReducedInTheirWireBytes) {
               collectiveTime(CollectiveKind::AllReduce, 4e9 * 4, g), 1e-12);
   EXPECT_EQ(a->stages[0].memory.gradientsBytes,
             b->stages[0].memory.gradientsBytes);
-  EXPECT_EQ(a->gradientReduceBytesPerParameter, 2);
-  EXPECT_EQ(b->gradientReduceBytesPerParameter, 4);
+  EXPECT_EQ(a->assumptions.gradReduceBytes(), 2);
+  EXPECT_EQ(b->assumptions.gradReduceBytes(), 4);
 }
 
 TEST(Simulator, AMeasuredKernelProfileReplacesTheAssumptions) {
@@ -350,8 +350,8 @@ TEST(Simulator, DeepSpeedPipelinesSendWholeGradientsAndTheMask) {
       if (e.track == 1 && e.name == "B0 send")
         out.backward = e.durationS;
     }
-    EXPECT_TRUE(r->pipelineWholeGradients == whole &&
-                r->pipelineAttentionMask == mask);
+    EXPECT_TRUE(r->assumptions.pipelineWholeGradients == whole &&
+                r->assumptions.pipelineAttentionMask == mask);
     return out;
   };
   const char *tp2 = "tp=2,pp=2,mbs=1,gbs=4";

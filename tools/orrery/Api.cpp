@@ -145,7 +145,8 @@ Outcome<PlanText> plan(Model &m, const cli::ClusterSource &cluster,
     return failed<PlanText>(printableLine(llvm::toString(std::move(e))));
   };
   // The model was imported for its kernels; the plan records the same.
-  request.flags.kernels = kernelFusionName(m.args.kernels);
+  // (The kernels row's value is KernelFusion's.)
+  request.flags.set("kernels", double(m.args.kernels));
   Assumptions framework;
   if (auto e = cli::applyFrameworkOptions(request.flags, framework))
     return error(std::move(e));

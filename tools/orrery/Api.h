@@ -66,7 +66,7 @@ struct PlanText {
   std::string summary;
 };
 /// `orrery plan`, with the kernels the model was loaded for (whatever
-/// request.flags.kernels says).
+/// request.flags's kernels say).
 Outcome<PlanText> plan(Model &m, const cli::ClusterSource &cluster,
                        cli::PlanRequest request, bool explain);
 

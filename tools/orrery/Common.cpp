@@ -8,6 +8,7 @@
 
 #include "Common.h"
 #include "PlanCommand.h"
+#include "orrery/CostModel/AssumptionFields.h"
 #include "orrery/CostModel/Errors.h"
 #include "orrery/CostModel/InputFile.h"
 #include "orrery/CostModel/JsonInput.h"
@@ -48,30 +49,13 @@ llvm::Error applyFrameworkOptions(const FrameworkOptions &o, Assumptions &a) {
   auto bad = [](const std::string &m) {
     return llvm::createStringError(llvm::inconvertibleErrorCode(), m);
   };
-  if (o.gradBytes && *o.gradBytes != 2 && *o.gradBytes != 4)
-    return bad("--grad-bytes " + std::to_string(*o.gradBytes) +
-               ": expected 2 or 4");
-  if (o.gradReduceBytes && *o.gradReduceBytes != 2 && *o.gradReduceBytes != 4)
-    return bad("--grad-reduce-bytes " + std::to_string(*o.gradReduceBytes) +
-               ": expected 2 or 4");
-  if (o.zero3PrefetchParams && !(*o.zero3PrefetchParams >= 0))
-    return bad("--zero3-prefetch-params " +
-               std::to_string(*o.zero3PrefetchParams) +
-               ": expected a non-negative number");
-  if (o.kernels && *o.kernels != "fused" && *o.kernels != "unfused-attention" &&
-      *o.kernels != "eager")
-    return bad("--kernels '" + *o.kernels +
-               "': expected fused, unfused-attention or eager");
-  if (o.pipelineGradients && *o.pipelineGradients != "partitioned" &&
-      *o.pipelineGradients != "whole")
-    return bad("--pipeline-gradients '" + *o.pipelineGradients +
-               "': expected partitioned or whole");
-  if (o.pipelineGradients)
-    a.pipelineWholeGradients = *o.pipelineGradients == "whole";
-  if (o.pipelineMask)
-    a.pipelineAttentionMask = *o.pipelineMask;
-  if (o.zero3PrefetchParams)
-    a.zero3PrefetchParams = *o.zero3PrefetchParams;
+  for (const auto &[flag, value] : o.fields) {
+    const AssumptionField *f = assumptionFieldByFlag(flag);
+    if (!f)
+      return bad("--" + flag + ": not a framework assumption");
+    if (auto e = setAssumption(*f, value, a))
+      return e;
+  }
   if (o.freeze)
     a.fineTuning.freeze = *o.freeze;
   if (o.lora) {
@@ -80,14 +64,6 @@ llvm::Error applyFrameworkOptions(const FrameworkOptions &o, Assumptions &a) {
       return ft.takeError();
     a.fineTuning = *ft;
   }
-  if (o.separateGradAccumulation)
-    a.fusedGradientAccumulation = !*o.separateGradAccumulation;
-  if (o.gradBytes)
-    a.gradBytesPerParam = *o.gradBytes;
-  if (o.gradReduceBytes)
-    a.gradReduceBytesPerParam = *o.gradReduceBytes;
-  if (o.kernels)
-    orrery::parseKernelFusion(*o.kernels, a.fusion);
   if (o.layerProfile) {
     std::string text;
     std::string what = "--layer-profile " + *o.layerProfile;

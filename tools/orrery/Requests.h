@@ -12,26 +12,26 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace orrery {
 namespace cli {
 
-/// The kernels and gradient keeping a framework runs with: the flags of
-/// `simulate` and `plan` and the Python keywords of the same names. Only
-/// what is set overrides (a plan's own assumptions, for `simulate --plan`).
+/// How the framework keeps and sends gradients and which kernels it runs:
+/// the flags of `simulate` and `plan` and the Python keywords of the same
+/// names. Only what is set overrides (a plan's own assumptions, for
+/// `simulate --plan`).
 struct FrameworkOptions {
-  std::optional<std::string> kernels; ///< fused, unfused-attention, eager
-  std::optional<bool> separateGradAccumulation;
-  std::optional<double> gradBytes, gradReduceBytes; ///< 2 or 4
-  std::optional<double> zero3PrefetchParams;        ///< >= 0
+  /// The rows of the assumptions table given (AssumptionFields.h), by
+  /// flag: a choice's index or a number, checked when applied.
+  std::vector<std::pair<std::string, double>> fields;
   std::optional<std::vector<std::string>> freeze;
   std::optional<std::string> lora;
   std::optional<std::string> layerProfile; ///< a file (LayerProfile.h)
-  /// Between pipeline stages: "partitioned" or "whole" gradients from each
-  /// tensor-parallel rank; the attention mask sent beside activations.
-  std::optional<std::string> pipelineGradients;
-  std::optional<bool> pipelineMask;
+  void set(const std::string &flag, double value) {
+    fields.emplace_back(flag, value);
+  }
 };
 
 /// A cluster argument: a preset, a JSON file, or JSON text in memory (then

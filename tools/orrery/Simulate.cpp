@@ -85,7 +85,7 @@ void printSimulation(std::ostream &os, const StepResult &r, const Cluster &c,
   for (const std::string &d : r.precisionFallbackDevices)
     os << "precision    " << precisionName(r.strategy.precision) << " on " << d
        << ": no tensor cores for it; its GEMMs priced at the fp32 rate\n";
-  if (r.separateGradientAccumulation)
+  if (!r.assumptions.fusedGradientAccumulation)
     os << "gradients    accumulated into fp32 main gradients by a kernel of "
           "their own each micro-batch\n";
   os << "\n";
@@ -130,7 +130,7 @@ void printSimulation(std::ostream &os, const StepResult &r, const Cluster &c,
   line("optimizer step", r.optimizerS);
   if (!r.layers.empty()) {
     os << "\nlayers, per micro-batch on a device of stage 0 (kernels: "
-       << kernelFusionName(r.kernels) << ")\n";
+       << kernelFusionName(r.assumptions.fusion) << ")\n";
     for (const LayerBreakdown &b : r.layers) {
       std::snprintf(buf, sizeof buf,
                     "  %-20s x%-5lld forward %8.3f ms  backward %8.3f ms  "

@@ -3,56 +3,46 @@
 #define ORRERY_TOOLS_COMMANDS_FRAMEWORKFLAGS_H
 
 #include "Common.h"
+#include "orrery/CostModel/AssumptionFields.h"
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
+#include <deque>
 #include <string>
 #include <vector>
 
 namespace orrery {
 namespace cli {
 
-/// The help text of --kernels.
-inline constexpr const char *kKernelsHelp =
-    "which kernels the framework runs: fused (Megatron-Core with Transformer "
-    "Engine: flash attention, fused norms, SwiGLU and RoPE; the default), "
-    "unfused-attention (Megatron-LM before flash attention: the attention "
-    "scores in memory, fused softmax and elementwise chains) or eager (plain "
-    "PyTorch: one kernel per op, each dispatched by the host)";
+/// The help text of --kernels (also a flag of `stats` and `import`).
+inline const char *kernelsHelp() {
+  return assumptionFieldByFlag("kernels")->help;
+}
 
 /// How the framework that runs a plan keeps its gradients and which kernels
-/// it runs: the flags `simulate` and `plan` share. Only flags given on the
-/// command line override (a plan's own assumptions, for `simulate --plan`).
+/// it runs: the flags `simulate` and `plan` share, one per row of the
+/// assumptions table (AssumptionFields.h) besides fine-tuning and the layer
+/// profile. Only flags given on the command line override (a plan's own
+/// assumptions, for `simulate --plan`).
 struct FrameworkFlags {
-  bool separate = false;
-  double bytes = 4, reduceBytes = 4;
-  std::string kernels = "fused";
+  /// A table row's flag and what CLI11 writes for it.
+  struct Row {
+    const AssumptionField *field = nullptr;
+    bool on = false;   ///< a switch
+    std::string name;  ///< a choice
+    double number = 0; ///< a number
+    CLI::Option *option = nullptr;
+  };
+  std::deque<Row> rows; // CLI11 keeps pointers into them
   std::vector<std::string> freeze;
   std::string lora;
-  double prefetch = 0;
   std::string layerProfile;
-  std::string pipelineGradients = "partitioned";
-  bool pipelineMask = false;
-  CLI::Option *separateOpt = nullptr, *bytesOpt = nullptr,
-              *reduceBytesOpt = nullptr, *kernelsOpt = nullptr,
-              *freezeOpt = nullptr, *loraOpt = nullptr, *prefetchOpt = nullptr,
-              *layerProfileOpt = nullptr, *pipelineGradientsOpt = nullptr,
-              *pipelineMaskOpt = nullptr;
+  CLI::Option *freezeOpt = nullptr, *loraOpt = nullptr,
+              *layerProfileOpt = nullptr;
+
   void add(CLI::App *cmd) {
-    pipelineGradientsOpt =
-        cmd->add_option(
-               "--pipeline-gradients", pipelineGradients,
-               "what each tensor-parallel rank sends back between pipeline "
-               "stages: partitioned (its shard, gathered at the receiver: "
-               "Megatron-LM, DeepSpeed's default; the default) or whole "
-               "(DeepSpeed's pipeline.grad_partitioned false, as DeepSpeed "
-               "0.3 ran)")
-            ->check(CLI::IsMember({"partitioned", "whole"}));
-    pipelineMaskOpt = cmd->add_flag(
-        "--pipeline-mask", pipelineMask,
-        "the [seq, seq] causal mask travels beside every activation between "
-        "pipeline stages in fp16, from every tensor-parallel rank (the GPT "
-        "pipeline models of DeepSpeed's Megatron examples and of "
-        "Megatron-DeepSpeed)");
+    for (const AssumptionField &f : assumptionFields())
+      addRow(cmd, f);
     layerProfileOpt = cmd->add_option(
         "--layer-profile", layerProfile,
         "a JSON file of your stack's measured forward time of the model's "
@@ -69,58 +59,44 @@ struct FrameworkFlags {
         "fine-tuning with LoRA adapters, every base weight frozen: "
         "rank=R[,targets=attention|mlp|all-linear|NAME+...] (default "
         "targets: attention)");
-    kernelsOpt =
-        cmd->add_option("--kernels", kernels, kKernelsHelp)
-            ->check(CLI::IsMember({"fused", "unfused-attention", "eager"}));
-    separateOpt = cmd->add_flag(
-        "--separate-grad-accumulation", separate,
-        "accumulate weight gradients into the main gradients in a kernel of "
-        "their own each micro-batch (PyTorch hooks, DeepSpeed's bf16 "
-        "optimizer), not inside the weight-gradient GEMM (Megatron-LM)");
-    bytesOpt = cmd->add_option("--grad-bytes", bytes,
-                               "bytes per gradient element kept (and reduced): "
-                               "4 (fp32 main gradients, the default) or 2 "
-                               "(16-bit gradients: Megatron-LM with fp16 and "
-                               "without --accumulate-allreduce-grads-in-fp32)")
-                   ->check(CLI::IsMember({2.0, 4.0}));
-    reduceBytesOpt =
-        cmd->add_option("--grad-reduce-bytes", reduceBytes,
-                        "bytes per gradient element on the wire when "
-                        "gradients are reduced, if not those kept: 4 "
-                        "reduces 16-bit gradients in fp32 (DeepSpeed's "
-                        "fp32_allreduce / communication_data_type fp32)")
-            ->check(CLI::IsMember({2.0, 4.0}));
-    prefetchOpt =
-        cmd->add_option("--zero3-prefetch-params", prefetch,
-                        "ZeRO-3: parameters gathered ahead of their use; 0 "
-                        "(the default) the next layer whole, as FSDP does "
-                        "and the DeepSpeed export configures; DeepSpeed's "
-                        "own default stage3_prefetch_bucket_size is 5e7")
-            ->check(CLI::NonNegativeNumber);
+  }
+  void addRow(CLI::App *cmd, const AssumptionField &f) {
+    Row &r = rows.emplace_back();
+    r.field = &f;
+    std::string flag = std::string("--") + f.flag;
+    if (f.isSwitch)
+      r.option = cmd->add_flag(flag, r.on, f.help);
+    else if (f.isChoice())
+      r.option =
+          cmd->add_option(flag, r.name, f.help)->check(CLI::IsMember(f.names));
+    else if (!f.allowed.empty())
+      r.option = cmd->add_option(flag, r.number, f.help)
+                     ->check(CLI::IsMember(f.allowed));
+    else
+      r.option = cmd->add_option(flag, r.number, f.help)
+                     ->check(CLI::NonNegativeNumber);
   }
   /// The flags given on the command line.
   FrameworkOptions options() const {
     FrameworkOptions o;
-    if (prefetchOpt && prefetchOpt->count())
-      o.zero3PrefetchParams = prefetch;
+    for (const Row &r : rows) {
+      if (!r.option->count())
+        continue;
+      double v = r.number;
+      if (r.field->isSwitch)
+        v = r.on ? 1 : 0;
+      else if (r.field->isChoice()) // one of them: CLI11 checked
+        v = double(
+            std::find(r.field->names.begin(), r.field->names.end(), r.name) -
+            r.field->names.begin());
+      o.set(r.field->flag, v);
+    }
     if (freezeOpt && freezeOpt->count())
       o.freeze = freeze;
     if (loraOpt && loraOpt->count())
       o.lora = lora;
-    if (separateOpt && separateOpt->count())
-      o.separateGradAccumulation = separate;
-    if (bytesOpt && bytesOpt->count())
-      o.gradBytes = bytes;
-    if (reduceBytesOpt && reduceBytesOpt->count())
-      o.gradReduceBytes = reduceBytes;
-    if (kernelsOpt && kernelsOpt->count())
-      o.kernels = kernels;
     if (layerProfileOpt && layerProfileOpt->count())
       o.layerProfile = layerProfile;
-    if (pipelineGradientsOpt && pipelineGradientsOpt->count())
-      o.pipelineGradients = pipelineGradients;
-    if (pipelineMaskOpt && pipelineMaskOpt->count())
-      o.pipelineMask = pipelineMask;
     return o;
   }
   llvm::Error apply(Assumptions &a) const {

@@ -13,7 +13,7 @@ void ImportCommand::add(CLI::App &app) {
   addModelArgs(cmd, args);
   cmd->add_flag("--outline", outline, "outline repeated layers into functions");
   cmd->add_option("--kernels", kernels,
-                  std::string("with --outline: ") + kKernelsHelp)
+                  std::string("with --outline: ") + kernelsHelp())
       ->check(CLI::IsMember({"fused", "unfused-attention", "eager"}));
 }
 

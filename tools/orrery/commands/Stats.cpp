@@ -13,7 +13,7 @@ void StatsCommand::add(CLI::App &app) {
                                     "memory and the layer list of a model");
   addModelArgs(cmd, args);
   cmd->add_flag("--json", json, "print JSON instead of a table");
-  cmd->add_option("--kernels", kernels, kKernelsHelp)
+  cmd->add_option("--kernels", kernels, kernelsHelp())
       ->check(CLI::IsMember({"fused", "unfused-attention", "eager"}));
 }
 

@@ -42,24 +42,10 @@ struct ExportPlan {
   /// Transformer-body layers per chunk; empty when the embedding or head
   /// layers are not all in the first and last chunks.
   std::vector<int64_t> chunkBodyLayers;
-  /// The kernels the plan was priced with (predicted.kernels).
-  KernelFusion kernels = KernelFusion::Fused;
-  /// Bytes per gradient element kept and on the wire when reduced
-  /// (predicted.gradient_bytes_per_parameter and
-  /// gradient_reduce_bytes_per_parameter).
-  double gradBytes = 4, gradReduceBytes = 4;
-  /// Whether weight gradients accumulate inside the weight-gradient GEMM
-  /// (Assumptions::fusedGradientAccumulation).
-  bool fusedGradAccumulation = true;
-  /// Which weights train (the plan's fine_tuning).
-  FineTuning fineTuning;
-  /// ZeRO-3's prefetch as priced (Assumptions::zero3PrefetchParams; 0:
-  /// the next layer whole) and the model's parameters (model.parameters).
-  double zero3PrefetchParams = 0;
-  int64_t parameters = 0;
-  /// What the pipeline sends between stages as priced
-  /// (predicted.pipeline_gradients, pipeline_attention_mask).
-  bool pipelineWholeGradients = false, pipelineAttentionMask = false;
+  /// The framework assumptions the plan was priced with (its predicted
+  /// fields of AssumptionFields.h, its fine_tuning and layer profile).
+  Assumptions assumptions;
+  int64_t parameters = 0; ///< model.parameters
   /// The switches' sum the gradient all-reduce was priced with
   /// (predicted.in_network_aggregation: "", "sharp", "switchml").
   std::string aggregation;

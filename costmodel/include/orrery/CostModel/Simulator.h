@@ -243,21 +243,9 @@ struct StepResult {
   /// Device types whose kernels were priced with their measured profile
   /// (empty: the stated assumptions everywhere).
   std::vector<std::string> measuredKernelDevices;
-  /// Weight gradients accumulated in a kernel of their own (see
-  /// Assumptions::fusedGradientAccumulation).
-  bool separateGradientAccumulation = false;
-  /// Bytes per gradient element kept, and on the wire when reduced
-  /// (Assumptions).
-  double gradientBytesPerParameter = 4, gradientReduceBytesPerParameter = 4;
-  /// The kernels the step was priced with (Assumptions::fusion).
-  KernelFusion kernels = KernelFusion::Fused;
-  /// Assumptions::zero3PrefetchParams as priced.
-  double zero3PrefetchParameters = 0;
-  /// Assumptions::layerProfile, echoed (a plan records it).
-  std::shared_ptr<const LayerProfile> layerProfile;
-  /// Assumptions::pipelineWholeGradients and pipelineAttentionMask as
-  /// priced.
-  bool pipelineWholeGradients = false, pipelineAttentionMask = false;
+  /// The framework assumptions the step was priced with (a plan records
+  /// them: AssumptionFields.h, and the layer profile).
+  Assumptions assumptions;
   /// "sharp" or "switchml" where the gradient all-reduce was priced
   /// through the switches' aggregation (the launch must enable it), else "".
   std::string inNetworkAggregation;
