@@ -70,7 +70,8 @@ static void softmaxCrossEntropyCost(RankedTensorType logits, OpCost &c) {
 /// gradient of the input written whole (zeros but at the targets).
 static void negativeLogLikelihoodCost(RankedTensorType input, OpCost &c) {
   int64_t n = numElements(input);
-  int64_t classes = input.getRank() >= 2 ? std::max<int64_t>(1, input.getDimSize(1)) : 1;
+  int64_t classes =
+      input.getRank() >= 2 ? std::max<int64_t>(1, input.getDimSize(1)) : 1;
   int64_t rows = n / classes;
   int64_t elem = tensorBytes(input) / std::max<int64_t>(1, n);
   c.forwardFlops = rows;
@@ -100,10 +101,10 @@ static KernelClass kernelClassOf(Operation *op) {
     return KernelClass::Reduction;
   if (isa<DropoutOp>(op))
     return KernelClass::Random;
-  if (isa<SoftmaxOp, LogSoftmaxOp, LayerNormalizationOp,
-          BatchNormalizationOp, InstanceNormalizationOp, ReduceMeanOp,
-          ReduceSumOp, ReduceMaxOp, ReduceMinOp, ReduceProdOp, ReduceL2Op,
-          ReduceSumSquareOp, ReduceLogSumExpOp, ArgMaxOp, ArgMinOp>(op))
+  if (isa<SoftmaxOp, LogSoftmaxOp, LayerNormalizationOp, BatchNormalizationOp,
+          InstanceNormalizationOp, ReduceMeanOp, ReduceSumOp, ReduceMaxOp,
+          ReduceMinOp, ReduceProdOp, ReduceL2Op, ReduceSumSquareOp,
+          ReduceLogSumExpOp, ArgMaxOp, ArgMinOp>(op))
     return KernelClass::Reduction;
   return KernelClass::Pointwise;
 }
@@ -142,8 +143,8 @@ static void priceBackward(Operation *op, OpCost &c) {
     return set(2 * out + elements, 1); // dy, the one-byte mask; dx
   if (isa<SoftmaxOp, LogSoftmaxOp>(op))
     return set(3 * out, 1); // y, dy; dx
-  if (isa<LayerNormalizationOp, BatchNormalizationOp,
-          InstanceNormalizationOp>(op))
+  if (isa<LayerNormalizationOp, BatchNormalizationOp, InstanceNormalizationOp>(
+          op))
     return set(5 * out, 2); // x, dy; dx; then x, dy again for dγ, dβ
   if (isa<AddOp, SubOp>(op)) {
     // dy is each input's gradient as it is; an input broadcast to the
@@ -207,8 +208,8 @@ static void gemmShape(Operation *op, OpCost &c) {
   c.gemmBatch = batch;
   c.gemmN = n;
   c.gemmM = std::max<int64_t>(1, elements / n / batch);
-  c.gemmK = std::max<int64_t>(
-      1, int64_t(std::llround(double(c.forwardFlops) / 2.0 / double(elements))));
+  c.gemmK = std::max<int64_t>(1, int64_t(std::llround(double(c.forwardFlops) /
+                                                      2.0 / double(elements))));
 }
 
 // The Megatron-LM analysis of a layer: a contraction with a weight whose
@@ -219,11 +220,39 @@ static void gemmShape(Operation *op, OpCost &c) {
 // activation operands is. A vocabulary-parallel embedding all-reduces its
 // output. For GPT this finds QKV and FC1 column-parallel, the output
 // projection and FC2 row-parallel, four all-reduces per layer.
-static void analyzeParallelism(func::FuncOp func, LayerKind &kind,
-                               const LayoutCosts &costs, bool fuseChains,
-                               const LayerTraining &training, int loraRank) {
-  TensorParallelLayout layout = layoutByDynamicProgramming(func, costs);
-  llvm::DenseSet<Value> &sharded = layout.sharded;
+namespace {
+
+/// One layer function's analysis into its LayerKind: each op's cost, how
+/// tensor parallelism splits it, attention, fusion and fine-tuning, then the
+/// activations it keeps, its weights and LoRA's adapters.
+class LayerAnalysis {
+public:
+  LayerAnalysis(func::FuncOp func, LayerKind &kind, const LayoutCosts &costs,
+                bool fuseChains, const LayerTraining &training, int loraRank)
+      : func(func), kind(kind), layout(layoutByDynamicProgramming(func, costs)),
+        sharded(layout.sharded), fuseChains(fuseChains), training(training),
+        loraRank(loraRank) {}
+
+  void run() {
+    for (Operation &op : func.getBody().front().without_terminator())
+      if (hasOpCost(op))
+        analyzeOp(op);
+    if (training.noBackward())
+      kind.backwardFlops = 0;
+    keptActivations();
+    weights();
+    addLoraAdapters();
+    kind.noBackward = training.noBackward();
+  }
+
+private:
+  func::FuncOp func;
+  LayerKind &kind;
+  TensorParallelLayout layout;
+  llvm::DenseSet<Value> &sharded;
+  bool fuseChains;
+  const LayerTraining &training;
+  int loraRank;
   llvm::DenseSet<Value> core;
   llvm::DenseSet<Type> scoreTypes;
   llvm::DenseMap<Operation *, size_t> opIndex;
@@ -232,10 +261,30 @@ static void analyzeParallelism(func::FuncOp func, LayerKind &kind,
   llvm::DenseSet<Operation *> frozenInputs;
   llvm::SmallVector<Operation *> adapted;
   Operation *previous = nullptr; // the last op with a kernel
-  for (Operation &op : func.getBody().front().without_terminator()) {
-    if (!hasOpCost(op))
-      continue;
+
+  void analyzeOp(Operation &op) {
     auto cost = cast<CostOpInterface>(&op);
+    OpCost c = baseCost(op, cost);
+    pricedLoss(op, cost, c);
+    auto attention = dyn_cast<FusedAttentionOp>(op);
+    if (attention)
+      attentionShape(attention, c);
+    tensorParallelSplit(op, cost, c);
+    markAttentionCore(op, c);
+    // Selective recompute of fused attention (Megatron-Core checkpoints the
+    // core attention) re-runs the kernel in backward and drops only its
+    // log-sum-exp rows: Q, K and V are the checkpoint's inputs and the
+    // output is the next projection's input, both kept.
+    if (attention)
+      c.attentionCore = true;
+    fuseWithPrevious(op, c);
+    fineTune(op, c);
+    opIndex[&op] = kind.ops.size();
+    kind.ops.push_back(std::move(c));
+  }
+
+  /// The op's flops, bytes, GEMM shape, kernel class and backward.
+  OpCost baseCost(Operation &op, CostOpInterface cost) {
     OpCost c;
     c.name = op.getName().getStringRef().str();
     if (auto unknown = dyn_cast<OnnxOp>(op))
@@ -254,8 +303,8 @@ static void analyzeParallelism(func::FuncOp func, LayerKind &kind,
       BlockArgument wv = weightSource(op.getOperand(1), swapped);
       auto wt = wv ? dyn_cast<RankedTensorType>(wv.getType()) : nullptr;
       if (x && wt && x.getRank() == 3 && wt.getRank() == 3 &&
-          isActivation(op.getOperand(0)) && x.getDimSize(0) == wt.getDimSize(0) &&
-          wt.getDimSize(0) > 1) {
+          isActivation(op.getOperand(0)) &&
+          x.getDimSize(0) == wt.getDimSize(0) && wt.getDimSize(0) > 1) {
         c.experts = int(wt.getDimSize(0));
         kind.experts = std::max(kind.experts, c.experts);
         // The first expert GEMM's input is the dispatched tokens.
@@ -275,7 +324,11 @@ static void analyzeParallelism(func::FuncOp func, LayerKind &kind,
     c.kernelClass = kernelClassOf(&op);
     c.view = isView(&op);
     priceBackward(&op, c);
-    // A graph's own loss, priced as the implied one is (addTrainingLoss).
+    return c;
+  }
+
+  /// A graph's own loss, priced as the implied one is (addTrainingLoss).
+  void pricedLoss(Operation &op, CostOpInterface cost, OpCost &c) {
     if (auto unknown = dyn_cast<OnnxOp>(op); unknown && op.getNumOperands()) {
       auto in = dyn_cast<RankedTensorType>(op.getOperand(0).getType());
       if (in && in.hasStaticShape() && isa<FloatType>(in.getElementType()) &&
@@ -293,26 +346,31 @@ static void analyzeParallelism(func::FuncOp func, LayerKind &kind,
             satAdd(kind.bytesWritten, c.bytesWritten - cost.getBytesWritten());
       }
     }
-    auto attention = dyn_cast<FusedAttentionOp>(op);
-    if (attention) {
-      c.attentionKeysPerQuery =
-          double(attention.getKvLen()) * attention.computedBlockFraction();
-      c.attentionKvBytes = tensorBytes(attention.getKey().getType()) +
-                           tensorBytes(attention.getValue().getType());
-      c.attentionBatch = attention.getBatch();
-      c.attentionQueryHeads = attention.getHeads();
-      c.attentionKvHeads = attention.getKvHeads();
-      c.attentionQueryLen = attention.getQLen();
-      c.attentionKvLen = attention.getKvLen();
-      c.attentionHeadDim = attention.getHeadDim();
-      c.attentionValueDim = attention.getValueDim();
-      c.attentionCausal = attention.getCausal();
-      c.attentionWindow = attention.getWindow() ? *attention.getWindow() : 0;
-      kind.attentionHeads =
-          std::max<int>(kind.attentionHeads, int(attention.getHeads()));
-      kind.attentionKvHeads =
-          std::max<int>(kind.attentionKvHeads, int(attention.getKvHeads()));
-    }
+  }
+
+  void attentionShape(FusedAttentionOp attention, OpCost &c) {
+    c.attentionKeysPerQuery =
+        double(attention.getKvLen()) * attention.computedBlockFraction();
+    c.attentionKvBytes = tensorBytes(attention.getKey().getType()) +
+                         tensorBytes(attention.getValue().getType());
+    c.attentionBatch = attention.getBatch();
+    c.attentionQueryHeads = attention.getHeads();
+    c.attentionKvHeads = attention.getKvHeads();
+    c.attentionQueryLen = attention.getQLen();
+    c.attentionKvLen = attention.getKvLen();
+    c.attentionHeadDim = attention.getHeadDim();
+    c.attentionValueDim = attention.getValueDim();
+    c.attentionCausal = attention.getCausal();
+    c.attentionWindow = attention.getWindow() ? *attention.getWindow() : 0;
+    kind.attentionHeads =
+        std::max<int>(kind.attentionHeads, int(attention.getHeads()));
+    kind.attentionKvHeads =
+        std::max<int>(kind.attentionKvHeads, int(attention.getKvHeads()));
+  }
+
+  /// Column-, row- and vocabulary-parallel contractions, and batch and
+  /// spatial splits.
+  void tensorParallelSplit(Operation &op, CostOpInterface cost, OpCost &c) {
     auto column = layout.columnParallel.find(&op);
     if (column != layout.columnParallel.end()) {
       c.tensorParallel = true;
@@ -346,8 +404,8 @@ static void analyzeParallelism(func::FuncOp func, LayerKind &kind,
       if (out == Replicated) // run split, then gather the result
         c.tpAllGatherForwardBytes = tensorBytes(op.getResult(0).getType());
       for (Value v : op.getOperands())
-        if (isWeight(v) && weightTraining(&op, training) ==
-                               LayerTraining::Trains)
+        if (isWeight(v) &&
+            weightTraining(&op, training) == LayerTraining::Trains)
           kind.tpGradientParameters += numElements(v.getType());
     } else if ((in == Batch || in == Spatial) && out == Replicated) {
       // An input split this op cannot take: gathered, then run whole.
@@ -355,6 +413,10 @@ static void analyzeParallelism(func::FuncOp func, LayerKind &kind,
         if (isActivation(v))
           c.tpAllGatherForwardBytes += tensorBytes(v.getType());
     }
+  }
+
+  /// Ops of the attention core (between the score product and its use).
+  void markAttentionCore(Operation &op, OpCost &c) {
     if (isScoreProduct(&op)) {
       scoreTypes.insert(op.getResult(0).getType());
       if (auto t = dyn_cast<RankedTensorType>(op.getResult(0).getType()))
@@ -370,12 +432,9 @@ static void analyzeParallelism(func::FuncOp func, LayerKind &kind,
     for (Value r : op.getResults())
       if (c.attentionCore)
         core.insert(r);
-    // Selective recompute of fused attention (Megatron-Core checkpoints the
-    // core attention) re-runs the kernel in backward and drops only its
-    // log-sum-exp rows: Q, K and V are the checkpoint's inputs and the
-    // output is the next projection's input, both kept.
-    if (attention)
-      c.attentionCore = true;
+  }
+
+  void fuseWithPrevious(Operation &op, OpCost &c) {
     // PyTorch's dropout is a kernel of its own (it draws random numbers);
     // what follows it may fuse with it (Megatron's bias-dropout-add).
     if (fuseChains && !c.view && isFusible(&op) && !isa<DropoutOp>(op) &&
@@ -388,6 +447,9 @@ static void analyzeParallelism(func::FuncOp func, LayerKind &kind,
         }
     if (!c.view)
       previous = &op;
+  }
+
+  void fineTune(Operation &op, OpCost &c) {
     // Fine-tuning: a layer that nothing before trains and that trains
     // nothing runs no backward; a frozen weight gets no gradient.
     if (training.noBackward()) {
@@ -410,108 +472,121 @@ static void analyzeParallelism(func::FuncOp func, LayerKind &kind,
           adapted.push_back(&op);
       }
     }
-    opIndex[&op] = kind.ops.size();
-    kind.ops.push_back(std::move(c));
   }
-  if (training.noBackward())
-    kind.backwardFlops = 0;
-  // Split the kept activations by how parallelism and recompute treat them.
-  llvm::DenseSet<Value> seen;
-  // Kept tensors by who keeps them: inputs of weighted contractions (fp8
-  // can keep those in one byte) and everything else.
-  llvm::DenseMap<Value, std::pair<int64_t, bool>> linearInputs; // bytes, split
-  llvm::DenseSet<Value> keptByOthers;
-  llvm::DenseMap<Value, int64_t> skipped; // by frozen contractions
-  for (Operation &op : func.getBody().front().without_terminator()) {
-    auto cost = dyn_cast<CostOpInterface>(&op);
-    auto idx = opIndex.find(&op);
-    if (!cost || idx == opIndex.end())
-      continue;
-    const OpCost &c = kind.ops[idx->second];
-    if (training.noBackward())
-      continue; // nothing kept: no backward reads it
-    int64_t extra = cost.getExtraSavedBytes();
-    (c.attentionCore    ? kind.savedCoreBytes
-     : c.tensorParallel ? kind.savedShardedBytes
-                        : kind.savedReplicatedBytes) += extra;
-    SmallVector<Value> values;
-    cost.getSavedForBackward(values);
-    for (Value v : values) {
-      Value root = storageRoot(v);
-      if (frozenInputs.contains(&op) && isActivation(v)) {
-        skipped.try_emplace(root, tensorBytes(v.getType()));
+
+  void keptActivations() {
+    // Split the kept activations by how parallelism and recompute treat them.
+    llvm::DenseSet<Value> seen;
+    // Kept tensors by who keeps them: inputs of weighted contractions (fp8
+    // can keep those in one byte) and everything else.
+    llvm::DenseMap<Value, std::pair<int64_t, bool>>
+        linearInputs; // bytes, split
+    llvm::DenseSet<Value> keptByOthers;
+    llvm::DenseMap<Value, int64_t> skipped; // by frozen contractions
+    for (Operation &op : func.getBody().front().without_terminator()) {
+      auto cost = dyn_cast<CostOpInterface>(&op);
+      auto idx = opIndex.find(&op);
+      if (!cost || idx == opIndex.end())
         continue;
-      }
-      bool split = sharded.contains(v) || layout.batchSplit.contains(v) ||
-                   layout.spatialSplit.contains(v);
-      if (c.weighted && !core.contains(v))
-        linearInputs.try_emplace(root, tensorBytes(v.getType()), split);
-      else
-        keptByOthers.insert(root);
-      // A view shares its tensor's storage: keeping both keeps one.
-      if (!seen.insert(root).second)
-        continue;
-      int64_t bytes = tensorBytes(v.getType());
-      (core.contains(v) ? kind.savedCoreBytes
-       : split          ? kind.savedShardedBytes
-                        : kind.savedReplicatedBytes) += bytes;
-    }
-  }
-  // What the frozen contractions alone would have kept, and a layer with
-  // no backward keeps nothing.
-  if (training.noBackward())
-    kind.savedActivationBytes = 0;
-  for (auto &[root, bytes] : skipped)
-    if (!seen.contains(root))
-      kind.savedActivationBytes -= bytes;
-  for (auto &[root, entry] : linearInputs)
-    if (!keptByOthers.contains(root))
-      (entry.second ? kind.savedLinearInputShardedBytes
-                    : kind.savedLinearInputReplicatedBytes) += entry.first;
-  // The weights of weighted contractions (fp8 keeps 1-byte copies).
-  llvm::DenseMap<BlockArgument, int> splitDims = splitWeightDims(func, layout);
-  llvm::DenseSet<Value> linearWeights;
-  for (Operation &op : func.getBody().front().without_terminator())
-    if (isContractionOp(&op) && hasWeightOperand(&op))
-      for (Value v : op.getOperands()) {
-        bool swapped;
-        BlockArgument arg = weightSource(v, swapped);
-        if (!arg || !linearWeights.insert(arg).second)
+      const OpCost &c = kind.ops[idx->second];
+      if (training.noBackward())
+        continue; // nothing kept: no backward reads it
+      int64_t extra = cost.getExtraSavedBytes();
+      (c.attentionCore    ? kind.savedCoreBytes
+       : c.tensorParallel ? kind.savedShardedBytes
+                          : kind.savedReplicatedBytes) += extra;
+      SmallVector<Value> values;
+      cost.getSavedForBackward(values);
+      for (Value v : values) {
+        Value root = storageRoot(v);
+        if (frozenInputs.contains(&op) && isActivation(v)) {
+          skipped.try_emplace(root, tensorBytes(v.getType()));
           continue;
-        kind.linearParameters += numElements(arg.getType());
-        if (!splitDims.count(arg))
-          kind.linearReplicatedParameters += numElements(arg.getType());
-        auto wt = cast<RankedTensorType>(arg.getType());
-        if (kind.experts > 1 && wt.getRank() == 3 &&
-            wt.getDimSize(0) == kind.experts) {
-          kind.expertsFrozen = training.active &&
-                               arg.getArgNumber() < training.args.size() &&
-                               training.args[arg.getArgNumber()] !=
-                                   LayerTraining::Trains;
-          kind.expertParameters += numElements(wt);
-          if (!splitDims.count(arg))
-            kind.expertReplicatedParameters += numElements(wt);
         }
+        bool split = sharded.contains(v) || layout.batchSplit.contains(v) ||
+                     layout.spatialSplit.contains(v);
+        if (c.weighted && !core.contains(v))
+          linearInputs.try_emplace(root, tensorBytes(v.getType()), split);
+        else
+          keptByOthers.insert(root);
+        // A view shares its tensor's storage: keeping both keeps one.
+        if (!seen.insert(root).second)
+          continue;
+        int64_t bytes = tensorBytes(v.getType());
+        (core.contains(v) ? kind.savedCoreBytes
+         : split          ? kind.savedShardedBytes
+                          : kind.savedReplicatedBytes) += bytes;
       }
-  for (BlockArgument arg : func.getArguments())
-    if (isWeight(arg))
-      kind.weightTensors++;
-  for (BlockArgument arg : func.getArguments())
-    if (isActivation(arg)) {
-      kind.inputBytes = tensorBytes(arg.getType());
-      break;
     }
-  for (Type t : func.getResultTypes())
-    kind.outputBytes += tensorBytes(t);
-  // LoRA's adapters, after the layer's own ops.
-  for (Operation *op : adapted) {
-    auto column = layout.columnParallel.find(op);
-    int split = column == layout.columnParallel.end() ? 0
-                : column->second                      ? 1
-                                                      : 2;
-    addLoraAdapter(kind, kind.ops[opIndex.lookup(op)], loraRank, split);
+    // What the frozen contractions alone would have kept, and a layer with
+    // no backward keeps nothing.
+    if (training.noBackward())
+      kind.savedActivationBytes = 0;
+    for (auto &[root, bytes] : skipped)
+      if (!seen.contains(root))
+        kind.savedActivationBytes -= bytes;
+    for (auto &[root, entry] : linearInputs)
+      if (!keptByOthers.contains(root))
+        (entry.second ? kind.savedLinearInputShardedBytes
+                      : kind.savedLinearInputReplicatedBytes) += entry.first;
   }
-  kind.noBackward = training.noBackward();
+
+  void weights() {
+    // The weights of weighted contractions (fp8 keeps 1-byte copies).
+    llvm::DenseMap<BlockArgument, int> splitDims =
+        splitWeightDims(func, layout);
+    llvm::DenseSet<Value> linearWeights;
+    for (Operation &op : func.getBody().front().without_terminator())
+      if (isContractionOp(&op) && hasWeightOperand(&op))
+        for (Value v : op.getOperands()) {
+          bool swapped;
+          BlockArgument arg = weightSource(v, swapped);
+          if (!arg || !linearWeights.insert(arg).second)
+            continue;
+          kind.linearParameters += numElements(arg.getType());
+          if (!splitDims.count(arg))
+            kind.linearReplicatedParameters += numElements(arg.getType());
+          auto wt = cast<RankedTensorType>(arg.getType());
+          if (kind.experts > 1 && wt.getRank() == 3 &&
+              wt.getDimSize(0) == kind.experts) {
+            kind.expertsFrozen =
+                training.active && arg.getArgNumber() < training.args.size() &&
+                training.args[arg.getArgNumber()] != LayerTraining::Trains;
+            kind.expertParameters += numElements(wt);
+            if (!splitDims.count(arg))
+              kind.expertReplicatedParameters += numElements(wt);
+          }
+        }
+    for (BlockArgument arg : func.getArguments())
+      if (isWeight(arg))
+        kind.weightTensors++;
+    for (BlockArgument arg : func.getArguments())
+      if (isActivation(arg)) {
+        kind.inputBytes = tensorBytes(arg.getType());
+        break;
+      }
+    for (Type t : func.getResultTypes())
+      kind.outputBytes += tensorBytes(t);
+  }
+
+  void addLoraAdapters() {
+    // LoRA's adapters, after the layer's own ops.
+    for (Operation *op : adapted) {
+      auto column = layout.columnParallel.find(op);
+      int split = column == layout.columnParallel.end() ? 0
+                  : column->second                      ? 1
+                                                        : 2;
+      addLoraAdapter(kind, kind.ops[opIndex.lookup(op)], loraRank, split);
+    }
+  }
+};
+
+} // namespace
+
+static void analyzeParallelism(func::FuncOp func, LayerKind &kind,
+                               const LayoutCosts &costs, bool fuseChains,
+                               const LayerTraining &training, int loraRank) {
+  LayerAnalysis(func, kind, costs, fuseChains, training, loraRank).run();
 }
 
 /// Per argument of a layer function: whether tensor parallelism splits it.
@@ -622,8 +697,8 @@ static void addTrainingLoss(ModuleOp module, func::FuncOp main, Workload &w,
     int64_t rows =
         t.getRank() && t.getShape().back() > 0 ? n / t.getShape().back() : 0;
     auto addTo = [&](LayerKind &kind) {
-      loss.tensorParallel = found && index < kind.ops.size() &&
-                            kind.ops[index].tensorParallel;
+      loss.tensorParallel =
+          found && index < kind.ops.size() && kind.ops[index].tensorParallel;
       loss.tpAllReduceForwardBytes = loss.tensorParallel ? 3 * 4 * rows : 0;
       loss.tpAllReducesForward = 3;
       kind.ops.push_back(loss);
@@ -669,7 +744,8 @@ static llvm::Error checkOpCostsFit(ModuleOp module) {
     name = "node '" + loc.getName().str() + "' (" + name + ")";
   return llvm::createStringError(
       llvm::inconvertibleErrorCode(),
-      name + ": its FLOPs or bytes for one step exceed 2^63; bind smaller dims");
+      name +
+          ": its FLOPs or bytes for one step exceed 2^63; bind smaller dims");
 }
 
 llvm::Expected<Workload> buildWorkload(ModuleOp module,
@@ -777,8 +853,8 @@ llvm::Expected<Workload> buildWorkload(ModuleOp module,
           auto owner = weightKind.find(arg);
           bool trainsHere = i >= trains.args.size() ||
                             trains.args[i] == LayerTraining::Trains;
-          if (weight.getTrainable() && trainsHere && owner != weightKind.end() &&
-              owner->second != it->second) {
+          if (weight.getTrainable() && trainsHere &&
+              owner != weightKind.end() && owner->second != it->second) {
             int64_t n = numElements(arg.getType());
             kind.tiedParameters += n;
             if (!(i < split.size() && split[i]))
@@ -795,8 +871,8 @@ llvm::Expected<Workload> buildWorkload(ModuleOp module,
           kind.bufferBytes += tensorBytes(arg.getType());
           continue;
         }
-        char how = i < trains.args.size() ? trains.args[i]
-                                          : LayerTraining::Trains;
+        char how =
+            i < trains.args.size() ? trains.args[i] : LayerTraining::Trains;
         if (how == LayerTraining::Frozen || how == LayerTraining::Adapted) {
           kind.frozenParameters += n;
           if (replicated)

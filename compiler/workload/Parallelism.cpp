@@ -62,80 +62,115 @@ TensorParallelLayout layoutTensorParallel(func::FuncOp layer) {
   return l;
 }
 
-TensorParallelLayout layoutByDynamicProgramming(func::FuncOp layer,
-                                                const LayoutCosts &costs) {
+namespace {
+
+double bytesOut(Operation *op) {
+  return op->getNumResults() ? double(tensorBytes(op->getResult(0).getType()))
+                             : 0.0;
+}
+
+double bytesIn(Operation *op) {
+  double b = 0;
+  for (Value v : op->getOperands())
+    if (isActivation(v))
+      b += tensorBytes(v.getType());
+  return b;
+}
+
+double weightBytes(Operation *op) {
+  double b = 0;
+  for (Value v : op->getOperands())
+    if (isa<RankedTensorType>(v.getType()) && !isActivation(v) &&
+        !v.getDefiningOp<ConstantOp>())
+      b += tensorBytes(v.getType());
+  return b;
+}
+
+/// The dynamic program over a layer's dataflow trees: each op's own cost
+/// per input and output layout, the cheapest subtree per input layout, and
+/// the choices read down the trees.
+class LayoutSearch {
+public:
+  LayoutSearch(func::FuncOp layer, const LayoutCosts &costs)
+      : layer(layer), costs(costs), t(std::max(1, costs.degree)),
+        k(std::max(costs.samples, 1e-9)) {
+    // Activation traffic per byte of one sample; weights are not per
+    // sample. An all-gather moves half an all-reduce's bytes; a
+    // point-to-point byte crosses the link once (an all-reduce byte costs
+    // 2(t-1)/t link bytes).
+    wr = costs.secondsPerAllReduceByte;
+    ar = wr * k;
+    lat = costs.allReduceLatencyS;
+    ag = ar / 2;
+    p2p = t > 1 ? ar * t / (2 * (t - 1)) : ar;
+  }
+
+  TensorParallelLayout run() {
+    buildTrees();
+    local.resize(n);
+    vocabSplit.assign(n, false);
+    for (int i = 0; i < n; ++i)
+      localCosts(i);
+    solve();
+    return layout();
+  }
+
+private:
+  func::FuncOp layer;
+  const LayoutCosts &costs;
+  double t, k, wr = 0, ar = 0, lat = 0, ag = 0, p2p = 0;
+  static constexpr double inf = 1e300;
   // The ops that compute, in order, and each one's tree parent: the last op
   // (by position) that produced one of its activation operands.
   std::vector<Operation *> ops;
   llvm::DenseMap<Operation *, int> index;
-  for (Operation &op : layer.getBody().front().without_terminator()) {
-    if (!isa<CostOpInterface>(op) || isa<ConstantOp, NoneOp, WeightOp>(op))
-      continue;
-    index[&op] = int(ops.size());
-    ops.push_back(&op);
-  }
-  int n = int(ops.size());
-  std::vector<int> parent(n, -1);
-  std::vector<std::vector<int>> children(n);
-  for (int i = 0; i < n; ++i) {
-    for (Value v : ops[i]->getOperands()) {
-      Operation *def = v.getDefiningOp();
-      auto it = def ? index.find(def) : index.end();
-      if (it != index.end() && isActivation(v))
-        parent[i] = std::max(parent[i], it->second);
-    }
-    if (parent[i] >= 0)
-      children[parent[i]].push_back(i);
-  }
+  int n = 0;
+  std::vector<int> parent;
+  std::vector<std::vector<int>> children;
   llvm::DenseSet<Operation *> returned, lossInput;
-  for (auto [i, v] :
-       llvm::enumerate(layer.getBody().front().getTerminator()->getOperands()))
-    if (Operation *def = v.getDefiningOp())
-      (int(i) == costs.lossResult ? lossInput : returned).insert(def);
+  // local[i][in][out]: op i's own cost with its input laid out `in` and its
+  // output `out` (the options the op states, CostOpInterface).
+  std::vector<std::array<std::array<double, kLayouts>, kLayouts>> local;
+  std::vector<bool> vocabSplit;
+  std::vector<int> layoutOf, inputOf;
 
-  double t = std::max(1, costs.degree);
-  auto bytesOut = [](Operation *op) {
-    return op->getNumResults() ? double(tensorBytes(op->getResult(0).getType()))
-                               : 0.0;
-  };
-  auto bytesIn = [&](Operation *op) {
-    double b = 0;
-    for (Value v : op->getOperands())
-      if (isActivation(v))
-        b += tensorBytes(v.getType());
-    return b;
-  };
-  auto weightBytes = [&](Operation *op) {
-    double b = 0;
-    for (Value v : op->getOperands())
-      if (isa<RankedTensorType>(v.getType()) && !isActivation(v) &&
-          !v.getDefiningOp<ConstantOp>())
-        b += tensorBytes(v.getType());
-    return b;
-  };
-  double k = std::max(costs.samples, 1e-9);
-  auto work = [&](Operation *op, double split) {
+  double work(Operation *op, double split) const {
     auto c = cast<CostOpInterface>(op);
     double flops = double(c.getForwardFlops()) + double(c.getBackwardFlops());
     double bytes = 3.0 * double(c.getBytesRead() + c.getBytesWritten());
     return costs.kernelS +
            k * (flops * costs.secondsPerFlop + bytes * costs.secondsPerByte) /
                split;
-  };
-  // Activation traffic per byte of one sample; weights are not per sample.
-  double wr = costs.secondsPerAllReduceByte;
-  double ar = wr * k, lat = costs.allReduceLatencyS;
-  // An all-gather moves half an all-reduce's bytes; a point-to-point byte
-  // crosses the link once (an all-reduce byte costs 2(t-1)/t link bytes).
-  double ag = ar / 2, p2p = t > 1 ? ar * t / (2 * (t - 1)) : ar;
-  auto gather = [&](double bytes) { return lat + ag * bytes; };
+  }
+  double gather(double bytes) const { return lat + ag * bytes; }
 
-  // local[i][in][out]: op i's own cost with its input laid out `in` and its
-  // output `out` (the options the op states, CostOpInterface).
-  const double inf = 1e300;
-  std::vector<std::array<std::array<double, kLayouts>, kLayouts>> local(n);
-  std::vector<bool> vocabSplit(n, false);
-  for (int i = 0; i < n; ++i) {
+  void buildTrees() {
+    for (Operation &op : layer.getBody().front().without_terminator()) {
+      if (!isa<CostOpInterface>(op) || isa<ConstantOp, NoneOp, WeightOp>(op))
+        continue;
+      index[&op] = int(ops.size());
+      ops.push_back(&op);
+    }
+    n = int(ops.size());
+    parent.assign(n, -1);
+    children.assign(n, {});
+    for (int i = 0; i < n; ++i) {
+      for (Value v : ops[i]->getOperands()) {
+        Operation *def = v.getDefiningOp();
+        auto it = def ? index.find(def) : index.end();
+        if (it != index.end() && isActivation(v))
+          parent[i] = std::max(parent[i], it->second);
+      }
+      if (parent[i] >= 0)
+        children[parent[i]].push_back(i);
+    }
+    for (auto [i, v] : llvm::enumerate(
+             layer.getBody().front().getTerminator()->getOperands()))
+      if (Operation *def = v.getDefiningOp())
+        (int(i) == costs.lossResult ? lossInput : returned).insert(def);
+  }
+
+  void localCosts(int i) {
     Operation *op = ops[i];
     auto &L = local[i];
     for (auto &row : L)
@@ -146,7 +181,7 @@ TensorParallelLayout layoutByDynamicProgramming(func::FuncOp layer,
     double full = work(op, 1), part = work(op, t);
     if (!data) { // computed from weights and constants: not laid out
       L[Replicated][Replicated] = full;
-      continue;
+      return;
     }
     // Under sequence parallelism the replicated ops between weighted ones
     // run split too (the simulator prices them so).
@@ -222,55 +257,69 @@ TensorParallelLayout layoutByDynamicProgramming(func::FuncOp layer,
       }
     }
   }
-  // best[i][in]: cheapest cost of op i's subtree given its input layout.
-  std::vector<std::array<double, kLayouts>> best(n);
-  std::vector<std::array<int, kLayouts>> choice(n);
-  for (int i = n - 1; i >= 0; --i)
-    for (int in = 0; in < kLayouts; ++in) {
-      best[i][in] = inf;
-      choice[i][in] = Replicated;
-      for (int out = 0; out < kLayouts; ++out) {
-        double c = local[i][in][out];
-        for (int child : children[i])
-          c += best[child][out];
-        if (c < best[i][in]) {
-          best[i][in] = c;
-          choice[i][in] = out;
+
+  void solve() {
+    // best[i][in]: cheapest cost of op i's subtree given its input layout.
+    std::vector<std::array<double, kLayouts>> best(n);
+    std::vector<std::array<int, kLayouts>> choice(n);
+    for (int i = n - 1; i >= 0; --i)
+      for (int in = 0; in < kLayouts; ++in) {
+        best[i][in] = inf;
+        choice[i][in] = Replicated;
+        for (int out = 0; out < kLayouts; ++out) {
+          double c = local[i][in][out];
+          for (int child : children[i])
+            c += best[child][out];
+          if (c < best[i][in]) {
+            best[i][in] = c;
+            choice[i][in] = out;
+          }
         }
       }
-    }
-  // Read the choices down the trees; roots take the layer's replicated input.
-  std::vector<int> layoutOf(n, Replicated), inputOf(n, Replicated);
-  for (int i = 0; i < n; ++i) {
-    inputOf[i] = parent[i] < 0 ? Replicated : layoutOf[parent[i]];
-    layoutOf[i] = choice[i][inputOf[i]];
-  }
-  TensorParallelLayout l;
-  for (int i = 0; i < n; ++i) {
-    Operation *op = ops[i];
-    l.layouts[op] = {inputOf[i], layoutOf[i]};
-    if (isContractionOp(op) && hasWeightOperand(op)) {
-      if (inputOf[i] == Replicated && layoutOf[i] == Feature)
-        l.columnParallel[op] = true;
-      else if (inputOf[i] == Feature && layoutOf[i] == Replicated &&
-               local[i][Feature][Replicated] <
-                   gather(bytesIn(op)) + work(op, 1))
-        l.columnParallel[op] = false;
-      else if (inputOf[i] == Feature && layoutOf[i] == Feature)
-        l.columnParallel[op] = true; // gathered input, then column-parallel
-    }
-    if (vocabSplit[i])
-      l.vocabParallel.insert(op);
-    for (Value r : op->getResults()) {
-      if (layoutOf[i] == Feature)
-        l.sharded.insert(r);
-      else if (layoutOf[i] == Batch)
-        l.batchSplit.insert(r);
-      else if (layoutOf[i] == Spatial)
-        l.spatialSplit.insert(r);
+    // Read the choices down the trees; roots take the layer's replicated input.
+    layoutOf.assign(n, Replicated);
+    inputOf.assign(n, Replicated);
+    for (int i = 0; i < n; ++i) {
+      inputOf[i] = parent[i] < 0 ? Replicated : layoutOf[parent[i]];
+      layoutOf[i] = choice[i][inputOf[i]];
     }
   }
-  return l;
+
+  TensorParallelLayout layout() const {
+    TensorParallelLayout l;
+    for (int i = 0; i < n; ++i) {
+      Operation *op = ops[i];
+      l.layouts[op] = {inputOf[i], layoutOf[i]};
+      if (isContractionOp(op) && hasWeightOperand(op)) {
+        if (inputOf[i] == Replicated && layoutOf[i] == Feature)
+          l.columnParallel[op] = true;
+        else if (inputOf[i] == Feature && layoutOf[i] == Replicated &&
+                 local[i][Feature][Replicated] <
+                     gather(bytesIn(op)) + work(op, 1))
+          l.columnParallel[op] = false;
+        else if (inputOf[i] == Feature && layoutOf[i] == Feature)
+          l.columnParallel[op] = true; // gathered input, then column-parallel
+      }
+      if (vocabSplit[i])
+        l.vocabParallel.insert(op);
+      for (Value r : op->getResults()) {
+        if (layoutOf[i] == Feature)
+          l.sharded.insert(r);
+        else if (layoutOf[i] == Batch)
+          l.batchSplit.insert(r);
+        else if (layoutOf[i] == Spatial)
+          l.spatialSplit.insert(r);
+      }
+    }
+    return l;
+  }
+};
+
+} // namespace
+
+TensorParallelLayout layoutByDynamicProgramming(func::FuncOp layer,
+                                                const LayoutCosts &costs) {
+  return LayoutSearch(layer, costs).run();
 }
 
 BlockArgument weightSource(Value v, bool &swapped) {

@@ -29,14 +29,16 @@ static bool parseDouble(llvm::StringRef v, double &out) {
   return !v.getAsDouble(out) && std::isfinite(out);
 }
 
-llvm::Expected<ServingWorkload> ServingWorkload::parse(const std::string &text) {
+llvm::Expected<ServingWorkload>
+ServingWorkload::parse(const std::string &text) {
   ServingWorkload w;
   w.name = text;
   llvm::SmallVector<llvm::StringRef> parts;
   llvm::StringRef(text).split(parts, ',', -1, false);
   if (parts.empty())
-    return simError("workload: empty (chat, reasoning, summarize, or "
-                    "isl=..,osl=..,requests=..,rate=..|concurrency=..|offline)");
+    return simError(
+        "workload: empty (chat, reasoning, summarize, or "
+        "isl=..,osl=..,requests=..,rate=..|concurrency=..|offline)");
   bool arrivalSet = false;
   for (llvm::StringRef part : parts) {
     part = part.trim();
@@ -217,9 +219,9 @@ SchedulerLimits engineDefaults(ServingEngine engine, const DeviceSpec &device,
                                double meanInput, double meanOutput) {
   SchedulerLimits l;
   if (engine == ServingEngine::Vllm) {
-    bool big = device.memoryBytes >= 70.0 * double(1ull << 30) &&
-               llvm::StringRef(device.name).lower().find("a100") ==
-                   std::string::npos;
+    bool big =
+        device.memoryBytes >= 70.0 * double(1ull << 30) &&
+        llvm::StringRef(device.name).lower().find("a100") == std::string::npos;
     l.maxRequests = big ? 1024 : 256;
     l.maxBatchedTokens = big ? 8192 : 2048;
     l.blockTokens = 16;
@@ -228,8 +230,7 @@ SchedulerLimits engineDefaults(ServingEngine engine, const DeviceSpec &device,
   // trtllm-bench's estimate: all devices' memory less the engine (the
   // weights), 0.95 of it for the cache, over the mean request.
   int n = tp * pp;
-  double available =
-      (device.memoryBytes - weightBytesPerDevice) * n * 0.95;
+  double available = (device.memoryBytes - weightBytesPerDevice) * n * 0.95;
   double perRequest =
       kvBytesPerTokenPerDevice * n * std::max(1.0, meanInput + meanOutput);
   double requests = perRequest > 0 ? std::max(0.0, available) / perRequest : 0;
@@ -371,6 +372,14 @@ private:
   }
   void preempt(size_t id);
   bool schedule(StepBatch &b, std::vector<size_t> &members);
+  void admit(const std::vector<ServingRequest> &reqs);
+  void finishRequest(size_t id, double endS);
+  void finishFlight();
+  StepBatch later(const StepBatch &b, const std::vector<size_t> &members,
+                  int64_t steps) const;
+  int64_t coalescedSteps(const StepBatch &b, const std::vector<size_t> &members,
+                         const StepTime &t, double start);
+  void launch(StepBatch b, std::vector<size_t> members, const StepTime &t);
 
   const StepPricer &pricer;
   SchedulerLimits limits;
@@ -382,6 +391,25 @@ private:
   std::vector<size_t> running; ///< admission order
   std::deque<size_t> waiting;
   int64_t preemptions = 0;
+
+  // One run's state (run()).
+  struct InFlight {
+    double end;
+    std::vector<size_t> members;
+    /// When it started, and its first and last steps' times (a coalesced
+    /// run of `steps` decode steps; one step: both the same).
+    double start = 0, firstS = 0, lastS = 0;
+    int64_t steps = 1;
+  };
+  std::deque<InFlight> flights;
+  // One step at a time on this lane (a pipeline's other lanes are
+  // Replicas of their own).
+  static constexpr int kLanes = 1;
+  int concurrency = 0;
+  std::vector<Finished> *out = nullptr;
+  ServingResult *res = nullptr;
+  size_t nextArrival = 0, doneCount = 0;
+  double now = 0, nextStart = 0, kvTimeSum = 0;
 };
 
 void Replica::preempt(size_t id) {
@@ -424,8 +452,8 @@ bool Replica::schedule(StepBatch &b, std::vector<size_t> &members) {
     Live &v = live[id];
     if (v.inFlight)
       continue;
-    int64_t n = v.computed < v.target ? std::min(v.target - v.computed, budget)
-                                      : 1;
+    int64_t n =
+        v.computed < v.target ? std::min(v.target - v.computed, budget) : 1;
     int64_t need = trtllm() ? 0 : blocksFor(v.computed + n) - v.blocks;
     bool self = false;
     while (need > freeBlocks) {
@@ -465,8 +493,8 @@ bool Replica::schedule(StepBatch &b, std::vector<size_t> &members) {
     Live &v = live[id];
     // A prompt (or its next chunk), or the first decode of a request whose
     // prompt was prefilled elsewhere.
-    int64_t n = v.computed < v.target ? std::min(v.target - v.computed, budget)
-                                      : 1;
+    int64_t n =
+        v.computed < v.target ? std::min(v.target - v.computed, budget) : 1;
     // TensorRT-LLM reserves the whole request; vLLM the tokens it computes.
     int64_t need = trtllm() ? blocksFor(v.req.inputTokens + v.req.outputTokens)
                             : blocksFor(v.computed + n);
@@ -483,8 +511,7 @@ bool Replica::schedule(StepBatch &b, std::vector<size_t> &members) {
   return !members.empty();
 }
 
-void Replica::run(std::vector<ServingRequest> reqs, int concurrency,
-                  std::vector<Finished> &out, ServingResult &res) {
+void Replica::admit(const std::vector<ServingRequest> &reqs) {
   live.resize(reqs.size());
   for (size_t i = 0; i < reqs.size(); ++i) {
     live[i].req = reqs[i];
@@ -499,8 +526,6 @@ void Replica::run(std::vector<ServingRequest> reqs, int concurrency,
       live[i].lastTokenS = reqs[i].firstTokenS;
     }
   }
-  size_t nextArrival = 0;
-  double now = 0, nextStart = 0;
   if (concurrency > 0) {
     for (; nextArrival < live.size() && nextArrival < size_t(concurrency);
          ++nextArrival) {
@@ -508,90 +533,189 @@ void Replica::run(std::vector<ServingRequest> reqs, int concurrency,
       waiting.push_back(nextArrival);
     }
   }
-  struct InFlight {
-    double end;
-    std::vector<size_t> members;
-    /// When it started, and its first and last steps' times (a coalesced
-    /// run of `steps` decode steps; one step: both the same).
-    double start = 0, firstS = 0, lastS = 0;
-    int64_t steps = 1;
+}
+
+/// A request's last token: its blocks freed, its latencies recorded, and
+/// (a closed loop) the next request issued in its slot.
+void Replica::finishRequest(size_t id, double endS) {
+  Live &v = live[id];
+  v.done = true;
+  freeBlocks += v.blocks;
+  v.blocks = 0;
+  running.erase(std::find(running.begin(), running.end(), id));
+  ++doneCount;
+  Finished fin;
+  double issued = v.req.issuedS >= 0 ? v.req.issuedS : v.arrivalS;
+  fin.id = v.req.id;
+  fin.ttft = v.firstTokenS - issued;
+  fin.e2e = endS - issued;
+  fin.end = endS;
+  fin.hasTpot = v.req.outputTokens > 1;
+  fin.tpot =
+      fin.hasTpot ? (endS - v.firstTokenS) / double(v.req.outputTokens - 1) : 0;
+  out->push_back(fin);
+  if (concurrency > 0 && nextArrival < live.size()) {
+    live[nextArrival].arrivalS = endS;
+    waiting.push_back(nextArrival++);
+  }
+}
+
+/// The oldest step in flight ends: its requests advance and its token
+/// gaps are recorded.
+void Replica::finishFlight() {
+  InFlight f = std::move(flights.front());
+  flights.pop_front();
+  now = std::max(now, f.end);
+  int64_t decoding = 0; // members that decoded: the run's later gaps
+  int64_t onTime = 0;   // ... whose previous token ended the last step
+  for (size_t id : f.members) {
+    Live &v = live[id];
+    v.inFlight = false;
+    bool prefill = v.computed < v.target;
+    v.computed += v.scheduled;
+    if (prefill) {
+      if (v.computed < v.target)
+        continue; // a chunk of the prompt: nothing sampled
+      ++v.generated;
+      // The token after a recomputed prompt (a preemption) follows the
+      // one before it after the whole stall.
+      if (v.lastTokenS >= 0)
+        gaps.add(f.end - v.lastTokenS, f.end - v.lastTokenS, 1);
+    } else {
+      v.generated += v.scheduled; // one a step
+      // The run's first token follows this request's last one (for
+      // most, the step before ended as this one started: that gap is the
+      // step's time, added once for them all below); the others come a
+      // step apart, growing from the first step's time to the last's.
+      double first = f.start + f.firstS;
+      if (v.lastTokenS == f.start)
+        ++onTime;
+      else if (v.lastTokenS >= 0)
+        gaps.add(first - v.lastTokenS, first - v.lastTokenS, 1);
+      ++decoding;
+    }
+    v.lastTokenS = f.end;
+    if (v.firstTokenS < 0)
+      v.firstTokenS = f.end;
+    if (v.generated >= v.req.outputTokens)
+      finishRequest(id, f.end);
+  }
+  gaps.add(f.firstS, f.firstS, double(onTime));
+  if (f.steps > 1 && decoding > 0) {
+    double d = (f.lastS - f.firstS) / double(f.steps - 1);
+    gaps.add(f.firstS + d, f.lastS, double((f.steps - 1) * decoding));
+  }
+}
+
+/// The run's step `steps` after `b`: every request one key more a step (a
+/// sliding window's keys stop growing at the window).
+StepBatch Replica::later(const StepBatch &b, const std::vector<size_t> &members,
+                         int64_t steps) const {
+  StepBatch x = b;
+  x.decodeKeys += double(steps) * double(b.decodeRequests);
+  if (pricer.window() > 0) {
+    x.decodeKeysWindowed = 0;
+    for (size_t id : members)
+      x.decodeKeysWindowed += std::min(double(live[id].computed + 1 + steps),
+                                       double(pricer.window()));
+  }
+  return x;
+}
+
+/// A run of decode-only steps over the same requests differs only in the
+/// keys each reads, one more a step, which the step's time follows
+/// linearly: price its first and last step and take k steps at once, up to
+/// the first request that finishes, the next arrival, or (vLLM) the blocks
+/// left.
+int64_t Replica::coalescedSteps(const StepBatch &b,
+                                const std::vector<size_t> &members,
+                                const StepTime &t, double start) {
+  bool stable =
+      kLanes == 1 && b.prefillTokens == 0 && members.size() == running.size() &&
+      (waiting.empty() || int64_t(running.size()) >= limits.maxRequests ||
+       (trtllm() ? blocksFor(live[waiting.front()].req.inputTokens +
+                             live[waiting.front()].req.outputTokens)
+                 : blocksFor(live[waiting.front()].target)) > freeBlocks);
+  if (!stable || !limits.coalesceDecodeSteps)
+    return 1;
+  int64_t k = std::numeric_limits<int64_t>::max();
+  for (size_t id : members)
+    k = std::min(k, live[id].req.outputTokens - live[id].generated);
+  if (concurrency <= 0 && nextArrival < live.size() && k > 1) {
+    // Step i of the run takes t0 + i·d: the run stops at the first
+    // step that starts after the next arrival.
+    StepBatch far = later(b, members, k - 1);
+    double t0 = t.latencyS;
+    double d = std::max(0.0, (pricer.price(far).latencyS - t0) / double(k - 1));
+    double until = live[nextArrival].arrivalS - start;
+    double a = t0 - d / 2;
+    double x = d > 0 ? (-a + std::sqrt(a * a + 2 * d * until)) / d : until / t0;
+    // (An arrival far off, 1e68 s in a trace, leaves the run whole:
+    // compared as doubles, before any conversion.)
+    if (x + 1 < double(k))
+      k = std::max<int64_t>(1, int64_t(x) + 1);
+  }
+  auto extraBlocks = [&](int64_t steps) {
+    int64_t extra = 0;
+    if (!trtllm())
+      for (size_t id : members)
+        extra += blocksFor(live[id].computed + steps) - live[id].blocks;
+    return extra;
   };
-  std::deque<InFlight> flights;
-  // One step at a time on this lane (a pipeline's other lanes are
-  // Replicas of their own).
-  const int pp = 1;
-  double kvTimeSum = 0;
-  size_t doneCount = 0;
-  auto finishFlight = [&]() {
-    InFlight f = std::move(flights.front());
-    flights.pop_front();
-    now = std::max(now, f.end);
-    int64_t decoding = 0; // members that decoded: the run's later gaps
-    int64_t onTime = 0;   // ... whose previous token ended the last step
-    for (size_t id : f.members) {
+  while (k > 1 && extraBlocks(k) > freeBlocks)
+    k /= 2;
+  k = std::max<int64_t>(1, k);
+  return k;
+}
+
+/// Starts the step of `members` (`b`, priced `t`) as early as the lane
+/// allows, coalesced with the decode steps after it where it can be.
+void Replica::launch(StepBatch b, std::vector<size_t> members,
+                     const StepTime &t) {
+  double start = std::max(now, nextStart);
+  int64_t k = coalescedSteps(b, members, t, start);
+  double latency = t.latencyS, interval = t.latencyS;
+  double lastStepS = t.latencyS;
+  if (k > 1) {
+    StepBatch last = later(b, members, k - 1);
+    StepTime tl = pricer.price(last);
+    lastStepS = tl.latencyS;
+    latency = interval = double(k) * (t.latencyS + tl.latencyS) / 2;
+    for (size_t id : members) {
       Live &v = live[id];
-      v.inFlight = false;
-      bool prefill = v.computed < v.target;
-      v.computed += v.scheduled;
-      if (prefill) {
-        if (v.computed < v.target)
-          continue; // a chunk of the prompt: nothing sampled
-        ++v.generated;
-        // The token after a recomputed prompt (a preemption) follows the
-        // one before it after the whole stall.
-        if (v.lastTokenS >= 0)
-          gaps.add(f.end - v.lastTokenS, f.end - v.lastTokenS, 1);
-      } else {
-        v.generated += v.scheduled; // one a step
-        // The run's first token follows this request's last one (for
-        // most, the step before ended as this one started: that gap is the
-        // step's time, added once for them all below); the others come a
-        // step apart, growing from the first step's time to the last's.
-        double first = f.start + f.firstS;
-        if (v.lastTokenS == f.start)
-          ++onTime;
-        else if (v.lastTokenS >= 0)
-          gaps.add(first - v.lastTokenS, first - v.lastTokenS, 1);
-        ++decoding;
-      }
-      v.lastTokenS = f.end;
-      if (v.firstTokenS < 0)
-        v.firstTokenS = f.end;
-      if (v.generated >= v.req.outputTokens) {
-        v.done = true;
-        freeBlocks += v.blocks;
-        v.blocks = 0;
-        running.erase(std::find(running.begin(), running.end(), id));
-        ++doneCount;
-        Finished fin;
-        double issued = v.req.issuedS >= 0 ? v.req.issuedS : v.arrivalS;
-        fin.id = v.req.id;
-        fin.ttft = v.firstTokenS - issued;
-        fin.e2e = f.end - issued;
-        fin.end = f.end;
-        fin.hasTpot = v.req.outputTokens > 1;
-        fin.tpot = fin.hasTpot ? (f.end - v.firstTokenS) /
-                                     double(v.req.outputTokens - 1)
-                               : 0;
-        out.push_back(fin);
-        if (concurrency > 0 && nextArrival < live.size()) {
-          live[nextArrival].arrivalS = f.end;
-          waiting.push_back(nextArrival++);
-        }
-      }
+      int64_t need = trtllm() ? 0 : blocksFor(v.computed + k) - v.blocks;
+      freeBlocks -= need;
+      v.blocks += need;
+      v.scheduled = k;
     }
-    gaps.add(f.firstS, f.firstS, double(onTime));
-    if (f.steps > 1 && decoding > 0) {
-      double d = (f.lastS - f.firstS) / double(f.steps - 1);
-      gaps.add(f.firstS + d, f.lastS, double((f.steps - 1) * decoding));
-    }
-  };
+  }
+  double used = totalBlocks > 0
+                    ? double(totalBlocks - freeBlocks) / double(totalBlocks)
+                    : 0;
+  kvTimeSum += used * interval;
+  res->kvUtilizationPeak = std::max(res->kvUtilizationPeak, used);
+  res->steps += k;
+  res->meanRequestsPerStep += double(k) * double(members.size());
+  if (trace)
+    trace->push_back(
+        {index, start, latency, b.prefillTokens, b.decodeRequests, used, k});
+  nextStart = start + interval;
+  now = start;
+  flights.push_back(
+      {start + latency, std::move(members), start, t.latencyS, lastStepS, k});
+}
+
+void Replica::run(std::vector<ServingRequest> reqs, int slots,
+                  std::vector<Finished> &finished, ServingResult &result) {
+  concurrency = slots;
+  out = &finished;
+  res = &result;
+  admit(reqs);
   while (doneCount < live.size()) {
     if (concurrency <= 0)
-      while (nextArrival < live.size() &&
-             live[nextArrival].arrivalS <= now)
+      while (nextArrival < live.size() && live[nextArrival].arrivalS <= now)
         waiting.push_back(nextArrival++);
-    if (int(flights.size()) >= pp) {
+    if (int(flights.size()) >= kLanes) {
       finishFlight();
       continue;
     }
@@ -607,96 +731,11 @@ void Replica::run(std::vector<ServingRequest> reqs, int concurrency,
       continue;
     }
     StepTime t = pricer.price(b);
-    double start = std::max(now, nextStart);
-    // A run of decode-only steps over the same requests differs only in
-    // the keys each reads, one more a step, which the step's time follows
-    // linearly: price its first and last step and take k steps at once,
-    // up to the first request that finishes, the next arrival, or (vLLM)
-    // the blocks left.
-    int64_t k = 1;
-    // The run's step `steps` after this one: every request one key more
-    // a step (a sliding window's keys stop growing at the window).
-    auto later = [&](int64_t steps) {
-      StepBatch x = b;
-      x.decodeKeys += double(steps) * double(b.decodeRequests);
-      if (pricer.window() > 0) {
-        x.decodeKeysWindowed = 0;
-        for (size_t id : members)
-          x.decodeKeysWindowed += std::min(
-              double(live[id].computed + 1 + steps), double(pricer.window()));
-      }
-      return x;
-    };
-    bool stable =
-        pp == 1 && b.prefillTokens == 0 && members.size() == running.size() &&
-        (waiting.empty() || int64_t(running.size()) >= limits.maxRequests ||
-         (trtllm() ? blocksFor(live[waiting.front()].req.inputTokens +
-                               live[waiting.front()].req.outputTokens)
-                   : blocksFor(live[waiting.front()].target)) > freeBlocks);
-    if (stable && limits.coalesceDecodeSteps) {
-      k = std::numeric_limits<int64_t>::max();
-      for (size_t id : members)
-        k = std::min(k, live[id].req.outputTokens - live[id].generated);
-      if (concurrency <= 0 && nextArrival < live.size() && k > 1) {
-        // Step i of the run takes t0 + i·d: the run stops at the first
-        // step that starts after the next arrival.
-        StepBatch far = later(k - 1);
-        double t0 = t.latencyS;
-        double d = std::max(0.0, (pricer.price(far).latencyS - t0) /
-                                     double(k - 1));
-        double until = live[nextArrival].arrivalS - start;
-        double a = t0 - d / 2;
-        double x = d > 0 ? (-a + std::sqrt(a * a + 2 * d * until)) / d
-                         : until / t0;
-        // (An arrival far off, 1e68 s in a trace, leaves the run whole:
-        // compared as doubles, before any conversion.)
-        if (x + 1 < double(k))
-          k = std::max<int64_t>(1, int64_t(x) + 1);
-      }
-      auto extraBlocks = [&](int64_t steps) {
-        int64_t extra = 0;
-        if (!trtllm())
-          for (size_t id : members)
-            extra += blocksFor(live[id].computed + steps) - live[id].blocks;
-        return extra;
-      };
-      while (k > 1 && extraBlocks(k) > freeBlocks)
-        k /= 2;
-      k = std::max<int64_t>(1, k);
-    }
-    double latency = t.latencyS, interval = t.latencyS;
-    double lastStepS = t.latencyS;
-    if (k > 1) {
-      StepBatch last = later(k - 1);
-      StepTime tl = pricer.price(last);
-      lastStepS = tl.latencyS;
-      latency = interval = double(k) * (t.latencyS + tl.latencyS) / 2;
-      for (size_t id : members) {
-        Live &v = live[id];
-        int64_t need = trtllm() ? 0 : blocksFor(v.computed + k) - v.blocks;
-        freeBlocks -= need;
-        v.blocks += need;
-        v.scheduled = k;
-      }
-    }
-    double used = totalBlocks > 0
-                      ? double(totalBlocks - freeBlocks) / double(totalBlocks)
-                      : 0;
-    kvTimeSum += used * interval;
-    res.kvUtilizationPeak = std::max(res.kvUtilizationPeak, used);
-    res.steps += k;
-    res.meanRequestsPerStep += double(k) * double(members.size());
-    if (trace)
-      trace->push_back({index, start, latency, b.prefillTokens,
-                        b.decodeRequests, used, k});
-    nextStart = start + interval;
-    now = start;
-    flights.push_back(
-        {start + latency, std::move(members), start, t.latencyS, lastStepS, k});
+    launch(std::move(b), std::move(members), t);
   }
-  res.preemptions += preemptions;
-  res.kvUtilizationMean += kvTimeSum; // normalized by the caller
-  res.durationS = std::max(res.durationS, now);
+  res->preemptions += preemptions;
+  res->kvUtilizationMean += kvTimeSum; // normalized by the caller
+  res->durationS = std::max(res->durationS, now);
 }
 
 LatencyStats stats(std::vector<double> v) {
@@ -742,16 +781,16 @@ llvm::Error checkFits(const StepPricer &pricer, const SchedulerLimits &limits,
   if (pricer.tokensHeld(double(longest), limits.blockTokens) <=
       double(capacity))
     return llvm::Error::success();
-  return simError("workload " + name + ": a request of " +
-                  std::to_string(longest) +
-                  " tokens (prompt and output) does not fit the KV cache of "
-                  "one " + pool + "replica" +
-                  (pp > 1 ? " (of one of its " + std::to_string(pp) +
-                                " pipeline lanes)"
-                          : std::string()) +
-                  ", " + std::to_string(capacity) +
-                  " tokens (split the model over more devices, or use an "
-                  "fp8 cache)");
+  return simError(
+      "workload " + name + ": a request of " + std::to_string(longest) +
+      " tokens (prompt and output) does not fit the KV cache of "
+      "one " +
+      pool + "replica" +
+      (pp > 1 ? " (of one of its " + std::to_string(pp) + " pipeline lanes)"
+              : std::string()) +
+      ", " + std::to_string(capacity) +
+      " tokens (split the model over more devices, or use an "
+      "fp8 cache)");
 }
 
 PoolRun runPool(const StepPricer &pricer, const SchedulerLimits &limits,
@@ -860,10 +899,11 @@ llvm::Error checkLimits(const SchedulerLimits &limits, int replicas) {
 
 } // namespace
 
-llvm::Expected<ServingResult>
-simulateServing(const StepPricer &pricer, const SchedulerLimits &limits,
-                const ServingWorkload &workload, int replicas,
-                std::vector<StepRecord> *trace) {
+llvm::Expected<ServingResult> simulateServing(const StepPricer &pricer,
+                                              const SchedulerLimits &limits,
+                                              const ServingWorkload &workload,
+                                              int replicas,
+                                              std::vector<StepRecord> *trace) {
   if (auto e = checkLimits(limits, replicas))
     return std::move(e);
   auto all = requestsOf(workload);
@@ -915,8 +955,8 @@ llvm::Expected<ServingResult> simulateDisaggregated(
   std::vector<ServingRequest> prompts = *all;
   for (ServingRequest &r : prompts)
     r.outputTokens = 1;
-  PoolRun first = runPool(prefill, prefillLimits, prompts, prefillReplicas, 0,
-                          trace);
+  PoolRun first =
+      runPool(prefill, prefillLimits, prompts, prefillReplicas, 0, trace);
   std::vector<Finished> finished;
   std::vector<ServingRequest> decodes;
   for (const Finished &f : first.finished) {

@@ -6,18 +6,18 @@
 // error naming the file and the offending node or value.
 //
 // Steps: parse → check versions → bind symbolic dims → ONNX shape inference
-// (opset ≤ 17, in a child process) → our own pass in node order: fold small constants, infer
-// shapes with our rules (ONNX's result where we have none), classify weights,
-// inline If branches whose condition folds → drop dead nodes.
+// (opset ≤ 17, in a child process) → our own pass in node order: fold small
+// constants, infer shapes with our rules (ONNX's result where we have none),
+// classify weights, inline If branches whose condition folds → drop dead nodes.
 //
 //===----------------------------------------------------------------------===//
 
 #include "Inference.h"
 #include "InlineFunctions.h"
 #include "IsolatedInference.h"
-#include "orrery/Onnx/GraphDesc.h"
-#include "orrery/CostModel/PrintableLine.h"
 #include "orrery/CostModel/InputFile.h"
+#include "orrery/CostModel/PrintableLine.h"
+#include "orrery/Onnx/GraphDesc.h"
 
 #include "onnx/defs/parser.h"
 #include "onnx/defs/schema.h"
@@ -409,6 +409,22 @@ private:
                     const std::string &prefix);
   void processNode(const ::onnx::NodeProto &n, GraphDesc &out, Scope &scope,
                    const std::string &prefix);
+  std::vector<const ValueDesc *> operands(NodeDesc &node, const GraphDesc &out,
+                                          Scope &scope);
+  void checkArity(const ::onnx::NodeProto &n, const NodeDesc &node);
+  void processConstant(const NodeDesc &node, GraphDesc &out);
+  bool processWeightPlaceholder(const NodeDesc &node,
+                                const std::vector<const ValueDesc *> &inputs,
+                                GraphDesc &out);
+  void processIf(const ::onnx::NodeProto &n, NodeDesc node,
+                 const std::vector<const ValueDesc *> &inputs, GraphDesc &out,
+                 Scope &scope);
+  void processLoop(const ::onnx::NodeProto &n, NodeDesc node,
+                   const std::vector<const ValueDesc *> &inputs, GraphDesc &out,
+                   Scope &scope);
+  void processComputed(NodeDesc node,
+                       const std::vector<const ValueDesc *> &inputs,
+                       GraphDesc &out);
   std::shared_ptr<GraphDesc> processSubgraph(const ::onnx::GraphProto &g,
                                              Scope &scope,
                                              const std::vector<ValueDesc> &args,
@@ -534,8 +550,7 @@ void Loader::readValueInfo(const ::onnx::GraphProto &g) {
       // A file's value_info is untrusted: negative or huge dims are no
       // shape (our rules then infer it, or the node is an error).
       int64_t dim = d.has_dim_value() ? d.dim_value() : -1;
-      if (dim < 0 ||
-          (dim > 0 && elements > detail::kMaxTensorElements / dim)) {
+      if (dim < 0 || (dim > 0 && elements > detail::kMaxTensorElements / dim)) {
         complete = false;
         break;
       }
@@ -686,9 +701,10 @@ void Loader::processNodes(const ::onnx::GraphProto &g, GraphDesc &out,
   --graphNesting;
 }
 
-void Loader::processNode(const ::onnx::NodeProto &n, GraphDesc &out,
-                         Scope &scope, const std::string &prefix) {
-  NodeDesc node = convertNode(n, prefix);
+/// The node's operands in scope (null for an empty name; trailing empty
+/// ones dropped), after checking that its outputs are new.
+std::vector<const ValueDesc *>
+Loader::operands(NodeDesc &node, const GraphDesc &out, Scope &scope) {
   std::vector<const ValueDesc *> inputs;
   for (const std::string &name : node.inputs) {
     if (name.empty()) {
@@ -707,15 +723,19 @@ void Loader::processNode(const ::onnx::NodeProto &n, GraphDesc &out,
   for (const std::string &o : node.outputs)
     if (!o.empty() && out.values.count(o))
       throw LoadError(describe(node) + ": redefines value '" + o + "'");
+  return inputs;
+}
 
+/// Arity against ONNX's schema, before any rule or fold reads an operand
+/// (ONNX 1.12 knows opsets to 17; newer files rely on our rules' checks).
+void Loader::checkArity(const ::onnx::NodeProto &n, const NodeDesc &node) {
   const bool defaultDomain = node.domain.empty();
   if (node.outputs.empty())
     throw LoadError(describe(node) + ": has no outputs");
-  // Arity against ONNX's schema, before any rule or fold reads an operand
-  // (ONNX 1.12 knows opsets to 17; newer files rely on our rules' checks).
   if (model.opsetVersion <= 17)
     if (const ::onnx::OpSchema *schema = ::onnx::OpSchemaRegistry::Schema(
-            node.opType, model.opsetVersion, defaultDomain ? "" : node.domain)) {
+            node.opType, model.opsetVersion,
+            defaultDomain ? "" : node.domain)) {
       int ins = n.input_size(), outs = n.output_size();
       if (ins < schema->min_input() || ins > schema->max_input())
         throw LoadError(describe(node) + ": takes " +
@@ -728,215 +748,240 @@ void Loader::processNode(const ::onnx::NodeProto &n, GraphDesc &out,
                         std::to_string(schema->max_output()) +
                         " outputs, has " + std::to_string(outs));
     }
+}
 
-  // Constants: small ones keep their values, large float ones are buffers.
-  if (defaultDomain && node.opType == "Constant") {
-    if (node.outputs.size() != 1 || node.attrs.empty())
-      throw LoadError(describe(node) +
-                      ": needs one output and one value attribute");
-    const AttrDesc &a = node.attrs[0];
-    ValueDesc v;
-    v.name = node.outputs[0];
-    if (a.name == "value" && a.kind == AttrDesc::Kind::Tensor) {
-      v.type = a.tensor.type;
-      v.shape = a.tensor.shape;
-      v.values = a.tensor.values;
-    } else if (a.name == "value_float") {
-      v.type = ElemType::Float;
-      v.values = {a.f};
-    } else if (a.name == "value_int") {
-      v.type = ElemType::Int64;
-      v.values = {double(a.i)};
-    } else if (a.name == "value_floats") {
-      v.type = ElemType::Float;
-      v.shape = {(int64_t)a.floats.size()};
-      v.values = a.floats;
-    } else if (a.name == "value_ints") {
-      v.type = ElemType::Int64;
-      v.shape = {(int64_t)a.ints.size()};
-      for (int64_t i : a.ints)
-        v.values.push_back(double(i));
-    } else
-      throw LoadError(describe(node) + ": unsupported constant attribute '" +
-                      a.name + "'");
-    // Weights held in Constant nodes (Paddle2ONNX writes every weight so):
-    // a float tensor too large to keep, or one only parameter slots read.
-    auto slot = onlyParameterSlots.find(v.name);
-    bool weightSlot = slot != onlyParameterSlots.end() && slot->second;
-    bool complete = (int64_t)v.values.size() == v.numElements();
-    if (isFloat(v.type) && (!complete || (weightSlot && v.numElements() > 1))) {
-      v.kind =
-          bnStatistics.count(v.name) ? ValueKind::Buffer : ValueKind::Param;
-      v.values.clear();
-    } else {
-      v.kind = complete ? ValueKind::Constant : ValueKind::Buffer;
-    }
-    if (v.kind != ValueKind::Constant)
-      out.weights.push_back(v.name);
-    addValue(out, std::move(v));
-    return;
+/// A Constant: small ones keep their values, large float ones are buffers.
+void Loader::processConstant(const NodeDesc &node, GraphDesc &out) {
+  if (node.outputs.size() != 1 || node.attrs.empty())
+    throw LoadError(describe(node) +
+                    ": needs one output and one value attribute");
+  const AttrDesc &a = node.attrs[0];
+  ValueDesc v;
+  v.name = node.outputs[0];
+  if (a.name == "value" && a.kind == AttrDesc::Kind::Tensor) {
+    v.type = a.tensor.type;
+    v.shape = a.tensor.shape;
+    v.values = a.tensor.values;
+  } else if (a.name == "value_float") {
+    v.type = ElemType::Float;
+    v.values = {a.f};
+  } else if (a.name == "value_int") {
+    v.type = ElemType::Int64;
+    v.values = {double(a.i)};
+  } else if (a.name == "value_floats") {
+    v.type = ElemType::Float;
+    v.shape = {(int64_t)a.floats.size()};
+    v.values = a.floats;
+  } else if (a.name == "value_ints") {
+    v.type = ElemType::Int64;
+    v.shape = {(int64_t)a.ints.size()};
+    for (int64_t i : a.ints)
+      v.values.push_back(double(i));
+  } else
+    throw LoadError(describe(node) + ": unsupported constant attribute '" +
+                    a.name + "'");
+  // Weights held in Constant nodes (Paddle2ONNX writes every weight so):
+  // a float tensor too large to keep, or one only parameter slots read.
+  auto slot = onlyParameterSlots.find(v.name);
+  bool weightSlot = slot != onlyParameterSlots.end() && slot->second;
+  bool complete = (int64_t)v.values.size() == v.numElements();
+  if (isFloat(v.type) && (!complete || (weightSlot && v.numElements() > 1))) {
+    v.kind = bnStatistics.count(v.name) ? ValueKind::Buffer : ValueKind::Param;
+    v.values.clear();
+  } else {
+    v.kind = complete ? ValueKind::Constant : ValueKind::Buffer;
   }
+  if (v.kind != ValueKind::Constant)
+    out.weights.push_back(v.name);
+  addValue(out, std::move(v));
+}
 
-  // A weight placeholder: ConstantOfShape fed directly by an initializer (the
-  // way ONNX's "light" test models strip their weights).
-  if (defaultDomain && node.opType == "ConstantOfShape" &&
-      !node.inputs.empty() && initializerNames.count(node.inputs[0])) {
-    std::vector<ValueDesc> outs;
-    detail::inferNode(node, model.opsetVersion, inputs, outs);
-    if (isFloat(outs[0].type)) {
-      outs[0].kind = bnStatistics.count(node.outputs[0]) ? ValueKind::Buffer
-                                                         : ValueKind::Param;
-      outs[0].values.clear();
-      addValue(out, std::move(outs[0]));
-      return;
-    }
+/// A weight placeholder: ConstantOfShape fed directly by an initializer (the
+/// way ONNX's "light" test models strip their weights). False: not one.
+bool Loader::processWeightPlaceholder(
+    const NodeDesc &node, const std::vector<const ValueDesc *> &inputs,
+    GraphDesc &out) {
+  std::vector<ValueDesc> outs;
+  detail::inferNode(node, model.opsetVersion, inputs, outs);
+  if (isFloat(outs[0].type)) {
+    outs[0].kind = bnStatistics.count(node.outputs[0]) ? ValueKind::Buffer
+                                                       : ValueKind::Param;
+    outs[0].values.clear();
+    addValue(out, std::move(outs[0]));
+    return true;
   }
+  return false;
+}
 
-  // If: a constant condition inlines the taken branch; otherwise both
-  // branches are kept as subgraphs.
-  if (defaultDomain && node.opType == "If") {
-    const ::onnx::GraphProto *thenG = nullptr, *elseG = nullptr;
-    for (const auto &a : n.attribute()) {
-      if (a.name() == "then_branch")
-        thenG = &a.g();
-      if (a.name() == "else_branch")
-        elseG = &a.g();
-    }
-    if (!thenG || !elseG || inputs.empty() || !inputs[0])
-      throw LoadError(describe(node) + ": needs a condition and two branches");
-    const ValueDesc &cond = *inputs[0];
-    if (cond.kind == ValueKind::Constant && cond.values.size() == 1) {
-      const ::onnx::GraphProto &taken = cond.values[0] != 0 ? *thenG : *elseG;
-      addInitializers(taken, out);
-      processNodes(taken, out, scope, node.name + "/");
-      if ((size_t)taken.output_size() != node.outputs.size())
-        throw LoadError(describe(node) + ": branch output count differs");
-      for (size_t i = 0; i < node.outputs.size(); ++i) {
-        const ValueDesc *src = scope.lookup(taken.output(i).name());
-        if (!src)
-          throw LoadError(describe(node) + ": branch output '" +
-                          taken.output(i).name() + "' is never defined");
-        ValueDesc alias = *src;
-        alias.name = node.outputs[i];
-        if (alias.kind == ValueKind::Param || alias.kind == ValueKind::Buffer ||
-            alias.kind == ValueKind::Input ||
-            alias.kind == ValueKind::Computed) {
-          // Keep the dataflow with an Identity node.
-          NodeDesc id;
-          id.name = node.name + "/output_" + std::to_string(i);
-          id.opType = "Identity";
-          id.inputs = {src->name};
-          id.outputs = {alias.name};
-          alias.kind = ValueKind::Computed;
-          out.nodes.push_back(id);
-        }
-        addValue(out, std::move(alias));
-      }
-      return;
-    }
-    for (AttrDesc &a : node.attrs) {
-      if (a.kind != AttrDesc::Kind::Graph)
-        continue;
-      a.graph = processSubgraph(a.name == "then_branch" ? *thenG : *elseG,
-                                scope, {}, node);
-    }
-    const GraphDesc *thenD = nullptr;
-    for (AttrDesc &a : node.attrs)
-      if (a.name == "then_branch")
-        thenD = a.graph.get();
-    if (!thenD || thenD->outputs.size() != node.outputs.size())
+/// If: a constant condition inlines the taken branch; otherwise both
+/// branches are kept as subgraphs.
+void Loader::processIf(const ::onnx::NodeProto &n, NodeDesc node,
+                       const std::vector<const ValueDesc *> &inputs,
+                       GraphDesc &out, Scope &scope) {
+  const ::onnx::GraphProto *thenG = nullptr, *elseG = nullptr;
+  for (const auto &a : n.attribute()) {
+    if (a.name() == "then_branch")
+      thenG = &a.g();
+    if (a.name() == "else_branch")
+      elseG = &a.g();
+  }
+  if (!thenG || !elseG || inputs.empty() || !inputs[0])
+    throw LoadError(describe(node) + ": needs a condition and two branches");
+  const ValueDesc &cond = *inputs[0];
+  if (cond.kind == ValueKind::Constant && cond.values.size() == 1) {
+    const ::onnx::GraphProto &taken = cond.values[0] != 0 ? *thenG : *elseG;
+    addInitializers(taken, out);
+    processNodes(taken, out, scope, node.name + "/");
+    if ((size_t)taken.output_size() != node.outputs.size())
       throw LoadError(describe(node) + ": branch output count differs");
-    Scope thenScope{const_cast<GraphDesc *>(thenD), &scope};
     for (size_t i = 0; i < node.outputs.size(); ++i) {
-      ValueDesc v = *thenScope.lookup(thenD->outputs[i]);
-      v.name = node.outputs[i];
-      v.kind = ValueKind::Computed;
-      v.values.clear();
-      addValue(out, std::move(v));
+      const ValueDesc *src = scope.lookup(taken.output(i).name());
+      if (!src)
+        throw LoadError(describe(node) + ": branch output '" +
+                        taken.output(i).name() + "' is never defined");
+      ValueDesc alias = *src;
+      alias.name = node.outputs[i];
+      if (alias.kind == ValueKind::Param || alias.kind == ValueKind::Buffer ||
+          alias.kind == ValueKind::Input || alias.kind == ValueKind::Computed) {
+        // Keep the dataflow with an Identity node.
+        NodeDesc id;
+        id.name = node.name + "/output_" + std::to_string(i);
+        id.opType = "Identity";
+        id.inputs = {src->name};
+        id.outputs = {alias.name};
+        alias.kind = ValueKind::Computed;
+        out.nodes.push_back(id);
+      }
+      addValue(out, std::move(alias));
     }
-    out.nodes.push_back(std::move(node));
     return;
   }
+  for (AttrDesc &a : node.attrs) {
+    if (a.kind != AttrDesc::Kind::Graph)
+      continue;
+    a.graph = processSubgraph(a.name == "then_branch" ? *thenG : *elseG, scope,
+                              {}, node);
+  }
+  const GraphDesc *thenD = nullptr;
+  for (AttrDesc &a : node.attrs)
+    if (a.name == "then_branch")
+      thenD = a.graph.get();
+  if (!thenD || thenD->outputs.size() != node.outputs.size())
+    throw LoadError(describe(node) + ": branch output count differs");
+  Scope thenScope{const_cast<GraphDesc *>(thenD), &scope};
+  for (size_t i = 0; i < node.outputs.size(); ++i) {
+    ValueDesc v = *thenScope.lookup(thenD->outputs[i]);
+    v.name = node.outputs[i];
+    v.kind = ValueKind::Computed;
+    v.values.clear();
+    addValue(out, std::move(v));
+  }
+  out.nodes.push_back(std::move(node));
+}
 
-  // Loop and Scan keep their bodies; shapes come from the body.
-  if (defaultDomain && (node.opType == "Loop" || node.opType == "Scan")) {
-    const ::onnx::GraphProto *body = nullptr;
-    for (const auto &a : n.attribute())
-      if (a.name() == "body")
-        body = &a.g();
-    if (!body)
-      throw LoadError(describe(node) + ": has no body");
-    std::vector<ValueDesc> args;
-    int64_t trip = -1;
-    size_t numState = 0, numScanIn = 0;
-    if (node.opType == "Loop") {
-      if (inputs.size() < 2)
-        throw LoadError(describe(node) +
-                        ": needs a trip count and a condition");
-      if (inputs[0] && inputs[0]->kind == ValueKind::Constant &&
-          !inputs[0]->values.empty())
-        trip = inputs[0]->values[0] >= 0 && inputs[0]->values[0] < 1e15
-                   ? int64_t(inputs[0]->values[0])
-                   : -1;
-      ValueDesc iter;
-      iter.type = ElemType::Int64;
-      ValueDesc cond;
-      cond.type = ElemType::Bool;
-      args = {iter, cond};
-      for (size_t i = 2; i < inputs.size(); ++i) {
-        if (!inputs[i])
-          throw LoadError(describe(node) + ": empty loop-carried input");
-        args.push_back(*inputs[i]);
-      }
-      numState = inputs.size() - 2;
-    } else {
-      numScanIn = detail::attrInt(node, "num_scan_inputs", 0);
-      if (numScanIn > inputs.size())
-        throw LoadError(describe(node) +
-                        ": num_scan_inputs exceeds its inputs");
-      numState = inputs.size() - numScanIn;
-      for (size_t i = 0; i < inputs.size(); ++i) {
-        if (!inputs[i])
-          throw LoadError(describe(node) + ": empty scan input");
-        ValueDesc v = *inputs[i];
-        if (i >= numState) {
-          if (v.shape.empty())
-            throw LoadError(describe(node) + ": scan input is a scalar");
-          trip = v.shape[0];
-          v.shape.erase(v.shape.begin());
-        }
-        args.push_back(v);
-      }
+/// Loop and Scan keep their bodies; shapes come from the body.
+void Loader::processLoop(const ::onnx::NodeProto &n, NodeDesc node,
+                         const std::vector<const ValueDesc *> &inputs,
+                         GraphDesc &out, Scope &scope) {
+  const ::onnx::GraphProto *body = nullptr;
+  for (const auto &a : n.attribute())
+    if (a.name() == "body")
+      body = &a.g();
+  if (!body)
+    throw LoadError(describe(node) + ": has no body");
+  std::vector<ValueDesc> args;
+  int64_t trip = -1;
+  size_t numState = 0, numScanIn = 0;
+  if (node.opType == "Loop") {
+    if (inputs.size() < 2)
+      throw LoadError(describe(node) + ": needs a trip count and a condition");
+    if (inputs[0] && inputs[0]->kind == ValueKind::Constant &&
+        !inputs[0]->values.empty())
+      trip = inputs[0]->values[0] >= 0 && inputs[0]->values[0] < 1e15
+                 ? int64_t(inputs[0]->values[0])
+                 : -1;
+    ValueDesc iter;
+    iter.type = ElemType::Int64;
+    ValueDesc cond;
+    cond.type = ElemType::Bool;
+    args = {iter, cond};
+    for (size_t i = 2; i < inputs.size(); ++i) {
+      if (!inputs[i])
+        throw LoadError(describe(node) + ": empty loop-carried input");
+      args.push_back(*inputs[i]);
     }
-    auto sub = processSubgraph(*body, scope, args, node);
-    for (AttrDesc &a : node.attrs)
-      if (a.name == "body")
-        a.graph = sub;
-    Scope bodyScope{sub.get(), &scope};
-    size_t firstOut =
-        node.opType == "Loop" ? 1 : 0; // Loop's body returns cond first
-    for (size_t i = 0; i < node.outputs.size(); ++i) {
-      size_t bi = firstOut + i;
-      if (bi >= sub->outputs.size())
-        throw LoadError(describe(node) + ": body has too few outputs");
-      ValueDesc v = *bodyScope.lookup(sub->outputs[bi]);
-      v.name = node.outputs[i];
-      v.kind = ValueKind::Computed;
-      v.values.clear();
+    numState = inputs.size() - 2;
+  } else {
+    numScanIn = detail::attrInt(node, "num_scan_inputs", 0);
+    if (numScanIn > inputs.size())
+      throw LoadError(describe(node) + ": num_scan_inputs exceeds its inputs");
+    numState = inputs.size() - numScanIn;
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      if (!inputs[i])
+        throw LoadError(describe(node) + ": empty scan input");
+      ValueDesc v = *inputs[i];
       if (i >= numState) {
-        if (trip < 0)
-          throw LoadError(describe(node) +
-                          ": trip count is not a constant, so "
-                          "the shape of output '" +
-                          v.name + "' is unknown");
-        v.shape.insert(v.shape.begin(), trip);
+        if (v.shape.empty())
+          throw LoadError(describe(node) + ": scan input is a scalar");
+        trip = v.shape[0];
+        v.shape.erase(v.shape.begin());
       }
-      addValue(out, std::move(v));
+      args.push_back(v);
     }
-    out.nodes.push_back(std::move(node));
-    return;
   }
+  auto sub = processSubgraph(*body, scope, args, node);
+  for (AttrDesc &a : node.attrs)
+    if (a.name == "body")
+      a.graph = sub;
+  Scope bodyScope{sub.get(), &scope};
+  size_t firstOut =
+      node.opType == "Loop" ? 1 : 0; // Loop's body returns cond first
+  for (size_t i = 0; i < node.outputs.size(); ++i) {
+    size_t bi = firstOut + i;
+    if (bi >= sub->outputs.size())
+      throw LoadError(describe(node) + ": body has too few outputs");
+    ValueDesc v = *bodyScope.lookup(sub->outputs[bi]);
+    v.name = node.outputs[i];
+    v.kind = ValueKind::Computed;
+    v.values.clear();
+    if (i >= numState) {
+      if (trip < 0)
+        throw LoadError(describe(node) +
+                        ": trip count is not a constant, so "
+                        "the shape of output '" +
+                        v.name + "' is unknown");
+      v.shape.insert(v.shape.begin(), trip);
+    }
+    addValue(out, std::move(v));
+  }
+  out.nodes.push_back(std::move(node));
+}
 
+void Loader::processNode(const ::onnx::NodeProto &n, GraphDesc &out,
+                         Scope &scope, const std::string &prefix) {
+  NodeDesc node = convertNode(n, prefix);
+  std::vector<const ValueDesc *> inputs = operands(node, out, scope);
+  checkArity(n, node);
+  const bool defaultDomain = node.domain.empty();
+  if (defaultDomain && node.opType == "Constant")
+    return processConstant(node, out);
+  if (defaultDomain && node.opType == "ConstantOfShape" &&
+      !node.inputs.empty() && initializerNames.count(node.inputs[0]) &&
+      processWeightPlaceholder(node, inputs, out))
+    return;
+  if (defaultDomain && node.opType == "If")
+    return processIf(n, std::move(node), inputs, out, scope);
+  if (defaultDomain && (node.opType == "Loop" || node.opType == "Scan"))
+    return processLoop(n, std::move(node), inputs, out, scope);
+  processComputed(std::move(node), inputs, out);
+}
+
+/// Any other op: its outputs from our shape rules, else as the file
+/// states them.
+void Loader::processComputed(NodeDesc node,
+                             const std::vector<const ValueDesc *> &inputs,
+                             GraphDesc &out) {
+  const bool defaultDomain = node.domain.empty();
   std::vector<ValueDesc> outs;
   bool inferred = false;
   if (defaultDomain)
@@ -957,8 +1002,8 @@ void Loader::processNode(const ::onnx::NodeProto &n, GraphDesc &out,
                          defaultDomain ? "" : node.domain) != nullptr;
       if (defaultDomain && model.opsetVersion <= 17 && !defined)
         throw LoadError(describe(node) + ": unsupported op: ONNX opset " +
-                        std::to_string(model.opsetVersion) +
-                        " defines no '" + node.opType + "'");
+                        std::to_string(model.opsetVersion) + " defines no '" +
+                        node.opType + "'");
       if (!shape) {
         // An operator ONNX itself does not know is unsupported; a known one
         // whose shape ONNX could not work out either is a shape problem.
@@ -975,12 +1020,12 @@ void Loader::processNode(const ::onnx::NodeProto &n, GraphDesc &out,
                                  "' depends on the data and the file states "
                                  "no shape for it"
              : known ? ": cannot infer the shape of output '" + o + "'"
-                   : ": unsupported op" +
-                         (defaultDomain ? ""
-                                        : " (domain '" + node.domain + "')") +
-                         "; the file gives no shape for its output '" + o +
-                         "' (add it to value_info to import it as an opaque "
-                         "op)"));
+                     : ": unsupported op" +
+                           (defaultDomain ? ""
+                                          : " (domain '" + node.domain + "')") +
+                           "; the file gives no shape for its output '" + o +
+                           "' (add it to value_info to import it as an opaque "
+                           "op)"));
       }
       outs.push_back(*shape);
     }
@@ -1130,8 +1175,9 @@ void Loader::run(::onnx::ModelProto &proto) {
         known += (known.empty() ? "" : ", ") + sym;
       throw LoadError("--dim " + name + "=" + std::to_string(value) +
                       ": the model's inputs have no symbolic dim '" + name +
-                      "' (" + (known.empty() ? "they have none: its shapes are fixed"
-                                             : "they have: " + known) +
+                      "' (" +
+                      (known.empty() ? "they have none: its shapes are fixed"
+                                     : "they have: " + known) +
                       ")");
     }
   if (!unbound.empty()) {
