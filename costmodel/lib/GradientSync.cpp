@@ -59,6 +59,18 @@ void Simulation::syncStage(int i, const StepLayout &l, double lastBackwardS,
   sync.tpGradParams[i] = tpGrad;
 }
 
+double Simulation::gradientReduceS(CollectiveKind kind, double params,
+                                   const GroupShape &g) const {
+  return collectiveTime(kind, params * a.gradReduceBytes(), g,
+                        int(a.gradReduceBytes()));
+}
+
+double Simulation::weightGatherS(double params, const GroupShape &g) const {
+  return collectiveTime(CollectiveKind::AllGather,
+                        params * a.weightBytesPerParam, g,
+                        int(a.weightBytesPerParam));
+}
+
 /// Stage i's gradient reduction and weight gather as the step exposes
 /// them, and the tied weights' sync.
 double Simulation::exposedReduction(int i, const StepLayout &l,
@@ -75,24 +87,24 @@ double Simulation::exposedReduction(int i, const StepLayout &l,
   bool sharded = s.zeroStage == 1 || s.zeroStage == 2;
   CollectiveKind reduce =
       sharded ? CollectiveKind::ReduceScatter : CollectiveKind::AllReduce;
-  auto overGroups = [&](CollectiveKind kind, double bytesPerParam) {
-    int element = int(bytesPerParam);
-    // Subnetwork data parallelism: a block's gradients over its holders,
-    // the rest (embedding, head) over every worker (no experts: sdp
-    // takes ep 1).
+  // Subnetwork data parallelism: a block's gradients over its holders,
+  // the rest (embedding, head) over every worker (no experts: sdp takes
+  // ep 1).
+  auto overGroups = [&](auto price) {
     if (s.subnetworkFraction > 0)
-      return collectiveTime(kind, (perDevice - subnet) * bytesPerParam,
-                            at[i].dpGroup, element) +
-             collectiveTime(kind, subnet * bytesPerParam, at[i].subnetworkGroup,
-                            element);
-    return expertGroup ? collectiveTime(kind, dense * bytesPerParam,
-                                        at[i].dpGroup, element) +
-                             collectiveTime(kind, experts * bytesPerParam,
-                                            at[i].expertDpGroup, element)
-                       : collectiveTime(kind, perDevice * bytesPerParam,
-                                        at[i].dpGroup, element);
+      return price(perDevice - subnet, at[i].dpGroup) +
+             price(subnet, at[i].subnetworkGroup);
+    return expertGroup ? price(dense, at[i].dpGroup) +
+                             price(experts, at[i].expertDpGroup)
+                       : price(perDevice, at[i].dpGroup);
   };
-  double grad = s.zeroStage == 3 ? 0 : overGroups(reduce, a.gradReduceBytes());
+  auto reduced = [&](double params, const GroupShape &g) {
+    return gradientReduceS(reduce, params, g);
+  };
+  auto gathered = [&](double params, const GroupShape &g) {
+    return weightGatherS(params, g);
+  };
+  double grad = s.zeroStage == 3 ? 0 : overGroups(reduced);
   if (reduce == CollectiveKind::AllReduce && s.zeroStage != 3 &&
       at[i].dpGroup.aggregation.kind != InNetworkAggregation::Kind::None) {
     // Whether the switches' sum priced it: what the launch must enable.
@@ -105,15 +117,11 @@ double Simulation::exposedReduction(int i, const StepLayout &l,
         agg < collectiveTime(CollectiveKind::AllReduce, bytes, plain, element))
       r.inNetworkAggregation = aggregationName(at[i].dpGroup.aggregation.kind);
   }
-  double gather =
-      sharded ? overGroups(CollectiveKind::AllGather, a.weightBytesPerParam)
-              : 0;
+  double gather = sharded ? overGroups(gathered) : 0;
   // Weights a batch or spatial split keeps whole on every tp rank: their
   // gradients are all-reduced across the tp group too.
   if (at[i].tp > 1 && tpGrad > 0)
-    grad +=
-        collectiveTime(CollectiveKind::AllReduce, tpGrad * a.gradReduceBytes(),
-                       at[i].tpGroup, int(a.gradReduceBytes()));
+    grad += gradientReduceS(CollectiveKind::AllReduce, tpGrad, at[i].tpGroup);
   // Overlapped (Megatron's --overlap-grad-reduce, DDP's buckets): the
   // reduction runs as the last micro-batch's backward fills the buckets;
   // the parameter all-gather (--overlap-param-gather) with the next
@@ -137,15 +145,10 @@ double Simulation::exposedReduction(int i, const StepLayout &l,
                               firstParams});
     edge = std::min(dense, bucket);
   }
-  double lastBucket =
-      sharded || s.zeroStage == 0
-          ? collectiveTime(reduce, edge * a.gradReduceBytes(), at[i].dpGroup,
-                           int(a.gradReduceBytes()))
-          : 0;
-  double firstBucket =
-      sharded ? collectiveTime(CollectiveKind::AllGather,
-                               edge * a.weightBytesPerParam, at[i].dpGroup)
-              : 0;
+  double lastBucket = sharded || s.zeroStage == 0
+                          ? gradientReduceS(reduce, edge, at[i].dpGroup)
+                          : 0;
+  double firstBucket = sharded ? weightGatherS(edge, at[i].dpGroup) : 0;
   // ZeRO-2 holds only its gradient shard: every micro-batch's backward
   // reduce-scatters its gradients (DeepSpeed's partitioned gradients),
   // each exposed as the last one's is (no pipeline: refused above).

@@ -320,63 +320,79 @@ static void addTpOverlap(const std::vector<TpOverlap> &overlapped, int tpDeg,
   }
 }
 
-/// The layer's weights: separate gradient accumulation, ZeRO-3's gathers
-/// and reduce-scatters, expert parallelism's token all-to-alls.
-void Simulation::addWeightTraffic(const LayerKind &k, const StagePlacement &p,
-                                  LayerTime &t) const {
-  const DeviceSpec &dev = *p.device;
+WeightTraffic Simulation::weightTraffic(const LayerKind &k,
+                                        const StagePlacement &p) const {
+  WeightTraffic w;
   int tpDeg = p.tp;
   if (!a.fusedGradientAccumulation && k.parameters > 0) {
     // The fp32 main gradient and the 16-bit gradient read, the sum written.
-    double perDevice = k.trainablePerRank(tpDeg);
-    double accumulate =
-        opTime(dev, perDevice,
-               perDevice * (2 * a.gradBytesPerParam + a.weightBytesPerParam),
+    w.accumulate = true;
+    w.accumulateParams = k.trainablePerRank(tpDeg);
+    w.accumulateBytes =
+        w.accumulateParams * (2 * a.gradBytesPerParam + a.weightBytesPerParam);
+    w.accumulateS =
+        opTime(*p.device, w.accumulateParams, w.accumulateBytes,
                KernelClass::Pointwise, std::max(1, k.weightTensors));
-    t.backwardComputeS += accumulate;
-    t.weightGradS += accumulate;
   }
   if (s.zeroStage == 3 && p.dpGroup.ranks > 1 &&
       k.parameters + k.frozenParameters > 0) {
-    // ZeRO-3 gathers each weight tensor before use (forward, and again in
-    // backward) and reduce-scatters its gradient: one collective per tensor,
-    // prefetched while the layer computes. What the compute cannot hide is
-    // exposed. Frozen weights are gathered too, and have no gradient.
-    const GroupShape &dpGroup = p.dpGroup;
+    // Frozen weights are gathered too, and have no gradient.
     int tensors = std::max(1, k.weightTensors);
-    double held = k.trainablePerRank(tpDeg) + k.frozenPerRank(tpDeg);
-    double gather =
-        tensors * collectiveTime(CollectiveKind::AllGather,
-                                 held / tensors * a.weightBytesPerParam,
-                                 dpGroup);
-    double scatter =
-        k.parameters > 0
-            ? tensors * collectiveTime(CollectiveKind::ReduceScatter,
-                                       k.trainablePerRank(tpDeg) / tensors *
-                                           a.gradReduceBytes(),
-                                       dpGroup)
-            : 0;
-    // Only what the prefetch holds is gathered ahead (the layer before
-    // computing); the rest is fetched when the layer needs it, exposed.
-    double ahead = a.zero3PrefetchParams > 0 && held > 0
-                       ? std::min(1.0, a.zero3PrefetchParams / held)
-                       : 1.0;
-    double onDemand = gather * (1 - ahead), early = gather * ahead;
-    t.forwardTpS += onDemand + std::max(0.0, early - t.forwardComputeS);
-    if (!k.noBackward)
-      t.backwardTpS +=
-          onDemand + std::max(0.0, early + scatter - t.backwardComputeS);
+    double trainable = k.trainablePerRank(tpDeg);
+    w.zero3 = true;
+    w.zero3GatherParams = trainable + k.frozenPerRank(tpDeg);
+    w.zero3GatherBytes = w.zero3GatherParams * a.weightBytesPerParam;
+    w.zero3GatherS = tensors * collectiveTime(CollectiveKind::AllGather,
+                                              w.zero3GatherParams / tensors *
+                                                  a.weightBytesPerParam,
+                                              p.dpGroup);
+    if (k.parameters > 0) {
+      w.zero3ScatterBytes = trainable * a.gradReduceBytes();
+      w.zero3ScatterS =
+          tensors * collectiveTime(CollectiveKind::ReduceScatter,
+                                   trainable / tensors * a.gradReduceBytes(),
+                                   p.dpGroup);
+    }
   }
   if (k.experts > 1 && s.ep > 1 && k.expertDispatchBytes > 0) {
     // Megatron-Core's alltoall token dispatcher: each token's hidden state
     // to the ranks of its top-k experts and back (dispatch, combine), each
     // way again for the gradients; (ep - 1)/ep of the bytes leave the
-    // device. Nothing overlaps them.
-    double a2a = collectiveTime(CollectiveKind::AllToAll,
-                                expertDispatchBytes(k, tpDeg), p.epGroup);
-    t.forwardEpS += 2 * a2a;
-    t.backwardEpS += 2 * a2a;
+    // device.
+    w.expertParallel = true;
+    w.expertTokensBytes = expertDispatchBytes(k, tpDeg);
+    w.expertAllToAllS = collectiveTime(CollectiveKind::AllToAll,
+                                       w.expertTokensBytes, p.epGroup);
   }
+  return w;
+}
+
+/// The layer's weights: separate gradient accumulation, ZeRO-3's gathers
+/// and reduce-scatters, expert parallelism's token all-to-alls.
+void Simulation::addWeightTraffic(const LayerKind &k, const StagePlacement &p,
+                                  LayerTime &t) const {
+  WeightTraffic w = weightTraffic(k, p);
+  t.backwardComputeS += w.accumulateS;
+  t.weightGradS += w.accumulateS;
+  if (w.zero3) {
+    // ZeRO-3's collectives are prefetched while the layer computes: what
+    // the compute cannot hide is exposed. Only what the prefetch holds is
+    // gathered ahead (the layer before computing); the rest is fetched
+    // when the layer needs it, exposed.
+    double held = w.zero3GatherParams;
+    double ahead = a.zero3PrefetchParams > 0 && held > 0
+                       ? std::min(1.0, a.zero3PrefetchParams / held)
+                       : 1.0;
+    double onDemand = w.zero3GatherS * (1 - ahead),
+           early = w.zero3GatherS * ahead;
+    t.forwardTpS += onDemand + std::max(0.0, early - t.forwardComputeS);
+    if (!k.noBackward)
+      t.backwardTpS += onDemand + std::max(0.0, early + w.zero3ScatterS -
+                                                    t.backwardComputeS);
+  }
+  // Nothing overlaps the expert all-to-alls.
+  t.forwardEpS += 2 * w.expertAllToAllS;
+  t.backwardEpS += 2 * w.expertAllToAllS;
 }
 
 /// The activations the layer keeps and works in, by recompute.

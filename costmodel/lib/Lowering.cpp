@@ -426,32 +426,16 @@ double PipelineLowering::layerParams(const LayerKind &k) const {
   return k.trainablePerRank(tp());
 }
 
-/// ZeRO-3's gathers (of every weight, frozen ones too) and gradient
-/// scatters (of the trainable ones) of one layer (LayerPricing's).
-static double zero3Seconds(const LayerKind &k, const StagePlacement &p,
-                           double bytesPerParam, CollectiveKind kind) {
-  int tensors = std::max(1, k.weightTensors);
-  double params =
-      k.trainablePerRank(p.tp) +
-      (kind == CollectiveKind::AllGather ? k.frozenPerRank(p.tp) : 0);
-  return tensors *
-         collectiveTime(kind, params / tensors * bytesPerParam, p.dpGroup);
-}
-
 void PipelineLowering::layerForward(const LayerKind &k, bool coreOnly,
                                     bool recompute) {
   const StagePlacement &p = place();
-  if (!coreOnly && s.zeroStage == 3 && dpRanks() > 1 &&
-      k.parameters + k.frozenParameters > 0)
-    collective(
-        CollectiveKind::AllGather, dpG,
-        (layerParams(k) + k.frozenPerRank(tp())) * a.weightBytesPerParam,
-        zero3Seconds(k, p, a.weightBytesPerParam, CollectiveKind::AllGather),
-        "zero-3 weight gather", StreamKind::DataParallel, true);
-  bool ep = !coreOnly && k.experts > 1 && s.ep > 1 && k.expertDispatchBytes > 0;
-  double tokens = sim.expertDispatchBytes(k, tp());
-  double a2a =
-      ep ? collectiveTime(CollectiveKind::AllToAll, tokens, p.epGroup) : 0;
+  WeightTraffic wt = sim.weightTraffic(k, p);
+  if (!coreOnly && wt.zero3)
+    collective(CollectiveKind::AllGather, dpG, wt.zero3GatherBytes,
+               wt.zero3GatherS, "zero-3 weight gather",
+               StreamKind::DataParallel, true);
+  bool ep = !coreOnly && wt.expertParallel;
+  double tokens = wt.expertTokensBytes, a2a = wt.expertAllToAllS;
   int lastExpert = -1;
   for (int i = 0; i < int(k.ops.size()); ++i)
     if (k.ops[i].experts > 1 && !k.ops[i].view)
@@ -492,19 +476,14 @@ void PipelineLowering::layerBackward(const LayerKind &k, bool lastMicroBatch,
   }
   if (inputPart && recomputed)
     layerForward(k, false, true);
-  bool zero3 = s.zeroStage == 3 && dpRanks() > 1 && !k.noBackward &&
-               k.parameters + k.frozenParameters > 0;
-  if (zero3 && inputPart)
-    collective(
-        CollectiveKind::AllGather, dpG,
-        (layerParams(k) + k.frozenPerRank(tp())) * a.weightBytesPerParam,
-        zero3Seconds(k, p, a.weightBytesPerParam, CollectiveKind::AllGather),
-        "zero-3 weight gather", StreamKind::DataParallel, true);
+  WeightTraffic wt = sim.weightTraffic(k, p);
+  if (wt.zero3 && inputPart)
+    collective(CollectiveKind::AllGather, dpG, wt.zero3GatherBytes,
+               wt.zero3GatherS, "zero-3 weight gather",
+               StreamKind::DataParallel, true);
   if (inputPart) {
-    bool ep = k.experts > 1 && s.ep > 1 && k.expertDispatchBytes > 0;
-    double tokens = sim.expertDispatchBytes(k, tp());
-    double a2a =
-        ep ? collectiveTime(CollectiveKind::AllToAll, tokens, p.epGroup) : 0;
+    bool ep = wt.expertParallel;
+    double tokens = wt.expertTokensBytes, a2a = wt.expertAllToAllS;
     int firstExpert = -1, lastCore = -1;
     for (int i = int(k.ops.size()) - 1; i >= 0; --i) {
       if (k.ops[i].view)
@@ -538,24 +517,13 @@ void PipelineLowering::layerBackward(const LayerKind &k, bool lastMicroBatch,
       carryS = carryBytes = carryFlops = 0;
     }
   }
-  if (weightPart && !a.fusedGradientAccumulation && k.parameters > 0) {
-    double perDevice = layerParams(k);
-    compute(
-        kernel("gradient accumulation", KernelClass::Pointwise,
-               perDevice * (2 * a.gradBytesPerParam + a.weightBytesPerParam),
-               perDevice,
-               sim.opTime(*p.device, perDevice,
-                          perDevice *
-                              (2 * a.gradBytesPerParam + a.weightBytesPerParam),
-                          KernelClass::Pointwise, std::max(1, k.weightTensors),
-                          s.precision)));
-  }
-  if (zero3 && weightPart && k.parameters > 0)
-    collective(
-        CollectiveKind::ReduceScatter, dpG,
-        layerParams(k) * a.gradReduceBytes(),
-        zero3Seconds(k, p, a.gradReduceBytes(), CollectiveKind::ReduceScatter),
-        "zero-3 gradient reduce-scatter", StreamKind::DataParallel, false);
+  if (weightPart && wt.accumulate)
+    compute(kernel("gradient accumulation", KernelClass::Pointwise,
+                   wt.accumulateBytes, wt.accumulateParams, wt.accumulateS));
+  if (wt.zero3 && weightPart && k.parameters > 0)
+    collective(CollectiveKind::ReduceScatter, dpG, wt.zero3ScatterBytes,
+               wt.zero3ScatterS, "zero-3 gradient reduce-scatter",
+               StreamKind::DataParallel, false);
   // ZeRO-2 reduces every micro-batch's gradients (Simulator.cpp).
   if (weightPart && (lastMicroBatch || s.zeroStage == 2) &&
       s.overlapGradReduce && s.zeroStage != 3 && dpRanks() > 1) {
@@ -586,19 +554,15 @@ void PipelineLowering::gradientBuckets(double dense, double experts) {
     dense += experts;
     experts = 0;
   }
-  double bytes = dense * a.gradReduceBytes();
-  collective(kind, dpG, bytes,
-             collectiveTime(kind, bytes, p.dpGroup, int(a.gradReduceBytes())),
+  collective(kind, dpG, dense * a.gradReduceBytes(),
+             sim.gradientReduceS(kind, dense, p.dpGroup),
              "gradient " + std::string(collectiveKindName(kind)),
              StreamKind::DataParallel, false);
-  if (expertGroup) {
-    double eb = experts * a.gradReduceBytes();
-    collective(
-        kind, edpG, eb,
-        collectiveTime(kind, eb, p.expertDpGroup, int(a.gradReduceBytes())),
-        "expert gradient " + std::string(collectiveKindName(kind)),
-        StreamKind::DataParallel, false);
-  }
+  if (expertGroup)
+    collective(kind, edpG, experts * a.gradReduceBytes(),
+               sim.gradientReduceS(kind, experts, p.expertDpGroup),
+               "expert gradient " + std::string(collectiveKindName(kind)),
+               StreamKind::DataParallel, false);
 }
 
 Program PipelineLowering::lower(int stage_, int t_, int c_, int d_,
@@ -868,9 +832,8 @@ void PipelineLowering::stepEnd(Program &out) {
     collective(
         CollectiveKind::AllReduce, tpG,
         step.sync.tpGradParams[stage] * a.gradReduceBytes(),
-        collectiveTime(CollectiveKind::AllReduce,
-                       step.sync.tpGradParams[stage] * a.gradReduceBytes(),
-                       place().tpGroup, int(a.gradReduceBytes())),
+        sim.gradientReduceS(CollectiveKind::AllReduce,
+                            step.sync.tpGradParams[stage], place().tpGroup),
         "split-weight gradient all-reduce", StreamKind::DataParallel, false);
   if (step.layout.tiedSyncS[stage] > 0) {
     // The stages that hold the tied weights (the embedding and the head's
@@ -920,9 +883,8 @@ void PipelineLowering::stepEnd(Program &out) {
   opt.predictedS = step.sync.optS[stage];
   compute(opt);
   if ((s.zeroStage == 1 || s.zeroStage == 2) && dpRanks() > 1)
-    collective(CollectiveKind::AllGather, dpG, (dense)*a.weightBytesPerParam,
-               collectiveTime(CollectiveKind::AllGather,
-                              dense * a.weightBytesPerParam, place().dpGroup),
+    collective(CollectiveKind::AllGather, dpG, dense * a.weightBytesPerParam,
+               sim.weightGatherS(dense, place().dpGroup),
                "parameter all-gather", StreamKind::DataParallel, false);
 }
 } // namespace

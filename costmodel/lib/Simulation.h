@@ -48,6 +48,25 @@ struct LayerTime {
   bool fullRecompute = false;
 };
 
+/// A layer's weight traffic per micro-batch on a device of a stage: what
+/// the simulator sums into its LayerTime and what the lowering writes as
+/// instructions (Simulation::weightTraffic).
+struct WeightTraffic {
+  /// ZeRO-3: every weight gathered before use (forward, and again in
+  /// backward), the trainable ones' gradients reduce-scattered; one
+  /// collective per weight tensor.
+  bool zero3 = false;
+  double zero3GatherParams = 0, zero3GatherBytes = 0, zero3GatherS = 0;
+  double zero3ScatterBytes = 0, zero3ScatterS = 0;
+  /// Expert parallelism: the tokens one all-to-all moves (dispatch,
+  /// combine and their gradients each move as many) and its time.
+  bool expertParallel = false;
+  double expertTokensBytes = 0, expertAllToAllS = 0;
+  /// A separate gradient accumulation kernel (Assumptions).
+  bool accumulate = false;
+  double accumulateParams = 0, accumulateBytes = 0, accumulateS = 0;
+};
+
 /// One op's kernels and collectives under the strategy, per micro-batch on
 /// one device of a stage: what the simulator sums into a layer's time and
 /// what the lowering (Lowering.cpp) writes as instructions. Times include
@@ -71,8 +90,8 @@ struct OpPrice {
   /// fp8: the casts before the forward and the backward GEMMs.
   double castForwardS = 0, castBackwardS = 0;
   /// Tensor-parallel collectives (bytes per rank, seconds).
-  double tpRowAllReduceBytes = 0, tpColumnAllReduceBytes = 0,
-         tpGatherBytes = 0, tpHaloBytes = 0;
+  double tpRowAllReduceBytes = 0, tpColumnAllReduceBytes = 0, tpGatherBytes = 0,
+         tpHaloBytes = 0;
   /// The forward all-reduces tpRowAllReduceBytes take (OpCost's).
   int tpRowAllReduces = 1;
   double tpRowAllReduceS = 0, tpColumnAllReduceS = 0, tpGatherS = 0,
@@ -87,10 +106,9 @@ struct OpPrice {
   /// all-to-alls around the kernel.
   bool cpRing = false;
   double cpBlockBytes = 0, cpSendS = 0, cpSendBackS = 0;
-  double cpMergeForwardBytes = 0, cpMergeBackwardBytes = 0,
-         cpMergeForwardS = 0, cpMergeBackwardS = 0;
-  double cpQkvBytes = 0, cpOutBytes = 0, cpQkvAllToAllS = 0,
-         cpOutAllToAllS = 0;
+  double cpMergeForwardBytes = 0, cpMergeBackwardBytes = 0, cpMergeForwardS = 0,
+         cpMergeBackwardS = 0;
+  double cpQkvBytes = 0, cpOutBytes = 0, cpQkvAllToAllS = 0, cpOutAllToAllS = 0;
 };
 
 struct Task {
@@ -132,8 +150,8 @@ struct Timeline {
 struct PipelineLinks {
   std::vector<double> transferS;    ///< chunk c -> c + 1: the activation
   std::vector<double> transferBwdS; ///< chunk c + 1 -> c: its gradient
-  std::vector<double> gatherFwdS; ///< at the receiver of c's activation
-  std::vector<double> gatherBwdS; ///< at the receiver of c + 1's gradient
+  std::vector<double> gatherFwdS;   ///< at the receiver of c's activation
+  std::vector<double> gatherBwdS;   ///< at the receiver of c + 1's gradient
   /// Sends overlap the sender's next compute (Megatron-Core's
   /// --overlap-p2p-communication): the stage is free when it has computed.
   bool asynchronous = false;
@@ -161,7 +179,6 @@ Timeline runSchedule(const std::vector<std::vector<Task>> &order, int chunks,
                      const std::vector<double> *weightS = nullptr,
                      const std::vector<double> *fwdCommS = nullptr,
                      const std::vector<double> *bwdCommS = nullptr);
-
 
 /// The step's layers as the pipeline holds them, priced once
 /// (StepLayout.cpp): what the later phases (pipeline transfers, the
@@ -268,8 +285,7 @@ public:
   /// chunks' sums, tied copies (StepLayout.cpp).
   llvm::Expected<StepLayout> layOut(StepResult &r, bool keepTrace) const;
   /// The boundary tensors' sends between chunks (PipelineTransfers.cpp).
-  PipelineTransfers pipelineTransfers(const StepLayout &l,
-                                      StepResult &r) const;
+  PipelineTransfers pipelineTransfers(const StepLayout &l, StepResult &r) const;
   /// The schedule run event by event, bounded, or MGRIT's solves
   /// (StepSchedule.cpp).
   llvm::Expected<ScheduledStep> scheduleStep(const StepLayout &l,
@@ -286,8 +302,8 @@ public:
   /// Throughput, FLOPs, energy and the slowest stage's breakdown
   /// (StepFigures.cpp).
   void figures(const StepLayout &l, const ScheduledStep &sch,
-               const GradientSync &sync, double noTransferEnd,
-               bool keepTrace, StepResult &r) const;
+               const GradientSync &sync, double noTransferEnd, bool keepTrace,
+               StepResult &r) const;
   Detail detail = Detail::Full;
   /// simulateStep's bound (Detail::StepTime): above it the schedule is not
   /// run.
@@ -332,6 +348,15 @@ public:
   }
   double opTime(const DeviceSpec &dev, double flops, double bytes,
                 KernelClass c, int kernels, Precision precision) const;
+  /// Layer k's weight traffic on placement p (LayerPricing.cpp).
+  WeightTraffic weightTraffic(const LayerKind &k,
+                              const StagePlacement &p) const;
+  /// Reducing `params` gradients over `g` as the framework does (its
+  /// bytes on the wire, Assumptions::gradReduceBytes), and gathering
+  /// `params` 16-bit weights (GradientSync.cpp).
+  double gradientReduceS(CollectiveKind kind, double params,
+                         const GroupShape &g) const;
+  double weightGatherS(double params, const GroupShape &g) const;
   /// Of `dpRanks` data-parallel ranks, those holding the same experts (the
   /// distributed optimizer shards their state over them): dp / ep, or
   /// folded (etp 1) dp x tp / ep.
@@ -360,10 +385,9 @@ private:
                       LayerBreakdown *breakdown = nullptr,
                       bool recomputed = true) const;
   // priceOp's and layerTime's parts (LayerPricing.cpp).
-  void priceAttention(const OpCost &op, const StagePlacement &p,
-                      Precision prec, double f, double b, double bytes,
-                      double backMoved, double &fwd, double &bwd,
-                      OpPrice &o) const;
+  void priceAttention(const OpCost &op, const StagePlacement &p, Precision prec,
+                      double f, double b, double bytes, double backMoved,
+                      double &fwd, double &bwd, OpPrice &o) const;
   void priceTpCollectives(const OpCost &op, const GroupShape &tpGroup,
                           OpPrice &o) const;
   void addContextParallel(const OpPrice &o, LayerTime &t) const;
@@ -405,9 +429,8 @@ const LinkSpec *hostLinkOf(const StagePlacement &place);
 /// ChunkedMemory.cpp): the data-parallel step's compute and activations,
 /// its model data placed and moved by chunk.
 llvm::Expected<StepResult> chunkedStep(const Workload &w, const Cluster &c,
-                                       const Strategy &s,
-                                       const Assumptions &a, bool keepTrace,
-                                       Detail detail);
+                                       const Strategy &s, const Assumptions &a,
+                                       bool keepTrace, Detail detail);
 
 /// The workload phantom parallelism trains (`phantom=k`, Phantom.cpp):
 /// each tensor-parallel weighted layer a local block with k ghost neurons
