@@ -238,36 +238,91 @@ TaskOrder Simulation::buildSchedule(int m) const {
   return order;
 }
 
-/// Runs each stage's task list in order; a task starts when its stage is
-/// free and its inputs have arrived (when the producing task, which waits
-/// for its send, is done).
-Timeline runSchedule(const std::vector<std::vector<Task>> &order, int chunks,
-                     int m, const std::vector<double> &fwdS,
-                     const std::vector<double> &bwdS,
-                     const PipelineLinks &links, std::vector<TraceEvent> *trace,
-                     const std::vector<double> *weightS,
-                     const std::vector<double> *fwdCommS,
-                     const std::vector<double> *bwdCommS) {
-  int pp = int(order.size());
-  int v = chunks / pp;
+namespace {
+
+/// One run of the stages' task lists (runSchedule): when each task's result
+/// is sent and computed, and where each stage is in its list.
+class ScheduleRun {
+public:
+  ScheduleRun(const std::vector<std::vector<Task>> &order, int chunks, int m,
+              const std::vector<double> &fwdS, const std::vector<double> &bwdS,
+              const PipelineLinks &links, std::vector<TraceEvent> *trace,
+              const std::vector<double> *weightS,
+              const std::vector<double> *fwdCommS,
+              const std::vector<double> *bwdCommS)
+      : order(order), chunks(chunks), m(m), pp(int(order.size())),
+        v(chunks / pp), fwdS(fwdS), bwdS(bwdS), links(links), trace(trace),
+        weightS(weightS), fwdCommS(fwdCommS), bwdCommS(bwdCommS),
+        fDone(size_t(chunks) * m, -1), bDone(size_t(chunks) * m, -1),
+        fComputed(size_t(chunks) * m, -1), next(pp, 0),
+        pending(pp, {SIZE_MAX, 0.0}) {
+    tl.free.assign(pp, 0);
+    tl.busy.assign(pp, 0);
+    tl.lastBackwardS.assign(pp, 0);
+  }
+
+  Timeline run() {
+    size_t remaining = 0;
+    for (const auto &o : order)
+      remaining += o.size();
+    // Each task's times follow from its inputs' alone, so the stages may be
+    // visited in any order: down the pipeline and back up in turn, as the
+    // forwards flow down and the backwards up (fewer visits to a stage
+    // whose next task waits); a trace keeps its events in the first
+    // stage's order.
+    for (bool down = true; remaining; down = trace || !down) {
+      bool progress = false;
+      for (int k = 0; k < pp; ++k) {
+        int i = down ? k : pp - 1 - k;
+        while (next[i] < order[i].size() && runNext(i)) {
+          ++next[i];
+          --remaining;
+          progress = true;
+        }
+      }
+      if (!progress) {
+        tl.ok = false;
+        return tl;
+      }
+    }
+    return tl;
+  }
+
+private:
+  const std::vector<std::vector<Task>> &order;
+  int chunks, m, pp, v;
+  const std::vector<double> &fwdS, &bwdS;
+  const PipelineLinks &links;
+  std::vector<TraceEvent> *trace;
+  const std::vector<double> *weightS, *fwdCommS, *bwdCommS;
   Timeline tl;
-  tl.free.assign(pp, 0);
-  tl.busy.assign(pp, 0);
-  tl.lastBackwardS.assign(pp, 0);
   // When each task's result is sent (the next chunk may use it) and, for
   // forwards, when it was computed (its own backward may start).
-  std::vector<double> fDone(size_t(chunks) * m, -1),
-      bDone(size_t(chunks) * m, -1), fComputed(size_t(chunks) * m, -1);
-  auto idx = [&](int vs, int mb) { return size_t(vs) * m + mb; };
-  std::vector<size_t> next(pp, 0);
+  std::vector<double> fDone, bDone, fComputed;
+  std::vector<size_t> next;
   // Per stage: a forward whose send waits for the next task (its index into
   // fDone, and the send's duration), or none.
-  std::vector<std::pair<size_t, double>> pending(pp, {SIZE_MAX, 0.0});
-  // When the inputs of chunk vs's forward (or backward) of micro-batch mb
-  // have arrived, the gather they need and the send of its result; false
-  // while one has not been produced yet.
-  auto inputsOf = [&](int vs, int mb, bool backward, double &ready,
-                      double &gather, double &send) {
+  std::vector<std::pair<size_t, double>> pending;
+
+  size_t idx(int vs, int mb) const { return size_t(vs) * m + mb; }
+
+  /// Runs stage i's next task; false while its inputs have not arrived.
+  bool runNext(int i) {
+    const Task &t = order[i][next[i]];
+    if (t.weight) {
+      runWeight(i, t);
+      return true;
+    }
+    if (t.pairVs >= 0)
+      return runPair(i, t);
+    return runTask(i, t);
+  }
+
+  /// When the inputs of chunk vs's forward (or backward) of micro-batch mb
+  /// have arrived, the gather they need and the send of its result; false
+  /// while one has not been produced yet.
+  bool inputsOf(int vs, int mb, bool backward, double &ready, double &gather,
+                double &send) const {
     ready = gather = send = 0;
     if (!backward) {
       if (vs > 0) {
@@ -293,131 +348,125 @@ Timeline runSchedule(const std::vector<std::vector<Task>> &order, int chunks,
     if (vs > 0)
       send = links.transferBwdS[vs - 1];
     return true;
-  };
-  size_t remaining = 0;
-  for (const auto &o : order)
-    remaining += o.size();
-  // Each task's times follow from its inputs' alone, so the stages may be
-  // visited in any order: down the pipeline and back up in turn, as the
-  // forwards flow down and the backwards up (fewer visits to a stage whose
-  // next task waits); a trace keeps its events in the first stage's order.
-  for (bool down = true; remaining; down = trace || !down) {
-    bool progress = false;
-    for (int k = 0; k < pp; ++k) {
-      int i = down ? k : pp - 1 - k;
-      while (next[i] < order[i].size()) {
-        const Task &t = order[i][next[i]];
-        double ready = 0, gather = 0, send = 0;
-        if (t.weight) {
-          // The weight gradients of a backward the stage has run: nothing
-          // to wait for, nothing to send.
-          double dur = weightS ? (*weightS)[t.vs] : 0;
-          double start = tl.free[i];
-          tl.free[i] = start + dur;
-          tl.busy[i] += dur;
-          tl.lastBackwardS[i] = dur;
-          if (trace && dur > 0)
-            trace->push_back(
-                {i, "W" + std::to_string(t.mb), "backward", start, dur});
-          ++next[i];
-          --remaining;
-          progress = true;
-          continue;
-        }
-        if (t.pairVs >= 0) {
-          // DualPipeV's pair: a forward and another chunk's full backward
-          // at once, each one's expert all-to-alls hidden behind the
-          // other's compute: the pair takes the longer of the two computes
-          // together and the two all-to-alls together. Both results leave
-          // in one exchange.
-          int bv = t.pairVs, bm = t.pairMb;
-          double readyF, gatherF, sendF, readyB, gatherB, sendB;
-          if (!inputsOf(t.vs, t.mb, false, readyF, gatherF, sendF) ||
-              !inputsOf(bv, bm, true, readyB, gatherB, sendB))
-            break;
-          double fullB = bwdS[bv] + (weightS ? (*weightS)[bv] : 0);
-          double commF = fwdCommS ? (*fwdCommS)[t.vs] : 0,
-                 commB = bwdCommS ? (*bwdCommS)[bv] : 0;
-          double dur =
-              std::max(fwdS[t.vs] - commF + fullB - commB, commF + commB);
-          double start = std::max({tl.free[i], readyF, readyB});
-          double computed = start + gatherF + gatherB + dur;
-          double send = std::max(sendF, sendB);
-          fComputed[idx(t.vs, t.mb)] = computed;
-          fDone[idx(t.vs, t.mb)] = computed + send;
-          bDone[idx(bv, bm)] = computed + send;
-          tl.free[i] = links.asynchronous ? computed : computed + send;
-          tl.busy[i] += dur;
-          tl.lastBackwardS[i] = dur;
-          if (trace) {
-            std::string name =
-                "F" + std::to_string(t.mb) + "." + std::to_string(t.vs / pp) +
-                "&B" + std::to_string(bm) + "." + std::to_string(bv / pp);
-            trace->push_back(
-                {i, name, "forward+backward", start + gatherF + gatherB, dur});
-            if (send > 0)
-              trace->push_back({i, name + " send", "p2p", computed, send});
-          }
-          ++next[i];
-          --remaining;
-          progress = true;
-          continue;
-        }
-        if (!inputsOf(t.vs, t.mb, t.backward, ready, gather, send))
-          break;
-        double start = std::max(tl.free[i], ready);
-        double dur = t.backward ? bwdS[t.vs] : fwdS[t.vs];
-        if (t.full && weightS) // its weight gradients too
-          dur += (*weightS)[t.vs];
-        double computed = start + gather + dur;
-        tl.busy[i] += dur;
-        if (!t.backward)
-          fComputed[idx(t.vs, t.mb)] = computed;
-        if (t.sendsWithNext && !links.asynchronous) {
-          pending[i] = {idx(t.vs, t.mb), send};
-          tl.free[i] = computed;
-          send = 0;
-        } else {
-          if (pending[i].first != SIZE_MAX) {
-            // Both sends at once, to the previous and the next stage.
-            send = std::max(send, pending[i].second);
-            fDone[pending[i].first] = computed + send;
-            pending[i] = {SIZE_MAX, 0.0};
-          }
-          tl.free[i] = links.asynchronous ? computed : computed + send;
-          (t.backward ? bDone : fDone)[idx(t.vs, t.mb)] = computed + send;
-        }
-        if (t.backward)
-          tl.lastBackwardS[i] = dur;
-        if (trace) {
-          std::string name = std::string(t.backward ? "B" : "F") +
-                             std::to_string(t.mb) +
-                             (v > 1 ? "." + std::to_string(t.vs / pp) : "");
-          if (gather > 0)
-            trace->push_back({i, name + " gather", "p2p", start, gather});
-          trace->push_back({i, name, t.backward ? "backward" : "forward",
-                            start + gather, dur});
-          // The context-parallel transfers run beside the attention they
-          // feed; what compute cannot hide is part of the task's time.
-          const std::vector<double> &cp =
-              t.backward ? links.cpBackwardS : links.cpForwardS;
-          if (size_t(t.vs) < cp.size() && cp[t.vs] > 0)
-            trace->push_back({i, name + " cp exchange", "cp", start + gather,
-                              std::min(cp[t.vs], dur)});
-          if (send > 0)
-            trace->push_back({i, name + " send", "p2p", computed, send});
-        }
-        ++next[i];
-        --remaining;
-        progress = true;
-      }
-    }
-    if (!progress) {
-      tl.ok = false;
-      return tl;
-    }
   }
-  return tl;
+
+  /// The weight gradients of a backward the stage has run: nothing to
+  /// wait for, nothing to send.
+  void runWeight(int i, const Task &t) {
+    double dur = weightS ? (*weightS)[t.vs] : 0;
+    double start = tl.free[i];
+    tl.free[i] = start + dur;
+    tl.busy[i] += dur;
+    tl.lastBackwardS[i] = dur;
+    if (trace && dur > 0)
+      trace->push_back({i, "W" + std::to_string(t.mb), "backward", start, dur});
+  }
+
+  /// DualPipeV's pair: a forward and another chunk's full backward at once,
+  /// each one's expert all-to-alls hidden behind the other's compute: the
+  /// pair takes the longer of the two computes together and the two
+  /// all-to-alls together. Both results leave in one exchange.
+  bool runPair(int i, const Task &t) {
+    int bv = t.pairVs, bm = t.pairMb;
+    double readyF, gatherF, sendF, readyB, gatherB, sendB;
+    if (!inputsOf(t.vs, t.mb, false, readyF, gatherF, sendF) ||
+        !inputsOf(bv, bm, true, readyB, gatherB, sendB))
+      return false;
+    double fullB = bwdS[bv] + (weightS ? (*weightS)[bv] : 0);
+    double commF = fwdCommS ? (*fwdCommS)[t.vs] : 0,
+           commB = bwdCommS ? (*bwdCommS)[bv] : 0;
+    double dur = std::max(fwdS[t.vs] - commF + fullB - commB, commF + commB);
+    double start = std::max({tl.free[i], readyF, readyB});
+    double computed = start + gatherF + gatherB + dur;
+    double send = std::max(sendF, sendB);
+    fComputed[idx(t.vs, t.mb)] = computed;
+    fDone[idx(t.vs, t.mb)] = computed + send;
+    bDone[idx(bv, bm)] = computed + send;
+    tl.free[i] = links.asynchronous ? computed : computed + send;
+    tl.busy[i] += dur;
+    tl.lastBackwardS[i] = dur;
+    if (trace) {
+      std::string name = "F" + std::to_string(t.mb) + "." +
+                         std::to_string(t.vs / pp) + "&B" + std::to_string(bm) +
+                         "." + std::to_string(bv / pp);
+      trace->push_back(
+          {i, name, "forward+backward", start + gatherF + gatherB, dur});
+      if (send > 0)
+        trace->push_back({i, name + " send", "p2p", computed, send});
+    }
+    return true;
+  }
+
+  /// A forward or a backward (with its weight gradients when full).
+  bool runTask(int i, const Task &t) {
+    double ready = 0, gather = 0, send = 0;
+    if (!inputsOf(t.vs, t.mb, t.backward, ready, gather, send))
+      return false;
+    double start = std::max(tl.free[i], ready);
+    double dur = t.backward ? bwdS[t.vs] : fwdS[t.vs];
+    if (t.full && weightS) // its weight gradients too
+      dur += (*weightS)[t.vs];
+    double computed = start + gather + dur;
+    tl.busy[i] += dur;
+    if (!t.backward)
+      fComputed[idx(t.vs, t.mb)] = computed;
+    if (t.sendsWithNext && !links.asynchronous) {
+      pending[i] = {idx(t.vs, t.mb), send};
+      tl.free[i] = computed;
+      send = 0;
+    } else {
+      if (pending[i].first != SIZE_MAX) {
+        // Both sends at once, to the previous and the next stage.
+        send = std::max(send, pending[i].second);
+        fDone[pending[i].first] = computed + send;
+        pending[i] = {SIZE_MAX, 0.0};
+      }
+      tl.free[i] = links.asynchronous ? computed : computed + send;
+      (t.backward ? bDone : fDone)[idx(t.vs, t.mb)] = computed + send;
+    }
+    if (t.backward)
+      tl.lastBackwardS[i] = dur;
+    if (trace)
+      traceTask(i, t, start, gather, dur, computed, send);
+    return true;
+  }
+
+  void traceTask(int i, const Task &t, double start, double gather, double dur,
+                 double computed, double send) {
+    std::string name = std::string(t.backward ? "B" : "F") +
+                       std::to_string(t.mb) +
+                       (v > 1 ? "." + std::to_string(t.vs / pp) : "");
+    if (gather > 0)
+      trace->push_back({i, name + " gather", "p2p", start, gather});
+    trace->push_back(
+        {i, name, t.backward ? "backward" : "forward", start + gather, dur});
+    // The context-parallel transfers run beside the attention they feed;
+    // what compute cannot hide is part of the task's time.
+    const std::vector<double> &cp =
+        t.backward ? links.cpBackwardS : links.cpForwardS;
+    if (size_t(t.vs) < cp.size() && cp[t.vs] > 0)
+      trace->push_back({i, name + " cp exchange", "cp", start + gather,
+                        std::min(cp[t.vs], dur)});
+    if (send > 0)
+      trace->push_back({i, name + " send", "p2p", computed, send});
+  }
+};
+
+} // namespace
+
+/// Runs each stage's task list in order; a task starts when its stage is
+/// free and its inputs have arrived (when the producing task, which waits
+/// for its send, is done).
+Timeline runSchedule(const std::vector<std::vector<Task>> &order, int chunks,
+                     int m, const std::vector<double> &fwdS,
+                     const std::vector<double> &bwdS,
+                     const PipelineLinks &links, std::vector<TraceEvent> *trace,
+                     const std::vector<double> *weightS,
+                     const std::vector<double> *fwdCommS,
+                     const std::vector<double> *bwdCommS) {
+  return ScheduleRun(order, chunks, m, fwdS, bwdS, links, trace, weightS,
+                     fwdCommS, bwdCommS)
+      .run();
 }
 
 } // namespace detail
