@@ -47,6 +47,14 @@ struct Candidate {
   double slowestS = 0; ///< slowest stage per micro-batch (one-group plans)
 };
 
+/// A pool's single-pool pipeline for perPoolGroups: its seconds per
+/// sample, and one replica's finish time as a line in its micro-batches.
+struct PoolOption {
+  ReplicaGroup group; ///< microBatches empty
+  double perSampleS = 0, fixedS = 0, perMicroBatchS = 0;
+};
+using PoolOptions = std::map<int, std::vector<PoolOption>>;
+
 class Search {
 public:
   Search(const Workload &w, const Cluster &c, const PlanOptions &o,
@@ -127,6 +135,20 @@ private:
   }
   void pipelines(const std::vector<int> &order);
   void perPoolGroups();
+  /// The best results so far, and the closest to fitting.
+  struct Kept {
+    std::vector<HeteroResult> best;
+    std::optional<HeteroResult> closest; ///< the smallest shortfall
+  };
+  void enumerateCandidates(const std::vector<int> &usable);
+  void priceCandidates(Kept &kept, HeteroPlanResult &result);
+  llvm::Error noPlan(const Kept &kept, const std::vector<int> &usable) const;
+  PoolOptions bestPoolOptions(const std::vector<int> &usable);
+  std::vector<std::vector<int>> poolSubsets(const std::vector<int> &usable,
+                                            PoolOptions &options) const;
+  void shareByEarliestFinish(
+      const std::vector<const std::vector<PoolOption> *> &lists,
+      const std::vector<size_t> &pick);
   void uniformPerPoolGroups();
 };
 
@@ -271,10 +293,10 @@ double Search::scoreBound(double timeBound, const HeteroStrategy &s) const {
   for (const ReplicaGroup &rg : s.groups)
     for (const HeteroStage &st : rg.stages) {
       const NodeGroup &ng = *pools[st.pool].nodes;
-      rate += double(st.tp) * rg.replicas *
-              (o.objective == Objective::Cost
-                   ? ng.priceUsdPerDeviceHour / 3600.0
-                   : ng.powerW);
+      rate +=
+          double(st.tp) * rg.replicas *
+          (o.objective == Objective::Cost ? ng.priceUsdPerDeviceHour / 3600.0
+                                          : ng.powerW);
     }
   return timeBound * rate;
 }
@@ -399,24 +421,49 @@ void Search::perPoolGroups() {
   std::vector<int> usable = usablePools();
   if (usable.size() < 2)
     return;
-  struct Option {
-    ReplicaGroup group; ///< microBatches empty
-    double perSampleS = 0, fixedS = 0, perMicroBatchS = 0;
-  };
-  // The best options per pool (any micro-batch size), from the single-pool
-  // pipelines already enumerated.
-  std::map<int, std::vector<Option>> options;
+  PoolOptions options = bestPoolOptions(usable);
+  // Every subset of two or more pools, every pick of options (at most
+  // three per pool; each group keeps its own micro-batch size and
+  // recompute).
+  for (std::vector<int> &subset : poolSubsets(usable, options)) {
+    std::sort(subset.begin(), subset.end());
+    if (subset.size() < 2)
+      continue;
+    std::vector<const std::vector<PoolOption> *> lists;
+    for (int p : subset) {
+      auto it = options.find(p);
+      if (it == options.end() || it->second.empty())
+        break;
+      lists.push_back(&it->second);
+    }
+    if (lists.size() != subset.size())
+      continue;
+    std::vector<size_t> pick(subset.size(), 0);
+    while (true) {
+      shareByEarliestFinish(lists, pick);
+      size_t j = 0; // next pick
+      while (j < pick.size() && ++pick[j] == lists[j]->size())
+        pick[j++] = 0;
+      if (j == pick.size())
+        break;
+    }
+  }
+}
+
+/// The best options per pool (any micro-batch size), from the single-pool
+/// pipelines already enumerated, each timed as a line in its micro-batches.
+PoolOptions Search::bestPoolOptions(const std::vector<int> &usable) {
+  PoolOptions options;
   for (const Candidate &cand : candidates) {
     const HeteroStrategy &s = cand.s;
     const ReplicaGroup &g = s.groups.front();
     int pool = g.stages.front().pool;
-    bool single = std::all_of(g.stages.begin(), g.stages.end(),
-                              [&](const HeteroStage &st) {
-                                return st.pool == pool;
-                              });
+    bool single =
+        std::all_of(g.stages.begin(), g.stages.end(),
+                    [&](const HeteroStage &st) { return st.pool == pool; });
     if (!single || s.groups.size() != 1)
       continue;
-    Option opt;
+    PoolOption opt;
     opt.group = g;
     opt.group.microBatches.clear();
     opt.perSampleS = cand.slowestS / double(g.replicas * g.microBatch);
@@ -424,14 +471,14 @@ void Search::perPoolGroups() {
   }
   for (auto &[pool, list] : options) {
     std::stable_sort(list.begin(), list.end(),
-                     [](const Option &x, const Option &y) {
+                     [](const PoolOption &x, const PoolOption &y) {
                        return x.perSampleS < y.perSampleS;
                      });
     size_t keep = usable.size() <= size_t(kExhaustivePools) ? 3 : 1;
     if (list.size() > keep)
       list.resize(keep);
     // The finish time of one replica as a line in its micro-batches.
-    for (Option &opt : list) {
+    for (PoolOption &opt : list) {
       int pp = int(opt.group.stages.size());
       double t[2];
       int64_t ms[2] = {pp, 2 * pp};
@@ -452,11 +499,14 @@ void Search::perPoolGroups() {
       opt.fixedS = t[0] - opt.perMicroBatchS * double(ms[0]);
     }
   }
-  // Every subset of two or more pools, every pick of options (at most
-  // three per pool; each group keeps its own micro-batch size and
-  // recompute).
-  // Subsets: all of them up to kExhaustivePools pools; beyond, pairs and
-  // the prefixes of the pools ordered by their best seconds per sample.
+  return options;
+}
+
+/// Subsets: all of them up to kExhaustivePools pools; beyond, pairs and
+/// the prefixes of the pools ordered by their best seconds per sample.
+std::vector<std::vector<int>>
+Search::poolSubsets(const std::vector<int> &usable,
+                    PoolOptions &options) const {
   int P = int(usable.size());
   std::vector<std::vector<int>> subsets;
   if (P <= kExhaustivePools) {
@@ -481,99 +531,83 @@ void Search::perPoolGroups() {
     for (size_t k = 3; k <= bySpeed.size(); ++k)
       subsets.push_back(std::vector<int>(bySpeed.begin(), bySpeed.begin() + k));
   }
-  for (std::vector<int> &subset : subsets) {
-    std::sort(subset.begin(), subset.end());
-    if (subset.size() < 2)
-      continue;
-    std::vector<const std::vector<Option> *> lists;
-    for (int p : subset) {
-      auto it = options.find(p);
-      if (it == options.end() || it->second.empty())
-        break;
-      lists.push_back(&it->second);
+  return subsets;
+}
+
+/// The batch over the picked options' replicas by earliest finish: each
+/// replica starts with one micro-batch; the next goes to the replica that
+/// would finish it first, among those whose micro-batch still fits in the
+/// samples left. A candidate when the batch is placed whole.
+void Search::shareByEarliestFinish(
+    const std::vector<const std::vector<PoolOption> *> &lists,
+    const std::vector<size_t> &pick) {
+  size_t picks = pick.size();
+  using Entry = std::tuple<double, int, int>; // finish, group, replica
+  std::vector<std::vector<int64_t>> shares;
+  int64_t left = gbs;
+  // Samples a site with pinned data still needs its own replicas to
+  // take (Site::dataShare).
+  std::vector<int64_t> need = pinned;
+  auto siteOf = [&](size_t j) {
+    return pools[(*lists[j])[pick[j]].group.stages.front().pool].site;
+  };
+  for (size_t j = 0; j < picks; ++j) {
+    const PoolOption &opt = (*lists[j])[pick[j]];
+    shares.emplace_back(opt.group.replicas, 1);
+    left -= opt.group.replicas * opt.group.microBatch;
+    need[siteOf(j)] -= opt.group.replicas * opt.group.microBatch;
+  }
+  if (left > kMaxPlanStepTasks) { // more micro-batches than a search simulates
+    ++tooLong;
+    left = -1;
+  }
+  // First the pinned data, each site's to its own replicas, then the
+  // rest to any; each time to the replica that would finish first.
+  auto fill = [&](bool pinnedPass) {
+    std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>> next;
+    for (size_t j = 0; j < picks; ++j) {
+      if (pinnedPass && need[siteOf(j)] <= 0)
+        continue;
+      const PoolOption &opt = (*lists[j])[pick[j]];
+      for (int r = 0; r < opt.group.replicas; ++r)
+        next.push({opt.fixedS + double(shares[j][r] + 1) * opt.perMicroBatchS,
+                   int(j), r});
     }
-    if (lists.size() != subset.size())
-      continue;
-    std::vector<size_t> pick(subset.size(), 0);
-    while (true) {
-      // Earliest finish: each replica starts with one micro-batch; the
-      // next goes to the replica that would finish it first, among those
-      // whose micro-batch still fits in the samples left.
-      using Entry = std::tuple<double, int, int>; // finish, group, replica
-      std::vector<std::vector<int64_t>> shares;
-      int64_t left = gbs;
-      // Samples a site with pinned data still needs its own replicas to
-      // take (Site::dataShare).
-      std::vector<int64_t> need = pinned;
-      auto siteOf = [&](size_t j) {
-        return pools[(*lists[j])[pick[j]].group.stages.front().pool].site;
-      };
-      for (size_t j = 0; j < subset.size(); ++j) {
-        const Option &opt = (*lists[j])[pick[j]];
-        shares.emplace_back(opt.group.replicas, 1);
-        left -= opt.group.replicas * opt.group.microBatch;
-        need[siteOf(j)] -= opt.group.replicas * opt.group.microBatch;
-      }
-      if (left > kMaxPlanStepTasks) { // more micro-batches than a search simulates
-        ++tooLong;
-        left = -1;
-      }
-      // First the pinned data, each site's to its own replicas, then the
-      // rest to any; each time to the replica that would finish first.
-      auto fill = [&](bool pinnedPass) {
-        std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>>
-            next;
-        for (size_t j = 0; j < subset.size(); ++j) {
-          if (pinnedPass && need[siteOf(j)] <= 0)
-            continue;
-          const Option &opt = (*lists[j])[pick[j]];
-          for (int r = 0; r < opt.group.replicas; ++r)
-            next.push({opt.fixedS + double(shares[j][r] + 1) *
-                                        opt.perMicroBatchS,
-                       int(j), r});
-        }
-        while (left > 0 && !next.empty()) {
-          auto [finish, j, r] = next.top();
-          next.pop();
-          const Option &opt = (*lists[j])[pick[j]];
-          int site = siteOf(j);
-          if (opt.group.microBatch > left || (pinnedPass && need[site] <= 0))
-            continue;
-          int64_t m = ++shares[j][r];
-          left -= opt.group.microBatch;
-          need[site] -= opt.group.microBatch;
-          next.push({opt.fixedS + double(m + 1) * opt.perMicroBatchS, j, r});
-        }
-      };
-      if (left > 0)
-        fill(true);
-      if (std::any_of(need.begin(), need.end(), [](int64_t n) { return n > 0; }))
-        left = -1; // a site's data does not fit its replicas' share
-      if (left > 0)
-        fill(false);
-      if (left == 0) {
-        HeteroStrategy s;
-        s.globalBatch = gbs;
-        s.zeroStage = zero;
-        s.precision = o.precision;
-        double bound = 0;
-        for (size_t j = 0; j < subset.size(); ++j) {
-          const Option &opt = (*lists[j])[pick[j]];
-          ReplicaGroup g = opt.group;
-          g.microBatches = shares[j];
-          bound = std::max(
-              bound, pipelineBound(g, *std::max_element(shares[j].begin(),
-                                                        shares[j].end())));
-          s.groups.push_back(std::move(g));
-        }
-        add({scoreBound(bound, s), s});
-      }
-      size_t j = 0; // next pick
-      while (j < pick.size() && ++pick[j] == lists[j]->size())
-        pick[j++] = 0;
-      if (j == pick.size())
-        break;
+    while (left > 0 && !next.empty()) {
+      auto [finish, j, r] = next.top();
+      next.pop();
+      const PoolOption &opt = (*lists[j])[pick[j]];
+      int site = siteOf(j);
+      if (opt.group.microBatch > left || (pinnedPass && need[site] <= 0))
+        continue;
+      int64_t m = ++shares[j][r];
+      left -= opt.group.microBatch;
+      need[site] -= opt.group.microBatch;
+      next.push({opt.fixedS + double(m + 1) * opt.perMicroBatchS, j, r});
     }
+  };
+  if (left > 0)
+    fill(true);
+  if (std::any_of(need.begin(), need.end(), [](int64_t n) { return n > 0; }))
+    left = -1; // a site's data does not fit its replicas' share
+  if (left > 0)
+    fill(false);
+  if (left == 0) {
+    HeteroStrategy s;
+    s.globalBatch = gbs;
+    s.zeroStage = zero;
+    s.precision = o.precision;
+    double bound = 0;
+    for (size_t j = 0; j < picks; ++j) {
+      const PoolOption &opt = (*lists[j])[pick[j]];
+      ReplicaGroup g = opt.group;
+      g.microBatches = shares[j];
+      bound =
+          std::max(bound, pipelineBound(g, *std::max_element(shares[j].begin(),
+                                                             shares[j].end())));
+      s.groups.push_back(std::move(g));
+    }
+    add({scoreBound(bound, s), s});
   }
 }
 
@@ -655,81 +689,14 @@ llvm::Expected<HeteroPlanResult> Search::run() {
   std::vector<int> usable = usablePools();
   if (usable.empty())
     return err("plan: no pool of the cluster may be used");
-
-  int K = std::max(1, o.topK);
-  std::vector<HeteroResult> best;
-  std::optional<HeteroResult> closest; // the smallest shortfall
+  Kept kept;
   // ZeRO-1 first; ZeRO-3 (weights and gradients sharded over a group's
   // replicas too) only when nothing fits without it, as the homogeneous
   // planner does.
-  for (zero = 1; zero <= 3 && best.empty(); zero += 2) {
+  for (zero = 1; zero <= 3 && kept.best.empty(); zero += 2) {
     candidates.clear();
-    // Pipelines over every ordered subset of pools (all pools when the
-    // scope is uniform: a uniform planner uses every device).
-    int P = int(usable.size());
-    for (int mask = 1; mask < (1 << P); ++mask) {
-      std::vector<int> order;
-      for (int j = 0; j < P; ++j)
-        if (mask & (1 << j))
-          order.push_back(usable[j]);
-      if (scope.uniform && int(order.size()) != P)
-        continue;
-      // Every order of up to kExhaustivePools pools (5! orders and more are
-      // not searched); with more pools, orders of up to three.
-      if (order.size() > size_t(P <= kExhaustivePools ? kExhaustivePools : 3))
-        continue;
-      do
-        pipelines(order);
-      while (std::next_permutation(order.begin(), order.end()));
-    }
-    if (scope.uniform)
-      uniformPerPoolGroups();
-    else
-      perPoolGroups();
-
-    // Best first by bound; stop when the bound cannot beat the K-th best.
-    std::stable_sort(candidates.begin(), candidates.end(),
-                     [](const Candidate &x, const Candidate &y) {
-                       return x.bound < y.bound;
-                     });
-    for (const Candidate &cand : candidates) {
-      // The single-pool pipelines stay candidates for perPoolGroups'
-      // options even where they cannot hold a site's data alone.
-      if (!pinsHold(cand.s)) {
-        ++unpinned;
-        continue;
-      }
-      if (int(best.size()) >= K &&
-          cand.bound >= objectiveScoreOf(best.back()) * (1 - 1e-12)) {
-        ++pruned;
-        continue;
-      }
-      auto r = simulateHetero(w, c, cand.s, a);
-      ++result.candidatesPriced;
-      if (!r) {
-        stopsSearch(r.takeError(), internal);
-        continue;
-      }
-      if (!r->fits) {
-        if (!closest ||
-            r->memoryShortfallBytes < closest->memoryShortfallBytes) {
-          closest = std::move(*r);
-        }
-        continue;
-      }
-      best.push_back(std::move(*r));
-      std::stable_sort(best.begin(), best.end(),
-                       [&](const HeteroResult &x, const HeteroResult &y) {
-                         return objectiveScoreOf(x) < objectiveScoreOf(y);
-                       });
-      if (int(best.size()) > K)
-        best.pop_back();
-      if (o.progress && result.candidatesPriced % 200 == 0) {
-        StepResult shown;
-        shown.stepS = best.front().stepS;
-        o.progress(result.candidatesPriced, &shown);
-      }
-    }
+    enumerateCandidates(usable);
+    priceCandidates(kept, result);
   }
   if (!internal.empty())
     return err("plan: " + internal);
@@ -737,54 +704,135 @@ llvm::Expected<HeteroPlanResult> Search::run() {
   result.searchS =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
           .count();
-  if (best.empty()) {
-    if (!closest && unpinned > 0) {
-      std::string sites;
-      std::vector<int64_t> need = pinnedSamples(c, gbs);
-      for (size_t i = 0; i < need.size(); ++i)
-        if (need[i] > 0)
-          sites += (sites.empty() ? "" : ", ") + c.sites[i].name + " " +
-                   std::to_string(need[i]) + " samples";
-      return err("plan: no strategy reads each site's pinned data there "
-                 "(data_share: " + sites + " of " + std::to_string(gbs) +
-                 "): the site's devices cannot take their share");
+  if (kept.best.empty())
+    return noPlan(kept, usable);
+  result.top = std::move(kept.best);
+  return result;
+}
+
+/// Pipelines over every ordered subset of pools (all pools when the scope
+/// is uniform: a uniform planner uses every device), then the groups of
+/// one pipeline per pool.
+void Search::enumerateCandidates(const std::vector<int> &usable) {
+  int P = int(usable.size());
+  for (int mask = 1; mask < (1 << P); ++mask) {
+    std::vector<int> order;
+    for (int j = 0; j < P; ++j)
+      if (mask & (1 << j))
+        order.push_back(usable[j]);
+    if (scope.uniform && int(order.size()) != P)
+      continue;
+    // Every order of up to kExhaustivePools pools (5! orders and more are
+    // not searched); with more pools, orders of up to three.
+    if (order.size() > size_t(P <= kExhaustivePools ? kExhaustivePools : 3))
+      continue;
+    do
+      pipelines(order);
+    while (std::next_permutation(order.begin(), order.end()));
+  }
+  if (scope.uniform)
+    uniformPerPoolGroups();
+  else
+    perPoolGroups();
+}
+
+/// Best first by bound; stop when the bound cannot beat the K-th best.
+void Search::priceCandidates(Kept &kept, HeteroPlanResult &result) {
+  int K = std::max(1, o.topK);
+  std::vector<HeteroResult> &best = kept.best;
+  std::optional<HeteroResult> &closest = kept.closest;
+  std::stable_sort(
+      candidates.begin(), candidates.end(),
+      [](const Candidate &x, const Candidate &y) { return x.bound < y.bound; });
+  for (const Candidate &cand : candidates) {
+    // The single-pool pipelines stay candidates for perPoolGroups'
+    // options even where they cannot hold a site's data alone.
+    if (!pinsHold(cand.s)) {
+      ++unpinned;
+      continue;
     }
-    if (!closest && tooLong > 0)
-      return err("plan: a global batch of " + std::to_string(gbs) +
-                 " samples is more micro-batches than the planner simulates "
-                 "per candidate (" +
-                 std::to_string(kMaxPlanStepTasks) +
-                 " micro-batch executions); give a smaller --global-batch");
-    if (closest) {
-      char buf[512];
-      std::snprintf(buf, sizeof buf,
-                    "plan: the model fits on the cluster under no strategy; "
-                    "the closest (%s) is %.1f GiB short: %s",
-                    closest->strategy.str(pools).c_str(),
-                    closest->memoryShortfallBytes / double(1ull << 30),
-                    closest->doesNotFit.c_str());
-      return err(buf);
+    if (int(best.size()) >= K &&
+        cand.bound >= objectiveScoreOf(best.back()) * (1 - 1e-12)) {
+      ++pruned;
+      continue;
     }
-    double need = modelState({double(w.parameters())}, a).total();
-    double have = 0;
-    for (int p : usable) {
-      const DeviceSpec &dev = *pools[p].nodes->device;
-      double cap = dev.memoryBytes - a.workspaceFor(dev);
-      have += pools[p].devices * cap;
+    auto r = simulateHetero(w, c, cand.s, a);
+    ++result.candidatesPriced;
+    if (!r) {
+      stopsSearch(r.takeError(), internal);
+      continue;
     }
+    if (!r->fits) {
+      if (!closest || r->memoryShortfallBytes < closest->memoryShortfallBytes) {
+        closest = std::move(*r);
+      }
+      continue;
+    }
+    best.push_back(std::move(*r));
+    std::stable_sort(best.begin(), best.end(),
+                     [&](const HeteroResult &x, const HeteroResult &y) {
+                       return objectiveScoreOf(x) < objectiveScoreOf(y);
+                     });
+    if (int(best.size()) > K)
+      best.pop_back();
+    if (o.progress && result.candidatesPriced % 200 == 0) {
+      StepResult shown;
+      shown.stepS = best.front().stepS;
+      o.progress(result.candidatesPriced, &shown);
+    }
+  }
+}
+
+/// Why nothing fits: pinned data, too many micro-batches, the closest
+/// strategy's shortfall, or the model state against the devices.
+llvm::Error Search::noPlan(const Kept &kept,
+                           const std::vector<int> &usable) const {
+  const std::optional<HeteroResult> &closest = kept.closest;
+  if (!closest && unpinned > 0) {
+    std::string sites;
+    std::vector<int64_t> need = pinnedSamples(c, gbs);
+    for (size_t i = 0; i < need.size(); ++i)
+      if (need[i] > 0)
+        sites += (sites.empty() ? "" : ", ") + c.sites[i].name + " " +
+                 std::to_string(need[i]) + " samples";
+    return err("plan: no strategy reads each site's pinned data there "
+               "(data_share: " +
+               sites + " of " + std::to_string(gbs) +
+               "): the site's devices cannot take their share");
+  }
+  if (!closest && tooLong > 0)
+    return err("plan: a global batch of " + std::to_string(gbs) +
+               " samples is more micro-batches than the planner simulates "
+               "per candidate (" +
+               std::to_string(kMaxPlanStepTasks) +
+               " micro-batch executions); give a smaller --global-batch");
+  if (closest) {
     char buf[512];
     std::snprintf(buf, sizeof buf,
-                  "plan: the model fits on the cluster under no strategy: no "
-                  "split of its %lld layers over the devices fits (weights, "
-                  "gradients and Adam state need %.1f GiB, the devices have "
-                  "%.1f GiB after workspace; mixed-cluster plans in this "
-                  "version do not offload to host memory)",
-                  (long long)sequence.size(), need / double(1ull << 30),
-                  have / double(1ull << 30));
+                  "plan: the model fits on the cluster under no strategy; "
+                  "the closest (%s) is %.1f GiB short: %s",
+                  closest->strategy.str(pools).c_str(),
+                  closest->memoryShortfallBytes / double(1ull << 30),
+                  closest->doesNotFit.c_str());
     return err(buf);
   }
-  result.top = std::move(best);
-  return result;
+  double need = modelState({double(w.parameters())}, a).total();
+  double have = 0;
+  for (int p : usable) {
+    const DeviceSpec &dev = *pools[p].nodes->device;
+    double cap = dev.memoryBytes - a.workspaceFor(dev);
+    have += pools[p].devices * cap;
+  }
+  char buf[512];
+  std::snprintf(buf, sizeof buf,
+                "plan: the model fits on the cluster under no strategy: no "
+                "split of its %lld layers over the devices fits (weights, "
+                "gradients and Adam state need %.1f GiB, the devices have "
+                "%.1f GiB after workspace; mixed-cluster plans in this "
+                "version do not offload to host memory)",
+                (long long)sequence.size(), need / double(1ull << 30),
+                have / double(1ull << 30));
+  return err(buf);
 }
 
 } // namespace

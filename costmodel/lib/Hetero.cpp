@@ -18,9 +18,9 @@
 //===----------------------------------------------------------------------===//
 
 #include "orrery/CostModel/Hetero.h"
-#include "orrery/CostModel/Errors.h"
-#include "orrery/CostModel/Collective.h"
 #include "Simulation.h"
+#include "orrery/CostModel/Collective.h"
+#include "orrery/CostModel/Errors.h"
 
 #include <algorithm>
 #include <cmath>
@@ -91,12 +91,10 @@ std::string HeteroStrategy::str(const std::vector<Pool> &pools) const {
                              ? pools[st.pool].name
                              : "pool" + std::to_string(st.pool);
       out += (i ? " | " : "") + type + " tp" + std::to_string(st.tp) + " pp" +
-             std::to_string(j - i) + " (" + std::to_string(layers) +
-             " layers)";
+             std::to_string(j - i) + " (" + std::to_string(layers) + " layers)";
       i = j;
     }
-    int64_t lo = rg.microBatches.empty() ? 0 : rg.microBatches.front(),
-            hi = lo;
+    int64_t lo = rg.microBatches.empty() ? 0 : rg.microBatches.front(), hi = lo;
     for (int64_t m : rg.microBatches) {
       lo = std::min(lo, m);
       hi = std::max(hi, m);
@@ -140,12 +138,11 @@ llvm::Error placeDevices(HeteroStrategy &s, const Workload &w,
         return err(at + ".micro_batches_per_replica: every replica needs at "
                         "least one micro-batch (leave a replica out instead)");
       if (m * int64_t(std::max<size_t>(1, rg.stages.size())) > kMaxStepTasks)
-        return err(at + ".micro_batches_per_replica: " + std::to_string(m) +
-                   " micro-batches through " +
-                   std::to_string(rg.stages.size()) +
-                   " stages are more than the " +
-                   std::to_string(kMaxStepTasks) +
-                   " the simulator takes in one step");
+        return err(
+            at + ".micro_batches_per_replica: " + std::to_string(m) +
+            " micro-batches through " + std::to_string(rg.stages.size()) +
+            " stages are more than the " + std::to_string(kMaxStepTasks) +
+            " the simulator takes in one step");
     }
     if (rg.stages.empty())
       return err(at + ".stages: at least one stage is needed");
@@ -206,9 +203,9 @@ static const SiteLink *siteLink(const Cluster &c, int a, int b) {
 
 /// A node's network bandwidth per device (bytes/s of line rate).
 static double nicPerDevice(const NodeGroup &ng) {
-  return ng.nic ? ng.nic->bandwidthBytesPerS * ng.nicsPerNode /
-                      ng.devicesPerNode
-                : 0;
+  return ng.nic
+             ? ng.nic->bandwidthBytesPerS * ng.nicsPerNode / ng.devicesPerNode
+             : 0;
 }
 
 /// The transfer path between device `a` and device `b`: inside a node,
@@ -238,8 +235,7 @@ static GroupShape pathBetween(const Cluster &c, int a, int b, int nodeStreams,
   // boundary at once (the stage's ranks on the node, at most all of its
   // devices), each using at most one card.
   int sharing = std::max(1, std::min(nodeStreams, slow.devicesPerNode));
-  g.nicSharePerRank =
-      std::min(1.0, double(slow.nicsPerNode) / sharing);
+  g.nicSharePerRank = std::min(1.0, double(slow.nicsPerNode) / sharing);
   return g;
 }
 
@@ -276,8 +272,8 @@ void groupPipeline(const Cluster &c, const HeteroStrategy &s, size_t g,
   st.pp = pp;
   st.dp = rg.replicas;
   st.microBatch = rg.microBatch;
-  int64_t most = *std::max_element(rg.microBatches.begin(),
-                                   rg.microBatches.end());
+  int64_t most =
+      *std::max_element(rg.microBatches.begin(), rg.microBatches.end());
   st.globalBatch = most * rg.microBatch * rg.replicas;
   st.zeroStage = s.zeroStage;
   st.recompute = rg.recompute;
@@ -318,9 +314,9 @@ void groupPipeline(const Cluster &c, const HeteroStrategy &s, size_t g,
       int node = c.devices()[hs.devices.front()].node, onNode = 0;
       for (int d : hs.devices)
         onNode += c.devices()[d].node == node;
-      p.toNext = pathBetween(c, hs.devices.front(),
-                             rg.stages[i + 1].devices.front(), onNode,
-                             rg.replicas * hs.tp);
+      p.toNext =
+          pathBetween(c, hs.devices.front(), rg.stages[i + 1].devices.front(),
+                      onNode, rg.replicas * hs.tp);
     }
     at.push_back(p);
   }
@@ -331,7 +327,8 @@ void groupPipeline(const Cluster &c, const HeteroStrategy &s, size_t g,
 std::vector<int64_t> pinnedSamples(const Cluster &c, int64_t globalBatch) {
   std::vector<int64_t> out;
   for (const Site &site : c.sites)
-    out.push_back(int64_t(std::ceil(site.dataShare * double(globalBatch) - 1e-9)));
+    out.push_back(
+        int64_t(std::ceil(site.dataShare * double(globalBatch) - 1e-9)));
   return out;
 }
 
@@ -347,135 +344,134 @@ std::string dataShareProblem(const Cluster &c, const HeteroStrategy &s,
     if (taken[i] < pinned[i]) {
       char share[32];
       std::snprintf(share, sizeof share, "%g", c.sites[i].dataShare);
-      return "site " + c.sites[i].name + " holds " +
-             std::to_string(pinned[i]) + " of the " +
-             std::to_string(s.globalBatch) + " samples (data_share " + share +
+      return "site " + c.sites[i].name + " holds " + std::to_string(pinned[i]) +
+             " of the " + std::to_string(s.globalBatch) +
+             " samples (data_share " + share +
              "), and the replicas whose first stage is there take " +
              std::to_string(taken[i]);
     }
   return "";
 }
 
-llvm::Expected<HeteroResult> simulateHetero(const Workload &w,
-                                            const Cluster &c, HeteroStrategy s,
-                                            const Assumptions &a,
-                                            bool keepTrace) {
-  if (auto e = placeDevices(s, w, c))
-    return std::move(e);
-  std::vector<Pool> pools = clusterPools(c);
-  std::string unread = dataShareProblem(c, s, pools);
-  if (!unread.empty())
-    return inputError(unread);
-  HeteroResult r;
-  r.strategy = s;
-  double peakFlops = 0;
-  for (size_t g = 0; g < s.groups.size(); ++g) {
-    const ReplicaGroup &rg = s.groups[g];
-    int pp = int(rg.stages.size());
-    Strategy st;
-    std::vector<StagePlacement> at;
-    detail::groupPipeline(c, s, g, pools, st, at);
-    for (int i = 0; i < pp; ++i) {
-      const HeteroStage &hs = rg.stages[i];
-      const NodeGroup &ng = *pools[hs.pool].nodes;
-      peakFlops += double(hs.tp) * rg.replicas *
-                   ng.device->tensorPeak(s.precision);
-      for (int d : hs.devices)
-        r.costUsd += c.groupOf(d).priceUsdPerDeviceHour / 3600.0;
-    }
-    auto res = simulatePipeline(w, st, at, a, keepTrace);
-    if (!res)
-      return res.takeError();
-    for (size_t i = 0; i < res->stages.size(); ++i)
-      res->stages[i].label = "group " + std::to_string(g) + " stage " +
-                             std::to_string(i) + " " +
-                             pools[rg.stages[i].pool].name;
-    // WAN bytes of pipeline boundaries between sites: activations forward,
-    // their gradients backward, every micro-batch of every replica.
-    int64_t microBatches = 0;
-    for (int64_t m : rg.microBatches)
-      microBatches += m;
-    for (int i = 0; i + 1 < pp; ++i) {
-      int sa = c.devices()[rg.stages[i].devices.front()].site,
-          sb = c.devices()[rg.stages[i + 1].devices.front()].site;
-      if (sa == sb)
-        continue;
-      double bytes = res->boundaryBytesPerMicroBatch[i] * microBatches;
-      r.wanBytesPerStep += bytes;
-      if (const SiteLink *sl = siteLink(c, sa, sb))
-        r.wanUsdPerStep += bytes / 1e9 * sl->egressUsdPerGB;
-    }
-    r.devicesUsed += rg.devices();
-    r.groupsS = std::max(r.groupsS, res->stepS);
-    r.peakMemoryBytes = std::max(r.peakMemoryBytes, res->peakMemoryBytes);
-    if (g == 0 || res->memoryShortfallBytes > r.memoryShortfallBytes)
-      r.memoryShortfallBytes = res->memoryShortfallBytes;
-    if (!res->fits && r.fits) {
-      r.fits = false;
-      r.doesNotFit = "replica group " + std::to_string(g) + ": " +
-                     res->doesNotFit;
-    }
-    r.groups.push_back(std::move(*res));
+/// Replica group g's pipeline priced, its cost, WAN bytes and memory
+/// added to `r`, its devices' peak to `peakFlops`.
+static llvm::Error simulateGroup(const Workload &w, const Cluster &c,
+                                 const HeteroStrategy &s, size_t g,
+                                 const std::vector<Pool> &pools,
+                                 const Assumptions &a, bool keepTrace,
+                                 HeteroResult &r, double &peakFlops) {
+  const ReplicaGroup &rg = s.groups[g];
+  int pp = int(rg.stages.size());
+  Strategy st;
+  std::vector<StagePlacement> at;
+  detail::groupPipeline(c, s, g, pools, st, at);
+  for (int i = 0; i < pp; ++i) {
+    const HeteroStage &hs = rg.stages[i];
+    const NodeGroup &ng = *pools[hs.pool].nodes;
+    peakFlops +=
+        double(hs.tp) * rg.replicas * ng.device->tensorPeak(s.precision);
+    for (int d : hs.devices)
+      r.costUsd += c.groupOf(d).priceUsdPerDeviceHour / 3600.0;
   }
+  auto res = simulatePipeline(w, st, at, a, keepTrace);
+  if (!res)
+    return res.takeError();
+  for (size_t i = 0; i < res->stages.size(); ++i)
+    res->stages[i].label = "group " + std::to_string(g) + " stage " +
+                           std::to_string(i) + " " +
+                           pools[rg.stages[i].pool].name;
+  // WAN bytes of pipeline boundaries between sites: activations forward,
+  // their gradients backward, every micro-batch of every replica.
+  int64_t microBatches = 0;
+  for (int64_t m : rg.microBatches)
+    microBatches += m;
+  for (int i = 0; i + 1 < pp; ++i) {
+    int sa = c.devices()[rg.stages[i].devices.front()].site,
+        sb = c.devices()[rg.stages[i + 1].devices.front()].site;
+    if (sa == sb)
+      continue;
+    double bytes = res->boundaryBytesPerMicroBatch[i] * microBatches;
+    r.wanBytesPerStep += bytes;
+    if (const SiteLink *sl = siteLink(c, sa, sb))
+      r.wanUsdPerStep += bytes / 1e9 * sl->egressUsdPerGB;
+  }
+  r.devicesUsed += rg.devices();
+  r.groupsS = std::max(r.groupsS, res->stepS);
+  r.peakMemoryBytes = std::max(r.peakMemoryBytes, res->peakMemoryBytes);
+  if (g == 0 || res->memoryShortfallBytes > r.memoryShortfallBytes)
+    r.memoryShortfallBytes = res->memoryShortfallBytes;
+  if (!res->fits && r.fits) {
+    r.fits = false;
+    r.doesNotFit =
+        "replica group " + std::to_string(g) + ": " + res->doesNotFit;
+  }
+  r.groups.push_back(std::move(*res));
+  return llvm::Error::success();
+}
 
-  // Gradients across groups: min(n) rings of shards over the network
-  // (each device's card share, the slowest pool's), and the WAN between
-  // sites carrying the whole gradient on every ring edge that crosses it.
+/// Gradients across groups: min(n) rings of shards over the network (each
+/// device's card share, the slowest pool's), and the WAN between sites
+/// carrying the whole gradient on every ring edge that crosses it.
+static void crossGroupSync(const Workload &w, const Cluster &c,
+                           const HeteroStrategy &s,
+                           const std::vector<Pool> &pools, const Assumptions &a,
+                           HeteroResult &r) {
   int G = int(s.groups.size());
-  if (G > 1 && !detail::alignedGroups(c, s)) {
-    double grad = double(w.parameters()) * a.gradReduceBytes();
-    int streams = s.groups.front().devices();
-    const NodeGroup *slow = nullptr;
-    for (const ReplicaGroup &rg : s.groups) {
-      streams = std::min(streams, rg.devices());
-      for (const HeteroStage &hs : rg.stages) {
-        const NodeGroup &ng = *pools[hs.pool].nodes;
-        if (!slow || nicPerDevice(ng) < nicPerDevice(*slow))
-          slow = &ng;
-      }
+  double grad = double(w.parameters()) * a.gradReduceBytes();
+  int streams = s.groups.front().devices();
+  const NodeGroup *slow = nullptr;
+  for (const ReplicaGroup &rg : s.groups) {
+    streams = std::min(streams, rg.devices());
+    for (const HeteroStage &hs : rg.stages) {
+      const NodeGroup &ng = *pools[hs.pool].nodes;
+      if (!slow || nicPerDevice(ng) < nicPerDevice(*slow))
+        slow = &ng;
     }
-    GroupShape net;
-    net.ranks = G;
-    net.ranksPerNode = 1;
-    net.nic = slow->nic;
-    net.nicSharePerRank = double(slow->nicsPerNode) / slow->devicesPerNode;
-    // The switches reduce across the groups where every group's nodes hang
-    // off the same kind of aggregating fabric at one site.
-    bool oneFabric = true;
-    int site0 = c.devices()[s.groups.front().stages.front().devices.front()].site;
-    for (const ReplicaGroup &rg : s.groups)
-      for (const HeteroStage &hs : rg.stages)
-        oneFabric &= pools[hs.pool].nodes->aggregation.kind ==
-                         slow->aggregation.kind &&
-                     c.devices()[hs.devices.front()].site == site0;
-    if (oneFabric)
-      net.aggregation = slow->aggregation;
-    double sync = collectiveTime(CollectiveKind::AllReduce,
-                                 grad / std::max(1, streams), net,
-                                 int(a.gradReduceBytes()));
-    double perEdge = 2.0 * (G - 1) / G * grad;
-    for (int g = 0; g < G; ++g) {
-      int sa = c.devices()[s.groups[g].stages.front().devices.front()].site;
-      int sb = c.devices()[s.groups[(g + 1) % G].stages.front().devices.front()]
-                   .site;
-      if (sa == sb)
-        continue;
-      const SiteLink *sl = siteLink(c, sa, sb);
-      if (!sl)
-        continue;
-      GroupShape wan;
-      wan.ranks = G;
-      wan.ranksPerNode = 1;
-      wan.nic = &sl->link;
-      sync = std::max(sync,
-                      collectiveTime(CollectiveKind::AllReduce, grad, wan,
-                                     int(a.gradReduceBytes())));
-      r.wanBytesPerStep += perEdge;
-      r.wanUsdPerStep += perEdge / 1e9 * sl->egressUsdPerGB;
-    }
-    r.crossGroupSyncS = sync;
   }
+  GroupShape net;
+  net.ranks = G;
+  net.ranksPerNode = 1;
+  net.nic = slow->nic;
+  net.nicSharePerRank = double(slow->nicsPerNode) / slow->devicesPerNode;
+  // The switches reduce across the groups where every group's nodes hang
+  // off the same kind of aggregating fabric at one site.
+  bool oneFabric = true;
+  int site0 = c.devices()[s.groups.front().stages.front().devices.front()].site;
+  for (const ReplicaGroup &rg : s.groups)
+    for (const HeteroStage &hs : rg.stages)
+      oneFabric &=
+          pools[hs.pool].nodes->aggregation.kind == slow->aggregation.kind &&
+          c.devices()[hs.devices.front()].site == site0;
+  if (oneFabric)
+    net.aggregation = slow->aggregation;
+  double sync =
+      collectiveTime(CollectiveKind::AllReduce, grad / std::max(1, streams),
+                     net, int(a.gradReduceBytes()));
+  double perEdge = 2.0 * (G - 1) / G * grad;
+  for (int g = 0; g < G; ++g) {
+    int sa = c.devices()[s.groups[g].stages.front().devices.front()].site;
+    int sb =
+        c.devices()[s.groups[(g + 1) % G].stages.front().devices.front()].site;
+    if (sa == sb)
+      continue;
+    const SiteLink *sl = siteLink(c, sa, sb);
+    if (!sl)
+      continue;
+    GroupShape wan;
+    wan.ranks = G;
+    wan.ranksPerNode = 1;
+    wan.nic = &sl->link;
+    sync = std::max(sync, collectiveTime(CollectiveKind::AllReduce, grad, wan,
+                                         int(a.gradReduceBytes())));
+    r.wanBytesPerStep += perEdge;
+    r.wanUsdPerStep += perEdge / 1e9 * sl->egressUsdPerGB;
+  }
+  r.crossGroupSyncS = sync;
+}
 
+/// The step's figures, energy, cost and the trace of the sync.
+static void heteroFigures(const Workload &w, const HeteroStrategy &s,
+                          double peakFlops, bool keepTrace, HeteroResult &r) {
   r.stepS = r.groupsS + r.crossGroupSyncS;
   double perSample = 1.0 / std::max<int64_t>(1, w.batchSize);
   r.samplesPerS = double(s.globalBatch) / r.stepS;
@@ -499,8 +495,29 @@ llvm::Expected<HeteroResult> simulateHetero(const Workload &w,
   if (keepTrace && r.crossGroupSyncS > 0)
     for (StepResult &g : r.groups)
       for (size_t i = 0; i < g.stages.size(); ++i)
-        g.trace.push_back({int(i), "gradient all-reduce across groups",
-                           "dp", r.groupsS, r.crossGroupSyncS});
+        g.trace.push_back({int(i), "gradient all-reduce across groups", "dp",
+                           r.groupsS, r.crossGroupSyncS});
+}
+
+llvm::Expected<HeteroResult> simulateHetero(const Workload &w, const Cluster &c,
+                                            HeteroStrategy s,
+                                            const Assumptions &a,
+                                            bool keepTrace) {
+  if (auto e = placeDevices(s, w, c))
+    return std::move(e);
+  std::vector<Pool> pools = clusterPools(c);
+  std::string unread = dataShareProblem(c, s, pools);
+  if (!unread.empty())
+    return inputError(unread);
+  HeteroResult r;
+  r.strategy = s;
+  double peakFlops = 0;
+  for (size_t g = 0; g < s.groups.size(); ++g)
+    if (auto e = simulateGroup(w, c, s, g, pools, a, keepTrace, r, peakFlops))
+      return std::move(e);
+  if (s.groups.size() > 1 && !detail::alignedGroups(c, s))
+    crossGroupSync(w, c, s, pools, a, r);
+  heteroFigures(w, s, peakFlops, keepTrace, r);
   return r;
 }
 
