@@ -85,11 +85,11 @@ llvm::Expected<ServingReplica> servingReplicaOn(const NodeGroup &g, int tp,
                         "ranks (ep=1 or ep=tp=" +
                         std::to_string(tp) + ")");
   if (tp > g.devicesPerNode)
-    return servingError("serving: tp=" + std::to_string(tp) +
-                        " spans more than one node of " +
-                        std::to_string(g.devicesPerNode) + " " +
-                        g.device->name + " (tensor parallelism stays inside "
-                        "a node; use pp across nodes)");
+    return servingError(
+        "serving: tp=" + std::to_string(tp) + " spans more than one node of " +
+        std::to_string(g.devicesPerNode) + " " + g.device->name +
+        " (tensor parallelism stays inside "
+        "a node; use pp across nodes)");
   if (int64_t(tp) * pp > int64_t(g.count) * g.devicesPerNode)
     return servingError("serving: tp x pp = " + std::to_string(tp * pp) +
                         " is more than the " +
@@ -125,14 +125,14 @@ std::vector<std::vector<int64_t>> stageCounts(const Workload &w, int pp) {
 }
 } // namespace
 
-llvm::Expected<StepPricer>
-StepPricer::create(const Workload &w, const ServingReplica &replica,
-                   const ServingPrecision &precision, ServingEngine engine) {
+/// What a replica must be for `w` to be served on it.
+static llvm::Error checkReplica(const Workload &w,
+                                const ServingReplica &replica,
+                                const ServingPrecision &precision) {
   if (!replica.device)
     return servingError("serving: the replica has no device");
   const DeviceSpec &dev = *replica.device;
-  double tokens = double(w.batchSize) * double(w.tokensPerSample);
-  if (tokens <= 0)
+  if (double(w.batchSize) * double(w.tokensPerSample) <= 0)
     return servingError("serving: the model's first input is not a [batch, "
                         "sequence] tensor of token ids, so there is no "
                         "token to serve");
@@ -150,13 +150,106 @@ StepPricer::create(const Workload &w, const ServingReplica &replica,
                         " is more stages than the model's " +
                         std::to_string(longest) + " repeated layers");
 
+  return llvm::Error::success();
+}
+
+/// Op `op` of layer kind `k` as one step prices it per token on one rank
+/// (`head`: the output head; `repeated`: a layer that quantizes).
+llvm::Error StepPricer::tokenOp(const OpCost &op, const LayerKind &k, bool head,
+                                bool repeated, double tokens,
+                                const ServingPrecision &precision, TokenOp &t,
+                                bool &anyAttention, bool &anyExperts) {
+  bool rowParallel = op.tpAllReduceForwardBytes > 0;
+  // The output head is vocabulary-parallel (each rank 1/tp of the
+  // logits, gathered for sampling).
+  bool vocabParallel = head && op.contraction && op.weighted;
+  double tp = replica_.tp;
+  double split = op.tensorParallel || vocabParallel ? tp : 1;
+  t.flopsPerToken = double(op.forwardFlops) / tokens / split;
+  t.allReduceBytesPerToken =
+      replica_.tp > 1 ? double(op.tpAllReduceForwardBytes) / tokens : 0;
+  if (op.attentionKvHeads > 0) {
+    anyAttention = true;
+    t.kind = TokenOp::Attention;
+    t.cls = KernelClass::Attention;
+    t.heads = double(op.attentionQueryHeads) / tp;
+    t.kvHeads = kvHeadsPerRank(op, replica_.tp);
+    t.headDim = double(op.attentionHeadDim);
+    t.valueDim = double(op.attentionValueWidth());
+    if (op.attentionWindow > 0) {
+      if (window_ > 0 && window_ != op.attentionWindow)
+        return servingError(
+            "serving: the model's attention layers slide windows of " +
+            std::to_string(window_) + " and " +
+            std::to_string(op.attentionWindow) +
+            " keys; one window (beside full attention) is priced");
+      window_ = op.attentionWindow;
+      t.windowed = true;
+    }
+  } else if (op.contraction && op.weighted) {
+    t.kind = TokenOp::Linear;
+    t.cls = KernelClass::Gemm;
+    bool fp8 = precision.linear == Precision::FP8 && repeated;
+    t.precision = fp8                                   ? Precision::FP8
+                  : precision.linear == Precision::FP16 ? Precision::FP16
+                                                        : Precision::BF16;
+    double products = op.experts > 1 ? double(op.gemmBatch) : 1.0;
+    double bytesPerWeight = precision.weightOnlyBytes > 0 && repeated
+                                ? precision.weightOnlyBytes
+                                : precisionBytes(t.precision);
+    t.weightBytes =
+        products * double(op.gemmK) * double(op.gemmN) * bytesPerWeight / split;
+    double in = double(op.activationInputBytes) / tokens,
+           outB = double(op.outputBytes) / tokens;
+    t.bytesPerToken =
+        split > 1 ? (rowParallel ? in / tp + outB : in + outB / tp) : in + outB;
+    if (op.experts > 1) {
+      anyExperts = true;
+      if (replica_.ep > op.experts)
+        return servingError("serving: ep=" + std::to_string(replica_.ep) +
+                            " is more ranks than the " +
+                            std::to_string(op.experts) + " experts of '" +
+                            op.name + "' (each rank keeps whole experts)");
+      t.experts = op.experts;
+      t.topK = std::max<int>(1, int(std::lround(double(op.gemmBatch) *
+                                                double(op.gemmM) / tokens)));
+      // Whole experts, E/ep of them a rank: the same bytes and work a
+      // rank on average as 1/tp of each, spread unevenly (kindSeconds).
+      t.expertParallel = split > 1 ? replica_.ep : 1;
+    }
+  } else if (op.contraction && op.attentionCore) {
+    return servingError(
+        "serving: layer kind '" + k.name +
+        "' computes attention as separate products (" + op.name +
+        "); serving prices attention as one fused kernel over the KV "
+        "cache: import with --kernels fused");
+  } else {
+    t.kind = TokenOp::Other;
+    t.cls = op.contraction ? KernelClass::Gemm : op.kernelClass;
+    double moved = double(op.bytesRead + op.bytesWritten);
+    if (op.fusesWithPrevious) {
+      moved = std::max(0.0, moved - 2.0 * op.fusedIntermediateBytes);
+      t.kernels = 0;
+    }
+    t.bytesPerToken = moved / tokens / split;
+  }
+  return llvm::Error::success();
+}
+
+llvm::Expected<StepPricer> StepPricer::create(const Workload &w,
+                                              const ServingReplica &replica,
+                                              const ServingPrecision &precision,
+                                              ServingEngine engine) {
+  if (auto e = checkReplica(w, replica, precision))
+    return std::move(e);
+  double tokens = double(w.batchSize) * double(w.tokensPerSample);
+  const DeviceSpec &dev = *replica.device;
   StepPricer p;
   p.replica_ = replica;
   p.engine_ = engine;
   p.kvBytesPerElement_ = precision.kvBytesPerElement;
   static const Assumptions assumptions;
   p.kernels_ = &assumptions.kernelsFor(dev);
-  double tp = replica.tp;
   auto stages = stageCounts(w, replica.pp);
   size_t headKind = w.layers.size() > 1 ? w.layers.back().kind : size_t(-1);
   bool anyAttention = false, anyExperts = false;
@@ -166,88 +259,15 @@ StepPricer::create(const Workload &w, const ServingReplica &replica,
     out.perStage = stages[ki];
     out.head = ki == headKind && k.count == 1;
     out.outputBytesPerToken = double(k.outputBytes) / tokens;
-    bool repeated = k.count > 1 ||
-                    (!k.variantOf.empty()); // a first/last layer variant
+    bool repeated =
+        k.count > 1 || (!k.variantOf.empty()); // a first/last layer variant
     for (const OpCost &op : k.ops) {
       if (op.view)
         continue;
       TokenOp t;
-      bool rowParallel = op.tpAllReduceForwardBytes > 0;
-      // The output head is vocabulary-parallel (each rank 1/tp of the
-      // logits, gathered for sampling).
-      bool vocabParallel = out.head && op.contraction && op.weighted;
-      double split = op.tensorParallel || vocabParallel ? tp : 1;
-      t.flopsPerToken = double(op.forwardFlops) / tokens / split;
-      t.allReduceBytesPerToken =
-          replica.tp > 1 ? double(op.tpAllReduceForwardBytes) / tokens : 0;
-      if (op.attentionKvHeads > 0) {
-        anyAttention = true;
-        t.kind = TokenOp::Attention;
-        t.cls = KernelClass::Attention;
-        t.heads = double(op.attentionQueryHeads) / tp;
-        t.kvHeads = kvHeadsPerRank(op, replica.tp);
-        t.headDim = double(op.attentionHeadDim);
-        t.valueDim = double(op.attentionValueWidth());
-        if (op.attentionWindow > 0) {
-          if (p.window_ > 0 && p.window_ != op.attentionWindow)
-            return servingError(
-                "serving: the model's attention layers slide windows of " +
-                std::to_string(p.window_) + " and " +
-                std::to_string(op.attentionWindow) +
-                " keys; one window (beside full attention) is priced");
-          p.window_ = op.attentionWindow;
-          t.windowed = true;
-        }
-      } else if (op.contraction && op.weighted) {
-        t.kind = TokenOp::Linear;
-        t.cls = KernelClass::Gemm;
-        bool fp8 = precision.linear == Precision::FP8 && repeated;
-        t.precision = fp8 ? Precision::FP8
-                      : precision.linear == Precision::FP16 ? Precision::FP16
-                                                            : Precision::BF16;
-        double products = op.experts > 1 ? double(op.gemmBatch) : 1.0;
-        double bytesPerWeight =
-            precision.weightOnlyBytes > 0 && repeated
-                ? precision.weightOnlyBytes
-                : precisionBytes(t.precision);
-        t.weightBytes = products * double(op.gemmK) * double(op.gemmN) *
-                        bytesPerWeight / split;
-        double in = double(op.activationInputBytes) / tokens,
-               outB = double(op.outputBytes) / tokens;
-        t.bytesPerToken = split > 1
-                              ? (rowParallel ? in / tp + outB : in + outB / tp)
-                              : in + outB;
-        if (op.experts > 1) {
-          anyExperts = true;
-          if (replica.ep > op.experts)
-            return servingError("serving: ep=" + std::to_string(replica.ep) +
-                                " is more ranks than the " +
-                                std::to_string(op.experts) + " experts of '" +
-                                op.name + "' (each rank keeps whole experts)");
-          t.experts = op.experts;
-          t.topK = std::max<int>(
-              1, int(std::lround(double(op.gemmBatch) * double(op.gemmM) /
-                                 tokens)));
-          // Whole experts, E/ep of them a rank: the same bytes and work a
-          // rank on average as 1/tp of each, spread unevenly (kindSeconds).
-          t.expertParallel = split > 1 ? replica.ep : 1;
-        }
-      } else if (op.contraction && op.attentionCore) {
-        return servingError(
-            "serving: layer kind '" + k.name +
-            "' computes attention as separate products (" + op.name +
-            "); serving prices attention as one fused kernel over the KV "
-            "cache: import with --kernels fused");
-      } else {
-        t.kind = TokenOp::Other;
-        t.cls = op.contraction ? KernelClass::Gemm : op.kernelClass;
-        double moved = double(op.bytesRead + op.bytesWritten);
-        if (op.fusesWithPrevious) {
-          moved = std::max(0.0, moved - 2.0 * op.fusedIntermediateBytes);
-          t.kernels = 0;
-        }
-        t.bytesPerToken = moved / tokens / split;
-      }
+      if (auto e = p.tokenOp(op, k, out.head, repeated, tokens, precision, t,
+                             anyAttention, anyExperts))
+        return std::move(e);
       out.ops.push_back(t);
     }
     p.kinds_.push_back(std::move(out));
@@ -285,8 +305,7 @@ double StepPricer::kindSeconds(const Kind &k, const StepBatch &b,
         // some token of the step chose run as one grouped GEMM, each
         // reading its weights.
         double e = op.experts;
-        double active =
-            e * (1.0 - std::pow(1.0 - double(op.topK) / e, tokens));
+        double active = e * (1.0 - std::pow(1.0 - double(op.topK) / e, tokens));
         active = std::max(1.0, active);
         s = expertGemmSeconds(op, active, flops,
                               op.weightBytes * active / e + act);
@@ -332,9 +351,9 @@ double StepPricer::kindSeconds(const Kind &k, const StepBatch &b,
     }
     total += s;
     if (op.allReduceBytesPerToken > 0) {
-      double c = collectiveTime(CollectiveKind::AllReduce,
-                                op.allReduceBytesPerToken * tokens,
-                                replica_.tpGroup);
+      double c =
+          collectiveTime(CollectiveKind::AllReduce,
+                         op.allReduceBytesPerToken * tokens, replica_.tpGroup);
       t.communicationS += c;
       total += c;
     }
@@ -437,8 +456,9 @@ StepTime StepPricer::price(const StepBatch &b) const {
     for (const Kind &k : kinds_)
       if (k.perStage.front() > 0 && !k.head)
         bytes = std::max(bytes, k.outputBytesPerToken);
-    double send = collectiveTime(CollectiveKind::SendRecv,
-                                 bytes * double(b.tokens()), replica_.stageLink);
+    double send =
+        collectiveTime(CollectiveKind::SendRecv, bytes * double(b.tokens()),
+                       replica_.stageLink);
     latency += (pp - 1) * send;
     t.communicationS += (pp - 1) * send;
   }

@@ -112,8 +112,7 @@ struct StepTime {
   /// How often the replica can start a step: its slowest stage (pipeline
   /// parallelism keeps `pp` steps in flight); latencyS when pp is 1.
   double intervalS = 0;
-  double linearS = 0, attentionS = 0, otherS = 0, communicationS = 0,
-         hostS = 0;
+  double linearS = 0, attentionS = 0, otherS = 0, communicationS = 0, hostS = 0;
 };
 
 /// A serving replica: `tp` x `pp` devices of one type.
@@ -169,12 +168,12 @@ public:
     enum Kind { Linear, Attention, Other } kind = Other;
     KernelClass cls = KernelClass::Pointwise;
     Precision precision = Precision::BF16;
-    double flopsPerToken = 0;       ///< on one rank
-    double bytesPerToken = 0;       ///< activations moved, one rank
-    double weightBytes = 0;         ///< a linear layer's weights, one rank
-    int kernels = 1;                ///< 0 when it fuses with the previous op
-    int experts = 0, topK = 0;      ///< a mixture-of-experts GEMM
-    int expertParallel = 1;         ///< its experts split whole over ranks
+    double flopsPerToken = 0;          ///< on one rank
+    double bytesPerToken = 0;          ///< activations moved, one rank
+    double weightBytes = 0;            ///< a linear layer's weights, one rank
+    int kernels = 1;                   ///< 0 when it fuses with the previous op
+    int experts = 0, topK = 0;         ///< a mixture-of-experts GEMM
+    int expertParallel = 1;            ///< its experts split whole over ranks
     double allReduceBytesPerToken = 0; ///< tensor-parallel, after it
     /// Attention: query heads and kv heads on one rank, head dims, and a
     /// sliding window.
@@ -191,6 +190,10 @@ public:
   };
 
 private:
+  llvm::Error tokenOp(const OpCost &op, const LayerKind &k, bool head,
+                      bool repeated, double tokens,
+                      const ServingPrecision &precision, TokenOp &t,
+                      bool &anyAttention, bool &anyExperts);
   double kindSeconds(const Kind &k, const StepBatch &b, StepTime &t) const;
   double expertParallelSeconds(const TokenOp &op, double tokens,
                                double act) const;
