@@ -7,7 +7,13 @@ Also checks that both builds print the same plans (the JSON, wall-clock
 fields aside).
 
     bench/planner_ratio.py --base BUILD_A --head BUILD_B [--pairs 5]
+        [--base-args "--framework none"] [--head-args "--framework none"]
+
+Builds from 2026-12-05 on default to `--framework any` (a second search
+where the fastest plan runs on no target); give `--framework none` to the
+newer side to compare one search with an older build's default.
 """
+import shlex
 import argparse
 import json
 import os
@@ -19,10 +25,10 @@ PROBLEMS = [("gpt3-175b", "128x8xA100-80G", "1536"),
             ("llama3-405b", "2048x8xH100-SXM", "2048")]
 
 
-def timed(orrery, model, cluster, gbs):
+def timed(orrery, model, cluster, gbs, extra=()):
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     p = subprocess.run([orrery, "plan", model, "--cluster", cluster, "--global-batch", gbs,
-                        "--json", "--quiet"], capture_output=True, text=True)
+                        "--json", "--quiet", *extra], capture_output=True, text=True)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if p.returncode:
         sys.exit("planner_ratio: %s: %s" % (orrery, p.stderr.strip()))
@@ -40,8 +46,11 @@ def main():
     ap.add_argument("--base", required=True, help="a build directory (with bin/orrery)")
     ap.add_argument("--head", required=True)
     ap.add_argument("--pairs", type=int, default=5)
+    ap.add_argument("--base-args", default="", help="more `orrery plan` arguments for the base")
+    ap.add_argument("--head-args", default="", help="more `orrery plan` arguments for the head")
     args = ap.parse_args()
     exes = [os.path.join(b, "bin", "orrery") for b in (args.base, args.head)]
+    extras = [shlex.split(args.base_args), shlex.split(args.head_args)]
     same = True
     print(f"{'problem':36} {'base CPU s':>10} {'head CPU s':>10} {'head/base':>9}")
     for model, cluster, gbs in PROBLEMS:
@@ -49,7 +58,7 @@ def main():
         plans = [None, None]
         for _ in range(args.pairs):
             for i, exe in enumerate(exes):
-                cpu, plan = timed(exe, model, cluster, gbs)
+                cpu, plan = timed(exe, model, cluster, gbs, extras[i])
                 best[i] = min(best[i], cpu)
                 plans[i] = plan
         same &= plans[0] == plans[1]

@@ -186,7 +186,8 @@ struct Refusal {
 std::string num(int64_t v) { return std::to_string(v); }
 
 std::string fineTuningWhy(const Plan &p, const char *why) {
-  return "the plan fine-tunes (" + p.assumptions.fineTuning.str() + "), which " + why +
+  return "the plan fine-tunes (" + p.assumptions.fineTuning.str() +
+         "), which " + why +
          "; export --to pytorch for the code that freezes and adapts the "
          "weights";
 }
@@ -198,7 +199,8 @@ std::string moeCapacityWhy(const Plan &p) {
          "megatron (--moe-expert-capacity-factor)";
 }
 std::string prefetchWhy(const Plan &p, const char *how) {
-  return std::string(how) + std::to_string(int64_t(p.assumptions.zero3PrefetchParams)) +
+  return std::string(how) +
+         std::to_string(int64_t(p.assumptions.zero3PrefetchParams)) +
          " parameters ahead (predicted.zero3_prefetch_parameters)";
 }
 bool needsMoeCapacity(const Plan &p, const std::string &) {
@@ -379,11 +381,14 @@ const Refusal kCommon[] = {
     // (communication_data_type); the others reduce what they keep.
     {Capability::Gradients,
      [](const Plan &p, const std::string &f) {
-       return p.assumptions.gradReduceBytes() != p.assumptions.gradBytesPerParam && f != "deepspeed";
+       return p.assumptions.gradReduceBytes() !=
+                  p.assumptions.gradBytesPerParam &&
+              f != "deepspeed";
      },
      [](const Plan &p) -> std::string {
        return "the plan reduces " + num(int(p.assumptions.gradBytesPerParam)) +
-              "-byte gradients in " + num(int(p.assumptions.gradReduceBytes())) +
+              "-byte gradients in " +
+              num(int(p.assumptions.gradReduceBytes())) +
               " bytes (predicted.gradient_reduce_bytes_per_parameter); this "
               "target reduces gradients in the type it keeps them; plan "
               "without --grad-reduce-bytes";
@@ -418,7 +423,9 @@ bool megatronMiddleUneven(const Plan &p) {
 /// Megatron-LM core_r0.12: pretrain_gpt.py's flags.
 const Refusal kMegatron[] = {
     {Capability::FineTuning,
-     [](const Plan &p, const std::string &) { return p.assumptions.fineTuning.active(); },
+     [](const Plan &p, const std::string &) {
+       return p.assumptions.fineTuning.active();
+     },
      [](const Plan &p) {
        return fineTuningWhy(p, "Megatron-LM's flags do not state (NeMo's "
                                "PEFT does: LoRA with dim and "
@@ -526,7 +533,9 @@ const Refusal kMegatron[] = {
 const Refusal kDeepSpeed[] = {
     {Capability::Experts, needsMoeCapacity, moeCapacityWhy},
     {Capability::FineTuning,
-     [](const Plan &p, const std::string &) { return p.assumptions.fineTuning.active(); },
+     [](const Plan &p, const std::string &) {
+       return p.assumptions.fineTuning.active();
+     },
      [](const Plan &p) {
        return fineTuningWhy(p, "a ds_config does not state (frozen weights "
                                "and adapters live in the model code)");
@@ -712,7 +721,8 @@ const Refusal kTorchtitan[] = {
        return std::string("its models run attention through SDPA's flash "
                           "kernels and fuse the rest with torch.compile; the "
                           "plan was priced with --kernels ") +
-              kernelFusionName(p.assumptions.fusion) + ": plan with --kernels fused";
+              kernelFusionName(p.assumptions.fusion) +
+              ": plan with --kernels fused";
      }},
     {Capability::Overlap,
      [](const Plan &p, const std::string &) {
@@ -809,7 +819,9 @@ const Refusal kPytorch[] = {
 const Refusal kJax[] = {
     {Capability::Experts, needsMoeCapacity, moeCapacityWhy},
     {Capability::FineTuning,
-     [](const Plan &p, const std::string &) { return p.assumptions.fineTuning.active(); },
+     [](const Plan &p, const std::string &) {
+       return p.assumptions.fineTuning.active();
+     },
      [](const Plan &p) {
        return fineTuningWhy(p, "a mesh and PartitionSpecs do not state (an "
                                "optax mask does, in the training code)");
@@ -917,6 +929,18 @@ const FrameworkCapabilities *frameworkCapabilities(const std::string &name) {
 
 llvm::Error frameworkRuns(const ExportPlan &plan,
                           const std::string &framework) {
+  if (framework == "any") {
+    std::string first;
+    for (const std::string &f : frameworkFormats()) {
+      llvm::Error e = frameworkRuns(plan, f);
+      if (!e)
+        return llvm::Error::success();
+      std::string why = llvm::toString(std::move(e));
+      if (first.empty())
+        first = why;
+    }
+    return err("no export target runs it (" + first + ")");
+  }
   const Row *r = rowOf(framework);
   if (!r)
     return err("export: unknown framework '" + framework + "'");
@@ -939,17 +963,37 @@ std::vector<std::string> frameworksRunning(const ExportPlan &plan) {
   return running;
 }
 
-std::vector<std::string> frameworksRunning(const StepResult &r,
-                                           const Workload &w) {
+/// A priced strategy as a framework sees it.
+static llvm::Expected<ExportPlan> exportPlanOf(const StepResult &r,
+                                               const Workload &w) {
   Assumptions a = r.assumptions;
   a.fineTuning = w.fineTuning;
   auto p = exportPlanFor(w, r.strategy, a);
+  if (p)
+    p->aggregation = r.inNetworkAggregation;
+  return p;
+}
+
+std::vector<std::string> frameworksRunning(const StepResult &r,
+                                           const Workload &w) {
+  auto p = exportPlanOf(r, w);
   if (!p) {
     llvm::consumeError(p.takeError());
     return {};
   }
-  p->aggregation = r.inNetworkAggregation;
   return frameworksRunning(*p);
+}
+
+std::vector<std::string> frameworkRefusals(const StepResult &r,
+                                           const Workload &w) {
+  auto p = exportPlanOf(r, w);
+  if (!p)
+    return {llvm::toString(p.takeError())};
+  std::vector<std::string> refusals;
+  for (const std::string &f : frameworkFormats())
+    if (auto e = frameworkRuns(*p, f))
+      refusals.push_back(llvm::toString(std::move(e)));
+  return refusals;
 }
 
 } // namespace orrery

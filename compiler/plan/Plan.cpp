@@ -1,8 +1,8 @@
 //===- Plan.cpp - the plan format (version 1) ----------------------------===//
 #include "orrery/Plan/Plan.h"
-#include "orrery/Plan/Capabilities.h"
 #include "orrery/CostModel/AssumptionFields.h"
 #include "orrery/CostModel/Errors.h"
+#include "orrery/Plan/Capabilities.h"
 #include "llvm/ADT/StringExtras.h"
 
 #include <cmath>
@@ -182,7 +182,7 @@ llvm::Expected<std::vector<std::string>> planDims(const nlohmann::json &plan,
   for (auto it = d.begin(); it != d.end(); ++it) {
     if (!it.value().is_number_integer() || it.value().get<int64_t>() <= 0)
       return inputError(what + ": model.dims." + it.key() +
-                 ": must be a positive integer");
+                        ": must be a positive integer");
     out.push_back(it.key() + "=" + std::to_string(it.value().get<int64_t>()));
   }
   return out;
@@ -221,6 +221,21 @@ static ojson frameworksJson(const StepResult &r, const Workload &w) {
   for (const std::string &f : frameworksRunning(r, w))
     list.push_back(f);
   return list;
+}
+
+/// The faster plan no export target runs (`--framework any`): its
+/// strategy, step, what it gains over the plan and each target's refusal.
+static ojson fastestUnrunnableJson(const StepResult &u, const StepResult &best,
+                                   const Workload &w) {
+  ojson needs = ojson::array();
+  for (const std::string &why : frameworkRefusals(u, w))
+    needs.push_back(why);
+  return {{"strategy", strategyJson(u.strategy)},
+          {"step_time_s", u.stepS},
+          {"mfu", u.mfu},
+          {"step_time_gain_fraction",
+           best.stepS > 0 ? 1 - u.stepS / best.stepS : 0.0},
+          {"refusals", needs}};
 }
 
 ojson planJson(const PlanResult &r, const Workload &w, const PlanInputs &in) {
@@ -286,6 +301,9 @@ ojson planJson(const PlanResult &r, const Workload &w, const PlanInputs &in) {
     j["search"]["framework"] = r.framework;
     j["search"]["candidates_refused"] = r.candidatesRefused;
   }
+  if (r.fastestUnrunnable)
+    j["search"]["fastest_unrunnable"] =
+        fastestUnrunnableJson(*r.fastestUnrunnable, best, w);
   return j;
 }
 
@@ -320,14 +338,15 @@ readOverlap(const nlohmann::json &j, const std::string &what,
     if (!o.contains(key))
       continue;
     if (!o[key].is_boolean())
-      return err(what + ": strategy.overlap." + key + ": must be true or false");
+      return err(what + ": strategy.overlap." + key +
+                 ": must be true or false");
     *flag = o[key];
   }
   return llvm::Error::success();
 }
 
-static llvm::Expected<Strategy>
-strategyFromPlanImpl(const nlohmann::json &plan, const std::string &what) {
+static llvm::Expected<Strategy> strategyFromPlanImpl(const nlohmann::json &plan,
+                                                     const std::string &what) {
   if (auto e = checkEnvelope(plan, what))
     return std::move(e);
   const nlohmann::json &j = plan["strategy"];
@@ -397,8 +416,8 @@ strategyFromPlanImpl(const nlohmann::json &plan, const std::string &what) {
   if (auto sc = scheduleFromName(j.value("schedule", "")))
     s.schedule = *sc;
   else
-    return err(what +
-               ": strategy.schedule: must be gpipe, 1f1b, interleaved, zb-h1, zb-v, dualpipev, dualpipe or mgrit");
+    return err(what + ": strategy.schedule: must be gpipe, 1f1b, interleaved, "
+                      "zb-h1, zb-v, dualpipev, dualpipe or mgrit");
   if (auto r = recomputeFromName(j.value("recompute", "")))
     s.recompute = *r;
   else
@@ -553,30 +572,30 @@ ojson heteroMetricsJson(const HeteroResult &r) {
   // Every group is priced under the same assumptions.
   Assumptions priced =
       r.groups.empty() ? Assumptions{} : r.groups.front().assumptions;
-  ojson j = withAssumptions(
-      {{"step_time_s", r.stepS},
-       {"tokens_per_s", r.tokensPerS},
-       {"samples_per_s", r.samplesPerS},
-       {"model_tflop_per_s_per_device", r.modelTflopsPerDevice},
-       {"mfu", r.mfu},
-       {"slowest_group_s", r.groupsS},
-       {"cross_group_gradient_sync_s", r.crossGroupSyncS},
-       {"wan_bytes_per_step", r.wanBytesPerStep},
-       {"wan_usd_per_step", r.wanUsdPerStep},
-       {"peak_memory_bytes", r.peakMemoryBytes},
-       {"devices_used", r.devicesUsed},
-       {"energy_j_per_step", r.energyJ},
-       {"energy_j_per_step_by_activity", energyJson(r.energy)},
-       {"cost_usd_per_step", r.costUsd},
-       {"kernel_rates", kernelRates(heteroKernelDevices(r))},
-       {"in_network_aggregation",
-        [&] {
-          for (const StepResult &g : r.groups)
-            if (!g.inNetworkAggregation.empty())
-              return g.inNetworkAggregation;
-          return std::string("none");
-        }()}},
-      priced, r.energy);
+  ojson j =
+      withAssumptions({{"step_time_s", r.stepS},
+                       {"tokens_per_s", r.tokensPerS},
+                       {"samples_per_s", r.samplesPerS},
+                       {"model_tflop_per_s_per_device", r.modelTflopsPerDevice},
+                       {"mfu", r.mfu},
+                       {"slowest_group_s", r.groupsS},
+                       {"cross_group_gradient_sync_s", r.crossGroupSyncS},
+                       {"wan_bytes_per_step", r.wanBytesPerStep},
+                       {"wan_usd_per_step", r.wanUsdPerStep},
+                       {"peak_memory_bytes", r.peakMemoryBytes},
+                       {"devices_used", r.devicesUsed},
+                       {"energy_j_per_step", r.energyJ},
+                       {"energy_j_per_step_by_activity", energyJson(r.energy)},
+                       {"cost_usd_per_step", r.costUsd},
+                       {"kernel_rates", kernelRates(heteroKernelDevices(r))},
+                       {"in_network_aggregation",
+                        [&] {
+                          for (const StepResult &g : r.groups)
+                            if (!g.inNetworkAggregation.empty())
+                              return g.inNetworkAggregation;
+                          return std::string("none");
+                        }()}},
+                      priced, r.energy);
   return withLayerProfile(std::move(j), priced.layerProfile.get());
 }
 
@@ -643,13 +662,14 @@ assumptionsFromPlanImpl(const nlohmann::json &plan, const std::string &what) {
     return std::move(e);
   if (plan.contains("fine_tuning")) {
     const nlohmann::json &f = plan["fine_tuning"];
-    auto strings = [&](const char *key, std::vector<std::string> &out)
-        -> llvm::Error {
+    auto strings = [&](const char *key,
+                       std::vector<std::string> &out) -> llvm::Error {
       if (!f.contains(key))
         return llvm::Error::success();
       if (!f[key].is_array())
-        return err(what + ": fine_tuning." + key + ": must be an array of "
-                                                   "strings");
+        return err(what + ": fine_tuning." + key +
+                   ": must be an array of "
+                   "strings");
       for (const auto &v : f[key]) {
         if (!v.is_string() || v.get<std::string>().empty())
           return err(what + ": fine_tuning." + key +
@@ -706,8 +726,8 @@ heteroStrategyFromPlanImpl(const nlohmann::json &plan,
                      const char *key, auto &out, long long lo) -> llvm::Error {
     if (!obj.is_object() || !obj.contains(key) ||
         !obj[key].is_number_integer() || obj[key].get<long long>() < lo)
-      return err(what + ": " + where + key + ": must be an integer >= " +
-                 std::to_string(lo));
+      return err(what + ": " + where + key +
+                 ": must be an integer >= " + std::to_string(lo));
     out = obj[key].get<long long>();
     return llvm::Error::success();
   };
@@ -745,7 +765,8 @@ heteroStrategyFromPlanImpl(const nlohmann::json &plan,
                  "recompute: must be none, selective or full");
     if (!jg.contains("micro_batches_per_replica") ||
         !jg["micro_batches_per_replica"].is_array())
-      return err(what + ": " + at + "micro_batches_per_replica: must be a list");
+      return err(what + ": " + at +
+                 "micro_batches_per_replica: must be a list");
     for (const auto &m : jg["micro_batches_per_replica"]) {
       if (!m.is_number_integer() || m.get<long long>() < 1)
         return err(what + ": " + at +
@@ -886,35 +907,60 @@ const FieldType kPredictedFields[] = {
 };
 
 const FieldType kPlanFields[] = {
-    {"", K::Object}, {"schema", K::String}, {"version", K::Integer},
-    {"model", K::Object}, {"model.source", K::String},
-    {"model.digest_fnv1a64", K::String}, {"model.parameters", K::Integer},
-    {"model.tokens_per_sample", K::Integer}, {"model.layers", K::Array},
-    {"model.layers[]", K::Object}, {"model.layers[].kind", K::String},
-    {"model.layers[].count", K::Integer}, {"model.dims", K::Object},
+    {"", K::Object},
+    {"schema", K::String},
+    {"version", K::Integer},
+    {"model", K::Object},
+    {"model.source", K::String},
+    {"model.digest_fnv1a64", K::String},
+    {"model.parameters", K::Integer},
+    {"model.tokens_per_sample", K::Integer},
+    {"model.layers", K::Array},
+    {"model.layers[]", K::Object},
+    {"model.layers[].kind", K::String},
+    {"model.layers[].count", K::Integer},
+    {"model.dims", K::Object},
     {"cluster", K::Object},
-    {"cluster.spec", K::String}, {"cluster.digest_fnv1a64", K::String},
-    {"cluster.device_type", K::String}, {"cluster.devices", K::Integer},
-    {"cluster.devices_used", K::Integer}, {"cluster.pools", K::Array},
-    {"cluster.pools[]", K::Object}, {"cluster.pools[].name", K::String},
+    {"cluster.spec", K::String},
+    {"cluster.digest_fnv1a64", K::String},
+    {"cluster.device_type", K::String},
+    {"cluster.devices", K::Integer},
+    {"cluster.devices_used", K::Integer},
+    {"cluster.pools", K::Array},
+    {"cluster.pools[]", K::Object},
+    {"cluster.pools[].name", K::String},
     {"cluster.pools[].site", K::String},
     {"cluster.pools[].device_type", K::String},
     {"cluster.pools[].devices", K::Integer},
     {"cluster.pools[].first_device", K::Integer},
-    {"cluster.pools[].pool", K::Integer}, {"groups", K::Object},
-    {"groups.tp", K::Array}, {"groups.tp[]", K::Array},
-    {"groups.tp[][]", K::Integer}, {"groups.pp", K::Array},
-    {"groups.pp[]", K::Array}, {"groups.pp[][]", K::Integer},
-    {"groups.dp", K::Array}, {"groups.dp[]", K::Array},
-    {"groups.dp[][]", K::Integer}, {"groups.cp", K::Array},
-    {"groups.cp[]", K::Array}, {"groups.cp[][]", K::Integer},
-    {"search", K::Object}, {"search.candidates_priced", K::Integer},
-    {"search.candidates_pruned", K::Integer}, {"stages", K::Array},
-    {"stages[]", K::Object}, {"stages[].stage", K::Integer},
-    {"stages[].replica_group", K::Integer}, {"stages[].pool", K::String},
-    {"stages[].device_type", K::String}, {"stages[].tp", K::Integer},
-    {"stages[].layers", K::Integer}, {"stages[].first_layer", K::Integer},
-    {"stages[].devices", K::Array}, {"stages[].devices[]", K::Integer},
+    {"cluster.pools[].pool", K::Integer},
+    {"groups", K::Object},
+    {"groups.tp", K::Array},
+    {"groups.tp[]", K::Array},
+    {"groups.tp[][]", K::Integer},
+    {"groups.pp", K::Array},
+    {"groups.pp[]", K::Array},
+    {"groups.pp[][]", K::Integer},
+    {"groups.dp", K::Array},
+    {"groups.dp[]", K::Array},
+    {"groups.dp[][]", K::Integer},
+    {"groups.cp", K::Array},
+    {"groups.cp[]", K::Array},
+    {"groups.cp[][]", K::Integer},
+    {"search", K::Object},
+    {"search.candidates_priced", K::Integer},
+    {"search.candidates_pruned", K::Integer},
+    {"stages", K::Array},
+    {"stages[]", K::Object},
+    {"stages[].stage", K::Integer},
+    {"stages[].replica_group", K::Integer},
+    {"stages[].pool", K::String},
+    {"stages[].device_type", K::String},
+    {"stages[].tp", K::Integer},
+    {"stages[].layers", K::Integer},
+    {"stages[].first_layer", K::Integer},
+    {"stages[].devices", K::Array},
+    {"stages[].devices[]", K::Integer},
     {"stages[].forward_s_per_micro_batch", K::Number},
     {"stages[].backward_s_per_micro_batch", K::Number},
     {"stages[].weight_gradient_s_per_micro_batch", K::Number},
@@ -936,18 +982,30 @@ const FieldType kPlanFields[] = {
     {"stages[].power_w_by_activity.memory_bound_w", K::Number},
     {"stages[].power_w_by_activity.communication_w", K::Number},
     {"stages[].power_w_by_activity.idle_w", K::Number},
-    {"alternatives", K::Array}, {"alternatives[]", K::Object},
+    {"alternatives", K::Array},
+    {"alternatives[]", K::Object},
     {"alternatives[].frameworks", K::Array},
     {"alternatives[].frameworks[]", K::String},
-    {"frameworks", K::Array}, {"frameworks[]", K::String},
-    {"fine_tuning", K::Object}, {"fine_tuning.freeze", K::Array},
-    {"fine_tuning.freeze[]", K::String}, {"fine_tuning.lora_rank", K::Integer},
+    {"frameworks", K::Array},
+    {"frameworks[]", K::String},
+    {"fine_tuning", K::Object},
+    {"fine_tuning.freeze", K::Array},
+    {"fine_tuning.freeze[]", K::String},
+    {"fine_tuning.lora_rank", K::Integer},
     {"fine_tuning.lora_targets", K::Array},
     {"fine_tuning.lora_targets[]", K::String},
     {"fine_tuning.trainable_parameters", K::Integer},
     {"fine_tuning.frozen_parameters", K::Integer},
     {"fine_tuning.adapter_parameters", K::Integer},
-    {"search.framework", K::String}, {"search.candidates_refused", K::Integer},
+    {"search.framework", K::String},
+    {"search.candidates_refused", K::Integer},
+    {"search.fastest_unrunnable", K::Object},
+    {"search.fastest_unrunnable.strategy", K::Object},
+    {"search.fastest_unrunnable.step_time_s", K::Number},
+    {"search.fastest_unrunnable.mfu", K::Number},
+    {"search.fastest_unrunnable.step_time_gain_fraction", K::Number},
+    {"search.fastest_unrunnable.refusals", K::Array},
+    {"search.fastest_unrunnable.refusals[]", K::String},
 };
 
 bool hasKind(const nlohmann::json &v, JsonKind kind) {
@@ -1010,8 +1068,8 @@ bool findWrongKind(const nlohmann::json &node, llvm::StringRef rest,
     if (hasKind(node, kind))
       return false;
     bad = where.empty() ? "(the document)" : where;
-    bad += std::string(": expected ") + kindName(kind) + ", got " +
-           typeName(node);
+    bad +=
+        std::string(": expected ") + kindName(kind) + ", got " + typeName(node);
     return true;
   }
   if (rest.starts_with("[]")) {
@@ -1050,8 +1108,8 @@ bool checkPredicted(const nlohmann::json &node, const std::string &where,
   if (checkFields(node, where, kPredictedFields, bad))
     return true;
   for (const AssumptionField &f : assumptionFields())
-    if (findWrongKind(node, f.planKey,
-                      f.isChoice() ? K::String : K::Number, where, bad))
+    if (findWrongKind(node, f.planKey, f.isChoice() ? K::String : K::Number,
+                      where, bad))
       return true;
   return false;
 }
@@ -1072,8 +1130,8 @@ llvm::Error checkPlanFieldTypes(const nlohmann::json &plan,
       const nlohmann::json &alt = plan["alternatives"][i];
       std::string at = "alternatives[" + std::to_string(i) + "]";
       if (alt.contains("strategy"))
-        wrong = checkFields(alt["strategy"], at + ".strategy",
-                            kStrategyFields, bad);
+        wrong = checkFields(alt["strategy"], at + ".strategy", kStrategyFields,
+                            bad);
       if (!wrong && alt.contains("predicted"))
         wrong = checkPredicted(alt["predicted"], at + ".predicted", bad);
     }

@@ -397,7 +397,7 @@ def plan(model: Model, cluster: Cluster, global_batch: int = 1024, *,
     text, summary = _core.plan(
         model._handle, cluster.spec, cluster._json, global_batch, objective,
         0.0 if budget is None else float(budget), int(top), precision,
-        framework or "", "" if strategy is None else _strategy_text(strategy),
+        framework or "any", "" if strategy is None else _strategy_text(strategy),
         explain, fw)
     return Plan(text, summary, model, cluster)
 

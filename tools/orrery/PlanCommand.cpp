@@ -96,34 +96,43 @@ llvm::Expected<PlanOptions> planOptions(PlanSetup &setup,
     return error("--top " + std::to_string(request.topK) +
                  ": expected 1 to 100");
   options.topK = request.topK;
-  if (!request.framework.empty()) {
+  // "any" (the default): what some export target runs; "none" (or
+  // empty): no target holds the search.
+  std::string framework =
+      request.framework == "none" ? std::string() : request.framework;
+  if (!framework.empty() && framework != "any") {
     const auto formats = frameworkFormats();
-    if (std::find(formats.begin(), formats.end(), request.framework) ==
-        formats.end())
+    if (std::find(formats.begin(), formats.end(), framework) == formats.end())
       return error("--framework '" + request.framework +
-                   "': expected megatron, deepspeed, torchtitan, pytorch or "
-                   "jax");
+                   "': expected any, none, megatron, deepspeed, torchtitan, "
+                   "pytorch or jax");
   }
-  options.framework = request.framework;
+  options.framework = framework;
   // A framework's collectives are NCCL's: SwitchML's switch sum (its own
   // client library) does not run under any of them, so the plan is
   // priced without it.
-  if (!request.framework.empty())
+  // (A strategy given to price is priced on the cluster as stated unless
+  // a framework is named.)
+  bool stripSwitchMl = !framework.empty() &&
+                       (framework != "any" || request.fixedStrategy.empty());
+  if (stripSwitchMl)
     for (Site &site : setup.cluster->sites)
       for (NodeGroup &ng : site.nodeGroups)
         if (ng.aggregation.kind == InNetworkAggregation::Kind::SwitchML) {
           ng.aggregation = InNetworkAggregation{};
-          notes.push_back("--framework " + request.framework +
-                          " runs its gradient all-reduce in NCCL: priced "
-                          "without the cluster's SwitchML aggregation (" +
-                          site.name + ")");
+          notes.push_back(
+              "--framework " + framework +
+              (framework == "any" ? ": every export target runs" : " runs") +
+              " its gradient all-reduce in NCCL: priced "
+              "without the cluster's SwitchML aggregation (" +
+              site.name + "; --framework none prices it)");
         }
   // Megatron-LM accumulates weight gradients inside the wgrad GEMM and
   // XLA fuses the add into it; PyTorch's autograd (DeepSpeed, torchtitan,
   // DDP/FSDP) adds each micro-batch's gradient in a kernel of its own.
-  if (!request.framework.empty())
+  if (!framework.empty() && framework != "any")
     options.assumptions.fusedGradientAccumulation =
-        request.framework == "megatron" || request.framework == "jax";
+        framework == "megatron" || framework == "jax";
   if (auto e = applyFrameworkOptions(request.flags, options.assumptions))
     return std::move(e);
   auto prec = parseStrategy("precision=" + request.precision);
@@ -160,6 +169,40 @@ llvm::Expected<PlanOptions> planOptions(PlanSetup &setup,
   return std::move(options);
 }
 
+/// `--framework any`: the fastest plan when it runs on some export target;
+/// else the fastest that some target runs, with the faster one beside it
+/// (PlanResult::fastestUnrunnable). Where no target runs any plan that
+/// fits, the fastest, unrunnable.
+static llvm::Expected<PlanResult> searchRunnable(const Workload &w,
+                                                 const Cluster &c,
+                                                 const PlanOptions &options) {
+  PlanOptions open = options;
+  open.framework.clear();
+  auto fastest = searchPlans(w, c, open);
+  if (!fastest || fastest->top.empty())
+    return fastest;
+  if (!frameworksRunning(fastest->top.front(), w).empty()) {
+    fastest->framework = options.framework;
+    return fastest;
+  }
+  auto runnable = searchPlans(w, c, options);
+  if (!runnable) {
+    llvm::consumeError(runnable.takeError());
+    return fastest;
+  }
+  auto score = [&](const StepResult &r) {
+    return options.objective == Objective::Cost     ? r.costUsd
+           : options.objective == Objective::Energy ? r.energyJ
+                                                    : r.stepS;
+  };
+  runnable->candidatesPriced += fastest->candidatesPriced;
+  runnable->candidatesPruned += fastest->candidatesPruned;
+  runnable->searchS += fastest->searchS;
+  if (score(fastest->top.front()) < score(runnable->top.front()))
+    runnable->fastestUnrunnable = fastest->top.front();
+  return runnable;
+}
+
 llvm::Expected<PlanOutcome> searchPlan(const PlanSetup &setup,
                                        const PlanOptions &options,
                                        const PlanRequest &request,
@@ -167,8 +210,11 @@ llvm::Expected<PlanOutcome> searchPlan(const PlanSetup &setup,
   const Workload &workload = setup.workload;
   const Cluster &cluster = *setup.cluster;
   PlanOutcome out;
+  // A framework named (not "any": what some target runs, which only holds
+  // a search).
+  bool named = !options.framework.empty() && options.framework != "any";
   if (needsHeteroSearch(cluster)) {
-    if (!request.framework.empty())
+    if (named)
       return error("--framework " + request.framework +
                    ": this cluster needs a heterogeneous plan (stages on "
                    "different device types or sites), which no export "
@@ -183,7 +229,10 @@ llvm::Expected<PlanOutcome> searchPlan(const PlanSetup &setup,
       return error("--emit-mlir: a plan over mixed device types or sites has "
                    "a mesh per stage; this version writes shard annotations "
                    "for one mesh only");
-    auto hetero = searchHeteroPlans(workload, cluster, options);
+    // No export target runs a heterogeneous plan: "any" holds nothing.
+    PlanOptions open = options;
+    open.framework.clear();
+    auto hetero = searchHeteroPlans(workload, cluster, open);
     if (request.showProgress)
       std::cerr << "\n";
     if (!hetero)
@@ -194,7 +243,9 @@ llvm::Expected<PlanOutcome> searchPlan(const PlanSetup &setup,
   }
   auto result = [&]() -> llvm::Expected<PlanResult> {
     if (request.fixedStrategy.empty())
-      return searchPlans(workload, cluster, options);
+      return options.framework == "any"
+                 ? searchRunnable(workload, cluster, options)
+                 : searchPlans(workload, cluster, options);
     auto s = parseStrategy(request.fixedStrategy);
     if (!s)
       return s.takeError();
@@ -205,7 +256,7 @@ llvm::Expected<PlanOutcome> searchPlan(const PlanSetup &setup,
       return r.takeError();
     if (!r->fits)
       return error("--strategy: does not fit: " + r->doesNotFit);
-    if (!request.framework.empty()) {
+    if (named) {
       auto p = exportPlanFor(workload, r->strategy, options.assumptions);
       if (!p)
         return p.takeError();

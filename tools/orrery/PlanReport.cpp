@@ -27,20 +27,20 @@ static std::string row(int rank, const StepResult &r, Objective o) {
     recompute += ":" + std::to_string(s.recomputeLayers);
   if (!s.recomputeKinds.empty())
     recompute += "*"; // some kinds only (the strategy line names them)
-  std::snprintf(buf, sizeof buf,
-                "  %-3d %9.3f %7.1f%% %7.1f%% %8.1f  %3d %3d %4d %3s %3s %4lld %4d "
-                "%-10s %4d%s%s\n",
-                rank, r.stepS, 100 * r.mfu, 100 * r.bubbleFraction,
-                gib(r.peakMemoryBytes), s.tp, s.pp, s.dp, cp.c_str(), ep.c_str(),
-                (long long)s.microBatch, s.virtualStages, recompute.c_str(),
-                s.zeroStage,
-                s.offloadOptimizer && s.offloadActivations ? " offload+act"
-                : s.offloadOptimizer                        ? " offload"
-                : s.offloadActivations                      ? " offload-act"
-                                                            : "",
-                s.splitsWeightGradients()
-                    ? (std::string(" ") + scheduleName(s.schedule)).c_str()
-                    : "");
+  std::snprintf(
+      buf, sizeof buf,
+      "  %-3d %9.3f %7.1f%% %7.1f%% %8.1f  %3d %3d %4d %3s %3s %4lld %4d "
+      "%-10s %4d%s%s\n",
+      rank, r.stepS, 100 * r.mfu, 100 * r.bubbleFraction,
+      gib(r.peakMemoryBytes), s.tp, s.pp, s.dp, cp.c_str(), ep.c_str(),
+      (long long)s.microBatch, s.virtualStages, recompute.c_str(), s.zeroStage,
+      s.offloadOptimizer && s.offloadActivations ? " offload+act"
+      : s.offloadOptimizer                       ? " offload"
+      : s.offloadActivations                     ? " offload-act"
+                                                 : "",
+      s.splitsWeightGradients()
+          ? (std::string(" ") + scheduleName(s.schedule)).c_str()
+          : "");
   std::string line = buf;
   // The objective's own figure when it is not the step time.
   if (o != Objective::Time) {
@@ -68,13 +68,15 @@ void printPlan(std::ostream &os, const PlanResult &r, const Workload &w,
                   r.candidatesPriced / std::max(r.searchS, 1e-9),
                   (long long)r.candidatesPruned);
   else
-    std::snprintf(buf, sizeof buf, "searched     nothing: the strategy was "
-                                   "given with --strategy\n\n");
-  if (!r.framework.empty() && r.searchS > 0) {
+    std::snprintf(buf, sizeof buf,
+                  "searched     nothing: the strategy was "
+                  "given with --strategy\n\n");
+  if (!r.framework.empty() && r.searchS > 0 &&
+      (r.framework != "any" || r.candidatesRefused > 0)) {
     std::string s(buf);
     s.resize(s.size() - 2); // the blank line after it
-    s += ", " + std::to_string(r.candidatesRefused) + " refused by --framework " +
-         r.framework + "\n\n";
+    s += ", " + std::to_string(r.candidatesRefused) +
+         " refused by --framework " + r.framework + "\n\n";
     os << s;
   } else {
     os << buf;
@@ -112,9 +114,24 @@ void printPlan(std::ostream &os, const PlanResult &r, const Workload &w,
   for (const std::string &f : runs)
     targets += (targets.empty() ? "" : ", ") + f;
   os << "runs on      "
-     << (targets.empty() ? "none of the export targets (orrery export --to mlir)"
-                         : targets + " (orrery export --to NAME)")
+     << (targets.empty()
+             ? "none of the export targets (orrery export --to mlir)"
+             : targets + " (orrery export --to NAME)")
      << "\n";
+  if (r.fastestUnrunnable) {
+    const StepResult &u = *r.fastestUnrunnable;
+    // What it needs, as the target that runs the plan says it.
+    std::vector<std::string> refusals = frameworkRefusals(u, w);
+    for (const std::string &why : refusals)
+      if (!runs.empty() && why.rfind(runs.front() + ":", 0) == 0)
+        refusals.insert(refusals.begin(), why);
+    std::snprintf(buf, sizeof buf,
+                  "faster       %s: %.3f s (%.1f %% faster, MFU %.1f%%), but "
+                  "no export target runs it",
+                  u.strategy.str().c_str(), u.stepS,
+                  100 * (1 - u.stepS / b.stepS), 100 * u.mfu);
+    os << buf << (refusals.empty() ? "" : "; " + refusals.front()) << "\n";
+  }
   for (const std::string &d : b.precisionFallbackDevices)
     os << "precision    " << precisionName(b.strategy.precision) << " on " << d
        << ": no tensor cores for it; its GEMMs priced at the fp32 rate\n";
@@ -126,7 +143,8 @@ void printPlan(std::ostream &os, const PlanResult &r, const Workload &w,
       os << buf;
     }
   }
-  os << "\n  #    step s     MFU  bubble  mem GiB   tp  pp   dp  cp  ep  mbs  vpp "
+  os << "\n  #    step s     MFU  bubble  mem GiB   tp  pp   dp  cp  ep  mbs  "
+        "vpp "
         "recompute  zero\n";
   for (size_t i = 0; i < r.top.size(); ++i)
     os << row(int(i + 1), r.top[i], o);
@@ -164,8 +182,7 @@ void printHeteroResult(std::ostream &os, const HeteroResult &b,
   os << "model        " << w.source << "\n";
   os << "cluster      " << c.name << " (" << c.numDevices() << " devices:";
   for (size_t p = 0; p < pools.size(); ++p)
-    os << (p ? "," : "") << " " << pools[p].devices << " x "
-       << pools[p].name;
+    os << (p ? "," : "") << " " << pools[p].devices << " x " << pools[p].name;
   os << ")\n";
   os << searched;
   os << (searched.empty() ? "strategy     " : "best plan    ")
@@ -193,8 +210,7 @@ void printHeteroResult(std::ostream &os, const HeteroResult &b,
     std::snprintf(buf, sizeof buf,
                   "gradients    %.3f s across replica groups;  WAN %.4g GB "
                   "per step, %.4g USD egress\n",
-                  b.crossGroupSyncS, b.wanBytesPerStep / 1e9,
-                  b.wanUsdPerStep);
+                  b.crossGroupSyncS, b.wanBytesPerStep / 1e9, b.wanUsdPerStep);
     os << buf;
   }
   if (b.costUsd > 0 || o != Objective::Time) {
@@ -219,11 +235,10 @@ void printHeteroResult(std::ostream &os, const HeteroResult &b,
     for (size_t i = 0; i < rg.stages.size(); ++i) {
       const StageReport &st = b.groups[g].stages[i];
       std::snprintf(buf, sizeof buf,
-                    "  %5zu %5zu  %-22s %3d  %6d  %8d  %13s  %5.1f / %.0f\n",
-                    g, i, pools[rg.stages[i].pool].name.c_str(),
-                    rg.stages[i].tp, rg.stages[i].layers, rg.replicas,
-                    mb.c_str(), gib(st.memory.total()),
-                    gib(st.capacityBytes));
+                    "  %5zu %5zu  %-22s %3d  %6d  %8d  %13s  %5.1f / %.0f\n", g,
+                    i, pools[rg.stages[i].pool].name.c_str(), rg.stages[i].tp,
+                    rg.stages[i].layers, rg.replicas, mb.c_str(),
+                    gib(st.memory.total()), gib(st.capacityBytes));
       os << buf;
     }
   }

@@ -48,7 +48,9 @@ struct PlanRequest {
   double budgetUsdPerHour = 0;
   int topK = 5;
   std::string precision = "bf16";
-  std::string framework;     ///< --framework, or empty
+  /// --framework: a framework, "any" (what some export target runs) or
+  /// "none" (empty: the same).
+  std::string framework = "any";
   std::string fixedStrategy; ///< --strategy: price this one, no search
   /// --moe-imbalance, --moe-capacity: every candidate priced with them
   /// (Strategy::moeImbalance, moeCapacity).

@@ -55,7 +55,8 @@ check(abs((d["energy_j_per_step"] - e["energy_j_per_step"]) - 40 * idle) <= 1e-6
 def plan(objective):
     out = os.path.join(tmp, objective + ".json")
     subprocess.run([orrery, "plan", "gpt3-2.7b", "--cluster", os.path.join(inputs, "a100-25gbe.json"),
-                    "--global-batch", "256", "--objective", objective, "--quiet", "-o", out],
+                    "--global-batch", "256", "--objective", objective, "--framework", "none",
+                    "--quiet", "-o", out],
                    capture_output=True, text=True, check=True)
     j = json.load(open(out))
     return j["strategy"]["cli"], j["predicted"]["step_time_s"], j["predicted"]["energy_j_per_step"]

@@ -73,7 +73,8 @@ struct PlanCommand {
   double budget = 0;
   int topK = 5;
   bool explain = false, json = false, quiet = false;
-  std::string fixedStrategy, lengthBuckets, framework, emitMlir;
+  std::string fixedStrategy, lengthBuckets, emitMlir;
+  std::string framework = "any";
   double moeImbalance = 1, moeCapacity = 0;
   FrameworkFlags flags;
   CLI::App *cmd = nullptr;

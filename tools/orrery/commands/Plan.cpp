@@ -63,11 +63,17 @@ void PlanCommand::add(CLI::App &app) {
                   "write it as the plan, e.g. to export a configuration "
                   "you already run");
   flags.add(cmd);
+  std::vector<std::string> frameworks = {"any", "none"};
+  for (const std::string &f : frameworkFormats())
+    frameworks.push_back(f);
   cmd->add_option("--framework", framework,
                   "search only what this framework runs, as `orrery export "
                   "--to` writes it (megatron, deepspeed, torchtitan, "
-                  "pytorch, jax), priced with its gradient accumulation")
-      ->check(CLI::IsMember(frameworkFormats()));
+                  "pytorch, jax), priced with its gradient accumulation; "
+                  "any (the default): the best plan some of them runs, the "
+                  "faster one none runs shown beside it; none: the fastest, "
+                  "whoever runs it")
+      ->check(CLI::IsMember(frameworks));
   cmd->add_option("--emit-mlir", emitMlir,
                   "write the model annotated with the plan's shardings "
                   "(MLIR shard dialect) to FILE");

@@ -97,12 +97,18 @@ const std::vector<std::string> &frameworkFormats();
 /// The table's row for `framework` (one of frameworkFormats()), or null.
 const FrameworkCapabilities *frameworkCapabilities(const std::string &name);
 /// Success when `framework` runs the plan as priced; else its refusal, one
-/// line naming what the framework cannot run.
+/// line naming what the framework cannot run. "any": some framework of
+/// frameworkFormats() runs it (the refusal: each one's, the first
+/// framework's named).
 llvm::Error frameworkRuns(const ExportPlan &plan, const std::string &framework);
 /// The frameworks among frameworkFormats() that run the plan.
 std::vector<std::string> frameworksRunning(const ExportPlan &plan);
 /// The same for a priced strategy, as `orrery plan` writes it.
 std::vector<std::string> frameworksRunning(const StepResult &r,
+                                           const Workload &w);
+/// Each framework's refusal of a priced strategy ("megatron: ..."), one a
+/// framework that does not run it.
+std::vector<std::string> frameworkRefusals(const StepResult &r,
                                            const Workload &w);
 
 /// Megatron-LM's transformer layers per chunk (the body; embedding and head

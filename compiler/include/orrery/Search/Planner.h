@@ -16,6 +16,7 @@
 #include "orrery/CostModel/Simulator.h"
 
 #include <functional>
+#include <optional>
 
 namespace orrery {
 
@@ -35,11 +36,12 @@ struct PlanOptions {
   /// How the framework that will run the plan keeps its gradients (the
   /// rest of the assumptions stay the defaults).
   Assumptions assumptions;
-  /// When set (`--framework`, one of frameworkFormats()): only strategies
-  /// that framework runs, as its exporter writes them; a candidate it
-  /// refuses is replaced by its nearest variant the framework runs (an
-  /// overlap it lacks turned off, ZeRO-1 or -2 as ZeRO-0, sequence
-  /// parallelism off, its uniform layer split), or dropped.
+  /// When set (`--framework`, one of frameworkFormats(), or "any": some
+  /// of them): only strategies that framework runs, as its exporter writes
+  /// them; a candidate it refuses is replaced by its nearest variant the
+  /// framework runs (an overlap it lacks turned off, ZeRO-1 or -2 as
+  /// ZeRO-0, sequence parallelism off, its uniform layer split), or
+  /// dropped.
   std::string framework;
   /// Called now and then with the candidates priced so far and the best.
   std::function<void(int64_t priced, const StepResult *best)> progress;
@@ -52,6 +54,10 @@ struct PlanResult {
   /// Candidates the framework runs in no variant (PlanOptions::framework).
   int64_t candidatesRefused = 0;
   std::string framework; ///< PlanOptions::framework, echoed
+  /// With framework "any": the fastest plan found when no framework held
+  /// the search, where it is faster than top[0] and no framework runs it
+  /// (what the user gives up for a plan that runs).
+  std::optional<StepResult> fastestUnrunnable;
   double searchS = 0;
   /// The devices the plan uses (all of them unless a budget cut nodes).
   Cluster cluster;
