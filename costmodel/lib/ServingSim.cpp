@@ -12,6 +12,7 @@
 #include <cmath>
 #include <deque>
 #include <limits>
+#include <set>
 #include <sstream>
 
 namespace orrery {
@@ -39,7 +40,10 @@ ServingWorkload::parse(const std::string &text) {
     return simError(
         "workload: empty (chat, reasoning, summarize, or "
         "isl=..,osl=..,requests=..,rate=..|concurrency=..|offline)");
-  bool arrivalSet = false;
+  // Each setting once: a preset or isl/osl, one arrival (rate,
+  // concurrency or offline); a second is a conflict, not an override.
+  std::string arrivalSet, lengthsSet;
+  std::set<std::string> seen;
   for (llvm::StringRef part : parts) {
     part = part.trim();
     auto [key, value] = part.split('=');
@@ -48,6 +52,22 @@ ServingWorkload::parse(const std::string &text) {
     auto bad = [&](const char *why) {
       return simError("workload: " + part.str() + ": " + why);
     };
+    bool arrival = k == "rate" || k == "concurrency" || k == "offline";
+    bool preset = k == "chat" || k == "reasoning" || k == "summarize";
+    if (!seen.insert(k).second)
+      return simError("workload: " + k + " given twice");
+    if (arrival && !arrivalSet.empty())
+      return simError("workload: " + part.str() + " conflicts with " +
+                      arrivalSet +
+                      " (one arrival: rate, concurrency or offline)");
+    if ((preset || k == "isl" || k == "osl") && !lengthsSet.empty() &&
+        (preset || lengthsSet.find('=') == std::string::npos))
+      return simError("workload: " + part.str() + " conflicts with " +
+                      lengthsSet + " (a preset, or isl and osl)");
+    if (arrival)
+      arrivalSet = part.str();
+    if (preset || k == "isl" || k == "osl")
+      lengthsSet = part.str();
     if (k == "chat" || k == "reasoning" || k == "summarize") {
       if (!value.empty())
         return bad("a preset takes no value");
@@ -57,7 +77,6 @@ ServingWorkload::parse(const std::string &text) {
       if (!value.empty())
         return bad("takes no value");
       w.arrival = Arrival::Offline;
-      arrivalSet = true;
     } else if (k == "isl" || k == "osl" || k == "requests" ||
                k == "concurrency" || k == "seed") {
       int64_t v = 0;
@@ -77,7 +96,6 @@ ServingWorkload::parse(const std::string &text) {
           return bad("more than 16M outstanding requests");
         w.concurrency = int(v);
         w.arrival = Arrival::Concurrency;
-        arrivalSet = true;
       }
     } else if (k == "rate") {
       double v = 0;
@@ -85,14 +103,12 @@ ServingWorkload::parse(const std::string &text) {
         return bad("expected a positive number of requests per second");
       w.ratePerS = v;
       w.arrival = Arrival::Poisson;
-      arrivalSet = true;
     } else {
       return simError("workload: unknown key '" + key.str() +
                       "' (chat, reasoning, summarize, isl, osl, requests, "
                       "rate, concurrency, offline, seed)");
     }
   }
-  (void)arrivalSet;
   if (w.requests > 10'000'000)
     return simError("workload: requests=" + std::to_string(w.requests) +
                     ": more than 10 million");

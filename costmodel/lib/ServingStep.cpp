@@ -153,6 +153,37 @@ static llvm::Error checkReplica(const Workload &w,
   return llvm::Error::success();
 }
 
+/// Whether some attention of the model is causal (a decoder's).
+static bool anyCausal(const Workload &w) {
+  for (const LayerKind &k : w.kinds)
+    for (const OpCost &op : k.ops)
+      if (op.attentionKvHeads > 0 && op.attentionCausal)
+        return true;
+  return false;
+}
+
+/// The engines split attention heads evenly over tp: the query heads
+/// divided, the key-value heads divided too or (fewer than tp) each
+/// replicated on tp / kv ranks (vLLM's and TensorRT-LLM's rule).
+static llvm::Error checkHeads(const OpCost &op, const LayerKind &k, int tp) {
+  int64_t q = op.attentionQueryHeads, kv = op.attentionKvHeads;
+  if (tp <= 1)
+    return llvm::Error::success();
+  if (q % tp != 0)
+    return servingError("serving: tp=" + std::to_string(tp) +
+                        " does not divide the " + std::to_string(q) +
+                        " attention heads of layer kind '" + k.name +
+                        "' (the engines split heads evenly over tp)");
+  if (kv >= tp ? kv % tp != 0 : tp % kv != 0)
+    return servingError(
+        "serving: tp=" + std::to_string(tp) + " and the " + std::to_string(kv) +
+        " key-value heads of layer kind '" + k.name +
+        "': tp must divide them, or be a multiple of them (each then "
+        "replicated on tp/" +
+        std::to_string(kv) + " ranks)");
+  return llvm::Error::success();
+}
+
 /// Op `op` of layer kind `k` as one step prices it per token on one rank
 /// (`head`: the output head; `repeated`: a layer that quantizes).
 llvm::Error StepPricer::tokenOp(const OpCost &op, const LayerKind &k, bool head,
@@ -169,6 +200,8 @@ llvm::Error StepPricer::tokenOp(const OpCost &op, const LayerKind &k, bool head,
   t.allReduceBytesPerToken =
       replica_.tp > 1 ? double(op.tpAllReduceForwardBytes) / tokens : 0;
   if (op.attentionKvHeads > 0) {
+    if (auto e = checkHeads(op, k, replica_.tp))
+      return e;
     anyAttention = true;
     t.kind = TokenOp::Attention;
     t.cls = KernelClass::Attention;
@@ -275,6 +308,11 @@ llvm::Expected<StepPricer> StepPricer::create(const Workload &w,
   if (!anyAttention)
     return servingError("serving: the model has no fused attention op "
                         "keeping a KV cache");
+  if (!anyCausal(w))
+    return servingError(
+        "serving: no attention layer of the model is causal: an encoder (as "
+        "BERT) reads whole inputs and generates no tokens, and serving "
+        "prices decoder generation over a KV cache");
   KvCachePerToken kv = kvCachePerToken(w, 1, replica.tp);
   p.windowedKvFraction_ = kv.bytes > 0 ? kv.windowedBytes / kv.bytes : 0;
   if (replica.ep > 1 && !anyExperts)

@@ -376,7 +376,7 @@ class Plan(_JsonView):
 
 def plan(model: Model, cluster: Cluster, global_batch: int = 1024, *,
          objective: str = "time", top: int = 5, budget: Optional[float] = None,
-         precision: str = "bf16", framework: Optional[str] = None,
+         precision: Optional[str] = None, framework: Optional[str] = None,
          strategy: Union[str, Mapping[str, Any], None] = None,
          explain: bool = False,
          freeze: Optional[Iterable[str]] = None,
@@ -396,7 +396,7 @@ def plan(model: Model, cluster: Cluster, global_batch: int = 1024, *,
         raise Error(f"--global-batch {global_batch!r}: expected an integer")
     text, summary = _core.plan(
         model._handle, cluster.spec, cluster._json, global_batch, objective,
-        0.0 if budget is None else float(budget), int(top), precision,
+        0.0 if budget is None else float(budget), int(top), precision or "",
         framework or "any", "" if strategy is None else _strategy_text(strategy),
         explain, fw)
     return Plan(text, summary, model, cluster)

@@ -43,7 +43,8 @@ preparePlan(mlir::ModuleOp module, const ModelArgs &args,
   if (!cluster)
     return error(clusterWhat + llvm::toString(cluster.takeError()));
   setup.cluster = std::make_unique<Cluster>(std::move(*cluster));
-  if (auto p = parseStrategy("precision=" + precision))
+  if (auto p = parseStrategy("precision=" +
+                             (precision.empty() ? "bf16" : precision)))
     setup.layoutPrecision = p->precision;
   else
     return error("--precision '" + precision +
@@ -135,7 +136,8 @@ llvm::Expected<PlanOptions> planOptions(PlanSetup &setup,
         framework == "megatron" || framework == "jax";
   if (auto e = applyFrameworkOptions(request.flags, options.assumptions))
     return std::move(e);
-  auto prec = parseStrategy("precision=" + request.precision);
+  auto prec = parseStrategy(
+      "precision=" + (request.precision.empty() ? "bf16" : request.precision));
   if (!prec) {
     llvm::consumeError(prec.takeError());
     return error("--precision '" + request.precision +
@@ -251,6 +253,13 @@ llvm::Expected<PlanOutcome> searchPlan(const PlanSetup &setup,
       return s.takeError();
     if (s->globalBatch == 0)
       s->globalBatch = options.globalBatch;
+    // --precision applies where the strategy names none; never ignored.
+    if (request.fixedStrategy.find("precision=") == std::string::npos)
+      s->precision = options.precision;
+    else if (!request.precision.empty() && s->precision != options.precision)
+      return error("--precision " + request.precision +
+                   ": the strategy names precision=" +
+                   precisionName(s->precision) + "; give one of them");
     auto r = simulateStep(workload, cluster, *s, options.assumptions);
     if (!r)
       return r.takeError();

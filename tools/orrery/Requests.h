@@ -47,7 +47,8 @@ struct PlanRequest {
   std::string objective = "time"; ///< time, cost or energy
   double budgetUsdPerHour = 0;
   int topK = 5;
-  std::string precision = "bf16";
+  /// --precision; empty: not given (bf16, or what --strategy names).
+  std::string precision;
   /// --framework: a framework, "any" (what some export target runs) or
   /// "none" (empty: the same).
   std::string framework = "any";

@@ -120,6 +120,10 @@ searchRequestOf(const ServeRequest &request) {
   auto precision = ServingPrecision::parse(request.precision, request.kvCache);
   if (!precision)
     return precision.takeError();
+  if (request.workloadGiven && !request.traceFile.empty())
+    return serveError("--workload " + request.workload + " and --trace " +
+                      request.traceFile +
+                      ": give one (a trace states its arrivals and lengths)");
   llvm::Expected<ServingWorkload> workload =
       request.traceFile.empty() ? ServingWorkload::parse(request.workload)
                                 : [&]() -> llvm::Expected<ServingWorkload> {

@@ -23,6 +23,7 @@ struct ServeRequest {
   ClusterSource cluster;
   std::string workload = "chat"; ///< ServingWorkload::parse
   std::string traceFile;         ///< a CSV trace instead
+  bool workloadGiven = false;    ///< --workload on the command line
   std::string strategy;          ///< tp=..,pp=..,replicas=..; empty: search
   std::string engine = "vllm";
   std::string precision = "bf16", kvCache = "auto";

@@ -61,6 +61,7 @@ struct ServeCommand {
   std::string output;
   bool json = false;
   CLI::App *cmd = nullptr;
+  CLI::Option *workloadOpt = nullptr;
   void add(CLI::App &app);
   int run();
 };
@@ -68,7 +69,8 @@ struct ServeCommand {
 /// `orrery plan MODEL --cluster SPEC [--global-batch N] ...`.
 struct PlanCommand {
   ModelArgs args;
-  std::string cluster, objective = "time", output, precision = "bf16";
+  std::string cluster, objective = "time", output,
+      precision; ///< empty: not given (bf16, or the strategy's)
   int64_t globalBatch = 1024;
   double budget = 0;
   int topK = 5;

@@ -34,7 +34,9 @@ void PlanCommand::add(CLI::App &app) {
       ->check(CLI::PositiveNumber);
   cmd->add_option("--top", topK, "how many plans to report")
       ->check(CLI::Range(1, 100));
-  cmd->add_option("--precision", precision, "fp32, tf32, fp16, bf16 or fp8")
+  cmd->add_option("--precision", precision,
+                  "fp32, tf32, fp16, bf16 or fp8 (default bf16; with "
+                  "--strategy, what it names unless it names none)")
       ->check(CLI::IsMember({"fp32", "tf32", "fp16", "bf16", "fp8"}));
   cmd->add_flag("--explain", explain,
                 "say why the best plan beats the runners-up");

@@ -16,7 +16,7 @@ void ServeCommand::add(CLI::App &app) {
   cmd->add_option("--cluster", request.cluster.spec,
                   "cluster spec: JSON file or preset")
       ->required();
-  cmd->add_option(
+  workloadOpt = cmd->add_option(
       "--workload", request.workload,
       "chat (1K in, 256 out), reasoning (1K in, 16K out), summarize, or "
       "isl=..,osl=..,requests=..,rate=..|concurrency=..|offline (default "
@@ -54,6 +54,7 @@ void ServeCommand::add(CLI::App &app) {
 }
 
 int ServeCommand::run() {
+  request.workloadGiven = workloadOpt && workloadOpt->count() > 0;
   defaultBatchToOne(args);
   mlir::MLIRContext ctx;
   ctx.disableMultithreading();
