@@ -111,6 +111,17 @@ void Simulation::priceTpCollectives(const OpCost &op, const GroupShape &tpGroup,
   o.tpHaloS = collectiveTime(CollectiveKind::SendRecv, o.tpHaloBytes, tpGroup);
 }
 
+/// The bytes of a weighted contraction's weights, which its kernels move
+/// once whatever the batch (0 for other ops, and for a mixture-of-experts
+/// GEMM, whose grouped kernel the expert branch prices).
+static double weightBytesOf(const OpCost &op) {
+  if (!op.weighted || op.experts > 1)
+    return 0;
+  return std::max(0.0, double(op.bytesRead + op.bytesWritten) -
+                           double(op.activationInputBytes) -
+                           double(op.outputBytes));
+}
+
 OpPrice Simulation::priceOp(const OpCost &op, const LayerKind &k,
                             const StagePlacement &p) const {
   OpPrice o;
@@ -129,7 +140,11 @@ OpPrice Simulation::priceOp(const OpCost &op, const LayerKind &k,
     moved = std::max(0.0, moved - 2.0 * op.fusedIntermediateBytes);
     kernels = 0;
   }
-  double bytes = moved * sc / split;
+  // A GEMM reads its weight once per kernel whatever the batch: only the
+  // activations' bytes grow with the micro-batch (the workload states an
+  // op's bytes at its own batch; sc scales them to the micro-batch).
+  double weightMoved = std::min(moved, weightBytesOf(op));
+  double bytes = ((moved - weightMoved) * sc + weightMoved) / split;
   KernelClass cls = op.contraction ? KernelClass::Gemm : op.kernelClass;
   // fp8 as Transformer Engine runs it: the weighted GEMMs of the
   // repeated layers in fp8, attention and the once-only layers (the
@@ -155,8 +170,13 @@ OpPrice Simulation::priceOp(const OpCost &op, const LayerKind &k,
   // elementwise kernel that draws no random numbers.
   KernelClass backCls =
       cls == KernelClass::Random ? KernelClass::Pointwise : cls;
+  // Without its own backward bytes, a weighted GEMM's input gradient reads
+  // the weight and its weight gradient writes one: twice the weight.
+  double backWeight =
+      op.backwardBytes >= 0 ? 0 : std::min(backMoved, 2 * weightMoved);
   double bwd =
-      opTime(dev, b, backMoved * sc / split, backCls, backKernels, prec);
+      opTime(dev, b, ((backMoved - backWeight) * sc + backWeight) / split,
+             backCls, backKernels, prec);
   if (op.experts > 1) {
     // The device runs its E/ep local experts as one grouped GEMM: E/ep
     // products of the tokens routed to each (FLOPs and bytes per device

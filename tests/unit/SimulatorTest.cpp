@@ -833,3 +833,33 @@ TEST(Simulator, ModelStateShardsOnePartMorePerZeroStage) {
   EXPECT_DOUBLE_EQ(modelState(m, a).weightsBytes, z3.weightsBytes);
 }
 } // namespace
+
+/// An MLP of `layers` d x d linear layers, its ops stated at `batch`
+/// samples of one token: a weighted GEMM reads its weight once, whatever
+/// the batch.
+static Workload mlpAtBatch(int layers, int64_t d, int64_t batch) {
+  Workload w = uniformModel(layers, 2.0 * d * d * batch, d * d, 2 * d * batch);
+  OpCost &op = w.kinds[0].ops[0];
+  op.weighted = true;
+  op.tensorParallel = false;
+  op.activationInputBytes = 2 * d * batch;
+  op.outputBytes = 2 * d * batch;
+  op.bytesRead = 2 * d * d + op.activationInputBytes;
+  op.bytesWritten = op.outputBytes;
+  w.batchSize = batch;
+  w.tokensPerSample = 1;
+  return w;
+}
+
+TEST(Simulator, OpsArePricedAtTheMicroBatchTheyRunAt) {
+  Cluster c = preset("1xA100-80G");
+  Workload one = mlpAtBatch(8, 4096, 1), sixtyFour = mlpAtBatch(8, 4096, 64);
+  StepResult m1 = simulate(one, c, "dp=1,mbs=1,gbs=1");
+  StepResult m64 = simulate(one, c, "dp=1,mbs=64,gbs=64");
+  StepResult bound = simulate(sixtyFour, c, "dp=1,mbs=64,gbs=64");
+  // The weights are read once per kernel: 64 samples cost far less than 64
+  // steps of one (memory-bound at one sample, compute-bound at 64)...
+  EXPECT_LT(m64.stepS - m64.optimizerS, 0.25 * 64 * (m1.stepS - m1.optimizerS));
+  // ... and the batch-1 workload prices mbs=64 as the batch-64 one does.
+  EXPECT_NEAR(m64.stepS, bound.stepS, 1e-3 * bound.stepS);
+}
