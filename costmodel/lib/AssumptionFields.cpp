@@ -62,6 +62,21 @@ static std::vector<AssumptionField> buildFields() {
   t.push_back(f);
 
   f = {};
+  f.planKey = "memory_headroom_fraction";
+  f.flag = "memory-headroom";
+  f.help = "device memory no plan may use, as a fraction of it (default "
+           "0.05): the caching allocator's fragmentation and what the stack "
+           "allocates beyond what is priced; a step needing more does not "
+           "fit";
+  f.range = "a fraction from 0 to 0.5";
+  f.maxValue = 0.5;
+  // Plans written before it were priced with none.
+  f.absentFromPlan = 0.0;
+  f.get = [](const Assumptions &a) { return a.memoryHeadroom; };
+  f.set = [](Assumptions &a, double v) { a.memoryHeadroom = v; };
+  t.push_back(f);
+
+  f = {};
   f.planKey = "kernels";
   f.flag = "kernels";
   f.help = "which kernels the framework runs: fused (Megatron-Core with "
@@ -188,7 +203,7 @@ static bool admits(const AssumptionField &f, double v) {
         return true;
     return false;
   }
-  return v >= 0 && std::isfinite(v);
+  return v >= 0 && std::isfinite(v) && v <= f.maxValue;
 }
 
 llvm::Error setAssumption(const AssumptionField &f, double v, Assumptions &a) {

@@ -411,6 +411,7 @@ private:
                           double tpGrad, StepResult &r) const;
   void optimizerStep(int i, double dense, double experts,
                      GradientSync &sync) const;
+  double communicatorsBytes(const StagePlacement &p) const;
   void memoryOf(int i, const StepLayout &l, const TaskOrder &order,
                 const GradientSync &sync, StepResult &r) const;
   /// MGRIT's timeline in place of a schedule's (StepSchedule.cpp).

@@ -10,6 +10,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "Simulation.h"
+#include "orrery/CostModel/CommunicatorMemory.h"
 #include "orrery/CostModel/ModelState.h"
 
 #include <algorithm>
@@ -28,18 +29,44 @@ void Simulation::stageMemory(const StepLayout &l, const TaskOrder &order,
 /// The "does not fit" reasons, one line each.
 static std::string deviceShortfall(int stage, const MemoryBreakdown &mem,
                                    const std::string &device,
-                                   double capacityBytes) {
-  char buf[256];
+                                   double capacityBytes, double headroom) {
+  char buf[320];
   std::snprintf(buf, sizeof buf,
                 "stage %d needs %.1f GiB per %s (weights %.1f, gradients %.1f, "
                 "optimizer %.1f, "
-                "activations %.1f, workspace %.1f) but has %.1f GiB",
+                "activations %.1f, workspace and communicators %.1f) but has "
+                "%.1f GiB",
                 stage, mem.total() / (1 << 30), device.c_str(),
                 mem.weightsBytes / (1 << 30), mem.gradientsBytes / (1 << 30),
                 mem.optimizerBytes / (1 << 30),
                 mem.activationsBytes / (1 << 30),
-                mem.workspaceBytes / (1 << 30), capacityBytes / (1 << 30));
-  return buf;
+                mem.workspaceBytes / (1 << 30),
+                capacityBytes * (1 - headroom) / (1 << 30));
+  std::string text = buf;
+  if (headroom > 0) {
+    std::snprintf(buf, sizeof buf,
+                  " (of %.1f, %.0f %% held back: --memory-headroom)",
+                  capacityBytes / (1 << 30), 100 * headroom);
+    text += buf;
+  }
+  return text;
+}
+
+/// NCCL's buffers for the communicators a rank of placement `p` joins:
+/// the tensor- and data-parallel rings, the pipeline's two neighbours, the
+/// context-parallel ring's, the expert all-to-all's peers and the experts'
+/// data-parallel ring (CommunicatorMemory.h).
+double Simulation::communicatorsBytes(const StagePlacement &p) const {
+  double b =
+      communicatorBytes(p.tpGroup, {}) + communicatorBytes(p.dpGroup, {});
+  if (s.pp > 1)
+    b += communicatorBytes(p.toNext, {false, std::min(2, s.pp - 1)});
+  if (s.cp > 1)
+    b += communicatorBytes(p.cpGroup, {false, std::min(2, s.cp - 1)});
+  if (s.ep > 1)
+    b += communicatorBytes(p.epGroup, {false, p.epGroup.ranks - 1}) +
+         communicatorBytes(p.expertDpGroup, {});
+  return b;
 }
 
 static std::string hostShortfall(int stage, double hostBytes,
@@ -137,14 +164,17 @@ void Simulation::memoryOf(int i, const StepLayout &l, const TaskOrder &order,
   mem.gradientsBytes = state.gradientsBytes;
   mem.optimizerBytes = state.optimizerBytes;
   mem.activationsBytes = peak * (1 + a.fragmentation);
-  mem.workspaceBytes = a.workspaceFor(dev);
+  mem.workspaceBytes = a.workspaceFor(dev) + communicatorsBytes(at[i]);
   if (mem.total() > r.peakMemoryBytes)
     r.peakMemoryBytes = mem.total();
-  if (i == 0 || mem.total() - st.capacityBytes > r.memoryShortfallBytes)
-    r.memoryShortfallBytes = mem.total() - st.capacityBytes;
-  if (mem.total() > st.capacityBytes && r.fits) {
+  // What a plan may use: the device less the headroom.
+  double usable = st.capacityBytes * (1 - a.memoryHeadroom);
+  if (i == 0 || mem.total() - usable > r.memoryShortfallBytes)
+    r.memoryShortfallBytes = mem.total() - usable;
+  if (mem.total() > usable && r.fits) {
     r.fits = false;
-    r.doesNotFit = deviceShortfall(i, mem, dev.name, st.capacityBytes);
+    r.doesNotFit =
+        deviceShortfall(i, mem, dev.name, st.capacityBytes, a.memoryHeadroom);
   }
   // The offloaded optimizer state in the node's host memory.
   r.hostMemoryBytesPerNode = std::max(r.hostMemoryBytesPerNode, hostBytes);

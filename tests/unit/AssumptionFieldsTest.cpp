@@ -24,7 +24,7 @@ double otherValue(const AssumptionField &f) {
   for (double v : f.allowed)
     if (v != now)
       return v;
-  return now + 1e6;
+  return f.maxValue < 1e300 ? f.maxValue : now + 1e6;
 }
 
 } // namespace

@@ -1,4 +1,5 @@
 //===- SimulatorTest.cpp - the step simulator on hand-made workloads ------===//
+#include "orrery/CostModel/CommunicatorMemory.h"
 #include "orrery/CostModel/Simulator.h"
 #include "TestSupport.h"
 #include "orrery/CostModel/Collective.h"
@@ -862,4 +863,56 @@ TEST(Simulator, OpsArePricedAtTheMicroBatchTheyRunAt) {
   EXPECT_LT(m64.stepS - m64.optimizerS, 0.25 * 64 * (m1.stepS - m1.optimizerS));
   // ... and the batch-1 workload prices mbs=64 as the batch-64 one does.
   EXPECT_NEAR(m64.stepS, bound.stepS, 1e-3 * bound.stepS);
+}
+
+TEST(Simulator, EachCommunicatorAddsNcclBuffers) {
+  // One more communicator (the data-parallel ring of two ranks on one
+  // node) adds NCCL's buffers for its 16 channels, 10 MiB received and
+  // 2 MiB sent each, and nothing else per device (ZeRO-0: the same model
+  // state; the same micro-batch).
+  Workload w = uniformModel(4, 1e12, 100'000'000, 1 << 28);
+  StepResult one = simulate(w, preset("1xA100-80G"), "dp=1,mbs=1,gbs=1,zero=0");
+  StepResult two = simulate(w, preset("2xA100-80G"), "dp=2,mbs=1,gbs=2,zero=0");
+  const MemoryBreakdown &a = one.stages[0].memory, &b = two.stages[0].memory;
+  EXPECT_DOUBLE_EQ(b.workspaceBytes - a.workspaceBytes,
+                   16 * (kNcclRecvBytesPerConnection +
+                         kNcclSendBytesPerConnection));
+  EXPECT_DOUBLE_EQ(b.weightsBytes + b.gradientsBytes + b.optimizerBytes +
+                       b.activationsBytes,
+                   a.weightsBytes + a.gradientsBytes + a.optimizerBytes +
+                       a.activationsBytes);
+  // Across nodes a ring has 8 channels; a pipeline's neighbours 2 a peer.
+  GroupShape across;
+  across.ranks = 4;
+  across.ranksPerNode = 1;
+  EXPECT_DOUBLE_EQ(communicatorBytes(across, {}),
+                   8 * (kNcclRecvBytesPerConnection +
+                        kNcclSendBytesPerConnection));
+  EXPECT_DOUBLE_EQ(communicatorBytes(across, {false, 2}),
+                   2 * 2 * (kNcclRecvBytesPerConnection +
+                            kNcclSendBytesPerConnection));
+}
+
+TEST(Simulator, TheMemoryHeadroomIsHeldBack) {
+  // A step that fits the whole device but not the device less the
+  // headroom does not fit; with no headroom it does.
+  Workload w = uniformModel(4, 1e12, 1'000'000'000, 1 << 28);
+  Cluster c = preset("1xA100-80G");
+  auto s = parseStrategy("dp=1,mbs=1,gbs=1");
+  ASSERT_TRUE(bool(s));
+  Assumptions none, some;
+  none.memoryHeadroom = 0;
+  auto r0 = simulateStep(w, c, *s, none);
+  ASSERT_TRUE(bool(r0));
+  double used = r0->stages[0].memory.total() / r0->stages[0].capacityBytes;
+  ASSERT_LT(used, 1.0);
+  some.memoryHeadroom = (1 - used) + 0.01;
+  auto r1 = simulateStep(w, c, *s, some);
+  ASSERT_TRUE(bool(r1));
+  EXPECT_TRUE(r0->fits);
+  EXPECT_FALSE(r1->fits);
+  EXPECT_NE(r1->doesNotFit.find("held back: --memory-headroom"),
+            std::string::npos)
+      << r1->doesNotFit;
+  EXPECT_DOUBLE_EQ(r1->peakMemoryBytes, r0->peakMemoryBytes);
 }

@@ -90,10 +90,13 @@ void printPlan(std::ostream &os, const PlanResult &r, const Workload &w,
   std::snprintf(
       buf, sizeof buf,
       "step         %.3f s   %s%.4g samples/s   MFU %.1f%%   bubble %.1f%%\n"
-      "memory       peak %.1f GiB of %.1f GiB per device\n",
+      "memory       peak %.1f GiB of %.1f GiB per device, %.1f GiB held "
+      "back (--memory-headroom %g)\n",
       b.stepS, tokens.c_str(), b.samplesPerS, 100 * b.mfu,
       100 * b.bubbleFraction, gib(b.peakMemoryBytes),
-      gib(r.cluster.deviceSpec(0).memoryBytes));
+      gib(r.cluster.deviceSpec(0).memoryBytes),
+      gib(r.cluster.deviceSpec(0).memoryBytes * b.assumptions.memoryHeadroom),
+      b.assumptions.memoryHeadroom);
   os << buf;
   if (b.hostMemoryBytesPerNode > 0) {
     const Strategy &s = b.strategy;

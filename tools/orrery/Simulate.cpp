@@ -171,6 +171,15 @@ void printSimulation(std::ostream &os, const StepResult &r, const Cluster &c,
                   gib(st.capacityBytes));
     os << buf;
   }
+  if (r.assumptions.memoryHeadroom > 0 && !r.stages.empty()) {
+    std::snprintf(buf, sizeof buf,
+                  "  (workspace: the CUDA context and libraries' workspaces, "
+                  "and NCCL's buffers per communicator; %.1f GiB of each "
+                  "device held back: --memory-headroom %g)\n",
+                  gib(r.stages[0].capacityBytes * r.assumptions.memoryHeadroom),
+                  r.assumptions.memoryHeadroom);
+    os << buf;
+  }
   if (!r.fits)
     os << "\nDOES NOT FIT: " << r.doesNotFit << "\n";
   os << "\nenergy       " << energyText(r.energy);

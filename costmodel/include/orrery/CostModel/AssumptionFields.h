@@ -46,6 +46,8 @@ struct AssumptionField {
   /// says what it means).
   std::vector<double> allowed;
   const char *range = "a non-negative number";
+  /// A number's largest value (with `range` saying so).
+  double maxValue = 1e300;
   /// What a plan written before the key existed was priced with; empty:
   /// Assumptions' default.
   std::optional<double> absentFromPlan;

@@ -103,6 +103,13 @@ struct Assumptions {
     return d.workspaceBytes > 0 ? d.workspaceBytes : workspaceBytes;
   }
   double fragmentation = 0.05;
+  /// Device memory no plan may use, as a fraction of it (`--memory-headroom`):
+  /// the caching allocator's fragmentation beyond the activations' 5 % and
+  /// what the stack allocates that no term prices (GMLake measures 15 % of
+  /// used memory lost to fragmentation on average over eight LLM setups on
+  /// A100-80GB, up to 33 %, docs/memory-sources.md §5). A step above the
+  /// rest does not fit.
+  double memoryHeadroom = 0.05;
   /// Which weights train (`--freeze`, `--lora`): the workload must have
   /// been built with the same (Workload::fineTuning).
   FineTuning fineTuning;
