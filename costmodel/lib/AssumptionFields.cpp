@@ -7,122 +7,117 @@
 
 namespace orrery {
 
+using Getter = double (*)(const Assumptions &);
+using Setter = void (*)(Assumptions &, double);
+
+template <bool Assumptions::*M> double flagOf(const Assumptions &a) {
+  return a.*M ? 1.0 : 0.0;
+}
+template <bool Assumptions::*M> void setFlag(Assumptions &a, double v) {
+  a.*M = v == 1;
+}
+template <double Assumptions::*M> double numberOf(const Assumptions &a) {
+  return a.*M;
+}
+template <double Assumptions::*M> void setNumber(Assumptions &a, double v) {
+  a.*M = v;
+}
+
+/// A row: a choice of `names` (a switch when `isSwitch`), or a number
+/// (names empty).
+static AssumptionField row(const char *planKey, const char *flag,
+                           const char *help, std::vector<std::string> names,
+                           bool isSwitch, Getter get, Setter set) {
+  AssumptionField f;
+  f.planKey = planKey;
+  f.flag = flag;
+  f.help = help;
+  f.names = std::move(names);
+  f.isSwitch = isSwitch;
+  f.get = get;
+  f.set = set;
+  return f;
+}
+
 static std::vector<AssumptionField> buildFields() {
   std::vector<AssumptionField> t;
-  AssumptionField f;
-
-  f = {};
-  f.planKey = "gradient_accumulation";
-  f.flag = "separate-grad-accumulation";
-  f.help = "accumulate weight gradients into the main gradients in a kernel "
-           "of their own each micro-batch (PyTorch hooks, DeepSpeed's bf16 "
-           "optimizer), not inside the weight-gradient GEMM (Megatron-LM)";
-  f.names = {"fused", "separate"};
-  f.isSwitch = true;
-  f.get = [](const Assumptions &a) {
-    return a.fusedGradientAccumulation ? 0.0 : 1.0;
-  };
-  f.set = [](Assumptions &a, double v) {
-    a.fusedGradientAccumulation = v == 0;
-  };
-  t.push_back(f);
-
-  f = {};
-  f.planKey = "gradient_bytes_per_parameter";
-  f.flag = "grad-bytes";
-  f.help = "bytes per gradient element kept (and reduced): 4 (fp32 main "
-           "gradients, the default) or 2 (16-bit gradients: Megatron-LM with "
-           "fp16 and without --accumulate-allreduce-grads-in-fp32)";
-  f.allowed = {2, 4};
-  f.get = [](const Assumptions &a) { return a.gradBytesPerParam; };
-  f.set = [](Assumptions &a, double v) { a.gradBytesPerParam = v; };
-  t.push_back(f);
-
-  f = {};
-  f.planKey = "gradient_reduce_bytes_per_parameter";
-  f.flag = "grad-reduce-bytes";
-  f.help = "bytes per gradient element on the wire when gradients are "
-           "reduced, if not those kept: 4 reduces 16-bit gradients in fp32 "
-           "(DeepSpeed's fp32_allreduce / communication_data_type fp32)";
-  f.allowed = {2, 4};
-  f.get = [](const Assumptions &a) { return a.gradReduceBytes(); };
-  f.set = [](Assumptions &a, double v) { a.gradReduceBytesPerParam = v; };
-  t.push_back(f);
-
-  f = {};
-  f.planKey = "zero3_prefetch_parameters";
-  f.flag = "zero3-prefetch-params";
-  f.help = "ZeRO-3: parameters gathered ahead of their use; 0 (the default) "
-           "the next layer whole, as FSDP does and the DeepSpeed export "
-           "configures; DeepSpeed's own default stage3_prefetch_bucket_size "
-           "is 5e7";
-  f.range = "a non-negative number (0: the next layer whole)";
-  f.get = [](const Assumptions &a) { return a.zero3PrefetchParams; };
-  f.set = [](Assumptions &a, double v) { a.zero3PrefetchParams = v; };
-  t.push_back(f);
-
-  f = {};
-  f.planKey = "memory_headroom_fraction";
-  f.flag = "memory-headroom";
-  f.help = "device memory no plan may use, as a fraction of it (default "
-           "0.05): the caching allocator's fragmentation and what the stack "
-           "allocates beyond what is priced; a step needing more does not "
-           "fit";
-  f.range = "a fraction from 0 to 0.5";
-  f.maxValue = 0.5;
-  // Plans written before it were priced with none.
-  f.absentFromPlan = 0.0;
-  f.get = [](const Assumptions &a) { return a.memoryHeadroom; };
-  f.set = [](Assumptions &a, double v) { a.memoryHeadroom = v; };
-  t.push_back(f);
-
-  f = {};
-  f.planKey = "kernels";
-  f.flag = "kernels";
-  f.help = "which kernels the framework runs: fused (Megatron-Core with "
-           "Transformer Engine: flash attention, fused norms, SwiGLU and "
-           "RoPE; the default), unfused-attention (Megatron-LM before flash "
-           "attention: the attention scores in memory, fused softmax and "
-           "elementwise chains) or eager (plain PyTorch: one kernel per op, "
-           "each dispatched by the host)";
-  f.names = {"fused", "unfused-attention", "eager"};
+  t.push_back(row(
+      "gradient_accumulation", "separate-grad-accumulation",
+      "accumulate weight gradients into the main gradients in a kernel of "
+      "their own each micro-batch (PyTorch hooks, DeepSpeed's bf16 "
+      "optimizer), not inside the weight-gradient GEMM (Megatron-LM)",
+      {"fused", "separate"}, true,
+      [](const Assumptions &a) {
+        return a.fusedGradientAccumulation ? 0.0 : 1.0;
+      },
+      [](Assumptions &a, double v) { a.fusedGradientAccumulation = v == 0; }));
+  t.push_back(row("gradient_bytes_per_parameter", "grad-bytes",
+                  "bytes per gradient element kept (and reduced): 4 (fp32 "
+                  "main gradients, the default) or 2 (16-bit gradients: "
+                  "Megatron-LM with fp16 and without "
+                  "--accumulate-allreduce-grads-in-fp32)",
+                  {}, false, numberOf<&Assumptions::gradBytesPerParam>,
+                  setNumber<&Assumptions::gradBytesPerParam>));
+  t.back().allowed = {2, 4};
+  t.push_back(row(
+      "gradient_reduce_bytes_per_parameter", "grad-reduce-bytes",
+      "bytes per gradient element on the wire when gradients are reduced, "
+      "if not those kept: 4 reduces 16-bit gradients in fp32 (DeepSpeed's "
+      "fp32_allreduce / communication_data_type fp32)",
+      {}, false, [](const Assumptions &a) { return a.gradReduceBytes(); },
+      setNumber<&Assumptions::gradReduceBytesPerParam>));
+  t.back().allowed = {2, 4};
+  t.push_back(row("zero3_prefetch_parameters", "zero3-prefetch-params",
+                  "ZeRO-3: parameters gathered ahead of their use; 0 (the "
+                  "default) the next layer whole, as FSDP does and the "
+                  "DeepSpeed export configures; DeepSpeed's own default "
+                  "stage3_prefetch_bucket_size is 5e7",
+                  {}, false, numberOf<&Assumptions::zero3PrefetchParams>,
+                  setNumber<&Assumptions::zero3PrefetchParams>));
+  t.back().range = "a non-negative number (0: the next layer whole)";
+  t.push_back(row("memory_headroom_fraction", "memory-headroom",
+                  "device memory no plan may use, as a fraction of it "
+                  "(default 0.05): the caching allocator's fragmentation "
+                  "and what the stack allocates beyond what is priced; a "
+                  "step needing more does not fit",
+                  {}, false, numberOf<&Assumptions::memoryHeadroom>,
+                  setNumber<&Assumptions::memoryHeadroom>));
+  t.back().range = "a fraction from 0 to 0.5";
+  t.back().maxValue = 0.5;
+  t.back().absentFromPlan = 0.0; // plans before it were priced with none
+  t.push_back(row(
+      "kernels", "kernels",
+      "which kernels the framework runs: fused (Megatron-Core with "
+      "Transformer Engine: flash attention, fused norms, SwiGLU and RoPE; "
+      "the default), unfused-attention (Megatron-LM before flash attention: "
+      "the attention scores in memory, fused softmax and elementwise "
+      "chains) or eager (plain PyTorch: one kernel per op, each dispatched "
+      "by the host)",
+      {"fused", "unfused-attention", "eager"}, false,
+      [](const Assumptions &a) { return double(a.fusion); },
+      [](Assumptions &a, double v) { a.fusion = KernelFusion(int(v)); }));
   // Plans written before `kernels` existed were priced with the attention
-  // scores in memory.
-  f.absentFromPlan = double(KernelFusion::UnfusedAttention);
-  f.pythonKeyword = false; // orrery.load(kernels=...)
-  f.get = [](const Assumptions &a) { return double(a.fusion); };
-  f.set = [](Assumptions &a, double v) { a.fusion = KernelFusion(int(v)); };
-  t.push_back(f);
-
-  f = {};
-  f.planKey = "pipeline_gradients";
-  f.flag = "pipeline-gradients";
-  f.help = "what each tensor-parallel rank sends back between pipeline "
-           "stages: partitioned (its shard, gathered at the receiver: "
-           "Megatron-LM, DeepSpeed's default; the default) or whole "
-           "(DeepSpeed's pipeline.grad_partitioned false, as DeepSpeed 0.3 "
-           "ran)";
-  f.names = {"partitioned", "whole"};
-  f.get = [](const Assumptions &a) {
-    return a.pipelineWholeGradients ? 1.0 : 0.0;
-  };
-  f.set = [](Assumptions &a, double v) { a.pipelineWholeGradients = v == 1; };
-  t.push_back(f);
-
-  f = {};
-  f.planKey = "pipeline_attention_mask";
-  f.flag = "pipeline-mask";
-  f.help = "the [seq, seq] causal mask travels beside every activation "
-           "between pipeline stages in fp16, from every tensor-parallel rank "
-           "(the GPT pipeline models of DeepSpeed's Megatron examples and of "
-           "Megatron-DeepSpeed)";
-  f.names = {"none", "fp16"};
-  f.isSwitch = true;
-  f.get = [](const Assumptions &a) {
-    return a.pipelineAttentionMask ? 1.0 : 0.0;
-  };
-  f.set = [](Assumptions &a, double v) { a.pipelineAttentionMask = v == 1; };
-  t.push_back(f);
+  // scores in memory; the model is loaded for its kernels
+  // (orrery.load(kernels=...)).
+  t.back().absentFromPlan = double(KernelFusion::UnfusedAttention);
+  t.back().pythonKeyword = false;
+  t.push_back(row("pipeline_gradients", "pipeline-gradients",
+                  "what each tensor-parallel rank sends back between "
+                  "pipeline stages: partitioned (its shard, gathered at the "
+                  "receiver: Megatron-LM, DeepSpeed's default; the default) "
+                  "or whole (DeepSpeed's pipeline.grad_partitioned false, as "
+                  "DeepSpeed 0.3 ran)",
+                  {"partitioned", "whole"}, false,
+                  flagOf<&Assumptions::pipelineWholeGradients>,
+                  setFlag<&Assumptions::pipelineWholeGradients>));
+  t.push_back(row("pipeline_attention_mask", "pipeline-mask",
+                  "the [seq, seq] causal mask travels beside every "
+                  "activation between pipeline stages in fp16, from every "
+                  "tensor-parallel rank (the GPT pipeline models of "
+                  "DeepSpeed's Megatron examples and of Megatron-DeepSpeed)",
+                  {"none", "fp16"}, true,
+                  flagOf<&Assumptions::pipelineAttentionMask>,
+                  setFlag<&Assumptions::pipelineAttentionMask>));
   return t;
 }
 
