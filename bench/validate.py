@@ -325,6 +325,56 @@ def amp_group(orrery, build, cases):
     return rows
 
 
+ZB_SCHEDULES = {"1f1b": "schedule=1f1b", "zb-1p": "schedule=zb-h1", "zb-2p": "schedule=zb-2p",
+                "1f1b-i": "schedule=interleaved", "zb-v": "schedule=zb-v"}
+
+
+def zero_bubble_group(orrery, build, groups):
+    """Qi et al.'s zero-bubble measurements (bench/published/
+    zero_bubble_runs.json): each row's schedules simulated on its pipeline;
+    prints every case and, per schedule, the predicted gain over 1F1B beside
+    the measured one. ZB-1p is priced as ZB-H1 (the paper's Table 5 gives
+    both the same bubble), 1F1B-I as the interleaved schedule with one
+    layer per chunk (the embedding and the head count as layers, as the
+    paper's stages do)."""
+    data = json.load(open(os.path.join(HERE, "published", "zero_bubble_runs.json")))
+    gains = {}
+    for table, group in (("table4", "ZeroBubble_Table4"), ("v2_table6_zbv", "ZeroBubble_V_Table6")):
+        for row in data[table]:
+            m = dict(data["models"][row["model"]], seq_len=1024, vocab=32000)
+            m["ffn"] = 4 * m["hidden"]
+            pp, mbs, nmb = row["pp"], row["mbs"], row["m"]
+            base = (f"tp=1,pp={pp},dp=1,mbs={mbs},gbs={mbs * nmb},precision=fp16,"
+                    f"recompute=none,zero=1")
+            steps = {}
+            for name, sched in ZB_SCHEDULES.items():
+                if name not in row:
+                    continue
+                strategy = base + "," + sched
+                if name == "1f1b-i":
+                    strategy += f",vpp={(m['layers'] + 2) // pp}"
+                measured = mbs * nmb / (row[name] * pp)
+                result, error = simulate(orrery, gpt_model(build, m), f"{max(1, pp // 8)}x8xA100-80G",
+                                         strategy)
+                case_id = f"zb-{row['model']}-p{pp}-m{nmb}-{name}"
+                add_case(groups.setdefault(group, []), case_id, measured, result, error,
+                         f"{row[name]} samples/GPU/s measured; mbs {mbs}")
+                if result is not None:
+                    steps[name] = (measured, result["step_time_s"])
+            if "1f1b" not in steps:
+                continue
+            for name, (measured, pred) in steps.items():
+                if name != "1f1b":
+                    g = gains.setdefault(name, [])
+                    g.append((steps["1f1b"][0] / measured - 1, steps["1f1b"][1] / pred - 1))
+    print("\nzero-bubble schedules, throughput gain over 1F1B (mean over the rows), "
+          "measured vs predicted:")
+    for name, g in gains.items():
+        meas = 100 * sum(x[0] for x in g) / len(g)
+        pred = 100 * sum(x[1] for x in g) / len(g)
+        print(f"  {name:7} measured {meas:+6.1f}%  predicted {pred:+6.1f}%  ({len(g)} rows)")
+
+
 def print_row(case_id, step, pred, note):
     """One case: measured and predicted seconds, the error (returned)."""
     if pred is None:
@@ -419,6 +469,8 @@ def main():
         add_case(groups.setdefault(case["group"], []), case["id"],
                  case["derived"]["iteration_time_s"], result, error,
                  moe_note(case))
+
+    zero_bubble_group(orrery, args.build, groups)
 
     amp = [c for c in data["cases"] if c["group"] == "AMP_heterogeneous_cluster"]
     amp_rows = amp_group(orrery, args.build, amp) if amp else []

@@ -242,14 +242,19 @@ const Refusal kCommon[] = {
      }},
     {Capability::Schedule,
      [](const Plan &p, const std::string &) {
-       return p.strategy.schedule == Schedule::ZeroBubbleH1 &&
+       return (p.strategy.schedule == Schedule::ZeroBubbleH1 ||
+               p.strategy.schedule == Schedule::ZeroBubble2p) &&
               p.strategy.pp > 1;
      },
-     [](const Plan &) -> std::string {
-       return "the plan runs ZB-H1 (schedule=zb-h1), which this target does "
-              "not run (Megatron-LM core_r0.12 and DeepSpeed have no "
-              "zero-bubble schedule; torch.distributed.pipelining's are "
-              "interleaved or V-shaped); plan with schedule=1f1b";
+     [](const Plan &p) -> std::string {
+       std::string name = p.strategy.schedule == Schedule::ZeroBubbleH1
+                              ? "ZB-H1 (schedule=zb-h1)"
+                              : "ZB-2p (schedule=zb-2p)";
+       return "the plan runs " + name +
+              ", which this target does not run (Megatron-LM core_r0.12 "
+              "and DeepSpeed have no zero-bubble schedule; "
+              "torch.distributed.pipelining's are interleaved or "
+              "V-shaped); plan with schedule=1f1b";
      }},
     // The V schedules: PyTorch 2.6's ScheduleZBVZeroBubble runs ZB-V in
     // the order priced; no target here runs DualPipeV (DeepSeek's own code,

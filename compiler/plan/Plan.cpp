@@ -417,7 +417,7 @@ static llvm::Expected<Strategy> strategyFromPlanImpl(const nlohmann::json &plan,
     s.schedule = *sc;
   else
     return err(what + ": strategy.schedule: must be gpipe, 1f1b, interleaved, "
-                      "zb-h1, zb-v, dualpipev, dualpipe or mgrit");
+                      "zb-h1, zb-2p, zb-v, dualpipev, dualpipe or mgrit");
   if (auto r = recomputeFromName(j.value("recompute", "")))
     s.recompute = *r;
   else

@@ -554,7 +554,7 @@ Priced PlanSearch::price(SearchState &st, Strategy s,
 
 /// The zero-bubble schedules of a 1F1B candidate that fits: ZB-H1 (the
 /// same work and memory, the weight gradients deferred into the bubble),
-/// ZB-V and DualPipeV; priced unless (by time) even a step without any
+/// ZB-2p (twice the activations in flight), ZB-V and DualPipeV; priced unless (by time) even a step without any
 /// bubble would not enter the plans kept.
 void PlanSearch::priceZeroBubble(SearchState &st, Strategy t,
                                  const Priced &p) {
@@ -567,6 +567,10 @@ void PlanSearch::priceZeroBubble(SearchState &st, Strategy t,
     return;
   t.schedule = Schedule::ZeroBubbleH1;
   price(st, t);
+  // ZB-2p: twice the activations in flight for the bubble ZB-H1 leaves.
+  t.schedule = Schedule::ZeroBubble2p;
+  price(st, t);
+  t.schedule = Schedule::ZeroBubbleH1;
   // The V schedules (two chunks per stage: the same layers per device,
   // a deeper V of activations on the later stages): ZB-V, and DualPipeV
   // where the micro-batches allow (its overlapped pairs hide the

@@ -908,6 +908,11 @@ static llvm::Error refuseUnsupported(const Strategy &s) {
     return err("lower: schedule=dualpipe: the lowering does not write the "
                "two directions' programs yet (simulate and plan take it; "
                "dualpipev lowers)");
+  if (s.schedule == Schedule::ZeroBubble2p)
+    return err("lower: schedule=zb-2p: its weight gradients move into the "
+               "idle time the priced run finds, which the lowering's fixed "
+               "orders do not write yet (simulate and plan take it; zb-h1 "
+               "lowers)");
   if (s.schedule == Schedule::LayerParallelMgrit)
     return err("lower: schedule=mgrit: the lowering does not write MGRIT's "
                "relaxations and coarse solves yet (simulate takes it)");

@@ -1,6 +1,7 @@
 //===- Schedule.cpp - pipeline schedules, task by task --------------------===//
 //
-// Each schedule (GPipe, 1F1B, interleaved 1F1B, ZB-H1, ZB-V, DualPipeV) as
+// Each schedule (GPipe, 1F1B, interleaved 1F1B, ZB-H1, ZB-2p, ZB-V,
+// DualPipeV) as
 // an ordered task list per pipeline stage (Simulation::schedule), and the
 // event-by-event run of those lists with the transfers between stages as
 // delays on the dependencies (runSchedule). Simulator.cpp prices the tasks
@@ -66,6 +67,35 @@ void Simulation::zeroBubbleV(int i, int m, std::vector<Task> &o) const {
     add(c1, w1++, true, true);
   while (w0 < b0)
     add(c0, w0++, true, true);
+}
+
+// ZB-2p (Qi et al., ICLR 2024, §3.2 and Table 4) on stage i: the
+// forwards that fit before the first input gradient comes back when every
+// pass takes about as long, 2(pp-i)-1, then each B followed by the next F;
+// every W listed at the latest place it may run: before an F that would
+// otherwise hold more than 2pp micro-batches (those whose W has not run
+// keep the inputs it reads), or at the end. The run (ScheduleRun) moves
+// each W earlier, into idle time its stage meets after the W's B.
+void Simulation::zeroBubble2p(int i, int m, std::vector<Task> &o) const {
+  int limit = 2 * s.pp;
+  int f = 0, b = 0, w = 0;
+  auto weight = [&] {
+    Task t{i, w++, true, true};
+    t.deferrable = true;
+    o.push_back(t);
+  };
+  for (int warm = std::min(m, 2 * (s.pp - i) - 1); f < warm;)
+    o.push_back({i, f++, false});
+  while (b < m) {
+    o.push_back({i, b++, true});
+    if (f == m)
+      continue;
+    while (f + 1 - w > limit)
+      weight();
+    o.push_back({i, f++, false});
+  }
+  while (w < m)
+    weight();
 }
 
 // DualPipeV (deepseek-ai/DualPipe, dualpipev.py; PyTorch's
@@ -203,6 +233,10 @@ TaskOrder Simulation::buildSchedule(int m) const {
       }
       continue;
     }
+    if (s.schedule == Schedule::ZeroBubble2p && pp > 1) {
+      zeroBubble2p(i, m, o);
+      continue;
+    }
     if (s.schedule == Schedule::ZeroBubbleV && pp > 1) {
       zeroBubbleV(i, m, o);
       continue;
@@ -244,6 +278,11 @@ namespace {
 /// is sent and computed, and where each stage is in its list.
 class ScheduleRun {
 public:
+  /// What one visit to a stage did: ran its next task, ran a deferrable W
+  /// early (the next task waits on its inputs), passed a W that ran early,
+  /// or nothing (the next task's inputs have not been produced).
+  enum class Step { Ran, Filled, Skipped, Blocked };
+
   ScheduleRun(const std::vector<std::vector<Task>> &order, int chunks, int m,
               const std::vector<double> &fwdS, const std::vector<double> &bwdS,
               const PipelineLinks &links, std::vector<TraceEvent> *trace,
@@ -255,7 +294,7 @@ public:
         weightS(weightS), fwdCommS(fwdCommS), bwdCommS(bwdCommS),
         fDone(size_t(chunks) * m, -1), bDone(size_t(chunks) * m, -1),
         fComputed(size_t(chunks) * m, -1), next(pp, 0),
-        pending(pp, {SIZE_MAX, 0.0}) {
+        pending(pp, {SIZE_MAX, 0.0}), bRan(pp, 0), wRan(pp, 0) {
     tl.free.assign(pp, 0);
     tl.busy.assign(pp, 0);
     tl.lastBackwardS.assign(pp, 0);
@@ -274,10 +313,15 @@ public:
       bool progress = false;
       for (int k = 0; k < pp; ++k) {
         int i = down ? k : pp - 1 - k;
-        while (next[i] < order[i].size() && runNext(i)) {
-          ++next[i];
-          --remaining;
+        while (next[i] < order[i].size()) {
+          Step step = runNext(i);
+          if (step == Step::Blocked)
+            break;
           progress = true;
+          if (step != Step::Filled) // a W run early stays listed
+            ++next[i];
+          if (step != Step::Skipped) // a W listed but run early
+            --remaining;
         }
       }
       if (!progress) {
@@ -303,19 +347,38 @@ private:
   // Per stage: a forward whose send waits for the next task (its index into
   // fDone, and the send's duration), or none.
   std::vector<std::pair<size_t, double>> pending;
+  // Per stage (one chunk each, ZB-2p): input gradients and weight
+  // gradients run so far.
+  std::vector<int> bRan, wRan;
 
   size_t idx(int vs, int mb) const { return size_t(vs) * m + mb; }
 
-  /// Runs stage i's next task; false while its inputs have not arrived.
-  bool runNext(int i) {
+  /// Runs stage i's next task, or a deferrable W before it.
+  Step runNext(int i) {
     const Task &t = order[i][next[i]];
+    if (t.deferrable && t.mb < wRan[i])
+      return Step::Skipped;
     if (t.weight) {
       runWeight(i, t);
-      return true;
+      wRan[i] += t.deferrable;
+      return Step::Ran;
     }
-    if (t.pairVs >= 0)
-      return runPair(i, t);
-    return runTask(i, t);
+    if (wRan[i] < bRan[i] && order[i].back().deferrable) {
+      // ZB-2p: a W fills the idle time before a task whose inputs come
+      // later, when at least half of it fits there.
+      double ready, gather, send;
+      if (!inputsOf(t.vs, t.mb, t.backward, ready, gather, send))
+        return Step::Blocked;
+      double weight = weightS ? (*weightS)[t.vs] : 0;
+      if (ready - tl.free[i] > 0 && ready - tl.free[i] >= weight / 2) {
+        runWeight(i, {t.vs, wRan[i]++, true, true});
+        return Step::Filled;
+      }
+    }
+    bool ran = t.pairVs >= 0 ? runPair(i, t) : runTask(i, t);
+    if (ran && t.backward)
+      ++bRan[i];
+    return ran ? Step::Ran : Step::Blocked;
   }
 
   /// When the inputs of chunk vs's forward (or backward) of micro-batch mb

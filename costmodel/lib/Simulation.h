@@ -124,6 +124,9 @@ struct Task {
   /// In a schedule that splits backwards (zero bubble), a backward that
   /// computes its weight gradients too (DualPipeV's full backward).
   bool full = false;
+  /// A W that runs here at the latest (ZB-2p): the run moves it earlier,
+  /// into the first idle time its stage meets after its B.
+  bool deferrable = false;
   /// DualPipeV's overlapped pair: this forward runs with the full
   /// backward of chunk pairVs, micro-batch pairMb (-1: none).
   int pairVs = -1, pairMb = -1;
@@ -333,6 +336,7 @@ public:
   TaskOrder buildSchedule(int microBatches) const;
   /// Stage i's tasks under ZB-V and DualPipeV (Schedule.cpp).
   void zeroBubbleV(int i, int m, std::vector<Task> &o) const;
+  void zeroBubble2p(int i, int m, std::vector<Task> &o) const;
   void dualPipeV(int i, int m, std::vector<Task> &o) const;
   double scale() const {
     return double(s.microBatch) / double(std::max<int64_t>(1, w.batchSize)) /

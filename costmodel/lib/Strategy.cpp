@@ -20,6 +20,7 @@ const char *scheduleName(Schedule s) {
   return s == Schedule::GPipe                ? "gpipe"
          : s == Schedule::OneFOneB           ? "1f1b"
          : s == Schedule::ZeroBubbleH1       ? "zb-h1"
+         : s == Schedule::ZeroBubble2p       ? "zb-2p"
          : s == Schedule::ZeroBubbleV        ? "zb-v"
          : s == Schedule::DualPipeV          ? "dualpipev"
          : s == Schedule::DualPipe           ? "dualpipe"
@@ -40,7 +41,8 @@ const char *cpCommName(CpComm c) {
 std::optional<Schedule> scheduleFromName(const std::string &name) {
   for (Schedule s :
        {Schedule::GPipe, Schedule::OneFOneB, Schedule::Interleaved,
-        Schedule::ZeroBubbleH1, Schedule::ZeroBubbleV, Schedule::DualPipeV,
+        Schedule::ZeroBubbleH1, Schedule::ZeroBubble2p, Schedule::ZeroBubbleV,
+        Schedule::DualPipeV,
         Schedule::DualPipe, Schedule::LayerParallelMgrit})
     if (name == scheduleName(s))
       return s;
@@ -332,7 +334,7 @@ bool wordField(const StrategyField &f, Strategy &s, bool &sdpMask,
       s.schedule = *sc;
     else
       e = err(where + ": schedule must be gpipe, 1f1b, interleaved, zb-h1, "
-                      "zb-v, dualpipev, dualpipe or mgrit");
+                      "zb-2p, zb-v, dualpipev, dualpipe or mgrit");
   } else if (key == "offload") {
     if (value == "optimizer")
       s.offloadOptimizer = true;
@@ -661,9 +663,11 @@ static llvm::Error checkPipeline(Strategy &s, const Workload &w) {
                    " layers, fewer than one coarse step");
     }
   }
-  if (s.schedule == Schedule::ZeroBubbleH1 && s.virtualStages > 1)
-    return err("strategy: schedule=zb-h1 runs one chunk per stage (vpp=1); "
-               "schedule=zb-v runs two");
+  if ((s.schedule == Schedule::ZeroBubbleH1 ||
+       s.schedule == Schedule::ZeroBubble2p) &&
+      s.virtualStages > 1)
+    return err(std::string("strategy: schedule=") + scheduleName(s.schedule) +
+               " runs one chunk per stage (vpp=1); schedule=zb-v runs two");
   if (s.schedule == Schedule::ZeroBubbleV ||
       s.schedule == Schedule::DualPipeV) {
     std::string name = scheduleName(s.schedule);

@@ -24,6 +24,12 @@ class Cluster;
 /// ZeroBubbleH1: Qi et al.'s ZB-H1 (ICLR 2024): 1F1B with each backward
 /// split into the input gradient (B) and the weight gradient (W), the W
 /// passes deferred into the pipeline's idle time, at 1F1B's memory.
+/// ZeroBubble2p: their ZB-2p (§3.2, §5), the schedule their Table 4 finds
+/// fastest: 2(pp-i)-1 forwards before stage i's first B (at most 2pp
+/// micro-batches in flight, twice 1F1B's activations), then B and F in
+/// turn, each W run where the priced timeline leaves the stage idle (the
+/// authors plan it from profiled times, as this does from priced ones) or
+/// where a pending W would take the stage past 2pp micro-batches held.
 /// ZeroBubbleV: their ZB-V (§6): two chunks per stage placed as a V (chunk
 /// 0 down the stages, chunk 1 back up, the loss on stage 0), every
 /// backward split into B and W, at 1F1B's memory (PyTorch's
@@ -42,6 +48,7 @@ enum class Schedule {
   OneFOneB,
   Interleaved,
   ZeroBubbleH1,
+  ZeroBubble2p,
   ZeroBubbleV,
   DualPipeV,
   DualPipe,
@@ -117,6 +124,7 @@ struct Strategy {
   /// gradients (B and W tasks).
   bool splitsWeightGradients() const {
     return pp > 1 && (schedule == Schedule::ZeroBubbleH1 ||
+                      schedule == Schedule::ZeroBubble2p ||
                       schedule == Schedule::ZeroBubbleV ||
                       schedule == Schedule::DualPipeV ||
                       schedule == Schedule::DualPipe);
