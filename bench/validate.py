@@ -375,6 +375,75 @@ def zero_bubble_group(orrery, build, groups):
         print(f"  {name:7} measured {meas:+6.1f}%  predicted {pred:+6.1f}%  ({len(g)} rows)")
 
 
+def torchtitan_cluster(build, case):
+    """Meta's Grand Teton H100s as torchtitan's 2024-12 tables ran them: the
+    catalog's H100 SXM (its clocks and the GH100 kernel profile measured on
+    the H200: the 500 W power limit is not priced, so these rows read fast
+    by what it costs) with 96 GiB; the H200 rows on the catalog's H200."""
+    per_node, nodes = 8, case["gpus"] // 8
+    if case["hw"] == "H200":
+        return f"{nodes}x{per_node}xH200"
+    path = os.path.join(build, "models", "validation", "grand-teton.cluster.json")
+    catalog = json.load(open(os.path.join(ROOT, "costmodel", "data", "hardware.json")))
+    h100 = dict(next(d for d in catalog["devices"] if d["name"] == "H100-SXM"))
+    h200 = next(d for d in catalog["devices"] if d["name"] == "H200")
+    h100.update(name="H100-96G-500W", memory_bytes=96 * 2**30, power_w=500,
+                measured_kernel_profile=h200["measured_kernel_profile"])
+    h100.pop("aliases", None)
+    h100.pop("kernel_profile_of", None)
+    h100["source"] = "torchtitan's Grand Teton H100: 96 GB HBM2e, 500 W limit; the rest H100 SXM's"
+    spec = {"name": "grand-teton", "sites": [{"name": "site", "nodes": [
+        {"count": nodes, "device": h100, "devices_per_node": per_node,
+         "nic": {"link": "IB-NDR", "count": 8}}]}]}
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(spec, f)
+    return path
+
+
+def torchtitan_strategy(case):
+    """The row's torchtitan run as a strategy: FSDP2 is ZeRO-3 over dp
+    (prefetching the next block's gather, overlap=grad+param); TP with
+    sequence-parallel norms, AsyncTP as the tp overlap; CP's ring; full or
+    (per-op) selective AC; float8 linears as fp8. The pipeline rows split
+    the local batch into pp micro-batches (torchtitan's default count)."""
+    pp = case["pp"]
+    mbs = case["local_batch"] // pp if pp > 1 else case["local_batch"]
+    overlap = "grad+param" + ("+tp" if case["async_tp"] else "")
+    s = (f"tp={case['tp']},pp={pp},dp={case['dp']},cp={case['cp']},mbs={mbs},"
+         f"gbs={case['local_batch'] * case['dp']},zero=3,recompute={case['ac']},"
+         f"precision={'fp8' if case['float8'] else 'bf16'},sp={1 if case['tp'] > 1 else 0},"
+         f"overlap={overlap}")
+    if case.get("schedule") == "interleaved":
+        s += ",vpp=2"
+    return s
+
+
+def torchtitan_group(orrery, build, groups):
+    """torchtitan's published Llama 3.1 tables (bench/published/
+    torchtitan_runs.json): tokens/s per GPU converted to a step time.
+    torch.compile's runs as fused kernels (its fused elementwise and
+    SDPA's flash attention), eager runs as plain PyTorch (--kernels
+    eager, whose attention is not fused: slower than SDPA's)."""
+    data = json.load(open(os.path.join(HERE, "published", "torchtitan_runs.json")))
+    for case in data["cases"]:
+        tokens = case["local_batch"] * case["dp"] * case["seq"]
+        measured = tokens / (case["tps_per_gpu"] * case["gpus"])
+        flags = ["--kernels", "fused" if case["compile"] else "eager"]
+        model = named_model(build, {"name": case["model"], "seq_len": case["seq"]})
+        result, error = simulate(orrery, model, torchtitan_cluster(build, case),
+                                 torchtitan_strategy(case), flags)
+        note = (f"{case['table']}: {case['tps_per_gpu']} TPS/GPU; "
+                f"tp{case['tp']} pp{case['pp']} fsdp{case['dp']} cp{case['cp']}"
+                + (" compile" if case["compile"] else "") + (" fp8" if case["float8"] else "")
+                + (" asyncTP" if case["async_tp"] else ""))
+        if result is not None:
+            peak = result["peak_memory_bytes"] / 2**30
+            note += f"; memory {peak:.1f} GiB predicted, {case['memory_gib']} reserved"
+        add_case(groups.setdefault("torchtitan_" + case["hw"], []), case["id"], measured,
+                 result, error, note, unfit_counts=False)
+
+
 def print_row(case_id, step, pred, note):
     """One case: measured and predicted seconds, the error (returned)."""
     if pred is None:
@@ -471,6 +540,7 @@ def main():
                  moe_note(case))
 
     zero_bubble_group(orrery, args.build, groups)
+    torchtitan_group(orrery, args.build, groups)
 
     amp = [c for c in data["cases"] if c["group"] == "AMP_heterogeneous_cluster"]
     amp_rows = amp_group(orrery, args.build, amp) if amp else []
