@@ -105,11 +105,24 @@ def framework_flags(case):
 
 
 def simulate(orrery, model, cluster, strategy, flags=()):
-    proc = subprocess.run([orrery, "simulate", model, "--cluster", cluster, "--strategy", strategy,
-                           "--json", *flags], capture_output=True, text=True)
+    return run_simulate([orrery, "simulate", model, "--cluster", cluster, "--strategy", strategy,
+                         "--json", *flags])
+
+
+def run_simulate(command):
+    """One `orrery simulate --json`: its result (with the command under
+    "_command", for the held-out bands) or its error."""
+    proc = subprocess.run(command, capture_output=True, text=True)
     if proc.returncode:
         return None, proc.stderr.strip()
-    return json.loads(proc.stdout), None
+    result = json.loads(proc.stdout)
+    result["_command"] = command
+    return result, None
+
+
+# Every case priced: id -> (group, measured step, result, measured peak
+# memory in bytes or None).
+PRICED = {}
 
 
 def measured_step(case):
@@ -308,14 +321,14 @@ def amp_group(orrery, build, cases):
         plan = os.path.join(work, case["id"] + ".plan.json")
         with open(plan, "w") as f:
             json.dump(amp_plan(case, mbs), f)
-        proc = subprocess.run([orrery, "simulate", gpt_model(build, m), "--cluster", cluster,
-                               "--plan", plan, "--json"], capture_output=True, text=True)
+        r, error = run_simulate([orrery, "simulate", gpt_model(build, m), "--cluster", cluster,
+                                 "--plan", plan, "--json"])
         step = case["measured"]["iteration_time_s"]
         amp = case["reference_prediction"]["amp_predicted_s"]
-        if proc.returncode:
-            print_row(case["id"], step, None, proc.stderr.strip())
+        if r is None:
+            print_row(case["id"], step, None, error)
             continue
-        r = json.loads(proc.stdout)
+        PRICED[case["id"]] = ("AMP_heterogeneous_cluster", step, r, None)
         pred = r["predicted"]["step_time_s"]
         p = case["parallel"]
         note = (f"tp{p['tp']} dp{p['dp']} pp{p['pp']} mbs{mbs}; AMP's model {amp:.2f} s"
@@ -358,7 +371,7 @@ def zero_bubble_group(orrery, build, groups):
                                          strategy)
                 case_id = f"zb-{row['model']}-p{pp}-m{nmb}-{name}"
                 add_case(groups.setdefault(group, []), case_id, measured, result, error,
-                         f"{row[name]} samples/GPU/s measured; mbs {mbs}")
+                         f"{row[name]} samples/GPU/s measured; mbs {mbs}", group=group)
                 if result is not None:
                     steps[name] = (measured, result["step_time_s"])
             if "1f1b" not in steps:
@@ -383,7 +396,7 @@ def torchtitan_cluster(build, case):
     per_node, nodes = 8, case["gpus"] // 8
     if case["hw"] == "H200":
         return f"{nodes}x{per_node}xH200"
-    path = os.path.join(build, "models", "validation", "grand-teton.cluster.json")
+    path = os.path.join(build, "models", "validation", f"grand-teton-{nodes}.cluster.json")
     catalog = json.load(open(os.path.join(ROOT, "costmodel", "data", "hardware.json")))
     h100 = dict(next(d for d in catalog["devices"] if d["name"] == "H100-SXM"))
     h200 = next(d for d in catalog["devices"] if d["name"] == "H200")
@@ -440,8 +453,9 @@ def torchtitan_group(orrery, build, groups):
         if result is not None:
             peak = result["peak_memory_bytes"] / 2**30
             note += f"; memory {peak:.1f} GiB predicted, {case['memory_gib']} reserved"
-        add_case(groups.setdefault("torchtitan_" + case["hw"], []), case["id"], measured,
-                 result, error, note, unfit_counts=False)
+        group = "torchtitan_" + case["hw"]
+        add_case(groups.setdefault(group, []), case["id"], measured, result, error, note,
+                 unfit_counts=False, group=group, memory_bytes=case["memory_gib"] * 2**30)
 
 
 def print_row(case_id, step, pred, note):
@@ -454,10 +468,13 @@ def print_row(case_id, step, pred, note):
     return e
 
 
-def add_case(rows, case_id, step, result, error, note, unfit_counts=True):
-    """Prints one simulated case and adds it to its group's rows; a case
-    predicted not to fit counts towards the group's error unless
-    unfit_counts is False."""
+def add_case(rows, case_id, step, result, error, note, unfit_counts=True, group=None,
+             memory_bytes=None):
+    """Prints one simulated case and adds it to its group's rows (and to
+    PRICED under `group`); a case predicted not to fit counts towards the
+    group's error unless unfit_counts is False."""
+    if result is not None and group:
+        PRICED[case_id] = (group, step, result, memory_bytes)
     if result is None:
         print_row(case_id, step, None, error)
         rows.append((case_id, step, None, None))
@@ -482,10 +499,110 @@ def report(rows, group):
     return errs
 
 
+def gpt3_at_scale(orrery, groups):
+    """GPT-3 175B on 1,024 A100: a published configuration at that scale
+    predicted (Megatron-LM's README: tp 8, pp 16, batch 1536, "each
+    iteration takes around 32 seconds"; its example script: micro-batch 1,
+    full recompute, fp16, the 2021 stack as SC'21's rows are priced), and
+    the default plan's MFU (scripts/run-default.sh) beside the best
+    published at that scale (docs/mfu-at-scale-sources.md)."""
+    print("\nGPT-3 175B on 1,024 A100:")
+    strategy = "tp=8,pp=16,dp=8,mbs=1,gbs=1536,recompute=full,precision=fp16,zero=0,overlap=none"
+    flags = ["--kernels", "unfused-attention", "--separate-grad-accumulation", "--grad-bytes", "2"]
+    result, error = simulate(orrery, "gpt3-175b", "128x8xA100-80G", strategy, flags)
+    add_case(groups.setdefault("MegatronREADME_175B_1024", []), "megatron_readme_175b_1024", 32.0,
+             result, error, "Megatron-LM README: around 32 s; tp8 pp16 dp8, full recompute",
+             group="MegatronREADME_175B_1024")
+    proc = subprocess.run([orrery, "plan", "gpt3-175b", "--cluster", "128x8xA100-80G",
+                           "--global-batch", "1536", "--json"], capture_output=True, text=True)
+    if proc.returncode:
+        print(f"  default plan: {proc.stderr.strip()}")
+        return
+    plan = json.loads(proc.stdout)
+    pred = plan["predicted"]
+    band = pred.get("step_time_band_s")
+    at_p50 = f", {100 * pred['mfu'] * pred['step_time_s'] / band['p50']:.1f}% at its band's p50" if band else ""
+    print(f"  default plan (scripts/run-default.sh): MFU {100 * pred['mfu']:.1f}% as simulated{at_p50}; "
+          f"best published at this scale: MegaScale 59.0% (its own stack, 1,024 Ampere GPUs, "
+          f"batch 768), Megatron-LM 44.7% in the same table (MegaScale Table 2)")
+
+
+def source_of(group):
+    """The publication a group comes from (its name up to the first '_'):
+    the unit a band is held out by."""
+    return group.split("_")[0]
+
+
+def error_rows(exclude_source=None):
+    """PRICED as costmodel/data/validation_errors.json's rows: each case's
+    regime as the simulator states it and measured over predicted."""
+    rows = []
+    for case_id in sorted(PRICED):
+        group, step, result, memory = PRICED[case_id]
+        if source_of(group) == exclude_source:
+            continue
+        metrics = result.get("predicted", result)
+        u = metrics["uncertainty"]
+        row = {"id": case_id, "group": group, "device_family": u["device_family"],
+               "kernels": u["kernels"], "mechanisms": u["mechanisms"],
+               "measured_over_predicted_step": round(step / metrics["step_time_s"], 4)}
+        if memory and metrics.get("peak_memory_bytes"):
+            row["measured_over_predicted_peak_memory"] = round(
+                memory / metrics["peak_memory_bytes"], 4)
+        rows.append(row)
+    return rows
+
+
+def write_errors(path, rows):
+    with open(path, "w") as f:
+        f.write('{"schema": "orrery-validation-errors", "version": 1,\n'
+                ' "note": "measured over predicted for every published run bench/validate.py '
+                'prices, with the regime the simulator states for it; written by '
+                'bench/validate.py --write-errors (docs/costmodel.md, Uncertainty band)",\n'
+                ' "rows": [\n')
+        f.write(",\n".join("  " + json.dumps(r, sort_keys=True) for r in rows))
+        f.write("\n ]}\n")
+
+
+def band_coverage(build):
+    """Each publication's cases priced with a band derived from every other
+    publication's (held out, so a band is never checked against the runs it
+    came from): the share of measured steps inside p10-p90 and the median
+    width (p90 - p10) / p50, per publication and overall."""
+    work = os.path.join(build, "models", "validation")
+    total_hits, widths = 0, []
+    print("\nuncertainty band, each publication held out of the basis it is checked against:")
+    for source in sorted({source_of(g) for g, _, _, _ in PRICED.values()}):
+        basis = os.path.join(work, f"held-out-{source}.errors.json")
+        write_errors(basis, error_rows(exclude_source=source))
+        hits, ws = 0, []
+        for case_id, (group, step, result, _) in sorted(PRICED.items()):
+            if source_of(group) != source:
+                continue
+            again, _ = run_simulate(result["_command"] + ["--uncertainty-basis", basis])
+            band = again and again.get("predicted", again).get("step_time_band_s")
+            if not band:
+                continue
+            hits += band["p10"] <= step <= band["p90"]
+            ws.append((band["p90"] - band["p10"]) / band["p50"])
+        if ws:
+            total_hits += hits
+            widths += ws
+            print(f"  {source:14} {100 * hits / len(ws):5.1f}% of {len(ws):3} measured steps inside "
+                  f"p10-p90, median width {100 * sorted(ws)[len(ws) // 2]:.1f}%")
+    if widths:
+        print(f"  all publications: {100 * total_hits / len(widths):.1f}% of {len(widths)} "
+              f"measured steps inside p10-p90 (aim 80 %), median width "
+              f"{100 * sorted(widths)[len(widths) // 2]:.1f}% (aim 25 %)")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
     ap.add_argument("--shared", default=os.path.join(ROOT, "..", "shared"))
+    ap.add_argument("--write-errors", metavar="PATH",
+                    help="write measured over predicted of every case priced, with its regime "
+                         "(costmodel/data/validation_errors.json: the band's basis)")
     args = ap.parse_args()
     orrery = os.path.join(args.build, "bin", "orrery")
     data = json.load(open(os.path.join(args.shared, "validation", "published_runs.json")))
@@ -514,7 +631,7 @@ def main():
             strategy += ",overlap=grad"
         result, error = simulate(orrery, gpt_model(args.build, m), cluster, strategy, flags)
         add_case(groups.setdefault(g, []), case["id"], step, result, error,
-                 how + ("; " + why if why else ""))
+                 how + ("; " + why if why else ""), group=g)
     # Megatron-Core on H100 at sequence 4096: TFLOP/s per GPU (model FLOPs)
     # converted to a step time with F72.
     for case in data["cases"]:
@@ -529,7 +646,7 @@ def main():
         result, error = simulate(orrery, gpt_model(args.build, m), cluster, mcore_strategy(case))
         add_case(groups.setdefault(g, []), case["id"], step, result, error,
                  "from TFLOP/s (F72); mbs 1, sp, no recompute, ZeRO-1 assumed",
-                 unfit_counts=False)
+                 unfit_counts=False, group=g)
 
     # Mixture-of-experts runs (bench/published/moe_runs.json).
     for case in json.load(open(os.path.join(HERE, "published", "moe_runs.json")))["cases"]:
@@ -537,10 +654,11 @@ def main():
                                  moe_cluster(case), moe_strategy(case))
         add_case(groups.setdefault(case["group"], []), case["id"],
                  case["derived"]["iteration_time_s"], result, error,
-                 moe_note(case))
+                 moe_note(case), group=case["group"])
 
     zero_bubble_group(orrery, args.build, groups)
     torchtitan_group(orrery, args.build, groups)
+    gpt3_at_scale(orrery, groups)
 
     amp = [c for c in data["cases"] if c["group"] == "AMP_heterogeneous_cluster"]
     amp_rows = amp_group(orrery, args.build, amp) if amp else []
@@ -614,6 +732,11 @@ def main():
             print(f"  {case['id']:22} {'params_plus_optimizer_GiB':34} measured {meas:8.2f}  predicted {pred:8.2f}  {e:+6.1f}%")
     if mem_errs:
         print(f"  memory: mean abs error {sum(mem_errs) / len(mem_errs):.1f}%, worst {max(mem_errs):.1f}%")
+
+    if args.write_errors:
+        write_errors(args.write_errors, error_rows())
+        print(f"\nwrote {args.write_errors}")
+    band_coverage(args.build)
 
     coll = os.path.join(args.build, "bin", "orrery-bench-collectives")
     if os.path.exists(coll):

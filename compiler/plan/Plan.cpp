@@ -2,6 +2,7 @@
 #include "orrery/Plan/Plan.h"
 #include "orrery/CostModel/AssumptionFields.h"
 #include "orrery/CostModel/Errors.h"
+#include "orrery/CostModel/Uncertainty.h"
 #include "orrery/Plan/Capabilities.h"
 #include "llvm/ADT/StringExtras.h"
 
@@ -115,6 +116,26 @@ static ojson withAssumptions(ojson j, const Assumptions &a,
   return withEnergyKnown(std::move(j), e);
 }
 
+/// The band of a prediction and what it rests on (Uncertainty.h): the
+/// regime always, the band where published runs give one.
+static ojson withUncertainty(ojson j, const Uncertainty &u) {
+  j["uncertainty"] = {{"device_family", u.regime.deviceFamily},
+                      {"kernels", u.regime.kernels},
+                      {"mechanisms", u.regime.mechanisms},
+                      {"unvalidated_mechanisms", u.unvalidated},
+                      {"published_runs", u.stepRows},
+                      {"published_memory_runs", u.memoryRows}};
+  if (u.stepRows == 0)
+    return j;
+  j["step_time_band_s"] = {
+      {"p10", u.stepS.p10}, {"p50", u.stepS.p50}, {"p90", u.stepS.p90}};
+  if (u.memoryRows > 0)
+    j["peak_memory_band_bytes"] = {{"p10", u.peakMemoryBytes.p10},
+                                   {"p50", u.peakMemoryBytes.p50},
+                                   {"p90", u.peakMemoryBytes.p90}};
+  return j;
+}
+
 ojson metricsJson(const StepResult &r) {
   ojson j = withAssumptions(
       {{"step_time_s", r.stepS},
@@ -136,6 +157,7 @@ ojson metricsJson(const StepResult &r) {
        {"in_network_aggregation",
         r.inNetworkAggregation.empty() ? "none" : r.inNetworkAggregation}},
       r.assumptions, r.energy);
+  j = withUncertainty(std::move(j), uncertaintyOf(r));
   return withLayerProfile(std::move(j), r.assumptions.layerProfile.get());
 }
 
@@ -596,6 +618,7 @@ ojson heteroMetricsJson(const HeteroResult &r) {
                           return std::string("none");
                         }()}},
                       priced, r.energy);
+  j = withUncertainty(std::move(j), uncertaintyOf(r));
   return withLayerProfile(std::move(j), priced.layerProfile.get());
 }
 
@@ -885,6 +908,21 @@ const FieldType kPredictedFields[] = {
     {"host_memory_bytes_per_node", K::Number},
     {"devices_used", K::Integer},
     {"bubble_fraction", K::Number},
+    {"step_time_band_s", K::Object},
+    {"step_time_band_s.p10", K::Number},
+    {"step_time_band_s.p50", K::Number},
+    {"step_time_band_s.p90", K::Number},
+    {"peak_memory_band_bytes", K::Object},
+    {"peak_memory_band_bytes.p10", K::Number},
+    {"peak_memory_band_bytes.p50", K::Number},
+    {"peak_memory_band_bytes.p90", K::Number},
+    {"uncertainty", K::Object},
+    {"uncertainty.device_family", K::String},
+    {"uncertainty.kernels", K::String},
+    {"uncertainty.mechanisms", K::Array},
+    {"uncertainty.unvalidated_mechanisms", K::Array},
+    {"uncertainty.published_runs", K::Integer},
+    {"uncertainty.published_memory_runs", K::Integer},
     {"cost_usd_per_step", K::Number},
     {"energy_j_per_step", K::Number},
     {"energy_j_per_step_by_activity", K::Object},

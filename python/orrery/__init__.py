@@ -378,7 +378,7 @@ def plan(model: Model, cluster: Cluster, global_batch: int = 1024, *,
          objective: str = "time", top: int = 5, budget: Optional[float] = None,
          precision: Optional[str] = None, framework: Optional[str] = None,
          strategy: Union[str, Mapping[str, Any], None] = None,
-         explain: bool = False,
+         explain: bool = False, rank_by: str = "step",
          freeze: Optional[Iterable[str]] = None,
          lora: Optional[str] = None,
          layer_profile: Optional[str] = None,
@@ -388,9 +388,11 @@ def plan(model: Model, cluster: Cluster, global_batch: int = 1024, *,
     ``top`` plans are kept (the best first, the rest ``runners_up``).
     ``budget`` (USD per hour) uses as many nodes as it buys; ``framework``
     searches only what that framework runs; ``strategy`` prices one
-    strategy instead of searching. The rest are ``orrery plan``'s flags of
-    the same names; the framework assumptions among them are
-    :func:`assumption_keywords`."""
+    strategy instead of searching; ``rank_by`` (``"step"``, ``"p50"`` or
+    ``"p90"``) orders the plans by the simulated step or a quantile of its
+    uncertainty band (``predicted.step_time_band_s``). The rest are
+    ``orrery plan``'s flags of the same names; the framework assumptions
+    among them are :func:`assumption_keywords`."""
     fw = _framework_kwargs(freeze, lora, layer_profile, assumptions)
     if isinstance(global_batch, bool) or not isinstance(global_batch, int):
         raise Error(f"--global-batch {global_batch!r}: expected an integer")
@@ -398,7 +400,7 @@ def plan(model: Model, cluster: Cluster, global_batch: int = 1024, *,
         model._handle, cluster.spec, cluster._json, global_batch, objective,
         0.0 if budget is None else float(budget), int(top), precision or "",
         framework or "any", "" if strategy is None else _strategy_text(strategy),
-        explain, fw)
+        explain, rank_by, fw)
     return Plan(text, summary, model, cluster)
 
 

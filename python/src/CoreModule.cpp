@@ -164,8 +164,10 @@ NB_MODULE(_core, m) {
          std::optional<std::string> clusterJson, int64_t globalBatch,
          const std::string &objective, double budget, int top,
          const std::string &precision, const std::string &framework,
-         const std::string &strategy, bool explain, const nb::dict &keywords) {
+         const std::string &strategy, bool explain, const std::string &rankBy,
+         const nb::dict &keywords) {
         orrery::cli::PlanRequest request;
+        request.rankBy = rankBy;
         request.globalBatch = globalBatch;
         request.objective = objective;
         request.budgetUsdPerHour = budget;
@@ -184,7 +186,7 @@ NB_MODULE(_core, m) {
       },
       "model"_a, "spec"_a, "cluster_json"_a.none(), "global_batch"_a,
       "objective"_a, "budget"_a, "top"_a, "precision"_a, "framework"_a,
-      "strategy"_a, "explain"_a, "keywords"_a,
+      "strategy"_a, "explain"_a, "rank_by"_a, "keywords"_a,
       "`orrery plan`: (the JSON text `--json` prints, the summary).");
 
   m.def(

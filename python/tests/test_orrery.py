@@ -92,6 +92,24 @@ def test_plan_keywords_are_the_cli_flags(gpt13):
     assert p.to_json() == out
 
 
+def test_plans_carry_a_band_and_rank_by_it(gpt13):
+    cluster = orrery.Cluster.preset("8xA100-80G")
+    p = orrery.plan(gpt13, cluster, 64, top=3, rank_by="p90")
+    band = p.predicted["step_time_band_s"]
+    assert band["p10"] <= band["p50"] <= band["p90"]
+    p90s = [p.predicted["step_time_band_s"]["p90"]] + [
+        r["predicted"]["step_time_band_s"]["p90"] for r in p.runners_up]
+    assert p90s == sorted(p90s)
+    assert "band" in p.summary
+    with pytest.raises(orrery.Error, match="--rank-by p90: ranks step times"):
+        orrery.plan(gpt13, cluster, 64, objective="cost", rank_by="p90")
+    if not CLI:
+        pytest.skip("ORRERY_CLI is not set: the bytes are not compared")
+    out = cli("plan", "gpt3-1.3b", "--cluster", "8xA100-80G", "--global-batch", "64", "--top", "3",
+              "--rank-by", "p90", "--json").stdout
+    assert p.to_json() == out
+
+
 @needs_cli
 def test_plan_from_a_cluster_file_is_the_cli_bytes(gpt13, tmp_path):
     spec = {"name": "two-nodes", "nodes": [{"count": 2, "device": "H100-SXM", "devices_per_node": 8}]}

@@ -8,6 +8,7 @@
 #include "Check.h"
 #include "Report.h"
 #include "Simulate.h"
+#include "UncertaintyText.h"
 #include "orrery/Plan/Plan.h"
 
 #include <fstream>
@@ -176,6 +177,9 @@ int checkHeteroPlan(const nlohmann::json &planDoc, const std::string &what,
          fmtNum("%.1f GiB", traced->peakMemoryBytes / double(1ull << 30))},
         {"energy per step", orrery::energyText(traced->energy)},
         {"cost per step", fmtNum("%.4g USD", traced->costUsd)}};
+    if (std::string band = stepBandFigure(uncertaintyOf(*traced)); !band.empty())
+      data.figures.insert(data.figures.begin() + 1,
+                          {"step p10 / p50 / p90", band});
     return writeReport(data, reportOut, measuredPath, announce);
   }
   char buf[256];
@@ -184,7 +188,7 @@ int checkHeteroPlan(const nlohmann::json &planDoc, const std::string &what,
                 "fits, %d devices used, peak %.1f GiB\n",
                 what.c_str(), result->stepS, predicted, result->devicesUsed,
                 result->peakMemoryBytes / double(1ull << 30));
-  std::cout << buf;
+  std::cout << buf << uncertaintyLines(uncertaintyOf(*result));
   return 0;
 }
 
@@ -269,6 +273,9 @@ int checkPlanDoc(const nlohmann::json &planDoc, const std::string &checkPlan,
                     {"devices", std::to_string(cluster.numDevices())},
                     {"energy per step", orrery::energyText(traced->energy)},
                     {"cost per step", fmtNum("%.4g USD", traced->costUsd)}};
+    if (std::string band = stepBandFigure(uncertaintyOf(*traced)); !band.empty())
+      data.figures.insert(data.figures.begin() + 1,
+                          {"step p10 / p50 / p90", band});
     return writeReport(data, reportOut, reportMeasured, announce);
   }
   char buf[256];
@@ -277,7 +284,7 @@ int checkPlanDoc(const nlohmann::json &planDoc, const std::string &checkPlan,
                 "fits, peak %.1f GiB\n",
                 checkPlan.c_str(), result->stepS, predicted,
                 result->peakMemoryBytes / double(1ull << 30));
-  std::cout << buf;
+  std::cout << buf << uncertaintyLines(uncertaintyOf(*result));
   return 0;
 }
 

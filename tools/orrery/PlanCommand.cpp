@@ -11,6 +11,7 @@
 #include "Simulate.h"
 #include "Stats.h"
 #include "orrery/CostModel/PrintableLine.h"
+#include "orrery/CostModel/Uncertainty.h"
 #include "orrery/Plan/Capabilities.h"
 #include "orrery/Plan/Plan.h"
 #include "orrery/Workload/BuildWorkload.h"
@@ -20,6 +21,9 @@
 
 namespace orrery {
 namespace cli {
+
+/// How many plans the search keeps for --rank-by p50|p90 to reorder.
+constexpr int kRankedByBand = 20;
 
 namespace {
 llvm::Error error(const std::string &message) {
@@ -97,6 +101,17 @@ llvm::Expected<PlanOptions> planOptions(PlanSetup &setup,
     return error("--top " + std::to_string(request.topK) +
                  ": expected 1 to 100");
   options.topK = request.topK;
+  if (request.rankBy != "step") {
+    if (request.rankBy != "p50" && request.rankBy != "p90")
+      return error("--rank-by '" + request.rankBy +
+                   "': expected step, p50 or p90");
+    if (options.objective != Objective::Time)
+      return error("--rank-by " + request.rankBy +
+                   ": ranks step times; --objective " + request.objective +
+                   " ranks by its own figure");
+    // The band reorders what the search keeps: keep more than shown.
+    options.topK = std::max(request.topK, kRankedByBand);
+  }
   // "any" (the default): what some export target runs; "none" (or
   // empty): no target holds the search.
   std::string framework =
@@ -175,6 +190,25 @@ llvm::Expected<PlanOptions> planOptions(PlanSetup &setup,
 /// else the fastest that some target runs, with the faster one beside it
 /// (PlanResult::fastestUnrunnable). Where no target runs any plan that
 /// fits, the fastest, unrunnable.
+/// --rank-by p50|p90: the plans the search kept, best first by that
+/// quantile of their step's band (the simulated step where no published
+/// run gives one), cut to the `shown`.
+static void rankByBand(PlanResult &r, bool p90, int shown) {
+  auto key = [&](const StepResult &s) {
+    Uncertainty u = uncertaintyOf(s);
+    return u.stepRows == 0 ? s.stepS : p90 ? u.stepS.p90 : u.stepS.p50;
+  };
+  std::vector<std::pair<double, size_t>> order;
+  for (size_t i = 0; i < r.top.size(); ++i)
+    order.push_back({key(r.top[i]), i});
+  std::stable_sort(order.begin(), order.end(),
+                   [](const auto &a, const auto &b) { return a.first < b.first; });
+  std::vector<StepResult> ranked;
+  for (size_t k = 0; k < order.size() && int(k) < shown; ++k)
+    ranked.push_back(std::move(r.top[order[k].second]));
+  r.top = std::move(ranked);
+}
+
 static llvm::Expected<PlanResult> searchRunnable(const Workload &w,
                                                  const Cluster &c,
                                                  const PlanOptions &options) {
@@ -283,6 +317,8 @@ llvm::Expected<PlanOutcome> searchPlan(const PlanSetup &setup,
     std::cerr << "\n";
   if (!result)
     return result.takeError();
+  if (request.rankBy != "step")
+    rankByBand(*result, request.rankBy == "p90", request.topK);
   out.doc = planJson(*result, workload, setup.inputs);
   out.plan = std::move(*result);
   return std::move(out);

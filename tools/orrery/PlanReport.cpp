@@ -1,6 +1,7 @@
 //===- PlanReport.cpp - the `orrery plan` summary ------------------------===//
 #include "PlanReport.h"
 #include "Simulate.h"
+#include "UncertaintyText.h"
 #include "orrery/Plan/Capabilities.h"
 
 #include <algorithm>
@@ -97,7 +98,7 @@ void printPlan(std::ostream &os, const PlanResult &r, const Workload &w,
       gib(r.cluster.deviceSpec(0).memoryBytes),
       gib(r.cluster.deviceSpec(0).memoryBytes * b.assumptions.memoryHeadroom),
       b.assumptions.memoryHeadroom);
-  os << buf;
+  os << buf << cli::uncertaintyLines(uncertaintyOf(b));
   if (b.hostMemoryBytesPerNode > 0) {
     const Strategy &s = b.strategy;
     const char *what = s.chunkParams > 0 ? "chunks (PatrickStar)"
@@ -200,7 +201,7 @@ void printHeteroResult(std::ostream &os, const HeteroResult &b,
                 "%d of %d devices used\n",
                 b.stepS, tokens.c_str(), b.samplesPerS, 100 * b.mfu,
                 b.devicesUsed, c.numDevices());
-  os << buf;
+  os << buf << cli::uncertaintyLines(uncertaintyOf(b));
   std::vector<std::string> fallback;
   for (const StepResult &g : b.groups)
     for (const std::string &d : g.precisionFallbackDevices)

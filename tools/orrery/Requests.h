@@ -47,6 +47,8 @@ struct PlanRequest {
   std::string objective = "time"; ///< time, cost or energy
   double budgetUsdPerHour = 0;
   int topK = 5;
+  /// --rank-by: step (the simulated step), p50 or p90 of its band.
+  std::string rankBy = "step";
   /// --precision; empty: not given (bf16, or what --strategy names).
   std::string precision;
   /// --framework: a framework, "any" (what some export target runs) or

@@ -1,5 +1,6 @@
 //===- Simulate.cpp - the `orrery simulate` report -----------------------===//
 #include "Simulate.h"
+#include "UncertaintyText.h"
 #include "orrery/Plan/Plan.h"
 
 #include <cstdio>
@@ -102,6 +103,8 @@ void printSimulation(std::ostream &os, const StepResult &r, const Cluster &c,
                 r.stepS, tokens.c_str(), r.samplesPerS, r.modelTflopsPerDevice,
                 100 * r.mfu, 100 * r.hfu, 100 * r.bubbleFraction);
   os << buf;
+  if (std::string band = cli::uncertaintyLines(uncertaintyOf(r)); !band.empty())
+    os << band << "\n";
   os << "time on the slowest stage\n";
   auto line = [&](const char *what, double s) {
     std::snprintf(buf, sizeof buf, "  %-28s %9.3f s  %5.1f%%\n", what, s,

@@ -74,6 +74,7 @@ struct PlanCommand {
   int64_t globalBatch = 1024;
   double budget = 0;
   int topK = 5;
+  std::string rankBy = "step";
   bool explain = false, json = false, quiet = false;
   std::string fixedStrategy, lengthBuckets, emitMlir;
   std::string framework = "any";

@@ -4,6 +4,7 @@
 
 #include "Common.h"
 #include "orrery/CostModel/AssumptionFields.h"
+#include "orrery/CostModel/Uncertainty.h"
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -37,8 +38,9 @@ struct FrameworkFlags {
   std::vector<std::string> freeze;
   std::string lora;
   std::string layerProfile;
+  std::string uncertaintyBasis;
   CLI::Option *freezeOpt = nullptr, *loraOpt = nullptr,
-              *layerProfileOpt = nullptr;
+              *layerProfileOpt = nullptr, *basisOpt = nullptr;
 
   void add(CLI::App *cmd) {
     for (const AssumptionField &f : assumptionFields())
@@ -59,6 +61,13 @@ struct FrameworkFlags {
         "fine-tuning with LoRA adapters, every base weight frozen: "
         "rank=R[,targets=attention|mlp|all-linear|NAME+...] (default "
         "targets: attention)");
+    basisOpt = cmd->add_option(
+        "--uncertainty-basis", uncertaintyBasis,
+        "the published runs the p10/p50/p90 band is derived from: a JSON "
+        "file of measured over predicted steps per regime (the format of "
+        "costmodel/data/validation_errors.json, which bench/validate.py "
+        "writes; docs/costmodel.md, \"Uncertainty band\"); default the "
+        "built-in");
   }
   void addRow(CLI::App *cmd, const AssumptionField &f) {
     Row &r = rows.emplace_back();
@@ -100,6 +109,9 @@ struct FrameworkFlags {
     return o;
   }
   llvm::Error apply(Assumptions &a) const {
+    if (basisOpt && basisOpt->count())
+      if (auto e = setUncertaintyBasis(uncertaintyBasis))
+        return e;
     return applyFrameworkOptions(options(), a);
   }
 };

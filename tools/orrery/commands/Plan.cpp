@@ -34,6 +34,11 @@ void PlanCommand::add(CLI::App &app) {
       ->check(CLI::PositiveNumber);
   cmd->add_option("--top", topK, "how many plans to report")
       ->check(CLI::Range(1, 100));
+  cmd->add_option("--rank-by", rankBy,
+                  "step (the simulated step, the default), p50 or p90 (the "
+                  "step's uncertainty band: docs/costmodel.md, \"Uncertainty "
+                  "band\"); with --objective time")
+      ->check(CLI::IsMember({"step", "p50", "p90"}));
   cmd->add_option("--precision", precision,
                   "fp32, tf32, fp16, bf16 or fp8 (default bf16; with "
                   "--strategy, what it names unless it names none)")
@@ -131,6 +136,7 @@ int PlanCommand::run() {
   request.objective = objective;
   request.budgetUsdPerHour = budget;
   request.topK = topK;
+  request.rankBy = rankBy;
   request.precision = precision;
   request.framework = framework;
   request.fixedStrategy = fixedStrategy;
