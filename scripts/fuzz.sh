@@ -18,13 +18,14 @@ seconds=${ORRERY_FUZZ_SECONDS:-60}
 limit=(-max_total_time="$seconds")
 [ -n "${ORRERY_FUZZ_RUNS:-}" ] && limit+=(-runs="$ORRERY_FUZZ_RUNS" -seed=1)
 targets=("$@")
-[ ${#targets[@]} -eq 0 ] && targets=(onnx cluster strategy plan programs serving)
+[ ${#targets[@]} -eq 0 ] && targets=(onnx cluster strategy plan programs serving uncertainty)
 
 scripts/sanitized-build.sh "${targets[@]/#/orrery-fuzz-}"
 
 seeds=build-fuzz/seeds
 rm -rf "$seeds"
-mkdir -p "$seeds"/{onnx,cluster,strategy,plan,programs,serving} build-fuzz/findings
+mkdir -p "$seeds"/{onnx,cluster,strategy,plan,programs,serving,uncertainty} build-fuzz/findings
+cp costmodel/data/validation_errors.json "$seeds/uncertainty/"
 cp models/fixtures/*.onnx "$seeds/onnx/"
 # A model calling model-local functions (the dynamo exporter's modules).
 python3 tests/lit/import/Inputs/local_functions.py "$seeds/onnx/functions.onnx"
@@ -33,7 +34,7 @@ cp tests/lit/Inputs/a100-hdr-sharp.json tests/lit/Inputs/a100-100gbe-switchml.js
 i=0
 for s in tp=8,pp=8,dp=16,mbs=1,gbs=1536 tp=2,cp=2,ep=4,zero=3,recompute=selective \
          pp=4,vpp=2,schedule=interleaved,overlap=grad+p2p sp=1,precision=fp8,offload=optimizer \
-         pp=4,schedule=zb-h1,zero=1 dp=8,zero=2,mbs=2 pp=2,recompute=full,recompute_layers=3 pp=4,schedule=zb-v recompute=full,recompute_kinds=transformer_layer pp=2,gbs=8,schedule=dualpipev,ep=2 \
+         pp=4,schedule=zb-h1,zero=1 pp=4,gbs=16,schedule=zb-2p dp=8,zero=2,mbs=2 pp=2,recompute=full,recompute_layers=3 pp=4,schedule=zb-v recompute=full,recompute_kinds=transformer_layer pp=2,gbs=8,schedule=dualpipev,ep=2 \
          dp=8,sdp=0.5 pp=4,mbs=4,gbs=4,schedule=mgrit,mg_coarsen=2,mg_iters=3 pp=4,gbs=16,schedule=dualpipe dp=8,gbs=8,chunks=64 tp=2,phantom=8 dp=8,sdp=0.5,sdp_mask=backward \
          tp=2,sp=1,ep=8,etp=1,moe_imbalance=1.25,moe_capacity=1.5; do
   printf '%s' "$s" > "$seeds/strategy/$((i++))"

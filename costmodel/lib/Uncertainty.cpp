@@ -335,7 +335,12 @@ llvm::Error setUncertaintyBasis(const std::string &path) {
     return inputError(path + ": cannot read the validation errors");
   std::stringstream text;
   text << in.rdbuf();
-  auto parsed = parseBasis(text.str(), path);
+  return setUncertaintyBasisText(text.str(), path);
+}
+
+llvm::Error setUncertaintyBasisText(const std::string &text,
+                                    const std::string &what) {
+  auto parsed = parseBasis(text, what);
   if (!parsed)
     return parsed.takeError();
   basisOverride() = std::make_shared<const Basis>(std::move(*parsed));

@@ -66,6 +66,9 @@ Uncertainty uncertaintyOf(const HeteroResult &r);
 /// an error names the file and the field. An empty path restores the
 /// built-in one.
 llvm::Error setUncertaintyBasis(const std::string &path);
+/// The same from the file's text (`what` names it in errors).
+llvm::Error setUncertaintyBasisText(const std::string &text,
+                                    const std::string &what);
 
 } // namespace orrery
 
