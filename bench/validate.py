@@ -25,14 +25,18 @@ ROOT = os.path.dirname(HERE)
 def gpt_model(build, m):
     """The case's GPT as ONNX (cached)."""
     ffn = m.get("ffn", 4 * m["hidden"])
-    name = f"gpt-l{m['layers']}-h{m['hidden']}-a{m['heads']}-s{m['seq_len']}-v{m['vocab']}-f{ffn}.onnx"
+    kv = m.get("kv_heads", m["heads"])
+    name = (f"gpt-l{m['layers']}-h{m['hidden']}-a{m['heads']}-s{m['seq_len']}-v{m['vocab']}-f{ffn}"
+            + (f"-kv{kv}" if kv != m["heads"] else "") + ("-untied" if m.get("untied") else "")
+            + ".onnx")
     out = os.path.join(build, "models", "validation", name)
     if not os.path.exists(out):
         os.makedirs(os.path.dirname(out), exist_ok=True)
         subprocess.run(["/usr/bin/python3", os.path.join(ROOT, "models", "generate.py"), "gpt",
                         "--layers", str(m["layers"]), "--hidden", str(m["hidden"]),
                         "--heads", str(m["heads"]), "--seq", str(m["seq_len"]),
-                        "--vocab", str(m["vocab"]), "--ffn", str(ffn), "-o", out], check=True)
+                        "--vocab", str(m["vocab"]), "--ffn", str(ffn), "--kv-heads", str(kv),
+                        *(["--untied"] if m.get("untied") else []), "-o", out], check=True)
     return out
 
 
@@ -121,8 +125,18 @@ def run_simulate(command):
 
 
 # Every case priced: id -> (group, measured step, result, measured peak
-# memory in bytes or None).
+# memory or None). A measured peak is (bytes, "max" or "last"): compared
+# with the largest device's predicted peak, or the last pipeline stage's
+# (what a run logging from its last rank measured).
 PRICED = {}
+
+
+def predicted_peak(result, which):
+    """The predicted peak memory per device the measurement compares with."""
+    metrics = result.get("predicted", result)
+    if which == "last" and result.get("stages"):
+        return result["stages"][-1]["memory_bytes"]["total"]
+    return metrics["peak_memory_bytes"]
 
 
 def measured_step(case):
@@ -369,9 +383,11 @@ def zero_bubble_group(orrery, build, groups):
                 measured = mbs * nmb / (row[name] * pp)
                 result, error = simulate(orrery, gpt_model(build, m), f"{max(1, pp // 8)}x8xA100-80G",
                                          strategy)
-                case_id = f"zb-{row['model']}-p{pp}-m{nmb}-{name}"
+                case_id = f"zb-{row['model']}-p{pp}-b{mbs}-m{nmb}-{name}"
+                memory = row.get("memory_gb", {}).get(name)
                 add_case(groups.setdefault(group, []), case_id, measured, result, error,
-                         f"{row[name]} samples/GPU/s measured; mbs {mbs}", group=group)
+                         f"{row[name]} samples/GPU/s measured; mbs {mbs}", group=group,
+                         memory_bytes=(memory * 2**30, "max") if memory else None)
                 if result is not None:
                     steps[name] = (measured, result["step_time_s"])
             if "1f1b" not in steps:
@@ -417,14 +433,16 @@ def torchtitan_cluster(build, case):
 def torchtitan_strategy(case):
     """The row's torchtitan run as a strategy: FSDP2 is ZeRO-3 over dp
     (prefetching the next block's gather, overlap=grad+param); TP with
-    sequence-parallel norms, AsyncTP as the tp overlap; CP's ring; full or
-    (per-op) selective AC; float8 linears as fp8. The pipeline rows split
+    sequence-parallel norms, AsyncTP as the tp overlap; CP's ring; full AC,
+    or its per-op selective AC (recompute=op); float8 linears as fp8. The
+    pipeline rows split
     the local batch into pp micro-batches (torchtitan's default count)."""
     pp = case["pp"]
     mbs = case["local_batch"] // pp if pp > 1 else case["local_batch"]
     overlap = "grad+param" + ("+tp" if case["async_tp"] else "")
     s = (f"tp={case['tp']},pp={pp},dp={case['dp']},cp={case['cp']},mbs={mbs},"
-         f"gbs={case['local_batch'] * case['dp']},zero=3,recompute={case['ac']},"
+         f"gbs={case['local_batch'] * case['dp']},zero=3,"
+         f"recompute={'op' if case['ac'] == 'selective' else case['ac']},"
          f"precision={'fp8' if case['float8'] else 'bf16'},sp={1 if case['tp'] > 1 else 0},"
          f"overlap={overlap}")
     if case.get("schedule") == "interleaved":
@@ -436,13 +454,13 @@ def torchtitan_group(orrery, build, groups):
     """torchtitan's published Llama 3.1 tables (bench/published/
     torchtitan_runs.json): tokens/s per GPU converted to a step time.
     torch.compile's runs as fused kernels (its fused elementwise and
-    SDPA's flash attention), eager runs as plain PyTorch (--kernels
-    eager, whose attention is not fused: slower than SDPA's)."""
+    SDPA's flash attention), the others as plain PyTorch calling SDPA
+    (--kernels sdpa)."""
     data = json.load(open(os.path.join(HERE, "published", "torchtitan_runs.json")))
     for case in data["cases"]:
         tokens = case["local_batch"] * case["dp"] * case["seq"]
         measured = tokens / (case["tps_per_gpu"] * case["gpus"])
-        flags = ["--kernels", "fused" if case["compile"] else "eager"]
+        flags = ["--kernels", "fused" if case["compile"] else "sdpa"]
         model = named_model(build, {"name": case["model"], "seq_len": case["seq"]})
         result, error = simulate(orrery, model, torchtitan_cluster(build, case),
                                  torchtitan_strategy(case), flags)
@@ -455,7 +473,7 @@ def torchtitan_group(orrery, build, groups):
             note += f"; memory {peak:.1f} GiB predicted, {case['memory_gib']} reserved"
         group = "torchtitan_" + case["hw"]
         add_case(groups.setdefault(group, []), case["id"], measured, result, error, note,
-                 unfit_counts=False, group=group, memory_bytes=case["memory_gib"] * 2**30)
+                 unfit_counts=False, group=group, memory_bytes=(case["memory_gib"] * 2**30, "max"))
 
 
 def print_row(case_id, step, pred, note):
@@ -527,6 +545,48 @@ def gpt3_at_scale(orrery, groups):
           f"batch 768), Megatron-LM 44.7% in the same table (MegaScale Table 2)")
 
 
+def megatron_golden_group(orrery, build, groups):
+    """Megatron-LM's functional tests of a 7B GPT on 8 H100 or A100: the
+    step and the allocated peak their golden values hold
+    (bench/published/megatron_golden_runs.json)."""
+    data = json.load(open(os.path.join(HERE, "published", "megatron_golden_runs.json")))
+    model = gpt_model(build, data["model"])
+    for case in data["cases"]:
+        strategy = (f"tp={case['tp']},pp={case['pp']},dp={case['dp']},mbs={case['mbs']},"
+                    f"gbs={case['gbs']},zero=1,precision=bf16,recompute=none,sp=0,"
+                    f"overlap=grad+param" + (f",vpp={case['vpp']}" if case["vpp"] > 1 else ""))
+        result, error = simulate(orrery, model, f"1x8x{case['gpu']}", strategy,
+                                 ["--separate-grad-accumulation"])
+        add_case(groups.setdefault("MegatronGolden_7B", []), case["id"], case["iteration_time_s"],
+                 result, error, f"tp{case['tp']} pp{case['pp']} dp{case['dp']}; {case['note']}",
+                 group="MegatronGolden_7B", memory_bytes=(case["max_allocated_bytes"], "last"))
+
+
+def memory_group():
+    """Every priced case whose run published its peak memory: measured
+    against predicted, per device (torchtitan's reserved peak, the largest
+    device; Megatron-LM's allocated peak, its last stage; the zero-bubble
+    tables', the largest device); the mean absolute error and the
+    configurations that ran but are predicted not to fit."""
+    print("\npeak memory per device, published runs (GiB):")
+    errs, unfit = [], []
+    for case_id, (group, _, result, memory) in sorted(PRICED.items()):
+        if not memory:
+            continue
+        pred = predicted_peak(result, memory[1])
+        e = 100 * (pred - memory[0]) / memory[0]
+        errs.append(e)
+        fits = result.get("predicted", result).get("fits", result.get("fits", True))
+        if not fits:
+            unfit.append(case_id)
+        print(f"  {case_id:34} measured {memory[0] / 2**30:7.2f}  predicted {pred / 2**30:7.2f}  "
+              f"{e:+6.1f}%" + ("" if fits else "  predicted not to fit"))
+    if errs:
+        print(f"  peak memory: mean abs error {sum(map(abs, errs)) / len(errs):.1f}%, "
+              f"mean {sum(errs) / len(errs):+.1f}% over {len(errs)} configurations (aim 8 %); "
+              f"{len(unfit)} that ran predicted not to fit" + (f": {', '.join(unfit)}" if unfit else ""))
+
+
 def source_of(group):
     """The publication a group comes from (its name up to the first '_'):
     the unit a band is held out by."""
@@ -546,9 +606,9 @@ def error_rows(exclude_source=None):
         row = {"id": case_id, "group": group, "device_family": u["device_family"],
                "kernels": u["kernels"], "mechanisms": u["mechanisms"],
                "measured_over_predicted_step": round(step / metrics["step_time_s"], 4)}
-        if memory and metrics.get("peak_memory_bytes"):
+        if memory:
             row["measured_over_predicted_peak_memory"] = round(
-                memory / metrics["peak_memory_bytes"], 4)
+                memory[0] / predicted_peak(result, memory[1]), 4)
         rows.append(row)
     return rows
 
@@ -658,6 +718,7 @@ def main():
 
     zero_bubble_group(orrery, args.build, groups)
     torchtitan_group(orrery, args.build, groups)
+    megatron_golden_group(orrery, args.build, groups)
     gpt3_at_scale(orrery, groups)
 
     amp = [c for c in data["cases"] if c["group"] == "AMP_heterogeneous_cluster"]
@@ -733,6 +794,7 @@ def main():
     if mem_errs:
         print(f"  memory: mean abs error {sum(mem_errs) / len(mem_errs):.1f}%, worst {max(mem_errs):.1f}%")
 
+    memory_group()
     if args.write_errors:
         write_errors(args.write_errors, error_rows())
         print(f"\nwrote {args.write_errors}")

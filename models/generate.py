@@ -209,10 +209,15 @@ class Graph:
 
 # Decoder-only language models ---------------------------------------------
 
-def gpt(name, layers, d, heads, seq, vocab, ffn=None, training=True):
-    """GPT-2/3 and Megatron GPT: learned positions, pre-LN, GELU, tied head."""
+def gpt(name, layers, d, heads, seq, vocab, ffn=None, training=True, kv_heads=None,
+        untied=False):
+    """GPT-2/3 and Megatron GPT: learned positions, pre-LN, GELU, tied head
+    (or, `untied`, a head of its own: Megatron's
+    --untie-embeddings-and-output-weights); `kv_heads` below `heads` for
+    grouped-query attention (--num-query-groups)."""
     g = Graph(name)
     ffn = ffn or 4 * d
+    kv_heads = kv_heads or heads
     ids = g.input("input_ids", I64, ["batch", seq])
     wte = g.weight("wte", [vocab, d])
     pos = g.op("Range", [g.const(0), g.const(seq), g.const(1)])
@@ -222,11 +227,12 @@ def gpt(name, layers, d, heads, seq, vocab, ffn=None, training=True):
     for i in range(layers):
         p = f"h.{i}"
         x = g.op("Add", [x, g.attention(g.layer_norm(x, p + ".ln_1", d), p + ".attn", d,
-                                        heads, heads, seq, mask, True, training)])
+                                        heads, kv_heads, seq, mask, True, training)])
         h = g.op("Gelu", [g.linear(g.layer_norm(x, p + ".ln_2", d), p + ".mlp.fc", d, ffn)])
         x = g.op("Add", [x, g.dropout(g.linear(h, p + ".mlp.proj", ffn, d), training)])
     x = g.layer_norm(x, "ln_f", d)
-    logits = g.op("MatMul", [x, g.op("Transpose", [wte], perm=[1, 0])])
+    head = g.weight("lm_head", [vocab, d]) if untied else wte
+    logits = g.op("MatMul", [x, g.op("Transpose", [head], perm=[1, 0])])
     g.output(logits, "logits", F16, ["batch", seq, vocab])
     return g.model()
 
@@ -525,6 +531,10 @@ def main():
                             "Llama model: its own unless given)")
     shape.add_argument("--vocab", type=int, default=51200)
     shape.add_argument("--ffn", type=int)
+    shape.add_argument("--kv-heads", type=int,
+                       help="gpt: key-value heads (grouped-query attention; default --heads)")
+    shape.add_argument("--untied", action="store_true",
+                       help="gpt: an output head of its own, not the embedding's")
     args = ap.parse_args()
     if args.name == "ffn":
         if not (args.layers and args.hidden):
@@ -540,8 +550,11 @@ def main():
         if args.hidden % args.heads:
             print("generate.py: error: --heads must divide --hidden", file=sys.stderr)
             return 2
+        if args.kv_heads and args.heads % args.kv_heads:
+            print("generate.py: error: --kv-heads must divide --heads", file=sys.stderr)
+            return 2
         model = gpt("gpt", args.layers, args.hidden, args.heads, args.seq or 2048, args.vocab,
-                    args.ffn)
+                    args.ffn, kv_heads=args.kv_heads, untied=args.untied)
         with open(args.output or "gpt.onnx", "wb") as f:
             f.write(model.SerializeToString())
         return 0

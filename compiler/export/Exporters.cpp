@@ -179,6 +179,7 @@ llvm::Expected<std::string> megatron(const ExportPlan &p) {
     flag("--attention-backend", "unfused");
     break;
   case KernelFusion::Eager: // refused by the capability table
+  case KernelFusion::Sdpa:
     break;
   }
   if (!p.assumptions.fusedGradientAccumulation)
@@ -326,7 +327,9 @@ llvm::Expected<std::string> torchtitan(const ExportPlan &p) {
     << "\"\n"
     << "enable_cpu_offload = " << (s.offloadOptimizer ? "true" : "false")
     << "\n"
-    << "compile = true\n";
+    << "compile = "
+    << (p.assumptions.fusion == KernelFusion::Sdpa ? "false" : "true")
+    << "\n";
   t << "\n[parallelism]\n"
     << "data_parallel_replicate_degree = " << (shard ? 1 : s.dp) << "\n"
     << "data_parallel_shard_degree = " << (shard ? s.dp : 1) << "\n"
@@ -349,11 +352,11 @@ llvm::Expected<std::string> torchtitan(const ExportPlan &p) {
   }
   t << "\n[activation_checkpoint]\n"
     << "mode = \""
-    << (s.recompute == Recompute::Full        ? "full"
-        : s.recompute == Recompute::Selective ? "selective"
-                                              : "none")
+    << (s.recompute == Recompute::Full ? "full"
+        : s.recompute == Recompute::Op ? "selective"
+                                       : "none")
     << "\"\n";
-  if (s.recompute == Recompute::Selective)
+  if (s.recompute == Recompute::Op)
     t << "selective_ac_option = \"op\"\n";
   if (s.precision == Precision::FP8)
     t << "\n[model]\nconverters = [\"float8\"]\n";

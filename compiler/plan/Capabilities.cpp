@@ -365,6 +365,29 @@ const Refusal kCommon[] = {
               "which this target does not state; plan with recompute on "
               "every kind";
      }},
+    // Which selective recompute a target runs: Megatron-LM's is the
+    // attention core's (--recompute-granularity selective), torchtitan's
+    // the per-op policy (selective_ac_option "op"); the PyTorch script
+    // checkpoints whole blocks only.
+    {Capability::Recompute,
+     [](const Plan &p, const std::string &f) {
+       return p.strategy.recompute == Recompute::Op && f != "torchtitan";
+     },
+     [](const Plan &) -> std::string {
+       return "the plan recomputes per op as torchtitan's selective "
+              "checkpointing does (recompute=op), which only torchtitan "
+              "runs; plan with recompute=selective or full";
+     }},
+    {Capability::Recompute,
+     [](const Plan &p, const std::string &f) {
+       return p.strategy.recompute == Recompute::Selective &&
+              (f == "torchtitan" || f == "pytorch");
+     },
+     [](const Plan &) -> std::string {
+       return "the plan recomputes the attention core (recompute=selective, "
+              "Megatron-LM's), which this target does not run: plan with "
+              "recompute=op (torchtitan's per-op policy) or full";
+     }},
     // Only Megatron-LM recomputes the first K layers of each chunk and
     // keeps the rest (--recompute-method block); DeepSpeed's checkpoint
     // interval, torchtitan's every-N-th-layer option and JAX's remat
@@ -511,12 +534,14 @@ const Refusal kMegatron[] = {
      }},
     {Capability::Kernels,
      [](const Plan &p, const std::string &) {
-       return p.assumptions.fusion == KernelFusion::Eager;
+       return dispatchesEachOp(p.assumptions.fusion);
      },
-     [](const Plan &) -> std::string {
-       return "the plan was priced as plain PyTorch, one kernel per op "
-              "(--kernels eager); Megatron-LM runs its fused kernels: plan "
-              "with --kernels fused or unfused-attention";
+     [](const Plan &p) -> std::string {
+       return std::string("the plan was priced as plain PyTorch, one kernel "
+                          "per op (--kernels ") +
+              kernelFusionName(p.assumptions.fusion) +
+              "); Megatron-LM runs its fused kernels: plan with --kernels "
+              "fused or unfused-attention";
      }},
     {Capability::Zero, prefetches,
      [](const Plan &p) {
@@ -718,16 +743,19 @@ const Refusal kTorchtitan[] = {
        return "its context parallelism is ring attention; the plan uses "
               "cp_comm=all-to-all (Ulysses)";
      }},
+    // Its attention is scaled_dot_product_attention; the rest is
+    // torch.compile'd (compile = true: priced as fused) or not (sdpa).
     {Capability::Kernels,
      [](const Plan &p, const std::string &) {
-       return p.assumptions.fusion != KernelFusion::Fused;
+       return p.assumptions.fusion == KernelFusion::Eager ||
+              p.assumptions.fusion == KernelFusion::UnfusedAttention;
      },
      [](const Plan &p) {
-       return std::string("its models run attention through SDPA's flash "
-                          "kernels and fuse the rest with torch.compile; the "
-                          "plan was priced with --kernels ") +
+       return std::string("the plan was priced with --kernels ") +
               kernelFusionName(p.assumptions.fusion) +
-              ": plan with --kernels fused";
+              "; torchtitan's attention is PyTorch's "
+              "scaled_dot_product_attention (fused): plan with --kernels "
+              "fused (compile = true) or sdpa (compile = false)";
      }},
     {Capability::Overlap,
      [](const Plan &p, const std::string &) {

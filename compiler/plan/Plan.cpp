@@ -443,7 +443,8 @@ static llvm::Expected<Strategy> strategyFromPlanImpl(const nlohmann::json &plan,
   if (auto r = recomputeFromName(j.value("recompute", "")))
     s.recompute = *r;
   else
-    return err(what + ": strategy.recompute: must be none, selective or full");
+    return err(what +
+               ": strategy.recompute: must be none, selective, op or full");
   if (j.contains("recompute_layers"))
     if (auto e = integer("recompute_layers", s.recomputeLayers, 1))
       return std::move(e);
@@ -785,7 +786,7 @@ heteroStrategyFromPlanImpl(const nlohmann::json &plan,
       rg.recompute = *r;
     else
       return err(what + ": " + at +
-                 "recompute: must be none, selective or full");
+                 "recompute: must be none, selective, op or full");
     if (!jg.contains("micro_batches_per_replica") ||
         !jg["micro_batches_per_replica"].is_array())
       return err(what + ": " + at +

@@ -744,8 +744,11 @@ void PlanSearch::searchShape(SearchState &st, int tp, int cp, int pp) {
     for (int vpp : {1, 2, 4}) {
       if (vpp > 1 && (pp == 1 || m % pp || layers < pp * vpp * 2))
         continue;
-      for (Recompute rec :
-           {Recompute::None, Recompute::Selective, Recompute::Full}) {
+      // torchtitan recomputes per op, not the attention core: the saver
+      // it runs in place of selective.
+      Recompute selective = o.framework == "torchtitan" ? Recompute::Op
+                                                        : Recompute::Selective;
+      for (Recompute rec : {Recompute::None, selective, Recompute::Full}) {
         Strategy s;
         s.tp = tp;
         s.cp = cp;

@@ -10,12 +10,13 @@
 #include "mlir/Pass/PassManager.h"
 
 std::string orrery::fuseAndOutline(mlir::ModuleOp module, bool fuse,
-                                   bool attention) {
+                                   bool attention, bool others) {
   mlir::MLIRContext *ctx = module.getContext();
   mlir::PassManager pm(ctx);
   if (fuse) {
     FuseKernelsPassOptions fusion;
     fusion.attention = attention;
+    fusion.norms = fusion.gatedActivations = fusion.rotary = others;
     pm.addPass(createFuseKernelsPass(fusion));
   }
   pm.addPass(createOutlineLayersPass());

@@ -620,7 +620,7 @@ static LayerKind measureKind(func::FuncOp func, const LayoutCosts &costs,
         unknown && !isPricedLossOp(unknown.getOpType()))
       kind.opsWithoutCostFormula++;
   });
-  analyzeParallelism(func, kind, costs, kernels != KernelFusion::Eager,
+  analyzeParallelism(func, kind, costs, !dispatchesEachOp(kernels),
                      training, loraRank);
   return kind;
 }

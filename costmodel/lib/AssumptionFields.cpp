@@ -91,9 +91,11 @@ static std::vector<AssumptionField> buildFields() {
       "Transformer Engine: flash attention, fused norms, SwiGLU and RoPE; "
       "the default), unfused-attention (Megatron-LM before flash attention: "
       "the attention scores in memory, fused softmax and elementwise "
-      "chains) or eager (plain PyTorch: one kernel per op, each dispatched "
-      "by the host)",
-      {"fused", "unfused-attention", "eager"}, false,
+      "chains), eager (plain PyTorch: one kernel per op, each dispatched "
+      "by the host) or sdpa (plain PyTorch with scaled_dot_product_attention, "
+      "as torchtitan runs without torch.compile: attention fused, every "
+      "other op a kernel dispatched by the host)",
+      {"fused", "unfused-attention", "eager", "sdpa"}, false,
       [](const Assumptions &a) { return double(a.fusion); },
       [](Assumptions &a, double v) { a.fusion = KernelFusion(int(v)); }));
   // Plans written before `kernels` existed were priced with the attention

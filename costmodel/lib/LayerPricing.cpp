@@ -128,7 +128,7 @@ OpPrice Simulation::priceOp(const OpCost &op, const LayerKind &k,
   double sc = scale();
   const DeviceSpec &dev = *p.device;
   int tpDeg = p.tp;
-  bool eager = w.kernels == KernelFusion::Eager;
+  bool eager = dispatchesEachOp(w.kernels);
   double split = (op.tensorParallel || s.sequenceParallel) ? tpDeg : 1;
   o.split = split;
   double f = op.forwardFlops * sc / split, b = op.backwardFlops * sc / split;
@@ -448,6 +448,9 @@ void Simulation::layerMemory(const LayerKind &k, Recompute strategyRecompute,
   case Recompute::Selective:
     t.keptBytes = all - k.savedCoreBytes * sc / tp;
     break;
+  case Recompute::Op: // the block's input and what the policy saved
+    t.keptBytes = k.inputBytes * sc / stream + t.opSavedBytes;
+    break;
   case Recompute::Full:
     t.fullRecompute = true;
     t.keptBytes = k.inputBytes * sc / stream;
@@ -476,6 +479,8 @@ LayerTime Simulation::layerTime(const LayerKind &k, const StagePlacement &p,
   int tpDeg = p.tp;
   // Contractions with tensor-parallel collectives, when they overlap.
   std::vector<TpOverlap> overlapped;
+  bool perOp = strategyRecompute == Recompute::Op && !k.noBackward;
+  int matmuls = 0; // recompute=op counts the block's matmuls
   for (const OpCost &op : k.ops) {
     if (op.view)
       continue;
@@ -517,8 +522,25 @@ LayerTime Simulation::layerTime(const LayerKind &k, const StagePlacement &p,
         t.backwardTpS += o.tpHaloS;
       }
     }
-    if (strategyRecompute == Recompute::Selective && op.attentionCore &&
-        !k.noBackward) {
+    bool recomputed =
+        strategyRecompute == Recompute::Selective && op.attentionCore;
+    if (perOp) {
+      // torchtitan's policy: SDPA's output saved, and every other matmul's
+      // (aten.mm: the linear layers; grouped expert GEMMs are not mm).
+      bool mm = op.weighted && op.contraction && op.experts <= 1;
+      matmuls += mm;
+      bool saved = op.kernelClass == KernelClass::Attention ||
+                   (mm && matmuls % 2 == 1);
+      // (A contraction states its result's bytes; SDPA writes its output
+      // and its log-sum-exp rows, both saved.)
+      double out = op.outputBytes > 0 ? double(op.outputBytes)
+                                      : double(op.bytesWritten);
+      if (saved)
+        t.opSavedBytes += out * scale() /
+                          (op.tensorParallel || s.sequenceParallel ? tpDeg : 1);
+      recomputed = !saved;
+    }
+    if (recomputed && !k.noBackward) {
       t.recomputeS += fwd;
       if (tensorMath(o.kernelClass))
         t.recomputeGemmS += fwd;
@@ -537,9 +559,13 @@ LayerTime Simulation::layerTime(const LayerKind &k, const StagePlacement &p,
     t.forwardComputeS += t.forwardHostS;
     t.backwardComputeS += t.backwardHostS;
   }
-  // Selective recompute re-runs the attention with its exchange.
+  // Selective recompute re-runs the attention with its exchange; per-op
+  // recompute re-runs the sequence-parallel all-gathers (the
+  // reduce-scatters' outputs are saved: half the forward's collectives).
   if (strategyRecompute == Recompute::Selective && !k.noBackward)
     t.recomputeS += t.forwardCpS;
+  if (perOp)
+    t.recomputeS += t.forwardTpS / 2;
   layerMemory(k, strategyRecompute, tpDeg, t);
   return t;
 }

@@ -908,6 +908,10 @@ static llvm::Error refuseUnsupported(const Strategy &s) {
     return err("lower: schedule=dualpipe: the lowering does not write the "
                "two directions' programs yet (simulate and plan take it; "
                "dualpipev lowers)");
+  if (s.recompute == Recompute::Op)
+    return err("lower: recompute=op: the lowering does not write "
+               "torchtitan's per-op recompute yet (simulate and plan take it; "
+               "selective and full lower)");
   if (s.schedule == Schedule::ZeroBubble2p)
     return err("lower: schedule=zb-2p: its weight gradients move into the "
                "idle time the priced run finds, which the lowering's fixed "

@@ -41,6 +41,9 @@ struct LayerTime {
   double recomputeS = 0; ///< extra forward work in backward (compute + comm)
   double recomputeFlops = 0;
   /// Activation bytes one micro-batch keeps for this layer, per device.
+  /// recompute=op: the outputs its policy saves (SDPA's, every other
+  /// matmul's), per micro-batch on a device.
+  double opSavedBytes = 0;
   double keptBytes = 0;
   /// Bytes one micro-batch needs while this layer runs its backward.
   double workingBytes = 0;

@@ -144,7 +144,7 @@ void Simulation::memoryOf(int i, const StepLayout &l, const TaskOrder &order,
     hostBytes += hostPeak * at[i].group->devicesPerNode;
     hostActivationBytes = hostPeak * at[i].group->devicesPerNode;
   }
-  if (s.recompute == Recompute::Full)
+  if (s.recompute == Recompute::Full || s.recompute == Recompute::Op)
     peak += working; // the layer being recomputed
   // ZeRO shards over the ranks that reduce the gradients: dp x cp (and
   // every aligned replica group's, Hetero.cpp); the experts over the ranks
@@ -160,6 +160,11 @@ void Simulation::memoryOf(int i, const StepLayout &l, const TaskOrder &order,
   // fp8 keeps each linear weight in fp8 and transposed (1 byte each)
   // beside its 16-bit copy; buffers at their own types, whole on every
   // device.
+  // Under ZeRO-3 the weights are whole only while gathered: their fp8
+  // copies are cast as they gather (torchao's float8 all-gather under
+  // FSDP2), sharded as the weights are.
+  if (s.zeroStage == 3)
+    fp8Copies /= dp;
   mem.weightsBytes = state.weightsBytes + 2 * fp8Copies + buffers;
   mem.gradientsBytes = state.gradientsBytes;
   mem.optimizerBytes = state.optimizerBytes;

@@ -31,6 +31,7 @@ const char *scheduleName(Schedule s) {
 const char *recomputeName(Recompute r) {
   return r == Recompute::None        ? "none"
          : r == Recompute::Selective ? "selective"
+         : r == Recompute::Op        ? "op"
                                      : "full";
 }
 
@@ -50,7 +51,8 @@ std::optional<Schedule> scheduleFromName(const std::string &name) {
 }
 
 std::optional<Recompute> recomputeFromName(const std::string &name) {
-  for (Recompute r : {Recompute::None, Recompute::Selective, Recompute::Full})
+  for (Recompute r : {Recompute::None, Recompute::Selective, Recompute::Full,
+                      Recompute::Op})
     if (name == recomputeName(r))
       return r;
   return std::nullopt;
@@ -314,7 +316,7 @@ bool wordField(const StrategyField &f, Strategy &s, bool &sdpMask,
     if (auto r = recomputeFromName(value.str()))
       s.recompute = *r;
     else
-      e = err(where + ": recompute must be none, selective or full");
+      e = err(where + ": recompute must be none, selective, op or full");
   } else if (key == "sdp_mask") {
     if (value == "backward")
       s.subnetworkBackwardMask = true;

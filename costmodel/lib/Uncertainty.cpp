@@ -259,6 +259,7 @@ std::vector<std::string> mechanismsOf(const Strategy &s) {
   add(s.offloadActivations, "activation-offload");
   add(s.recompute == Recompute::Full, "full-recompute");
   add(s.recompute == Recompute::Selective, "selective-recompute");
+  add(s.recompute == Recompute::Op, "op-recompute");
   add(s.subnetworkFraction > 0, "subnetwork-data-parallel");
   add(s.phantomGhosts > 0, "phantom");
   add(s.chunkParams > 0, "chunks");

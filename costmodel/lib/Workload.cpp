@@ -31,13 +31,15 @@ const char *kernelFusionName(KernelFusion k) {
     return "unfused-attention";
   case KernelFusion::Eager:
     return "eager";
+  case KernelFusion::Sdpa:
+    return "sdpa";
   }
   return "fused";
 }
 
 bool parseKernelFusion(const std::string &name, KernelFusion &out) {
   for (KernelFusion k : {KernelFusion::Fused, KernelFusion::UnfusedAttention,
-                         KernelFusion::Eager})
+                         KernelFusion::Eager, KernelFusion::Sdpa})
     if (name == kernelFusionName(k)) {
       out = k;
       return true;

@@ -74,7 +74,7 @@ class Model:
 
     @property
     def kernels(self) -> str:
-        """The kernels it was imported for: fused, unfused-attention, eager."""
+        """The kernels it was imported for: fused, unfused-attention, eager, sdpa."""
         return self._handle.kernels
 
     @property
@@ -127,8 +127,9 @@ def load(source: Union[str, bytes, bytearray, "_os.PathLike[str]"],
     ``dims`` binds symbolic dimensions (``{"seq": 4096}``); ``batch``
     defaults to 1, a plan's micro-batch comes from its strategy.
     ``kernels`` is what the framework runs: ``fused`` (Megatron-Core with
-    Transformer Engine and flash attention), ``unfused-attention`` or
-    ``eager`` (plain PyTorch, one kernel per op). ``name`` names bytes in
+    Transformer Engine and flash attention), ``unfused-attention``,
+    ``eager`` (plain PyTorch, one kernel per op) or ``sdpa`` (plain PyTorch
+    with fused attention: torchtitan without torch.compile). ``name`` names bytes in
     messages and in plans (default ``<bytes>``).
     """
     bindings = _dim_bindings(dims)

@@ -295,7 +295,7 @@ TEST(Strategy, InvalidStrategiesAreNamed) {
   check("tp=8,colour=red", "unknown key 'colour'");
   check("tp=eight", "tp must be an integer from 1 to 2147483647");
   check("tp=4294967296", "tp must be an integer from 1 to 2147483647");
-  check("recompute=sometimes", "recompute must be none, selective or full");
+  check("recompute=sometimes", "recompute must be none, selective, op or full");
   check("tp=2,tp=4", "tp is given twice");
   check("tp=8,vpp=2", "vpp=2 needs pp > 1");
 }

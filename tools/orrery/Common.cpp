@@ -213,12 +213,15 @@ importFrontEnd(mlir::MLIRContext &ctx, const ModelArgs &args, bool outline,
       return error(args.path + ": node '" + fused +
                    "' is one fused Attention op in the file; --kernels "
                    "unfused-attention prices attention written out as "
-                   "MatMul / Softmax / MatMul (use --kernels fused or eager)");
+                   "MatMul / Softmax / MatMul (use --kernels fused, eager or sdpa)");
   }
   if (outline) {
+    using orrery::KernelFusion;
     std::string diag = orrery::fuseAndOutline(
-        **module, args.kernels != orrery::KernelFusion::Eager,
-        args.kernels == orrery::KernelFusion::Fused);
+        **module, args.kernels != KernelFusion::Eager,
+        args.kernels == KernelFusion::Fused ||
+            args.kernels == KernelFusion::Sdpa,
+        args.kernels != KernelFusion::Sdpa);
     if (!diag.empty())
       return error(args.path + ": layer outlining failed: " + diag);
   }

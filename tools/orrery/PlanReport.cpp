@@ -21,9 +21,7 @@ static std::string row(int rank, const StepResult &r, Objective o) {
   // ep with "f" when the experts fold tp away (etp 1).
   std::string ep = std::to_string(s.ep) + (s.expertsFolded() ? "f" : "");
   // Full recompute of the first K layers of each chunk: "full:K".
-  std::string recompute = s.recompute == Recompute::None        ? "none"
-                          : s.recompute == Recompute::Selective ? "selective"
-                                                                : "full";
+  std::string recompute = recomputeName(s.recompute);
   if (s.recomputeLayers > 0)
     recompute += ":" + std::to_string(s.recomputeLayers);
   if (!s.recomputeKinds.empty())

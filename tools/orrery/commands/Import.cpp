@@ -14,7 +14,7 @@ void ImportCommand::add(CLI::App &app) {
   cmd->add_flag("--outline", outline, "outline repeated layers into functions");
   cmd->add_option("--kernels", kernels,
                   std::string("with --outline: ") + kernelsHelp())
-      ->check(CLI::IsMember({"fused", "unfused-attention", "eager"}));
+      ->check(CLI::IsMember({"fused", "unfused-attention", "eager", "sdpa"}));
 }
 
 int ImportCommand::run() {

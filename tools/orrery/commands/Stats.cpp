@@ -14,7 +14,7 @@ void StatsCommand::add(CLI::App &app) {
   addModelArgs(cmd, args);
   cmd->add_flag("--json", json, "print JSON instead of a table");
   cmd->add_option("--kernels", kernels, kernelsHelp())
-      ->check(CLI::IsMember({"fused", "unfused-attention", "eager"}));
+      ->check(CLI::IsMember({"fused", "unfused-attention", "eager", "sdpa"}));
 }
 
 int StatsCommand::run() {

@@ -74,7 +74,7 @@ enum class Capability {
   Experts,          ///< expert layouts and the MoE layer's settings
   FineTuning,       ///< frozen weights and adapters
   Precision,        ///< parameter and math precisions
-  Kernels,          ///< the kernels priced (fused, unfused, eager)
+  Kernels,          ///< the kernels priced (fused, unfused, eager, sdpa)
   Offload,          ///< optimizer and activation offload
   Recompute,        ///< which layers recompute
   Gradients,        ///< how gradients accumulate and are reduced

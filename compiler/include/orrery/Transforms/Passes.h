@@ -18,7 +18,8 @@ namespace orrery {
 /// The front end after import, as `orrery import --outline` runs it:
 /// kernel fusion when `fuse` (its attention patterns when `attention`),
 /// then layer outlining. Empty, or the first diagnostic of a failure.
-std::string fuseAndOutline(mlir::ModuleOp module, bool fuse, bool attention);
+std::string fuseAndOutline(mlir::ModuleOp module, bool fuse, bool attention,
+                           bool others = true);
 } // namespace orrery
 
 #endif // ORRERY_TRANSFORMS_PASSES_H

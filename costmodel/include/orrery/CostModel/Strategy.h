@@ -58,7 +58,12 @@ enum class Schedule {
   /// each solved by a few two-level MGRIT iterations instead of one pass.
   LayerParallelMgrit
 };
-enum class Recompute { None, Selective, Full };
+/// Selective: Megatron-LM's (the attention core recomputed). Op:
+/// torchtitan's per-op selective checkpointing (selective_ac_option "op"):
+/// a block keeps its input and the outputs of scaled-dot-product attention
+/// and of every other matmul (the first, third, ...), and its backward
+/// recomputes the rest of its forward.
+enum class Recompute { None, Selective, Full, Op };
 /// How context parallelism exchanges keys and values: Megatron-Core and
 /// Transformer Engine's ring (KV blocks passed around the cp ranks while
 /// the attention blocks compute), or DeepSpeed-Ulysses' all-to-all (heads

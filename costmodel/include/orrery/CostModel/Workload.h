@@ -228,7 +228,18 @@ enum class KernelFusion {
   UnfusedAttention,
   /// Plain PyTorch: one kernel per op, each paying the host's dispatch.
   Eager,
+  /// Plain PyTorch calling scaled_dot_product_attention (torchtitan or
+  /// Hugging Face models without torch.compile): attention fused as
+  /// FlashAttention runs it, every other op a kernel of its own paying the
+  /// host's dispatch.
+  Sdpa,
 };
+
+/// Whether every op but fused attention is a kernel of its own, dispatched
+/// by the host (Eager, Sdpa).
+inline bool dispatchesEachOp(KernelFusion k) {
+  return k == KernelFusion::Eager || k == KernelFusion::Sdpa;
+}
 
 /// The flag's spelling of a KernelFusion, and back (false: not one).
 const char *kernelFusionName(KernelFusion k);
