@@ -75,6 +75,16 @@ static std::vector<AssumptionField> buildFields() {
                   {}, false, numberOf<&Assumptions::zero3PrefetchParams>,
                   setNumber<&Assumptions::zero3PrefetchParams>));
   t.back().range = "a non-negative number (0: the next layer whole)";
+  t.push_back(row(
+      "loss", "loss",
+      "how the training loss holds memory beyond the fp32 probabilities its "
+      "backward keeps: fused (the default: Megatron-LM's vocab-parallel "
+      "cross-entropy works in place, or a compiled loss; 2 bytes a logit) "
+      "or fp32-copy (PyTorch's cross_entropy on logits.float() uncompiled, "
+      "as torchtitan ran it in 2024: 6 bytes a logit)",
+      {"fused", "fp32-copy"}, false, flagOf<&Assumptions::lossFp32Copy>,
+      setFlag<&Assumptions::lossFp32Copy>));
+  t.back().absentFromPlan = 0.0;
   t.push_back(row("memory_headroom_fraction", "memory-headroom",
                   "device memory no plan may use, as a fraction of it "
                   "(default 0.05): the caching allocator's fragmentation "

@@ -373,6 +373,14 @@ WeightTraffic Simulation::weightTraffic(const LayerKind &k,
                                    trainable / tensors * a.gradReduceBytes(),
                                    p.dpGroup);
     }
+    // Under pipeline stages the weights stay whole from the first
+    // micro-batch's forward to the last one's backward (ModelShare::
+    // unshardedAcrossMicroBatches): one gather, behind the first
+    // micro-batch's forward, and one reduce-scatter, behind the last one's
+    // backward, a step; what those cannot hide is spread over the
+    // micro-batches (addWeightTraffic).
+    if (s.pp > 1)
+      w.zero3Spread = double(std::max<int64_t>(1, s.microBatches()));
   }
   if (k.experts > 1 && s.ep > 1 && k.expertDispatchBytes > 0) {
     // Megatron-Core's alltoall token dispatcher: each token's hidden state
@@ -405,10 +413,12 @@ void Simulation::addWeightTraffic(const LayerKind &k, const StagePlacement &p,
                        : 1.0;
     double onDemand = w.zero3GatherS * (1 - ahead),
            early = w.zero3GatherS * ahead;
-    t.forwardTpS += onDemand + std::max(0.0, early - t.forwardComputeS);
+    t.forwardTpS +=
+        (onDemand + std::max(0.0, early - t.forwardComputeS)) / w.zero3Spread;
     if (!k.noBackward)
-      t.backwardTpS += onDemand + std::max(0.0, early + w.zero3ScatterS -
-                                                    t.backwardComputeS);
+      t.backwardTpS += (onDemand + std::max(0.0, early + w.zero3ScatterS -
+                                                     t.backwardComputeS)) /
+                       w.zero3Spread;
   }
   // Nothing overlaps the expert all-to-alls.
   t.forwardEpS += 2 * w.expertAllToAllS;
@@ -433,14 +443,25 @@ void Simulation::layerMemory(const LayerKind &k, Recompute strategyRecompute,
       if (op.experts > 1 && op.contraction && !op.view)
         all += (load - 1) * double(op.activationInputBytes) * sc /
                (op.tensorParallel || s.sequenceParallel ? tp : 1);
+  // What exists only while one layer computes: a recomputed layer's own
+  // tensors (full and per-op recompute), and the training loss's transient
+  // beyond the probabilities it keeps.
   t.workingBytes = all;
   // Recomputation checkpoints the repeated layers (Megatron-LM's
   // transformer layers); a layer that occurs once (the embedding, the head
   // and its loss) keeps its activations.
   Recompute recompute =
       k.count > 1 && !k.noBackward ? strategyRecompute : Recompute::None;
-  if (recompute == Recompute::None)
+  if (recompute == Recompute::None || recompute == Recompute::Selective)
     t.workingBytes = 0;
+  for (const OpCost &op : k.ops)
+    if (llvm::StringRef(op.name).ends_with("softmax_cross_entropy") ||
+        op.name == "onnx_op:SoftmaxCrossEntropyLoss") {
+      double logits = op.forwardFlops / 5; // 5 FLOP a logit
+      double split = op.tensorParallel ? tp : 1;
+      t.workingBytes = std::max(
+          t.workingBytes, (a.lossFp32Copy ? 6 : 2) * logits * sc / split);
+    }
   switch (recompute) {
   case Recompute::None:
     t.keptBytes = all;

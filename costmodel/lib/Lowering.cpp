@@ -908,6 +908,11 @@ static llvm::Error refuseUnsupported(const Strategy &s) {
     return err("lower: schedule=dualpipe: the lowering does not write the "
                "two directions' programs yet (simulate and plan take it; "
                "dualpipev lowers)");
+  if (s.zeroStage == 3 && s.pp > 1 && s.dp > 1)
+    return err("lower: zero=3 with pp > 1: the stage's weights stay whole "
+               "across its micro-batches (one gather and one reduce-scatter "
+               "a step), which the lowering does not write yet (simulate "
+               "and plan take it)");
   if (s.recompute == Recompute::Op)
     return err("lower: recompute=op: the lowering does not write "
                "torchtitan's per-op recompute yet (simulate and plan take it; "

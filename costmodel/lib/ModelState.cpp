@@ -22,6 +22,10 @@ ModelState modelState(const ModelShare &m, const Assumptions &a) {
   s.gradientsBytes = sharded(2) * a.gradBytesPerParam;
   s.optimizerBytes =
       m.offloadOptimizer ? 0 : sharded(1) * a.optimizerBytesPerParam;
+  if (m.zeroStage >= 3 && m.unshardedAcrossMicroBatches) {
+    s.weightsBytes += (m.trainable + m.frozen) * a.weightBytesPerParam;
+    s.gradientsBytes += m.trainable * a.weightBytesPerParam;
+  }
   return s;
 }
 

@@ -61,6 +61,9 @@ struct WeightTraffic {
   bool zero3 = false;
   double zero3GatherParams = 0, zero3GatherBytes = 0, zero3GatherS = 0;
   double zero3ScatterBytes = 0, zero3ScatterS = 0;
+  /// The micro-batches one gather and reduce-scatter serve (pipeline
+  /// stages keep the weights whole across them; else 1).
+  double zero3Spread = 1;
   /// Expert parallelism: the tokens one all-to-all moves (dispatch,
   /// combine and their gradients each move as many) and its time.
   bool expertParallel = false;

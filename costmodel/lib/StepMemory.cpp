@@ -144,8 +144,7 @@ void Simulation::memoryOf(int i, const StepLayout &l, const TaskOrder &order,
     hostBytes += hostPeak * at[i].group->devicesPerNode;
     hostActivationBytes = hostPeak * at[i].group->devicesPerNode;
   }
-  if (s.recompute == Recompute::Full || s.recompute == Recompute::Op)
-    peak += working; // the layer being recomputed
+  peak += working; // a layer being recomputed, or the loss's transient
   // ZeRO shards over the ranks that reduce the gradients: dp x cp (and
   // every aligned replica group's, Hetero.cpp); the experts over the ranks
   // that hold them: dp x cp / ep.
@@ -154,7 +153,8 @@ void Simulation::memoryOf(int i, const StepLayout &l, const TaskOrder &order,
   for (int c2 = 0; c2 < v; ++c2)
     expertsHere += l.expertParams[s.chunkOnStage(i, c2)];
   ModelState state = modelState({p, expertsHere, frozen, s.zeroStage, dp,
-                                 expertShard(dp), s.offloadOptimizer},
+                                 expertShard(dp), s.offloadOptimizer,
+                                 s.pp > 1 && dp > 1},
                                 a);
   MemoryBreakdown &mem = st.memory;
   // fp8 keeps each linear weight in fp8 and transposed (1 byte each)

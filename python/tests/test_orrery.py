@@ -187,11 +187,12 @@ def test_every_framework_assumption_is_a_keyword_and_a_plan_field(gpt13):
     keywords = orrery.assumption_keywords()
     assert keywords == ["separate_grad_accumulation", "grad_bytes",
                         "grad_reduce_bytes", "zero3_prefetch_params",
-                        "memory_headroom", "pipeline_gradients", "pipeline_mask"]
+                        "loss", "memory_headroom", "pipeline_gradients", "pipeline_mask"]
     values = {"separate_grad_accumulation": (True, "gradient_accumulation", "separate"),
               "grad_bytes": (2, "gradient_bytes_per_parameter", 2),
               "grad_reduce_bytes": (2, "gradient_reduce_bytes_per_parameter", 2),
               "zero3_prefetch_params": (5e7, "zero3_prefetch_parameters", 5e7),
+              "loss": ("fp32-copy", "loss", "fp32-copy"),
               "memory_headroom": (0.1, "memory_headroom_fraction", 0.1),
               "pipeline_gradients": ("whole", "pipeline_gradients", "whole"),
               "pipeline_mask": (True, "pipeline_attention_mask", "fp16")}

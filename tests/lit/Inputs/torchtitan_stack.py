@@ -13,6 +13,13 @@ any difference.
 2. --kernels sdpa: attention fused, the norms and SwiGLU one kernel per op
    dispatched by the host: slower than fused, faster than eager, and its
    attention keeps no scores (eager's does).
+3. --loss fp32-copy (PyTorch's cross_entropy on logits.float()): the last
+   stage holds 4 more bytes a logit at the loss than --loss fused, times
+   the fragmentation allowance (1.05).
+4. FSDP under pipeline stages (zero=3, pp 2, dp 4): each device keeps its
+   shard plus a whole 16-bit copy of its stage's weights and gradients:
+   weights 1/4 + 1 of ZeRO-0's 16-bit ones, gradients 1/4 of ZeRO-0's fp32
+   ones plus half of them.
 """
 import os, sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -45,4 +52,21 @@ check(kernels["fused"]["step_time_s"] < kernels["sdpa"]["step_time_s"] < kernels
 def kept_of(d):
     return next(l for l in d["layers"] if l["kind"] == "transformer_layer")["activation_bytes_per_micro_batch"]
 check(kept_of(kernels["sdpa"]) < kept_of(kernels["eager"]), "sdpa keeps no attention scores, eager does")
+fused_loss = simulate(orrery, "llama3-8b", "1x8xH100-SXM", f"{base},recompute=full", "--kernels", "sdpa")
+copy_loss = simulate(orrery, "llama3-8b", "1x8xH100-SXM", f"{base},recompute=full", "--kernels", "sdpa",
+                     "--loss", "fp32-copy")
+logits = 2 * 8192 * 128256
+delta = copy_loss["stages"][0]["memory_bytes"]["activations"] - fused_loss["stages"][0]["memory_bytes"]["activations"]
+print(f"fp32-copy loss: {delta / 2**30:.3f} GiB more, hand {1.05 * 4 * logits / 2**30:.3f} GiB")
+check(abs(delta - 1.05 * 4 * logits) <= 1e-6 * delta, "--loss fp32-copy holds 4 bytes a logit more")
+
+def state(zero):
+    d = simulate(orrery, "llama3-8b", "1x8xH100-SXM", f"pp=2,dp=4,mbs=1,gbs=16,recompute=full,zero={zero}")
+    return d["stages"][0]["memory_bytes"]
+z0, z3 = state(0), state(3)
+print(f"zero=3 under pp 2: weights {z3['weights'] / 2**30:.2f} GiB (ZeRO-0 {z0['weights'] / 2**30:.2f}), "
+      f"gradients {z3['gradients'] / 2**30:.2f} GiB (ZeRO-0 {z0['gradients'] / 2**30:.2f})")
+check(abs(z3["weights"] - 1.25 * z0["weights"]) <= 1e-6 * z0["weights"] and
+      abs(z3["gradients"] - 0.75 * z0["gradients"]) <= 1e-6 * z0["gradients"],
+      "FSDP under pipelining keeps the stage whole beside its shard")
 sys.exit(1 if check.bad else 0)

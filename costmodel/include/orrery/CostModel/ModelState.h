@@ -30,6 +30,11 @@ struct ModelShare {
   double ranks = 1;       ///< the ranks ZeRO shards over (dp x cp)
   double expertRanks = 1; ///< those holding the same experts
   bool offloadOptimizer = false;
+  /// ZeRO-3 under pipeline stages as torchtitan and PyTorch's pipelining
+  /// run FSDP2: the stage's weights gathered once a step and kept whole,
+  /// 16-bit, until its last micro-batch's backward, and the gradients
+  /// accumulated whole, 16-bit, until they are reduce-scattered once.
+  bool unshardedAcrossMicroBatches = false;
 };
 
 struct ModelState {

@@ -43,6 +43,14 @@ struct Assumptions {
   /// The kernels the framework runs (`--kernels`); the workload must have
   /// been built for the same (Workload::kernels).
   KernelFusion fusion = KernelFusion::Fused;
+  /// How the training loss's softmax cross-entropy holds memory beyond the
+  /// fp32 probabilities its backward keeps: false, 2 bytes a logit (the
+  /// 16-bit logits while Megatron-LM's vocab-parallel cross-entropy casts
+  /// them and works in place, or a compiled loss); true, 6 (PyTorch's
+  /// cross_entropy on logits.float() uncompiled, as torchtitan ran it in
+  /// 2024: the 16-bit logits, their fp32 copy and the log-softmax alive at
+  /// once, and as much again in its backward).
+  bool lossFp32Copy = false;
   /// Plain PyTorch (KernelFusion::Eager) dispatches every op from the
   /// host: Python, the autograd and ATen dispatchers and the launch take
   /// 5–25 µs per op, so a kernel shorter than that waits for the host. 10 µs
