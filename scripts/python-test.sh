@@ -27,3 +27,11 @@ rm -rf "$venv"
 shared="$(cd .. && pwd)/shared"
 ORRERY_CLI="$PWD/build/bin/orrery" ORRERY_SHARED="$shared" \
   "$venv/bin/python" -m pytest -q -p no:cacheprovider python/tests
+# A user's `pip install .` must leave build/ working after its environment
+# is gone: configure the tree again without the interpreter the wheel's
+# build cached there (python/CMakeLists.txt finds Python again).
+mv "$tools" "$tools.removed"
+trap 'mv "$tools.removed" "$tools"' EXIT
+cmake -S . -B build > build/python-test-reconfigure.log 2>&1 ||
+  { cat build/python-test-reconfigure.log; echo "python-test: build/ no longer configures once the wheel's interpreter is removed"; exit 1; }
+echo "python-test: build/ configures again with the wheel's interpreter removed"

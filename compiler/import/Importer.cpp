@@ -196,6 +196,18 @@ LogicalResult Importer::importGraph(const onnx::GraphDesc &g) {
   return success();
 }
 
+/// A module path as torch names parameters ("encoder.layer.3.fc1.weight"),
+/// not a name an exporter made up for a value ("onnx::MatMul_12",
+/// "/fc1/MatMul_output_0", "9").
+static bool namesAParameter(llvm::StringRef name) {
+  if (name.starts_with("onnx::") || name.starts_with("/") ||
+      !name.contains('.'))
+    return false;
+  return llvm::all_of(name, [](char c) {
+    return llvm::isAlnum(c) || c == '.' || c == '_' || c == '-';
+  });
+}
+
 LogicalResult Importer::importNode(const onnx::GraphDesc &g,
                                    const onnx::NodeDesc &n) {
   Location loc = locFor(n.name);
@@ -224,13 +236,26 @@ LogicalResult Importer::importNode(const onnx::GraphDesc &g,
   }
 
   // An Identity of a weight is that weight (TorchScript writes a shared
-  // weight through one Identity per user: ALBERT's twelve layers read one
-  // set).
+  // weight through one Identity per user, named onnx::Op_N: ALBERT's twelve
+  // layers read one set) -- unless the Identity bears a parameter's own
+  // name: torch's exporter merges parameters of equal values in an
+  // eval-mode export (its initializer deduplication) and writes each
+  // merged one as `b.weight = Identity(a.weight)`. That is a parameter of
+  // its own, counted and priced as one.
   if (n.opType == "Identity" && n.domain.empty() && operands.size() == 1 &&
       n.outputs.size() == 1 && !n.outputs[0].empty() &&
       operands[0].getDefiningOp<WeightOp>() &&
       operands[0].getType() == resultTypes[0]) {
-    scopes.back()[n.outputs[0]] = operands[0];
+    const std::string &out = n.outputs[0];
+    WeightOp w = operands[0].getDefiningOp<WeightOp>();
+    if (!namesAParameter(out) || out == w.getName()) {
+      scopes.back()[out] = operands[0];
+      return success();
+    }
+    OpBuilder::InsertionGuard guard(builder);
+    builder.setInsertionPointAfter(w);
+    scopes.back()[out] = WeightOp::create(builder, locFor(out), w.getType(),
+                                          out, w.getTrainable());
     return success();
   }
   if (std::optional<LogicalResult> fused =

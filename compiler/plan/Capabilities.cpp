@@ -22,8 +22,42 @@ static llvm::Error err(const std::string &msg) {
 // A plan as a framework sees it.
 //===----------------------------------------------------------------------===//
 
-llvm::Expected<ExportPlan> readExportPlan(const nlohmann::json &plan,
-                                          const std::string &what) {
+/// The plan's degrees against its own cluster and model (an exporter has
+/// neither the model nor the cluster to validate against): every product
+/// formed without overflow.
+static llvm::Error checkShape(const ExportPlan &p, int64_t layers,
+                              const std::string &what) {
+  const Strategy &s = p.strategy;
+  int64_t ranks = boundedProduct({s.tp, s.pp, s.cp, s.dp}, kMaxDevices);
+  if (ranks < 0 || (p.devices > 0 && ranks != p.devices))
+    return err(what + ": strategy: tp x pp x cp x dp = " +
+               std::to_string(s.tp) + " x " + std::to_string(s.pp) + " x " +
+               std::to_string(s.cp) + " x " + std::to_string(s.dp) +
+               (p.devices > 0 ? " differs from the plan's " +
+                                    std::to_string(p.devices) +
+                                    " devices (cluster.devices)"
+                              : " exceeds " + std::to_string(kMaxDevices) +
+                                    " devices"));
+  // The expert-parallel group is drawn from dp x cp (dp x tp folded).
+  int64_t hosts = int64_t(s.dp) * (s.expertsFolded() ? s.tp : s.cp);
+  if (hosts % s.ep)
+    return err(what + ": strategy: ep=" + std::to_string(s.ep) +
+               " must divide dp x " + (s.expertsFolded() ? "tp" : "cp") +
+               " = " + std::to_string(hosts));
+  if (s.recomputeLayers > layers)
+    return err(what + ": strategy: recompute_layers=" +
+               std::to_string(s.recomputeLayers) + " exceeds the model's " +
+               std::to_string(layers) + " layers (model.layers)");
+  int64_t chunks = int64_t(s.pp) * s.virtualStages;
+  if (chunks > layers)
+    return err(what + ": strategy: pp x vpp = " + std::to_string(chunks) +
+               " exceeds the model's " + std::to_string(layers) +
+               " layers (model.layers)");
+  return llvm::Error::success();
+}
+
+static llvm::Expected<ExportPlan>
+readExportPlanImpl(const nlohmann::json &plan, const std::string &what) {
   if (isHeteroPlan(plan))
     return err(what + ": a heterogeneous plan (stages on different device "
                       "types or sites) runs different configurations on "
@@ -52,23 +86,49 @@ llvm::Expected<ExportPlan> readExportPlan(const nlohmann::json &plan,
     p.aggregation = v == "none" ? "" : v.get<std::string>();
   }
   if (plan.contains("cluster") && plan["cluster"].is_object()) {
-    p.deviceType = plan["cluster"].value("device_type", "");
-    p.devices = plan["cluster"].value("devices", 0);
+    const nlohmann::json &c = plan["cluster"];
+    if (c.contains("device_type") && !c["device_type"].is_string())
+      return err(what + ": cluster.device_type: must be a string");
+    p.deviceType = c.value("device_type", "");
+    if (c.contains("devices") &&
+        (!c["devices"].is_number_integer() || c["devices"].get<int64_t>() < 1 ||
+         c["devices"].get<int64_t>() > kMaxDevices))
+      return err(what + ": cluster.devices: must be an integer from 1 to " +
+                 std::to_string(kMaxDevices));
+    p.devices = c.value("devices", 0);
   }
   if (!model.contains("layers") || !model["layers"].is_array() ||
       model["layers"].empty())
     return err(what + ": model.layers: missing (the layer kinds and counts)");
+  int64_t layers = 0;
   for (const auto &l : model["layers"]) {
     if (!l.is_object() || !l.contains("kind") || !l["kind"].is_string() ||
         !l.contains("count") || !l["count"].is_number_integer() ||
-        l["count"].get<int64_t>() < 1)
+        l["count"].get<int64_t>() < 1 ||
+        l["count"].get<int64_t>() > kMaxDevices)
       return err(what + ": model.layers: each entry needs a kind and a "
-                        "positive count");
+                        "count from 1 to " +
+                 std::to_string(kMaxDevices));
     p.layers.push_back({l["kind"], l["count"]});
+    layers += l["count"].get<int64_t>();
   }
+  if (auto e = checkShape(p, layers, what))
+    return std::move(e);
   if (auto e = placeChunks(p, what))
     return std::move(e);
   return p;
+}
+
+llvm::Expected<ExportPlan> readExportPlan(const nlohmann::json &plan,
+                                          const std::string &what) {
+  // nlohmann::json reports a field of the wrong type by exception.
+  try {
+    if (llvm::Error e = checkPlanFieldTypes(plan, what))
+      return std::move(e);
+    return readExportPlanImpl(plan, what);
+  } catch (const nlohmann::json::exception &e) {
+    return err(what + ": malformed plan: " + e.what());
+  }
 }
 
 llvm::Error placeChunks(ExportPlan &p, const std::string &what) {

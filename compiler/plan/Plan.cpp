@@ -373,11 +373,14 @@ static llvm::Expected<Strategy> strategyFromPlanImpl(const nlohmann::json &plan,
     return std::move(e);
   const nlohmann::json &j = plan["strategy"];
   Strategy s;
+  // Bounded as --strategy bounds it (strategyFieldLimit): 2^32 must not
+  // wrap to 0 when it is narrowed, nor a product overflow later.
   auto integer = [&](const char *key, auto &out, long long lo) -> llvm::Error {
+    long long hi = strategyFieldLimit(key);
     if (!j.contains(key) || !j[key].is_number_integer() ||
-        j[key].get<long long>() < lo)
-      return err(what + ": strategy." + key +
-                 ": must be an integer >= " + std::to_string(lo));
+        j[key].get<long long>() < lo || j[key].get<long long>() > hi)
+      return err(what + ": strategy." + key + ": must be an integer from " +
+                 std::to_string(lo) + " to " + std::to_string(hi));
     out = j[key].get<long long>();
     return llvm::Error::success();
   };
@@ -392,12 +395,21 @@ static llvm::Expected<Strategy> strategyFromPlanImpl(const nlohmann::json &plan,
            {"zero_stage", &s.zeroStage}})
     if (auto e = integer(key, *field, key == std::string("zero_stage") ? 0 : 1))
       return std::move(e);
-  if (s.zeroStage > 3)
-    return err(what + ": strategy.zero_stage: must be 0 to 3");
   if (auto e = integer("micro_batch_size_samples", s.microBatch, 1))
     return std::move(e);
   if (auto e = integer("global_batch_size_samples", s.globalBatch, 1))
     return std::move(e);
+  // Derived, and written for people: one that disagrees is an edited plan.
+  if (j.contains("micro_batches") &&
+      (!j["micro_batches"].is_number_integer() ||
+       s.globalBatch % (s.microBatch * s.dp) ||
+       j["micro_batches"].get<long long>() != s.microBatches()))
+    return err(what + ": strategy.micro_batches: must be "
+                      "global_batch_size_samples / (micro_batch_size_samples "
+                      "x dp) = " +
+               std::to_string(s.globalBatch) + " / (" +
+               std::to_string(s.microBatch) + " x " + std::to_string(s.dp) +
+               ")");
   auto boolean = [&](const char *key, bool &out) -> llvm::Error {
     if (!j.contains(key) || !j[key].is_boolean())
       return err(what + ": strategy." + key + ": must be true or false");
@@ -748,10 +760,12 @@ heteroStrategyFromPlanImpl(const nlohmann::json &plan,
   HeteroStrategy s;
   auto integer = [&](const nlohmann::json &obj, const std::string &where,
                      const char *key, auto &out, long long lo) -> llvm::Error {
+    long long hi = strategyFieldLimit(key);
     if (!obj.is_object() || !obj.contains(key) ||
-        !obj[key].is_number_integer() || obj[key].get<long long>() < lo)
-      return err(what + ": " + where + key +
-                 ": must be an integer >= " + std::to_string(lo));
+        !obj[key].is_number_integer() || obj[key].get<long long>() < lo ||
+        obj[key].get<long long>() > hi)
+      return err(what + ": " + where + key + ": must be an integer from " +
+                 std::to_string(lo) + " to " + std::to_string(hi));
     out = obj[key].get<long long>();
     return llvm::Error::success();
   };
@@ -760,8 +774,6 @@ heteroStrategyFromPlanImpl(const nlohmann::json &plan,
     return std::move(e);
   if (auto e = integer(j, "strategy.", "zero_stage", s.zeroStage, 0))
     return std::move(e);
-  if (s.zeroStage > 3)
-    return err(what + ": strategy.zero_stage: must be 0 to 3");
   if (auto e = readOverlap(j, what,
                            {{"grad_reduce", &s.overlapGradReduce},
                             {"param_gather", &s.overlapParamGather}}))
@@ -792,10 +804,12 @@ heteroStrategyFromPlanImpl(const nlohmann::json &plan,
       return err(what + ": " + at +
                  "micro_batches_per_replica: must be a list");
     for (const auto &m : jg["micro_batches_per_replica"]) {
-      if (!m.is_number_integer() || m.get<long long>() < 1)
+      if (!m.is_number_integer() || m.get<long long>() < 1 ||
+          m.get<long long>() > kMaxBatchSamples)
         return err(what + ": " + at +
-                   "micro_batches_per_replica: counts must be positive "
-                   "integers");
+                   "micro_batches_per_replica: counts must be integers "
+                   "from 1 to " +
+                   std::to_string(kMaxBatchSamples));
       rg.microBatches.push_back(m.get<int64_t>());
     }
     if (!jg.contains("stages") || !jg["stages"].is_array())

@@ -3,6 +3,7 @@
 #include "orrery/CostModel/Errors.h"
 #include "orrery/CostModel/InputFile.h"
 #include "orrery/CostModel/JsonInput.h"
+#include "orrery/CostModel/Strategy.h"
 
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FileSystem.h"
@@ -107,8 +108,13 @@ llvm::Expected<Cluster> parseClusterPreset(const std::string &preset,
     return err("cluster preset '" + preset + "'",
                "expected DEVICESxTYPE or NODESxDEVICESxTYPE, e.g. 8xA100-80G "
                "or 4x8xH100-SXM");
-  long long nodes = m[1].matched ? std::stoll(m[1].str().substr(0, 9)) : 1;
-  long long perNode = std::stoll(m[2].str().substr(0, 9));
+  // -1 past nine significant digits (never a truncated count).
+  auto count = [](const std::string &digits) -> long long {
+    size_t first = std::min(digits.find_first_not_of('0'), digits.size());
+    return digits.size() - first > 9 ? -1 : std::stoll(digits);
+  };
+  long long nodes = m[1].matched ? count(m[1].str()) : 1;
+  long long perNode = count(m[2].str());
   if (nodes <= 0 || perNode <= 0 || nodes * perNode > 1000000)
     return err("cluster preset '" + preset + "'",
                "node and device counts must be 1 to 1,000,000 devices");
@@ -475,6 +481,13 @@ llvm::Expected<Cluster> ClusterReader::read(const std::string &text) {
       return std::move(e);
   if (auto e = readSiteLinks(j))
     return std::move(e);
+  // Counted before finalize() lists the devices one by one.
+  int64_t devices = 0;
+  for (const Site &site : c.sites)
+    for (const NodeGroup &ng : site.nodeGroups)
+      if ((devices += int64_t(ng.count) * ng.devicesPerNode) > kMaxDevices)
+        return err(what, "the cluster has more than " +
+                             std::to_string(kMaxDevices) + " devices");
   c.finalize();
   if (c.numDevices() == 0)
     return err(what, "the cluster has no devices");

@@ -157,6 +157,23 @@ std::string Strategy::str() const {
   return s;
 }
 
+int64_t strategyFieldLimit(const std::string &key) {
+  if (key == "mbs" || key == "gbs" || key == "micro_batch_size_samples" ||
+      key == "global_batch_size_samples")
+    return kMaxBatchSamples;
+  if (key == "zero" || key == "zero_stage")
+    return 3;
+  return kMaxDevices;
+}
+
+int64_t boundedProduct(std::initializer_list<int64_t> factors, int64_t limit) {
+  int64_t product = 1;
+  for (int64_t f : factors)
+    if (__builtin_mul_overflow(product, f, &product) || product > limit)
+      return -1;
+  return product;
+}
+
 namespace {
 
 /// One KEY=VALUE of --strategy and the readers of its value; each error
@@ -167,8 +184,8 @@ struct StrategyField {
 
   template <typename T> llvm::Error integer(T &out, long long lo) const {
     // Never narrowed past the field's range (2^32 must not wrap to 0).
-    long long hi =
-        std::min<long long>(std::numeric_limits<T>::max(), 1LL << 40);
+    long long hi = std::min<long long>(std::numeric_limits<T>::max(),
+                                       strategyFieldLimit(key.str()));
     long long v;
     if (value.getAsInteger(10, v) || v < lo || v > hi)
       return err(where + ": " + key.str() + " must be an integer from " +
@@ -218,11 +235,9 @@ bool numberField(const StrategyField &f, Strategy &s, llvm::Error &e) {
     e = f.integer(s.microBatch, 1);
   else if (key == "gbs")
     e = f.integer(s.globalBatch, 1);
-  else if (key == "zero") {
+  else if (key == "zero")
     e = f.integer(s.zeroStage, 0);
-    if (!e && s.zeroStage > 3)
-      e = err(f.where + ": zero must be 0, 1, 2 or 3");
-  } else if (key == "sp")
+  else if (key == "sp")
     e = f.boolean(s.sequenceParallel);
   else if (key == "tpbatch")
     e = f.boolean(s.tpBatchSplit);
@@ -461,6 +476,10 @@ static llvm::Error checkSaversAndRecompute(Strategy &s, const Workload &w) {
                    known + ")");
     }
   }
+  if (s.recomputeLayers > w.totalLayers())
+    return err("strategy: recompute_layers=" +
+               std::to_string(s.recomputeLayers) + " exceeds the model's " +
+               std::to_string(w.totalLayers()) + " layers");
   if (s.recomputeLayers > 0 && s.recompute != Recompute::Full)
     return err(
         "strategy: recompute_layers=" + std::to_string(s.recomputeLayers) +
@@ -490,7 +509,12 @@ static llvm::Error checkHeads(Strategy &s, const Workload &w) {
 /// tp x pp x cp x dp fills the cluster (dp from it when not given).
 static llvm::Error fillDevices(Strategy &s, const Cluster &c) {
   int64_t devices = c.numDevices();
-  int64_t model = int64_t(s.tp) * s.pp * s.cp;
+  int64_t model = boundedProduct({s.tp, s.pp, s.cp}, kMaxDevices);
+  if (model < 0)
+    return err("strategy: tp x pp x cp = " + std::to_string(s.tp) + " x " +
+               std::to_string(s.pp) + " x " + std::to_string(s.cp) +
+               " exceeds the " + std::to_string(devices) +
+               " devices of the cluster");
   if (s.dp == 0) {
     if (devices % model)
       return err("strategy: tp x pp x cp = " + std::to_string(model) +
@@ -499,7 +523,10 @@ static llvm::Error fillDevices(Strategy &s, const Cluster &c) {
     s.dp = int(devices / model);
   }
   if (model * s.dp != devices)
-    return err("strategy: tp x pp x cp x dp = " + std::to_string(model * s.dp) +
+    return err("strategy: tp x pp x cp x dp = " +
+               (boundedProduct({model, s.dp}, kMaxDevices) < 0
+                    ? std::to_string(model) + " x " + std::to_string(s.dp)
+                    : std::to_string(model * s.dp)) +
                " differs from the " + std::to_string(devices) +
                " devices of the cluster");
   return llvm::Error::success();
@@ -610,15 +637,16 @@ static llvm::Error checkPipeline(Strategy &s, const Workload &w) {
   if (s.virtualStages > 1 && s.pp == 1)
     return err("strategy: vpp=" + std::to_string(s.virtualStages) +
                " needs pp > 1: virtual stages interleave a pipeline");
-  if (s.pp * s.virtualStages > layers)
+  int64_t chunks = int64_t(s.pp) * s.virtualStages; // both <= kMaxDevices
+  if (chunks > layers)
     return err(
-        "strategy: pp x vpp = " + std::to_string(s.pp * s.virtualStages) +
+        "strategy: pp x vpp = " + std::to_string(chunks) +
         " exceeds the model's " + std::to_string(layers) + " layers");
-  if (s.microBatches() * s.pp * s.virtualStages > kMaxStepTasks)
+  if (boundedProduct({s.microBatches(), chunks}, kMaxStepTasks) < 0)
     return err("strategy: gbs=" + std::to_string(s.globalBatch) + " is " +
                std::to_string(s.microBatches()) +
                " micro-batches of mbs=" + std::to_string(s.microBatch) +
-               " per replica, times " + std::to_string(s.pp * s.virtualStages) +
+               " per replica, times " + std::to_string(chunks) +
                " pipeline chunks: more than the " +
                std::to_string(kMaxStepTasks) +
                " the simulator takes in one step");
@@ -758,8 +786,37 @@ static llvm::Error checkDualPipeAndP2p(Strategy &s, const Workload &w) {
   return llvm::Error::success();
 }
 
+/// Every integer field within its reader's range (a strategy built in code
+/// passes the same bounds as one read), before any is multiplied.
+static llvm::Error checkFieldRanges(const Strategy &s) {
+  for (auto [key, value, lo] :
+       std::initializer_list<std::tuple<const char *, int64_t, int64_t>>{
+           {"tp", s.tp, 1},
+           {"pp", s.pp, 1},
+           {"dp", s.dp, 0},
+           {"cp", s.cp, 1},
+           {"ep", s.ep, 1},
+           {"etp", s.etp, 0},
+           {"vpp", s.virtualStages, 1},
+           {"mbs", s.microBatch, 1},
+           {"gbs", s.globalBatch, 0},
+           {"zero", s.zeroStage, 0},
+           {"recompute_layers", s.recomputeLayers, 0},
+           {"mg_coarsen", s.mgCoarsening, 0},
+           {"mg_iters", s.mgIterations, 0},
+           {"phantom", s.phantomGhosts, 0}})
+    if (value < lo || value > strategyFieldLimit(key))
+      return err(std::string("strategy: ") + key + "=" +
+                 std::to_string(value) + " is outside " +
+                 std::to_string(lo) + " to " +
+                 std::to_string(strategyFieldLimit(key)));
+  return llvm::Error::success();
+}
+
 llvm::Error completeAndValidate(Strategy &s, const Workload &w,
                                 const Cluster &c) {
+  if (auto e = checkFieldRanges(s))
+    return e;
   if (auto e = checkSaversAndRecompute(s, w))
     return e;
   if (auto e = checkHeads(s, w))

@@ -132,6 +132,12 @@ def load(source: Union[str, bytes, bytearray, "_os.PathLike[str]"],
     with fused attention: torchtitan without torch.compile). ``name`` names bytes in
     messages and in plans (default ``<bytes>``).
     """
+    if not isinstance(source, (str, bytes, bytearray, memoryview, _os.PathLike)):
+        raise TypeError(f"source: expected a built-in model's name, an ONNX "
+                        f"file's path or ONNX bytes, not {type(source).__name__}")
+    if dims is not None and not isinstance(dims, Mapping):
+        raise TypeError(f"dims: expected a dict of dim names to integers, not "
+                        f"{type(dims).__name__}")
     bindings = _dim_bindings(dims)
     if isinstance(source, (bytes, bytearray, memoryview)):
         label = name or "<bytes>"
@@ -147,6 +153,12 @@ class Cluster:
     JSON file, or cluster JSON in memory (docs/cluster.md)."""
 
     def __init__(self, spec: str, json_text: Optional[str] = None):
+        if not isinstance(spec, str):
+            raise TypeError(f"spec: expected a preset such as '8xA100-80G' or a "
+                            f"cluster JSON file's path, not {type(spec).__name__}")
+        if json_text is not None and not isinstance(json_text, str):
+            raise TypeError(f"json_text: expected cluster JSON text, not "
+                            f"{type(json_text).__name__}")
         self.spec = spec
         self._json = json_text
         self._info = _json.loads(_core.describe_cluster(spec, json_text))
@@ -167,6 +179,9 @@ class Cluster:
         """Cluster JSON given as text or as a dict; ``name`` is what plans
         record as ``cluster.spec`` (``orrery check`` then needs
         ``--cluster``)."""
+        if not isinstance(spec, (str, Mapping)):
+            raise TypeError(f"spec: expected cluster JSON text or a dict, not "
+                            f"{type(spec).__name__}")
         text = spec if isinstance(spec, str) else _json.dumps(spec)
         return cls(name, text)
 
@@ -196,6 +211,38 @@ class Cluster:
                 f"{self.num_nodes} nodes ({', '.join(self.device_types)})>")
 
 
+#: What a function taking a model takes: a loaded :class:`Model`, a
+#: built-in model's name, an ONNX file's path, or ONNX bytes.
+ModelLike = Union[Model, str, bytes, bytearray, memoryview, "_os.PathLike[str]"]
+#: What a function taking a cluster takes: a :class:`Cluster`, a preset
+#: (``8xA100-80G``), a cluster JSON file's path, or cluster JSON as a dict.
+ClusterLike = Union[Cluster, str, Mapping[str, Any], "_os.PathLike[str]"]
+
+
+def _as_model(value: Any, argument: str) -> Model:
+    """``value`` as a Model, loaded as :func:`load` loads it."""
+    if isinstance(value, Model):
+        return value
+    if isinstance(value, (str, bytes, bytearray, memoryview, _os.PathLike)):
+        return load(value)
+    raise TypeError(f"{argument}: expected an orrery.Model, a built-in model's "
+                    f"name, an ONNX file's path or ONNX bytes, not "
+                    f"{type(value).__name__}")
+
+
+def _as_cluster(value: Any, argument: str) -> Cluster:
+    """``value`` as a Cluster: a preset or a file's path, or cluster JSON."""
+    if isinstance(value, Cluster):
+        return value
+    if isinstance(value, (str, _os.PathLike)):
+        return Cluster(_os.fspath(value))
+    if isinstance(value, Mapping):
+        return Cluster.from_json(value)
+    raise TypeError(f"{argument}: expected an orrery.Cluster, a preset such as "
+                    f"'8xA100-80G', a cluster JSON file's path or a dict, not "
+                    f"{type(value).__name__}")
+
+
 def assumption_keywords() -> List[str]:
     """The framework assumptions :func:`simulate` and :func:`plan` take as
     keywords, the flags of ``orrery simulate`` and ``orrery plan`` of the
@@ -218,6 +265,10 @@ def _framework_kwargs(freeze: Optional[Iterable[str]], lora: Optional[str],
 def _strategy_text(strategy: Union[str, Mapping[str, Any]]) -> str:
     if isinstance(strategy, str):
         return strategy
+    if not isinstance(strategy, Mapping):
+        raise TypeError(f"strategy: expected a string such as "
+                        f"'tp=8,pp=2,mbs=1' or a dict of the same keys, not "
+                        f"{type(strategy).__name__}")
     return ",".join(f"{k}={v}" for k, v in strategy.items())
 
 
@@ -268,7 +319,7 @@ class Simulation(_JsonView):
         return f"<orrery.Simulation step {self.step_time_s:.4g} s, fits={self.fits}>"
 
 
-def simulate(model: Model, cluster: Cluster,
+def simulate(model: ModelLike, cluster: ClusterLike,
              strategy: Union[str, Mapping[str, Any], None] = None, *,
              plan: Optional["Plan"] = None, trace: Optional[str] = None,
              use_measured_kernels: bool = True,
@@ -281,9 +332,15 @@ def simulate(model: Model, cluster: Cluster,
     plan's strategy (``plan=``, heterogeneous plans too), without hardware.
     ``trace`` writes a Chrome-trace timeline there. The keywords after it
     are the flags of ``orrery simulate`` of the same names; the framework
-    assumptions among them are :func:`assumption_keywords`."""
+    assumptions among them are :func:`assumption_keywords`. ``model`` and
+    ``cluster`` take what :func:`load` and :class:`Cluster` take too."""
+    model = _as_model(model, "model")
+    cluster = _as_cluster(cluster, "cluster")
     if (strategy is None) == (plan is None):
         raise Error("simulate: give a strategy or a plan (one of them)")
+    if plan is not None and not isinstance(plan, Plan):
+        raise TypeError(f"plan: expected an orrery.Plan (Plan.load reads a "
+                        f"file), not {type(plan).__name__}")
     fw = _framework_kwargs(freeze, lora, layer_profile, assumptions)
     text = _core.simulate(model._handle, cluster.spec, cluster._json,
                           "" if strategy is None else _strategy_text(strategy),
@@ -330,15 +387,19 @@ class Plan(_JsonView):
         return out
 
     @classmethod
-    def load(cls, path: Union[str, "_os.PathLike[str]"], model: Optional[Model] = None,
-             cluster: Optional[Cluster] = None) -> "Plan":
+    def load(cls, path: Union[str, "_os.PathLike[str]"], model: Optional[ModelLike] = None,
+             cluster: Optional[ClusterLike] = None) -> "Plan":
         """A plan file (``orrery plan -o``, :meth:`save`) with the model and
         cluster it names, loaded as ``orrery check`` loads them (its
         ``model.source`` at its ``model.dims`` for its kernels, its
         ``cluster.spec``), or the ``model`` and ``cluster`` given. The file
         is checked in full (field types, the model's and cluster's digests)
         when it is simulated, exported or reported."""
+        if not isinstance(path, (str, _os.PathLike)):
+            raise TypeError(f"path: expected a plan file's path, not {type(path).__name__}")
         where = _os.fspath(path)
+        model = None if model is None else _as_model(model, "model")
+        cluster = None if cluster is None else _as_cluster(cluster, "cluster")
         try:
             with open(where, encoding="utf-8") as f:
                 text = f.read()
@@ -375,7 +436,7 @@ class Plan(_JsonView):
         return f"<orrery.Plan {cli} step {self.step_time_s:.4g} s>"
 
 
-def plan(model: Model, cluster: Cluster, global_batch: int = 1024, *,
+def plan(model: ModelLike, cluster: ClusterLike, global_batch: int = 1024, *,
          objective: str = "time", top: int = 5, budget: Optional[float] = None,
          precision: Optional[str] = None, framework: Optional[str] = None,
          strategy: Union[str, Mapping[str, Any], None] = None,
@@ -393,10 +454,14 @@ def plan(model: Model, cluster: Cluster, global_batch: int = 1024, *,
     ``"p90"``) orders the plans by the simulated step or a quantile of its
     uncertainty band (``predicted.step_time_band_s``). The rest are
     ``orrery plan``'s flags of the same names; the framework assumptions
-    among them are :func:`assumption_keywords`."""
+    among them are :func:`assumption_keywords`. ``model`` and ``cluster``
+    take what :func:`load` and :class:`Cluster` take too."""
+    model = _as_model(model, "model")
+    cluster = _as_cluster(cluster, "cluster")
     fw = _framework_kwargs(freeze, lora, layer_profile, assumptions)
     if isinstance(global_batch, bool) or not isinstance(global_batch, int):
-        raise Error(f"--global-batch {global_batch!r}: expected an integer")
+        raise TypeError(f"global_batch: expected an integer, not "
+                        f"{type(global_batch).__name__}")
     text, summary = _core.plan(
         model._handle, cluster.spec, cluster._json, global_batch, objective,
         0.0 if budget is None else float(budget), int(top), precision or "",

@@ -292,6 +292,33 @@ def test_bad_inputs_raise_one_line_errors(gpt13):
         assert str(e.value) and "\n" not in str(e.value)
 
 
+def test_a_model_and_a_cluster_are_taken_as_load_and_cluster_take_them(gpt13, tmp_path):
+    # A name, a path, bytes or a loaded model: the same plan, byte for byte.
+    path = os.path.join(os.path.dirname(orrery.__file__), "models", "gpt3-125m.onnx")
+    with open(path, "rb") as f:
+        data = f.read()
+    small = orrery.load("gpt3-125m")
+    want = orrery.plan(small, "8xA100-80G", 64, strategy="dp=8,mbs=1,gbs=64").to_json()
+    for model in ["gpt3-125m", path, data]:
+        got = orrery.plan(model, "8xA100-80G", 64, strategy="dp=8,mbs=1,gbs=64")
+        assert json.loads(got.to_json())["predicted"] == json.loads(want)["predicted"]
+    spec = {"sites": [{"nodes": [{"count": 1, "device": "A100-80G", "devices_per_node": 8}]}]}
+    sim = orrery.simulate("gpt3-125m", spec, "dp=8,mbs=1,gbs=64")
+    assert sim.step_time_s == pytest.approx(orrery.simulate(small, "8xA100-80G", "dp=8,mbs=1,gbs=64").step_time_s)
+    # A wrong type is a TypeError naming the argument.
+    for call, argument in [(lambda: orrery.plan(42, "8xA100-80G"), "model"),
+                           (lambda: orrery.plan(small, 8), "cluster"),
+                           (lambda: orrery.simulate(small, "8xA100-80G", 3.5), "strategy"),
+                           (lambda: orrery.simulate(small, "8xA100-80G", plan="p.json"), "plan"),
+                           (lambda: orrery.plan(small, "8xA100-80G", "64"), "global_batch"),
+                           (lambda: orrery.load(None), "source"),
+                           (lambda: orrery.load("gpt3-125m", dims=[("seq", 4)]), "dims"),
+                           (lambda: orrery.Cluster(8), "spec"),
+                           (lambda: orrery.Plan.load(7), "path")]:
+        with pytest.raises(TypeError, match=f"^{argument}: expected"):
+            call()
+
+
 def test_a_plan_that_cannot_fit_says_so():
     m = orrery.load("gpt3-175b")
     with pytest.raises(orrery.Error) as e:

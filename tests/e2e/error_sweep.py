@@ -121,7 +121,7 @@ ONNX_PROTO_CASES = [
 # (label, argv, expected substring); FIX is the fixtures folder, T the workdir.
 CLI_CASES = [
     ("strategy value past int32", ["simulate", "gpt3-125m", "--cluster", "1x8xA100-80G", "--strategy", "tp=4294967296"],
-     "tp must be an integer from 1 to 2147483647"),
+     "tp must be an integer from 1 to 4194304"),
     ("strategy 300-digit number", ["simulate", "gpt3-125m", "--cluster", "1x8xA100-80G", "--strategy", "tp=" + "9" * 300],
      "(300 digits)"),
     ("strategy zero", ["simulate", "gpt3-125m", "--cluster", "1x8xA100-80G", "--strategy", "tp=0"], "tp"),

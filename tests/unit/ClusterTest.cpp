@@ -293,8 +293,8 @@ TEST(Strategy, InvalidStrategiesAreNamed) {
         "mbs x dp = 24 does not divide the global batch gbs=64");
   check("tp=8,pp=64", "tp x pp x cp = 512 does not divide the 64 devices");
   check("tp=8,colour=red", "unknown key 'colour'");
-  check("tp=eight", "tp must be an integer from 1 to 2147483647");
-  check("tp=4294967296", "tp must be an integer from 1 to 2147483647");
+  check("tp=eight", "tp must be an integer from 1 to 4194304");
+  check("tp=4294967296", "tp must be an integer from 1 to 4194304");
   check("recompute=sometimes", "recompute must be none, selective, op or full");
   check("tp=2,tp=4", "tp is given twice");
   check("tp=8,vpp=2", "vpp=2 needs pp > 1");

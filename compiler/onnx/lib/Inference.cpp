@@ -153,6 +153,14 @@ struct Ctx {
       r.push_back(toInt(v));
     return r;
   }
+  /// The one value of scalar input `i` (a constant of one element).
+  double scalar(size_t i, const char *what) const {
+    if (!isConst(i) || in[i]->values.size() != 1)
+      fail(node, std::string("cannot infer shapes: its ") + what + " input '" +
+                     (has(i) ? in[i]->name : "") +
+                     "' is not a constant scalar");
+    return in[i]->values[0];
+  }
   int64_t axis(int64_t a, int64_t rank) const {
     if (a < -rank || a >= rank)
       fail(node, "axis " + std::to_string(a) + " out of range for rank " +
@@ -1048,11 +1056,8 @@ static std::map<std::string, Rule> buildRules() {
     c.setValues(0, {double(product(c.shape(0)))});
   };
   r["Range"] = [](Ctx &c) {
-    if (!c.isConst(0) || !c.isConst(1) || !c.isConst(2))
-      fail(c.node,
-           "cannot infer shapes: start, limit and delta must be constants");
-    double s = c.in[0]->values[0], l = c.in[1]->values[0],
-           d = c.in[2]->values[0];
+    double s = c.scalar(0, "start"), l = c.scalar(1, "limit"),
+           d = c.scalar(2, "delta");
     if (d == 0)
       fail(c.node, "delta is 0");
     int64_t n = std::max<int64_t>(0, toInt(std::ceil((l - s) / d)));

@@ -1140,12 +1140,27 @@ void Loader::run(::onnx::ModelProto &proto) {
 
   // A binding that names no dim of the inputs would otherwise leave the
   // model at the size it was exported with, without a word.
+  // An anonymous dynamic dim (PaddlePaddle's dim_value -1 or dim_param
+  // "?", or no value at all) is named INPUT:AXIS; the first axis of an
+  // input also answers to "batch", as the exporters' batch dims do.
+  auto anonymous = [](const ::onnx::TensorShapeProto::Dimension &d) {
+    return d.has_dim_value() ? d.dim_value() < 0
+                             : !d.has_dim_param() || d.dim_param().empty() ||
+                                   d.dim_param() == "?";
+  };
   std::set<std::string> symbols;
   for (const auto &input : g.input())
-    if (input.type().has_tensor_type())
-      for (const auto &dim : input.type().tensor_type().shape().dim())
-        if (dim.has_dim_param())
+    if (!inits.count(input.name()) && input.type().has_tensor_type())
+      for (int i = 0; i < input.type().tensor_type().shape().dim_size(); ++i) {
+        const auto &dim = input.type().tensor_type().shape().dim(i);
+        if (anonymous(dim)) {
+          symbols.insert(input.name() + ":" + std::to_string(i));
+          if (i == 0)
+            symbols.insert("batch");
+        } else if (dim.has_dim_param()) {
           symbols.insert(dim.dim_param());
+        }
+      }
   // Bind symbolic dims of the graph inputs; name every unbound one.
   std::vector<std::string> unbound;
   for (auto &input : *g.mutable_input()) {
@@ -1154,17 +1169,20 @@ void Loader::run(::onnx::ModelProto &proto) {
     auto *shape = input.mutable_type()->mutable_tensor_type()->mutable_shape();
     for (int i = 0; i < shape->dim_size(); ++i) {
       auto *dim = shape->mutable_dim(i);
-      if (dim->has_dim_value())
+      bool anon = anonymous(*dim);
+      if (dim->has_dim_value() && !anon)
         continue;
-      std::string sym = dim->has_dim_param() ? dim->dim_param() : "";
+      std::string sym = anon ? input.name() + ":" + std::to_string(i)
+                             : dim->dim_param();
       auto it = options.dims.find(sym);
-      if (!sym.empty() && it != options.dims.end()) {
+      if (anon && it == options.dims.end() && i == 0)
+        it = options.dims.find("batch");
+      if (it != options.dims.end()) {
         dim->set_dim_value(it->second);
-        model.boundDims[sym] = it->second;
+        model.boundDims[it->first] = it->second;
       } else {
-        std::string where = "'" + input.name() + "' dim " + std::to_string(i);
-        unbound.push_back(sym.empty() ? "(unnamed) in " + where
-                                      : sym + " in " + where);
+        unbound.push_back(sym + " in '" + input.name() + "' dim " +
+                          std::to_string(i));
       }
     }
   }

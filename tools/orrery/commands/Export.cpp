@@ -53,18 +53,12 @@ static int writeOut(const std::string &text, const std::string &output) {
   return 0;
 }
 
-/// A serving plan's export; -1: the file is no serving plan.
-static int exportServing(const ExportCommand &c) {
-  std::string text;
-  if (!readFileBytes(c.plan, text))
-    return -1;
-  auto parsed = nlohmann::json::parse(text, nullptr, false);
-  if (!isServingPlan(parsed))
-    return -1;
+/// A serving plan's export.
+static int exportServing(const ExportCommand &c, const nlohmann::json &doc) {
   if (!servingTargets().count(c.format))
     return fail("--to " + c.format + ": " + c.plan +
                 " is a serving plan: export it to vllm, sglang or trtllm");
-  auto out = exportServingPlan(parsed, c.format, c.plan);
+  auto out = exportServingPlan(doc, c.format, c.plan);
   if (!out)
     return fail(llvm::toString(out.takeError()));
   return writeOut(*out, c.output);
@@ -102,15 +96,16 @@ static int exportMlir(const ExportCommand &c, const nlohmann::json &planDoc,
 }
 
 int ExportCommand::run() {
-  int rc = exportServing(*this);
-  if (rc >= 0)
+  nlohmann::json planDoc;
+  if (int rc = readJsonObjectFile(plan, planDoc))
     return rc;
+  if (isServingPlan(planDoc))
+    return exportServing(*this, planDoc);
   if (servingTargets().count(format))
     return fail("--to " + format + ": " + plan + " is a training plan; " +
                 format + " takes a serving plan (orrery serve -o)");
-  nlohmann::json planDoc;
-  if (int readRc = readPlanFile(plan, planDoc))
-    return readRc;
+  if (llvm::Error e = checkPlanFieldTypes(planDoc, plan))
+    return fail(llvm::toString(std::move(e)));
   auto parsed = readExportPlan(planDoc, plan);
   if (!parsed)
     return fail(llvm::toString(parsed.takeError()));

@@ -22,6 +22,7 @@ int ImportCommand::run() {
   ctx.disableMultithreading();
   int rc = 0;
   parseKernelFusion(kernels, args.kernels);
+  defaultBatchToOne(args); // as every subcommand reads a model
   auto module = frontEnd(ctx, args, outline, nullptr, rc);
   if (!module)
     return rc;

@@ -23,6 +23,9 @@ int StatsCommand::run() {
   int rc = 0;
   std::map<std::string, int64_t> hist;
   parseKernelFusion(kernels, args.kernels);
+  // Per sample, as simulate and plan see the model (a built-in's batch is
+  // symbolic): --dim batch=N prices N.
+  defaultBatchToOne(args);
   auto module = frontEnd(ctx, args, true, &hist, rc);
   if (!module)
     return rc;

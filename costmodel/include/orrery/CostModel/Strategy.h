@@ -12,6 +12,7 @@
 #include "llvm/Support/Error.h"
 
 #include <algorithm>
+#include <initializer_list>
 #include <optional>
 #include <string>
 #include <vector>
@@ -233,6 +234,24 @@ constexpr int64_t kMaxStepTasks = 20'000'000;
 /// skipped and a global batch that leaves every candidate more is refused
 /// (a global batch of 10^9 samples plans in no time: it is an error).
 constexpr int64_t kMaxPlanStepTasks = 65'536;
+
+/// The most devices a cluster has (4,194,304: forty times today's largest
+/// training clusters). Every degree of a strategy is at most this, on every
+/// reader, so no degree wraps when it is narrowed to an int.
+constexpr int64_t kMaxDevices = int64_t(1) << 22;
+/// The most samples a micro-batch or a global batch holds (2^40): with a
+/// degree at most kMaxDevices, mbs x dp fits in 63 bits.
+constexpr int64_t kMaxBatchSamples = int64_t(1) << 40;
+/// The largest value strategy field `key` takes (its name on the command
+/// line or in a plan): kMaxDevices for the degrees and the counts of layers,
+/// chunks and iterations, kMaxBatchSamples for the batches. One table for
+/// --strategy and the plan readers; the products of bounded fields are
+/// checked again where they are formed (completeAndValidate).
+int64_t strategyFieldLimit(const std::string &key);
+/// a x b x ..., or -1 once the product passes `limit` (every factor is at
+/// least 1, so it never comes back under it): a product of read integers
+/// formed without overflow.
+int64_t boundedProduct(std::initializer_list<int64_t> factors, int64_t limit);
 
 /// Parses "key=value,..."; unknown keys and bad values are errors naming them.
 llvm::Expected<Strategy> parseStrategy(const std::string &text);
