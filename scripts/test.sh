@@ -30,6 +30,12 @@ stage tests
 scripts/python-test.sh
 stage python
 
+# Real exports of the kinds people ship (onnxruntime's contrib and quantized
+# ops, 4-bit weights, computed Resize scales), written from random weights by
+# the tools themselves, each imported with its parameters checked.
+scripts/corpus-test.sh
+stage corpus
+
 # Sanitizers: the front end (ONNX island, importer, outlining) on every bad
 # input the lit suite and the loader unit tests feed it, and the cluster,
 # strategy and collective code on the unit tests' specs and topologies. The

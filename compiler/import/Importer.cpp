@@ -482,7 +482,9 @@ Importer::importFusedNode(const onnx::GraphDesc &g, const onnx::NodeDesc &n,
 /// table twice; the training job holds it once (Megatron's
 /// --untie-embeddings-and-output-weights off, HF's tie_word_embeddings).
 /// The rule, by structure because the values are not in the file: a
-/// trainable weight that TorchScript folded (named `onnx::...`), used only
+/// trainable weight that TorchScript folded (named `onnx::...`) or that
+/// onnxruntime's optimizer folded from the head's Transpose (named after
+/// that node's output, `/lm_head/Transpose_output_0`), used only
 /// by a MatMul (or Gemm) as its [hidden, vocab] operand, with the shape,
 /// transposed, and the element type of a table an embedding Gather reads,
 /// is that table. A head of another element type (Pythia's fp32 embed_out
@@ -515,7 +517,8 @@ void tieEmbeddingAndHead(ModuleOp module, func::FuncOp main) {
       return;
     auto head = op->getOperand(1).getDefiningOp<WeightOp>();
     if (!head || !head.getTrainable() || !head->hasOneUse() ||
-        !head.getName().starts_with("onnx::") ||
+        !(head.getName().starts_with("onnx::") ||
+          head.getName().starts_with("/")) ||
         llvm::is_contained(tables, head))
       return;
     auto ht = cast<RankedTensorType>(head.getType());

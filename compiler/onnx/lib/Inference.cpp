@@ -144,10 +144,14 @@ struct Ctx {
     return has(i) && in[i]->kind == ValueKind::Constant &&
            (int64_t)in[i]->values.size() == in[i]->numElements();
   }
+  [[noreturn]] void notConstant(size_t i, const char *what) const {
+    throw NotConstantError(describe(node) + ": cannot infer shapes: its " +
+                           what + " input '" + (has(i) ? in[i]->name : "") +
+                           "' is not a constant");
+  }
   std::vector<int64_t> ints(size_t i, const char *what) const {
     if (!isConst(i))
-      fail(node, std::string("cannot infer shapes: its ") + what + " input '" +
-                     (has(i) ? in[i]->name : "") + "' is not a constant");
+      notConstant(i, what);
     std::vector<int64_t> r;
     for (double v : in[i]->values)
       r.push_back(toInt(v));
@@ -155,10 +159,14 @@ struct Ctx {
   }
   /// The one value of scalar input `i` (a constant of one element).
   double scalar(size_t i, const char *what) const {
-    if (!isConst(i) || in[i]->values.size() != 1)
+    // Range's length is in these values: without them it is data-dependent.
+    if (!isConst(i))
       fail(node, std::string("cannot infer shapes: its ") + what + " input '" +
-                     (has(i) ? in[i]->name : "") +
-                     "' is not a constant scalar");
+                     (has(i) ? in[i]->name : "") + "' is not a constant scalar");
+    if (in[i]->values.size() != 1)
+      fail(node, std::string("its ") + what + " input '" + in[i]->name +
+                     "' holds " + std::to_string(in[i]->values.size()) +
+                     " values, not one");
     return in[i]->values[0];
   }
   int64_t axis(int64_t a, int64_t rank) const {
@@ -1020,7 +1028,7 @@ static std::map<std::string, Rule> buildRules() {
         r[c.axis(axes[i], x.size())] = sizes[i];
     } else {
       if (!c.isConst(scalesIdx))
-        fail(c.node, "cannot infer shapes: scales are not a constant");
+        c.notConstant(scalesIdx, "scales");
       const std::vector<double> &s = c.in[scalesIdx]->values;
       std::vector<int64_t> axes = attrInts(c.node, "axes");
       if (axes.empty())
@@ -1194,6 +1202,11 @@ static std::map<std::string, Rule> buildRules() {
   };
   r["DequantizeLinear"] = [](Ctx &c) {
     c.same().type = c.input(1).type; // x_scale's type
+  };
+  r["DynamicQuantizeLinear"] = [](Ctx &c) {
+    c.same().type = ElemType::UInt8;
+    c.result(1, ElemType::Float, {});
+    c.result(2, ElemType::UInt8, {});
   };
   r["QuantizeLinear"] = [](Ctx &c) {
     c.same().type = c.has(2) ? c.input(2).type : ElemType::UInt8;

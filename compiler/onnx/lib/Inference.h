@@ -14,6 +14,14 @@ namespace orrery::onnx::detail {
 struct LoadError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
+/// A shape rule that needs an input's values (Reshape's shape, Resize's
+/// scales, Range's bounds) which the graph computes from something not
+/// folded: the loader then takes the shape the file states, or ONNX's own
+/// inference (which propagates the bound dims through shape subgraphs),
+/// and reports this only when neither has it.
+struct NotConstantError : LoadError {
+  using LoadError::LoadError;
+};
 
 /// "node '/Reshape' (Reshape)" for messages.
 std::string describe(const NodeDesc &node);

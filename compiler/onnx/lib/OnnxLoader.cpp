@@ -12,6 +12,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "ContribOps.h"
 #include "Inference.h"
 #include "InlineFunctions.h"
 #include "IsolatedInference.h"
@@ -397,6 +398,13 @@ private:
   int graphNesting = 0; ///< processNodes calls in progress
   std::set<std::string> bnStatistics;
   std::set<std::string> initializerNames;
+  /// Initializers read only as shape data (Resize's scales and roi,
+  /// Upsample's scales, Range's bounds): constants, whatever their type.
+  std::set<std::string> shapeData;
+  /// Initializers holding weights stored as integers (ContribOps.h).
+  std::map<std::string, detail::QuantizedWeight> quantizedWeights;
+  void collectQuantizedWeights(const ::onnx::GraphProto &g);
+  void processExpansion(detail::Expansion e, GraphDesc &out, Scope &scope);
   /// Values every use of which is a parameter slot (a Conv's weight and
   /// bias, BatchNorm's scale and statistics, ...).
   std::map<std::string, bool> onlyParameterSlots;
@@ -508,10 +516,34 @@ void Loader::addInitializers(const ::onnx::GraphProto &g, GraphDesc &out) {
     ValueDesc v = tensorDesc(t, what);
     checkTensorData(t, v.numElements(), what);
     initializerNames.insert(t.name());
-    if (isFloat(v.type) && v.numElements() == 1 &&
-        readValues(t, 1, v.values, what)) {
-      // A one-element float (an epsilon, a fill value, a scale) is a
-      // constant the graph computes with, not a weight.
+    if (auto q = quantizedWeights.find(t.name()); q != quantizedWeights.end()) {
+      // A weight stored as integers: a parameter at its stored width;
+      // MatMulNBits' packed blocks as the [K, N] matrix of 4-bit (or 8-bit)
+      // elements they hold.
+      const detail::QuantizedWeight &w = q->second;
+      if (w.bits) {
+        if ((w.bits != 4 && w.bits != 8) || w.rows <= 0 || w.cols <= 0 ||
+            w.rows > detail::kMaxTensorElements / w.cols)
+          throw LoadError(what + ": MatMulNBits with K=" +
+                          std::to_string(w.rows) + ", N=" +
+                          std::to_string(w.cols) + ", bits=" +
+                          std::to_string(w.bits) +
+                          ": only 4- and 8-bit blocks of a positive K x N are "
+                          "priced");
+        v.shape = {w.rows, w.cols};
+        v.type = w.bits == 4 ? ElemType::UInt4 : ElemType::UInt8;
+      }
+      v.values.clear();
+      v.kind = ValueKind::Param;
+    } else if (isFloat(v.type) &&
+               (v.numElements() == 1 || shapeData.count(t.name())) &&
+               v.numElements() <= detail::kMaxFoldElements &&
+               readValues(t, v.numElements(), v.values, what)) {
+      // A one-element float (an epsilon, a fill value, a scale), or floats
+      // only ever read as shape data (Resize's scales folded into an
+      // initializer by onnx-simplifier or onnxruntime's pre-processing, as
+      // YOLOv8 exports ship), is a constant the graph computes with, not a
+      // weight.
       v.kind = ValueKind::Constant;
     } else if (isFloat(v.type)) {
       v.values.clear();
@@ -526,6 +558,55 @@ void Loader::addInitializers(const ::onnx::GraphProto &g, GraphDesc &out) {
     }
     addValue(out, std::move(v));
   }
+}
+
+void Loader::collectQuantizedWeights(const ::onnx::GraphProto &g) {
+  // An embedding table the quantizer stored as 8- or 4-bit integers (a
+  // Gather, then DequantizeLinear of the rows it read).
+  std::set<std::string> narrowInts;
+  for (const auto &t : g.initializer())
+    if (ElemType e = toElemType(t.data_type());
+        e == ElemType::Int8 || e == ElemType::UInt8 || e == ElemType::Int4 ||
+        e == ElemType::UInt4)
+      narrowInts.insert(t.name());
+  std::map<std::string, bool> onlyShapeData;
+  for (const auto &n : g.node())
+    for (int i = 0; i < n.input_size(); ++i) {
+      const std::string &op = n.op_type();
+      bool data = ((op == "Resize" && (i == 1 || i == 2)) ||
+                   (op == "Upsample" && i == 1) || op == "Range") &&
+                  n.domain().empty();
+      auto [it, inserted] = onlyShapeData.try_emplace(n.input(i), data);
+      if (!inserted)
+        it->second = it->second && data;
+    }
+  for (const auto &[name, data] : onlyShapeData)
+    if (data)
+      shapeData.insert(name);
+  for (const auto &n : g.node()) {
+    if (n.op_type() == "Gather" && n.input_size() > 0 &&
+        narrowInts.count(n.input(0)))
+      quantizedWeights.emplace(n.input(0), detail::QuantizedWeight{0});
+    NodeDesc node = convertNode(n, "");
+    for (const detail::QuantizedWeight &w : detail::quantizedWeights(node))
+      if (w.input < node.inputs.size() && !node.inputs[w.input].empty())
+        quantizedWeights.emplace(node.inputs[w.input], w);
+  }
+}
+
+/// A contrib or quantized node's standard nodes, each through the rules,
+/// its outputs typed as the contrib op types them.
+void Loader::processExpansion(detail::Expansion e, GraphDesc &out,
+                              Scope &scope) {
+  for (ValueDesc &c : e.constants)
+    addValue(out, std::move(c));
+  for (NodeDesc &d : e.nodes) {
+    std::vector<const ValueDesc *> inputs = operands(d, out, scope);
+    processComputed(std::move(d), inputs, out);
+  }
+  for (const auto &[name, type] : e.outputTypes)
+    if (auto it = out.values.find(name); it != out.values.end())
+      it->second.type = type;
 }
 
 void Loader::readValueInfo(const ::onnx::GraphProto &g) {
@@ -973,6 +1054,9 @@ void Loader::processNode(const ::onnx::NodeProto &n, GraphDesc &out,
     return processIf(n, std::move(node), inputs, out, scope);
   if (defaultDomain && (node.opType == "Loop" || node.opType == "Scan"))
     return processLoop(n, std::move(node), inputs, out, scope);
+  if (std::optional<detail::Expansion> e =
+          detail::expandContribOp(node, inputs))
+    return processExpansion(std::move(*e), out, scope);
   processComputed(std::move(node), inputs, out);
 }
 
@@ -984,8 +1068,17 @@ void Loader::processComputed(NodeDesc node,
   const bool defaultDomain = node.domain.empty();
   std::vector<ValueDesc> outs;
   bool inferred = false;
-  if (defaultDomain)
-    inferred = detail::inferNode(node, model.opsetVersion, inputs, outs);
+  if (defaultDomain) {
+    try {
+      inferred = detail::inferNode(node, model.opsetVersion, inputs, outs);
+    } catch (const detail::NotConstantError &e) {
+      // Values computed in a subgraph our folding does not follow: the
+      // shapes the file or ONNX's inference states, else this error.
+      for (const std::string &o : node.outputs)
+        if (!o.empty() && !shapeFromOnnx(o))
+          throw;
+    }
+  }
   if (!inferred) {
     outs.clear();
     for (const std::string &o : node.outputs) {
@@ -1213,6 +1306,7 @@ void Loader::run(::onnx::ModelProto &proto) {
   GraphDesc &out = model.graph;
   out.name = g.name();
   collectBnStatistics(g);
+  collectQuantizedWeights(g);
   addInitializers(g, out);
   // Graph inputs used only in parameter slots (BatchNorm scale and
   // statistics, Conv and Gemm weights, ...) are weights supplied as inputs,
