@@ -29,6 +29,8 @@ cp costmodel/data/validation_errors.json "$seeds/uncertainty/"
 cp models/fixtures/*.onnx "$seeds/onnx/"
 # A model calling model-local functions (the dynamo exporter's modules).
 python3 tests/lit/import/Inputs/local_functions.py "$seeds/onnx/functions.onnx"
+# onnxruntime's contrib and quantized ops (ContribOps.cpp).
+/usr/bin/python3 tests/fuzz/contrib_seeds.py tests/lit/import/contrib_ops.test "$seeds/onnx"
 cp bench/clusters/*.json bench/measured/*.json "$seeds/cluster/"
 cp tests/lit/Inputs/a100-hdr-sharp.json tests/lit/Inputs/a100-100gbe-switchml.json tests/lit/Inputs/gaudi2-own-chip.json "$seeds/cluster/"
 i=0
