@@ -18,13 +18,13 @@ seconds=${ORRERY_FUZZ_SECONDS:-60}
 limit=(-max_total_time="$seconds")
 [ -n "${ORRERY_FUZZ_RUNS:-}" ] && limit+=(-runs="$ORRERY_FUZZ_RUNS" -seed=1)
 targets=("$@")
-[ ${#targets[@]} -eq 0 ] && targets=(onnx cluster strategy plan programs serving uncertainty)
+[ ${#targets[@]} -eq 0 ] && targets=(onnx cluster strategy plan programs serving uncertainty exports)
 
 scripts/sanitized-build.sh "${targets[@]/#/orrery-fuzz-}"
 
 seeds=build-fuzz/seeds
 rm -rf "$seeds"
-mkdir -p "$seeds"/{onnx,cluster,strategy,plan,programs,serving,uncertainty} build-fuzz/findings
+mkdir -p "$seeds"/{onnx,cluster,strategy,plan,programs,serving,uncertainty,exports} build-fuzz/findings
 cp costmodel/data/validation_errors.json "$seeds/uncertainty/"
 cp models/fixtures/*.onnx "$seeds/onnx/"
 # A model calling model-local functions (the dynamo exporter's modules).
@@ -67,6 +67,12 @@ if [ -x "$orrery" ]; then
     --pipeline-mask -o "$seeds/plan/deepspeed-sends.json" >/dev/null
   printf '%s' '{"sites": [{"name": "dc", "nodes": [{"count": 2, "device": "A100-80G", "devices_per_node": 8, "host_memory_bytes": 1e12, "host_memory_bandwidth_bytes_per_s": 4e11}]}]}' \
     > "$seeds/cluster/host-memory.json"
+  # Serving plans for the serving exporters, one per engine.
+  for engine in vllm trtllm; do
+    "$orrery" serve models/fixtures/tiny-gpt.onnx --cluster 1x4xA100-80G \
+      --workload isl=16,osl=8,requests=8 --engine "$engine" \
+      -o "$seeds/exports/$engine.json" >/dev/null
+  done
   for p in "$seeds"/plan/*.json; do
     "$orrery" lower "$p" --json -o "$seeds/programs/$(basename "$p")" >/dev/null
   done

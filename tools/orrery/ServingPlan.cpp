@@ -95,9 +95,10 @@ llvm::Expected<ServeRequest> servingRequestOf(const nlohmann::json &plan,
   return q;
 }
 
-int checkServingPlan(mlir::ModuleOp module, const ModelArgs &args,
-                     const nlohmann::json &plan, const std::string &what,
-                     const ServeRequest &request, std::ostream &os) {
+static int checkServingPlanImpl(mlir::ModuleOp module, const ModelArgs &args,
+                                const nlohmann::json &plan,
+                                const std::string &what,
+                                const ServeRequest &request, std::ostream &os) {
   std::ostringstream again;
   std::string why;
   {
@@ -167,9 +168,19 @@ int checkServingPlan(mlir::ModuleOp module, const ModelArgs &args,
   return 0;
 }
 
-llvm::Expected<std::string> exportServingPlan(const nlohmann::json &plan,
-                                              const std::string &to,
-                                              const std::string &what) {
+int checkServingPlan(mlir::ModuleOp module, const ModelArgs &args,
+                     const nlohmann::json &plan, const std::string &what,
+                     const ServeRequest &request, std::ostream &os) {
+  try {
+    return checkServingPlanImpl(module, args, plan, what, request, os);
+  } catch (const nlohmann::json::exception &e) {
+    return fail(what + ": malformed serving plan: " + e.what());
+  }
+}
+
+static llvm::Expected<std::string>
+exportServingPlanImpl(const nlohmann::json &plan, const std::string &to,
+                      const std::string &what) {
   std::string model;
   auto request = servingRequestOf(plan, what, model);
   if (!request)
@@ -338,6 +349,18 @@ llvm::Expected<std::string> exportServingPlan(const nlohmann::json &plan,
   out += "ORRERY_PREFILL_ARGS=(\n" + flags(*pre, "prefill") + ")\n";
   out += "ORRERY_DECODE_ARGS=(\n" + flags(*dec, "decode") + ")\n";
   return out;
+}
+
+// nlohmann::json reports a field of the wrong type by exception (a
+// `disaggregated` that is not true or false): one line, never a terminate.
+llvm::Expected<std::string> exportServingPlan(const nlohmann::json &plan,
+                                              const std::string &to,
+                                              const std::string &what) {
+  try {
+    return exportServingPlanImpl(plan, to, what);
+  } catch (const nlohmann::json::exception &e) {
+    return planError(what, std::string("malformed serving plan: ") + e.what());
+  }
 }
 
 } // namespace cli
