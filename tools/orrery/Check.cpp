@@ -222,11 +222,18 @@ int checkPlanDoc(const nlohmann::json &planDoc, const std::string &checkPlan,
                 std::to_string(result->stages.size()) +
                 " stages for pp=" + std::to_string(strategy->pp));
   int64_t layerSum = 0;
-  for (const auto &st : planDoc["stages"])
-    layerSum += st.is_object() && st.contains("layers") &&
+  for (const auto &st : planDoc["stages"]) {
+    int64_t n = st.is_object() && st.contains("layers") &&
                         st["layers"].is_number_integer()
                     ? st["layers"].get<int64_t>()
                     : 0;
+    // Bounded before it is summed (a plan's 2^62 must not wrap the sum).
+    if (n < 0 || n > orrery::kMaxDevices)
+      return fail(checkPlan + ": stages: a stage's layers must be 0 to " +
+                  std::to_string(orrery::kMaxDevices) + ", not " +
+                  std::to_string(n));
+    layerSum += n;
+  }
   // The layers the re-simulation places (the model's, or a
   // subnetwork worker's under sdp).
   int64_t placed = 0;
