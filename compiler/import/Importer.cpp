@@ -29,6 +29,10 @@ using namespace mlir;
 namespace orrery {
 namespace {
 
+/// A weight's elements digest (onnx::ValueDesc::elementsDigest), set while
+/// importing and dropped once the heads are tied.
+constexpr llvm::StringLiteral kElementsDigest("orrery.elements_digest");
+
 /// "LayerNormalization" → "layer_normalization", "LRN" → "lrn",
 /// "GRU" → "gru", "MatMul" → "matmul", "PRelu" → "prelu".
 std::string mnemonicFor(llvm::StringRef opType) {
@@ -179,6 +183,9 @@ LogicalResult Importer::importGraph(const onnx::GraphDesc &g) {
       return failure();
     auto w = WeightOp::create(builder, locFor(name), *type, name,
                               v.kind == onnx::ValueKind::Param);
+    if (v.elementsDigest) // read by tieEmbeddingAndHead, then dropped
+      w->setAttr(kElementsDigest,
+                 builder.getI64IntegerAttr(int64_t(v.elementsDigest)));
     scopes.back()[name] = w;
   }
   for (const std::string &name : g.constants) {
@@ -492,8 +499,10 @@ Importer::importFusedNode(const onnx::GraphDesc &g, const onnx::NodeDesc &n,
 /// the dynamo exporter wrote apart: it keeps a shared table shared (one
 /// initializer, a Transpose node), so a head it stored on its own
 /// (Mixtral's `val_980`) is untied. An untied TorchScript head of the
-/// table's shape and type is not told apart (docs/importer.md).
-/// The head then reads the table through a Transpose (a view) and the
+/// table's shape and type is told apart only where the file holds both
+/// weights' data: a head whose elements differ from the table's (their
+/// digests, orrery.elements_digest, independent of the order) is its own
+/// weight (docs/importer.md). The head then reads the table through a Transpose (a view) and the
 /// module records each tie in `orrery.tied_weights` for `orrery stats`.
 void tieEmbeddingAndHead(ModuleOp module, func::FuncOp main) {
   SmallVector<WeightOp> tables;
@@ -530,11 +539,17 @@ void tieEmbeddingAndHead(ModuleOp module, func::FuncOp main) {
     // The weight as [vocab, hidden], the table's layout.
     int64_t vocab = transB ? ht.getDimSize(0) : ht.getDimSize(1);
     int64_t hidden = transB ? ht.getDimSize(1) : ht.getDimSize(0);
+    auto digest = [](WeightOp w) {
+      auto a = w->getAttrOfType<IntegerAttr>(kElementsDigest);
+      return a ? a.getInt() : 0;
+    };
     for (WeightOp table : tables) {
       auto tt = cast<RankedTensorType>(table.getType());
       if (tt.getDimSize(0) != vocab || tt.getDimSize(1) != hidden ||
           tt.getElementType() != ht.getElementType())
         continue;
+      if (digest(head) && digest(table) && digest(head) != digest(table))
+        continue; // both in the file, other values: an untied head
       Value replacement = table;
       if (!transB) {
         b.setInsertionPoint(op);
@@ -625,6 +640,7 @@ FailureOr<OwningOpRef<ModuleOp>> Importer::run() {
   }
   func::ReturnOp::create(builder, locFor("main"), results);
   tieEmbeddingAndHead(*module, func);
+  func.walk([](WeightOp w) { w->removeAttr(kElementsDigest); });
 
   // The verifier's diagnostics become the one-line error.
   std::string diag;

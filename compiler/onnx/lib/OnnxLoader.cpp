@@ -508,7 +508,57 @@ void checkTensorData(const ::onnx::TensorProto &t, int64_t count,
                     " elements of " + elemTypeName(type));
 }
 
+/// A head TorchScript or onnxruntime folded (`onnx::...`, `/...`): the
+/// weights the importer may tie back to an embedding table.
+static bool foldedName(const std::string &name) {
+  return name.rfind("onnx::", 0) == 0 || name.rfind("/", 0) == 0;
+}
+
+/// The elements' digest of ValueDesc::elementsDigest: a sum of each
+/// element's mixed bytes (splitmix64), so the order does not count; 0 when
+/// the data is not in the file.
+static uint64_t elementsDigest(const ::onnx::TensorProto &t, int64_t count) {
+  if (t.data_location() == ::onnx::TensorProto::EXTERNAL || count <= 0)
+    return 0;
+  auto mix = [](uint64_t x) {
+    x += 0x9e3779b97f4a7c15ULL;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+    return x ^ (x >> 31);
+  };
+  uint64_t sum = 0;
+  if (!t.has_raw_data()) { // floats written as typed entries
+    if (t.data_type() != ::onnx::TensorProto::FLOAT ||
+        t.float_data_size() != count)
+      return 0;
+    for (float f : t.float_data()) {
+      uint32_t bits32;
+      std::memcpy(&bits32, &f, 4);
+      sum += mix(bits32);
+    }
+    return sum ? sum : 1;
+  }
+  int64_t bits = elemTypeBits(toElemType(t.data_type()));
+  if (bits < 8 || bits % 8 || bits > 64)
+    return 0;
+  size_t size = size_t(bits / 8);
+  const std::string &raw = t.raw_data();
+  for (size_t at = 0; at + size <= raw.size(); at += size) {
+    uint64_t x = 0;
+    std::memcpy(&x, raw.data() + at, size);
+    sum += mix(x);
+  }
+  return sum ? sum : 1;
+}
+
 void Loader::addInitializers(const ::onnx::GraphProto &g, GraphDesc &out) {
+  // The element counts of the folded matrices that may be tied heads: only
+  // matrices of those counts are digested (the heads and their tables).
+  std::set<int64_t> headCounts;
+  for (const auto &t : g.initializer())
+    if (t.dims_size() == 2 && foldedName(t.name()) && t.dims(0) > 0 &&
+        t.dims(1) > 0 && t.dims(0) <= detail::kMaxTensorElements / t.dims(1))
+      headCounts.insert(t.dims(0) * t.dims(1));
   for (const auto &t : g.initializer()) {
     std::string what = "initializer '" + t.name() + "'";
     if (t.name().empty())
@@ -549,6 +599,8 @@ void Loader::addInitializers(const ::onnx::GraphProto &g, GraphDesc &out) {
       v.values.clear();
       v.kind =
           bnStatistics.count(t.name()) ? ValueKind::Buffer : ValueKind::Param;
+      if (v.shape.size() == 2 && headCounts.count(v.numElements()))
+        v.elementsDigest = elementsDigest(t, v.numElements());
     } else if (v.numElements() <= detail::kMaxFoldElements &&
                readValues(t, v.numElements(), v.values, what)) {
       v.kind = ValueKind::Constant;

@@ -64,6 +64,11 @@ struct ValueDesc {
   ValueKind kind = ValueKind::Computed;
   /// The values of a Constant, in row-major order; empty otherwise.
   std::vector<double> values;
+  /// For a matrix parameter that may be a head tied to an embedding table
+  /// (Importer's tieEmbeddingAndHead), with its data in the file: a digest
+  /// of its elements independent of their order, so equal for a table and
+  /// its transpose; 0 when the file holds no data for it.
+  uint64_t elementsDigest = 0;
   int64_t numElements() const {
     int64_t n = 1;
     for (int64_t d : shape)
