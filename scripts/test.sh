@@ -36,6 +36,12 @@ stage python
 scripts/corpus-test.sh
 stage corpus
 
+# Exports checked by the frameworks' own code: PyTorch's, trained on CPU
+# processes under torchrun for a matrix of plans, each step's loss against
+# one process training the whole batch.
+scripts/frameworks-test.sh
+stage frameworks
+
 # Sanitizers: the front end (ONNX island, importer, outlining) on every bad
 # input the lit suite and the loader unit tests feed it, and the cluster,
 # strategy and collective code on the unit tests' specs and topologies. The

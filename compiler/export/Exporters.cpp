@@ -20,6 +20,10 @@
 
 namespace orrery {
 
+/// compiler/export/pytorch_plan.py, embedded by CMake: the functions every
+/// PyTorch export shares after its plan's constants.
+extern const char *const kPytorchPlanRuntime;
+
 static llvm::Error err(const std::string &msg) {
   return llvm::createStringError(llvm::inconvertibleErrorCode(), msg);
 }
@@ -141,8 +145,11 @@ llvm::Expected<std::string> megatron(const ExportPlan &p) {
   if (s.virtualStages > 1) {
     flag("--num-layers-per-virtual-pipeline-stage", num(b.front()));
   } else if (!even && s.pp > 1) {
+    // With two stages the first's count says the last's (core_v0.12.3
+    // divides by the zero middle stages when both are set).
     flag("--decoder-first-pipeline-num-layers", num(b.front()));
-    flag("--decoder-last-pipeline-num-layers", num(b.back()));
+    if (s.pp > 2)
+      flag("--decoder-last-pipeline-num-layers", num(b.back()));
   }
   flag("--micro-batch-size", num(s.microBatch));
   flag("--global-batch-size", num(s.globalBatch));
@@ -167,8 +174,11 @@ llvm::Expected<std::string> megatron(const ExportPlan &p) {
     flag("--overlap-param-gather");
   if (s.tp > 1 && s.overlapTpComm)
     flag("--tp-comm-overlap");
-  if (s.pp > 1 && s.overlapP2p)
-    flag("--overlap-p2p-communication");
+  // Megatron-LM overlaps the pipeline's sends by default in its interleaved
+  // schedule and never in 1F1B (validate_args; the capability table refused
+  // a 1F1B plan priced with the overlap).
+  if (s.pp > 1 && s.virtualStages > 1 && !s.overlapP2p)
+    flag("--no-overlap-p2p-communication");
   switch (p.assumptions.fusion) {
   case KernelFusion::Fused:
     flag("--transformer-impl", "transformer_engine");
@@ -182,16 +192,23 @@ llvm::Expected<std::string> megatron(const ExportPlan &p) {
   case KernelFusion::Sdpa:
     break;
   }
-  if (!p.assumptions.fusedGradientAccumulation)
+  // FSDP2 refuses the fused accumulation (validate_args).
+  if (!p.assumptions.fusedGradientAccumulation || s.zeroStage == 3)
     flag("--no-gradient-accumulation-fusion");
   // The loss was priced as one fused softmax cross-entropy pass (14 bytes
   // per logit each way), not Megatron's default vocab-parallel one in six.
   flag("--cross-entropy-loss-fusion");
-  if (s.zeroStage == 3)
+  if (s.zeroStage == 3) {
+    // FSDP2 builds no tied head (validate_args asserts the flag; the
+    // capability table refused a tied model).
     flag("--use-torch-fsdp2");
+    flag("--untie-embeddings-and-output-weights");
+  }
   if (s.offloadOptimizer) {
+    // Its hybrid optimizer runs on the precision-aware path (validate_args).
     flag("--optimizer-cpu-offload");
     flag("--optimizer-offload-fraction", "1.0");
+    flag("--use-precision-aware-optimizer");
   }
   switch (s.precision) {
   case Precision::BF16:
@@ -214,8 +231,12 @@ llvm::Expected<std::string> megatron(const ExportPlan &p) {
       << "# strategy: " << s.str() << "\n"
       << "# use: python pretrain_gpt.py \"${ORRERY_ARGS[@]}\" <model and data "
          "flags>\n"
-      << launchEnv(p, "export NCCL_COLLNET_ENABLE=1")
-      << "ORRERY_ARGS=(\n";
+      << launchEnv(p, "export NCCL_COLLNET_ENABLE=1");
+  // Megatron-LM asserts one CUDA connection with tensor or context
+  // parallelism (its kernels' order), and FSDP2 asserts more than one.
+  if ((s.tp > 1 || s.cp > 1) && s.zeroStage != 3)
+    out << "export CUDA_DEVICE_MAX_CONNECTIONS=1\n";
+  out << "ORRERY_ARGS=(\n";
   for (const std::string &a : args)
     out << "  " << a << "\n";
   out << ")\n";
@@ -226,7 +247,12 @@ llvm::Expected<std::string> deepspeed(const ExportPlan &p) {
   const Strategy &s = p.strategy;
   bool zero12 = s.zeroStage == 1 || s.zeroStage == 2;
   nlohmann::ordered_json j;
-  j["train_batch_size"] = s.globalBatch;
+  // With tensor parallelism DeepSpeed counts every rank of the world (or of
+  // a PipelineModule's data axis, which holds the tp ranks) in its batch
+  // check, though a tp group shares one micro-batch: it derives
+  // train_batch_size from the two below instead.
+  if (s.tp == 1)
+    j["train_batch_size"] = s.globalBatch;
   j["train_micro_batch_size_per_gpu"] = s.microBatch;
   j["gradient_accumulation_steps"] = s.microBatches();
   if (s.precision == Precision::BF16)
@@ -390,39 +416,51 @@ std::string stageRanges(const ExportPlan &p) {
   return out + "]";
 }
 
+/// The device and the collectives' backend the script runs on: CPU plans on
+/// Gloo, GPU plans (CUDA, and ROCm through the same API) on NCCL or RCCL.
+std::pair<const char *, const char *> torchDevice(const ExportPlan &p) {
+  if (p.deviceVendor == "generic")
+    return {"cpu", "gloo"};
+  return {"cuda", "nccl"};
+}
+
 llvm::Expected<std::string> pytorch(const ExportPlan &p) {
   const Strategy &s = p.strategy;
   auto axes = meshAxes(s);
-  std::vector<std::string> names, sizes;
+  std::vector<std::string> names, sizes, ranks;
   for (auto &[n, d] : axes) {
     names.push_back("\"" + n + "\"");
     sizes.push_back(std::to_string(d));
   }
-  const char *dtype = s.precision == Precision::FP16 ? "torch.float16"
-                      : s.precision == Precision::FP32 ||
+  for (int c = 0; c < s.pp * s.virtualStages; ++c)
+    ranks.push_back(std::to_string(s.stageOfChunk(c)));
+  const char *dtype = s.precision == Precision::FP32 ||
                               s.precision == Precision::TF32
                           ? "torch.float32"
-                          : "torch.bfloat16";
+                          : "torch.bfloat16"; // fp16 and fp8 are refused
+  auto [deviceType, backend] = torchDevice(p);
   std::ostringstream py;
-  py << "# PyTorch (2.6) parallelism from an Orrery plan.\n"
+  py << "# PyTorch (2.6+) from an Orrery plan: the mesh, tensor and sequence "
+        "parallelism (DTensor),\n"
+     << "# FSDP2 or DDP, ZeRO-1, recompute, the pipeline chunks and schedule "
+        "(torch.distributed.pipelining)\n"
+     << "# and the step with its micro-batches. docs/export.md says what it "
+        "expects of the model.\n"
      << "# model: " << p.model << "\n"
      << "# strategy: " << s.str() << "\n"
-     << "# Run under torchrun with " << p.devices << " processes; call "
-     << "parallelize(model) on a model whose transformer blocks are\n"
-     << "# model.layers[i] (the torchtitan Llama naming; adjust "
-        "COLUMN_PARALLEL / ROW_PARALLEL for other models).\n"
+     << "# Run under torchrun --nproc-per-node " << p.devices
+     << " (or over nodes): mesh = device_mesh(); parts, schedule = "
+        "build(model, loss_fn, mesh);\n"
+     << "# optim = optimizer(parts, mesh); then train_step(parts, schedule, "
+        "optim, inputs, labels, loss_fn, mesh)\n"
+     << "# on each replica's GLOBAL_BATCH_SIZE / dp rows.\n"
      << launchEnv(p, "import os\nos.environ.setdefault(\"NCCL_COLLNET_ENABLE\", "
                      "\"1\")  # before the process group starts")
-     << "import torch\n"
-     << "from torch.distributed.device_mesh import init_device_mesh\n"
-     << "from torch.distributed.tensor.parallel import (\n"
-     << "    ColwiseParallel, RowwiseParallel, parallelize_module)\n"
-     << "from torch.distributed.fsdp import MixedPrecisionPolicy, "
-        "fully_shard\n"
-     << "from torch.distributed.algorithms._checkpoint.checkpoint_wrapper "
-        "import checkpoint_wrapper\n"
-     << "from torch.distributed.pipelining import Schedule1F1B, "
-        "ScheduleGPipe, ScheduleInterleaved1F1B, ScheduleZBVZeroBubble\n\n"
+     << "import torch\n\n"
+     << "DEVICES = " << p.devices << "\n"
+     << "DEVICE_TYPE = \"" << deviceType << "\"  # the plan's devices: "
+     << p.deviceType << "\n"
+     << "BACKEND = \"" << backend << "\"\n"
      << "MESH_DIMS = " << pyTuple(names) << "\n"
      << "MESH_SHAPE = " << pyTuple(sizes) << "\n"
      << "MICRO_BATCH_SIZE = " << s.microBatch << "\n"
@@ -430,65 +468,39 @@ llvm::Expected<std::string> pytorch(const ExportPlan &p) {
      << "MICRO_BATCHES = " << s.microBatches() << "  # per replica and step\n"
      << "ZERO_STAGE = " << s.zeroStage << "\n"
      << "RECOMPUTE = \"" << recomputeName(s.recompute) << "\"\n"
-     << (s.vShape() ? "# Transformer blocks [first, last) of each pipeline "
-                      "chunk; chunk c runs on pp rank c (c < " +
-                          std::to_string(s.pp) + ") or " +
-                          std::to_string(2 * s.pp - 1) +
-                          " - c (a V: ScheduleZBVZeroBubble's stage mapping).\n"
-                    : "# Transformer blocks [first, last) of each pipeline "
-                      "chunk; chunk c runs on pp rank c % " +
-                          std::to_string(s.pp) + ".\n")
+     << "SEQUENCE_PARALLEL = "
+     << (s.sequenceParallel && s.tp > 1 ? "True" : "False") << "\n"
+     << "PARAM_DTYPE = " << dtype << "  # the plan's precision: "
+     << precisionName(s.precision) << "\n"
+     << "# Transformer blocks [first, last) of each pipeline chunk in model "
+        "order, and the pp rank each runs on.\n"
      << "CHUNK_BLOCKS = " << stageRanges(p) << "\n"
+     << "CHUNK_RANKS = [";
+  for (size_t i = 0; i < ranks.size(); ++i)
+    py << (i ? ", " : "") << ranks[i];
+  py << "]\n"
      << "SCHEDULE = "
-     << (s.pp == 1                                ? "None"
-         : s.schedule == Schedule::GPipe          ? "ScheduleGPipe"
-         : s.schedule == Schedule::Interleaved    ? "ScheduleInterleaved1F1B"
-         : s.schedule == Schedule::ZeroBubbleV    ? "ScheduleZBVZeroBubble"
-                                                  : "Schedule1F1B")
+     << (s.pp == 1                             ? "None"
+         : s.schedule == Schedule::GPipe       ? "\"gpipe\""
+         : s.schedule == Schedule::Interleaved ? "\"interleaved\""
+         : s.schedule == Schedule::ZeroBubbleV ? "\"zb-v\""
+                                               : "\"1f1b\"")
      << "\n"
+     << "# The model's modules by torchtitan's Llama names; rename for "
+        "another model.\n"
+     << "EMBEDDING = \"tok_embeddings\"\n"
+     << "FINAL_NORM = \"norm\"\n"
+     << "HEAD = \"output\"\n"
+     << "BLOCK_NORMS = (\"attention_norm\", \"ffn_norm\")\n"
+     << "BLOCK_INPUTS = (\"attention\", \"feed_forward\")  # take the "
+        "sequence whole under sequence parallelism\n"
      << "COLUMN_PARALLEL = (\"attention.wq\", \"attention.wk\", "
         "\"attention.wv\", \"feed_forward.w1\", \"feed_forward.w3\")\n"
-     << "ROW_PARALLEL = (\"attention.wo\", \"feed_forward.w2\")\n\n\n"
-     << "def device_mesh():\n"
-     << "    return init_device_mesh(\"cuda\", MESH_SHAPE, "
-        "mesh_dim_names=MESH_DIMS)\n\n\n"
-     << "def parallelize(model, mesh=None):\n"
-     << "    \"\"\"Tensor parallel blocks, recompute, then data parallel "
-        "(FSDP2 for ZeRO-3).\"\"\"\n"
-     << "    mesh = mesh or device_mesh()\n"
-     << "    for i, block in enumerate(model.layers):\n"
-     << "        if mesh[\"tp\"].size() > 1:\n"
-     << "            plan = {n: ColwiseParallel() for n in COLUMN_PARALLEL}\n"
-     << "            plan.update({n: RowwiseParallel() for n in "
-        "ROW_PARALLEL})\n"
-     << "            parallelize_module(block, mesh[\"tp\"], plan)\n"
-     << "        if RECOMPUTE == \"full\":\n"
-     << "            model.layers[i] = block = checkpoint_wrapper(block)\n"
-     << "        if ZERO_STAGE == 3:\n"
-     << "            fully_shard(block, mesh=mesh[\"dp\"], "
-        "mp_policy=MixedPrecisionPolicy(\n"
-     << "                param_dtype=" << dtype
-     << ", reduce_dtype=torch.float32))\n"
-     << "    if ZERO_STAGE == 3:\n"
-     << "        fully_shard(model, mesh=mesh[\"dp\"])\n"
-     << "    elif mesh[\"dp\"].size() > 1:  # replicated weights, "
-        "all-reduced gradients\n"
-     << "        from torch.distributed._composable.replicate import "
-        "replicate\n"
-     << "        replicate(model, device_mesh=mesh[\"dp\"])\n"
-     << "    return model\n\n\n"
-     << "def optimizer(model, mesh=None, lr=3e-4):\n"
-     << "    \"\"\"ZeRO-1 shards the optimizer state over the data-parallel "
-        "group.\"\"\"\n"
-     << "    mesh = mesh or device_mesh()\n"
-     << "    if ZERO_STAGE == 1:\n"
-     << "        from torch.distributed.optim import "
-        "ZeroRedundancyOptimizer\n"
-     << "        return ZeroRedundancyOptimizer(\n"
-     << "            model.parameters(), optimizer_class=torch.optim.AdamW, "
-        "lr=lr,\n"
-     << "            process_group=mesh[\"dp\"].get_group())\n"
-     << "    return torch.optim.AdamW(model.parameters(), lr=lr)\n";
+     << "ROW_PARALLEL = (\"attention.wo\", \"feed_forward.w2\")\n";
+  if (s.precision == Precision::TF32 || s.precision == Precision::FP32)
+    py << "torch.backends.cuda.matmul.allow_tf32 = "
+       << (s.precision == Precision::TF32 ? "True" : "False") << "\n";
+  py << kPytorchPlanRuntime;
   py << fineTuneCode(p);
   return py.str();
 }

@@ -76,6 +76,13 @@ readExportPlanImpl(const nlohmann::json &plan, const std::string &what) {
   p.model = model.value("source", "");
   if (model.contains("parameters") && model["parameters"].is_number_integer())
     p.parameters = model["parameters"].get<int64_t>();
+  if (model.contains("tied_parameters")) {
+    if (!model["tied_parameters"].is_number_integer() ||
+        model["tied_parameters"].get<int64_t>() < 0)
+      return err(what + ": model.tied_parameters: must be a non-negative "
+                        "integer");
+    p.tiedParameters = model["tied_parameters"].get<int64_t>();
+  }
   const nlohmann::json &predicted =
       plan.value("predicted", nlohmann::json::object());
   if (predicted.is_object() && predicted.contains("in_network_aggregation")) {
@@ -90,6 +97,7 @@ readExportPlanImpl(const nlohmann::json &plan, const std::string &what) {
     if (c.contains("device_type") && !c["device_type"].is_string())
       return err(what + ": cluster.device_type: must be a string");
     p.deviceType = c.value("device_type", "");
+    p.deviceVendor = deviceVendorOf(p.deviceType);
     if (c.contains("devices") &&
         (!c["devices"].is_number_integer() || c["devices"].get<int64_t>() < 1 ||
          c["devices"].get<int64_t>() > kMaxDevices))
@@ -131,6 +139,11 @@ llvm::Expected<ExportPlan> readExportPlan(const nlohmann::json &plan,
   }
 }
 
+std::string deviceVendorOf(const std::string &deviceType) {
+  const DeviceSpec *d = HardwareCatalog::builtin().device(deviceType);
+  return d ? d->vendor : "";
+}
+
 llvm::Error placeChunks(ExportPlan &p, const std::string &what) {
   // The body is the longest run; what precedes it, what follows it.
   size_t bodyRun = 0;
@@ -141,6 +154,7 @@ llvm::Error placeChunks(ExportPlan &p, const std::string &what) {
     if (p.layers[r].second > p.layers[bodyRun].second)
       bodyRun = r;
   }
+  p.bodyKind = p.layers.empty() ? "" : p.layers[bodyRun].first;
   for (size_t r = 0; r < p.layers.size(); ++r)
     (r < bodyRun   ? p.before
      : r > bodyRun ? p.after
@@ -184,11 +198,17 @@ llvm::Error placeChunks(ExportPlan &p, const std::string &what) {
 }
 
 llvm::Expected<ExportPlan> exportPlanFor(const Workload &w, const Strategy &s,
-                                         const Assumptions &a) {
+                                         const Assumptions &a,
+                                         const DeviceSpec *device) {
   ExportPlan p;
   p.strategy = s;
+  if (device) {
+    p.deviceType = device->name;
+    p.deviceVendor = device->vendor;
+  }
   p.assumptions = a;
   p.parameters = w.parameters() + w.frozenParameters();
+  p.tiedParameters = w.tiedParameters();
   for (const LayerRun &run : w.layers)
     p.layers.push_back({w.kinds[run.kind].name, run.count});
   if (auto e = placeChunks(p, "strategy"))
@@ -291,8 +311,25 @@ std::string splitPointProblem(const Plan &p) {
   return "";
 }
 
+bool transformerBody(const Plan &p) {
+  return llvm::StringRef(p.bodyKind).starts_with("transformer_layer");
+}
+
 /// Every target but mlir, before its own rules.
 const Refusal kCommon[] = {
+    // The devices: each target's vendors (a cluster file's own device,
+    // whose vendor the plan does not say, is taken).
+    {Capability::Devices,
+     [](const Plan &p, const std::string &f) {
+       const FrameworkCapabilities *row = frameworkCapabilities(f);
+       return row && !p.deviceVendor.empty() &&
+              std::find(row->vendors.begin(), row->vendors.end(),
+                        p.deviceVendor) == row->vendors.end();
+     },
+     [](const Plan &p) -> std::string {
+       return "the plan runs on " + p.deviceType + " (" + p.deviceVendor +
+              "), a device this target does not run on";
+     }},
     {Capability::LayerSplit,
      [](const Plan &p, const std::string &) { return p.strategy.tpBatchSplit; },
      [](const Plan &) -> std::string {
@@ -481,6 +518,23 @@ const Refusal kCommon[] = {
               "target reduces gradients in the type it keeps them; plan "
               "without --grad-reduce-bytes";
      }},
+    // The models: Megatron-LM and torchtitan build transformers (their GPT
+    // and Llama), and tensor parallelism is written by the blocks'
+    // attention and MLP projections.
+    {Capability::ModelKind,
+     [](const Plan &p, const std::string &f) {
+       return !transformerBody(p) &&
+              (f == "megatron" || f == "torchtitan" ||
+               (f == "pytorch" && p.strategy.tp > 1));
+     },
+     [](const Plan &p) -> std::string {
+       return "the model's body (its longest run of one layer kind: " +
+              num(p.body) + " x " +
+              (p.bodyKind.empty() ? std::string("none") : p.bodyKind) +
+              ") is not transformer blocks, which this target builds or "
+              "splits (export --to deepspeed or jax, or --to pytorch without "
+              "tp)";
+     }},
 };
 
 bool uneven(const std::vector<int64_t> &v) {
@@ -508,8 +562,81 @@ bool megatronMiddleUneven(const Plan &p) {
   return chunks > 2 && b[1] == 0;
 }
 
-/// Megatron-LM core_r0.12: pretrain_gpt.py's flags.
+/// Megatron-LM core_r0.12: pretrain_gpt.py's flags, as its validate_args
+/// takes them (tests/e2e/megatron_flags.py checks the exports against the
+/// flags and rules read from its source).
 const Refusal kMegatron[] = {
+    // --use-torch-fsdp2: validate_args asserts pp == 1, ep == 1, no fp16
+    // and an untied head.
+    {Capability::Zero,
+     [](const Plan &p, const std::string &) {
+       const Strategy &s = p.strategy;
+       return s.zeroStage == 3 &&
+              (s.pp > 1 || s.ep > 1 || s.precision == Precision::FP16 ||
+               p.tiedParameters > 0);
+     },
+     [](const Plan &p) {
+       const Strategy &s = p.strategy;
+       std::string what =
+           s.pp > 1   ? "pipeline parallelism (pp=" + num(s.pp) + ")"
+           : s.ep > 1 ? "expert parallelism (ep=" + num(s.ep) + ")"
+           : s.precision == Precision::FP16
+               ? std::string("fp16")
+               : "a head tied to the embedding (" + num(p.tiedParameters) +
+                     " parameters shared; FSDP2 needs "
+                     "--untie-embeddings-and-output-weights)";
+       return "ZeRO-3 is Megatron-LM's --use-torch-fsdp2, which does not run "
+              "with " +
+              what + "; plan with zero=1";
+     }},
+    // Without the overlap of pipeline sends (its default there) the
+    // interleaved schedule needs pp > 2 (validate_args); a strategy
+    // overlaps them in the interleaved schedule only.
+    {Capability::Overlap,
+     [](const Plan &p, const std::string &) {
+       const Strategy &s = p.strategy;
+       return s.pp == 2 && s.virtualStages > 1 && !s.overlapP2p;
+     },
+     [](const Plan &) -> std::string {
+       return "Megatron-LM's interleaved schedule without the overlap of "
+              "pipeline sends (--no-overlap-p2p-communication) needs pp > 2; "
+              "plan with overlap=...+p2p";
+     }},
+    // Experts: grouped GEMMs in bf16 only, no fp16 (validate_args), sequence
+    // parallelism beside tp (ModelParallelConfig).
+    {Capability::Experts,
+     [](const Plan &p, const std::string &) {
+       const Strategy &s = p.strategy;
+       return s.ep > 1 && ((s.precision != Precision::BF16 &&
+                            s.precision != Precision::FP8) ||
+                           (s.tp > 1 && !s.sequenceParallel));
+     },
+     [](const Plan &p) {
+       const Strategy &s = p.strategy;
+       if (s.tp > 1 && !s.sequenceParallel)
+         return std::string("Megatron-LM runs expert with tensor parallelism "
+                            "only under sequence parallelism; plan with sp=1");
+       return std::string("Megatron-LM's grouped GEMM for experts "
+                          "(--moe-grouped-gemm) runs bf16 only; the plan is ") +
+              precisionName(s.precision);
+     }},
+    // --use-tp-pp-dp-mapping with experts and pipeline stages: the experts'
+    // data-parallel group must be the attention's (initialize_model_parallel).
+    {Capability::DeviceOrder,
+     [](const Plan &p, const std::string &) {
+       const Strategy &s = p.strategy;
+       return s.ep > 1 && s.pp > 1 &&
+              s.order == std::vector<std::string>{"tp", "cp", "pp", "dp"} &&
+              int64_t(s.expertTp()) * s.ep != int64_t(s.tp) * s.cp;
+     },
+     [](const Plan &p) {
+       const Strategy &s = p.strategy;
+       return "with --use-tp-pp-dp-mapping and pipeline stages Megatron-LM "
+              "needs the experts' data-parallel group to be the attention's "
+              "(etp x ep = tp x cp); the plan has etp=" +
+              num(s.expertTp()) + ", ep=" + num(s.ep) + ", tp=" + num(s.tp) +
+              ", cp=" + num(s.cp);
+     }},
     {Capability::FineTuning,
      [](const Plan &p, const std::string &) {
        return p.assumptions.fineTuning.active();
@@ -840,6 +967,68 @@ const Refusal kTorchtitan[] = {
 
 /// PyTorch 2.6: DeviceMesh, DTensor, FSDP2, torch.distributed.pipelining.
 const Refusal kPytorch[] = {
+    {Capability::ContextParallel,
+     [](const Plan &p, const std::string &) { return p.strategy.cp > 1; },
+     [](const Plan &p) {
+       return "context parallelism (cp=" + num(p.strategy.cp) +
+              ") is not written by this script (torch's context_parallel "
+              "is experimental in 2.6); export --to torchtitan";
+     }},
+    {Capability::Precision,
+     [](const Plan &p, const std::string &) {
+       return p.strategy.precision == Precision::FP16 ||
+              p.strategy.precision == Precision::FP8;
+     },
+     [](const Plan &p) {
+       return std::string(p.strategy.precision == Precision::FP16
+                              ? "fp16 needs loss scaling"
+                              : "fp8 needs torchao's float8 linears") +
+              ", which this script does not write; plan with bf16, or "
+              "export --to " +
+              (p.strategy.precision == Precision::FP16 ? "megatron"
+                                                       : "torchtitan");
+     }},
+    {Capability::Offload,
+     [](const Plan &p, const std::string &) {
+       return p.strategy.offloadOptimizer;
+     },
+     [](const Plan &) -> std::string {
+       return "optimizer offload has no FSDP2 equivalent (its "
+              "CPUOffloadPolicy moves the weights and gradients too)";
+     }},
+    // ZeroRedundancyOptimizer broadcasts plain tensors: no DTensor weights.
+    {Capability::Zero,
+     [](const Plan &p, const std::string &) {
+       const Strategy &s = p.strategy;
+       return s.zeroStage == 1 && s.dp > 1 && s.tp > 1;
+     },
+     [](const Plan &p) {
+       return "ZeRO-1 with tp=" + num(p.strategy.tp) +
+              ": ZeroRedundancyOptimizer takes no tensor-parallel (DTensor) "
+              "weights; plan with zero=0 or zero=3";
+     }},
+    // DDP takes neither DTensor weights nor the pipeline's backward by
+    // chunks: there the script all-reduces the gradients after the step's
+    // backward, without overlap; ZeroRedundancyOptimizer broadcasts the
+    // updated weights after the step.
+    {Capability::Overlap,
+     [](const Plan &p, const std::string &) {
+       const Strategy &s = p.strategy;
+       return s.dp > 1 && s.zeroStage <= 1 &&
+              ((s.overlapGradReduce && (s.pp > 1 || s.tp > 1)) ||
+               (s.overlapParamGather && s.zeroStage == 1));
+     },
+     [](const Plan &p) {
+       const Strategy &s = p.strategy;
+       if (s.overlapParamGather && s.zeroStage == 1)
+         return std::string("ZeroRedundancyOptimizer broadcasts the updated "
+                            "weights after the step, not during the next "
+                            "forward; plan without 'param' in overlap=");
+       return std::string("with ") + (s.pp > 1 ? "pipeline stages" : "tp") +
+              " the script all-reduces gradients after the backward (DDP "
+              "takes neither), not during it; plan without 'grad' in "
+              "overlap=";
+     }},
     {Capability::Experts, needsMoeCapacity, moeCapacityWhy},
     {Capability::LayerSplit,
      [](const Plan &p, const std::string &) {
@@ -970,8 +1159,10 @@ struct Row {
 };
 template <size_t N>
 Row row(const char *name, const char *release, const char *gradients,
+        std::vector<std::string> vendors, const char *devices,
         const Refusal (&rules)[N]) {
-  return {{name, release, gradients}, rules, rules + N};
+  return {{name, release, gradients, std::move(vendors), devices}, rules,
+          rules + N};
 }
 
 const std::vector<Row> &table() {
@@ -979,19 +1170,25 @@ const std::vector<Row> &table() {
       row("megatron", "Megatron-LM core_r0.12",
           "accumulated into fp32 main gradients inside the weight-gradient "
           "GEMM (or by a kernel of their own), reduced in the type kept",
-          kMegatron),
+          {"NVIDIA", "AMD"}, "NVIDIA and AMD GPUs (CUDA, ROCm)", kMegatron),
       row("deepspeed", "DeepSpeed 0.16",
           "accumulated by a kernel of their own; reduced in the type kept "
           "or in communication_data_type",
+          {"NVIDIA", "AMD", "Intel", "generic"},
+          "NVIDIA and AMD GPUs, Intel Gaudi, CPUs (its accelerators)",
           kDeepSpeed),
       row("torchtitan", "torchtitan 0.1",
           "accumulated by autograd; FSDP reduces in fp32, DDP in the type "
           "kept",
-          kTorchtitan),
+          {"NVIDIA", "AMD"}, "NVIDIA and AMD GPUs", kTorchtitan),
       row("pytorch", "PyTorch 2.6",
-          "accumulated by autograd; reduced in the type kept", kPytorch),
+          "accumulated by autograd; reduced in the type kept",
+          {"NVIDIA", "AMD", "generic"}, "NVIDIA and AMD GPUs (NCCL), CPUs (Gloo)",
+          kPytorch),
       row("jax", "JAX 0.4.35",
-          "accumulated and reduced as XLA compiles the step", kJax),
+          "accumulated and reduced as XLA compiles the step",
+          {"NVIDIA", "AMD", "Google", "generic"},
+          "NVIDIA and AMD GPUs, TPUs, CPUs", kJax),
   };
   return rows;
 }
@@ -1061,7 +1258,10 @@ static llvm::Expected<ExportPlan> exportPlanOf(const StepResult &r,
                                                const Workload &w) {
   Assumptions a = r.assumptions;
   a.fineTuning = w.fineTuning;
-  auto p = exportPlanFor(w, r.strategy, a);
+  const DeviceSpec *device =
+      r.stages.empty() ? nullptr
+                       : HardwareCatalog::builtin().device(r.stages[0].device);
+  auto p = exportPlanFor(w, r.strategy, a, device);
   if (p)
     p->aggregation = r.inNetworkAggregation;
   return p;

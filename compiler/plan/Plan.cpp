@@ -222,6 +222,8 @@ static ojson planHeader(const Workload &w, const PlanInputs &in) {
                 {"parameters", w.parameters()},
                 {"tokens_per_sample", w.tokensPerSample},
                 {"layers", layers}};
+  if (w.tiedParameters() > 0) // an exporter refuses what cannot tie them
+    j["model"]["tied_parameters"] = w.tiedParameters();
   if (!in.dims.empty())
     j["model"]["dims"] = in.dims;
   // Which weights train, as `orrery check` must build the workload again.

@@ -164,9 +164,10 @@ static Cluster firstNodes(const Cluster &c, int nodes) {
 /// the first refusal seen.
 /// Whether `framework`'s exporter takes `s` as priced; its refusal goes to
 /// `refusal` when that is empty.
-static bool runsOn(const Workload &w, const Strategy &s, const Assumptions &a,
-                   const std::string &framework, std::string *refusal) {
-  auto p = exportPlanFor(w, s, a);
+static bool runsOn(const Workload &w, const DeviceSpec &dev, const Strategy &s,
+                   const Assumptions &a, const std::string &framework,
+                   std::string *refusal) {
+  auto p = exportPlanFor(w, s, a, &dev);
   llvm::Error e = p ? frameworkRuns(*p, framework) : p.takeError();
   if (!e)
     return true;
@@ -176,7 +177,8 @@ static bool runsOn(const Workload &w, const Strategy &s, const Assumptions &a,
   return false;
 }
 
-static std::optional<Strategy> asFrameworkRuns(const Workload &w, Strategy s,
+static std::optional<Strategy> asFrameworkRuns(const Workload &w,
+                                               const DeviceSpec &dev, Strategy s,
                                                const Assumptions &a,
                                                const std::string &framework,
                                                std::string &refusal) {
@@ -184,6 +186,13 @@ static std::optional<Strategy> asFrameworkRuns(const Workload &w, Strategy s,
   const std::vector<Change> changes = {
       [](Strategy &t) { return std::exchange(t.overlapParamGather, false); },
       [](Strategy &t) { return std::exchange(t.overlapGradReduce, false); },
+      // Megatron-LM needs pp > 2 to run its interleaved schedule without
+      // overlapping pipeline sends.
+      [](Strategy &t) { return t.pp > 1 && std::exchange(t.overlapP2p, false); },
+      [](Strategy &t) {
+        return t.pp > 1 && t.virtualStages > 1 &&
+               !std::exchange(t.overlapP2p, true);
+      },
       [](Strategy &t) {
         if (t.zeroStage != 1 && t.zeroStage != 2)
           return false;
@@ -207,7 +216,7 @@ static std::optional<Strategy> asFrameworkRuns(const Workload &w, Strategy s,
         return true;
       }};
   auto runs = [&](const Strategy &t) {
-    return runsOn(w, t, a, framework, &refusal);
+    return runsOn(w, dev, t, a, framework, &refusal);
   };
   if (runs(s))
     return s;
@@ -345,7 +354,7 @@ private:
   static bool recomputingLess(const StepResult &x, const StepResult &y);
   void consider(SearchState &st, const StepResult &r);
   bool frameworkRuns(const Strategy &s) const {
-    return o.framework.empty() || runsOn(w, s, a, o.framework, nullptr);
+    return o.framework.empty() || runsOn(w, dev, s, a, o.framework, nullptr);
   }
   Priced priceOne(SearchState &st, Strategy s);
   void balanceStages(SearchState &st, const Strategy &s, const StepResult &r,
@@ -534,7 +543,7 @@ Priced PlanSearch::price(SearchState &st, Strategy s,
     if (known && *known)
       return priceOne(st, **known);
     bool had = !st.refusal.empty();
-    auto runnable = asFrameworkRuns(w, s, a, o.framework, st.refusal);
+    auto runnable = asFrameworkRuns(w, dev, s, a, o.framework, st.refusal);
     st.noteRefusal(had);
     if (!runnable) {
       ++st.refused;
@@ -700,7 +709,7 @@ Priced PlanSearch::priceSaving(SearchState &st, Strategy t,
     std::string other;
     bool had = !st.refusal.empty();
     auto variant =
-        asFrameworkRuns(w, t, a, o.framework, i == 0 ? st.refusal : other);
+        asFrameworkRuns(w, dev, t, a, o.framework, i == 0 ? st.refusal : other);
     if (i == 0)
       st.noteRefusal(had);
     if (!variant && i == 0) { // refused whatever the saver

@@ -120,6 +120,10 @@ int64_t Workload::frozenParameters() const {
   return sumOverLayers(
       *this, [](const LayerKind &k) { return k.frozenParameters; }, true);
 }
+int64_t Workload::tiedParameters() const {
+  return sumOverLayers(
+      *this, [](const LayerKind &k) { return k.tiedParameters; }, true);
+}
 int64_t Workload::adapterParameters() const {
   return sumOverLayers(
       *this, [](const LayerKind &k) { return k.adapterParameters; }, true);

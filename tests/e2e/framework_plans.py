@@ -1,6 +1,7 @@
 #!/usr/bin/python3
 """Every plan `orrery plan --framework X` writes exports to X without a
-refusal, for X in megatron, deepspeed, torchtitan, pytorch and jax, on:
+refusal (Megatron-LM and torchtitan refuse the convolutional and recurrent
+models in one line: they build transformers), for X in megatron, deepspeed, torchtitan, pytorch and jax, on:
 the 16 SC'21 configurations (Narayanan et al. 2021, Table 1 and Table 2's
 PTD-P runs: their model, cluster and global batch, the search free), GPT-3
 175B on 1,024 A100, Llama-3 405B on 16,384 H100, and the 19 models of
@@ -28,6 +29,14 @@ from shared_models import DIMS  # noqa: E402
 from model_dims import bindable  # noqa: E402
 
 FRAMEWORKS = ["megatron", "deepspeed", "torchtitan", "pytorch", "jax"]
+# Models whose repeated layers are no transformer blocks (convolutional and
+# recurrent networks of shared/models, by name): Megatron-LM and torchtitan
+# build transformers only, so for those a one-line refusal is the answer.
+NOT_TRANSFORMERS = ("convnext", "efficientnet", "light_bvlc_alexnet", "light_densenet",
+                    "light_inception", "light_resnet", "light_shufflenet",
+                    "light_squeezenet", "light_vgg", "light_zfnet", "mobilenet",
+                    "ppocrv4_det", "resnet", "silero_vad")
+TRANSFORMER_ONLY = ("megatron", "torchtitan")
 
 
 def problems(args):
@@ -62,6 +71,12 @@ def check(orrery, workdir, problem, framework):
     cmd = [orrery, "plan", model, "--cluster", cluster, "--global-batch", str(gbs),
            "--framework", framework, "--top", "1", "--quiet", "-o", plan] + extra
     run = subprocess.run(cmd, capture_output=True, text=True)
+    if framework in TRANSFORMER_ONLY and name.startswith(NOT_TRANSFORMERS):
+        lines = run.stderr.strip().splitlines()
+        if run.returncode and len(lines) == 1 and "not transformer blocks" in lines[0]:
+            return [None, f"{name:34} {framework:10} refused: not transformer blocks"]
+        return [f"{name} --framework {framework}: expected a one-line refusal of a model "
+                f"without transformer blocks, got exit {run.returncode}: {run.stderr.strip()!r}"]
     if run.returncode:
         return [f"{name} --framework {framework}: plan failed: {run.stderr.strip()}"]
     doc = json.load(open(plan))

@@ -300,7 +300,8 @@ llvm::Expected<PlanOutcome> searchPlan(const PlanSetup &setup,
     if (!r->fits)
       return error("--strategy: does not fit: " + r->doesNotFit);
     if (named) {
-      auto p = exportPlanFor(workload, r->strategy, options.assumptions);
+      auto p = exportPlanFor(workload, r->strategy, options.assumptions,
+                             &cluster.deviceSpec(0));
       if (!p)
         return p.takeError();
       if (auto e = frameworkRuns(*p, request.framework))

@@ -31,6 +31,9 @@ struct ExportPlan {
   Strategy strategy;
   std::string model;      ///< model.source
   std::string deviceType; ///< cluster.device_type
+  /// Its vendor (DeviceSpec::vendor; the built-in catalog's for a plan
+  /// read from a file); "" when unknown, which no target refuses.
+  std::string deviceVendor;
   int devices = 0;
   /// Layer kinds in model order and their counts (model.layers).
   std::vector<std::pair<std::string, int64_t>> layers;
@@ -39,6 +42,8 @@ struct ExportPlan {
   std::vector<int> chunkLayers;
   /// Of the layers: those before the repeated body, the body, those after.
   int64_t before = 0, body = 0, after = 0;
+  /// The body's layer kind ("transformer_layer", "conv_block", ...).
+  std::string bodyKind;
   /// Transformer-body layers per chunk; empty when the embedding or head
   /// layers are not all in the first and last chunks.
   std::vector<int64_t> chunkBodyLayers;
@@ -46,6 +51,9 @@ struct ExportPlan {
   /// fields of AssumptionFields.h, its fine_tuning and layer profile).
   Assumptions assumptions;
   int64_t parameters = 0; ///< model.parameters
+  /// Parameters two layer kinds share (an embedding table tied to the
+  /// head): model.tied_parameters.
+  int64_t tiedParameters = 0;
   /// The switches' sum the gradient all-reduce was priced with
   /// (predicted.in_network_aggregation: "", "sharp", "switchml").
   std::string aggregation;
@@ -58,14 +66,22 @@ llvm::Expected<ExportPlan> readExportPlan(const nlohmann::json &plan,
 /// Fills `p`'s chunks (before, body, after, chunkLayers, chunkBodyLayers)
 /// from its strategy and layers, as the simulator places them.
 llvm::Error placeChunks(ExportPlan &p, const std::string &what);
-/// What `orrery plan` would write for `s` priced on `w` under `a`, as a
-/// framework sees it.
+/// What `orrery plan` would write for `s` priced on `w` under `a` (on
+/// `device`, when known), as a framework sees it.
 llvm::Expected<ExportPlan> exportPlanFor(const Workload &w, const Strategy &s,
-                                         const Assumptions &a);
+                                         const Assumptions &a,
+                                         const DeviceSpec *device = nullptr);
+
+/// The vendor of a plan's device type in the built-in catalog ("NVIDIA",
+/// "AMD", "Intel", "Google", "AWS", "generic" for CPUs); "" for a device
+/// the catalog does not hold (a cluster file's own).
+std::string deviceVendorOf(const std::string &deviceType);
 
 /// What a refusal is about: the columns of the capability table.
 enum class Capability {
   Schedule,         ///< pipeline schedules (GPipe, 1F1B, interleaved, ...)
+  Devices,          ///< the device types it runs on
+  ModelKind,        ///< the models it builds (transformer blocks or any)
   LayerSplit,       ///< how layers fall into stages it can state
   DeviceOrder,      ///< the order of the parallel axes over the ranks
   Zero,             ///< ZeRO stages, alone and with pipeline stages
@@ -90,6 +106,9 @@ struct FrameworkCapabilities {
   const char *release;
   /// How it accumulates and reduces gradients, in words (docs/export.md).
   const char *gradients;
+  /// The device vendors it runs on (DeviceSpec::vendor), and in words.
+  std::vector<std::string> vendors;
+  const char *devices;
 };
 
 /// The export targets that run a plan (the export formats but `mlir`).

@@ -317,6 +317,9 @@ struct Workload {
   int64_t buffers() const;
   int64_t frozenParameters() const;
   int64_t adapterParameters() const;
+  /// Parameters a layer kind shares with another (LayerKind::tiedParameters:
+  /// a head tied to its embedding table), counted once.
+  int64_t tiedParameters() const;
   int64_t forwardFlops() const;
   int64_t backwardFlops() const;
   int64_t savedActivationBytes() const;

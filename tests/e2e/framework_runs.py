@@ -1,0 +1,167 @@
+#!/usr/bin/python3
+"""Exports trained by the frameworks' own code: Orrery plans a small Llama
+(tests/e2e/frameworks/tiny_llama.py, written to ONNX by torch.onnx) on 2 and
+4 CPU processes for a matrix of strategies, exports each plan --to pytorch,
+and trains it under torchrun (Gloo) for a few steps with the exported
+script's own build(), optimizer() and train_step(); the mean loss of every
+step must match one process training the whole batch to 1e-4 relative, and
+the compute must run in the plan's precision (bf16 runs within 1e-2). Strategies the target cannot
+run as priced must be refused in one line.
+
+    framework_runs.py --orrery BIN --python VENV_PYTHON --workdir DIR
+
+VENV_PYTHON has the pinned releases of tests/e2e/frameworks/requirements.txt
+(scripts/frameworks-test.sh makes it). Prints, per target, plans accepted /
+tried and runs whose loss matched / run.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+FRAMEWORKS = os.path.join(HERE, "frameworks")
+STEPS = 3
+GLOBAL_BATCH = 8
+# Relative to one process: fp32 sums in another order agree to 1e-4; bf16
+# runs round each GEMM's inputs, so they agree to 1e-2 and the compute type
+# is checked instead.
+TOLERANCE = {"fp32": 1e-4, "bf16": 1e-2}
+
+# (name, processes, strategy, precision); fp32 unless named, so that the
+# losses compare at 1e-4 whatever the order of the sums.
+RUNS = [
+    ("tp", 2, "tp=2,sp=0,mbs=4,overlap=none", "fp32"),
+    ("tp+sp", 2, "tp=2,sp=1,mbs=4,overlap=none", "fp32"),
+    ("dp", 2, "dp=2,mbs=2,overlap=grad", "fp32"),
+    ("dp+zero1", 2, "dp=2,zero=1,mbs=2,overlap=grad", "fp32"),
+    ("zero3", 2, "dp=2,zero=3,mbs=2,overlap=grad+param", "fp32"),
+    ("zero3 bf16", 2, "dp=2,zero=3,mbs=2,overlap=grad+param", "bf16"),
+    ("dp bf16", 2, "dp=2,mbs=2,overlap=grad", "bf16"),
+    ("dp+recompute", 2, "dp=2,mbs=2,recompute=full,overlap=grad", "fp32"),
+    ("pp 1f1b", 2, "pp=2,mbs=2,schedule=1f1b,overlap=none", "fp32"),
+    ("pp gpipe", 2, "pp=2,mbs=2,schedule=gpipe,overlap=none", "fp32"),
+    ("pp interleaved", 2, "pp=2,vpp=2,mbs=2,schedule=interleaved,overlap=none", "fp32"),
+    ("pp zb-v", 2, "pp=2,mbs=2,schedule=zb-v,overlap=none", "fp32"),
+    ("tp+dp+sp", 4, "tp=2,dp=2,sp=1,mbs=2,overlap=none", "fp32"),
+    ("tp+zero3", 4, "tp=2,dp=2,sp=1,zero=3,mbs=2,overlap=grad+param", "fp32"),
+    ("pp+tp", 4, "pp=2,tp=2,sp=1,mbs=2,overlap=none", "fp32"),
+    ("pp+dp+zero1", 4, "pp=2,dp=2,zero=1,mbs=2,overlap=none", "fp32"),
+]
+
+# DeepSpeed's engine from the exported ds_config (its pipeline engine with
+# a pipeline section, AutoTP with tensor_parallel.autotp_size).
+DEEPSPEED_RUNS = [
+    ("dp", 2, "dp=2,mbs=2,overlap=none", "fp32"),
+    ("dp+zero1", 2, "dp=2,zero=1,mbs=2,overlap=grad", "fp32"),
+    ("zero3", 2, "dp=2,zero=3,mbs=2,overlap=grad+param", "fp32"),
+    ("pipeline", 2, "pp=2,mbs=2,overlap=none", "fp32"),
+    ("tp", 2, "tp=2,sp=0,mbs=4,overlap=none", "fp32"),
+    ("pipeline+dp", 4, "pp=2,dp=2,mbs=2,overlap=none", "fp32"),
+    ("tp+dp", 4, "tp=2,dp=2,sp=0,mbs=2,overlap=none", "fp32"),
+]
+
+# Strategies the PyTorch export does not run as priced: each a one-line
+# refusal naming what it lacks.
+REFUSED = [
+    ("cp", 2, "cp=2,mbs=4,overlap=none", "fp32", "context parallelism"),
+    ("fp16", 2, "dp=2,mbs=2,overlap=grad", "fp16", "fp16 needs loss scaling"),
+    ("tp+zero1", 4, "tp=2,dp=2,zero=1,mbs=2,overlap=none", "fp32", "ZeroRedundancyOptimizer"),
+    ("pp+dp overlapped", 4, "pp=2,dp=2,mbs=2,overlap=grad", "fp32", "after the backward"),
+]
+
+
+def run(cmd, **kw):
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=900, **kw)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--orrery", required=True)
+    ap.add_argument("--python", required=True)
+    ap.add_argument("--workdir", required=True)
+    ap.add_argument("--only", help="run only the cases whose name contains this")
+    args = ap.parse_args()
+    if args.only:
+        for table in (RUNS, DEEPSPEED_RUNS, REFUSED):
+            table[:] = [r for r in table if args.only in r[0]]
+    os.makedirs(args.workdir, exist_ok=True)
+    onnx_path = os.path.join(args.workdir, "tiny_llama.onnx")
+    failures = []
+
+    p = run([args.python, os.path.join(FRAMEWORKS, "tiny_llama.py"), onnx_path])
+    if p.returncode:
+        sys.exit("framework_runs: torch.onnx.export failed: " + p.stderr[-2000:])
+    trainer = os.path.join(FRAMEWORKS, "pytorch_train.py")
+    ref_path = os.path.join(args.workdir, "reference.json")
+    p = run([args.python, trainer, "--reference", "--global-batch", str(GLOBAL_BATCH),
+             "--steps", str(STEPS), "--out", ref_path])
+    if p.returncode:
+        sys.exit("framework_runs: the one-process reference failed: " + p.stderr[-2000:])
+    reference = json.load(open(ref_path))["losses"]
+
+    def export(name, procs, strategy, precision, target="pytorch"):
+        stem = os.path.join(args.workdir, target + "_" + name.replace(" ", "_").replace("+", "_"))
+        plan = run([args.orrery, "plan", onnx_path, "--cluster", f"{procs}xCPU",
+                    "--dim", f"batch={GLOBAL_BATCH}", "--quiet", "-o", stem + ".json",
+                    "--strategy", f"{strategy},gbs={GLOBAL_BATCH},precision={precision}"])
+        if plan.returncode:
+            return None, f"orrery plan: {plan.stderr.strip()}"
+        out = run([args.orrery, "export", stem + ".json", "--to", target, "-o",
+                   stem + (".py" if target == "pytorch" else ".ds.json")])
+        return (stem if out.returncode == 0 else None), out.stderr.strip()
+
+    torchrun = os.path.join(os.path.dirname(args.python), "torchrun")
+    counts = {}
+    for target, runs, trainer_py in (("pytorch", RUNS, "pytorch_train.py"),
+                                     ("deepspeed", DEEPSPEED_RUNS, "deepspeed_train.py")):
+        accepted = matched = 0
+        for name, procs, strategy, precision in runs:
+            stem, error = export(name, procs, strategy, precision, target)
+            if stem is None:
+                failures.append(f"{target} {name}: refused: {error}")
+                continue
+            accepted += 1
+            inputs = (["--plan", stem + ".py"] if target == "pytorch" else
+                      ["--config", stem + ".ds.json", "--plan", stem + ".json"])
+            p = run([torchrun, "--standalone", "--nproc-per-node", str(procs),
+                     os.path.join(FRAMEWORKS, trainer_py), *inputs,
+                     "--steps", str(STEPS), "--out", stem + ".out.json"],
+                    env=dict(os.environ, OMP_NUM_THREADS="1", DS_ACCELERATOR="cpu"))
+            if p.returncode:
+                failures.append(f"{target} {name}: torchrun failed:\n{p.stderr[-3000:]}")
+                continue
+            result = json.load(open(stem + ".out.json"))
+            want = "torch.bfloat16" if precision == "bf16" else "torch.float32"
+            worst = max(abs(a - b) / abs(b) for a, b in zip(result["losses"], reference))
+            ok = worst <= TOLERANCE[precision] and result["compute_dtype"] == want
+            matched += ok
+            print(f"  {target} {name:16} {procs} processes  losses "
+                  f"{', '.join(f'{x:.6f}' for x in result['losses'])}  worst {worst:.1e}  "
+                  f"compute {result['compute_dtype']}  {'ok' if ok else 'MISMATCH'}")
+            if not ok:
+                failures.append(f"{target} {name}: losses {result['losses']} vs one process "
+                                f"{reference} (worst {worst:.2e}), compute "
+                                f"{result['compute_dtype']}, want {want}")
+        counts[target] = (accepted, len(runs), matched)
+    refused = 0
+    for name, procs, strategy, precision, why in REFUSED:
+        stem, error = export(name, procs, strategy, precision)
+        one_line = stem is None and error.count("\n") == 0 and why in error
+        refused += one_line
+        if not one_line:
+            failures.append(f"{name}: expected a one-line refusal naming '{why}', got "
+                            f"{'an export' if stem else repr(error)}")
+    for target, (accepted, tried, matched) in counts.items():
+        print(f"{target}: plans accepted {accepted}/{tried}, runs whose loss matched one "
+              f"process {matched}/{accepted}" +
+              (f"; refused in one line {refused}/{len(REFUSED)}" if target == "pytorch" else ""))
+    print(f"one-process losses {', '.join(f'{x:.6f}' for x in reference)}")
+    if failures:
+        print("\n".join("FAIL " + f for f in failures))
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,82 @@
+"""Trains tiny_llama as a PyTorch export of an Orrery plan says, under
+torchrun, and prints the mean loss of each step as JSON (rank 0); with
+--reference, trains it in one process without the plan.
+
+    torchrun --nproc-per-node N pytorch_train.py --plan PLAN.py --steps S --out F
+    python3 pytorch_train.py --reference --global-batch G --steps S --out F
+"""
+import argparse
+import importlib.util
+import json
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import tiny_llama  # noqa: E402
+
+
+def loss_fn(logits, labels):
+    return F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(0, 1))
+
+
+def reference(args):
+    model = tiny_llama.build()
+    optim = torch.optim.AdamW(model.parameters(), lr=3e-4)
+    losses = []
+    for x, y in tiny_llama.batches(args.steps, args.global_batch):
+        optim.zero_grad()
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        optim.step()
+        losses.append(loss.item())
+    return losses, "torch.float32"
+
+
+def planned(args):
+    spec = importlib.util.spec_from_file_location("plan", args.plan)
+    plan = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(plan)
+    mesh = plan.device_mesh()
+    parts, schedule = plan.build(tiny_llama.build(), loss_fn, mesh)
+    optim = plan.optimizer(parts, mesh)
+    # The type the first linear layer computes in: the plan's precision.
+    seen = []
+    linear = next(m for part in parts for m in part.modules() if isinstance(m, torch.nn.Linear))
+    linear.register_forward_hook(lambda m, i, o: seen.append(str(o.dtype)))
+    dp, rank = mesh["dp"].size(), mesh["dp"].get_local_rank()
+    rows = plan.GLOBAL_BATCH_SIZE // dp
+    losses = []
+    for x, y in tiny_llama.batches(args.steps, plan.GLOBAL_BATCH_SIZE):
+        x, y = x[rank * rows:(rank + 1) * rows], y[rank * rows:(rank + 1) * rows]
+        loss = plan.train_step(parts, schedule, optim, x, y, loss_fn, mesh)
+        # The mean over the ranks that computed a replica's loss.
+        pair = torch.tensor([0.0, 0.0], dtype=torch.float64)
+        if loss is not None:
+            pair += torch.tensor([float(loss), 1.0], dtype=torch.float64)
+        dist.all_reduce(pair)
+        losses.append((pair[0] / pair[1]).item())
+    dist.destroy_process_group()
+    return losses, seen[0] if seen else None
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--plan")
+    ap.add_argument("--reference", action="store_true")
+    ap.add_argument("--global-batch", type=int, default=8)
+    ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args()
+    torch.use_deterministic_algorithms(True)
+    losses, dtype = reference(args) if args.reference else planned(args)
+    if int(os.environ.get("RANK", "0")) == 0:
+        with open(args.out, "w") as f:
+            json.dump({"losses": losses, "compute_dtype": dtype}, f)
+
+
+if __name__ == "__main__":
+    main()
