@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Exports checked by the frameworks' own code: the pinned releases of
 # tests/e2e/frameworks/requirements.txt in build/frameworks-venv (kept
-# between runs), then tests/e2e/framework_runs.py trains the PyTorch exports
-# of a matrix of plans on CPU processes and compares the losses with one
-# process.
+# between runs), then tests/e2e/framework_runs.py trains the PyTorch and
+# DeepSpeed exports of a matrix of plans on CPU processes and compares the
+# losses with one process.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 venv=build/frameworks-venv
 [ -x "$venv/bin/python" ] || /usr/bin/python3 -m venv "$venv"
 "$venv/bin/pip" install -q --disable-pip-version-check -r tests/e2e/frameworks/requirements.txt
+"$venv/bin/pip" install -q --disable-pip-version-check --no-build-isolation \
+  -r tests/e2e/frameworks/requirements-deepspeed.txt
 /usr/bin/python3 tests/e2e/framework_runs.py --orrery build/bin/orrery \
   --python "$venv/bin/python" --workdir build/frameworks

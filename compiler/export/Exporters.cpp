@@ -2,7 +2,7 @@
 //
 // Targets (docs/export.md says what each maps and refuses):
 //   megatron    Megatron-LM core_r0.12 command-line flags, as a bash array
-//   deepspeed   DeepSpeed 0.16 ds_config.json
+//   deepspeed   DeepSpeed 0.19 ds_config.json
 //   torchtitan  torchtitan 0.1 job TOML: [training], [parallelism],
 //               [activation_checkpoint]
 //   pytorch     PyTorch 2.6: DeviceMesh, DTensor tensor parallelism, FSDP2
@@ -286,8 +286,22 @@ llvm::Expected<std::string> deepspeed(const ExportPlan &p) {
     zero["overlap_comm"] = true;
   }
   j["zero_optimization"] = zero;
-  if (s.tp > 1)
-    j["tensor_parallel"] = {{"autotp_size", s.tp}};
+  if (s.tp > 1) {
+    // AutoTP's own rules for the models it knows (Hugging Face's names),
+    // and the blocks' projections by torchtitan's Llama names (as the
+    // PyTorch export states them) for a model it does not.
+    nlohmann::ordered_json specs = nlohmann::ordered_json::array();
+    specs.push_back({{"patterns", {".*\\.attention\\.w[qkv]\\.weight$",
+                                   ".*\\.feed_forward\\.w[13]\\.weight$"}},
+                     {"partition_type", "column"}});
+    specs.push_back({{"patterns", {".*\\.attention\\.wo\\.weight$",
+                                   ".*\\.feed_forward\\.w2\\.weight$"}},
+                     {"partition_type", "row"}});
+    j["tensor_parallel"] = {
+        {"autotp_size", s.tp},
+        {"partition_config",
+         {{"use_default_specs", true}, {"layer_specs", specs}}}};
+  }
   if (s.pp > 1)
     j["pipeline"] = {{"stages", s.pp},
                      {"partition", "uniform"},
@@ -361,10 +375,7 @@ llvm::Expected<std::string> torchtitan(const ExportPlan &p) {
     << "data_parallel_shard_degree = " << (shard ? s.dp : 1) << "\n"
     << "tensor_parallel_degree = " << s.tp << "\n"
     << "context_parallel_degree = " << s.cp << "\n"
-    << "expert_parallel_degree = " << s.ep << "\n";
-  if (s.ep > 1)
-    t << "expert_tensor_parallel_degree = " << s.expertTp() << "\n";
-  t << "pipeline_parallel_degree = " << s.pp << "\n";
+    << "pipeline_parallel_degree = " << s.pp << "\n";
   if (s.tp > 1 && s.overlapTpComm)
     t << "enable_async_tensor_parallel = true\n";
   if (s.pp > 1) {

@@ -746,7 +746,7 @@ const Refusal kMegatron[] = {
      }},
 };
 
-/// DeepSpeed 0.16: a ds_config.json.
+/// DeepSpeed 0.19: a ds_config.json.
 const Refusal kDeepSpeed[] = {
     {Capability::Experts, needsMoeCapacity, moeCapacityWhy},
     {Capability::FineTuning,
@@ -887,7 +887,8 @@ const Refusal kDeepSpeed[] = {
      }},
 };
 
-/// torchtitan 0.1: its job TOML.
+/// torchtitan 0.1: its job TOML (config_manager.py and the Llama's
+/// parallelize.py of the 0.1.0 wheel).
 const Refusal kTorchtitan[] = {
     {Capability::Experts, needsMoeCapacity, moeCapacityWhy},
     {Capability::Precision,
@@ -963,6 +964,32 @@ const Refusal kTorchtitan[] = {
        return p.strategy.pp > 1 && !splitPointProblem(p).empty();
      },
      splitPointProblem},
+    {Capability::Experts,
+     [](const Plan &p, const std::string &) { return p.strategy.ep > 1; },
+     [](const Plan &p) {
+       return "expert parallelism (ep=" + num(p.strategy.ep) +
+              ") is no [parallelism] key of torchtitan 0.1 (its job config "
+              "would ignore it); export --to megatron";
+     }},
+    // Data parallelism over cp ranks is FSDP whatever the ZeRO stage, and
+    // replicated (DDP) weights take no second mesh axis.
+    {Capability::Zero,
+     [](const Plan &p, const std::string &) {
+       const Strategy &s = p.strategy;
+       return s.zeroStage == 0 &&
+              (s.cp > 1 || (s.dp > 1 && (s.tp > 1 || s.pp > 1)));
+     },
+     [](const Plan &p) {
+       const Strategy &s = p.strategy;
+       if (s.cp > 1)
+         return "with cp=" + num(s.cp) +
+                " torchtitan shards the weights over the data and context "
+                "ranks (FSDP) whatever the plan's ZeRO stage; plan with "
+                "zero=3";
+       return std::string("torchtitan replicates weights (DDP) only on a "
+                          "one-dimensional mesh (\"DDP has not supported > 1D "
+                          "parallelism\"); with tp or pp plan with zero=3");
+     }},
 };
 
 /// PyTorch 2.6: DeviceMesh, DTensor, FSDP2, torch.distributed.pipelining.
@@ -1171,7 +1198,7 @@ const std::vector<Row> &table() {
           "accumulated into fp32 main gradients inside the weight-gradient "
           "GEMM (or by a kernel of their own), reduced in the type kept",
           {"NVIDIA", "AMD"}, "NVIDIA and AMD GPUs (CUDA, ROCm)", kMegatron),
-      row("deepspeed", "DeepSpeed 0.16",
+      row("deepspeed", "DeepSpeed 0.19",
           "accumulated by a kernel of their own; reduced in the type kept "
           "or in communication_data_type",
           {"NVIDIA", "AMD", "Intel", "generic"},

@@ -66,6 +66,8 @@ def main():
     replica = rank // tp if "pipeline" not in config else engine.grid.get_data_parallel_rank()
     if "pipeline" not in config:
         replica = (rank // tp) % dp
+    # The weights this rank holds (ZeRO-3's partitions, AutoTP's shards).
+    local = sum(getattr(p, "ds_tensor", p).numel() for p in engine.module.parameters())
     rows = gbs // dp
     losses = []
     for x, y in tiny_llama.batches(args.steps, gbs):
@@ -86,7 +88,13 @@ def main():
         losses.append((pair[0] / pair[1]).item())
     if rank == 0:
         with open(args.out, "w") as f:
-            json.dump({"losses": losses, "compute_dtype": "torch.float32"}, f)
+            json.dump({"losses": losses, "compute_dtype": "torch.float32",
+                       "local_parameters": local}, f)
+    # Every collective has completed and the result is written: leave without
+    # the interpreter's teardown, where torch 2.15's CPU threads of FSDP2 and
+    # Gloo sometimes abort ("terminate called without an active exception").
+    sys.stdout.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":

@@ -33,7 +33,7 @@ def reference(args):
         loss.backward()
         optim.step()
         losses.append(loss.item())
-    return losses, "torch.float32"
+    return losses, "torch.float32", sum(p.numel() for p in model.parameters())
 
 
 def planned(args):
@@ -47,6 +47,10 @@ def planned(args):
     seen = []
     linear = next(m for part in parts for m in part.modules() if isinstance(m, torch.nn.Linear))
     linear.register_forward_hook(lambda m, i, o: seen.append(str(o.dtype)))
+    # The weights this rank holds: fewer than the model's when the plan
+    # splits or shards them.
+    local = sum(p.to_local().numel() if hasattr(p, "to_local") else p.numel()
+                for part in parts for p in part.parameters())
     dp, rank = mesh["dp"].size(), mesh["dp"].get_local_rank()
     rows = plan.GLOBAL_BATCH_SIZE // dp
     losses = []
@@ -60,7 +64,7 @@ def planned(args):
         dist.all_reduce(pair)
         losses.append((pair[0] / pair[1]).item())
     dist.destroy_process_group()
-    return losses, seen[0] if seen else None
+    return losses, seen[0] if seen else None, local
 
 
 def main():
@@ -72,10 +76,15 @@ def main():
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
     torch.use_deterministic_algorithms(True)
-    losses, dtype = reference(args) if args.reference else planned(args)
+    losses, dtype, local = reference(args) if args.reference else planned(args)
     if int(os.environ.get("RANK", "0")) == 0:
         with open(args.out, "w") as f:
-            json.dump({"losses": losses, "compute_dtype": dtype}, f)
+            json.dump({"losses": losses, "compute_dtype": dtype, "local_parameters": local}, f)
+    # Every collective has completed and the result is written: leave without
+    # the interpreter's teardown, where torch 2.15's CPU threads of FSDP2 and
+    # Gloo sometimes abort ("terminate called without an active exception").
+    sys.stdout.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":
