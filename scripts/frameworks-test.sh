@@ -3,7 +3,8 @@
 # tests/e2e/frameworks/requirements.txt in build/frameworks-venv (kept
 # between runs), then tests/e2e/framework_runs.py trains the PyTorch and
 # DeepSpeed exports of a matrix of plans on CPU processes and compares the
-# losses with one process.
+# losses with one process, and reads torchtitan's with torchtitan's own
+# config manager.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 venv=build/frameworks-venv
@@ -11,5 +12,7 @@ venv=build/frameworks-venv
 "$venv/bin/pip" install -q --disable-pip-version-check -r tests/e2e/frameworks/requirements.txt
 "$venv/bin/pip" install -q --disable-pip-version-check --no-build-isolation \
   -r tests/e2e/frameworks/requirements-deepspeed.txt
+"$venv/bin/pip" install -q --disable-pip-version-check --no-deps \
+  -r tests/e2e/frameworks/requirements-nodeps.txt
 /usr/bin/python3 tests/e2e/framework_runs.py --orrery build/bin/orrery \
   --python "$venv/bin/python" --workdir build/frameworks

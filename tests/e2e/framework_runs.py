@@ -1,11 +1,14 @@
 #!/usr/bin/python3
-"""Exports trained by the frameworks' own code: Orrery plans a small Llama
+"""Exports checked by the frameworks' own code: Orrery plans a small Llama
 (tests/e2e/frameworks/tiny_llama.py, written to ONNX by torch.onnx) on 2 and
 4 CPU processes for a matrix of strategies, exports each plan --to pytorch,
 and trains it under torchrun (Gloo) for a few steps with the exported
 script's own build(), optimizer() and train_step(); the mean loss of every
 step must match one process training the whole batch to 1e-4 relative, and
-the compute must run in the plan's precision (bf16 runs within 1e-2). Strategies the target cannot
+the compute must run in the plan's precision (bf16 runs within 1e-2). The
+same for DeepSpeed's exports with DeepSpeed's engine; torchtitan's job
+TOMLs (a GPU trains them) are read by torchtitan's ConfigManager and
+ParallelDims, every key kept. Strategies the target cannot
 run as priced must be refused in one line.
 
     framework_runs.py --orrery BIN --python VENV_PYTHON --workdir DIR
@@ -62,6 +65,23 @@ DEEPSPEED_RUNS = [
     ("tp+dp", 4, "tp=2,dp=2,sp=0,mbs=2,overlap=none", "fp32"),
 ]
 
+# torchtitan's job TOML read by torchtitan 0.1.0's ConfigManager and
+# ParallelDims (a GPU trains it; the config is checked here): (name,
+# model, cluster, strategy).
+GPT = os.path.join(HERE, "..", "..", "models", "fixtures", "gpt3-125m.onnx")
+TORCHTITAN_CONFIGS = [
+    ("fsdp", GPT, "8xA100-80G", "dp=8,zero=3,mbs=2,gbs=64"),
+    ("ddp", GPT, "8xA100-80G", "dp=8,zero=0,mbs=2,gbs=64,overlap=grad"),
+    ("tp+fsdp", GPT, "8xA100-80G", "tp=2,dp=4,sp=1,zero=3,mbs=2,gbs=64"),
+    ("async tp", GPT, "8xA100-80G", "tp=2,dp=4,sp=1,zero=3,mbs=2,gbs=64,overlap=grad+param+tp"),
+    ("pp 1f1b", GPT, "16xA100-80G", "tp=2,pp=2,dp=4,zero=3,mbs=2,gbs=64,recompute=op,layers=8:6"),
+    ("interleaved", GPT, "16xA100-80G", "tp=2,pp=2,dp=4,vpp=2,zero=3,mbs=2,gbs=64"),
+    ("cp ring", "llama2-7b", "16xH100-SXM", "tp=2,cp=2,dp=4,sp=1,zero=3,mbs=1,gbs=16"),
+    ("recompute full", GPT, "8xA100-80G", "dp=8,zero=3,mbs=2,gbs=64,recompute=full"),
+    ("cpu offload", GPT, "8xA100-80G", "dp=8,zero=3,mbs=2,gbs=64,offload=optimizer"),
+    ("fp8", "llama2-7b", "8xH100-SXM", "tp=2,dp=4,sp=1,zero=3,mbs=1,gbs=16,precision=fp8"),
+]
+
 # Strategies the PyTorch export does not run as priced: each a one-line
 # refusal naming what it lacks.
 REFUSED = [
@@ -84,7 +104,7 @@ def main():
     ap.add_argument("--only", help="run only the cases whose name contains this")
     args = ap.parse_args()
     if args.only:
-        for table in (RUNS, DEEPSPEED_RUNS, REFUSED):
+        for table in (RUNS, DEEPSPEED_RUNS, REFUSED, TORCHTITAN_CONFIGS):
             table[:] = [r for r in table if args.only in r[0]]
     os.makedirs(args.workdir, exist_ok=True)
     onnx_path = os.path.join(args.workdir, "tiny_llama.onnx")
@@ -152,6 +172,26 @@ def main():
                                 f"{result['compute_dtype']}, want {want}; {held} of {full} "
                                 f"weights here ({'split' if split else 'whole'} expected)")
         counts[target] = (accepted, len(runs), matched)
+    read = 0
+    for name, model, cluster, strategy in TORCHTITAN_CONFIGS:
+        stem = os.path.join(args.workdir, "torchtitan_" + name.replace(" ", "_").replace("+", "_"))
+        p = run([args.orrery, "plan", model, "--cluster", cluster, "--quiet", "-o",
+                 stem + ".json", "--strategy", strategy])
+        e = p if p.returncode else run([args.orrery, "export", stem + ".json", "--to",
+                                        "torchtitan", "-o", stem + ".toml"])
+        if e.returncode:
+            failures.append(f"torchtitan {name}: {e.stderr.strip()}")
+            continue
+        world = json.load(open(stem + ".json"))["cluster"]["devices"]
+        c = run([args.python, os.path.join(FRAMEWORKS, "torchtitan_config.py"),
+                 stem + ".toml", str(world)])
+        verdict = c.stdout.strip().splitlines()[-1] if c.stdout.strip() else c.stderr[-500:]
+        read += c.returncode == 0
+        print(f"  torchtitan {name:16} {world} devices  {verdict}")
+        if c.returncode:
+            failures.append(f"torchtitan {name}: {verdict}")
+    counts["torchtitan"] = (len(TORCHTITAN_CONFIGS), len(TORCHTITAN_CONFIGS), read)
+
     refused = 0
     for name, procs, strategy, precision, why in REFUSED:
         stem, error = export(name, procs, strategy, precision)
@@ -161,6 +201,10 @@ def main():
             failures.append(f"{name}: expected a one-line refusal naming '{why}', got "
                             f"{'an export' if stem else repr(error)}")
     for target, (accepted, tried, matched) in counts.items():
+        if target == "torchtitan":
+            print(f"torchtitan: job configs read by torchtitan 0.1.0's ConfigManager and "
+                  f"ParallelDims, every key kept {matched}/{tried}")
+            continue
         print(f"{target}: plans accepted {accepted}/{tried}, runs whose loss matched one "
               f"process {matched}/{accepted}" +
               (f"; refused in one line {refused}/{len(REFUSED)}" if target == "pytorch" else ""))
