@@ -1171,8 +1171,35 @@ bool checkPredicted(const nlohmann::json &node, const std::string &where,
 
 } // namespace
 
+/// A length-bucket plan file (`orrery plan --length-buckets -o`) holds a
+/// plan per bucket: where one plan is read, the error says which to take.
+static llvm::Error refuseBucketFile(const nlohmann::json &plan,
+                                    const std::string &what) {
+  if (!plan.is_object() ||
+      plan.value("schema", "") != "orrery-length-bucket-plans")
+    return llvm::Error::success();
+  std::string lengths;
+  const nlohmann::json &buckets = plan.value("buckets", nlohmann::json());
+  for (size_t i = 0; buckets.is_array() && i < buckets.size(); ++i) {
+    const nlohmann::json &b = buckets[i];
+    lengths += (i ? ", " : "") + std::string("buckets[") + std::to_string(i) +
+               "]" +
+               (b.is_object() && b.contains("length") &&
+                        b["length"].is_number_integer()
+                    ? " at " + std::to_string(b["length"].get<int64_t>())
+                    : std::string());
+  }
+  return inputError(
+      what + ": a length-bucket plan file (schema orrery-length-bucket-plans) "
+             "holds one plan per bucket (" +
+      (lengths.empty() ? std::string("none") : lengths) +
+      "); give one bucket's plan, e.g. jq '.buckets[0].plan' " + what);
+}
+
 llvm::Error checkPlanFieldTypes(const nlohmann::json &plan,
                                 const std::string &what) {
+  if (llvm::Error e = refuseBucketFile(plan, what))
+    return e;
   std::string bad;
   bool wrong = checkFields(plan, "", kPlanFields, bad);
   if (!wrong && plan.is_object() && plan.contains("strategy"))
