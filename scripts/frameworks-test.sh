@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Exports checked by the frameworks' own code: the pinned releases of
 # tests/e2e/frameworks/requirements.txt in build/frameworks-venv (kept
-# between runs), then tests/e2e/framework_runs.py trains the PyTorch and
-# DeepSpeed exports of a matrix of plans on CPU processes and compares the
-# losses with one process, and reads torchtitan's with torchtitan's own
-# config manager.
+# between runs), then tests/e2e/framework_runs.py trains the PyTorch,
+# DeepSpeed and JAX exports of a matrix of plans on CPU processes (JAX: CPU
+# devices) and compares the losses with one, and reads torchtitan's with
+# torchtitan's own config manager.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 venv=build/frameworks-venv

@@ -6,7 +6,8 @@ and trains it under torchrun (Gloo) for a few steps with the exported
 script's own build(), optimizer() and train_step(); the mean loss of every
 step must match one process training the whole batch to 1e-4 relative, and
 the compute must run in the plan's precision (bf16 runs within 1e-2). The
-same for DeepSpeed's exports with DeepSpeed's engine; torchtitan's job
+same for DeepSpeed's exports with DeepSpeed's engine, and for JAX's mesh
+and PartitionSpecs on N CPU devices against JAX on one; torchtitan's job
 TOMLs (a GPU trains them) are read by torchtitan's ConfigManager and
 ParallelDims, every key kept. Strategies the target cannot
 run as priced must be refused in one line.
@@ -65,6 +66,18 @@ DEEPSPEED_RUNS = [
     ("tp+dp", 4, "tp=2,dp=2,sp=0,mbs=2,overlap=none", "fp32"),
 ]
 
+# JAX: the export's mesh and PartitionSpecs on N CPU devices of one
+# process (XLA's host platform split), XLA's partitioner placing the
+# collectives; its own one-device run is the reference.
+JAX_RUNS = [
+    ("dp", 2, "dp=2,mbs=2,overlap=none", "fp32"),
+    ("tp", 2, "tp=2,mbs=4,overlap=none", "fp32"),
+    ("cp", 2, "cp=2,mbs=4,overlap=none", "fp32"),
+    ("zero3", 2, "dp=2,zero=3,mbs=2,overlap=none", "fp32"),
+    ("tp+dp+sp", 4, "tp=2,dp=2,sp=1,mbs=2,overlap=none", "fp32"),
+    ("cp+tp", 4, "cp=2,tp=2,sp=1,mbs=4,overlap=none", "fp32"),
+]
+
 # torchtitan's job TOML read by torchtitan 0.1.0's ConfigManager and
 # ParallelDims (a GPU trains it; the config is checked here): (name,
 # model, cluster, strategy).
@@ -104,7 +117,7 @@ def main():
     ap.add_argument("--only", help="run only the cases whose name contains this")
     args = ap.parse_args()
     if args.only:
-        for table in (RUNS, DEEPSPEED_RUNS, REFUSED, TORCHTITAN_CONFIGS):
+        for table in (RUNS, DEEPSPEED_RUNS, JAX_RUNS, REFUSED, TORCHTITAN_CONFIGS):
             table[:] = [r for r in table if args.only in r[0]]
     os.makedirs(args.workdir, exist_ok=True)
     onnx_path = os.path.join(args.workdir, "tiny_llama.onnx")
@@ -119,8 +132,15 @@ def main():
              "--steps", str(STEPS), "--out", ref_path])
     if p.returncode:
         sys.exit("framework_runs: the one-process reference failed: " + p.stderr[-2000:])
-    reference = json.load(open(ref_path))["losses"]
+    references = {"pytorch": json.load(open(ref_path))["losses"]}
+    references["deepspeed"] = references["pytorch"]
     full = json.load(open(ref_path))["local_parameters"]
+    jax_ref = os.path.join(args.workdir, "reference_jax.json")
+    p = run([args.python, os.path.join(FRAMEWORKS, "jax_train.py"), "--reference",
+             "--global-batch", str(GLOBAL_BATCH), "--steps", str(STEPS), "--out", jax_ref])
+    if p.returncode:
+        sys.exit("framework_runs: JAX's one-device reference failed: " + p.stderr[-2000:])
+    references["jax"] = json.load(open(jax_ref))["losses"]
 
     def export(name, procs, strategy, precision, target="pytorch"):
         stem = os.path.join(args.workdir, target + "_" + name.replace(" ", "_").replace("+", "_"))
@@ -130,13 +150,15 @@ def main():
         if plan.returncode:
             return None, f"orrery plan: {plan.stderr.strip()}"
         out = run([args.orrery, "export", stem + ".json", "--to", target, "-o",
-                   stem + (".py" if target == "pytorch" else ".ds.json")])
+                   stem + (".ds.json" if target == "deepspeed" else ".py")])
         return (stem if out.returncode == 0 else None), out.stderr.strip()
 
     torchrun = os.path.join(os.path.dirname(args.python), "torchrun")
     counts = {}
     for target, runs, trainer_py in (("pytorch", RUNS, "pytorch_train.py"),
-                                     ("deepspeed", DEEPSPEED_RUNS, "deepspeed_train.py")):
+                                     ("deepspeed", DEEPSPEED_RUNS, "deepspeed_train.py"),
+                                     ("jax", JAX_RUNS, "jax_train.py")):
+        reference = references[target]
         accepted = matched = 0
         for name, procs, strategy, precision in runs:
             stem, error = export(name, procs, strategy, precision, target)
@@ -145,9 +167,11 @@ def main():
                 continue
             accepted += 1
             inputs = (["--plan", stem + ".py"] if target == "pytorch" else
-                      ["--config", stem + ".ds.json", "--plan", stem + ".json"])
-            p = run([torchrun, "--standalone", "--nproc-per-node", str(procs),
-                     os.path.join(FRAMEWORKS, trainer_py), *inputs,
+                      ["--config", stem + ".ds.json", "--plan", stem + ".json"]
+                      if target == "deepspeed" else ["--plan", stem + ".py", "--devices", str(procs)])
+            launch = ([args.python] if target == "jax" else
+                      [torchrun, "--standalone", "--nproc-per-node", str(procs)])
+            p = run([*launch, os.path.join(FRAMEWORKS, trainer_py), *inputs,
                      "--steps", str(STEPS), "--out", stem + ".out.json"],
                     env=dict(os.environ, OMP_NUM_THREADS="1", DS_ACCELERATOR="cpu"))
             if p.returncode:
@@ -159,10 +183,11 @@ def main():
             # A plan that splits or shards the weights leaves this rank fewer.
             split = any(f"{k}=2" in strategy for k in ("tp", "pp")) or "zero=3" in strategy
             held = result["local_parameters"]
-            ok = (worst <= TOLERANCE[precision] and result["compute_dtype"] == want and
+            same_type = result["compute_dtype"].split(".")[-1] == want.split(".")[-1]
+            ok = (worst <= TOLERANCE[precision] and same_type and
                   (held < full if split else held == full))
             matched += ok
-            print(f"  {target} {name:16} {procs} processes  losses "
+            print(f"  {target} {name:16} {procs} {'devices' if target == 'jax' else 'processes'}  losses "
                   f"{', '.join(f'{x:.6f}' for x in result['losses'])}  worst {worst:.1e}  "
                   f"compute {result['compute_dtype']}  weights here {held:,} of {full:,}  "
                   f"{'ok' if ok else 'MISMATCH'}")
@@ -208,7 +233,9 @@ def main():
         print(f"{target}: plans accepted {accepted}/{tried}, runs whose loss matched one "
               f"process {matched}/{accepted}" +
               (f"; refused in one line {refused}/{len(REFUSED)}" if target == "pytorch" else ""))
-    print(f"one-process losses {', '.join(f'{x:.6f}' for x in reference)}")
+    for target in ("pytorch", "jax"):
+        print(f"one-process losses ({target}) "
+              f"{', '.join(f'{x:.6f}' for x in references[target])}")
     if failures:
         print("\n".join("FAIL " + f for f in failures))
         sys.exit(1)

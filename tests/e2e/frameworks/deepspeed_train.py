@@ -66,6 +66,10 @@ def main():
     replica = rank // tp if "pipeline" not in config else engine.grid.get_data_parallel_rank()
     if "pipeline" not in config:
         replica = (rank // tp) % dp
+    # The type the first linear layer computes in.
+    seen = []
+    linear = next(m for m in engine.module.modules() if isinstance(m, nn.Linear))
+    linear.register_forward_hook(lambda m, i, o: seen.append(str(o.dtype)))
     # The weights this rank holds (ZeRO-3's partitions, AutoTP's shards).
     local = sum(getattr(p, "ds_tensor", p).numel() for p in engine.module.parameters())
     rows = gbs // dp
@@ -88,7 +92,7 @@ def main():
         losses.append((pair[0] / pair[1]).item())
     if rank == 0:
         with open(args.out, "w") as f:
-            json.dump({"losses": losses, "compute_dtype": "torch.float32",
+            json.dump({"losses": losses, "compute_dtype": seen[0] if seen else None,
                        "local_parameters": local}, f)
     # Every collective has completed and the result is written: leave without
     # the interpreter's teardown, where torch 2.15's CPU threads of FSDP2 and
