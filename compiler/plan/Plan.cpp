@@ -1175,8 +1175,9 @@ bool checkPredicted(const nlohmann::json &node, const std::string &where,
 /// plan per bucket: where one plan is read, the error says which to take.
 static llvm::Error refuseBucketFile(const nlohmann::json &plan,
                                     const std::string &what) {
-  if (!plan.is_object() ||
-      plan.value("schema", "") != "orrery-length-bucket-plans")
+  if (!plan.is_object() || !plan.contains("schema") ||
+      !plan["schema"].is_string() ||
+      plan["schema"] != "orrery-length-bucket-plans")
     return llvm::Error::success();
   std::string lengths;
   const nlohmann::json &buckets = plan.value("buckets", nlohmann::json());
