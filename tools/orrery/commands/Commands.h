@@ -109,11 +109,13 @@ struct ExportCommand {
 };
 
 /// Writes the model at one step's micro-batch (batch = mbs x dp) with the
-/// strategy's shardings in MLIR's shard dialect to `path` ("-": stdout).
+/// strategy's shardings in MLIR's shard dialect to `path` ("-": stdout): in
+/// the orrery dialect, or with `upstream` in upstream dialects only
+/// (upstreamForm), refusing a model that has no such form.
 int emitSharded(ModelArgs args, const Strategy &st,
                 const std::vector<int> &chunkLayers,
                 const LayoutCosts &layoutCosts, const std::string &path,
-                const std::string &what);
+                const std::string &what, bool upstream = false);
 
 } // namespace cli
 } // namespace orrery

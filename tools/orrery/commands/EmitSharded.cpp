@@ -7,6 +7,7 @@
 
 #include "Commands.h"
 #include "orrery/Transforms/ShardAnnotations.h"
+#include "orrery/Transforms/UpstreamForm.h"
 
 #include "mlir/IR/Verifier.h"
 #include "llvm/Support/raw_ostream.h"
@@ -19,7 +20,7 @@ namespace cli {
 int emitSharded(ModelArgs args, const Strategy &st,
                 const std::vector<int> &chunkLayers,
                 const LayoutCosts &layoutCosts, const std::string &path,
-                const std::string &what) {
+                const std::string &what, bool upstream) {
   args.dims.erase(std::remove_if(args.dims.begin(), args.dims.end(),
                                  [](const std::string &d) {
                                    return d.rfind("batch=", 0) == 0;
@@ -53,6 +54,16 @@ int emitSharded(ModelArgs args, const Strategy &st,
   });
   if (mlir::failed(mlir::verify(*module)))
     return fail(what + ": the annotated module does not verify: " + diag);
+  if (upstream) {
+    std::string why;
+    mlir::OwningOpRef<mlir::ModuleOp> up = upstreamForm(*module, why);
+    if (!up)
+      return fail(what + ": " + why + " (plan --emit-mlir writes the model "
+                  "in the orrery dialect instead)");
+    if (mlir::failed(mlir::verify(*up)))
+      return fail(what + ": the upstream module does not verify: " + diag);
+    module = std::move(up);
+  }
   if (path == "-") {
     module->print(llvm::outs());
     llvm::outs() << "\n";

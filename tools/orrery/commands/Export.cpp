@@ -92,7 +92,8 @@ static int exportMlir(const ExportCommand &c, const nlohmann::json &planDoc,
                 args.path + ": the plan is for another model");
   return emitSharded(args, plan.strategy, plan.chunkLayers,
                      layoutCostsFor(*cluster, plan.strategy.precision),
-                     c.output.empty() ? "-" : c.output, "export --to mlir");
+                     c.output.empty() ? "-" : c.output, "export --to mlir",
+                     /*upstream=*/true);
 }
 
 int ExportCommand::run() {
