@@ -33,7 +33,7 @@ void DimFactors::appendLeaves(int a, SmallVector<int> &out) const {
     appendLeaves(c, out);
 }
 
-const SmallVector<int> &DimFactors::dimsOf(Value v) {
+SmallVector<int> DimFactors::dimsOf(Value v) {
   auto it = dims.find(v);
   if (it != dims.end())
     return it->second;

@@ -34,29 +34,20 @@ struct Scalar {
       return arith::ConstantOp::create(b, loc, t, b.getFloatAttr(t, x));
     return arith::ConstantOp::create(b, loc, t, b.getIntegerAttr(t, int64_t(x)));
   }
-  Value add(Value x, Value y) {
-    return isFloat(x) ? Value(arith::AddFOp::create(b, loc, x, y))
-                      : Value(arith::AddIOp::create(b, loc, x, y));
+  /// The float op on floats, the integer op on integers.
+  template <typename FOp, typename IOp> Value either(Value x, Value y) {
+    return isFloat(x) ? Value(FOp::create(b, loc, x, y))
+                      : Value(IOp::create(b, loc, x, y));
   }
-  Value sub(Value x, Value y) {
-    return isFloat(x) ? Value(arith::SubFOp::create(b, loc, x, y))
-                      : Value(arith::SubIOp::create(b, loc, x, y));
-  }
-  Value mul(Value x, Value y) {
-    return isFloat(x) ? Value(arith::MulFOp::create(b, loc, x, y))
-                      : Value(arith::MulIOp::create(b, loc, x, y));
-  }
-  Value div(Value x, Value y) {
-    return isFloat(x) ? Value(arith::DivFOp::create(b, loc, x, y))
-                      : Value(arith::DivSIOp::create(b, loc, x, y));
-  }
+  Value add(Value x, Value y) { return either<arith::AddFOp, arith::AddIOp>(x, y); }
+  Value sub(Value x, Value y) { return either<arith::SubFOp, arith::SubIOp>(x, y); }
+  Value mul(Value x, Value y) { return either<arith::MulFOp, arith::MulIOp>(x, y); }
+  Value div(Value x, Value y) { return either<arith::DivFOp, arith::DivSIOp>(x, y); }
   Value max(Value x, Value y) {
-    return isFloat(x) ? Value(arith::MaximumFOp::create(b, loc, x, y))
-                      : Value(arith::MaxSIOp::create(b, loc, x, y));
+    return either<arith::MaximumFOp, arith::MaxSIOp>(x, y);
   }
   Value min(Value x, Value y) {
-    return isFloat(x) ? Value(arith::MinimumFOp::create(b, loc, x, y))
-                      : Value(arith::MinSIOp::create(b, loc, x, y));
+    return either<arith::MinimumFOp, arith::MinSIOp>(x, y);
   }
   Value convert(Value x, Type to) {
     Type from = x.getType();

@@ -42,7 +42,8 @@ public:
 
   // Building blocks, public for the op rules.
   int newAtom(int64_t size);
-  const llvm::SmallVector<int> &dimsOf(mlir::Value v);
+  /// A copy: a later dimsOf may grow the map and move what it holds.
+  llvm::SmallVector<int> dimsOf(mlir::Value v);
   /// Equates two runs of dims with the same element count, refining either
   /// side's factors until they line up; false if they cannot.
   bool unify(llvm::ArrayRef<int> a, llvm::ArrayRef<int> b);
