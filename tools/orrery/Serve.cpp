@@ -153,7 +153,8 @@ searchRequestOf(const ServeRequest &request) {
 nlohmann::ordered_json servingPlanJson(const ModelArgs &args,
                                        const ServeRequest &request,
                                        const ServingSearchRequest &search,
-                                       const ServingSearchResult &found) {
+                                       const ServingSearchResult &found,
+                                       int64_t experts) {
   const ServingWorkload *workload = &search.workload;
   const ServingSlo *slo = &search.slo;
   const ServingPrecision *precision = &search.precision;
@@ -164,6 +165,9 @@ nlohmann::ordered_json servingPlanJson(const ModelArgs &args,
   nlohmann::ordered_json plan;
   plan["serving_plan_version"] = 1;
   plan["model"] = args.path;
+  // Engines lay a mixture of experts out differently across replicas (vLLM's
+  // data parallelism joins every replica's experts into one group).
+  plan["model_experts"] = experts;
   plan["cluster"] = request.cluster.spec;
   plan["engine"] = servingEngineName(engine);
   plan["precision"] = precision->name();
@@ -366,7 +370,7 @@ int serveModule(mlir::ModuleOp module, const ModelArgs &args,
   if (!found)
     return fail(llvm::toString(found.takeError()));
   std::string text =
-      servingPlanJson(args, request, *search, *found).dump(2) + "\n";
+      servingPlanJson(args, request, *search, *found, w.experts()).dump(2) + "\n";
   if (!planOut.empty()) {
     std::ofstream out(planOut);
     out << text;

@@ -202,6 +202,21 @@ exportServingPlanImpl(const nlohmann::json &plan, const std::string &to,
     return planError(what, "--to trtllm: a prefill/decode split needs "
                            "trtllm-serve's disaggregated configuration file, "
                            "which this exporter does not write");
+  // vLLM's --data-parallel-size does not make independent replicas of a
+  // mixture of experts: every replica's expert layers join one group of
+  // replicas x tp ranks (tensor-parallel, or expert-parallel with
+  // --enable-expert-parallel) that steps in lockstep. The plan priced
+  // independent replicas, each its experts over its own tp ranks: that is
+  // one vLLM instance per replica.
+  bool moe = false;
+  if (to == "vllm") {
+    if (!plan.contains("model_experts"))
+      moe = true; // a plan from before the field: unknown, so the safe way
+    else if (!plan["model_experts"].is_number_integer())
+      return planError(what, "model_experts: expected an integer");
+    else
+      moe = plan["model_experts"].get<int64_t>() > 1;
+  }
   bool fp8 = request->precision == "fp8";
   bool fp8Cache = request->kvCache == "fp8";
   struct Args {
@@ -254,7 +269,7 @@ exportServingPlanImpl(const nlohmann::json &plan, const std::string &to,
       add("--pipeline-parallel-size " + std::to_string(a.pp));
       if (a.ep > 1)
         add("--enable-expert-parallel");
-      if (a.replicas > 1)
+      if (a.replicas > 1 && !moe)
         add("--data-parallel-size " + std::to_string(a.replicas));
       add("--max-num-seqs " + std::to_string(a.maxRequests));
       add("--max-num-batched-tokens " + std::to_string(a.maxTokens));
@@ -326,6 +341,15 @@ exportServingPlanImpl(const nlohmann::json &plan, const std::string &to,
       out += "# run " + std::to_string(a->replicas) +
              " instances behind a load balancer (trtllm-serve has no "
              "data-parallel flag for a dense model)\n";
+    if (to == "vllm" && moe && a->replicas > 1)
+      out += "# run " + std::to_string(a->replicas) +
+             " instances behind a load balancer, each on its own " +
+             std::to_string(a->tp * a->pp) +
+             " GPUs: --data-parallel-size would join the replicas' experts "
+             "into one group of " +
+             std::to_string(a->replicas * a->tp) +
+             " ranks stepping together, not the independent replicas "
+             "priced\n";
     out += std::string("# use: ") + use + " \"${ORRERY_ARGS[@]}\"\n";
     out += "ORRERY_ARGS=(\n" + flags(*a, nullptr) + ")\n";
     return out;
@@ -342,6 +366,11 @@ exportServingPlanImpl(const nlohmann::json &plan, const std::string &to,
          dec->device + " nodes; the KV cache moves between them (NIXL) and a "
          "router sends each request to a prefill instance, then a decode "
          "one\n";
+  if (to == "vllm" && moe && (pre->replicas > 1 || dec->replicas > 1))
+    out += "# run " + std::to_string(pre->replicas) + " prefill and " +
+           std::to_string(dec->replicas) +
+           " decode instances: --data-parallel-size would join a mixture of "
+           "experts' replicas into one expert group\n";
   out += std::string("# use: ") + use +
          " \"${ORRERY_PREFILL_ARGS[@]}\"  (on the " + pre->device + ")\n";
   out += std::string("#      ") + use + " \"${ORRERY_DECODE_ARGS[@]}\"  (on the " +
