@@ -16,6 +16,8 @@
 #include "orrery/Plan/Plan.h"
 
 #include <algorithm>
+#include <map>
+#include <set>
 #include <sstream>
 
 namespace orrery {
@@ -23,6 +25,9 @@ namespace orrery {
 /// compiler/export/pytorch_plan.py, embedded by CMake: the functions every
 /// PyTorch export shares after its plan's constants.
 extern const char *const kPytorchPlanRuntime;
+/// compiler/export/pytorch_hetero.py: what a heterogeneous plan's script
+/// puts in place of the mesh, the build and the step.
+extern const char *const kPytorchHeteroRuntime;
 
 static llvm::Error err(const std::string &msg) {
   return llvm::createStringError(llvm::inconvertibleErrorCode(), msg);
@@ -435,6 +440,21 @@ std::pair<const char *, const char *> torchDevice(const ExportPlan &p) {
   return {"cuda", "nccl"};
 }
 
+/// The module names the PyTorch scripts split, by torchtitan's Llama.
+const char *torchModuleNames() {
+  return "# The model's modules by torchtitan's Llama names; rename for "
+         "another model.\n"
+         "EMBEDDING = \"tok_embeddings\"\n"
+         "FINAL_NORM = \"norm\"\n"
+         "HEAD = \"output\"\n"
+         "BLOCK_NORMS = (\"attention_norm\", \"ffn_norm\")\n"
+         "BLOCK_INPUTS = (\"attention\", \"feed_forward\")  # take the "
+         "sequence whole under sequence parallelism\n"
+         "COLUMN_PARALLEL = (\"attention.wq\", \"attention.wk\", "
+         "\"attention.wv\", \"feed_forward.w1\", \"feed_forward.w3\")\n"
+         "ROW_PARALLEL = (\"attention.wo\", \"feed_forward.w2\")\n";
+}
+
 llvm::Expected<std::string> pytorch(const ExportPlan &p) {
   const Strategy &s = p.strategy;
   auto axes = meshAxes(s);
@@ -497,17 +517,7 @@ llvm::Expected<std::string> pytorch(const ExportPlan &p) {
          : s.schedule == Schedule::ZeroBubbleV ? "\"zb-v\""
                                                : "\"1f1b\"")
      << "\n"
-     << "# The model's modules by torchtitan's Llama names; rename for "
-        "another model.\n"
-     << "EMBEDDING = \"tok_embeddings\"\n"
-     << "FINAL_NORM = \"norm\"\n"
-     << "HEAD = \"output\"\n"
-     << "BLOCK_NORMS = (\"attention_norm\", \"ffn_norm\")\n"
-     << "BLOCK_INPUTS = (\"attention\", \"feed_forward\")  # take the "
-        "sequence whole under sequence parallelism\n"
-     << "COLUMN_PARALLEL = (\"attention.wq\", \"attention.wk\", "
-        "\"attention.wv\", \"feed_forward.w1\", \"feed_forward.w3\")\n"
-     << "ROW_PARALLEL = (\"attention.wo\", \"feed_forward.w2\")\n";
+     << torchModuleNames();
   if (s.precision == Precision::TF32 || s.precision == Precision::FP32)
     py << "torch.backends.cuda.matmul.allow_tf32 = "
        << (s.precision == Precision::TF32 ? "True" : "False") << "\n";
@@ -593,6 +603,277 @@ llvm::Expected<std::string> exportPlan(const ExportPlan &plan,
   for (const std::string &f : exportFormats())
     known += (known.empty() ? "" : ", ") + f;
   return err("export: unknown format '" + format + "' (known: " + known + ")");
+}
+
+namespace {
+
+/// One stage of one replica group as the hetero script reads it.
+struct HeteroStagePy {
+  int tp = 1;
+  int64_t firstBlock = 0, lastBlock = 0;
+  bool embedding = false, head = false;
+  std::vector<std::vector<int>> ranks; ///< per replica, its tp ranks
+  std::string pool;
+};
+
+/// The layer kinds of model.layers, one entry a layer, in model order.
+llvm::Expected<std::vector<std::string>> layerKinds(const nlohmann::json &plan,
+                                                    const std::string &what) {
+  const nlohmann::json &model = plan.value("model", nlohmann::json::object());
+  std::vector<std::string> kinds;
+  if (!model.is_object() || !model.contains("layers") ||
+      !model["layers"].is_array())
+    return err(what + ": model.layers: missing (the layer kinds and counts)");
+  std::string body;
+  for (const auto &l : model["layers"]) {
+    if (!l.is_object() || !l.contains("kind") || !l["kind"].is_string() ||
+        !l.contains("count") || !l["count"].is_number_integer() ||
+        l["count"].get<int64_t>() < 1 || l["count"].get<int64_t>() > 100000)
+      return err(what + ": model.layers: each needs a kind and a count from 1 "
+                        "to 100000");
+    std::string kind = l["kind"].get<std::string>();
+    if (kind != "embedding" && kind != "head") {
+      if (!body.empty() && body != kind)
+        return err(what + ": pytorch: the model's body is " + body + " and " +
+                   kind + " layers; the script splits one kind of block");
+      body = kind;
+    }
+    kinds.insert(kinds.end(), size_t(l["count"].get<int64_t>()), kind);
+  }
+  if (body != "transformer_layer")
+    return err(what + ": pytorch: the model has no transformer blocks (its "
+                      "body: " + (body.empty() ? "none" : body) +
+               "); the script splits transformer blocks");
+  return kinds;
+}
+
+/// The stages of every group with their blocks and ranks (the plan's
+/// devices, numbered in order among those the plan uses).
+llvm::Expected<std::vector<std::vector<HeteroStagePy>>>
+heteroStagesPy(const nlohmann::json &plan, const HeteroStrategy &s,
+               const std::vector<std::string> &kinds, const std::string &what,
+               int &devices) {
+  std::map<std::pair<int, int>, std::vector<int>> placed;
+  std::set<int> used;
+  for (const auto &st : plan.value("stages", nlohmann::json::array())) {
+    if (!st.is_object() || !st.contains("devices") || !st["devices"].is_array())
+      return err(what + ": stages[]: each needs its devices");
+    std::vector<int> ds;
+    for (const auto &d : st["devices"]) {
+      if (!d.is_number_integer() || d.get<int64_t>() < 0 ||
+          d.get<int64_t>() > kMaxDevices || !used.insert(d.get<int>()).second)
+        return err(what + ": stages[].devices: device indices must be "
+                          "distinct integers from 0 to " +
+                   std::to_string(kMaxDevices));
+      ds.push_back(d.get<int>());
+    }
+    placed[{st.value("replica_group", -1), st.value("stage", -1)}] = ds;
+  }
+  std::map<int, int> rankOf;
+  for (int d : used)
+    rankOf[d] = int(rankOf.size());
+  devices = int(used.size());
+  const nlohmann::json &pools =
+      plan.value("cluster", nlohmann::json::object()).value("pools",
+                                                            nlohmann::json());
+  std::vector<std::vector<HeteroStagePy>> out;
+  size_t layer = 0;
+  for (size_t g = 0; g < s.groups.size(); ++g, layer = 0) {
+    const ReplicaGroup &rg = s.groups[g];
+    std::vector<HeteroStagePy> stages;
+    int64_t block = 0;
+    for (size_t i = 0; i < rg.stages.size(); ++i) {
+      const HeteroStage &hs = rg.stages[i];
+      HeteroStagePy py;
+      py.tp = hs.tp;
+      py.firstBlock = block;
+      for (int l = 0; l < hs.layers; ++l, ++layer) {
+        if (layer >= kinds.size())
+          return err(what + ": strategy.replica_groups[" + std::to_string(g) +
+                     "]: its stages hold more layers than model.layers");
+        py.embedding |= kinds[layer] == "embedding";
+        py.head |= kinds[layer] == "head";
+        block += kinds[layer] == "transformer_layer";
+      }
+      py.lastBlock = block;
+      auto it = placed.find({int(g), int(i)});
+      if (it == placed.end() ||
+          it->second.size() != size_t(rg.replicas) * size_t(hs.tp))
+        return err(what + ": stages: group " + std::to_string(g) + " stage " +
+                   std::to_string(i) + " needs replicas x tp = " +
+                   std::to_string(rg.replicas * hs.tp) + " devices");
+      for (int r = 0; r < rg.replicas; ++r) {
+        std::vector<int> ranks;
+        for (int t = 0; t < hs.tp; ++t)
+          ranks.push_back(rankOf[it->second[size_t(r * hs.tp + t)]]);
+        py.ranks.push_back(ranks);
+      }
+      if (pools.is_array() && hs.pool < int(pools.size()) &&
+          pools[size_t(hs.pool)].is_object())
+        py.pool = pools[size_t(hs.pool)].value("name", "");
+      stages.push_back(py);
+    }
+    if (layer != kinds.size())
+      return err(what + ": strategy.replica_groups[" + std::to_string(g) +
+                 "]: its stages hold " + std::to_string(layer) +
+                 " layers, the model " + std::to_string(kinds.size()));
+    out.push_back(stages);
+  }
+  return out;
+}
+
+/// What the script cannot run as the plan priced it, one line; "" if none.
+std::string heteroRefusal(const nlohmann::json &plan, const HeteroStrategy &s,
+                          std::string &deviceType) {
+  if (s.zeroStage > 1)
+    return "ZeRO-" + std::to_string(s.zeroStage) +
+           " on a heterogeneous plan (FSDP over each stage's replicas) is not "
+           "written; plan it with ZeRO-1";
+  if (s.precision == Precision::FP16 || s.precision == Precision::FP8)
+    return std::string(precisionName(s.precision)) +
+           " needs loss scaling or float8 converters the script does not "
+           "apply; plan it in bf16 or fp32";
+  for (const ReplicaGroup &g : s.groups)
+    if (g.recompute != Recompute::None && g.recompute != Recompute::Full)
+      return std::string("recompute=") + recomputeName(g.recompute) +
+             " (selective) is not applied by the script; plan none or full";
+  const nlohmann::json &model = plan.value("model", nlohmann::json::object());
+  if (model.is_object() && model.value("tied_parameters", 0) > 0)
+    return "the model ties its embedding and head, which the stages hold "
+           "apart";
+  std::set<std::string> kinds;
+  for (const auto &p : plan.value("cluster", nlohmann::json::object())
+                           .value("pools", nlohmann::json::array()))
+    if (p.is_object())
+      kinds.insert(deviceVendorOf(p.value("device_type", "")) == "generic"
+                       ? "cpu"
+                       : "cuda");
+  if (kinds.size() != 1)
+    return "the pools mix CPUs and accelerators, which one process group "
+           "(Gloo or NCCL) does not join";
+  deviceType = *kinds.begin();
+  return "";
+}
+
+} // namespace
+
+static llvm::Expected<std::string>
+exportHeteroPytorchImpl(const nlohmann::json &plan, const std::string &what) {
+  auto s = heteroStrategyFromPlan(plan, what);
+  if (!s)
+    return s.takeError();
+  std::string deviceType;
+  std::string why = heteroRefusal(plan, *s, deviceType);
+  if (!why.empty())
+    return err(what + ": pytorch: " + why);
+  auto kinds = layerKinds(plan, what);
+  if (!kinds)
+    return kinds.takeError();
+  int devices = 0;
+  auto stages = heteroStagesPy(plan, *s, *kinds, what, devices);
+  if (!stages)
+    return stages.takeError();
+  std::ostringstream py;
+  py << "# PyTorch (2.6+) from a heterogeneous Orrery plan: each process runs "
+        "one stage of one replica of a\n"
+     << "# replica group, with its own tensor-parallel group (DTensor); the "
+        "stages pass activations\n"
+     << "# and gradients point to point (1F1B); gradients are reduced over "
+        "the stage's replicas\n"
+     << "# during the last backward and across groups after it, weighted by "
+        "each replica's share.\n"
+     << "# strategy: " << plan["strategy"].value("summary", "") << "\n"
+     << "# Run under torchrun with " << devices
+     << " processes, ranks numbered in the plan's device order (each "
+        "stage's ranks and pool below):\n"
+     << "# mesh = device_mesh(); parts, schedule = build(model, loss_fn, "
+        "mesh); optim = optimizer(parts, mesh);\n"
+     << "# then train_step(parts, schedule, optim, inputs, labels, loss_fn, "
+        "mesh) on the rows batch_rows(mesh)\n"
+     << "# of each global batch.\n"
+     << "import torch\n\n"
+     << "DEVICES = " << devices << "\n"
+     << "DEVICE_TYPE = \"" << deviceType << "\"\n"
+     << "BACKEND = \"" << (deviceType == "cpu" ? "gloo" : "nccl") << "\"\n"
+     << "GLOBAL_BATCH_SIZE = " << s->globalBatch << "\n"
+     << "ZERO_STAGE = " << s->zeroStage << "\n"
+     << "OVERLAP_GRAD_REDUCE = " << (s->overlapGradReduce ? "True" : "False")
+     << "\n"
+     << "OVERLAP_PARAM_GATHER = "
+     << (s->overlapParamGather ? "True" : "False") << "\n"
+     << "SEQUENCE_PARALLEL = False\n"
+     << "PARAM_DTYPE = "
+     << (s->precision == Precision::FP32 || s->precision == Precision::TF32
+             ? "torch.float32"
+             : "torch.bfloat16")
+     << "  # the plan's precision: " << precisionName(s->precision) << "\n"
+     << "NUM_BLOCKS = "
+     << std::count(kinds->begin(), kinds->end(), "transformer_layer") << "\n"
+     << "# Replica groups: each replica takes micro_batches x micro_batch_size "
+        "rows [start, stop) of the\n"
+     << "# global batch and weighs its gradient by its share; stages hold "
+        "blocks [first, last), the\n"
+     << "# embedding, the final norm and head, and a replica's tp ranks.\n"
+     << "GROUPS = [\n";
+  int64_t row = 0;
+  for (size_t g = 0; g < s->groups.size(); ++g) {
+    const ReplicaGroup &rg = s->groups[g];
+    py << "    {\"recompute\": \"" << recomputeName(rg.recompute)
+       << "\", \"micro_batch_size\": " << rg.microBatch
+       << ", \"micro_batches\": [";
+    for (size_t r = 0; r < rg.microBatches.size(); ++r)
+      py << (r ? ", " : "") << rg.microBatches[r];
+    py << "],\n     \"rows\": [";
+    if (rg.microBatches.size() != size_t(rg.replicas))
+      return err(what + ": strategy.replica_groups[" + std::to_string(g) +
+                 "].micro_batches_per_replica: " +
+                 std::to_string(rg.microBatches.size()) + " counts for " +
+                 std::to_string(rg.replicas) + " replicas");
+    for (size_t r = 0; r < rg.microBatches.size(); ++r) {
+      if (rg.microBatches[r] > (s->globalBatch - row) / rg.microBatch)
+        return err(what + ": strategy: the replicas take more samples than "
+                          "global_batch_size_samples, " +
+                   std::to_string(s->globalBatch));
+      int64_t n = rg.microBatches[r] * rg.microBatch;
+      py << (r ? ", " : "") << "(" << row << ", " << row + n << ")";
+      row += n;
+    }
+    py << "],\n     \"stages\": [\n";
+    for (const HeteroStagePy &st : (*stages)[g]) {
+      py << "        {\"pool\": \"" << st.pool << "\", \"tp\": " << st.tp
+         << ", \"blocks\": (" << st.firstBlock << ", " << st.lastBlock
+         << "), \"embedding\": " << (st.embedding ? "True" : "False")
+         << ", \"head\": " << (st.head ? "True" : "False")
+         << ", \"ranks\": [";
+      for (size_t r = 0; r < st.ranks.size(); ++r) {
+        py << (r ? ", " : "") << "[";
+        for (size_t t = 0; t < st.ranks[r].size(); ++t)
+          py << (t ? ", " : "") << st.ranks[r][t];
+        py << "]";
+      }
+      py << "]},\n";
+    }
+    py << "     ]},\n";
+  }
+  py << "]\n";
+  if (row != s->globalBatch)
+    return err(what + ": strategy: the replicas take " + std::to_string(row) +
+               " samples, global_batch_size_samples is " +
+               std::to_string(s->globalBatch));
+  py << torchModuleNames() << kPytorchPlanRuntime << kPytorchHeteroRuntime;
+  return py.str();
+}
+
+llvm::Expected<std::string> exportHeteroPytorch(const nlohmann::json &plan,
+                                                const std::string &what) {
+  // nlohmann::json reports a field of the wrong type by exception.
+  try {
+    if (llvm::Error e = checkPlanFieldTypes(plan, what))
+      return std::move(e);
+    return exportHeteroPytorchImpl(plan, what);
+  } catch (const nlohmann::json::exception &e) {
+    return err(what + ": malformed plan: " + e.what());
+  }
 }
 
 } // namespace orrery

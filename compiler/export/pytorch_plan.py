@@ -24,9 +24,9 @@ SCHEDULES = {"1f1b": Schedule1F1B, "gpipe": ScheduleGPipe,
              "interleaved": ScheduleInterleaved1F1B, "zb-v": ScheduleZBVZeroBubble}
 
 
-def device_mesh():
-    """The plan's mesh over the processes torchrun started (one a device):
-    Gloo on CPU plans, NCCL on GPU plans."""
+def _start():
+    """The process group over the processes torchrun started (one a
+    device): Gloo on CPU plans, NCCL on GPU plans."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world != DEVICES:
         raise RuntimeError(f"the plan runs on {DEVICES} processes (torchrun "
@@ -35,7 +35,29 @@ def device_mesh():
         dist.init_process_group(BACKEND)
     if DEVICE_TYPE == "cuda":
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+
+
+def device_mesh():
+    """The plan's mesh over the processes torchrun started."""
+    _start()
     return init_device_mesh(DEVICE_TYPE, MESH_SHAPE, mesh_dim_names=MESH_DIMS)
+
+
+def batch_rows(mesh=None):
+    """[start, stop) of each global batch this process's replica trains on."""
+    mesh = mesh or device_mesh()
+    rows = GLOBAL_BATCH_SIZE // mesh["dp"].size()
+    return mesh["dp"].get_local_rank() * rows, (mesh["dp"].get_local_rank() + 1) * rows
+
+
+def loss_weight(mesh=None):
+    """This replica's share of the global batch (its loss's weight)."""
+    mesh = mesh or device_mesh()
+    return 1.0 / mesh["dp"].size()
+
+
+def finish(optim):
+    """Nothing is left in flight after a step here."""
 
 
 def device():

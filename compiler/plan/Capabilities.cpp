@@ -61,8 +61,8 @@ readExportPlanImpl(const nlohmann::json &plan, const std::string &what) {
   if (isHeteroPlan(plan))
     return err(what + ": a heterogeneous plan (stages on different device "
                       "types or sites) runs different configurations on "
-                      "different devices; none of the export targets can "
-                      "express that");
+                      "different devices; of the export targets only "
+                      "pytorch expresses that (--to pytorch)");
   auto s = strategyFromPlan(plan, what);
   if (!s)
     return s.takeError();

@@ -95,6 +95,46 @@ TORCHTITAN_CONFIGS = [
     ("fp8", "llama2-7b", "8xH100-SXM", "tp=2,dp=4,sp=1,zero=3,mbs=1,gbs=16,precision=fp8"),
 ]
 
+# Heterogeneous plans (replica groups of stages on two CPU pools standing in
+# for two device types): the planner's own plans, and two with stages set to
+# tp=2 by hand (the planner gives this tiny model tp=1; `orrery check` would
+# re-price such an edit): (name, cluster, global batch, edit).
+DATA = os.path.join(HERE, "data")
+
+
+def _tp2_stages(plan):
+    """One replica of the two-stage pipeline, each stage tp=2."""
+    g = plan["strategy"]["replica_groups"][0]
+    g.update(replicas=1, micro_batches_per_replica=[4], samples_per_replica=[8],
+             gradient_weight_per_replica=[1.0])
+    for st in g["stages"] + plan["stages"]:
+        st["tp"] = 2
+    plan["strategy"]["summary"] = "[a/CPU tp2 (3 layers) | b/CPU tp2 (3 layers)] x1 mbs2 m4 (by hand)"
+
+
+def _tp2_second_group(plan):
+    """The second group's two replicas as one of tp=2 (the groups' stages
+    then split the weights differently: the cross-group reduction takes
+    whole gradients)."""
+    g = plan["strategy"]["replica_groups"][1]
+    g.update(replicas=1, micro_batches_per_replica=[2], samples_per_replica=[8],
+             gradient_weight_per_replica=[8 / 12])
+    g["stages"][0]["tp"] = 2
+    for st in plan["stages"]:
+        if st["replica_group"] == 1:
+            st["tp"] = 2
+    plan["strategy"]["summary"] = plan["strategy"]["summary"].replace(
+        "[b/CPU tp1 pp1 (6 layers)] x2 mbs4 m1", "[b/CPU tp2 pp1 (6 layers)] x1 mbs4 m2 (by hand)")
+
+
+HETERO_RUNS = [
+    ("pipeline across pools", "cpu-pools-2-2.json", 8, None),
+    ("two groups", "cpu-pools-2-1.json", 12, None),
+    ("groups split apart", "cpu-pools-2-2.json", 12, None),
+    ("stages tp=2", "cpu-pools-2-2.json", 8, _tp2_stages),
+    ("groups tp=1 and 2", "cpu-pools-2-2.json", 12, _tp2_second_group),
+]
+
 # Strategies the PyTorch export does not run as priced: each a one-line
 # refusal naming what it lacks.
 REFUSED = [
@@ -109,6 +149,61 @@ def run(cmd, **kw):
     return subprocess.run(cmd, capture_output=True, text=True, timeout=900, **kw)
 
 
+def hetero_runs(args, onnx_path, torchrun, failures):
+    """Plans tiny_llama on two CPU pools, exports --to pytorch and trains
+    each under torchrun; returns (accepted, tried, matched)."""
+    accepted = matched = 0
+    references = {}
+    for name, cluster, batch, edit in HETERO_RUNS:
+        stem = os.path.join(args.workdir, "hetero_" + name.replace(" ", "_").replace("=", ""))
+        p = run([args.orrery, "plan", onnx_path, "--cluster", os.path.join(DATA, cluster),
+                 "--dim", f"batch={batch}", "--global-batch", str(batch), "--precision",
+                 "fp32", "--quiet", "-o", stem + ".json"])
+        if p.returncode:
+            failures.append(f"pytorch heterogeneous {name}: orrery plan: {p.stderr.strip()}")
+            continue
+        plan = json.load(open(stem + ".json"))
+        if plan["strategy"].get("kind") != "heterogeneous":
+            failures.append(f"pytorch heterogeneous {name}: the planner chose a "
+                            f"homogeneous plan: {plan['strategy'].get('summary')}")
+            continue
+        if edit:
+            edit(plan)
+            json.dump(plan, open(stem + ".json", "w"), indent=1)
+        e = run([args.orrery, "export", stem + ".json", "--to", "pytorch", "-o", stem + ".py"])
+        if e.returncode:
+            failures.append(f"pytorch heterogeneous {name}: refused: {e.stderr.strip()}")
+            continue
+        accepted += 1
+        if batch not in references:
+            ref = os.path.join(args.workdir, f"reference_{batch}.json")
+            r = run([args.python, os.path.join(FRAMEWORKS, "pytorch_train.py"), "--reference",
+                     "--global-batch", str(batch), "--steps", str(STEPS), "--out", ref])
+            if r.returncode:
+                sys.exit("framework_runs: the one-process reference failed: " + r.stderr[-2000:])
+            references[batch] = json.load(open(ref))["losses"]
+        procs = plan["cluster"]["devices_used"]
+        t = run([torchrun, "--standalone", "--nproc-per-node", str(procs),
+                 os.path.join(FRAMEWORKS, "pytorch_train.py"), "--plan", stem + ".py",
+                 "--steps", str(STEPS), "--out", stem + ".out.json"],
+                env=dict(os.environ, OMP_NUM_THREADS="1"))
+        if t.returncode:
+            failures.append(f"pytorch heterogeneous {name}: torchrun failed:\n{t.stderr[-3000:]}")
+            continue
+        losses = json.load(open(stem + ".out.json"))["losses"]
+        worst = max(abs(a - b) / abs(b) for a, b in zip(losses, references[batch]))
+        ok = worst <= TOLERANCE["fp32"]
+        matched += ok
+        print(f"  pytorch heterogeneous {name:22} {procs} processes  "
+              f"{plan['strategy']['summary'].split(', gbs')[0]}  losses "
+              f"{', '.join(f'{x:.6f}' for x in losses)}  worst {worst:.1e}  "
+              f"{'ok' if ok else 'MISMATCH'}")
+        if not ok:
+            failures.append(f"pytorch heterogeneous {name}: losses {losses} vs one process "
+                            f"{references[batch]} (worst {worst:.2e})")
+    return accepted, len(HETERO_RUNS), matched
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--orrery", required=True)
@@ -117,7 +212,7 @@ def main():
     ap.add_argument("--only", help="run only the cases whose name contains this")
     args = ap.parse_args()
     if args.only:
-        for table in (RUNS, DEEPSPEED_RUNS, JAX_RUNS, REFUSED, TORCHTITAN_CONFIGS):
+        for table in (RUNS, DEEPSPEED_RUNS, JAX_RUNS, REFUSED, TORCHTITAN_CONFIGS, HETERO_RUNS):
             table[:] = [r for r in table if args.only in r[0]]
     os.makedirs(args.workdir, exist_ok=True)
     onnx_path = os.path.join(args.workdir, "tiny_llama.onnx")
@@ -216,6 +311,7 @@ def main():
         if c.returncode:
             failures.append(f"torchtitan {name}: {verdict}")
     counts["torchtitan"] = (len(TORCHTITAN_CONFIGS), len(TORCHTITAN_CONFIGS), read)
+    counts["pytorch heterogeneous"] = hetero_runs(args, onnx_path, torchrun, failures)
 
     refused = 0
     for name, procs, strategy, precision, why in REFUSED:
@@ -226,6 +322,10 @@ def main():
             failures.append(f"{name}: expected a one-line refusal naming '{why}', got "
                             f"{'an export' if stem else repr(error)}")
     for target, (accepted, tried, matched) in counts.items():
+        if target == "pytorch heterogeneous":
+            print(f"pytorch heterogeneous: plans accepted {accepted}/{tried}, runs whose loss "
+                  f"matched one process {matched}/{accepted}")
+            continue
         if target == "torchtitan":
             print(f"torchtitan: job configs read by torchtitan 0.1.0's ConfigManager and "
                   f"ParallelDims, every key kept {matched}/{tried}")

@@ -25,6 +25,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (orrery::isHeteroPlan(plan)) {
     auto s = orrery::heteroStrategyFromPlan(plan, "fuzz.json");
     orrery::fuzz::succeeded(s);
+    auto text = orrery::exportHeteroPytorch(plan, "fuzz.json");
+    orrery::fuzz::succeeded(text);
     return 0;
   }
   auto s = orrery::strategyFromPlan(plan, "fuzz.json");

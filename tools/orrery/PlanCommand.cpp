@@ -250,11 +250,11 @@ llvm::Expected<PlanOutcome> searchPlan(const PlanSetup &setup,
   // a search).
   bool named = !options.framework.empty() && options.framework != "any";
   if (needsHeteroSearch(cluster)) {
-    if (named)
+    if (named && options.framework != "pytorch")
       return error("--framework " + request.framework +
                    ": this cluster needs a heterogeneous plan (stages on "
-                   "different device types or sites), which no export "
-                   "target runs");
+                   "different device types or sites), which of the export "
+                   "targets only pytorch runs");
     if (!request.fixedStrategy.empty())
       return error("--strategy: a strategy string places one device type at "
                    "one site; this cluster needs a heterogeneous plan");
@@ -265,7 +265,8 @@ llvm::Expected<PlanOutcome> searchPlan(const PlanSetup &setup,
       return error("--emit-mlir: a plan over mixed device types or sites has "
                    "a mesh per stage; this version writes shard annotations "
                    "for one mesh only");
-    // No export target runs a heterogeneous plan: "any" holds nothing.
+    // The PyTorch script runs heterogeneous plans (its refusals, ZeRO-3 and
+    // fp16 among them, are the exporter's); the search does not filter.
     PlanOptions open = options;
     open.framework.clear();
     auto hetero = searchHeteroPlans(workload, cluster, open);

@@ -51,18 +51,20 @@ def planned(args):
     # splits or shards them.
     local = sum(p.to_local().numel() if hasattr(p, "to_local") else p.numel()
                 for part in parts for p in part.parameters())
-    dp, rank = mesh["dp"].size(), mesh["dp"].get_local_rank()
-    rows = plan.GLOBAL_BATCH_SIZE // dp
+    start, stop = plan.batch_rows(mesh)
+    weight = plan.loss_weight(mesh)
     losses = []
     for x, y in tiny_llama.batches(args.steps, plan.GLOBAL_BATCH_SIZE):
-        x, y = x[rank * rows:(rank + 1) * rows], y[rank * rows:(rank + 1) * rows]
+        x, y = x[start:stop], y[start:stop]
         loss = plan.train_step(parts, schedule, optim, x, y, loss_fn, mesh)
-        # The mean over the ranks that computed a replica's loss.
+        # The replicas' losses weighed by their shares of the batch, over
+        # the ranks that computed one (the last stage, each tp rank).
         pair = torch.tensor([0.0, 0.0], dtype=torch.float64)
         if loss is not None:
-            pair += torch.tensor([float(loss), 1.0], dtype=torch.float64)
+            pair += torch.tensor([float(loss) * weight, weight], dtype=torch.float64)
         dist.all_reduce(pair)
         losses.append((pair[0] / pair[1]).item())
+    plan.finish(optim)
     dist.destroy_process_group()
     return losses, seen[0] if seen else None, local
 

@@ -107,6 +107,12 @@ int ExportCommand::run() {
                 format + " takes a serving plan (orrery serve -o)");
   if (llvm::Error e = checkPlanFieldTypes(planDoc, plan))
     return fail(llvm::toString(std::move(e)));
+  if (isHeteroPlan(planDoc) && format == "pytorch") {
+    auto text = exportHeteroPytorch(planDoc, plan);
+    if (!text)
+      return fail(llvm::toString(text.takeError()));
+    return writeOut(*text, output);
+  }
   auto parsed = readExportPlan(planDoc, plan);
   if (!parsed)
     return fail(llvm::toString(parsed.takeError()));

@@ -32,6 +32,12 @@ const std::vector<std::string> &exportFormats();
 llvm::Expected<std::string> exportPlan(const ExportPlan &plan,
                                        const std::string &format);
 
+/// A heterogeneous plan (replica groups of stages on different pools) as a
+/// PyTorch script: each process runs one stage of one replica, with its
+/// own tensor-parallel group; or an error naming what it cannot run.
+llvm::Expected<std::string> exportHeteroPytorch(const nlohmann::json &plan,
+                                                const std::string &what);
+
 } // namespace orrery
 
 #endif // ORRERY_EXPORT_EXPORTERS_H
