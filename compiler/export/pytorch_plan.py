@@ -109,7 +109,10 @@ def tensor_parallel(model, tp):
                                     use_local_output=False)
     if top:
         parallelize_module(model, tp, top)
-    for _, block in _items(_blocks(model)[1]):
+    # A heterogeneous stage names its (possibly empty) container of blocks.
+    blocks = model.get_submodule(model.orrery_blocks) if hasattr(model, "orrery_blocks") \
+        else _blocks(model)[1]
+    for _, block in _items(blocks):
         plan = {n: ColwiseParallel() for n in COLUMN_PARALLEL}
         plan.update({n: RowwiseParallel(output_layouts=seq) for n in ROW_PARALLEL})
         if SEQUENCE_PARALLEL:

@@ -6,6 +6,8 @@
 #include "mlir/IR/BuiltinTypes.h"
 #include "llvm/ADT/StringSet.h"
 
+#include <optional>
+
 using namespace mlir;
 
 namespace orrery {
@@ -159,6 +161,20 @@ static int64_t intAttr(Operation *op, StringRef name, int64_t dflt) {
   return a ? a.getInt() : dflt;
 }
 
+/// The integers of an orrery.constant, or nothing.
+static std::optional<SmallVector<int64_t>> constantInts(Value v) {
+  Operation *def = v.getDefiningOp();
+  if (!def || def->getName().getStringRef() != "orrery.constant")
+    return std::nullopt;
+  auto value = def->getAttrOfType<DenseIntElementsAttr>("value");
+  if (!value)
+    return std::nullopt;
+  SmallVector<int64_t> out;
+  for (const APInt &x : value)
+    out.push_back(x.getSExtValue());
+  return out;
+}
+
 /// Ops that work element by element with NumPy broadcasting.
 static bool isElementwise(StringRef name) {
   static const llvm::StringSet<> set = {
@@ -237,6 +253,11 @@ bool DimFactors::unifyOp(Operation *op, std::string &error) {
       ok = ok && unifyBroadcast(op->getOperand(2), r);
     return ok || bad("multiplies dims that do not factor alike");
   }
+  if (name == "slice")
+    return unifySlice(op, error);
+  if (name == "expand")
+    return unifyBroadcast(op->getOperand(0), r) ||
+           bad("broadcasts in a way upstream MLIR cannot express");
   if (name == "reshape" || name == "squeeze" || name == "unsqueeze" ||
       name == "flatten")
     return unify(dimsOf(op->getOperand(0)), dimsOf(r)) ||
@@ -302,7 +323,25 @@ bool DimFactors::unifyOp(Operation *op, std::string &error) {
   }
   if (name == "gather") {
     Value table = op->getOperand(0), ids = op->getOperand(1);
-    if (intAttr(op, "axis", 0) != 0)
+    int64_t axis = intAttr(op, "axis", 0);
+    if (axis < 0)
+      axis += rankOf(table);
+    // One constant position along any axis (BERT's and ViT's first token):
+    // the axis is the part, the gather one part of it.
+    std::optional<SmallVector<int64_t>> at = constantInts(ids);
+    if (rankOf(ids) == 0 && at && at->size() == 1) {
+      int64_t n = cast<RankedTensorType>(table.getType()).getDimSize(axis);
+      int64_t i = (*at)[0] < 0 ? (*at)[0] + n : (*at)[0];
+      if (i < 0 || i >= n)
+        return bad("takes a position outside its axis");
+      opAtom[op] = dimsOf(table)[axis];
+      opIndex[op] = i;
+      for (int64_t d = 0, o = 0; d < rankOf(table); ++d)
+        if (d != axis && !unifyDim(table, d, r, o++))
+          return bad("keeps dims that do not factor alike");
+      return true;
+    }
+    if (axis != 0)
       return bad("gathers along an axis other than 0 (no upstream form here)");
     int64_t ri = rankOf(ids);
     for (int64_t d = 0; d < ri; ++d)
@@ -315,33 +354,41 @@ bool DimFactors::unifyOp(Operation *op, std::string &error) {
   }
   if (name == "fused_attention") {
     Value q = op->getOperand(0), k = op->getOperand(1), v = op->getOperand(2);
-    int64_t h = intAttr(op, "heads", 0), kv = intAttr(op, "kv_heads", 0);
-    auto shapeIs = [&](Value x, ArrayRef<StringRef> names) {
+    int64_t h = intAttr(op, "heads", 0), kv = intAttr(op, "kv_heads", 0),
+            b = intAttr(op, "batch", 0);
+    // [batch, heads, length, dim], or torch.nn.MultiheadAttention's
+    // [batch x heads, length, dim] (heads == kv_heads).
+    auto shapeIs = [&](Value x, int64_t heads, StringRef len, StringRef dim) {
       auto t = cast<RankedTensorType>(x.getType());
-      if (t.getRank() != 4)
-        return false;
-      for (int i = 0; i < 4; ++i)
-        if (t.getDimSize(i) != intAttr(op, names[i], -1))
-          return false;
-      return true;
+      if (t.getRank() == 4)
+        return t.getDimSize(0) == b && t.getDimSize(1) == heads &&
+               t.getDimSize(2) == intAttr(op, len, -1) &&
+               t.getDimSize(3) == intAttr(op, dim, -1);
+      return t.getRank() == 3 && h == kv && t.getDimSize(0) == b * heads &&
+             t.getDimSize(1) == intAttr(op, len, -1) &&
+             t.getDimSize(2) == intAttr(op, dim, -1);
     };
-    if (op->getNumOperands() > 3 ||
-        !shapeIs(q, {"batch", "heads", "q_len", "head_dim"}) ||
-        !shapeIs(k, {"batch", "kv_heads", "kv_len", "head_dim"}) ||
-        !shapeIs(v, {"batch", "kv_heads", "kv_len", "value_dim"}) ||
-        !shapeIs(r, {"batch", "heads", "q_len", "value_dim"}) || kv <= 0 ||
-        h % kv)
-      return bad("is not [batch, heads, length, dim] without a bias (no "
-                 "upstream form here)");
-    int group = newAtom(h / kv);
-    opAtom[op] = group;
-    markHeads(dimsOf(k)[1]);
+    int64_t rank = rankOf(q);
+    if (op->getNumOperands() > 3 || kv <= 0 || h % kv ||
+        rankOf(k) != rank || rankOf(v) != rank || rr != rank ||
+        !shapeIs(q, h, "q_len", "head_dim") ||
+        !shapeIs(k, kv, "kv_len", "head_dim") ||
+        !shapeIs(v, kv, "kv_len", "value_dim") ||
+        !shapeIs(r, h, "q_len", "value_dim"))
+      return bad("is neither [batch, heads, length, dim] nor [batch x heads, "
+                 "length, dim] without a bias (no upstream form here)");
+    int64_t len = rank - 2, dim = rank - 1;
     bool ok = unifyDim(q, 0, k, 0) && unifyDim(q, 0, v, 0) &&
-              unifyDim(q, 0, r, 0) && unifyDim(q, 1, r, 1) &&
-              unifyDim(q, 2, r, 2) && unifyDim(k, 2, v, 2) &&
-              unifyDim(q, 3, k, 3) && unifyDim(v, 3, r, 3) &&
-              unifyDim(k, 1, v, 1) &&
-              unify({dimsOf(q)[1]}, {dimsOf(k)[1], group});
+              unifyDim(q, 0, r, 0) && unifyDim(q, len, r, len) &&
+              unifyDim(k, len, v, len) && unifyDim(q, dim, k, dim) &&
+              unifyDim(v, dim, r, dim);
+    if (rank == 4) {
+      int group = newAtom(h / kv);
+      opAtom[op] = group;
+      markHeads(dimsOf(k)[1]);
+      ok = ok && unifyDim(q, 1, r, 1) && unifyDim(k, 1, v, 1) &&
+           unify({dimsOf(q)[1]}, {dimsOf(k)[1], group});
+    }
     return ok || bad("has operands that do not factor alike");
   }
   if (name == "rotary_embedding") {
@@ -358,6 +405,62 @@ bool DimFactors::unifyOp(Operation *op, std::string &error) {
     return ok || bad("has tables that do not factor alike");
   }
   return bad("has no upstream MLIR form yet");
+}
+
+/// A slice of constant bounds, unit steps, that takes the whole of every
+/// dim but one, and of that one an equal part at a multiple of its length
+/// (torch.nn.MultiheadAttention's q, k, v of its fused projection): that
+/// dim factors as [parts, part], the slice one part.
+bool DimFactors::unifySlice(Operation *op, std::string &error) {
+  auto bad = [&](const std::string &why) {
+    error = "orrery.slice " + why;
+    return false;
+  };
+  Value x = op->getOperand(0), r = op->getResult(0);
+  auto t = cast<RankedTensorType>(x.getType());
+  int64_t rank = t.getRank();
+  std::optional<SmallVector<int64_t>> starts, ends, axes, steps;
+  if (op->getNumOperands() < 3 || !(starts = constantInts(op->getOperand(1))) ||
+      !(ends = constantInts(op->getOperand(2))))
+    return bad("has bounds that are not constants (no upstream form)");
+  axes = op->getNumOperands() > 3 ? constantInts(op->getOperand(3))
+                                  : std::optional<SmallVector<int64_t>>(
+                                        SmallVector<int64_t>());
+  steps = op->getNumOperands() > 4 ? constantInts(op->getOperand(4))
+                                   : std::optional<SmallVector<int64_t>>(
+                                         SmallVector<int64_t>());
+  if (!axes || !steps || llvm::any_of(*steps, [](int64_t s) { return s != 1; }))
+    return bad("has axes that are not constants or steps other than 1");
+  if (axes->empty())
+    for (int64_t d = 0; d < int64_t(starts->size()); ++d)
+      axes->push_back(d);
+  if (axes->size() != starts->size() || ends->size() != starts->size())
+    return bad("has bounds for another number of axes");
+  bool cut = false;
+  for (int64_t d = 0; d < rank; ++d) {
+    int64_t n = t.getDimSize(d), start = 0, end = n;
+    for (size_t i = 0; i < axes->size(); ++i)
+      if (((*axes)[i] < 0 ? (*axes)[i] + rank : (*axes)[i]) == d) {
+        start = (*starts)[i] < 0 ? (*starts)[i] + n : (*starts)[i];
+        end = (*ends)[i] < 0 ? (*ends)[i] + n : std::min((*ends)[i], n);
+      }
+    int64_t len = end - start;
+    if (len == n) {
+      if (!unifyDim(x, d, r, d))
+        return bad("keeps dims that do not factor alike");
+      continue;
+    }
+    if (cut || len <= 0 || start < 0 || n % len || start % len)
+      return bad("takes other than one equal part of one dim (no upstream "
+                 "form)");
+    cut = true;
+    int parts = newAtom(n / len);
+    opAtom[op] = parts;
+    opIndex[op] = start / len;
+    if (!unify({dimsOf(x)[d]}, {parts, dimsOf(r)[d]}))
+      return bad("cuts a dim that does not factor");
+  }
+  return true;
 }
 
 bool DimFactors::build(ModuleOp module, std::string &error) {

@@ -443,7 +443,8 @@ bool Emitter::emitOp(Operation *op) {
     return emitContraction(op, name);
   if (name == "reshape" || name == "squeeze" || name == "unsqueeze" ||
       name == "flatten" || name == "transpose" || name == "identity" ||
-      name == "dropout" || name == "split" || name == "concat")
+      name == "dropout" || name == "split" || name == "concat" ||
+      name == "slice" || name == "expand")
     return emitMove(op, name);
   if (name == "layer_normalization" || name == "rms_normalization" ||
       name == "softmax" || name == "log_softmax")
@@ -477,21 +478,30 @@ int Emitter::pickLeaf(ArrayRef<int> leaves, int64_t ways) {
   return -1;
 }
 
-/// The grid axes of each factor, from the plan's annotations.
+/// The grid axes of each factor, from the plan's annotations: a factor the
+/// plan splits somewhere and leaves whole nowhere (a hidden size that a
+/// weight splits but the residual stream keeps whole gets none; propagation
+/// decides those values).
 void Emitter::collectAxes() {
+  llvm::DenseSet<int> whole;
   in.walk([&](shard::ShardOp op) {
     auto sharding = op.getSharding().getDefiningOp<shard::ShardingOp>();
     if (!sharding)
       return;
     ArrayRef<shard::GridAxesAttr> axes = sharding.getSplitAxes().getAxes();
-    for (unsigned d = 0; d < axes.size() && d < f.dimsOf(op.getSrc()).size();
-         ++d) {
+    for (unsigned d = 0; d < f.dimsOf(op.getSrc()).size(); ++d) {
       SmallVector<int> leaves = f.leavesOfDim(op.getSrc(), d);
-      int pick = axes[d].empty() ? -1 : pickLeaf(leaves, waysOf(axes[d]));
+      bool split = d < axes.size() && !axes[d].empty();
+      int pick = split ? pickLeaf(leaves, waysOf(axes[d])) : -1;
       if (pick >= 0 && !axesOf.count(leaves[pick]))
         axesOf[leaves[pick]] = axes[d];
+      for (int i = 0; i < int(leaves.size()); ++i)
+        if (i != pick)
+          whole.insert(leaves[i]);
     }
   });
+  for (int k : whole)
+    axesOf.erase(k);
 }
 
 /// `v` annotated with the axes of its factors (each grid axis once).
@@ -653,16 +663,20 @@ bool Emitter::emitContraction(Operation *op, StringRef name) {
 }
 
 /// Ops that only move data: in the factored form a reshape, a unit dim and
-/// dropout are nothing, a transpose is a copy with permuted maps, a split
-/// or a concat a contraction with one-hot selectors over the parts.
+/// dropout are nothing, a transpose or an expand is a copy with permuted or
+/// broadcast maps, a split, a concat or a slice of an equal part a
+/// contraction with one-hot selectors over the parts.
 bool Emitter::emitMove(Operation *op, StringRef name) {
   Value x = op->getOperand(0), nx = get(x);
   if (!nx)
     return fail(op, "has an operand with no upstream form");
-  if (name == "split" || name == "concat") {
-    bool isSplit = name == "split";
+  bool part = (name == "slice" || name == "gather") && f.opAtom.count(op);
+  if (name == "split" || name == "concat" || part) {
+    bool isSplit = name != "concat";
     SmallVector<int> piece = f.leavesOfAtom(f.opAtom.lookup(op));
-    int64_t parts = isSplit ? op->getNumResults() : op->getNumOperands();
+    int64_t parts = part ? f.size(f.opAtom.lookup(op))
+                    : isSplit ? op->getNumResults()
+                              : op->getNumOperands();
     if (piece.size() != 1 || f.size(piece[0]) != parts)
       return fail(op, "has parts that other ops factor (no upstream form)");
     Type et = cast<RankedTensorType>(x.getType()).getElementType();
@@ -679,7 +693,7 @@ bool Emitter::emitMove(Operation *op, StringRef name) {
     if (isSplit) {
       for (auto [i, r] : llvm::enumerate(op->getResults())) {
         RankedTensorType type = f.factoredType(r);
-        Value pick = selector(i);
+        Value pick = selector(part ? f.opIndex.lookup(op) : int64_t(i));
         vals[r] = generic(
             {{nx, keysOf(x)}, {pick, {piece[0]}}}, keysOf(r), type, 0.0,
             [](Scalar &s, ValueRange a, const std::function<Value(int)> &) {
@@ -713,7 +727,8 @@ bool Emitter::emitMove(Operation *op, StringRef name) {
     vals[r] = nx;
     return true;
   }
-  if (!std::is_permutation(from.begin(), from.end(), to.begin(), to.end()))
+  // A permutation (transpose), or a broadcast (expand) into more dims.
+  if (llvm::any_of(from, [&](int k) { return !llvm::is_contained(to, k); }))
     return fail(op, "moves dims that do not factor alike");
   vals[r] = generic({{nx, from}}, to, f.factoredType(r), std::nullopt,
                     [](Scalar &, ValueRange a, const std::function<Value(int)> &) {
@@ -862,6 +877,8 @@ bool Emitter::emitReduce(Operation *op, StringRef name) {
 bool Emitter::emitGather(Operation *op) {
   Value table = op->getOperand(0), ids = op->getOperand(1),
         r = op->getResult(0);
+  if (f.opIndex.count(op)) // one constant position: a one-hot contraction
+    return emitMove(op, "gather");
   Value nt = get(table), ni = get(ids);
   if (!nt || !ni)
     return fail(op, "has an operand with no upstream form");
@@ -901,18 +918,22 @@ bool Emitter::emitAttention(Operation *op) {
   Value nq = get(q), nk = get(k), nv = get(v);
   if (!nq || !nk || !nv)
     return fail(op, "has an operand with no upstream form");
+  // [batch, heads, length, dim] or [batch x heads, length, dim].
+  unsigned len = cast<RankedTensorType>(q.getType()).getRank() - 2;
   SmallVector<int> lengths;
-  for (int l : f.leavesOfDim(k, 2))
+  for (int l : f.leavesOfDim(k, len))
     lengths.push_back(freshKey(f.size(l)));
   auto withLengths = [&](Value x) {
-    SmallVector<int> keys = f.leavesOfDim(x, 0);
-    keys.append(f.leavesOfDim(x, 1));
+    SmallVector<int> keys;
+    for (unsigned d = 0; d < len; ++d)
+      keys.append(f.leavesOfDim(x, d));
     keys.append(lengths);
-    keys.append(f.leavesOfDim(x, 3));
+    keys.append(f.leavesOfDim(x, len + 1));
     return keys;
   };
-  SmallVector<int> rows = f.leavesOfDim(q, 0), queries = f.leavesOfDim(q, 2);
-  rows.append(f.leavesOfDim(q, 1));
+  SmallVector<int> rows, queries = f.leavesOfDim(q, len);
+  for (unsigned d = 0; d < len; ++d)
+    rows.append(f.leavesOfDim(q, d));
   rows.append(queries);
   SmallVector<int> scoreKeys(rows);
   scoreKeys.append(lengths);

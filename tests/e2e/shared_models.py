@@ -9,7 +9,9 @@ parameters + buffers. Transformer models must outline their repeated layers.
 
 Each model also plans on a 64-GPU preset (8 nodes of 8 A100) with its
 shardings written in MLIR's shard dialect (`--emit-mlir`, which verifies the
-module before writing it).
+module before writing it). The transformers' tp=2 plans go through
+`export --to mlir`: BERT's and GPT-2's must partition with stock
+mlir-opt-22, the others (convolutions) be refused in one line.
 
 shared/models/hf/MANIFEST.md (real exports of current architectures) gives
 each file's trainable parameters (within 1%), the counts of its repeated
@@ -22,6 +24,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 
@@ -46,6 +49,45 @@ LAYERS = {
 # 87,250,536, counted independently of Orrery by summing those shapes with
 # python3-onnx; the ONNX model zoo's ZFNet-512 (349 MB of fp32) agrees.
 MANIFEST_ERRATA = {"light_zfnet512.onnx": 87_250_536}
+
+
+# Transformer exports whose layers have an upstream MLIR form: `export --to
+# mlir` of a tp=2 plan must parse, propagate and partition with stock
+# mlir-opt-22 (docs/export.md); the others' convolutions are refused in one
+# line.
+UPSTREAM_MLIR = {"bert_base_torchnn.onnx", "gpt2_small_torchnn.onnx"}
+MLIR_OPT = shutil.which("mlir-opt-22")
+
+
+def upstream_problems(orrery, model, dims, workdir):
+    """A tp=2 plan of `model` exported --to mlir and partitioned upstream."""
+    stem = os.path.join(workdir, os.path.basename(model) + ".tp")
+    cmd = [orrery, "plan", model, "--cluster", "8x8xA100-80G", "--quiet", "-o",
+           stem + ".json", "--strategy", "tp=2,pp=1,dp=32,mbs=2,gbs=512"]
+    for d in dims:
+        cmd += ["--dim", d]
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode:
+        return [f"plan tp=2: {p.stderr.strip()}"]
+    e = subprocess.run([orrery, "export", stem + ".json", "--to", "mlir", "-o",
+                        stem + ".mlir"], capture_output=True, text=True)
+    if os.path.basename(model) not in UPSTREAM_MLIR:
+        ok = e.returncode != 0 and e.stderr.count("\n") == 1 and "no upstream MLIR form" in e.stderr
+        return [] if ok else [f"export --to mlir: expected a one-line refusal, got "
+                              f"{e.stderr.strip() or 'an export'}"]
+    if e.returncode:
+        return [f"export --to mlir: {e.stderr.strip()}"]
+    if MLIR_OPT is None:
+        return []
+    m = subprocess.run([MLIR_OPT, stem + ".mlir", "--pass-pipeline=builtin.module(inline,"
+                        "symbol-dce,func.func(sharding-propagation,cse),"
+                        "func.func(shard-partition,canonicalize,cse))", "-o", stem + ".part.mlir"],
+                       capture_output=True, text=True)
+    if m.returncode:
+        return [f"mlir-opt-22 partitioning: {m.stderr.strip()[:300]}"]
+    if "shard.all_reduce" not in open(stem + ".part.mlir").read():
+        return ["mlir-opt-22 partitioned a tp=2 plan without an all-reduce"]
+    return []
 
 
 def plan_problems(orrery, model, dims, workdir):
@@ -193,6 +235,9 @@ def main():
             if name in LAYERS and repeats != LAYERS[name]:
                 problems.append(f"repeated layers {repeats}, expected {LAYERS[name]}")
             problems += plan_problems(args.orrery, os.path.join(models, name), dims, args.workdir)
+            if name in LAYERS:
+                problems += upstream_problems(args.orrery, os.path.join(models, name), dims,
+                                              args.workdir)
         detail = "" if problems else \
             f"{stats['parameters']:,} params, layers " + \
             " ".join(f"{l['kind']}x{l['count']}" for l in stats["layers"])

@@ -6,12 +6,15 @@
 // that loads goes on through the rest of the front end as `orrery import
 // --outline` runs it: the importer into the dialect, kernel fusion (the
 // attention, mask and window patterns match on whatever graph arrives) and
-// layer outlining, each of which either succeeds or fails in one line.
+// layer outlining, each of which either succeeds or fails in one line; then
+// the plan's shardings and the upstream form of `export --to mlir`.
 //
 //===----------------------------------------------------------------------===//
 #include "orrery/Import/Importer.h"
 #include "orrery/Onnx/GraphDesc.h"
 #include "orrery/Transforms/Passes.h"
+#include "orrery/Transforms/ShardAnnotations.h"
+#include "orrery/Transforms/UpstreamForm.h"
 #include "FuzzSupport.h"
 
 #include "mlir/IR/MLIRContext.h"
@@ -46,7 +49,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (!orrery::fuzz::succeeded(module))
     return 0;
   std::string diag = orrery::fuseAndOutline(**module, true, true);
-  if (!diag.empty())
+  if (!diag.empty()) {
     orrery::fuzz::expectOneLine(diag);
+    return 0;
+  }
+  // `export --to mlir`: the shardings of a tp=2, dp=2 grid, then the module
+  // in upstream dialects (whatever dims and ops arrive) or one line.
+  orrery::ShardGrid grid{{"pp", "dp", "cp", "tp"}, {1, 2, 1, 2}};
+  orrery::annotateShardings(**module, grid, {}, 1);
+  std::string why;
+  auto up = orrery::upstreamForm(**module, why);
+  if (!up)
+    orrery::fuzz::expectOneLine(why);
   return 0;
 }

@@ -59,6 +59,8 @@ public:
 
   /// Factors an op rule made for its own use, by op.
   llvm::DenseMap<mlir::Operation *, int> opAtom;
+  /// The part a slice takes of its opAtom (a slice that tiles a dim).
+  llvm::DenseMap<mlir::Operation *, int64_t> opIndex;
 
 private:
   struct Atom {
@@ -69,6 +71,7 @@ private:
   int find(int a) const;
   void appendLeaves(int a, llvm::SmallVector<int> &out) const;
   bool unifyOp(mlir::Operation *op, std::string &error);
+  bool unifySlice(mlir::Operation *op, std::string &error);
 
   mutable std::vector<Atom> atoms;
   llvm::DenseMap<mlir::Value, llvm::SmallVector<int>> dims;
