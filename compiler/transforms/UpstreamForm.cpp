@@ -32,7 +32,15 @@ struct Scalar {
   Value cst(Type t, double x) {
     if (isa<FloatType>(t))
       return arith::ConstantOp::create(b, loc, t, b.getFloatAttr(t, x));
-    return arith::ConstantOp::create(b, loc, t, b.getIntegerAttr(t, int64_t(x)));
+    // Integers saturate (a max-reduction's -inf start is the type's least).
+    unsigned w = t.getIntOrFloatBitWidth();
+    double edge = std::ldexp(1.0, int(w) - 1);
+    APInt v = w == 1         ? APInt(1, x != 0 ? 1 : 0)
+              : std::isnan(x)  ? APInt(w, 0)
+              : x < -edge    ? APInt::getSignedMinValue(w)
+              : x >= edge    ? APInt::getSignedMaxValue(w)
+                             : APInt(w, uint64_t(int64_t(x)), true);
+    return arith::ConstantOp::create(b, loc, t, b.getIntegerAttr(t, v));
   }
   /// The float op on floats, the integer op on integers.
   template <typename FOp, typename IOp> Value either(Value x, Value y) {
