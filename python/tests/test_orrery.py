@@ -241,6 +241,19 @@ def test_export_to_megatron(gpt13):
             os.unlink(path)
 
 
+def test_export_a_heterogeneous_plan_to_pytorch():
+    here = os.path.dirname(os.path.abspath(__file__))
+    cluster = orrery.Cluster(os.path.join(here, "..", "..", "bench", "clusters",
+                                          "h100-a100-40g.json"))
+    p = orrery.plan(orrery.load("llama2-7b"), cluster, 64)
+    assert p.strategy["kind"] == "heterogeneous"
+    text = p.export("pytorch")
+    assert "GROUPS = [" in text and "class StageSchedule" in text
+    assert 'DEVICE_TYPE = "cuda"' in text
+    with pytest.raises(orrery.Error, match="only pytorch expresses that"):
+        p.export("megatron")
+
+
 def test_report_writes_the_page(gpt13, tmp_path):
     p = orrery.plan(gpt13, orrery.Cluster.preset("8xA100-80G"), 64)
     out = p.report(tmp_path / "plan.html")

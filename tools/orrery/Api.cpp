@@ -189,6 +189,12 @@ Outcome<std::string> exportPlan(const std::string &planJson,
   auto doc = cli::parsePlanDocument(planJson, "plan");
   if (!doc)
     return failed<std::string>(printableLine(llvm::toString(doc.takeError())));
+  if (isHeteroPlan(*doc) && format == "pytorch") {
+    auto text = exportHeteroPytorch(*doc, "plan");
+    if (!text)
+      return failed<std::string>(printableLine(llvm::toString(text.takeError())));
+    return {*text, ""};
+  }
   auto p = readExportPlan(*doc, "plan");
   if (!p)
     return failed<std::string>(printableLine(llvm::toString(p.takeError())));
