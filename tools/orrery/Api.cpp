@@ -168,7 +168,8 @@ Outcome<PlanText> plan(Model &m, const cli::ClusterSource &cluster,
     os << "note: " << note << "\n";
   if (made->hetero)
     printHeteroPlan(os, *made->hetero, setup->workload, *setup->cluster,
-                    options->objective);
+                    options->objective,
+                    nlohmann::json::parse(made->doc.dump()));
   else
     printPlan(os, *made->plan, setup->workload, options->objective, explain);
   out.summary = os.str();

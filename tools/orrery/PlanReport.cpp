@@ -1,9 +1,11 @@
 //===- PlanReport.cpp - the `orrery plan` summary ------------------------===//
 #include "PlanReport.h"
+#include "orrery/Export/Exporters.h"
 #include "Simulate.h"
 #include "UncertaintyText.h"
 #include "orrery/Plan/Capabilities.h"
 
+#include <sstream>
 #include <algorithm>
 #include <cstdio>
 
@@ -247,14 +249,32 @@ void printHeteroResult(std::ostream &os, const HeteroResult &b,
 }
 
 void printHeteroPlan(std::ostream &os, const HeteroPlanResult &r,
-                     const Workload &w, const Cluster &c, Objective o) {
+                     const Workload &w, const Cluster &c, Objective o,
+                     const nlohmann::json &planDoc) {
   char buf[512];
   std::snprintf(buf, sizeof buf,
                 "searched     %lld candidates priced in %.0f ms, %lld pruned "
                 "by memory or bound\n\n",
                 (long long)r.candidatesPriced, r.searchS * 1e3,
                 (long long)r.candidatesPruned);
-  printHeteroResult(os, r.top.front(), r.pools, w, c, o, buf);
+  std::ostringstream result;
+  printHeteroResult(result, r.top.front(), r.pools, w, c, o, buf);
+  // Of the export targets, only the PyTorch script runs such plans.
+  auto script = exportHeteroPytorch(planDoc, "plan");
+  std::string runs = "pytorch (orrery export --to pytorch)\n";
+  if (!script) {
+    std::string why = llvm::toString(script.takeError());
+    std::string prefix = "plan: ";
+    if (why.rfind(prefix, 0) == 0)
+      why = why.substr(prefix.size());
+    runs = "none of the export targets (" + why + ")\n";
+  }
+  // After the figures, before the stage table.
+  std::string text = result.str();
+  size_t table = text.find("\n  group stage");
+  text.insert(table == std::string::npos ? text.size() : table,
+              "runs on      " + runs);
+  os << text;
   os << "\n  #    step s     MFU  devices  plan\n";
   for (size_t i = 0; i < r.top.size(); ++i) {
     std::snprintf(buf, sizeof buf, "  %-3zu %9.3f %7.1f%% %8d  ", i + 1,

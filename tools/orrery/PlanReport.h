@@ -7,6 +7,8 @@
 
 #include <ostream>
 
+#include <nlohmann/json.hpp>
+
 namespace orrery {
 /// The winner, the runners-up and (with `explain`) why the winner wins.
 void printPlan(std::ostream &os, const PlanResult &r, const Workload &w,
@@ -17,9 +19,11 @@ void printHeteroResult(std::ostream &os, const HeteroResult &b,
                        const std::vector<Pool> &pools, const Workload &w,
                        const Cluster &c, Objective o,
                        const std::string &searched);
-/// The same for a heterogeneous plan: its replica groups stage by stage.
+/// The same for a heterogeneous plan: its replica groups stage by stage,
+/// and the export target that runs `planDoc` (its JSON), or why none does.
 void printHeteroPlan(std::ostream &os, const HeteroPlanResult &r,
-                     const Workload &w, const Cluster &c, Objective o);
+                     const Workload &w, const Cluster &c, Objective o,
+                     const nlohmann::json &planDoc);
 } // namespace orrery
 
 #endif

@@ -180,7 +180,8 @@ int PlanCommand::run() {
     std::cout << text;
   else if (made->hetero)
     printHeteroPlan(std::cout, *made->hetero, setup->workload, *setup->cluster,
-                    options->objective);
+                    options->objective,
+                    nlohmann::json::parse(made->doc.dump()));
   else
     printPlan(std::cout, *made->plan, setup->workload, options->objective,
               explain);
