@@ -72,6 +72,11 @@ private:
   void appendLeaves(int a, llvm::SmallVector<int> &out) const;
   bool unifyOp(mlir::Operation *op, std::string &error);
   bool unifySlice(mlir::Operation *op, std::string &error);
+  bool unifyContraction(mlir::Operation *op, std::string &error);
+  bool unifyParts(mlir::Operation *op, std::string &error);
+  bool unifyReduce(mlir::Operation *op, std::string &error);
+  bool unifyGather(mlir::Operation *op, std::string &error);
+  bool unifyAttention(mlir::Operation *op, std::string &error);
 
   mutable std::vector<Atom> atoms;
   llvm::DenseMap<mlir::Value, llvm::SmallVector<int>> dims;
