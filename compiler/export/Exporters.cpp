@@ -195,6 +195,7 @@ llvm::Expected<std::string> megatron(const ExportPlan &p) {
     break;
   case KernelFusion::Eager: // refused by the capability table
   case KernelFusion::Sdpa:
+  case KernelFusion::Compiled:
     break;
   }
   // FSDP2 refuses the fused accumulation (validate_args).
@@ -373,7 +374,7 @@ llvm::Expected<std::string> torchtitan(const ExportPlan &p) {
     << "enable_cpu_offload = " << (s.offloadOptimizer ? "true" : "false")
     << "\n"
     << "compile = "
-    << (p.assumptions.fusion == KernelFusion::Sdpa ? "false" : "true")
+    << (p.assumptions.fusion == KernelFusion::Compiled ? "true" : "false")
     << "\n";
   t << "\n[parallelism]\n"
     << "data_parallel_replicate_degree = " << (shard ? 1 : s.dp) << "\n"

@@ -102,10 +102,13 @@ static std::vector<AssumptionField> buildFields() {
       "the default), unfused-attention (Megatron-LM before flash attention: "
       "the attention scores in memory, fused softmax and elementwise "
       "chains), eager (plain PyTorch: one kernel per op, each dispatched "
-      "by the host) or sdpa (plain PyTorch with scaled_dot_product_attention, "
-      "as torchtitan runs without torch.compile: attention fused, every "
-      "other op a kernel dispatched by the host)",
-      {"fused", "unfused-attention", "eager", "sdpa"}, false,
+      "by the host), sdpa (plain PyTorch with scaled_dot_product_attention, "
+      "as torchtitan runs without torch.compile: attention as SDPA runs it "
+      "on the device, FlashAttention-2 on A100 and H100, every other op a "
+      "kernel dispatched by the host) or compiled (torch.compile with "
+      "scaled_dot_product_attention, as torchtitan runs with compile = "
+      "true: elementwise chains fused, attention as sdpa's)",
+      {"fused", "unfused-attention", "eager", "sdpa", "compiled"}, false,
       [](const Assumptions &a) { return double(a.fusion); },
       [](Assumptions &a, double v) { a.fusion = KernelFusion(int(v)); }));
   // Plans written before `kernels` existed were priced with the attention

@@ -331,6 +331,38 @@ llvm::Error readKernelProfile(const nlohmann::json &k, const std::string &path,
   return llvm::Error::success();
 }
 
+/// The catalog's `sdpa_attention`: the kernel's name, its two curves
+/// (efficiencies up to 1, positive half-keys) and their source.
+llvm::Error readSdpaAttention(const nlohmann::json &a, const std::string &path,
+                              const std::string &what, DeviceSpec &s) {
+  std::string apath = path + ".sdpa_attention";
+  if (!a.is_object())
+    return fieldError(what, apath + ": must be an object");
+  if (auto e = onlyKnownFields(
+          a, what, apath,
+          {"kernel", "forward_efficiency", "forward_half_keys",
+           "backward_efficiency", "backward_half_keys", "source"}))
+    return std::move(e);
+  AttentionCurve c;
+  if (!a.contains("kernel") || !a["kernel"].is_string())
+    return fieldError(what, apath + ".kernel: missing (the kernel's name)");
+  c.kernel = a["kernel"];
+  for (auto [key, out] :
+       {std::pair<const char *, double *>{"forward_efficiency",
+                                          &c.forwardEfficiency},
+        {"forward_half_keys", &c.forwardHalfKeys},
+        {"backward_efficiency", &c.backwardEfficiency},
+        {"backward_half_keys", &c.backwardHalfKeys}}) {
+    if (auto e = positiveNumber(what, a, key, apath, *out))
+      return std::move(e);
+    if (llvm::StringRef(key).ends_with("efficiency") && *out > 1)
+      return fieldError(what, apath + "." + key + ": an efficiency above 1");
+  }
+  c.source = a.value("source", "");
+  s.sdpaAttention = c;
+  return llvm::Error::success();
+}
+
 llvm::Expected<DeviceSpec> readDevice(const nlohmann::json &d, size_t i,
                                       const std::string &what) {
   std::string path = "devices[" + std::to_string(i) + "]";
@@ -345,7 +377,7 @@ llvm::Expected<DeviceSpec> readDevice(const nlohmann::json &d, size_t i,
            "peak_flop_per_s", "memory_bytes", "memory_bandwidth_bytes_per_s",
            "power_w", "power_w_by_activity", "workspace_bytes",
            "measured_kernel_profile", "kernel_profile_of", "host",
-           "scale_out_nic", "vector_flop_per_s"}))
+           "scale_out_nic", "vector_flop_per_s", "sdpa_attention"}))
     return std::move(e);
   if (d.contains("scale_out_nic"))
     if (auto e = readScaleOutNic(d["scale_out_nic"], path, what, s))
@@ -401,6 +433,9 @@ llvm::Expected<DeviceSpec> readDevice(const nlohmann::json &d, size_t i,
       return std::move(e);
   if (d.contains("measured_kernel_profile"))
     if (auto e = readKernelProfile(d["measured_kernel_profile"], path, what, s))
+      return std::move(e);
+  if (d.contains("sdpa_attention"))
+    if (auto e = readSdpaAttention(d["sdpa_attention"], path, what, s))
       return std::move(e);
   return s;
 }

@@ -34,7 +34,11 @@ void Simulation::priceAttention(const OpCost &op, const StagePlacement &p,
   double split = o.split;
   const DeviceSpec &dev = *p.device;
   o.attention = true;
-  const KernelModel &km = a.kernelsFor(dev);
+  // PyTorch's scaled_dot_product_attention runs the kernel its backend
+  // order picks on this device (FlashAttention-2 on Ampere and Hopper).
+  KernelModel km = a.kernelsFor(dev);
+  if (attentionBySdpa(a.fusion) && dev.sdpaAttention)
+    dev.sdpaAttention->applyTo(km);
   // Context parallelism: each rank holds s/cp of the queries (sc
   // divides by cp). The ring computes them against one s/cp block of
   // keys per step, each block a kernel call of its own; Ulysses runs

@@ -33,13 +33,16 @@ const char *kernelFusionName(KernelFusion k) {
     return "eager";
   case KernelFusion::Sdpa:
     return "sdpa";
+  case KernelFusion::Compiled:
+    return "compiled";
   }
   return "fused";
 }
 
 bool parseKernelFusion(const std::string &name, KernelFusion &out) {
   for (KernelFusion k : {KernelFusion::Fused, KernelFusion::UnfusedAttention,
-                         KernelFusion::Eager, KernelFusion::Sdpa})
+                         KernelFusion::Eager, KernelFusion::Sdpa,
+                         KernelFusion::Compiled})
     if (name == kernelFusionName(k)) {
       out = k;
       return true;

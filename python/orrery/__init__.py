@@ -74,7 +74,7 @@ class Model:
 
     @property
     def kernels(self) -> str:
-        """The kernels it was imported for: fused, unfused-attention, eager, sdpa."""
+        """The kernels it was imported for: fused, unfused-attention, eager, sdpa, compiled."""
         return self._handle.kernels
 
     @property
@@ -128,8 +128,10 @@ def load(source: Union[str, bytes, bytearray, "_os.PathLike[str]"],
     defaults to 1, a plan's micro-batch comes from its strategy.
     ``kernels`` is what the framework runs: ``fused`` (Megatron-Core with
     Transformer Engine and flash attention), ``unfused-attention``,
-    ``eager`` (plain PyTorch, one kernel per op) or ``sdpa`` (plain PyTorch
-    with fused attention: torchtitan without torch.compile). ``name`` names bytes in
+    ``eager`` (plain PyTorch, one kernel per op), ``sdpa`` (plain PyTorch
+    with scaled_dot_product_attention: torchtitan without torch.compile) or
+    ``compiled`` (the same under torch.compile: torchtitan's compile = true).
+    ``name`` names bytes in
     messages and in plans (default ``<bytes>``).
     """
     if not isinstance(source, (str, bytes, bytearray, memoryview, _os.PathLike)):

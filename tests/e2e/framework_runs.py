@@ -296,7 +296,7 @@ def main():
     for name, model, cluster, strategy in TORCHTITAN_CONFIGS:
         stem = os.path.join(args.workdir, "torchtitan_" + name.replace(" ", "_").replace("+", "_"))
         p = run([args.orrery, "plan", model, "--cluster", cluster, "--quiet", "-o",
-                 stem + ".json", "--strategy", strategy])
+                 stem + ".json", "--strategy", strategy, "--kernels", "compiled"])
         e = p if p.returncode else run([args.orrery, "export", stem + ".json", "--to",
                                         "torchtitan", "-o", stem + ".toml"])
         if e.returncode:

@@ -108,6 +108,46 @@ TEST(Catalog, MeasuredKernelProfiles) {
             "with a measured profile");
 }
 
+TEST(Cluster, SdpaAttentionCurve) {
+  // SDPA's flash backend is FlashAttention-2 on the A100 and the H100: the
+  // catalog states its curve there, below the fused (cuDNN) one on the
+  // Hopper GPU; the B200 has none (torchtitan runs cuDNN there).
+  const HardwareCatalog &c = HardwareCatalog::builtin();
+  for (const char *name : {"A100-80G", "A100-40G", "H100-SXM", "H200"})
+    ASSERT_TRUE(bool(c.device(name)->sdpaAttention)) << name;
+  EXPECT_FALSE(bool(c.device("B200")->sdpaAttention));
+  KernelModel fused, sdpa;
+  c.device("H100-SXM")->sdpaAttention->applyTo(sdpa);
+  for (double keys : {512.0, 8192.0})
+    for (bool backward : {false, true})
+      EXPECT_LT(sdpa.attentionEfficiency(keys, backward),
+                0.8 * fused.attentionEfficiency(keys, backward));
+  auto parse = [](const std::string &curve) {
+    return HardwareCatalog::parse(
+        R"({"devices": [{"name": "X", "peak_flop_per_s": {"fp32": 1e13, "fp16": 1e14},
+            "memory_bytes": 1e10, "memory_bandwidth_bytes_per_s": 1e12,
+            "power_w": 300, "sdpa_attention": )" +
+            curve + "}]}",
+        "catalog.json");
+  };
+  std::string good = R"({"kernel": "FlashAttention-2",
+      "forward_efficiency": 0.4, "forward_half_keys": 100,
+      "backward_efficiency": 0.3, "backward_half_keys": 200})";
+  auto ok = parse(good);
+  ASSERT_TRUE(bool(ok)) << errorOf(ok);
+  EXPECT_EQ(ok->devices()[0].sdpaAttention->backwardHalfKeys, 200);
+  std::string above = good;
+  above.replace(above.find("0.3"), 3, "1.3");
+  auto bad = parse(above);
+  EXPECT_EQ(errorOf(bad),
+            "catalog.json: device 'X'.sdpa_attention.backward_efficiency: an "
+            "efficiency above 1");
+  auto unnamed = parse(R"({"forward_efficiency": 0.4})");
+  EXPECT_EQ(errorOf(unnamed),
+            "catalog.json: device 'X'.sdpa_attention.kernel: missing (the "
+            "kernel's name)");
+}
+
 TEST(Cluster, Presets) {
   auto one = parseClusterPreset("8xA100-80G", HardwareCatalog::builtin());
   ASSERT_TRUE(bool(one)) << errorOf(one);

@@ -57,7 +57,7 @@ Outcome<ModelRef> loadModel(const std::string &name, const std::string *bytes,
     m->args.bytes = std::make_shared<const std::string>(*bytes);
   if (!parseKernelFusion(kernels, m->args.kernels))
     return failed<ModelRef>("kernels '" + kernels +
-                            "': expected fused, unfused-attention, eager or sdpa");
+                            "': expected fused, unfused-attention, eager, sdpa or compiled");
   cli::defaultBatchToOne(m->args);
   auto module = cli::importFrontEnd(m->context, m->args, true, &m->histogram);
   if (!module)

@@ -220,7 +220,7 @@ importFrontEnd(mlir::MLIRContext &ctx, const ModelArgs &args, bool outline,
     std::string diag = orrery::fuseAndOutline(
         **module, args.kernels != KernelFusion::Eager,
         args.kernels == KernelFusion::Fused ||
-            args.kernels == KernelFusion::Sdpa,
+            attentionBySdpa(args.kernels),
         args.kernels != KernelFusion::Sdpa);
     if (!diag.empty())
       return error(args.path + ": layer outlining failed: " + diag);

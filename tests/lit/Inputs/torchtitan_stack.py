@@ -49,6 +49,27 @@ for k, d in kernels.items():
     print(f"--kernels {k:5} step {d['step_time_s']:.3f} s")
 check(kernels["fused"]["step_time_s"] < kernels["sdpa"]["step_time_s"] < kernels["eager"]["step_time_s"],
       "fused < sdpa < eager")
+
+
+def attention_s(result):
+    """Forward and backward seconds of the layer's fused attention kernel."""
+    layer = next(l for l in result["layers"] if l["kind"] == "transformer_layer")
+    k = next(k for k in layer["kernels"] if k["kernel"] == "fused_attention")
+    return k["forward_s"] + k["backward_s"]
+
+
+# SDPA's flash backend on a Hopper GPU is FlashAttention-2: the catalog's
+# curve, below cuDNN's that Transformer Engine runs; on a B200 (no such
+# curve) torchtitan puts cuDNN first, so compiled prices attention as fused.
+pair = {(dev, k): simulate(orrery, "llama3-8b", f"1x8x{dev}", f"{base},recompute=none", "--kernels", k)
+        for dev in ("H100-SXM", "B200") for k in ("fused", "compiled")}
+h100 = attention_s(pair[("H100-SXM", "compiled")]) / attention_s(pair[("H100-SXM", "fused")])
+b200 = attention_s(pair[("B200", "compiled")]) / attention_s(pair[("B200", "fused")])
+print(f"attention compiled / fused: H100 {h100:.2f}, B200 {b200:.2f}")
+check(1.5 < h100 < 2.0, "compiled attention on an H100 is FlashAttention-2's, 1.5-2x cuDNN's time")
+check(abs(b200 - 1) < 1e-9, "compiled attention on a B200 is the fused curve")
+check(pair[("H100-SXM", "fused")]["step_time_s"] < pair[("H100-SXM", "compiled")]["step_time_s"],
+      "compiled (torchtitan's SDPA) is slower than fused on an H100")
 def kept_of(d):
     return next(l for l in d["layers"] if l["kind"] == "transformer_layer")["activation_bytes_per_micro_batch"]
 check(kept_of(kernels["sdpa"]) < kept_of(kernels["eager"]), "sdpa keeps no attention scores, eager does")

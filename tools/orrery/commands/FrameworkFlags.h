@@ -108,11 +108,20 @@ struct FrameworkFlags {
       o.layerProfile = layerProfile;
     return o;
   }
-  llvm::Error apply(Assumptions &a) const {
+  /// Whether the row of this flag was given on the command line.
+  bool given(const std::string &flag) const {
+    for (const Row &r : rows)
+      if (flag == r.field->flag)
+        return r.option->count() > 0;
+    return false;
+  }
+  llvm::Error apply(Assumptions &a) const { return apply(options(), a); }
+  /// `given` (options() with a caller's defaults) applied to `a`.
+  llvm::Error apply(const FrameworkOptions &given, Assumptions &a) const {
     if (basisOpt && basisOpt->count())
       if (auto e = setUncertaintyBasis(uncertaintyBasis))
         return e;
-    return applyFrameworkOptions(options(), a);
+    return applyFrameworkOptions(given, a);
   }
 };
 

@@ -76,7 +76,8 @@ void PlanCommand::add(CLI::App &app) {
   cmd->add_option("--framework", framework,
                   "search only what this framework runs, as `orrery export "
                   "--to` writes it (megatron, deepspeed, torchtitan, "
-                  "pytorch, jax), priced with its gradient accumulation; "
+                  "pytorch, jax), priced with its gradient accumulation "
+                  "(torchtitan with --kernels compiled unless told); "
                   "any (the default): the best plan some of them runs, the "
                   "faster one none runs shown beside it; none: the fastest, "
                   "whoever runs it")
@@ -101,7 +102,12 @@ int PlanCommand::run() {
   ModelArgs modelArgs = args;
   // The kernels the plan is priced with (--kernels).
   Assumptions assumptions;
-  if (auto e = flags.apply(assumptions))
+  // torchtitan runs its own kernels (torch.compile and SDPA) unless
+  // --kernels says which of them.
+  FrameworkOptions given = flags.options();
+  if (framework == "torchtitan" && !flags.given("kernels"))
+    given.set("kernels", double(KernelFusion::Compiled));
+  if (auto e = flags.apply(given, assumptions))
     return fail(llvm::toString(std::move(e)));
   modelArgs.kernels = args.kernels = assumptions.fusion;
   // Length buckets bind their dim per bucket; the first import (and the
@@ -142,7 +148,7 @@ int PlanCommand::run() {
   request.fixedStrategy = fixedStrategy;
   request.moeImbalance = moeImbalance;
   request.moeCapacity = moeCapacity;
-  request.flags = flags.options();
+  request.flags = given;
   // Progress goes to a terminal only: a log or a pipe gets the result
   // and, on failure, the one error line alone.
   request.showProgress = !quiet && ::isatty(STDERR_FILENO);

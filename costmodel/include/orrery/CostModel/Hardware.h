@@ -88,6 +88,26 @@ struct KernelModel {
   }
 };
 
+/// The attention kernel PyTorch's scaled_dot_product_attention runs on a
+/// device where it is not Transformer Engine's (the catalog's
+/// `sdpa_attention`): SDPA's flash backend is FlashAttention-2 on Ampere and
+/// Hopper, which on a Hopper GPU reaches about half of what cuDNN's fused
+/// attention does (docs/costmodel.md, "Attention kernels"). Its curves have
+/// KernelModel's attention form; a device without one runs SDPA at its fused
+/// attention's curve (torchtitan puts cuDNN first on Blackwell).
+struct AttentionCurve {
+  std::string kernel; ///< "FlashAttention-2"
+  double forwardEfficiency = 0, forwardHalfKeys = 0;
+  double backwardEfficiency = 0, backwardHalfKeys = 0;
+  std::string source;
+  void applyTo(KernelModel &k) const {
+    k.attentionForwardEfficiency = forwardEfficiency;
+    k.attentionForwardHalfKeys = forwardHalfKeys;
+    k.attentionBackwardEfficiency = backwardEfficiency;
+    k.attentionBackwardHalfKeys = backwardHalfKeys;
+  }
+};
+
 /// One GPU (or accelerator) type.
 /// The power one device draws by what it is doing (docs/costmodel.md,
 /// "Energy"): running tensor-core math (GEMMs, fused attention), running
@@ -150,6 +170,9 @@ struct DeviceSpec {
   /// `measured_kernel_profile`), which replace the stated assumptions.
   std::optional<KernelModel> measuredKernels;
   std::string measuredKernelsSource;
+  /// What scaled_dot_product_attention runs here, where it is not the fused
+  /// attention's curve (AttentionCurve).
+  std::optional<AttentionCurve> sdpaAttention;
 
   /// Peak FLOP/s of tensor-core math in `p`; the fp32 peak where the device
   /// has no tensor cores for `p` (cuBLAS's fallback: bf16 on a V100 or T4).

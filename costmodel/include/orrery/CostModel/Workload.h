@@ -233,12 +233,24 @@ enum class KernelFusion {
   /// FlashAttention runs it, every other op a kernel of its own paying the
   /// host's dispatch.
   Sdpa,
+  /// torch.compile'd PyTorch calling scaled_dot_product_attention
+  /// (torchtitan with compile = true): elementwise chains, norms and RoPE
+  /// fused by Inductor as `Fused` prices them, attention as SDPA's backend
+  /// runs it on the device (DeviceSpec::sdpaAttention).
+  Compiled,
 };
 
 /// Whether every op but fused attention is a kernel of its own, dispatched
 /// by the host (Eager, Sdpa).
 inline bool dispatchesEachOp(KernelFusion k) {
   return k == KernelFusion::Eager || k == KernelFusion::Sdpa;
+}
+
+/// Whether attention runs as PyTorch's scaled_dot_product_attention picks
+/// its backend (Sdpa, Compiled) rather than Transformer Engine's fused
+/// attention (Fused).
+inline bool attentionBySdpa(KernelFusion k) {
+  return k == KernelFusion::Sdpa || k == KernelFusion::Compiled;
 }
 
 /// The flag's spelling of a KernelFusion, and back (false: not one).
