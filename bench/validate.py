@@ -484,6 +484,32 @@ def torchtitan_group(orrery, build, groups):
                  unfit_counts=False, group=group, memory_bytes=(case["memory_gib"] * 2**30, "max"))
 
 
+# torchtitan's tables isolate one mechanism between two rows: its gain in
+# tokens/s, measured against predicted (the second row over the first).
+TORCHTITAN_GAINS = [
+    ("torch.compile", "tt_t1_8b_8_bf16", "tt_t1_8b_8_compile"),
+    ("torch.compile", "tt_t3_8b_128_bf16", "tt_t3_8b_128_compile"),
+    ("float8", "tt_t1_8b_8_compile", "tt_t1_8b_8_compile_fp8"),
+    ("float8", "tt_t3_8b_128_compile", "tt_t3_8b_128_compile_fp8"),
+    ("async TP", "tt_t4_70b_256_tp", "tt_t4_70b_256_asynctp"),
+    ("interleaved 1F1B", "tt_t5_405b_512_1f1b", "tt_t5_405b_512_interleaved"),
+]
+
+
+def torchtitan_gains():
+    """Prints each isolated mechanism's throughput gain, measured vs
+    predicted, from the priced torchtitan rows."""
+    print("\ntorchtitan mechanisms, throughput gain of the second row over the first, "
+          "measured vs predicted:")
+    for name, base, other in TORCHTITAN_GAINS:
+        if base not in PRICED or other not in PRICED:
+            continue
+        (_, mb, rb, _), (_, mo, ro, _) = PRICED[base], PRICED[other]
+        meas = 100 * (mb / mo - 1)
+        pred = 100 * (rb["step_time_s"] / ro["step_time_s"] - 1)
+        print(f"  {name:17} {base} -> {other}: measured {meas:+6.1f}%  predicted {pred:+6.1f}%")
+
+
 def print_row(case_id, step, pred, note):
     """One case: measured and predicted seconds, the error (returned)."""
     if pred is None:
@@ -726,6 +752,7 @@ def main():
 
     zero_bubble_group(orrery, args.build, groups)
     torchtitan_group(orrery, args.build, groups)
+    torchtitan_gains()
     megatron_golden_group(orrery, args.build, groups)
     gpt3_at_scale(orrery, groups)
 
