@@ -155,12 +155,22 @@ private:
     parent.assign(n, -1);
     children.assign(n, {});
     for (int i = 0; i < n; ++i) {
+      // The layout travels with the data: integer operands (a gather's
+      // indices, the experts' routing) carry none. A mixture of experts'
+      // gather of the tokens hangs under the hidden states it gathers, not
+      // under the router's top-k that picks the rows.
+      int data = -1, any = -1;
       for (Value v : ops[i]->getOperands()) {
         Operation *def = v.getDefiningOp();
         auto it = def ? index.find(def) : index.end();
-        if (it != index.end() && isActivation(v))
-          parent[i] = std::max(parent[i], it->second);
+        if (it == index.end() || !isActivation(v))
+          continue;
+        any = std::max(any, it->second);
+        auto t = dyn_cast<RankedTensorType>(v.getType());
+        if (t && isa<FloatType>(t.getElementType()))
+          data = std::max(data, it->second);
       }
+      parent[i] = data >= 0 ? data : any;
       if (parent[i] >= 0)
         children[parent[i]].push_back(i);
     }

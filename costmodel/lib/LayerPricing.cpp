@@ -98,6 +98,17 @@ void Simulation::priceTpCollectives(const OpCost &op, const GroupShape &tpGroup,
                                     OpPrice &o) const {
   double sc = scale();
   o.tpRowAllReduceBytes = op.tpAllReduceForwardBytes * sc;
+  // Megatron-Core's all-gather token dispatcher (ep 1) weights and sums
+  // each token's top-k expert outputs before it reduce-scatters them over
+  // tp: one row a token, not one a routed copy as the graph's row-parallel
+  // expert product writes them. (Its all-to-all dispatcher, ep > 1,
+  // reduces the permuted rows.)
+  double tokens = double(w.batchSize) * double(w.tokensPerSample);
+  if (op.experts > 1 && s.ep == 1 && tokens > 0) {
+    double routed = double(op.gemmBatch) * double(op.gemmM) / tokens;
+    if (routed > 1)
+      o.tpRowAllReduceBytes /= routed;
+  }
   o.tpColumnAllReduceBytes = op.tpAllReduceBackwardBytes * sc;
   o.tpGatherBytes = op.tpAllGatherForwardBytes * sc;
   o.tpHaloBytes = op.tpHaloBytes * sc;

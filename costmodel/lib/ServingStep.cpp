@@ -244,8 +244,15 @@ llvm::Error StepPricer::tokenOp(const OpCost &op, const LayerKind &k, bool head,
                             std::to_string(op.experts) + " experts of '" +
                             op.name + "' (each rank keeps whole experts)");
       t.experts = op.experts;
-      t.topK = std::max<int>(1, int(std::lround(double(op.gemmBatch) *
-                                                double(op.gemmM) / tokens)));
+      double routed = double(op.gemmBatch) * double(op.gemmM) / tokens;
+      t.topK = std::max<int>(1, int(std::lround(routed)));
+      // The engines sum each token's top-k expert outputs, weighted by the
+      // router, before the tensor-parallel all-reduce (vLLM's and SGLang's
+      // fused_moe, then tensor_model_parallel_all_reduce; TensorRT-LLM's
+      // MoE finalize, then its all-reduce): one row a token is reduced, not
+      // one a routed copy as the graph's row-parallel product writes them.
+      if (routed > 1)
+        t.allReduceBytesPerToken /= routed;
       // Whole experts, E/ep of them a rank: the same bytes and work a
       // rank on average as 1/tp of each, spread unevenly (kindSeconds).
       t.expertParallel = split > 1 ? replica_.ep : 1;

@@ -298,6 +298,24 @@ TEST(ServingSim, BadWorkloadsAreOneLineErrors) {
       << why;
 }
 
+// The engines sum a token's top-k expert outputs before the tensor-parallel
+// all-reduce (vLLM's and SGLang's fused_moe, TensorRT-LLM's MoE finalize),
+// and reduce the attention's output projection as a dense layer does:
+// Mixtral 8x7B's layers reduce what Mistral 7B v0.1's do (the same 32
+// layers of width 4096, the same attention and vocabulary), not the expert
+// layer's top 2 copies.
+TEST(ServingStep, ExpertLayerReducesOneRowAToken) {
+  Served moe("mixtral-8x7b", "8xH100-SXM"),
+      dense("mistral-7b-v0.1", "8xH100-SXM");
+  for (int tokens : {1, 64, 512}) {
+    StepTime m = moe.pricer(8).price(decode(tokens, 1024));
+    StepTime d = dense.pricer(8).price(decode(tokens, 1024));
+    EXPECT_GT(d.communicationS, 0);
+    EXPECT_NEAR(m.communicationS, d.communicationS, 1e-3 * d.communicationS)
+        << tokens << " tokens";
+  }
+}
+
 // Mixtral 8x7B on 8 H100, its 8 experts sliced 8 ways (tp) or one whole
 // expert a rank (ep=8). One decoding request chooses 2 experts: under tp
 // every rank reads 1/8 of each (a quarter of an expert), under ep the
