@@ -377,7 +377,8 @@ llvm::Expected<DeviceSpec> readDevice(const nlohmann::json &d, size_t i,
            "peak_flop_per_s", "memory_bytes", "memory_bandwidth_bytes_per_s",
            "power_w", "power_w_by_activity", "workspace_bytes",
            "measured_kernel_profile", "kernel_profile_of", "host",
-           "scale_out_nic", "vector_flop_per_s", "sdpa_attention"}))
+           "scale_out_nic", "vector_flop_per_s", "sdpa_attention",
+           "sm_count"}))
     return std::move(e);
   if (d.contains("scale_out_nic"))
     if (auto e = readScaleOutNic(d["scale_out_nic"], path, what, s))
@@ -434,6 +435,14 @@ llvm::Expected<DeviceSpec> readDevice(const nlohmann::json &d, size_t i,
   if (d.contains("measured_kernel_profile"))
     if (auto e = readKernelProfile(d["measured_kernel_profile"], path, what, s))
       return std::move(e);
+  if (d.contains("sm_count")) {
+    const nlohmann::json &n = d["sm_count"];
+    if (!n.is_number_integer() || n.get<int64_t>() < 1 ||
+        n.get<int64_t>() > 4096)
+      return fieldError(what, path + ".sm_count: must be an integer from 1 "
+                                     "to 4096");
+    s.smCount = int(n.get<int64_t>());
+  }
   if (d.contains("sdpa_attention"))
     if (auto e = readSdpaAttention(d["sdpa_attention"], path, what, s))
       return std::move(e);

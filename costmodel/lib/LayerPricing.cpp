@@ -330,9 +330,11 @@ static void noteKernel(LayerBreakdown &b, const OpCost &op, const OpPrice &o,
 /// GEMM (the first one's of the layer after the last); backward, a
 /// column-parallel GEMM's reduce-scatter of the input gradient with its
 /// weight-gradient GEMM (half its backward). At least one chunk's transfer
-/// stays exposed.
+/// stays exposed. The reduce-scatters' GEMMs run on the SMs the
+/// communication leaves (`margin`: SMs / (SMs - communication SMs); 1
+/// where nothing is known), the all-gather's ring exchange on all of them.
 static void addTpOverlap(const std::vector<TpOverlap> &overlapped, int tpDeg,
-                         LayerTime &t) {
+                         double margin, LayerTime &t) {
   auto exposed = [&](double comm, double gemm) {
     return std::max(comm / tpDeg, comm - gemm);
   };
@@ -347,12 +349,30 @@ static void addTpOverlap(const std::vector<TpOverlap> &overlapped, int tpDeg,
       double gather = next != columns.end() ? overlapped[*next].fwd
                       : columns.empty()     ? 0.0
                                             : overlapped[columns.front()].fwd;
-      t.forwardTpS +=
-          exposed(o.rowAr / 2, o.fwd) + exposed(o.rowAr / 2, gather);
+      t.forwardComputeS += (margin - 1) * o.fwd;
+      t.forwardTpS += exposed(o.rowAr / 2, margin * o.fwd) +
+                      exposed(o.rowAr / 2, gather);
     }
-    if (o.colAr > 0)
-      t.backwardTpS += exposed(o.colAr, o.bwd / 2);
+    if (o.colAr > 0) {
+      t.backwardComputeS += (margin - 1) * o.bwd / 2;
+      t.backwardTpS += exposed(o.colAr, margin * o.bwd / 2);
+    }
   }
+}
+
+/// What the GEMMs a tensor-parallel reduce-scatter overlaps give up: under
+/// Transformer Engine's userbuffers (the fused kernels) the pipelined and
+/// bulk overlaps launch the GEMM on the SMs the communication leaves
+/// (transformer_engine/pytorch/module/base.py's default configuration:
+/// num_sm 16, set_sm_margin; comm_gemm_overlap.cpp: math SMs = SMs - 16).
+/// Other stacks' overlaps (torchtitan's async TP over symmetric memory)
+/// are not priced so; nor a device whose SM count the catalog does not
+/// state.
+double Simulation::tpOverlapMargin(const DeviceSpec &dev) const {
+  constexpr int kTeCommSms = 16;
+  if (a.fusion != KernelFusion::Fused || dev.smCount <= 2 * kTeCommSms)
+    return 1.0;
+  return double(dev.smCount) / double(dev.smCount - kTeCommSms);
 }
 
 WeightTraffic Simulation::weightTraffic(const LayerKind &k,
@@ -584,7 +604,7 @@ LayerTime Simulation::layerTime(const LayerKind &k, const StagePlacement &p,
     }
   }
   if (!overlapped.empty())
-    addTpOverlap(overlapped, tpDeg, t);
+    addTpOverlap(overlapped, tpDeg, tpOverlapMargin(*p.device), t);
   addWeightTraffic(k, p, t);
   // A layer profile's host time (docs/costmodel.md, "Layer profiles"):
   // it runs between the kernels, adds to them, and repeats in backward

@@ -359,6 +359,9 @@ public:
   double opTime(const DeviceSpec &dev, double flops, double bytes,
                 KernelClass c, int kernels, Precision precision) const;
   /// Layer k's weight traffic on placement p (LayerPricing.cpp).
+  /// The slowdown of GEMMs a tensor-parallel reduce-scatter overlaps
+  /// (Transformer Engine's communication SMs), 1 for none.
+  double tpOverlapMargin(const DeviceSpec &dev) const;
   WeightTraffic weightTraffic(const LayerKind &k,
                               const StagePlacement &p) const;
   /// Reducing `params` gradients over `g` as the framework does (its

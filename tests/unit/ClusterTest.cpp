@@ -148,6 +148,20 @@ TEST(Cluster, SdpaAttentionCurve) {
             "kernel's name)");
 }
 
+TEST(Cluster, SmCount) {
+  const HardwareCatalog &c = HardwareCatalog::builtin();
+  EXPECT_EQ(c.device("H100-SXM")->smCount, 132);
+  EXPECT_EQ(c.device("A100-80G")->smCount, 108);
+  EXPECT_EQ(c.device("MI300X")->smCount, 0); // not stated: no SM margin
+  auto bad = HardwareCatalog::parse(
+      R"({"devices": [{"name": "X", "peak_flop_per_s": {"fp32": 1e13},
+          "memory_bytes": 1e10, "memory_bandwidth_bytes_per_s": 1e12,
+          "sm_count": 0}]})",
+      "catalog.json");
+  EXPECT_EQ(errorOf(bad), "catalog.json: device 'X'.sm_count: must be an "
+                          "integer from 1 to 4096");
+}
+
 TEST(Cluster, Presets) {
   auto one = parseClusterPreset("8xA100-80G", HardwareCatalog::builtin());
   ASSERT_TRUE(bool(one)) << errorOf(one);

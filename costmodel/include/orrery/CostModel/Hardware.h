@@ -147,6 +147,10 @@ struct DeviceSpec {
   double memoryBytes = 0;
   double memoryBandwidthBytesPerS = 0;
   double powerW = 0; ///< board power (TDP)
+  /// Streaming multiprocessors (the catalog's `sm_count`; 0: not stated):
+  /// what a kernel launched on fewer of them gives up (Transformer
+  /// Engine's communication SMs).
+  int smCount = 0;
   /// Power by activity: the catalog's `power_w_by_activity`, else the
   /// stated fractions of powerW.
   PowerByActivity power;
