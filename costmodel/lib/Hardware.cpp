@@ -282,6 +282,23 @@ llvm::Error readHost(const nlohmann::json &h, const std::string &path,
   return llvm::Error::success();
 }
 
+/// Positive numbers of `o` into their fields, a key ending in
+/// "efficiency" at most 1; with `optional`, absent keys keep the field.
+llvm::Error readEfficiencyFields(
+    const nlohmann::json &o, const std::string &opath, const std::string &what,
+    std::initializer_list<std::pair<const char *, double *>> fields,
+    bool optional = false) {
+  for (auto [key, out] : fields) {
+    if (optional && !o.contains(key))
+      continue;
+    if (auto e = positiveNumber(what, o, key, opath, *out))
+      return e;
+    if (llvm::StringRef(key).ends_with("efficiency") && *out > 1)
+      return fieldError(what, opath + "." + key + ": an efficiency above 1");
+  }
+  return llvm::Error::success();
+}
+
 /// A measured kernel profile: efficiencies up to 1, the attention curve
 /// where it was measured.
 llvm::Error readKernelProfile(const nlohmann::json &k, const std::string &path,
@@ -299,33 +316,25 @@ llvm::Error readKernelProfile(const nlohmann::json &k, const std::string &path,
            "attention_backward_half_keys", "source"}))
     return std::move(e);
   KernelModel m;
-  for (auto [key, out] :
-       {std::pair<const char *, double *>{"gemm_efficiency", &m.gemmEfficiency},
-        {"gemm_half_efficiency_s", &m.gemmHalfEfficiencyS},
-        {"gemm_memory_efficiency", &m.gemmMemoryEfficiency},
-        {"pointwise_memory_efficiency", &m.pointwiseMemoryEfficiency},
-        {"reduction_memory_efficiency", &m.reductionMemoryEfficiency},
-        {"random_memory_efficiency", &m.randomMemoryEfficiency},
-        {"kernel_launch_s", &m.kernelLaunchS}}) {
-    if (auto e = positiveNumber(what, k, key, kpath, *out))
-      return std::move(e);
-    if (llvm::StringRef(key).ends_with("efficiency") && *out > 1)
-      return fieldError(what, kpath + "." + key + ": an efficiency above 1");
-  }
+  if (auto e = readEfficiencyFields(
+          k, kpath, what,
+          {{"gemm_efficiency", &m.gemmEfficiency},
+           {"gemm_half_efficiency_s", &m.gemmHalfEfficiencyS},
+           {"gemm_memory_efficiency", &m.gemmMemoryEfficiency},
+           {"pointwise_memory_efficiency", &m.pointwiseMemoryEfficiency},
+           {"reduction_memory_efficiency", &m.reductionMemoryEfficiency},
+           {"random_memory_efficiency", &m.randomMemoryEfficiency},
+           {"kernel_launch_s", &m.kernelLaunchS}}))
+    return e;
   // Optional: the fused attention's curve where it was measured.
-  for (auto [key, out] :
-       {std::pair<const char *, double *>{"attention_forward_efficiency",
-                                          &m.attentionForwardEfficiency},
-        {"attention_forward_half_keys", &m.attentionForwardHalfKeys},
-        {"attention_backward_efficiency", &m.attentionBackwardEfficiency},
-        {"attention_backward_half_keys", &m.attentionBackwardHalfKeys}}) {
-    if (!k.contains(key))
-      continue;
-    if (auto e = positiveNumber(what, k, key, kpath, *out))
-      return std::move(e);
-    if (llvm::StringRef(key).ends_with("efficiency") && *out > 1)
-      return fieldError(what, kpath + "." + key + ": an efficiency above 1");
-  }
+  if (auto e = readEfficiencyFields(
+          k, kpath, what,
+          {{"attention_forward_efficiency", &m.attentionForwardEfficiency},
+           {"attention_forward_half_keys", &m.attentionForwardHalfKeys},
+           {"attention_backward_efficiency", &m.attentionBackwardEfficiency},
+           {"attention_backward_half_keys", &m.attentionBackwardHalfKeys}},
+          /*optional=*/true))
+    return e;
   s.measuredKernels = m;
   s.measuredKernelsSource = k.value("source", "");
   return llvm::Error::success();
@@ -347,17 +356,13 @@ llvm::Error readSdpaAttention(const nlohmann::json &a, const std::string &path,
   if (!a.contains("kernel") || !a["kernel"].is_string())
     return fieldError(what, apath + ".kernel: missing (the kernel's name)");
   c.kernel = a["kernel"];
-  for (auto [key, out] :
-       {std::pair<const char *, double *>{"forward_efficiency",
-                                          &c.forwardEfficiency},
-        {"forward_half_keys", &c.forwardHalfKeys},
-        {"backward_efficiency", &c.backwardEfficiency},
-        {"backward_half_keys", &c.backwardHalfKeys}}) {
-    if (auto e = positiveNumber(what, a, key, apath, *out))
-      return std::move(e);
-    if (llvm::StringRef(key).ends_with("efficiency") && *out > 1)
-      return fieldError(what, apath + "." + key + ": an efficiency above 1");
-  }
+  if (auto e = readEfficiencyFields(
+          a, apath, what,
+          {{"forward_efficiency", &c.forwardEfficiency},
+           {"forward_half_keys", &c.forwardHalfKeys},
+           {"backward_efficiency", &c.backwardEfficiency},
+           {"backward_half_keys", &c.backwardHalfKeys}}))
+    return e;
   c.source = a.value("source", "");
   s.sdpaAttention = c;
   return llvm::Error::success();
