@@ -178,18 +178,23 @@ static std::optional<SmallVector<int64_t>> constantInts(Value v) {
 /// Ops that work element by element with NumPy broadcasting.
 static bool isElementwise(StringRef name) {
   static const llvm::StringSet<> set = {
-      "abs", "neg", "relu", "sigmoid", "tanh", "erf", "gelu", "exp", "log",
-      "sqrt", "reciprocal", "sin", "cos", "identity", "cast", "add", "sub",
-      "mul", "div", "pow", "max", "min", "where", "dropout",
-      "gated_activation", "softplus"};
+      "abs",        "neg",  "relu",  "sigmoid",  "tanh",
+      "erf",        "gelu", "exp",   "log",      "sqrt",
+      "reciprocal", "sin",  "cos",   "identity", "cast",
+      "add",        "sub",  "mul",   "div",      "pow",
+      "max",        "min",  "where", "dropout",  "gated_activation",
+      "softplus"};
   return set.contains(name);
 }
 
+/// Why `op` has no upstream form, named by the op, into `error`; false.
+static bool refuse(Operation *op, const std::string &why, std::string &error) {
+  error = op->getName().getStringRef().str() + " " + why;
+  return false;
+}
+
 bool DimFactors::unifyContraction(Operation *op, std::string &error) {
-  auto bad = [&](const std::string &why) {
-    error = op->getName().getStringRef().str() + " " + why;
-    return false;
-  };
+  auto bad = [&](const std::string &why) { return refuse(op, why, error); };
   StringRef name = op->getName().getStringRef();
   name.consume_front("orrery.");
   Value r = op->getResult(0);
@@ -199,15 +204,15 @@ bool DimFactors::unifyContraction(Operation *op, std::string &error) {
     int64_t ra = rankOf(a), rb = rankOf(b);
     if (ra < 2 || rb < 2)
       return bad("has a vector operand (no upstream form here)");
-    bool ok = unifyDim(a, ra - 1, b, rb - 2) && unifyDim(r, rr - 2, a, ra - 2) &&
-              unifyDim(r, rr - 1, b, rb - 1);
+    bool ok = unifyDim(a, ra - 1, b, rb - 2) &&
+              unifyDim(r, rr - 2, a, ra - 2) && unifyDim(r, rr - 1, b, rb - 1);
     for (Value x : {a, b}) {
       auto t = cast<RankedTensorType>(x.getType());
       for (int64_t d = 0; ok && d + 2 < t.getRank(); ++d) {
         int64_t dr = d + rr - t.getRank();
         if (t.getDimSize(d) != 1)
-          ok = t.getDimSize(d) == cast<RankedTensorType>(r.getType())
-                                      .getDimSize(dr) &&
+          ok = t.getDimSize(d) ==
+                   cast<RankedTensorType>(r.getType()).getDimSize(dr) &&
                unifyDim(x, d, r, dr);
       }
     }
@@ -228,142 +233,129 @@ bool DimFactors::unifyContraction(Operation *op, std::string &error) {
 }
 
 bool DimFactors::unifyParts(Operation *op, std::string &error) {
-  auto bad = [&](const std::string &why) {
-    error = op->getName().getStringRef().str() + " " + why;
-    return false;
-  };
+  auto bad = [&](const std::string &why) { return refuse(op, why, error); };
   StringRef name = op->getName().getStringRef();
   name.consume_front("orrery.");
   Value r = op->getResult(0);
-    bool isSplit = name == "split";
-    SmallVector<Value> parts;
-    Value whole = isSplit ? op->getOperand(0) : r;
-    if (isSplit)
-      parts.append(op->result_begin(), op->result_end());
-    else
-      parts.append(op->operand_begin(), op->operand_end());
-    int64_t axis = intAttr(op, "axis", 0);
-    if (axis < 0)
-      axis += rankOf(whole);
-    auto partType = cast<RankedTensorType>(parts[0].getType());
-    for (Value p : parts)
-      if (p.getType() != partType)
-        return bad("has parts of unequal sizes (no upstream form)");
-    int piece = newAtom(int64_t(parts.size()));
-    opAtom[op] = piece;
-    if (!unify({dimsOf(whole)[axis]}, {piece, dimsOf(parts[0])[axis]}))
-      return bad("cuts a dim that does not factor");
-    for (Value p : parts)
-      for (int64_t d = 0; d < rankOf(whole); ++d)
-        if (!unifyDim(p, d, d == axis ? parts[0] : whole, d))
-          return bad("has parts that do not factor alike");
-    return true;
+  bool isSplit = name == "split";
+  SmallVector<Value> parts;
+  Value whole = isSplit ? op->getOperand(0) : r;
+  if (isSplit)
+    parts.append(op->result_begin(), op->result_end());
+  else
+    parts.append(op->operand_begin(), op->operand_end());
+  int64_t axis = intAttr(op, "axis", 0);
+  if (axis < 0)
+    axis += rankOf(whole);
+  auto partType = cast<RankedTensorType>(parts[0].getType());
+  for (Value p : parts)
+    if (p.getType() != partType)
+      return bad("has parts of unequal sizes (no upstream form)");
+  int piece = newAtom(int64_t(parts.size()));
+  opAtom[op] = piece;
+  if (!unify({dimsOf(whole)[axis]}, {piece, dimsOf(parts[0])[axis]}))
+    return bad("cuts a dim that does not factor");
+  for (Value p : parts)
+    for (int64_t d = 0; d < rankOf(whole); ++d)
+      if (!unifyDim(p, d, d == axis ? parts[0] : whole, d))
+        return bad("has parts that do not factor alike");
+  return true;
 }
 
 bool DimFactors::unifyReduce(Operation *op, std::string &error) {
-  auto bad = [&](const std::string &why) {
-    error = op->getName().getStringRef().str() + " " + why;
-    return false;
-  };
+  auto bad = [&](const std::string &why) { return refuse(op, why, error); };
   Value r = op->getResult(0);
-    auto axes = op->getAttrOfType<DenseI64ArrayAttr>("axes");
-    Value x = op->getOperand(0);
-    if (!axes || op->getNumOperands() > 1)
-      return bad("takes its axes as an operand (no upstream form here)");
-    bool keep = intAttr(op, "keepdims", 1);
-    int64_t out = 0;
-    for (int64_t d = 0; d < rankOf(x); ++d) {
-      bool reduced = llvm::any_of(axes.asArrayRef(), [&](int64_t a) {
-        return (a < 0 ? a + rankOf(x) : a) == d;
-      });
-      if (!reduced && !unifyDim(x, d, r, out))
-        return bad("keeps dims that do not factor alike");
-      out += !reduced || keep;
-    }
-    return true;
+  auto axes = op->getAttrOfType<DenseI64ArrayAttr>("axes");
+  Value x = op->getOperand(0);
+  if (!axes || op->getNumOperands() > 1)
+    return bad("takes its axes as an operand (no upstream form here)");
+  bool keep = intAttr(op, "keepdims", 1);
+  int64_t out = 0;
+  for (int64_t d = 0; d < rankOf(x); ++d) {
+    bool reduced = llvm::any_of(axes.asArrayRef(), [&](int64_t a) {
+      return (a < 0 ? a + rankOf(x) : a) == d;
+    });
+    if (!reduced && !unifyDim(x, d, r, out))
+      return bad("keeps dims that do not factor alike");
+    out += !reduced || keep;
+  }
+  return true;
 }
 
 bool DimFactors::unifyGather(Operation *op, std::string &error) {
-  auto bad = [&](const std::string &why) {
-    error = op->getName().getStringRef().str() + " " + why;
-    return false;
-  };
+  auto bad = [&](const std::string &why) { return refuse(op, why, error); };
   Value r = op->getResult(0);
-    Value table = op->getOperand(0), ids = op->getOperand(1);
-    int64_t axis = intAttr(op, "axis", 0);
-    if (axis < 0)
-      axis += rankOf(table);
-    // One constant position along any axis (BERT's and ViT's first token):
-    // the axis is the part, the gather one part of it.
-    std::optional<SmallVector<int64_t>> at = constantInts(ids);
-    if (rankOf(ids) == 0 && at && at->size() == 1) {
-      int64_t n = cast<RankedTensorType>(table.getType()).getDimSize(axis);
-      int64_t i = (*at)[0] < 0 ? (*at)[0] + n : (*at)[0];
-      if (i < 0 || i >= n)
-        return bad("takes a position outside its axis");
-      opAtom[op] = dimsOf(table)[axis];
-      opIndex[op] = i;
-      for (int64_t d = 0, o = 0; d < rankOf(table); ++d)
-        if (d != axis && !unifyDim(table, d, r, o++))
-          return bad("keeps dims that do not factor alike");
-      return true;
-    }
-    if (axis != 0)
-      return bad("gathers along an axis other than 0 (no upstream form here)");
-    int64_t ri = rankOf(ids);
-    for (int64_t d = 0; d < ri; ++d)
-      if (!unifyDim(ids, d, r, d))
-        return bad("has indices that do not factor alike");
-    for (int64_t d = 1; d < rankOf(table); ++d)
-      if (!unifyDim(table, d, r, ri + d - 1))
-        return bad("has rows that do not factor alike");
+  Value table = op->getOperand(0), ids = op->getOperand(1);
+  int64_t axis = intAttr(op, "axis", 0);
+  if (axis < 0)
+    axis += rankOf(table);
+  // One constant position along any axis (BERT's and ViT's first token):
+  // the axis is the part, the gather one part of it.
+  std::optional<SmallVector<int64_t>> at = constantInts(ids);
+  if (rankOf(ids) == 0 && at && at->size() == 1) {
+    int64_t n = cast<RankedTensorType>(table.getType()).getDimSize(axis);
+    int64_t i = (*at)[0] < 0 ? (*at)[0] + n : (*at)[0];
+    if (i < 0 || i >= n)
+      return bad("takes a position outside its axis");
+    opAtom[op] = dimsOf(table)[axis];
+    opIndex[op] = i;
+    for (int64_t d = 0, o = 0; d < rankOf(table); ++d)
+      if (d != axis && !unifyDim(table, d, r, o++))
+        return bad("keeps dims that do not factor alike");
     return true;
+  }
+  if (axis != 0)
+    return bad("gathers along an axis other than 0 (no upstream form here)");
+  int64_t ri = rankOf(ids);
+  for (int64_t d = 0; d < ri; ++d)
+    if (!unifyDim(ids, d, r, d))
+      return bad("has indices that do not factor alike");
+  for (int64_t d = 1; d < rankOf(table); ++d)
+    if (!unifyDim(table, d, r, ri + d - 1))
+      return bad("has rows that do not factor alike");
+  return true;
 }
 
 bool DimFactors::unifyAttention(Operation *op, std::string &error) {
-  auto bad = [&](const std::string &why) {
-    error = op->getName().getStringRef().str() + " " + why;
-    return false;
-  };
+  auto bad = [&](const std::string &why) { return refuse(op, why, error); };
   Value r = op->getResult(0);
   int64_t rr = rankOf(r);
-    Value q = op->getOperand(0), k = op->getOperand(1), v = op->getOperand(2);
-    int64_t h = intAttr(op, "heads", 0), kv = intAttr(op, "kv_heads", 0),
-            b = intAttr(op, "batch", 0);
-    // [batch, heads, length, dim], or torch.nn.MultiheadAttention's
-    // [batch x heads, length, dim] (heads == kv_heads).
-    auto shapeIs = [&](Value x, int64_t heads, StringRef len, StringRef dim) {
-      auto t = cast<RankedTensorType>(x.getType());
-      if (t.getRank() == 4)
-        return t.getDimSize(0) == b && t.getDimSize(1) == heads &&
-               t.getDimSize(2) == intAttr(op, len, -1) &&
-               t.getDimSize(3) == intAttr(op, dim, -1);
-      return t.getRank() == 3 && h == kv && t.getDimSize(0) == b * heads &&
-             t.getDimSize(1) == intAttr(op, len, -1) &&
-             t.getDimSize(2) == intAttr(op, dim, -1);
-    };
-    int64_t rank = rankOf(q);
-    if (op->getNumOperands() > 3 || kv <= 0 || h % kv ||
-        rankOf(k) != rank || rankOf(v) != rank || rr != rank ||
-        !shapeIs(q, h, "q_len", "head_dim") ||
-        !shapeIs(k, kv, "kv_len", "head_dim") ||
-        !shapeIs(v, kv, "kv_len", "value_dim") ||
-        !shapeIs(r, h, "q_len", "value_dim"))
-      return bad("is neither [batch, heads, length, dim] nor [batch x heads, "
-                 "length, dim] without a bias (no upstream form here)");
-    int64_t len = rank - 2, dim = rank - 1;
-    bool ok = unifyDim(q, 0, k, 0) && unifyDim(q, 0, v, 0) &&
-              unifyDim(q, 0, r, 0) && unifyDim(q, len, r, len) &&
-              unifyDim(k, len, v, len) && unifyDim(q, dim, k, dim) &&
-              unifyDim(v, dim, r, dim);
-    if (rank == 4) {
-      int group = newAtom(h / kv);
-      opAtom[op] = group;
-      markHeads(dimsOf(k)[1]);
-      ok = ok && unifyDim(q, 1, r, 1) && unifyDim(k, 1, v, 1) &&
-           unify({dimsOf(q)[1]}, {dimsOf(k)[1], group});
-    }
-    return ok || bad("has operands that do not factor alike");
+  Value q = op->getOperand(0), k = op->getOperand(1), v = op->getOperand(2);
+  int64_t h = intAttr(op, "heads", 0), kv = intAttr(op, "kv_heads", 0),
+          b = intAttr(op, "batch", 0);
+  // [batch, heads, length, dim], or torch.nn.MultiheadAttention's
+  // [batch x heads, length, dim] (heads == kv_heads).
+  auto shapeIs = [&](Value x, int64_t heads, StringRef len, StringRef dim) {
+    auto t = cast<RankedTensorType>(x.getType());
+    if (t.getRank() == 4)
+      return t.getDimSize(0) == b && t.getDimSize(1) == heads &&
+             t.getDimSize(2) == intAttr(op, len, -1) &&
+             t.getDimSize(3) == intAttr(op, dim, -1);
+    return t.getRank() == 3 && h == kv && t.getDimSize(0) == b * heads &&
+           t.getDimSize(1) == intAttr(op, len, -1) &&
+           t.getDimSize(2) == intAttr(op, dim, -1);
+  };
+  int64_t rank = rankOf(q);
+  if (op->getNumOperands() > 3 || kv <= 0 || h % kv || rankOf(k) != rank ||
+      rankOf(v) != rank || rr != rank || !shapeIs(q, h, "q_len", "head_dim") ||
+      !shapeIs(k, kv, "kv_len", "head_dim") ||
+      !shapeIs(v, kv, "kv_len", "value_dim") ||
+      !shapeIs(r, h, "q_len", "value_dim"))
+    return bad("is neither [batch, heads, length, dim] nor [batch x heads, "
+               "length, dim] without a bias (no upstream form here)");
+  int64_t len = rank - 2, dim = rank - 1;
+  bool ok = unifyDim(q, 0, k, 0) && unifyDim(q, 0, v, 0) &&
+            unifyDim(q, 0, r, 0) && unifyDim(q, len, r, len) &&
+            unifyDim(k, len, v, len) && unifyDim(q, dim, k, dim) &&
+            unifyDim(v, dim, r, dim);
+  if (rank == 4) {
+    int group = newAtom(h / kv);
+    opAtom[op] = group;
+    markHeads(dimsOf(k)[1]);
+    ok = ok && unifyDim(q, 1, r, 1) && unifyDim(k, 1, v, 1) &&
+         unify({dimsOf(q)[1]}, {dimsOf(k)[1], group});
+  }
+  return ok || bad("has operands that do not factor alike");
 }
 
 bool DimFactors::unifyOp(Operation *op, std::string &error) {
@@ -472,12 +464,12 @@ bool DimFactors::unifySlice(Operation *op, std::string &error) {
   if (op->getNumOperands() < 3 || !(starts = constantInts(op->getOperand(1))) ||
       !(ends = constantInts(op->getOperand(2))))
     return bad("has bounds that are not constants (no upstream form)");
-  axes = op->getNumOperands() > 3 ? constantInts(op->getOperand(3))
-                                  : std::optional<SmallVector<int64_t>>(
-                                        SmallVector<int64_t>());
-  steps = op->getNumOperands() > 4 ? constantInts(op->getOperand(4))
-                                   : std::optional<SmallVector<int64_t>>(
-                                         SmallVector<int64_t>());
+  axes = op->getNumOperands() > 3
+             ? constantInts(op->getOperand(3))
+             : std::optional<SmallVector<int64_t>>(SmallVector<int64_t>());
+  steps = op->getNumOperands() > 4
+              ? constantInts(op->getOperand(4))
+              : std::optional<SmallVector<int64_t>>(SmallVector<int64_t>());
   if (!axes || !steps || llvm::any_of(*steps, [](int64_t s) { return s != 1; }))
     return bad("has axes that are not constants or steps other than 1");
   if (axes->empty())
@@ -518,12 +510,11 @@ bool DimFactors::build(ModuleOp module, std::string &error) {
       return WalkResult::advance();
     for (Type t : op->getResultTypes())
       if (auto rt = dyn_cast<RankedTensorType>(t); rt && !rt.hasStaticShape()) {
-        error = op->getName().getStringRef().str() +
-                " has a dim no --dim binds";
+        error =
+            op->getName().getStringRef().str() + " has a dim no --dim binds";
         return WalkResult::interrupt();
       }
-    return unifyOp(op, error) ? WalkResult::advance()
-                              : WalkResult::interrupt();
+    return unifyOp(op, error) ? WalkResult::advance() : WalkResult::interrupt();
   });
   return !walk.wasInterrupted();
 }
