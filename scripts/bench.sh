@@ -46,6 +46,8 @@ if [ -f ../shared/validation/inference_runs.json ]; then
 fi
 echo
 /usr/bin/python3 bench/serving_speed.py --build build
+echo
+/usr/bin/python3 bench/goodput.py --build build
 if [ -x build/python-test/bin/python ]; then # scripts/python-test.sh made it
   echo
   build/python-test/bin/python bench/python_overhead.py --build build

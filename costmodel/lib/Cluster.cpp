@@ -21,6 +21,13 @@ static llvm::Error err(const std::string &what, const std::string &msg) {
   return inputError(what + ": " + msg);
 }
 
+const LinkSpec *hostLinkOf(const NodeGroup &group) {
+  const LinkSpec *l = group.intraNodeLink;
+  bool gen5 = l && (l->name == "NVLink4" || l->name == "NVLink5" ||
+                    l->name == "PCIe5");
+  return HardwareCatalog::builtin().link(gen5 ? "PCIe5" : "PCIe4");
+}
+
 Cluster::Cluster(const Cluster &other) { *this = other; }
 
 Cluster &Cluster::operator=(const Cluster &other) {
@@ -29,6 +36,7 @@ Cluster &Cluster::operator=(const Cluster &other) {
   name = other.name;
   sites = other.sites;
   siteLinks = other.siteLinks;
+  reliability = other.reliability;
   inlineDevices = other.inlineDevices;
   inlineLinks = other.inlineLinks;
   devices_ = other.devices_;
@@ -471,8 +479,13 @@ llvm::Expected<Cluster> ClusterReader::read(const std::string &text) {
     return err(what, problem);
   if (!j.is_object())
     return err(what, "the cluster spec must be a JSON object");
-  if (auto e = onlyKeys(j, "", {"name", "sites", "inter_site_links"}))
+  if (auto e = onlyKeys(j, "",
+                        {"name", "sites", "inter_site_links", "reliability"}))
     return std::move(e);
+  if (j.contains("reliability"))
+    if (auto e = detail::readReliability(j["reliability"], "reliability",
+                                         c.reliability))
+      return err(what, llvm::toString(std::move(e)));
   c.name = j.value("name", what);
   if (!j.contains("sites") || !j["sites"].is_array() || j["sites"].empty())
     return err(what, "sites: missing or empty");

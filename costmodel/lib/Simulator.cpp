@@ -36,13 +36,8 @@ namespace orrery {
 
 static llvm::Error err(const std::string &msg) { return inputError(msg); }
 
-/// A device's link to its host: PCIe 5 beside NVLink 4/5 or PCIe 5
-/// between the devices, else PCIe 4.
 const LinkSpec *detail::hostLinkOf(const StagePlacement &place) {
-  const LinkSpec *l = place.group->intraNodeLink;
-  bool gen5 = l && (l->name == "NVLink4" || l->name == "NVLink5" ||
-                    l->name == "PCIe5");
-  return HardwareCatalog::builtin().link(gen5 ? "PCIe5" : "PCIe4");
+  return orrery::hostLinkOf(*place.group);
 }
 
 using namespace detail;

@@ -321,6 +321,30 @@ class Simulation(_JsonView):
         return f"<orrery.Simulation step {self.step_time_s:.4g} s, fits={self.fits}>"
 
 
+def _goodput(tokens, days, checkpoint, checkpoint_every, seed, trials) -> dict:
+    """The goodput keywords, typed for the core (it checks their values)."""
+    def number(name, v):
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise TypeError(f"{name}: expected a number, not {type(v).__name__}")
+        return float(v)
+
+    def integer(name, v):
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise TypeError(f"{name}: expected an integer, not {type(v).__name__}")
+        if v < 0 or v >= 2**63:
+            raise Error(f"{name} {v}: expected a non-negative integer")
+        return v
+
+    if not isinstance(checkpoint, str):
+        raise TypeError(f"checkpoint: expected 'sync' or 'async', not {type(checkpoint).__name__}")
+    return {"tokens": 0.0 if tokens is None else number("tokens", tokens),
+            "days": 0.0 if days is None else number("days", days),
+            "checkpoint": checkpoint,
+            "checkpoint_every": integer("checkpoint_every", checkpoint_every),
+            "seed": integer("seed", seed),
+            "trials": min(integer("trials", trials), 2**31 - 1)}
+
+
 def simulate(model: ModelLike, cluster: ClusterLike,
              strategy: Union[str, Mapping[str, Any], None] = None, *,
              plan: Optional["Plan"] = None, trace: Optional[str] = None,
@@ -328,6 +352,9 @@ def simulate(model: ModelLike, cluster: ClusterLike,
              freeze: Optional[Iterable[str]] = None,
              lora: Optional[str] = None,
              layer_profile: Optional[str] = None,
+             tokens: Optional[float] = None, days: Optional[float] = None,
+             checkpoint: str = "sync", checkpoint_every: int = 0,
+             seed: int = 1, trials: int = 100,
              **assumptions: Any) -> Simulation:
     """Prices one training step of ``strategy`` (``"tp=8,pp=2,mbs=1,gbs=512"``
     or a dict of the same keys, docs/strategy.md) on ``cluster``, or of a
@@ -335,9 +362,12 @@ def simulate(model: ModelLike, cluster: ClusterLike,
     ``trace`` writes a Chrome-trace timeline there. The keywords after it
     are the flags of ``orrery simulate`` of the same names; the framework
     assumptions among them are :func:`assumption_keywords`. ``model`` and
-    ``cluster`` take what :func:`load` and :class:`Cluster` take too."""
+    ``cluster`` take what :func:`load` and :class:`Cluster` take too.
+    ``tokens``, ``days`` and the keywords after them price the run's goodput
+    (docs/reliability.md): the result's ``goodput``."""
     model = _as_model(model, "model")
     cluster = _as_cluster(cluster, "cluster")
+    good = _goodput(tokens, days, checkpoint, checkpoint_every, seed, trials)
     if (strategy is None) == (plan is None):
         raise Error("simulate: give a strategy or a plan (one of them)")
     if plan is not None and not isinstance(plan, Plan):
@@ -347,7 +377,7 @@ def simulate(model: ModelLike, cluster: ClusterLike,
     text = _core.simulate(model._handle, cluster.spec, cluster._json,
                           "" if strategy is None else _strategy_text(strategy),
                           None if plan is None else plan.to_json(),
-                          use_measured_kernels, True, trace or "", fw)
+                          use_measured_kernels, True, trace or "", fw, good)
     return Simulation(text)
 
 
@@ -446,6 +476,9 @@ def plan(model: ModelLike, cluster: ClusterLike, global_batch: int = 1024, *,
          freeze: Optional[Iterable[str]] = None,
          lora: Optional[str] = None,
          layer_profile: Optional[str] = None,
+         tokens: Optional[float] = None, days: Optional[float] = None,
+         checkpoint: str = "sync", checkpoint_every: int = 0,
+         seed: int = 1, trials: int = 100,
          **assumptions: Any) -> Plan:
     """Searches for the fastest (``objective="time"``), cheapest (``cost``)
     or least-energy (``energy``) plan that fits, as ``orrery plan`` does;
@@ -457,10 +490,14 @@ def plan(model: ModelLike, cluster: ClusterLike, global_batch: int = 1024, *,
     uncertainty band (``predicted.step_time_band_s``). The rest are
     ``orrery plan``'s flags of the same names; the framework assumptions
     among them are :func:`assumption_keywords`. ``model`` and ``cluster``
-    take what :func:`load` and :class:`Cluster` take too."""
+    take what :func:`load` and :class:`Cluster` take too. ``tokens``,
+    ``days`` and the keywords after them price the best plan's goodput
+    (the plan's ``goodput``; ``objective="time-to-train"`` ranks by it:
+    docs/reliability.md)."""
     model = _as_model(model, "model")
     cluster = _as_cluster(cluster, "cluster")
     fw = _framework_kwargs(freeze, lora, layer_profile, assumptions)
+    good = _goodput(tokens, days, checkpoint, checkpoint_every, seed, trials)
     if isinstance(global_batch, bool) or not isinstance(global_batch, int):
         raise TypeError(f"global_batch: expected an integer, not "
                         f"{type(global_batch).__name__}")
@@ -468,7 +505,7 @@ def plan(model: ModelLike, cluster: ClusterLike, global_batch: int = 1024, *,
         model._handle, cluster.spec, cluster._json, global_batch, objective,
         0.0 if budget is None else float(budget), int(top), precision or "",
         framework or "any", "" if strategy is None else _strategy_text(strategy),
-        explain, rank_by, fw)
+        explain, rank_by, fw, good)
     return Plan(text, summary, model, cluster)
 
 

@@ -98,6 +98,28 @@ orrery::cli::FrameworkOptions frameworkOptions(const nb::dict &keywords) {
   return o;
 }
 
+/// `tokens`, `checkpoint`, `checkpoint_every`, `days`, `seed`, `trials`
+/// (docs/reliability.md): the Python layer passes them typed.
+orrery::cli::GoodputRequest goodputRequest(const nb::dict &d) {
+  orrery::cli::GoodputRequest q;
+  for (auto [key, value] : d) {
+    std::string k = nb::cast<std::string>(key);
+    if (k == "tokens")
+      q.tokens = nb::cast<double>(value);
+    else if (k == "checkpoint")
+      q.checkpoint = nb::cast<std::string>(value);
+    else if (k == "checkpoint_every")
+      q.checkpointEvery = nb::cast<int64_t>(value);
+    else if (k == "days")
+      q.days = nb::cast<double>(value);
+    else if (k == "seed")
+      q.seed = nb::cast<uint64_t>(value);
+    else if (k == "trials")
+      q.trials = nb::cast<int>(value);
+  }
+  return q;
+}
+
 } // namespace
 
 NB_MODULE(_core, m) {
@@ -146,17 +168,20 @@ NB_MODULE(_core, m) {
       [](ModelHandle &h, const std::string &spec,
          std::optional<std::string> clusterJson, const std::string &strategy,
          std::optional<std::string> planJson, bool useMeasuredKernels,
-         bool json, const std::string &trace, const nb::dict &keywords) {
+         bool json, const std::string &trace, const nb::dict &keywords,
+         const nb::dict &goodput) {
         auto framework = frameworkOptions(keywords);
+        auto good = goodputRequest(goodput);
         nb::gil_scoped_release release;
         return take(
             orrery::api::simulate(*h.ref, clusterSource(spec, clusterJson),
                                   strategy, planJson ? &*planJson : nullptr,
-                                  framework, useMeasuredKernels, json, trace));
+                                  framework, useMeasuredKernels, json, trace,
+                                  good));
       },
       "model"_a, "spec"_a, "cluster_json"_a.none(), "strategy"_a,
       "plan_json"_a.none(), "use_measured_kernels"_a, "json"_a, "trace"_a,
-      "keywords"_a, "`orrery simulate` of a strategy string or a plan's JSON.");
+      "keywords"_a, "goodput"_a, "`orrery simulate` of a strategy string or a plan's JSON.");
 
   m.def(
       "plan",
@@ -165,8 +190,9 @@ NB_MODULE(_core, m) {
          const std::string &objective, double budget, int top,
          const std::string &precision, const std::string &framework,
          const std::string &strategy, bool explain, const std::string &rankBy,
-         const nb::dict &keywords) {
+         const nb::dict &keywords, const nb::dict &goodput) {
         orrery::cli::PlanRequest request;
+        request.goodput = goodputRequest(goodput);
         request.rankBy = rankBy;
         request.globalBatch = globalBatch;
         request.objective = objective;
@@ -186,7 +212,7 @@ NB_MODULE(_core, m) {
       },
       "model"_a, "spec"_a, "cluster_json"_a.none(), "global_batch"_a,
       "objective"_a, "budget"_a, "top"_a, "precision"_a, "framework"_a,
-      "strategy"_a, "explain"_a, "rank_by"_a, "keywords"_a,
+      "strategy"_a, "explain"_a, "rank_by"_a, "keywords"_a, "goodput"_a,
       "`orrery plan`: (the JSON text `--json` prints, the summary).");
 
   m.def(

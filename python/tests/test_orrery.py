@@ -92,6 +92,28 @@ def test_plan_keywords_are_the_cli_flags(gpt13):
     assert p.to_json() == out
 
 
+def test_goodput_keywords_are_the_cli_flags(gpt13):
+    cluster = orrery.Cluster.preset("2x8xA100-80G")
+    p = orrery.plan(gpt13, cluster, 256, objective="time-to-train", tokens=1e11, days=5, trials=7)
+    g = p["goodput"]
+    assert 0.9 < g["effective_training_time_fraction"] <= 1
+    assert g["time_to_train"]["tokens"] == 1e11
+    assert g["run"]["trials"] == 7
+    s = orrery.simulate(gpt13, cluster, "dp=16,mbs=1,gbs=256", tokens=1e11, checkpoint="async")
+    assert s["goodput"]["checkpoint_mode"] == "async"
+    with pytest.raises(orrery.Error, match="--checkpoint 'often': expected sync or async"):
+        orrery.simulate(gpt13, cluster, "dp=16,mbs=1,gbs=256", tokens=1e11, checkpoint="often")
+    with pytest.raises(orrery.Error, match="give the token budget"):
+        orrery.plan(gpt13, cluster, 256, objective="time-to-train")
+    with pytest.raises(TypeError, match="days: expected a number"):
+        orrery.simulate(gpt13, cluster, "dp=16,mbs=1,gbs=256", days="3")
+    if not CLI:
+        pytest.skip("ORRERY_CLI is not set: the bytes are not compared")
+    out = cli("plan", "gpt3-1.3b", "--cluster", "2x8xA100-80G", "--global-batch", "256", "--objective",
+              "time-to-train", "--tokens", "1e11", "--days", "5", "--trials", "7", "--json").stdout
+    assert p.to_json() == out
+
+
 def test_plans_carry_a_band_and_rank_by_it(gpt13):
     cluster = orrery.Cluster.preset("8xA100-80G")
     p = orrery.plan(gpt13, cluster, 64, top=3, rank_by="p90")

@@ -105,7 +105,8 @@ Outcome<std::string> simulate(Model &m, const cli::ClusterSource &cluster,
                               const std::string *planJson,
                               const cli::FrameworkOptions &framework,
                               bool useMeasuredKernels, bool json,
-                              const std::string &traceFile) {
+                              const std::string &traceFile,
+                              const cli::GoodputRequest &goodput) {
   std::lock_guard<std::mutex> lock(m.mutex);
   cli::ErrorCapture capture;
   Assumptions assumptions;
@@ -132,7 +133,7 @@ Outcome<std::string> simulate(Model &m, const cli::ClusterSource &cluster,
   std::ostringstream os;
   if (cli::simulateModule(*m.module, m.args, cluster, strategy,
                           planJson ? &planDoc : nullptr, "plan", assumptions,
-                          traceFile, json, os))
+                          traceFile, json, os, goodput))
     return failed<std::string>(capture.message());
   return {os.str(), ""};
 }

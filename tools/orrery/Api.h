@@ -58,7 +58,8 @@ Outcome<std::string> simulate(Model &m, const cli::ClusterSource &cluster,
                               const std::string *planJson,
                               const cli::FrameworkOptions &framework,
                               bool useMeasuredKernels, bool json,
-                              const std::string &traceFile);
+                              const std::string &traceFile,
+                              const cli::GoodputRequest &goodput = {});
 
 /// A plan as `orrery plan --json` prints it, and as its summary prints it.
 struct PlanText {

@@ -25,6 +25,40 @@ std::string fmtNum(const char *f, double v) {
   return buf;
 }
 
+/// The goodput the plan was made with (`plan --tokens`, `--days`), as it
+/// records it (the plan check has checked the fields' types).
+void addGoodputFigures(orrery::ReportData &d, const nlohmann::json &planDoc) {
+  if (!planDoc.contains("goodput") || !planDoc["goodput"].is_object())
+    return;
+  const nlohmann::json &g = planDoc["goodput"];
+  d.figures.push_back(
+      {"effective training time",
+       fmtNum("%.1f%%", 100 * g.value("effective_training_time_fraction", 0.0))});
+  double perHour = g.value("failures_per_hour", 0.0);
+  if (perHour > 0)
+    d.figures.push_back({"failures", "one every " +
+                                         fmtNum("%.3g h", 1 / perHour)});
+  d.figures.push_back(
+      {"checkpoint every",
+       std::to_string(g.value("checkpoint_every_steps", int64_t(0))) +
+           " steps (" + fmtNum("%.3g min", g.value("checkpoint_interval_s", 0.0) / 60) +
+           ")"});
+  if (g.contains("time_to_train") && g["time_to_train"].is_object())
+    d.figures.push_back(
+        {"time to train",
+         fmtNum("%.1f days",
+                g["time_to_train"].value("seconds", 0.0) / 86400)});
+  if (g.contains("run") && g["run"].is_object() &&
+      g["run"].contains("effective_training_time_fraction")) {
+    const nlohmann::json &q = g["run"]["effective_training_time_fraction"];
+    d.figures.push_back(
+        {fmtNum("run of %.4g days: p10 / p50 / p90", g["run"].value("days", 0.0)),
+         fmtNum("%.1f / ", 100 * q.value("p10", 0.0)) +
+             fmtNum("%.1f / ", 100 * q.value("p50", 0.0)) +
+             fmtNum("%.1f%%", 100 * q.value("p90", 0.0))});
+  }
+}
+
 /// What every report shows whatever the plan's kind: model, cluster, its
 /// nodes, and the plan with its runners-up as the plan file records them.
 orrery::ReportData reportBase(const nlohmann::json &planDoc,
@@ -283,6 +317,7 @@ int checkPlanDoc(const nlohmann::json &planDoc, const std::string &checkPlan,
     if (std::string band = stepBandFigure(uncertaintyOf(*traced)); !band.empty())
       data.figures.insert(data.figures.begin() + 1,
                           {"step p10 / p50 / p90", band});
+    addGoodputFigures(data, planDoc);
     return writeReport(data, reportOut, reportMeasured, announce);
   }
   char buf[256];

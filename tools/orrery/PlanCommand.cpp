@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "PlanCommand.h"
+#include "Goodput.h"
 #include "PlanReport.h"
 #include "Simulate.h"
 #include "Stats.h"
@@ -91,21 +92,32 @@ llvm::Expected<PlanOptions> planOptions(PlanSetup &setup,
           return error("--objective energy: " + ng.power.unknownFor +
                        " has no published board power; give its node "
                        "group's power_w in a cluster file");
+  } else if (request.objective == "time-to-train") {
+    // Ranked by the time to train the tokens, failures counted: the
+    // search keeps more than shown for the goodput to reorder.
+    if (!(request.goodput.tokens > 0))
+      return error("--objective time-to-train: give the token budget "
+                   "(--tokens N)");
+    options.objective = Objective::Time;
+    options.topK = std::max(request.topK, kRankedByBand);
   } else
     return error("--objective '" + request.objective +
-                 "': expected time, cost or energy");
+                 "': expected time, cost, energy or time-to-train");
+  if (auto e = checkGoodputRequest(request.goodput))
+    return std::move(e);
   if (request.budgetUsdPerHour < 0)
     return error("--budget: expected a positive number of USD per hour");
   options.budgetUsdPerHour = request.budgetUsdPerHour;
   if (request.topK < 1 || request.topK > 100)
     return error("--top " + std::to_string(request.topK) +
                  ": expected 1 to 100");
-  options.topK = request.topK;
+  if (request.objective != "time-to-train")
+    options.topK = request.topK;
   if (request.rankBy != "step") {
     if (request.rankBy != "p50" && request.rankBy != "p90")
       return error("--rank-by '" + request.rankBy +
                    "': expected step, p50 or p90");
-    if (options.objective != Objective::Time)
+    if (request.objective != "time")
       return error("--rank-by " + request.rankBy +
                    ": ranks step times; --objective " + request.objective +
                    " ranks by its own figure");
@@ -209,6 +221,36 @@ static void rankByBand(PlanResult &r, bool p90, int shown) {
   r.top = std::move(ranked);
 }
 
+/// The best plan's goodput; with --objective time-to-train, the plans kept
+/// reordered by their time to train the tokens (stable: equal times keep
+/// the step's order) and cut to --top.
+static llvm::Expected<GoodputReport>
+rankByGoodput(PlanResult &r, const Workload &w, const PlanRequest &request) {
+  std::vector<std::pair<double, size_t>> order;
+  std::vector<GoodputReport> reports;
+  bool rank = request.objective == "time-to-train";
+  GoodputRequest estimateOnly = request.goodput;
+  estimateOnly.days = 0; // the Monte-Carlo runs for the best alone
+  for (size_t i = 0; i < r.top.size() && (rank || i == 0); ++i) {
+    auto g = priceGoodput(estimateOnly, r.top[i], r.cluster, w);
+    if (!g)
+      return g.takeError();
+    order.emplace_back(rank ? g->train.seconds : 0, i);
+    reports.push_back(std::move(*g));
+  }
+  std::stable_sort(order.begin(), order.end(),
+                   [](const auto &a, const auto &b) { return a.first < b.first; });
+  if (rank) {
+    std::vector<StepResult> ranked;
+    for (size_t k = 0; k < order.size() && int(k) < request.topK; ++k)
+      ranked.push_back(std::move(r.top[order[k].second]));
+    r.top = std::move(ranked);
+  }
+  if (request.goodput.days > 0)
+    return priceGoodput(request.goodput, r.top.front(), r.cluster, w);
+  return std::move(reports[order.front().second]);
+}
+
 static llvm::Expected<PlanResult> searchRunnable(const Workload &w,
                                                  const Cluster &c,
                                                  const PlanOptions &options) {
@@ -261,6 +303,9 @@ llvm::Expected<PlanOutcome> searchPlan(const PlanSetup &setup,
     if (request.budgetUsdPerHour > 0)
       return error("plan: --budget supports clusters of one node type at one "
                    "site");
+    if (request.goodput.wanted())
+      return error("--tokens, --days: a heterogeneous plan's goodput is not "
+                   "priced (one node type at one site only)");
     if (emitMlir)
       return error("--emit-mlir: a plan over mixed device types or sites has "
                    "a mesh per stage; this version writes shard annotations "
@@ -321,7 +366,15 @@ llvm::Expected<PlanOutcome> searchPlan(const PlanSetup &setup,
     return result.takeError();
   if (request.rankBy != "step")
     rankByBand(*result, request.rankBy == "p90", request.topK);
+  if (request.goodput.wanted()) {
+    auto good = rankByGoodput(*result, workload, request);
+    if (!good)
+      return good.takeError();
+    out.goodput = std::move(*good);
+  }
   out.doc = planJson(*result, workload, setup.inputs);
+  if (out.goodput)
+    out.doc["goodput"] = goodputJson(*out.goodput);
   out.plan = std::move(*result);
   return std::move(out);
 }
@@ -331,11 +384,17 @@ int simulateModule(mlir::ModuleOp module, const ModelArgs &simArgs,
                    const std::string &strategyText,
                    const nlohmann::json *planDoc, const std::string &simPlan,
                    const Assumptions &assumptions, const std::string &traceFile,
-                   bool simJson, std::ostream &os) {
+                   bool simJson, std::ostream &os,
+                   const GoodputRequest &goodput) {
+  if (auto e = checkGoodputRequest(goodput))
+    return fail(llvm::toString(std::move(e)));
   auto cluster = loadClusterSource(clusterSource);
   if (!cluster)
     return fail(llvm::toString(cluster.takeError()));
   if (planDoc && isHeteroPlan(*planDoc)) {
+    if (goodput.wanted())
+      return fail("--tokens, --days: a heterogeneous plan's goodput is not "
+                  "priced (one node type at one site only)");
     auto hetero = orrery::heteroStrategyFromPlan(*planDoc, simPlan);
     if (!hetero)
       return fail(llvm::toString(hetero.takeError()));
@@ -392,10 +451,23 @@ int simulateModule(mlir::ModuleOp module, const ModelArgs &simArgs,
     if (!out)
       return fail("--trace " + traceFile + ": cannot write the file");
   }
-  if (simJson)
-    os << orrery::simulateJson(*result, *cluster, *workload).dump(2) << "\n";
-  else
+  std::optional<GoodputReport> good;
+  if (goodput.wanted()) {
+    auto priced = priceGoodput(goodput, *result, *cluster, *workload);
+    if (!priced)
+      return fail(llvm::toString(priced.takeError()));
+    good = std::move(*priced);
+  }
+  if (simJson) {
+    auto j = orrery::simulateJson(*result, *cluster, *workload);
+    if (good)
+      j["goodput"] = goodputJson(*good);
+    os << j.dump(2) << "\n";
+  } else {
     orrery::printSimulation(os, *result, *cluster, *workload);
+    if (good)
+      printGoodput(os, *good, cluster->reliability);
+  }
   return 0;
 }
 

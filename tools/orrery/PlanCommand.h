@@ -9,6 +9,7 @@
 #define ORRERY_TOOLS_PLANCOMMAND_H
 
 #include "Common.h"
+#include "Goodput.h"
 #include "orrery/Search/HeteroPlanner.h"
 #include "orrery/Search/Planner.h"
 
@@ -56,6 +57,8 @@ struct PlanOutcome {
   nlohmann::ordered_json doc;
   std::optional<PlanResult> plan;         ///< one node type at one site
   std::optional<HeteroPlanResult> hetero; ///< mixed types or sites
+  /// The best plan's goodput (`--tokens`, `--days`).
+  std::optional<GoodputReport> goodput;
 };
 
 /// Searches (or prices request.fixedStrategy) and writes the plan.
@@ -76,7 +79,8 @@ int simulateModule(mlir::ModuleOp module, const ModelArgs &simArgs,
                    const std::string &strategyText,
                    const nlohmann::json *planDoc, const std::string &simPlan,
                    const Assumptions &assumptions, const std::string &traceFile,
-                   bool simJson, std::ostream &os);
+                   bool simJson, std::ostream &os,
+                   const GoodputRequest &goodput = {});
 
 /// `orrery stats` of an imported model (`hist`: its ONNX op counts).
 int statsModule(mlir::ModuleOp module, const ModelArgs &args,

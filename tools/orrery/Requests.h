@@ -41,10 +41,25 @@ struct ClusterSource {
   std::shared_ptr<const std::string> json;
 };
 
+/// A run's goodput (`--tokens`, `--checkpoint`, `--checkpoint-every`,
+/// `--days`, `--seed`, `--trials`; Reliability.h, FailureSimulation.h):
+/// priced when a token budget or a run's days are given.
+struct GoodputRequest {
+  double tokens = 0; ///< time to train this many tokens
+  std::string checkpoint = "sync"; ///< sync or async
+  int64_t checkpointEvery = 0;     ///< steps; 0: Daly's optimum
+  double days = 0;                 ///< Monte-Carlo of a run this long
+  uint64_t seed = 1;
+  int trials = 100;
+  bool wanted() const { return tokens > 0 || days > 0; }
+};
+
 /// What `orrery plan` takes besides the model and the cluster.
 struct PlanRequest {
   int64_t globalBatch = 1024;
-  std::string objective = "time"; ///< time, cost or energy
+  /// time, cost, energy or time-to-train (with goodput.tokens)
+  std::string objective = "time";
+  GoodputRequest goodput;
   double budgetUsdPerHour = 0;
   int topK = 5;
   /// --rank-by: step (the simulated step), p50 or p90 of its band.

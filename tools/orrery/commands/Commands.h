@@ -49,6 +49,7 @@ struct SimulateCommand {
   std::string cluster, strategy, plan, trace;
   bool json = false, noKernelProfile = false;
   FrameworkFlags framework;
+  GoodputRequest goodput;
   CLI::App *cmd = nullptr;
   void add(CLI::App &app);
   int run();
@@ -80,6 +81,7 @@ struct PlanCommand {
   std::string framework = "any";
   double moeImbalance = 1, moeCapacity = 0;
   FrameworkFlags flags;
+  GoodputRequest goodput;
   CLI::App *cmd = nullptr;
   void add(CLI::App &app);
   int run();

@@ -2,6 +2,7 @@
 //--------------------------------------------===//
 #include "Buckets.h"
 #include "Commands.h"
+#include "GoodputFlags.h"
 #include "PlanCommand.h"
 #include "PlanReport.h"
 #include "orrery/Plan/Capabilities.h"
@@ -26,8 +27,9 @@ void PlanCommand::add(CLI::App &app) {
   cmd->add_option("--global-batch", globalBatch, "samples per training step")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
   cmd->add_option("--objective", objective,
-                  "time, cost (USD per step) or energy (J per step)")
-      ->check(CLI::IsMember({"time", "cost", "energy"}));
+                  "time, cost (USD per step), energy (J per step) or "
+                  "time-to-train (of --tokens, failures counted)")
+      ->check(CLI::IsMember({"time", "cost", "energy", "time-to-train"}));
   cmd->add_option(
          "--budget", budget,
          "USD per hour: use as many nodes as this buys, fastest on them")
@@ -70,6 +72,7 @@ void PlanCommand::add(CLI::App &app) {
                   "write it as the plan, e.g. to export a configuration "
                   "you already run");
   flags.add(cmd);
+  addGoodputFlags(cmd, goodput);
   std::vector<std::string> frameworks = {"any", "none"};
   for (const std::string &f : frameworkFormats())
     frameworks.push_back(f);
@@ -143,6 +146,7 @@ int PlanCommand::run() {
   request.budgetUsdPerHour = budget;
   request.topK = topK;
   request.rankBy = rankBy;
+  request.goodput = goodput;
   request.precision = precision;
   request.framework = framework;
   request.fixedStrategy = fixedStrategy;
@@ -188,9 +192,12 @@ int PlanCommand::run() {
     printHeteroPlan(std::cout, *made->hetero, setup->workload, *setup->cluster,
                     options->objective,
                     nlohmann::json::parse(made->doc.dump()));
-  else
+  else {
     printPlan(std::cout, *made->plan, setup->workload, options->objective,
               explain);
+    if (made->goodput)
+      printGoodput(std::cout, *made->goodput, made->plan->cluster.reliability);
+  }
   return 0;
 }
 

@@ -1,6 +1,7 @@
 //===- Simulate.cpp - `orrery simulate`
 //------------------------------------===//
 #include "Commands.h"
+#include "GoodputFlags.h"
 #include "PlanCommand.h"
 
 #include <iostream>
@@ -40,6 +41,7 @@ void SimulateCommand::add(CLI::App &app) {
   framework.add(cmd);
   cmd->add_option("--trace", trace,
                   "write a Chrome-trace / Perfetto timeline to FILE");
+  addGoodputFlags(cmd, goodput);
 }
 
 int SimulateCommand::run() {
@@ -68,7 +70,7 @@ int SimulateCommand::run() {
     return rc;
   return simulateModule(*module, args, {cluster, nullptr}, strategy,
                         plan.empty() ? nullptr : &planDoc, plan, assumptions,
-                        trace, json, std::cout);
+                        trace, json, std::cout, goodput);
 }
 
 } // namespace cli

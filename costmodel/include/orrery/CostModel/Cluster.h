@@ -10,6 +10,7 @@
 #define ORRERY_COSTMODEL_CLUSTER_H
 
 #include "orrery/CostModel/Hardware.h"
+#include "orrery/CostModel/Reliability.h"
 
 #include <deque>
 #include <string>
@@ -37,6 +38,10 @@ struct NodeGroup {
   /// 0 when neither states them.
   double hostMemoryBytes = 0, hostMemoryBandwidthBytesPerS = 0;
 };
+
+/// A node's device-to-host link: PCIe 5 beside NVLink 4/5 or PCIe 5
+/// between the devices, else PCIe 4.
+const LinkSpec *hostLinkOf(const NodeGroup &group);
 
 struct Site {
   std::string name;
@@ -75,6 +80,8 @@ public:
   std::string name;
   std::vector<Site> sites;
   std::vector<SiteLink> siteLinks;
+  /// Failure rates, restarts and checkpoint storage (`reliability`).
+  ReliabilitySpec reliability;
 
   /// Devices in order: site by site, node by node, rank by rank.
   const std::vector<DevicePlace> &devices() const { return devices_; }
