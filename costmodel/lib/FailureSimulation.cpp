@@ -241,14 +241,27 @@ simulateRun(const ReliabilitySpec &spec, const GoodputEstimate &g,
   if (options.trials < 1 || options.trials > 10000)
     return inputError("--trials " + std::to_string(options.trials) +
                       ": expected 1 to 10000");
+  // Each checkpoint is two events, each failure and planned stop a few:
+  // a run that would take minutes to draw is refused up front.
+  double horizonS = options.days * 86400;
+  double perTrial =
+      2 * horizonS / (g.intervalS + g.checkpointStallS) +
+      3 * horizonS / 3600 * (g.failuresPerHour + g.plannedPerHour);
+  if (perTrial * options.trials > 1e9)
+    return inputError(
+        "--days " + std::to_string(int64_t(options.days)) + " with --trials " +
+        std::to_string(options.trials) + ": about " +
+        std::to_string(int64_t(perTrial * options.trials / 1e6)) +
+        " million events to draw (a checkpoint every " +
+        std::to_string(int64_t(std::ceil(g.intervalS))) +
+        " s); give fewer trials or days, or a longer --checkpoint-every");
   RunDistribution d;
   std::vector<double> ettr;
   std::vector<int> failures;
-  double horizon = options.days * 86400;
   for (int i = 0; i < options.trials; ++i) {
     Trial trial(spec, g, policy.async,
                 options.seed * 0x100000001b3ull + uint64_t(i));
-    auto r = trial.run(horizon);
+    auto r = trial.run(horizonS);
     if (!r)
       return r.takeError();
     d.trials.push_back(*r);

@@ -118,13 +118,23 @@ llvm::Expected<StepLayout> Simulation::layOut(StepResult &r,
 
 /// Layer times per stage placement (once when every stage is alike); and
 /// under partial full recompute, those of the layers it leaves alone.
+/// A straggler's layer: its kernels run `factor` times slower, its
+/// collectives at the links' pace.
+static void slowDown(LayerTime &t, double factor) {
+  for (double *v :
+       {&t.forwardComputeS, &t.backwardComputeS, &t.forwardGemmS,
+        &t.backwardGemmS, &t.recomputeGemmS, &t.weightGradS, &t.recomputeS})
+    *v *= factor;
+}
+
 void Simulation::priceKinds(StepLayout &l, StepResult &r,
                             bool keepTrace) const {
   int pp = s.pp;
-  l.uniform = uniform;
+  bool straggler = a.stragglerStage >= 0 && a.stragglerStage < pp;
+  l.uniform = uniform && !straggler;
   l.partial = s.recompute == Recompute::Full && s.recomputeLayers > 0;
   l.recomputed = fullyRecomputed(l.chunkOf, l.sequence);
-  l.kindTime.assign(uniform ? 1 : size_t(pp), {});
+  l.kindTime.assign(l.uniform ? 1 : size_t(pp), {});
   l.kindTimeKept.assign(l.partial ? l.kindTime.size() : 0, {});
   for (size_t i = 0; i < l.kindTime.size(); ++i)
     for (const LayerKind &k : w.kinds) {
@@ -133,6 +143,11 @@ void Simulation::priceKinds(StepLayout &l, StepResult &r,
       l.kindTime[i].push_back(layerTime(layout, at[i]));
       if (l.partial)
         l.kindTimeKept[i].push_back(layerTime(layout, at[i], nullptr, false));
+      if (straggler && int(i) == a.stragglerStage) {
+        slowDown(l.kindTime[i].back(), a.stragglerSlowdown);
+        if (l.partial)
+          slowDown(l.kindTimeKept[i].back(), a.stragglerSlowdown);
+      }
     }
   if (keepTrace)
     for (const LayerKind &k : w.kinds) {

@@ -183,6 +183,37 @@ TEST(Simulator, OneFOneBBubbleIsPMinusOneOverMPlusPMinusOne) {
   }
 }
 
+// A straggler's stage computes `stragglerSlowdown` times slower: alone on
+// one device the step's compute grows by that factor (the optimizer step
+// is not a layer's); in a pipeline, by less (the others' waits absorb
+// some), wherever the straggler sits.
+TEST(Simulator, AStragglerSlowsItsStage) {
+  Workload w = uniformModel(8, 1e13, 1000, 1 << 20);
+  auto s = parseStrategy("mbs=1,gbs=4");
+  ASSERT_TRUE(bool(s));
+  Assumptions a;
+  auto base = simulateStep(w, preset("1xA100-80G"), *s, a);
+  a.stragglerStage = 0;
+  a.stragglerSlowdown = 1.1;
+  auto slow = simulateStep(w, preset("1xA100-80G"), *s, a);
+  ASSERT_TRUE(base && slow);
+  EXPECT_NEAR(slow->computeS, 1.1 * base->computeS, 1e-9);
+  EXPECT_NEAR(slow->stepS - slow->optimizerS,
+              1.1 * (base->stepS - base->optimizerS), 1e-9);
+  auto p = parseStrategy("pp=4,mbs=1,gbs=16");
+  ASSERT_TRUE(bool(p));
+  Assumptions none;
+  auto piped = simulateStep(w, preset("4xA100-80G"), *p, none);
+  ASSERT_TRUE(bool(piped));
+  for (int stage = 0; stage < 4; ++stage) {
+    a.stragglerStage = stage;
+    auto r = simulateStep(w, preset("4xA100-80G"), *p, a);
+    ASSERT_TRUE(bool(r));
+    EXPECT_GT(r->stepS, piped->stepS * 1.05) << stage;
+    EXPECT_LE(r->stepS, piped->stepS * 1.1 + 1e-9) << stage;
+  }
+}
+
 TEST(Simulator, InterleavingShrinksTheBubble) {
   Workload w = uniformModel(16, 1e14, 1000, 1 << 20);
   StepResult plain = simulate(w, preset("4xA100-80G"), "pp=4,mbs=1,gbs=8");

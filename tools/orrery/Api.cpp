@@ -171,8 +171,10 @@ Outcome<PlanText> plan(Model &m, const cli::ClusterSource &cluster,
     printHeteroPlan(os, *made->hetero, setup->workload, *setup->cluster,
                     options->objective,
                     nlohmann::json::parse(made->doc.dump()));
-  else
+  else {
     printPlan(os, *made->plan, setup->workload, options->objective, explain);
+    printPlanExtras(os, *made);
+  }
   out.summary = os.str();
   return {std::move(out), ""};
 }

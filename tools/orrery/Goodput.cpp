@@ -137,17 +137,23 @@ void printGoodput(std::ostream &os, const GoodputReport &g,
                   const ReliabilitySpec &spec) {
   const GoodputEstimate &e = g.estimate;
   char buf[512];
-  std::snprintf(buf, sizeof buf,
-                "failures     %.3g an hour on %d devices in %d nodes (one "
-                "every %s; gpu %.0f %%, host %.0f %%, network %.0f %%, "
-                "software %.0f %%), planned stops %.3g a day\n",
-                e.failuresPerHour, g.inputs.devices, g.inputs.nodes,
-                duration(3600 / e.failuresPerHour).c_str(),
-                100 * e.failuresPerHourByKind[0] / e.failuresPerHour,
-                100 * e.failuresPerHourByKind[1] / e.failuresPerHour,
-                100 * e.failuresPerHourByKind[2] / e.failuresPerHour,
-                100 * e.failuresPerHourByKind[3] / e.failuresPerHour,
-                24 * e.plannedPerHour);
+  if (!(e.failuresPerHour > 0))
+    std::snprintf(buf, sizeof buf,
+                  "failures     none expected on %d devices in %d nodes, "
+                  "planned stops %.3g a day\n",
+                  g.inputs.devices, g.inputs.nodes, 24 * e.plannedPerHour);
+  else
+    std::snprintf(buf, sizeof buf,
+                  "failures     %.3g an hour on %d devices in %d nodes (one "
+                  "every %s; gpu %.0f %%, host %.0f %%, network %.0f %%, "
+                  "software %.0f %%), planned stops %.3g a day\n",
+                  e.failuresPerHour, g.inputs.devices, g.inputs.nodes,
+                  duration(3600 / e.failuresPerHour).c_str(),
+                  100 * e.failuresPerHourByKind[0] / e.failuresPerHour,
+                  100 * e.failuresPerHourByKind[1] / e.failuresPerHour,
+                  100 * e.failuresPerHourByKind[2] / e.failuresPerHour,
+                  100 * e.failuresPerHourByKind[3] / e.failuresPerHour,
+                  24 * e.plannedPerHour);
   os << buf << "             rates: " << spec.source << "\n";
   std::snprintf(buf, sizeof buf,
                 "checkpoint   %.4g GB %s every %lld steps (%s%s): %s stalled, "

@@ -213,8 +213,9 @@ static void rankByBand(PlanResult &r, bool p90, int shown) {
   std::vector<std::pair<double, size_t>> order;
   for (size_t i = 0; i < r.top.size(); ++i)
     order.push_back({key(r.top[i]), i});
-  std::stable_sort(order.begin(), order.end(),
-                   [](const auto &a, const auto &b) { return a.first < b.first; });
+  std::stable_sort(
+      order.begin(), order.end(),
+      [](const auto &a, const auto &b) { return a.first < b.first; });
   std::vector<StepResult> ranked;
   for (size_t k = 0; k < order.size() && int(k) < shown; ++k)
     ranked.push_back(std::move(r.top[order[k].second]));
@@ -238,8 +239,9 @@ rankByGoodput(PlanResult &r, const Workload &w, const PlanRequest &request) {
     order.emplace_back(rank ? g->train.seconds : 0, i);
     reports.push_back(std::move(*g));
   }
-  std::stable_sort(order.begin(), order.end(),
-                   [](const auto &a, const auto &b) { return a.first < b.first; });
+  std::stable_sort(
+      order.begin(), order.end(),
+      [](const auto &a, const auto &b) { return a.first < b.first; });
   if (rank) {
     std::vector<StepResult> ranked;
     for (size_t k = 0; k < order.size() && int(k) < request.topK; ++k)
@@ -372,11 +374,24 @@ llvm::Expected<PlanOutcome> searchPlan(const PlanSetup &setup,
       return good.takeError();
     out.goodput = std::move(*good);
   }
+  auto stragglers =
+      priceStragglers(workload, result->cluster, result->top.front());
+  if (!stragglers)
+    return stragglers.takeError();
+  out.stragglers = *stragglers;
   out.doc = planJson(*result, workload, setup.inputs);
+  out.doc["stragglers"] = stragglersJson(*out.stragglers);
   if (out.goodput)
     out.doc["goodput"] = goodputJson(*out.goodput);
   out.plan = std::move(*result);
   return std::move(out);
+}
+
+void printPlanExtras(std::ostream &os, const PlanOutcome &made) {
+  if (made.stragglers)
+    printStragglers(os, *made.stragglers);
+  if (made.goodput && made.plan)
+    printGoodput(os, *made.goodput, made.plan->cluster.reliability);
 }
 
 int simulateModule(mlir::ModuleOp module, const ModelArgs &simArgs,

@@ -10,6 +10,7 @@
 
 #include "Common.h"
 #include "Goodput.h"
+#include "Stragglers.h"
 #include "orrery/Search/HeteroPlanner.h"
 #include "orrery/Search/Planner.h"
 
@@ -59,7 +60,12 @@ struct PlanOutcome {
   std::optional<HeteroPlanResult> hetero; ///< mixed types or sites
   /// The best plan's goodput (`--tokens`, `--days`).
   std::optional<GoodputReport> goodput;
+  /// The best plan's step with one slow device or NIC.
+  std::optional<StragglerReport> stragglers;
 };
+
+/// What the text shows after a plan's table: its stragglers and goodput.
+void printPlanExtras(std::ostream &os, const PlanOutcome &made);
 
 /// Searches (or prices request.fixedStrategy) and writes the plan.
 /// `emitMlir`: the caller will write shard annotations (refused for a

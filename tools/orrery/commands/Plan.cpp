@@ -195,8 +195,7 @@ int PlanCommand::run() {
   else {
     printPlan(std::cout, *made->plan, setup->workload, options->objective,
               explain);
-    if (made->goodput)
-      printGoodput(std::cout, *made->goodput, made->plan->cluster.reliability);
+    printPlanExtras(std::cout, *made);
   }
   return 0;
 }

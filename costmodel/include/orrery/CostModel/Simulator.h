@@ -121,6 +121,13 @@ struct Assumptions {
   /// Which weights train (`--freeze`, `--lora`): the workload must have
   /// been built with the same (Workload::fineTuning).
   FineTuning fineTuning;
+  /// A straggler: the devices of this pipeline stage compute
+  /// `stragglerSlowdown` times slower (one slow device holds its
+  /// tensor-parallel peers at every collective and its stage's replicas at
+  /// the gradient reduction, so its stage runs at its pace); -1: none.
+  /// Not a plan field: what `plan` reports beside a plan (Stragglers.h).
+  int stragglerStage = -1;
+  double stragglerSlowdown = 1;
 };
 
 /// Seconds of `kernels` kernels of class `c` doing `flops` (on tensor
