@@ -248,7 +248,7 @@ llvm::Error readScaleOutNic(const nlohmann::json &n, const std::string &path,
     return fieldError(what, npath + ": must be an object");
   if (auto e = onlyKnownFields(n, what, npath,
                                {"link", "ports_per_device", "source"}))
-    return std::move(e);
+    return e;
   if (!n.contains("link") || !n["link"].is_string() ||
       n["link"].get<std::string>().empty())
     return fieldError(what, npath + ".link: missing");
@@ -272,13 +272,13 @@ llvm::Error readHost(const nlohmann::json &h, const std::string &path,
   if (auto e = onlyKnownFields(
           h, what, hpath,
           {"memory_bytes", "memory_bandwidth_bytes_per_s", "source"}))
-    return std::move(e);
+    return e;
   if (auto e =
           positiveNumber(what, h, "memory_bytes", hpath, s.hostMemoryBytes))
-    return std::move(e);
+    return e;
   if (auto e = positiveNumber(what, h, "memory_bandwidth_bytes_per_s", hpath,
                               s.hostMemoryBandwidthBytesPerS))
-    return std::move(e);
+    return e;
   return llvm::Error::success();
 }
 
@@ -314,7 +314,7 @@ llvm::Error readKernelProfile(const nlohmann::json &k, const std::string &path,
            "kernel_launch_s", "attention_forward_efficiency",
            "attention_forward_half_keys", "attention_backward_efficiency",
            "attention_backward_half_keys", "source"}))
-    return std::move(e);
+    return e;
   KernelModel m;
   if (auto e = readEfficiencyFields(
           k, kpath, what,
@@ -351,7 +351,7 @@ llvm::Error readSdpaAttention(const nlohmann::json &a, const std::string &path,
           a, what, apath,
           {"kernel", "forward_efficiency", "forward_half_keys",
            "backward_efficiency", "backward_half_keys", "source"}))
-    return std::move(e);
+    return e;
   AttentionCurve c;
   if (!a.contains("kernel") || !a["kernel"].is_string())
     return fieldError(what, apath + ".kernel: missing (the kernel's name)");
