@@ -83,18 +83,22 @@ void Cluster::finalize() {
     }
 }
 
-/// The NIC a node of `device` has when the spec does not say: the ports on
-/// the device itself where it has them (Gaudi's RoCE), else the InfiniBand
+/// The NIC a node of `device` has when the spec does not say: its
+/// reference platform's where the catalog states it (`scale_out_nic`:
+/// Gaudi's own RoCE ports, an MI300X platform's 400G NIC a GPU; a node of
+/// fewer devices than share a port keeps one), else the InfiniBand
 /// generation of its DGX/HGX system, one port per GPU; Ethernet otherwise.
 /// Empty, or what is wrong (a scale-out link the catalog lacks).
 static std::string defaultNic(const DeviceSpec &device,
                               const HardwareCatalog &catalog, NodeGroup &ng) {
-  if (device.scaleOutPortsPerDevice > 0) {
+  if (!device.scaleOutLink.empty()) {
     ng.nic = catalog.link(device.scaleOutLink);
     if (!ng.nic)
       return "scale_out_nic.link: unknown link '" + device.scaleOutLink +
              "' (known: " + catalog.linkNames() + ")";
-    ng.nicsPerNode = device.scaleOutPortsPerDevice * ng.devicesPerNode;
+    int per = device.scaleOutDevicesPerPort;
+    ng.nicsPerNode = per > 0 ? (ng.devicesPerNode + per - 1) / per
+                             : device.scaleOutPortsPerDevice * ng.devicesPerNode;
     return "";
   }
   const std::string &l = device.intraNodeLink;

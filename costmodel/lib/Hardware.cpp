@@ -246,20 +246,26 @@ llvm::Error readScaleOutNic(const nlohmann::json &n, const std::string &path,
   std::string npath = path + ".scale_out_nic";
   if (!n.is_object())
     return fieldError(what, npath + ": must be an object");
-  if (auto e = onlyKnownFields(n, what, npath,
-                               {"link", "ports_per_device", "source"}))
+  if (auto e = onlyKnownFields(
+          n, what, npath,
+          {"link", "ports_per_device", "devices_per_port", "source"}))
     return e;
   if (!n.contains("link") || !n["link"].is_string() ||
       n["link"].get<std::string>().empty())
     return fieldError(what, npath + ".link: missing");
-  if (!n.contains("ports_per_device") ||
-      !n["ports_per_device"].is_number_integer() ||
-      n["ports_per_device"].get<long long>() <= 0 ||
-      n["ports_per_device"].get<long long>() > 1024)
-    return fieldError(what, npath + ".ports_per_device: must be an integer "
-                                    "from 1 to 1,024");
+  if (n.contains("ports_per_device") == n.contains("devices_per_port"))
+    return fieldError(what, npath + ": give ports_per_device or "
+                                    "devices_per_port (one of them)");
+  const char *key =
+      n.contains("ports_per_device") ? "ports_per_device" : "devices_per_port";
+  if (!n[key].is_number_integer() || n[key].get<long long>() <= 0 ||
+      n[key].get<long long>() > 1024)
+    return fieldError(what, npath + "." + key +
+                                ": must be an integer from 1 to 1,024");
   s.scaleOutLink = n["link"].get<std::string>();
-  s.scaleOutPortsPerDevice = n["ports_per_device"].get<int>();
+  (n.contains("ports_per_device") ? s.scaleOutPortsPerDevice
+                                  : s.scaleOutDevicesPerPort) =
+      n[key].get<int>();
   return llvm::Error::success();
 }
 

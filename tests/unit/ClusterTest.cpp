@@ -179,7 +179,7 @@ TEST(Cluster, Presets) {
   EXPECT_NE(errorOf(bad).find("unknown device type 'A200'"), std::string::npos);
 }
 
-TEST(Cluster, GaudiNodesUseTheirOwnScaleOutPorts) {
+TEST(Cluster, PresetsGetTheirPlatformsScaleOutNics) {
   // Gaudi's scale-out ports are on the chip: three a card (Intel's network
   // configuration), so an 8-card node has 24, not the one 100 GbE port a
   // node of another device gets when the spec names no cards.
@@ -192,13 +192,29 @@ TEST(Cluster, GaudiNodesUseTheirOwnScaleOutPorts) {
   EXPECT_EQ(g2->groupOf(0).nic->name, "RoCE-100G");
   EXPECT_EQ(g2->groupOf(0).nicsPerNode, 12);
   EXPECT_EQ(g2->groupOf(0).intraNodeLink->bandwidthBytesPerS, 262.5e9);
-  auto mi = parseClusterPreset("2x8xMI300X", HardwareCatalog::builtin());
-  ASSERT_TRUE(bool(mi));
-  EXPECT_EQ(mi->groupOf(0).nic->name, "Eth-100G");
-  EXPECT_EQ(mi->groupOf(0).nicsPerNode, 1);
+  // Other platforms' NICs as published (docs/scale-out-nic-sources.md):
+  // an MI300X platform's 400G NIC a GPU, a trn1's EFA port for two chips,
+  // a g6's one EFA port for 8 L4 (and a node of 4 keeps one), GH200's 200G.
+  struct Expect {
+    const char *preset, *link;
+    int nics;
+  };
+  for (Expect e : {Expect{"2x8xMI300X", "RoCE-400G", 8},
+                   Expect{"2x16xTrainium", "EFA-100G", 8},
+                   Expect{"2x16xTrainium2", "EFA-200G", 16},
+                   Expect{"2x8xL4", "EFA-100G", 1}, Expect{"2x4xL4", "EFA-100G", 1},
+                   Expect{"2x8xTPU-v5e", "Eth-100G", 2},
+                   Expect{"2x4xGH200", "IB-NDR200", 4},
+                   Expect{"2x8xH100-SXM", "IB-NDR", 8},
+                   Expect{"2x8xRTX4090", "Eth-100G", 1}}) {
+    auto c = parseClusterPreset(e.preset, HardwareCatalog::builtin());
+    ASSERT_TRUE(bool(c)) << errorOf(c);
+    EXPECT_EQ(c->groupOf(0).nic->name, e.link) << e.preset;
+    EXPECT_EQ(c->groupOf(0).nicsPerNode, e.nics) << e.preset;
+  }
   // Every catalog device's scale-out ports name a catalog link.
   for (const DeviceSpec &d : HardwareCatalog::builtin().devices())
-    if (d.scaleOutPortsPerDevice > 0)
+    if (!d.scaleOutLink.empty())
       EXPECT_TRUE(HardwareCatalog::builtin().link(d.scaleOutLink)) << d.name;
   // A spec's own cards replace them.
   auto own = parseClusterJson(
@@ -220,6 +236,9 @@ TEST(Cluster, GaudiNodesUseTheirOwnScaleOutPorts) {
   check(
       R"({"sites": [{"nodes": [{"count": 2, "device": {"name": "X", "peak_flop_per_s": {"fp32": 1e12}, "memory_bytes": 1e9, "memory_bandwidth_bytes_per_s": 1e12, "scale_out_nic": {"link": "RoCE-100G", "ports_per_device": 0}}}]}]})",
       "device 'X'.scale_out_nic.ports_per_device: must be an integer from 1");
+  check(
+      R"({"sites": [{"nodes": [{"count": 2, "device": {"name": "X", "peak_flop_per_s": {"fp32": 1e12}, "memory_bytes": 1e9, "memory_bandwidth_bytes_per_s": 1e12, "scale_out_nic": {"link": "RoCE-100G", "ports_per_device": 1, "devices_per_port": 2}}}]}]})",
+      "device 'X'.scale_out_nic: give ports_per_device or devices_per_port (one of them)");
 }
 
 TEST(Catalog, UnlistedPrecisionsAreRefusedOffNvidia) {

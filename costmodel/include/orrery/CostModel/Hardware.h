@@ -163,12 +163,14 @@ struct DeviceSpec {
   double workspaceBytes = 0;
   /// The link between devices of one node, by name.
   std::string intraNodeLink;
-  /// Network ports on the device itself that face the scale-out network
-  /// (the catalog's `scale_out_nic`: Gaudi's RoCE ports): a node's cards
-  /// when a cluster spec names none; empty where the server's cards are
-  /// the platform's, not the chip's.
+  /// The scale-out network of the device's reference platform (the
+  /// catalog's `scale_out_nic`: Gaudi's own RoCE ports, an MI300X
+  /// platform's 400G NIC a GPU, a trn1 instance's EFA port for two chips):
+  /// a node's cards when a cluster spec names none. Ports per device, or
+  /// devices sharing a port (one of them is set); empty: the rule of the
+  /// device's DGX generation (Cluster.cpp).
   std::string scaleOutLink;
-  int scaleOutPortsPerDevice = 0;
+  int scaleOutPortsPerDevice = 0, scaleOutDevicesPerPort = 0;
   std::string source;
   /// Kernel speeds measured on this device type (the catalog's
   /// `measured_kernel_profile`), which replace the stated assumptions.
