@@ -25,23 +25,35 @@ std::string fmtNum(const char *f, double v) {
   return buf;
 }
 
-/// The goodput the plan was made with (`plan --tokens`, `--days`), as it
-/// records it (the plan check has checked the fields' types).
+/// The stragglers and goodput the plan was made with (`plan --tokens`,
+/// `--days`), as it records them (the plan check has checked the fields'
+/// types).
 void addGoodputFigures(orrery::ReportData &d, const nlohmann::json &planDoc) {
+  if (planDoc.contains("stragglers") && planDoc["stragglers"].is_object()) {
+    const nlohmann::json &s = planDoc["stragglers"];
+    double step = d.stepS > 0 ? d.stepS : 1;
+    double factor = s.value("slowdown_factor", 1.0);
+    d.figures.push_back(
+        {fmtNum("step, one device %.0f %% slower", 100 * (factor - 1)),
+         fmtNum("%+.1f%%",
+                100 * (s.value("slow_device_step_time_s", step) / step - 1))});
+  }
   if (!planDoc.contains("goodput") || !planDoc["goodput"].is_object())
     return;
   const nlohmann::json &g = planDoc["goodput"];
   d.figures.push_back(
       {"effective training time",
-       fmtNum("%.1f%%", 100 * g.value("effective_training_time_fraction", 0.0))});
+       fmtNum("%.1f%%",
+              100 * g.value("effective_training_time_fraction", 0.0))});
   double perHour = g.value("failures_per_hour", 0.0);
   if (perHour > 0)
-    d.figures.push_back({"failures", "one every " +
-                                         fmtNum("%.3g h", 1 / perHour)});
+    d.figures.push_back(
+        {"failures", "one every " + fmtNum("%.3g h", 1 / perHour)});
   d.figures.push_back(
       {"checkpoint every",
        std::to_string(g.value("checkpoint_every_steps", int64_t(0))) +
-           " steps (" + fmtNum("%.3g min", g.value("checkpoint_interval_s", 0.0) / 60) +
+           " steps (" +
+           fmtNum("%.3g min", g.value("checkpoint_interval_s", 0.0) / 60) +
            ")"});
   if (g.contains("time_to_train") && g["time_to_train"].is_object())
     d.figures.push_back(
@@ -51,11 +63,11 @@ void addGoodputFigures(orrery::ReportData &d, const nlohmann::json &planDoc) {
   if (g.contains("run") && g["run"].is_object() &&
       g["run"].contains("effective_training_time_fraction")) {
     const nlohmann::json &q = g["run"]["effective_training_time_fraction"];
-    d.figures.push_back(
-        {fmtNum("run of %.4g days: p10 / p50 / p90", g["run"].value("days", 0.0)),
-         fmtNum("%.1f / ", 100 * q.value("p10", 0.0)) +
-             fmtNum("%.1f / ", 100 * q.value("p50", 0.0)) +
-             fmtNum("%.1f%%", 100 * q.value("p90", 0.0))});
+    d.figures.push_back({fmtNum("run of %.4g days: p10 / p50 / p90",
+                                g["run"].value("days", 0.0)),
+                         fmtNum("%.1f / ", 100 * q.value("p10", 0.0)) +
+                             fmtNum("%.1f / ", 100 * q.value("p50", 0.0)) +
+                             fmtNum("%.1f%%", 100 * q.value("p90", 0.0))});
   }
 }
 
@@ -211,7 +223,8 @@ int checkHeteroPlan(const nlohmann::json &planDoc, const std::string &what,
          fmtNum("%.1f GiB", traced->peakMemoryBytes / double(1ull << 30))},
         {"energy per step", orrery::energyText(traced->energy)},
         {"cost per step", fmtNum("%.4g USD", traced->costUsd)}};
-    if (std::string band = stepBandFigure(uncertaintyOf(*traced)); !band.empty())
+    if (std::string band = stepBandFigure(uncertaintyOf(*traced));
+        !band.empty())
       data.figures.insert(data.figures.begin() + 1,
                           {"step p10 / p50 / p90", band});
     return writeReport(data, reportOut, measuredPath, announce);
@@ -314,7 +327,8 @@ int checkPlanDoc(const nlohmann::json &planDoc, const std::string &checkPlan,
                     {"devices", std::to_string(cluster.numDevices())},
                     {"energy per step", orrery::energyText(traced->energy)},
                     {"cost per step", fmtNum("%.4g USD", traced->costUsd)}};
-    if (std::string band = stepBandFigure(uncertaintyOf(*traced)); !band.empty())
+    if (std::string band = stepBandFigure(uncertaintyOf(*traced));
+        !band.empty())
       data.figures.insert(data.figures.begin() + 1,
                           {"step p10 / p50 / p90", band});
     addGoodputFigures(data, planDoc);
