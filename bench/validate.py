@@ -551,6 +551,23 @@ def report(rows, group):
     return errs
 
 
+def mlperf_gpt3_group(orrery, groups):
+    """NVIDIA's MLPerf Training v3.1 GPT-3 175B runs on 512 to 10,752 H100
+    (bench/published/mlperf_gpt3_runs.json): the logged step time (median
+    train_step_timing) against the predicted one on DGX H100 nodes with 8
+    NDR 400 Gb/s cards, each row's configuration as submitted."""
+    data = json.load(open(os.path.join(HERE, "published", "mlperf_gpt3_runs.json")))
+    group = "MLPerf_v3.1_GPT3_175B_H100"
+    print(f"\n{group}:")
+    for case in data["cases"]:
+        strategy = (f"tp=4,pp=8,vpp=12,mbs=1,gbs={case['gbs']},sp=1,precision=fp8,zero=1,"
+                    f"recompute=none,overlap=grad+param+tp")
+        result, error = simulate(orrery, "gpt3-175b", f"{case['nodes']}x8xH100-SXM", strategy)
+        add_case(groups.setdefault(group, []), case["id"], case["step_s"], result, error,
+                 f"{case['nodes'] * 8} H100, gbs {case['gbs']}: tp4 pp8 vpp12 dp"
+                 f"{case['nodes'] * 8 // 32}, fp8", group=group)
+
+
 def gpt3_at_scale(orrery, groups):
     """GPT-3 175B on 1,024 A100: a published configuration at that scale
     predicted (Megatron-LM's README: tp 8, pp 16, batch 1536, "each
@@ -755,6 +772,7 @@ def main():
     torchtitan_gains()
     megatron_golden_group(orrery, args.build, groups)
     gpt3_at_scale(orrery, groups)
+    mlperf_gpt3_group(orrery, groups)
 
     amp = [c for c in data["cases"] if c["group"] == "AMP_heterogeneous_cluster"]
     amp_rows = amp_group(orrery, args.build, amp) if amp else []
