@@ -187,6 +187,9 @@ void printGoodput(std::ostream &os, const GoodputReport &g,
   }
   if (g.run)
     printRun(os, g);
+  else if (spec.nodeRepairS > 0)
+    os << "             (expected with a healthy node always at hand: --days "
+          "prices the spare pool and the repairs)\n";
 }
 
 ojson goodputJson(const GoodputReport &g) {

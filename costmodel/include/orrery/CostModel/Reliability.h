@@ -19,7 +19,7 @@
 
 #include "llvm/Support/Error.h"
 
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp>
 
 #include <cstdint>
 #include <string>
