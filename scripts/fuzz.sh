@@ -75,6 +75,9 @@ if [ -x "$orrery" ]; then
   done
   for p in "$seeds"/plan/*.json; do
     "$orrery" lower "$p" --json -o "$seeds/programs/$(basename "$p")" >/dev/null
+    # A partial set: rank 0 and the peers it matches.
+    "$orrery" lower "$p" --rank 0 --local-check --json \
+      -o "$seeds/programs/local-$(basename "$p")" >/dev/null
   done
 fi
 

@@ -24,6 +24,7 @@
 #include <cmath>
 #include <functional>
 #include <map>
+#include <memory>
 
 namespace orrery {
 
@@ -932,8 +933,46 @@ static llvm::Error refuseUnsupported(const Strategy &s) {
   return llvm::Error::success();
 }
 
+/// Lowers what `only` selects through `lowerWhere(pred)`, which lowers each
+/// rank `pred` accepts: every rank, or the selected ones and then the ranks
+/// they must match until none is missing (a peer's program may register a
+/// group that names one more).
+using LowerWhere = std::function<void(const std::function<bool(int)> &)>;
+static llvm::Error lowerSelection(ProgramSet &set, const RankSelection &only,
+                                  const LowerWhere &lowerWhere) {
+  for (int r = 0; r < set.worldSize; ++r) {
+    set.ranks[r].rank = r;
+    set.ranks[r].lowered = false;
+  }
+  if (only.ranks.empty()) {
+    lowerWhere([](int) { return true; });
+    return llvm::Error::success();
+  }
+  std::vector<char> want(size_t(set.worldSize), 0);
+  for (int r : only.ranks) {
+    if (r < 0 || r >= set.worldSize)
+      return err("rank " + std::to_string(r) + ": the plan has " +
+                 std::to_string(set.worldSize) + " ranks (0 to " +
+                 std::to_string(set.worldSize - 1) + ")");
+    want[r] = 1;
+  }
+  lowerWhere([&](int r) { return want[r] != 0; });
+  while (only.peers) {
+    bool more = false;
+    for (int r : only.ranks)
+      for (int q : peersToMatch(set, r))
+        if (!want[q])
+          want[q] = 1, more = true;
+    if (!more)
+      break;
+    lowerWhere([&](int r) { return want[r] && !set.ranks[r].lowered; });
+  }
+  return llvm::Error::success();
+}
+
 llvm::Expected<ProgramSet> lowerStep(const Workload &w, const Cluster &c,
-                                     Strategy s, const Assumptions &a) {
+                                     Strategy s, const Assumptions &a,
+                                     const RankSelection &only) {
   if (auto e = refuseUnsupported(s))
     return std::move(e);
   auto result = simulateStep(w, c, s, a);
@@ -952,28 +991,84 @@ llvm::Expected<ProgramSet> lowerStep(const Workload &w, const Cluster &c,
   set.memoryAllowanceBytes = kProgramMemoryAllowanceBytes;
   set.predictedStepS = again->stepS;
   set.schedule = scheduleName(s.schedule);
+  set.pipeSends = s.pp > 1;
+  set.ringSends = s.cp > 1;
   detail::Groups groups{set, {}};
   int st = s.stride("tp"), sc = s.stride("cp"), sd = s.stride("dp"),
       sp = s.stride("pp");
-  detail::PipelineLowering lowering(
-      w, s, a, sim, phases, *again,
-      [=](int stage, int t, int cc, int d) {
-        return t * st + cc * sc + d * sd + stage * sp;
-      },
-      groups, 0);
-  for (int stage = 0; stage < s.pp; ++stage)
-    for (int d = 0; d < s.dp; ++d)
-      for (int cc = 0; cc < s.cp; ++cc)
-        for (int t = 0; t < s.tp; ++t) {
-          Program p = lowering.lower(stage, t, cc, d, s.microBatches());
-          int rank = p.rank;
-          set.ranks[rank] = std::move(p);
-        }
+  auto rankOf = [=](int stage, int t, int cc, int d) {
+    return t * st + cc * sc + d * sd + stage * sp;
+  };
+  detail::PipelineLowering lowering(w, s, a, sim, phases, *again, rankOf,
+                                    groups, 0);
+  auto lowerWhere = [&](const std::function<bool(int)> &pred) {
+    for (int stage = 0; stage < s.pp; ++stage)
+      for (int d = 0; d < s.dp; ++d)
+        for (int cc = 0; cc < s.cp; ++cc)
+          for (int t = 0; t < s.tp; ++t)
+            if (pred(rankOf(stage, t, cc, d)))
+              set.ranks[rankOf(stage, t, cc, d)] =
+                  lowering.lower(stage, t, cc, d, s.microBatches());
+  };
+  if (auto e = lowerSelection(set, only, lowerWhere))
+    return std::move(e);
   return set;
 }
 
+namespace detail {
+namespace {
+/// One replica group's pipeline, simulated, and its lowering (the
+/// lowering keeps references to the rest: held in place).
+struct GroupPipeline {
+  Strategy st;
+  std::vector<StagePlacement> at;
+  std::unique_ptr<Simulation> sim;
+  StepPhases phases;
+  StepResult result;
+  std::unique_ptr<PipelineLowering> lowering;
+};
+
+/// Across replica groups: ring q joins the q-th device of every group (in
+/// the group's device order) and all-reduces 1/n of the gradients
+/// (Hetero.cpp); its groups are registered before any rank is lowered, so
+/// that a rank's peers include its ring's next member.
+struct CrossGroupRings {
+  std::vector<int> ids;
+  double bytes = 0, seconds = 0;
+};
+
+/// Inserts rank's share of the cross-group all-reduce before its
+/// optimizer, after the wait for its own streams.
+void insertCrossGroupReduce(Program &p, int id, const CrossGroupRings &x) {
+  auto opt =
+      std::find_if(p.code.begin(), p.code.end(), [](const Instruction &in) {
+        return in.kind == InstrKind::Optimizer;
+      });
+  int at = int(opt - p.code.begin());
+  Instruction in;
+  in.kind = InstrKind::Collective;
+  in.stream = StreamKind::DataParallel;
+  in.collective = CollectiveKind::AllReduce;
+  in.group = id;
+  in.bytes = x.bytes;
+  in.name = "gradient all-reduce across groups";
+  in.span = "step";
+  in.predictedS = x.seconds;
+  in.deps = {at - 1}; // the wait for this rank's own streams
+  p.code.insert(p.code.begin() + at, in);
+  // The optimizer, now one later, waits for it; later deps shift.
+  for (size_t i = size_t(at) + 1; i < p.code.size(); ++i)
+    for (int &dep : p.code[i].deps)
+      if (dep >= at)
+        ++dep;
+  p.code[at + 1].deps.push_back(at);
+}
+} // namespace
+} // namespace detail
+
 llvm::Expected<ProgramSet> lowerHetero(const Workload &w, const Cluster &c,
-                                       HeteroStrategy s, const Assumptions &a) {
+                                       HeteroStrategy s, const Assumptions &a,
+                                       const RankSelection &only) {
   if (auto e = placeDevices(s, w, c))
     return std::move(e);
   auto result = simulateHetero(w, c, s, a);
@@ -996,49 +1091,45 @@ llvm::Expected<ProgramSet> lowerHetero(const Workload &w, const Cluster &c,
   set.predictedStepS = result->stepS;
   set.schedule = scheduleName(Schedule::OneFOneB);
   detail::Groups groups{set, {}};
-  for (size_t g = 0; g < s.groups.size(); ++g) {
+  int G = int(s.groups.size());
+  std::vector<std::unique_ptr<detail::GroupPipeline>> pipes;
+  for (int g = 0; g < G; ++g) {
     const ReplicaGroup &rg = s.groups[g];
-    Strategy st;
-    std::vector<StagePlacement> at;
-    detail::groupPipeline(c, s, g, pools, st, at);
-    detail::Simulation sim(w, st, a, at, false);
-    detail::StepPhases phases;
-    sim.phases = &phases;
-    auto sr = sim.run(false);
+    auto x = std::make_unique<detail::GroupPipeline>();
+    detail::groupPipeline(c, s, g, pools, x->st, x->at);
+    set.pipeSends |= x->st.pp > 1;
+    x->sim = std::make_unique<detail::Simulation>(w, x->st, a, x->at, false);
+    x->sim->phases = &x->phases;
+    auto sr = x->sim->run(false);
     if (!sr)
       return sr.takeError();
+    x->result = std::move(*sr);
     // HeteroStage::devices: replica by replica, tp consecutive devices.
     auto rankOf = [&rg, &rankOfDevice](int stage, int t, int, int d) {
       const HeteroStage &hs = rg.stages[stage];
       return rankOfDevice.at(hs.devices[size_t(d) * hs.tp + t]);
     };
-    detail::PipelineLowering lowering(w, st, a, sim, phases, *sr, rankOf,
-                                      groups, int(g));
+    x->lowering = std::make_unique<detail::PipelineLowering>(
+        w, x->st, a, *x->sim, x->phases, x->result, rankOf, groups, g);
     if (detail::alignedGroups(c, s))
-      lowering.dpMembers = [&s, &rankOfDevice](int stage, int t,
-                                               std::vector<int> &ranks) {
+      x->lowering->dpMembers = [&s, &rankOfDevice](int stage, int t,
+                                                   std::vector<int> &ranks) {
         for (const ReplicaGroup &o : s.groups) {
           const HeteroStage &hs = o.stages[stage];
           for (int y = 0; y < o.replicas; ++y)
             ranks.push_back(rankOfDevice.at(hs.devices[size_t(y) * hs.tp + t]));
         }
       };
-    for (int stage = 0; stage < st.pp; ++stage)
-      for (int d = 0; d < rg.replicas; ++d)
-        for (int t = 0; t < rg.stages[stage].tp; ++t) {
-          Program p = lowering.lower(stage, t, 0, d, rg.microBatches[d]);
-          set.ranks[p.rank] = std::move(p);
-        }
+    pipes.push_back(std::move(x));
   }
-  // Across groups: ring q joins the q-th device of every group (in the
-  // group's device order) and all-reduces 1/n of the gradients (Hetero.cpp).
-  int G = int(s.groups.size());
+  detail::CrossGroupRings cross;
   if (G > 1 && result->crossGroupSyncS > 0) {
     int streams = s.groups.front().devices();
     for (const ReplicaGroup &rg : s.groups)
       streams = std::min(streams, rg.devices());
-    double bytes =
+    cross.bytes =
         double(w.parameters()) * a.gradReduceBytes() / std::max(1, streams);
+    cross.seconds = result->crossGroupSyncS;
     std::vector<std::vector<int>> devicesOf(G);
     for (int g = 0; g < G; ++g)
       for (const HeteroStage &hs : s.groups[g].stages)
@@ -1048,35 +1139,29 @@ llvm::Expected<ProgramSet> lowerHetero(const Workload &w, const Cluster &c,
       std::vector<int> ring;
       for (int g = 0; g < G; ++g)
         ring.push_back(devicesOf[g][q]);
-      int id = groups.get(ring, "cross-group");
-      for (int rank : ring) {
-        Program &p = set.ranks[rank];
-        // Before the optimizer: after this rank's own reduction.
-        auto opt = std::find_if(p.code.begin(), p.code.end(),
-                                [](const Instruction &in) {
-                                  return in.kind == InstrKind::Optimizer;
-                                });
-        int at = int(opt - p.code.begin());
-        Instruction in;
-        in.kind = InstrKind::Collective;
-        in.stream = StreamKind::DataParallel;
-        in.collective = CollectiveKind::AllReduce;
-        in.group = id;
-        in.bytes = bytes;
-        in.name = "gradient all-reduce across groups";
-        in.span = "step";
-        in.predictedS = result->crossGroupSyncS;
-        in.deps = {at - 1}; // the wait for this rank's own streams
-        p.code.insert(p.code.begin() + at, in);
-        // The optimizer, now one later, waits for it; later deps shift.
-        for (size_t i = size_t(at) + 1; i < p.code.size(); ++i)
-          for (int &dep : p.code[i].deps)
-            if (dep >= at)
-              ++dep;
-        p.code[at + 1].deps.push_back(at);
-      }
+      cross.ids.push_back(groups.get(ring, "cross-group"));
     }
   }
+  auto lowerWhere = [&](const std::function<bool(int)> &pred) {
+    for (int g = 0; g < G; ++g) {
+      const ReplicaGroup &rg = s.groups[g];
+      for (int stage = 0; stage < pipes[g]->st.pp; ++stage)
+        for (int d = 0; d < rg.replicas; ++d)
+          for (int t = 0; t < rg.stages[stage].tp; ++t) {
+            const HeteroStage &hs = rg.stages[stage];
+            int rank = rankOfDevice.at(hs.devices[size_t(d) * hs.tp + t]);
+            if (pred(rank))
+              set.ranks[rank] =
+                  pipes[g]->lowering->lower(stage, t, 0, d, rg.microBatches[d]);
+          }
+    }
+  };
+  if (auto e = lowerSelection(set, only, lowerWhere))
+    return std::move(e);
+  for (int id : cross.ids)
+    for (int rank : set.groups[id])
+      if (set.ranks[rank].lowered)
+        detail::insertCrossGroupReduce(set.ranks[rank], id, cross);
   return set;
 }
 

@@ -220,71 +220,114 @@ struct ProgramIndex {
   std::vector<std::map<int, std::vector<int>>> collectives;
 };
 
-/// Per instruction: references in range, dependencies back in the program;
-/// the index of its sends, receives and collectives.
-llvm::Error indexPrograms(const ProgramSet &set, ProgramIndex &ix) {
+/// Rank r's instructions: references in range, dependencies back in the
+/// program; its sends, receives and collectives into the index.
+llvm::Error indexProgram(const ProgramSet &set, int r, ProgramIndex &ix) {
   int world = int(set.ranks.size());
   using Key = P2pKey;
-  auto &sends = ix.sends, &recvs = ix.recvs;
-  auto &collectives = ix.collectives;
-  collectives.assign(set.groups.size(), {});
-  for (int r = 0; r < world; ++r) {
-    const Program &p = set.ranks[r];
-    if (p.rank != r)
-      return err("program set: program " + std::to_string(r) + " says rank " +
-                 std::to_string(p.rank));
-    for (int i = 0; i < int(p.code.size()); ++i) {
-      const Instruction &in = p.code[i];
-      for (int d : in.deps)
-        if (d < 0 || d >= i)
-          return err(where(set, r, i) + ": depends on instruction " +
-                     std::to_string(d) +
-                     ", which does not come before it (a cycle)");
-      if (in.p2pGroup >= 0) {
-        bool ok = (in.kind == InstrKind::Send || in.kind == InstrKind::Recv) &&
-                  in.p2pGroup <= i &&
-                  p.code[in.p2pGroup].p2pGroup == in.p2pGroup;
-        for (int j = in.p2pGroup; ok && j < i; ++j)
-          ok = p.code[j].p2pGroup == in.p2pGroup &&
-               queueOf(p.code[j]) == queueOf(in);
-        if (!ok)
-          return err(where(set, r, i) +
-                     ": its send/receive group is not consecutive sends and "
-                     "receives on one queue");
-      }
-      if (in.kind == InstrKind::Send || in.kind == InstrKind::Recv) {
-        if (in.peer < 0 || in.peer >= world || in.peer == r)
-          return err(where(set, r, i) + ": no such peer");
-        bool send = in.kind == InstrKind::Send;
-        Key key = send ? Key{r, in.peer, in.tag} : Key{in.peer, r, in.tag};
-        auto &table = send ? sends : recvs;
-        if (!table.emplace(key, std::make_pair(r, i)).second)
-          return err(where(set, r, i) + ": a second " +
-                     (send ? "send" : "receive") + " with this peer and tag");
-      }
-      if (in.kind == InstrKind::Collective) {
-        if (in.group < 0 || size_t(in.group) >= set.groups.size())
-          return err(where(set, r, i) + ": no such group");
-        const auto &members = set.groups[in.group];
-        if (std::find(members.begin(), members.end(), r) == members.end())
-          return err(where(set, r, i) + ": rank " + std::to_string(r) +
-                     " is not in the group");
-        collectives[in.group][r].push_back(i);
-      }
+  const Program &p = set.ranks[r];
+  if (p.rank != r)
+    return err("program set: program " + std::to_string(r) + " says rank " +
+               std::to_string(p.rank));
+  for (int i = 0; i < int(p.code.size()); ++i) {
+    const Instruction &in = p.code[i];
+    for (int d : in.deps)
+      if (d < 0 || d >= i)
+        return err(where(set, r, i) + ": depends on instruction " +
+                   std::to_string(d) +
+                   ", which does not come before it (a cycle)");
+    if (in.p2pGroup >= 0) {
+      bool ok = (in.kind == InstrKind::Send || in.kind == InstrKind::Recv) &&
+                in.p2pGroup <= i && p.code[in.p2pGroup].p2pGroup == in.p2pGroup;
+      for (int j = in.p2pGroup; ok && j < i; ++j)
+        ok = p.code[j].p2pGroup == in.p2pGroup &&
+             queueOf(p.code[j]) == queueOf(in);
+      if (!ok)
+        return err(where(set, r, i) +
+                   ": its send/receive group is not consecutive sends and "
+                   "receives on one queue");
+    }
+    if (in.kind == InstrKind::Send || in.kind == InstrKind::Recv) {
+      if (in.peer < 0 || in.peer >= world || in.peer == r)
+        return err(where(set, r, i) + ": no such peer");
+      bool send = in.kind == InstrKind::Send;
+      Key key = send ? Key{r, in.peer, in.tag} : Key{in.peer, r, in.tag};
+      auto &table = send ? ix.sends : ix.recvs;
+      if (!table.emplace(key, std::make_pair(r, i)).second)
+        return err(where(set, r, i) + ": a second " +
+                   (send ? "send" : "receive") + " with this peer and tag");
+    }
+    if (in.kind == InstrKind::Collective) {
+      if (in.group < 0 || size_t(in.group) >= set.groups.size())
+        return err(where(set, r, i) + ": no such group");
+      const auto &members = set.groups[in.group];
+      if (std::find(members.begin(), members.end(), r) == members.end())
+        return err(where(set, r, i) + ": rank " + std::to_string(r) +
+                   " is not in the group");
+      ix.collectives[in.group][r].push_back(i);
     }
   }
+  return llvm::Error::success();
+}
+
+/// Every rank's program indexed.
+llvm::Error indexPrograms(const ProgramSet &set, ProgramIndex &ix) {
+  ix.collectives.assign(set.groups.size(), {});
+  for (int r = 0; r < int(set.ranks.size()); ++r)
+    if (auto e = indexProgram(set, r, ix))
+      return e;
   for (size_t g = 0; g < set.groups.size(); ++g)
     for (int r : set.groups[g])
-      collectives[g][r]; // every member listed, with or without any
+      ix.collectives[g][r]; // every member listed, with or without any
+  return llvm::Error::success();
+}
+
+/// Group g's collectives on rank r, in program order.
+const std::vector<int> &collectivesOf(const ProgramIndex &ix, size_t g, int r) {
+  static const std::vector<int> none;
+  auto it = ix.collectives[g].find(r);
+  return it == ix.collectives[g].end() ? none : it->second;
+}
+
+/// Rank r enters group g's collectives as rank ref does: the same kinds
+/// and bytes in the same order.
+llvm::Error sameCollectives(const ProgramSet &set, const ProgramIndex &ix,
+                            size_t g, int ref, int r) {
+  const std::vector<int> &first = collectivesOf(ix, g, ref);
+  const std::vector<int> &mine = collectivesOf(ix, g, r);
+  for (size_t c = 0; c < std::max(mine.size(), first.size()); ++c) {
+    if (c >= mine.size() || c >= first.size()) {
+      int who = c >= mine.size() ? ref : r;
+      int idx = c >= mine.size() ? first[c] : mine[c];
+      int other = who == r ? ref : r;
+      return err(where(set, who, idx) + ": rank " + std::to_string(other) +
+                 " never enters collective #" + std::to_string(c) +
+                 " of group g" + std::to_string(g));
+    }
+    const Instruction &a = set.ranks[ref].code[first[c]];
+    const Instruction &b = set.ranks[r].code[mine[c]];
+    if (a.collective != b.collective || a.bytes != b.bytes)
+      return err(where(set, r, mine[c]) + ": collective #" + std::to_string(c) +
+                 " of group g" + std::to_string(g) + " is out of order: rank " +
+                 std::to_string(ref) + " enters " + where(set, ref, first[c]) +
+                 " there");
+  }
   return llvm::Error::success();
 }
 
 /// Every send has its receive (same bytes, same link) and the reverse;
-/// every member enters its group's collectives in the same order.
-llvm::Error checkMatches(const ProgramSet &set, const ProgramIndex &ix) {
+/// every member enters its group's collectives in the same order. With a
+/// focus rank: only the messages it sends or receives, and in each of its
+/// groups its collectives against the next member's.
+llvm::Error checkMatches(const ProgramSet &set, const ProgramIndex &ix,
+                         int focus = -1) {
   const auto &sends = ix.sends, &recvs = ix.recvs;
-  const auto &collectives = ix.collectives;
+  auto mine = [focus](const P2pKey &key) {
+    return focus < 0 || std::get<0>(key) == focus || std::get<1>(key) == focus;
+  };
   for (const auto &[key, at] : sends) {
+    if (!mine(key))
+      continue;
     auto it = recvs.find(key);
     if (it == recvs.end())
       return err(where(set, at.first, at.second) + ": rank " +
@@ -301,73 +344,57 @@ llvm::Error checkMatches(const ProgramSet &set, const ProgramIndex &ix) {
                  ") is on another link (" + queueName(queueOf(v)) + ")");
   }
   for (const auto &[key, at] : recvs)
-    if (!sends.count(key))
+    if (mine(key) && !sends.count(key))
       return err(where(set, at.first, at.second) + ": rank " +
                  std::to_string(std::get<0>(key)) + " never sends it");
   for (size_t g = 0; g < set.groups.size(); ++g) {
     const auto &members = set.groups[g];
-    if (members.empty())
+    auto at = std::find(members.begin(), members.end(), focus);
+    if (members.empty() || (focus >= 0 && at == members.end()))
       continue;
-    const std::vector<int> &first = collectives[g].at(members.front());
-    for (int r : members) {
-      const std::vector<int> &mine = collectives[g].at(r);
-      for (size_t c = 0; c < std::max(mine.size(), first.size()); ++c) {
-        if (c >= mine.size() || c >= first.size()) {
-          int who = c >= mine.size() ? members.front() : r;
-          int idx = c >= mine.size() ? first[c] : mine[c];
-          int other = who == r ? members.front() : r;
-          return err(where(set, who, idx) + ": rank " + std::to_string(other) +
-                     " never enters collective #" + std::to_string(c) +
-                     " of group g" + std::to_string(g));
-        }
-        const Instruction &a = set.ranks[members.front()].code[first[c]];
-        const Instruction &b = set.ranks[r].code[mine[c]];
-        if (a.collective != b.collective || a.bytes != b.bytes)
-          return err(where(set, r, mine[c]) + ": collective #" +
-                     std::to_string(c) + " of group g" + std::to_string(g) +
-                     " is out of order: rank " +
-                     std::to_string(members.front()) + " enters " +
-                     where(set, members.front(), first[c]) + " there");
-      }
+    if (focus >= 0) {
+      size_t next = (size_t(at - members.begin()) + 1) % members.size();
+      if (auto e = sameCollectives(set, ix, g, focus, members[next]))
+        return e;
+      continue;
     }
+    for (int r : members)
+      if (auto e = sameCollectives(set, ix, g, members.front(), r))
+        return e;
   }
-
   return llvm::Error::success();
 }
 
-/// Static and live buffers against the predicted peak; every buffer freed.
-llvm::Error checkMemory(const ProgramSet &set) {
-  int world = int(set.ranks.size());
-  for (int r = 0; r < world; ++r) {
-    const Program &p = set.ranks[r];
-    std::map<int, double> live;
-    double now = 0, peak = 0;
-    for (int i = 0; i < int(p.code.size()); ++i) {
-      const Instruction &in = p.code[i];
-      if (in.kind == InstrKind::Alloc) {
-        if (!live.emplace(in.buffer, in.bytes).second)
-          return err(where(set, r, i) + ": buffer already allocated");
-        now += in.bytes;
-        peak = std::max(peak, now);
-        if (p.staticBytes + peak >
-            p.predictedPeakBytes + set.memoryAllowanceBytes)
-          return err(
-              where(set, r, i) + ": holds " + bytesText(p.staticBytes + peak) +
-              ", above the predicted peak " + bytesText(p.predictedPeakBytes) +
-              " plus the allowance " + bytesText(set.memoryAllowanceBytes));
-      } else if (in.kind == InstrKind::Free) {
-        auto it = live.find(in.buffer);
-        if (it == live.end())
-          return err(where(set, r, i) + ": frees a buffer it does not hold");
-        now -= it->second;
-        live.erase(it);
-      }
+/// Rank r's static and live buffers against its predicted peak; every
+/// buffer freed.
+llvm::Error checkMemory(const ProgramSet &set, int r) {
+  const Program &p = set.ranks[r];
+  std::map<int, double> live;
+  double now = 0, peak = 0;
+  for (int i = 0; i < int(p.code.size()); ++i) {
+    const Instruction &in = p.code[i];
+    if (in.kind == InstrKind::Alloc) {
+      if (!live.emplace(in.buffer, in.bytes).second)
+        return err(where(set, r, i) + ": buffer already allocated");
+      now += in.bytes;
+      peak = std::max(peak, now);
+      if (p.staticBytes + peak >
+          p.predictedPeakBytes + set.memoryAllowanceBytes)
+        return err(
+            where(set, r, i) + ": holds " + bytesText(p.staticBytes + peak) +
+            ", above the predicted peak " + bytesText(p.predictedPeakBytes) +
+            " plus the allowance " + bytesText(set.memoryAllowanceBytes));
+    } else if (in.kind == InstrKind::Free) {
+      auto it = live.find(in.buffer);
+      if (it == live.end())
+        return err(where(set, r, i) + ": frees a buffer it does not hold");
+      now -= it->second;
+      live.erase(it);
     }
-    if (!live.empty())
-      return err("rank " + std::to_string(r) + ": buffer #" +
-                 std::to_string(live.begin()->first) + " is never freed");
   }
-
+  if (!live.empty())
+    return err("rank " + std::to_string(r) + ": buffer #" +
+               std::to_string(live.begin()->first) + " is never freed");
   return llvm::Error::success();
 }
 
@@ -562,7 +589,8 @@ llvm::Error DeadlockRun::stuck() const {
 
 } // namespace
 
-llvm::Error checkPrograms(const ProgramSet &set) {
+/// The set's shape: a program per rank, groups named and in range.
+static llvm::Error checkShape(const ProgramSet &set) {
   int world = int(set.ranks.size());
   if (world != set.worldSize)
     return err("program set: " + std::to_string(world) + " programs for " +
@@ -574,14 +602,86 @@ llvm::Error checkPrograms(const ProgramSet &set) {
       if (r < 0 || r >= world)
         return err("program set: group g" + std::to_string(g) + " names rank " +
                    std::to_string(r) + " of " + std::to_string(world));
+  return llvm::Error::success();
+}
+
+llvm::Error checkPrograms(const ProgramSet &set) {
+  if (auto e = checkShape(set))
+    return e;
+  for (const Program &p : set.ranks)
+    if (!p.lowered)
+      return err("program set: rank " + std::to_string(p.rank) +
+                 " was not lowered (the whole-set check needs every rank: "
+                 "orrery lower without --local-check)");
   ProgramIndex ix;
   if (auto e = indexPrograms(set, ix))
     return e;
   if (auto e = checkMatches(set, ix))
     return e;
-  if (auto e = checkMemory(set))
-    return e;
+  for (int r = 0; r < set.worldSize; ++r)
+    if (auto e = checkMemory(set, r))
+      return e;
   return DeadlockRun(set, ix).run();
+}
+
+llvm::Error checkRank(const ProgramSet &set, int rank) {
+  if (auto e = checkShape(set))
+    return e;
+  if (rank < 0 || rank >= set.worldSize || !set.ranks[rank].lowered)
+    return err("program set: rank " + std::to_string(rank) +
+               " has no program here");
+  ProgramIndex ix;
+  ix.collectives.assign(set.groups.size(), {});
+  if (auto e = indexProgram(set, rank, ix))
+    return e;
+  for (int peer : peersToMatch(set, rank)) {
+    if (!set.ranks[peer].lowered)
+      return err("program set: rank " + std::to_string(rank) +
+                 " is checked against rank " + std::to_string(peer) +
+                 ", which was not lowered");
+    if (auto e = indexProgram(set, peer, ix))
+      return e;
+  }
+  if (auto e = checkMatches(set, ix, rank))
+    return e;
+  return checkMemory(set, rank);
+}
+
+bool ProgramSet::whole() const {
+  return std::all_of(ranks.begin(), ranks.end(),
+                     [](const Program &p) { return p.lowered; });
+}
+
+std::string groupKey(const std::vector<int> &members) {
+  uint64_t h = 1469598103934665603ull; // FNV-1a over the ranks' bytes
+  for (int r : members)
+    for (int b = 0; b < 4; ++b) {
+      h ^= uint64_t((uint32_t(r) >> (8 * b)) & 0xff);
+      h *= 1099511628211ull;
+    }
+  char buf[48];
+  std::snprintf(buf, sizeof buf, "n%zu-%016llx", members.size(),
+                static_cast<unsigned long long>(h));
+  return buf;
+}
+
+std::vector<int> peersToMatch(const ProgramSet &set, int rank) {
+  std::vector<int> out;
+  const Program &p = set.ranks[rank];
+  for (const Instruction &in : p.code)
+    if ((in.kind == InstrKind::Send || in.kind == InstrKind::Recv) &&
+        in.peer >= 0 && in.peer < set.worldSize && in.peer != rank)
+      out.push_back(in.peer);
+  for (const std::vector<int> &members : set.groups) {
+    auto at = std::find(members.begin(), members.end(), rank);
+    if (at == members.end() || members.size() < 2)
+      continue;
+    size_t next = (size_t(at - members.begin()) + 1) % members.size();
+    out.push_back(members[next]);
+  }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
 }
 
 nlohmann::ordered_json programSetJson(const ProgramSet &set) {
@@ -593,12 +693,18 @@ nlohmann::ordered_json programSetJson(const ProgramSet &set) {
   j["schedule"] = set.schedule;
   j["predicted_step_time_s"] = set.predictedStepS;
   j["memory_allowance_bytes"] = set.memoryAllowanceBytes;
+  j["pipe_sends"] = set.pipeSends;
+  j["ring_sends"] = set.ringSends;
+  if (!set.whole())
+    j["partial"] = true; // the lowered ranks only
   ordered_json groups = ordered_json::array();
   for (size_t g = 0; g < set.groups.size(); ++g)
     groups.push_back({{"name", set.groupNames[g]}, {"ranks", set.groups[g]}});
   j["groups"] = groups;
   ordered_json ranks = ordered_json::array();
   for (const Program &p : set.ranks) {
+    if (!p.lowered)
+      continue;
     ordered_json code = ordered_json::array();
     for (const Instruction &in : p.code) {
       ordered_json x = {{"kind", nameIn(kKinds, in.kind)},
@@ -688,10 +794,17 @@ llvm::Expected<ProgramSet> programSetFromJson(const nlohmann::json &j) {
       set.groupNames.push_back(j["groups"][g].at("name").get<std::string>());
       set.groups.push_back(checkedIntegers<int>(j["groups"][g].at("ranks")));
     }
+    bool partial = j.value("partial", false);
     at = "ranks";
-    if (j.at("ranks").size() != size_t(set.worldSize))
+    if (partial ? j.at("ranks").size() > size_t(set.worldSize)
+                : j.at("ranks").size() != size_t(set.worldSize))
       return err("ranks: " + std::to_string(j["ranks"].size()) +
                  " programs for world_size " + std::to_string(set.worldSize));
+    set.ranks.resize(size_t(set.worldSize));
+    for (int r = 0; r < set.worldSize; ++r) {
+      set.ranks[r].rank = r;
+      set.ranks[r].lowered = !partial;
+    }
     for (size_t r = 0; r < j["ranks"].size(); ++r) {
       const nlohmann::json &pj = j["ranks"][r];
       std::string base = "ranks[" + std::to_string(r) + "]";
@@ -769,8 +882,23 @@ llvm::Expected<ProgramSet> programSetFromJson(const nlohmann::json &j) {
         in.predictedS = x.value("predicted_s", 0.0);
         p.code.push_back(std::move(in));
       }
-      set.ranks.push_back(std::move(p));
+      int slot = partial ? p.rank : int(r);
+      if (slot < 0 || slot >= set.worldSize ||
+          (partial && set.ranks[slot].lowered))
+        return err(base + ".rank: out of range or listed twice");
+      set.ranks[slot] = std::move(p);
     }
+    bool anySend = false, anyRing = false;
+    for (const Program &p : set.ranks)
+      for (const Instruction &in : p.code)
+        if (in.kind == InstrKind::Send) {
+          anyRing |= in.stream == StreamKind::Comm;
+          anySend |= in.stream != StreamKind::Comm;
+        }
+    at = "pipe_sends";
+    set.pipeSends = j.value("pipe_sends", anySend);
+    at = "ring_sends";
+    set.ringSends = j.value("ring_sends", anyRing);
   } catch (const std::exception &e) {
     return err(at + ": missing or of the wrong type");
   }

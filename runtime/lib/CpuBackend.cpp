@@ -10,10 +10,10 @@
 // context, matched by tag. Messages carry the plan's bytes.
 //
 //===----------------------------------------------------------------------===//
-#include "orrery/Runtime/Runtime.h"
 #include "CpuKernels.h"
 #include "GlooCollectives.h"
 #include "TcpStore.h"
+#include "orrery/Runtime/Runtime.h"
 
 #include <gloo/barrier.h>
 #include <gloo/rendezvous/context.h>
@@ -55,7 +55,6 @@ namespace runtime {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
 
 class CpuRank {
 public:
@@ -131,10 +130,9 @@ private:
       lostRank = "0";
     }
     std::string msg =
-        lostRank.empty()
-            ? "rank " + std::to_string(env.rank) + ": " + what
-            : "rank " + std::to_string(env.rank) + ": lost rank " + lostRank +
-                  " (it exited or was killed): " + what;
+        lostRank.empty() ? "rank " + std::to_string(env.rank) + ": " + what
+                         : "rank " + std::to_string(env.rank) + ": lost rank " +
+                               lostRank + " (it exited or was killed): " + what;
     options.fatal(msg);
     std::abort(); // fatal does not return
   }
@@ -255,21 +253,21 @@ void CpuRank::runStream(int queue, int step, Scratch &scratch) {
 llvm::Expected<RunResult> CpuRank::run() {
   if (prog.device != "CPU")
     return err("rank " + std::to_string(env.rank) + ": the plan places it on " +
-               prog.device + ", and the CPU backend runs CPU devices (plan "
+               prog.device +
+               ", and the CPU backend runs CPU devices (plan "
                "for a cluster of CPU, e.g. --cluster 2xCPU)");
   try {
-    rv = std::make_unique<Rendezvous>(env.rank, env.masterAddr,
-                                      env.masterPort, options.timeout);
+    rv = std::make_unique<Rendezvous>(env.rank, env.masterAddr, env.masterPort,
+                                      options.timeout);
     store = rv->store.get();
     world = connect("world", env.rank, set.worldSize);
-    bool anyP2p = false;
-    for (const Program &p : set.ranks)
-      for (const Instruction &in : p.code)
-        anyP2p |= in.kind == InstrKind::Send;
-    if (anyP2p)
+    // Every rank knows from the plan whether any sends (its own program
+    // may not, and the others' programs are not here).
+    if (set.pipeSends || set.ringSends)
       p2p = connect("p2p", env.rank, set.worldSize);
-    // A context per group this rank is in and stream that uses it, made in
-    // group order on every rank.
+    // A context per group this rank is in and stream that uses it, named
+    // by the group's members (groupKey: the same on every member whatever
+    // it lowered), made in that order by each member.
     std::map<int, std::vector<int>> streamsOf;
     for (const Instruction &in : prog.code)
       if (in.kind == InstrKind::Collective) {
@@ -277,14 +275,15 @@ llvm::Expected<RunResult> CpuRank::run() {
         if (std::find(v.begin(), v.end(), int(in.stream)) == v.end())
           v.push_back(int(in.stream));
       }
-    for (auto &[g, streams] : streamsOf) {
-      std::sort(streams.begin(), streams.end());
-      const std::vector<int> &m = set.groups[g];
-      int me = int(std::find(m.begin(), m.end(), env.rank) - m.begin());
+    std::map<std::string, std::pair<int, int>> byName; // -> group, stream
+    for (auto &[g, streams] : streamsOf)
       for (int st : streams)
-        contexts[{g, st}] = connect("g" + std::to_string(g) + "/" +
-                                        std::to_string(st),
-                                    me, int(m.size()));
+        byName["g" + groupKey(set.groups[g]) + "/" + std::to_string(st)] = {g,
+                                                                            st};
+    for (const auto &[name, at] : byName) {
+      const std::vector<int> &m = set.groups[at.first];
+      int me = int(std::find(m.begin(), m.end(), env.rank) - m.begin());
+      contexts[at] = connect(name, me, int(m.size()));
     }
     for (int i = 0; i < int(prog.code.size()); ++i) {
       const Instruction &in = prog.code[i];
@@ -325,13 +324,7 @@ llvm::Expected<RunResult> CpuRank::run() {
     done[i] = 0;
   startS.assign(n, 0);
   endS.assign(n, 0);
-  RankMeasurement me;
-  me.rank = env.rank;
-  me.device = prog.device;
-  me.stage = prog.stage;
-  me.replicaGroup = prog.replicaGroup;
-  me.predictedPeakBytes = prog.predictedPeakBytes;
-  me.kindS.assign(10, 0.0);
+  RankMeasurement me = measurementOf(prog, env.rank);
   int total = options.warmupSteps + options.steps;
   int queues = int(queuesOf(prog, &queueIndex).size());
   std::vector<Scratch> scratch(queues);
@@ -359,7 +352,7 @@ llvm::Expected<RunResult> CpuRank::run() {
       double busy = (endS[i] - startS[i]) / options.steps;
       me.kindS[int(in.kind)] += busy;
       if (in.stream == StreamKind::Compute) {
-        (in.span.empty() ? me.stepTailS
+        (in.span.empty()     ? me.stepTailS
          : in.span[0] == 'F' ? me.forwardS
          : in.span[0] == 'B' ? me.backwardS
                              : me.stepTailS) += busy;

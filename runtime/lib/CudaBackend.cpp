@@ -1,12 +1,12 @@
 //===- CudaBackend.cpp - a rank's program on one GPU: cuBLASLt and NCCL --===//
 //
 // One host thread issues the program in its order onto one CUDA stream per
-// queue (a stream kind; a pipeline link's direction); a dependency on another stream is an event the stream waits
-// for. GEMMs are cuBLASLt matmuls (the algorithm chosen once per shape by
-// the heuristic and cached), fused attention is batched cuBLASLt GEMMs and
-// a row softmax (cuDNN's fused attention is the next step), memory-bound
-// kernels and the optimizer a streaming kernel of their bytes.
-// Collectives run on NCCL communicators split from the world
+// queue (a stream kind; a pipeline link's direction); a dependency on another
+// stream is an event the stream waits for. GEMMs are cuBLASLt matmuls (the
+// algorithm chosen once per shape by the heuristic and cached), fused attention
+// is batched cuBLASLt GEMMs and a row softmax (cuDNN's fused attention is the
+// next step), memory-bound kernels and the optimizer a streaming kernel of
+// their bytes. Collectives run on NCCL communicators split from the world
 // (ncclCommSplit), one per group and stream; pipeline sends and receives
 // have one CUDA stream per queue (a peer and direction, queuesOf) and one
 // two-rank communicator per link and direction, so that no communicator is
@@ -15,11 +15,11 @@
 // The world's unique id travels through the rendezvous (TcpStore).
 //
 //===----------------------------------------------------------------------===//
-#include "orrery/Runtime/Runtime.h"
-#include "orrery/CostModel/Hardware.h"
 #include "CudaKernels.h"
 #include "ProfileFit.h"
 #include "TcpStore.h"
+#include "orrery/CostModel/Hardware.h"
+#include "orrery/Runtime/Runtime.h"
 
 #include <cublasLt.h>
 #include <cuda_runtime.h>
@@ -180,18 +180,16 @@ CudaRank::~CudaRank() {
     ncclCommDestroy(world);
 }
 
-Blas::Gemm &Blas::gemmFor(int64_t m, int64_t n, int64_t k,
-                                  int64_t batch, Precision p, bool transA,
-                                  bool transB) {
+Blas::Gemm &Blas::gemmFor(int64_t m, int64_t n, int64_t k, int64_t batch,
+                          Precision p, bool transA, bool transB) {
   auto key = std::make_tuple(m, n, k, batch, int(p), int(transA), int(transB));
   auto it = gemms.find(key);
   if (it != gemms.end())
     return it->second;
   Gemm g;
   cudaDataType_t t = dataType(p);
-  cublasComputeType_t compute = p == Precision::TF32
-                                    ? CUBLAS_COMPUTE_32F_FAST_TF32
-                                    : CUBLAS_COMPUTE_32F;
+  cublasComputeType_t compute =
+      p == Precision::TF32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
   check(cublasLtMatmulDescCreate(&g.desc, compute, CUDA_R_32F),
         "cublasLtMatmulDescCreate");
   // Row-major C[m,n] = A[m,k]·B[k,n] is column-major Cᵀ = Bᵀ·Aᵀ.
@@ -211,13 +209,13 @@ Blas::Gemm &Blas::gemmFor(int64_t m, int64_t n, int64_t k,
         "layout A");
   check(cublasLtMatrixLayoutCreate(&g.c, t, n, m, n), "layout C");
   if (batch > 1)
-    for (auto [layout, stride] :
-         {std::pair{g.a, n * k}, std::pair{g.b, m * k}, std::pair{g.c, m * n}}) {
+    for (auto [layout, stride] : {std::pair{g.a, n * k}, std::pair{g.b, m * k},
+                                  std::pair{g.c, m * n}}) {
       int32_t count = int32_t(batch);
       int64_t s = stride;
-      check(cublasLtMatrixLayoutSetAttribute(
-                layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count,
-                sizeof count),
+      check(cublasLtMatrixLayoutSetAttribute(layout,
+                                             CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT,
+                                             &count, sizeof count),
             "batch count");
       check(cublasLtMatrixLayoutSetAttribute(
                 layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &s,
@@ -238,8 +236,8 @@ Blas::Gemm &Blas::gemmFor(int64_t m, int64_t n, int64_t k,
   cublasLtMatmulPreferenceDestroy(pref);
   if (found == 0)
     throw std::runtime_error("cuBLASLt has no algorithm for a " +
-                             std::to_string(m) + "x" + std::to_string(n) +
-                             "x" + std::to_string(k) + " GEMM");
+                             std::to_string(m) + "x" + std::to_string(n) + "x" +
+                             std::to_string(k) + " GEMM");
   g.algo = result.algo;
   size_t e = elementBytes(p);
   g.A = buffer(size_t(batch * m * k) * e, 0);
@@ -248,12 +246,12 @@ Blas::Gemm &Blas::gemmFor(int64_t m, int64_t n, int64_t k,
   return gemms.emplace(key, g).first->second;
 }
 
-void Blas::matmul(int64_t m, int64_t n, int64_t k, int64_t batch,
-                  Precision p, bool transA, bool transB, cudaStream_t st) {
+void Blas::matmul(int64_t m, int64_t n, int64_t k, int64_t batch, Precision p,
+                  bool transA, bool transB, cudaStream_t st) {
   Gemm &g = gemmFor(m, n, k, batch, p, transA, transB);
   float alpha = 1, beta = 0;
-  check(cublasLtMatmul(lt, g.desc, &alpha, g.B, g.a, g.A, g.b, &beta, g.C,
-                       g.c, g.C, g.c, &g.algo, workspace, workspaceBytes, st),
+  check(cublasLtMatmul(lt, g.desc, &alpha, g.B, g.a, g.A, g.b, &beta, g.C, g.c,
+                       g.C, g.c, &g.algo, workspace, workspaceBytes, st),
         "cublasLtMatmul");
 }
 
@@ -292,35 +290,55 @@ void CudaRank::setUp() {
   }
   check(ncclCommInitRank(&world, set.worldSize, id, env.rank),
         "ncclCommInitRank");
-  // The same splits in the same order on every rank, from the whole set.
-  std::set<std::tuple<std::string, int, int>> keys;
-  for (const Program &p : set.ranks)
-    for (const Instruction &in : p.code) {
-      if (in.kind == InstrKind::Collective)
-        keys.insert({"g", in.group, int(in.stream)});
-      else if ((in.kind == InstrKind::Send || in.kind == InstrKind::Recv) &&
-               in.stream == StreamKind::Comm)
-        keys.insert({"ring", 0, 0});
-      else if (in.kind == InstrKind::Send)
-        keys.insert({in.backward ? "pipe-gradients" : "pipe", p.rank, in.peer});
+  // Each communicator this rank is in, made by its members alone: the
+  // lowest member publishes an id under the communicator's name (groupKey:
+  // the same on every member whatever programs it lowered) and every
+  // member joins it (ncclCommInitRank), in name order on every rank, so no
+  // rank needs another's program and two ranks never wait on each other
+  // in opposite orders.
+  struct CommSpec {
+    std::tuple<std::string, int, int> key;
+    std::vector<int> members; // world ranks, ascending
+  };
+  std::map<std::string, CommSpec> specs;
+  for (const Instruction &in : prog.code) {
+    if (in.kind == InstrKind::Collective) {
+      const std::vector<int> &m = set.groups[in.group];
+      specs["g/" + groupKey(m) + "/" + std::to_string(int(in.stream))] = {
+          {"g", in.group, int(in.stream)}, m};
+    } else if ((in.kind == InstrKind::Send || in.kind == InstrKind::Recv) &&
+               in.stream != StreamKind::Comm) {
+      bool send = in.kind == InstrKind::Send;
+      int from = send ? env.rank : in.peer, to = send ? in.peer : env.rank;
+      std::string kind = in.backward ? "pipe-gradients" : "pipe";
+      specs[kind + "/" + std::to_string(from) + "/" + std::to_string(to)] = {
+          {kind, from, to}, {std::min(from, to), std::max(from, to)}};
     }
-  for (const auto &key : keys) {
-    int color = 0, rankInComm = env.rank;
-    if (std::get<0>(key) == "g") {
-      const std::vector<int> &m = set.groups[std::get<1>(key)];
-      auto it = std::find(m.begin(), m.end(), env.rank);
-      color = it == m.end() ? NCCL_SPLIT_NOCOLOR : 1;
-      rankInComm = int(it - m.begin());
-    } else if (std::get<0>(key) != "ring") {
-      // A link: its two ranks, the lower world rank first.
-      bool member = env.rank == std::get<1>(key) || env.rank == std::get<2>(key);
-      color = member ? 1 : NCCL_SPLIT_NOCOLOR;
+  }
+  // The context-parallel ring sends to world ranks: a world-wide
+  // communicator, joined by every rank when the plan has ring sends.
+  if (set.ringSends) {
+    std::vector<int> all(size_t(set.worldSize));
+    for (int r = 0; r < set.worldSize; ++r)
+      all[r] = r;
+    specs["ring"] = {{"ring", 0, 0}, all};
+  }
+  for (const auto &[name, spec] : specs) {
+    const std::vector<int> &m = spec.members;
+    int me = int(std::find(m.begin(), m.end(), env.rank) - m.begin());
+    ncclUniqueId cid;
+    if (me == 0) {
+      check(ncclGetUniqueId(&cid), "ncclGetUniqueId");
+      rv->store->set(
+          "nccl/" + name,
+          std::vector<char>(cid.internal, cid.internal + sizeof cid));
+    } else {
+      std::vector<char> v = rv->store->get("nccl/" + name);
+      std::copy(v.begin(), v.end(), cid.internal);
     }
     ncclComm_t comm = nullptr;
-    check(ncclCommSplit(world, color, rankInComm, &comm, nullptr),
-          "ncclCommSplit");
-    if (comm)
-      comms[key] = comm;
+    check(ncclCommInitRank(&comm, int(m.size()), cid, me), "ncclCommInitRank");
+    comms[spec.key] = comm;
   }
   held = nullptr;
   if (prog.staticBytes > 0)
@@ -374,8 +392,7 @@ void CudaRank::issue(int i) {
   case InstrKind::Kernel:
   case InstrKind::Optimizer: {
     size_t bytes = size_t(std::max(6.0, in.bytes));
-    launchStream(buffer(bytes / 3 + 2, 3), buffer(bytes / 3 + 2, 4), bytes,
-                 st);
+    launchStream(buffer(bytes / 3 + 2, 3), buffer(bytes / 3 + 2, 4), bytes, st);
     break;
   }
   case InstrKind::Collective: {
@@ -486,13 +503,7 @@ llvm::Expected<RunResult> CudaRank::run() {
   } catch (const std::exception &e) {
     return err("rank " + std::to_string(env.rank) + ": " + e.what());
   }
-  RankMeasurement me;
-  me.rank = env.rank;
-  me.device = prog.device;
-  me.stage = prog.stage;
-  me.replicaGroup = prog.replicaGroup;
-  me.predictedPeakBytes = prog.predictedPeakBytes;
-  me.kindS.assign(10, 0.0);
+  RankMeasurement me = measurementOf(prog, env.rank);
   size_t peakUsed = 0, freeBytes = 0, totalBytes = 0;
   int total = options.warmupSteps + options.steps;
   try {
@@ -526,14 +537,14 @@ llvm::Expected<RunResult> CudaRank::run() {
         double busy = (b - a) * 1e-3 / options.steps;
         me.kindS[int(in.kind)] += busy;
         if (in.stream == StreamKind::Compute)
-          (in.span.empty() ? me.stepTailS
+          (in.span.empty()     ? me.stepTailS
            : in.span[0] == 'F' ? me.forwardS
            : in.span[0] == 'B' ? me.backwardS
                                : me.stepTailS) += busy;
         last = std::max(last, b);
         if (step == total && in.kind != InstrKind::Wait)
-          me.spans.push_back(
-              {in.span + " " + in.name, int(in.stream), a * 1e-3, (b - a) * 1e-3});
+          me.spans.push_back({in.span + " " + in.name, int(in.stream), a * 1e-3,
+                              (b - a) * 1e-3});
       }
       ms = last;
       me.stepS.push_back(ms * 1e-3);
@@ -548,9 +559,9 @@ llvm::Expected<RunResult> CudaRank::run() {
   try {
     result = exchangeMeasurements(*rv->store, set, me);
     void *token = buffer(4, 7);
-    check(ncclAllReduce(token, token, 1, ncclFloat32, ncclSum, world,
-                        streams[0]),
-          "ncclAllReduce (end)");
+    check(
+        ncclAllReduce(token, token, 1, ncclFloat32, ncclSum, world, streams[0]),
+        "ncclAllReduce (end)");
     check(cudaStreamSynchronize(streams[0]), "cudaStreamSynchronize");
     rv->store->goodbye();
   } catch (const std::exception &e) {
@@ -571,10 +582,10 @@ profileCuda(const LaunchEnv &env, const ProfileOptions &options) {
     int devices = 0;
     cudaError_t count = cudaGetDeviceCount(&devices);
     if (count != cudaSuccess || devices == 0)
-      return err(std::string("no CUDA GPU on this machine (") +
-                 (count != cudaSuccess ? cudaGetErrorString(count)
-                                       : "no device") +
-                 ")");
+      return err(
+          std::string("no CUDA GPU on this machine (") +
+          (count != cudaSuccess ? cudaGetErrorString(count) : "no device") +
+          ")");
     int dev = env.localRank % devices;
     check(cudaSetDevice(dev), "cudaSetDevice");
     cudaDeviceProp prop{};
@@ -583,9 +594,9 @@ profileCuda(const LaunchEnv &env, const ProfileOptions &options) {
     const DeviceSpec *spec = nullptr;
     for (const DeviceSpec &d : HardwareCatalog::builtin().devices())
       if (runtime::sameDevice(d.name, prop.name) &&
-          (!spec || std::abs(d.memoryBytes - double(prop.totalGlobalMem)) <
-                        std::abs(spec->memoryBytes -
-                                 double(prop.totalGlobalMem))))
+          (!spec ||
+           std::abs(d.memoryBytes - double(prop.totalGlobalMem)) <
+               std::abs(spec->memoryBytes - double(prop.totalGlobalMem))))
         spec = &d;
     if (!spec)
       return err(std::string("the catalog has no device for this GPU (") +
@@ -660,8 +671,9 @@ profileCuda(const LaunchEnv &env, const ProfileOptions &options) {
           {"kernel_launch_s", launch},
           {"source", std::string("measured by orrery profile --backend cuda "
                                  "on one ") +
-                         prop.name + " (cuBLASLt bf16 GEMMs, the runtime's "
-                                     "streaming kernel)"}}},
+                         prop.name +
+                         " (cuBLASLt bf16 GEMMs, the runtime's "
+                         "streaming kernel)"}}},
         {"source", spec->source}};
     ordered_json spec2;
     spec2["name"] = std::string("1 x ") + prop.name + " (measured)";

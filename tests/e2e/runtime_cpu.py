@@ -48,13 +48,13 @@ def main():
         orrery(*cmd)
         return path
 
-    def check_report(what, text):
+    def check_report(what, text, ranks=2):
         try:
             r = json.loads(text)
         except ValueError:
             failures.append(f"{what}: not JSON: {text[:200]}")
             return
-        ok = (r["ranks"] == 2 and len(r["per_rank"]) == 2 and
+        ok = (r["ranks"] == ranks and len(r["per_rank"]) == ranks and
               r["measured"]["step_time_s"]["median"] > 0 and
               r["predicted"]["step_time_s"] > 0 and
               all(len(x["step_time_s"]) == r["steps"] for x in r["per_rank"]) and
@@ -92,6 +92,16 @@ def main():
                 if "Measured: one step, rank by rank" not in text or \
                         "measured step" not in text or "rank 1 (group" not in text:
                     failures.append(f"report --measured {name}: no measured timeline")
+
+    # Four ranks, each lowering only its own program and its peers' (a tp
+    # group, a pipeline link; a context-parallel ring and a dp group): the
+    # communicators are named by their members, not by a whole set.
+    for name, strategy in (("tp2-pp2", "tp=2,pp=2,mbs=1,gbs=8"),
+                           ("cp2-dp2", "cp=2,dp=2,mbs=1,gbs=8,zero=1")):
+        path = plan(name, strategy, cluster="4xCPU")
+        p = orrery("run", path, "--local", "4", "--steps", "2", "--json")
+        if p.returncode == 0:
+            check_report(f"--local 4 {name}", p.stdout, ranks=4)
 
     # Under mpirun (Open MPI from Debian), and under torchrun's variables.
     mpirun = shutil.which("mpirun")

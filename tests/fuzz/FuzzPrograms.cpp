@@ -1,7 +1,8 @@
 //===- FuzzPrograms.cpp - the program-set reader on arbitrary JSON --------===//
 //
 // What `orrery-run` reads: a set that parses must also pass or fail the
-// static check, never crash it.
+// static check (the whole set's, or each lowered rank's of a partial one),
+// never crash it.
 //
 //===----------------------------------------------------------------------===//
 #include "FuzzSupport.h"
@@ -24,5 +25,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     return 0;
   if (llvm::Error e = orrery::checkPrograms(*set))
     orrery::fuzz::expectOneLine(llvm::toString(std::move(e)));
+  if (set->whole())
+    return 0;
+  for (const orrery::Program &p : set->ranks)
+    if (p.lowered)
+      if (llvm::Error e = orrery::checkRank(*set, p.rank))
+        orrery::fuzz::expectOneLine(llvm::toString(std::move(e)));
   return 0;
 }

@@ -7,8 +7,8 @@
 // instruction named.
 //
 //===----------------------------------------------------------------------===//
-#include "TestSupport.h"
 #include "orrery/CostModel/Lowering.h"
+#include "TestSupport.h"
 
 #include <gtest/gtest.h>
 
@@ -26,6 +26,52 @@ Assumptions fusedAssumptions(const Workload &w) {
   return a;
 }
 
+/// Where rank r's program in `part` (a partial lowering) differs from the
+/// whole set's, group members compared by rank (their ids differ); empty
+/// when it does not.
+std::string differs(const ProgramSet &whole, const ProgramSet &part, int r) {
+  const Program &a = whole.ranks[r], &b = part.ranks[r];
+  if (!b.lowered)
+    return "not lowered";
+  if (a.code.size() != b.code.size() || a.staticBytes != b.staticBytes ||
+      a.stage != b.stage || a.tpRank != b.tpRank || a.dpRank != b.dpRank)
+    return "another program";
+  for (size_t i = 0; i < a.code.size(); ++i) {
+    const Instruction &x = a.code[i], &y = b.code[i];
+    bool same = x.kind == y.kind && x.stream == y.stream && x.name == y.name &&
+                x.span == y.span && x.bytes == y.bytes && x.peer == y.peer &&
+                x.tag == y.tag && x.deps == y.deps &&
+                x.predictedS == y.predictedS && x.collective == y.collective &&
+                (x.group < 0) == (y.group < 0) &&
+                (x.group < 0 || whole.groups[x.group] == part.groups[y.group]);
+    if (!same)
+      return "instruction " + std::to_string(i) + " differs";
+  }
+  return "";
+}
+
+/// Each listed rank lowered alone (with the peers it matches) is the
+/// whole set's rank, passes checkRank, and so does every rank of the whole
+/// set; `lower` lowers a selection.
+template <typename Lower>
+void expectRanksLowerAlone(const ProgramSet &whole, Lower lower,
+                           const std::vector<int> &ranks,
+                           const std::string &what) {
+  for (int r = 0; r < whole.worldSize; ++r) {
+    llvm::Error e = checkRank(whole, r);
+    EXPECT_FALSE(bool(e)) << what << ": " << llvm::toString(std::move(e));
+  }
+  for (int r : ranks) {
+    auto part = lower(RankSelection{{r}, true});
+    ASSERT_TRUE(bool(part)) << what << ": " << llvm::toString(part.takeError());
+    EXPECT_FALSE(part->whole()) << what;
+    EXPECT_EQ(differs(whole, *part, r), "") << what << ", rank " << r;
+    llvm::Error e = checkRank(*part, r);
+    EXPECT_FALSE(bool(e)) << what << ", rank " << r << ": "
+                          << llvm::toString(std::move(e));
+  }
+}
+
 /// Lowers and checks; false (with the reason in `why`) when the strategy
 /// does not apply to the model or cluster.
 bool lowerAndCheck(const Workload &w, const Cluster &c, const std::string &st,
@@ -41,6 +87,12 @@ bool lowerAndCheck(const Workload &w, const Cluster &c, const std::string &st,
   }
   llvm::Error e = checkPrograms(*set);
   EXPECT_FALSE(bool(e)) << st << ": " << llvm::toString(std::move(e));
+  expectRanksLowerAlone(
+      *set,
+      [&](const RankSelection &only) {
+        return lowerStep(w, c, *s, fusedAssumptions(w), only);
+      },
+      {0, set->worldSize - 1}, st);
   if (out)
     *out = std::move(*set);
   return true;
@@ -51,13 +103,11 @@ TEST(Lowering, EveryGeneratedPlanPassesTheCheck) {
   Workload w = test::tinyGpt(ctx, KernelFusion::Fused);
   Cluster c8 = preset("8xA100-80G"), c2x4 = preset("2x4xA100-80G");
   int lowered = 0;
-  const char *schedules[] = {"schedule=gpipe", "schedule=1f1b",
-                             "schedule=interleaved,vpp=2", "schedule=zb-h1",
-                             "schedule=zb-v", "schedule=dualpipev"};
-  const char *extras[] = {"zero=0",
-                          "zero=1,recompute=selective",
-                          "zero=3,recompute=full",
-                          "zero=2,overlap=none",
+  const char *schedules[] = {
+      "schedule=gpipe", "schedule=1f1b", "schedule=interleaved,vpp=2",
+      "schedule=zb-h1", "schedule=zb-v", "schedule=dualpipev"};
+  const char *extras[] = {"zero=0", "zero=1,recompute=selective",
+                          "zero=3,recompute=full", "zero=2,overlap=none",
                           "zero=1,sp=1,overlap=grad+param+tp+p2p"};
   for (const Cluster *c : {&c8, &c2x4})
     for (int tp : {1, 2})
@@ -69,13 +119,12 @@ TEST(Lowering, EveryGeneratedPlanPassesTheCheck) {
                 int dp = 8 / (tp * pp * cp);
                 if (dp < 1)
                   continue;
-                std::string st = "tp=" + std::to_string(tp) +
-                                 ",pp=" + std::to_string(pp) +
-                                 ",cp=" + std::to_string(cp) +
-                                 ",dp=" + std::to_string(dp) +
-                                 ",mbs=" + std::to_string(mbs) + ",gbs=" +
-                                 std::to_string(mbs * dp * 4) + "," + sched +
-                                 "," + extra;
+                std::string st =
+                    "tp=" + std::to_string(tp) + ",pp=" + std::to_string(pp) +
+                    ",cp=" + std::to_string(cp) + ",dp=" + std::to_string(dp) +
+                    ",mbs=" + std::to_string(mbs) +
+                    ",gbs=" + std::to_string(mbs * dp * 4) + "," + sched + "," +
+                    extra;
                 std::string why;
                 if (lowerAndCheck(w, *c, st, why))
                   ++lowered;
@@ -94,12 +143,12 @@ TEST(Lowering, EveryGeneratedPlanPassesTheCheck) {
   }
   // Experts split over ep ranks, with their all-to-alls.
   Workload moe = test::moeModel(4, 100'000'000, 64 << 20);
-  for (const char *st : {"ep=2,dp=8,mbs=1,gbs=16", "ep=4,dp=8,mbs=1,gbs=16",
-                         "ep=8,dp=8,mbs=1,gbs=16,zero=1",
-                         "pp=2,ep=4,dp=4,mbs=1,gbs=16,zero=1",
-                         // Folded experts: ep of the tp x dp ranks.
-                         "tp=2,sp=1,ep=8,etp=1,dp=4,mbs=2,gbs=16,zero=1",
-                         "tp=2,sp=1,pp=2,ep=4,etp=1,dp=2,mbs=2,gbs=16"}) {
+  for (const char *st :
+       {"ep=2,dp=8,mbs=1,gbs=16", "ep=4,dp=8,mbs=1,gbs=16",
+        "ep=8,dp=8,mbs=1,gbs=16,zero=1", "pp=2,ep=4,dp=4,mbs=1,gbs=16,zero=1",
+        // Folded experts: ep of the tp x dp ranks.
+        "tp=2,sp=1,ep=8,etp=1,dp=4,mbs=2,gbs=16,zero=1",
+        "tp=2,sp=1,pp=2,ep=4,etp=1,dp=2,mbs=2,gbs=16"}) {
     std::string why;
     ProgramSet set;
     EXPECT_TRUE(lowerAndCheck(moe, preset("2x4xA100-80G"), st, why, &set))
@@ -151,6 +200,15 @@ TEST(Lowering, HeterogeneousGroupsAndSitesPassTheCheck) {
                            << llvm::toString(set.takeError());
     llvm::Error e = checkPrograms(*set);
     EXPECT_FALSE(bool(e)) << variant << ": " << llvm::toString(std::move(e));
+    std::vector<int> every(size_t(set->worldSize));
+    for (int r = 0; r < set->worldSize; ++r)
+      every[r] = r;
+    expectRanksLowerAlone(
+        *set,
+        [&](const RankSelection &only) {
+          return lowerHetero(w, *c, h, fusedAssumptions(w), only);
+        },
+        every, "variant " + std::to_string(variant));
     // Across groups the gradients meet on the rings of Hetero.cpp.
     bool cross = false;
     for (size_t g = 0; g < set->groupNames.size(); ++g)
@@ -257,11 +315,11 @@ TEST(Lowering, InstructionsPriceToTheSimulatedStage) {
   mlir::MLIRContext ctx;
   Workload w = test::tinyGpt(ctx, KernelFusion::Fused, 1);
   Cluster c = preset("8xA100-80G");
-  for (const char *st : {"tp=2,pp=2,dp=2,mbs=2,gbs=16",
-                         "pp=4,dp=2,mbs=1,gbs=8,recompute=full",
-                         "tp=2,pp=2,dp=2,mbs=1,gbs=8,vpp=2,"
-                         "schedule=interleaved,recompute=selective",
-                         "tp=4,dp=2,mbs=1,gbs=8,sp=1"}) {
+  for (const char *st :
+       {"tp=2,pp=2,dp=2,mbs=2,gbs=16", "pp=4,dp=2,mbs=1,gbs=8,recompute=full",
+        "tp=2,pp=2,dp=2,mbs=1,gbs=8,vpp=2,"
+        "schedule=interleaved,recompute=selective",
+        "tp=4,dp=2,mbs=1,gbs=8,sp=1"}) {
     auto s = parseStrategy(st);
     ASSERT_TRUE(bool(s));
     auto r = simulateStep(w, c, *s, fusedAssumptions(w));
@@ -296,8 +354,8 @@ ProgramSet pipelineSet() {
   Workload w = test::tinyGpt(ctx, KernelFusion::Fused);
   std::string why;
   ProgramSet set;
-  EXPECT_TRUE(lowerAndCheck(w, preset("4xA100-80G"),
-                            "tp=2,pp=2,mbs=1,gbs=4", why, &set))
+  EXPECT_TRUE(lowerAndCheck(w, preset("4xA100-80G"), "tp=2,pp=2,mbs=1,gbs=4",
+                            why, &set))
       << why;
   return set;
 }
@@ -336,19 +394,22 @@ TEST(Lowering, BrokenProgramsNameTheRankAndTheInstruction) {
     std::vector<int> coll;
     for (int i = 0; i < int(bad.ranks[1].code.size()); ++i)
       if (bad.ranks[1].code[i].kind == InstrKind::Collective &&
-          bad.ranks[1].code[i].group == bad.ranks[1].code[
-                                                find(bad.ranks[1], InstrKind::Collective)]
-                                            .group)
+          bad.ranks[1].code[i].group ==
+              bad.ranks[1]
+                  .code[find(bad.ranks[1], InstrKind::Collective)]
+                  .group)
         coll.push_back(i);
     ASSERT_GE(coll.size(), 2u);
     size_t j = 1;
-    while (j < coll.size() && bad.ranks[1].code[coll[j]].bytes ==
-                                  bad.ranks[1].code[coll[0]].bytes &&
+    while (j < coll.size() &&
+           bad.ranks[1].code[coll[j]].bytes ==
+               bad.ranks[1].code[coll[0]].bytes &&
            bad.ranks[1].code[coll[j]].collective ==
                bad.ranks[1].code[coll[0]].collective)
       ++j;
     ASSERT_LT(j, coll.size());
-    std::swap(bad.ranks[1].code[coll[0]].bytes, bad.ranks[1].code[coll[j]].bytes);
+    std::swap(bad.ranks[1].code[coll[0]].bytes,
+              bad.ranks[1].code[coll[j]].bytes);
     std::swap(bad.ranks[1].code[coll[0]].collective,
               bad.ranks[1].code[coll[j]].collective);
     std::string e = checkError(bad);
@@ -421,7 +482,8 @@ TEST(Lowering, VSchedulesNeedAQueuePerLinkAndDirection) {
     EXPECT_LT(gradientSends, sends) << st;
     for (Program &p : set.ranks)
       for (Instruction &in : p.code)
-        if (in.stream == StreamKind::PipeSend || in.stream == StreamKind::PipeRecv)
+        if (in.stream == StreamKind::PipeSend ||
+            in.stream == StreamKind::PipeRecv)
           in.backward = false;
     merged += checkError(set).find("deadlock") != std::string::npos;
   }
@@ -470,8 +532,9 @@ TEST(Lowering, QueuesAreStreamsAndPipelineLinksByDirection) {
   std::vector<std::string> names;
   for (const Queue &q : queues)
     names.push_back(queueName(q));
-  EXPECT_NE(std::find(names.begin(), names.end(), "pp-recv from 0 (activations)"),
-            names.end());
+  EXPECT_NE(
+      std::find(names.begin(), names.end(), "pp-recv from 0 (activations)"),
+      names.end());
   EXPECT_NE(std::find(names.begin(), names.end(), "pp-send to 0 (gradients)"),
             names.end());
   for (size_t i = 0; i < index.size(); ++i)
@@ -488,3 +551,55 @@ TEST(Lowering, WhatTheRuntimeCannotRunIsRefused) {
 }
 
 } // namespace
+
+TEST(Lowering, EachRankChecksItselfAgainstItsPeers) {
+  ProgramSet good = pipelineSet();
+  ASSERT_EQ(good.ranks[2].stage, 1);
+  auto rankError = [](const ProgramSet &set, int r) {
+    llvm::Error e = checkRank(set, r);
+    return e ? llvm::toString(std::move(e)) : "";
+  };
+  // Rank 0 sends to rank 2 (pp stride 2) and shares a tp group with 1.
+  std::vector<int> peers = peersToMatch(good, 0);
+  EXPECT_NE(std::find(peers.begin(), peers.end(), 1), peers.end());
+  EXPECT_NE(std::find(peers.begin(), peers.end(), 2), peers.end());
+  { // A missing receive: both ends see it.
+    ProgramSet bad = good;
+    int recv = find(bad.ranks[2], InstrKind::Recv);
+    bad.ranks[2].code[recv].kind = InstrKind::Kernel;
+    for (int r : {0, 2}) {
+      std::string e = rankError(bad, r);
+      EXPECT_NE(e.find("has no matching receive"), std::string::npos) << e;
+    }
+  }
+  { // Rank 1 enters another collective: rank 0, before it in their group,
+    // finds it.
+    ProgramSet bad = good;
+    bad.ranks[1].code[find(bad.ranks[1], InstrKind::Collective)].bytes *= 2;
+    std::string e = rankError(bad, 0);
+    EXPECT_NE(e.find("rank 1 instruction"), std::string::npos) << e;
+    EXPECT_NE(e.find("out of order"), std::string::npos) << e;
+  }
+  { // A peer's program missing from a partial set.
+    ProgramSet part = good;
+    part.ranks[2] = Program{};
+    part.ranks[2].rank = 2;
+    part.ranks[2].lowered = false;
+    EXPECT_FALSE(part.whole());
+    std::string e = rankError(part, 0);
+    EXPECT_NE(e.find("rank 2, which was not lowered"), std::string::npos) << e;
+    EXPECT_NE(checkError(part).find("rank 2 was not lowered"),
+              std::string::npos);
+    // A partial set travels as JSON with its lowered ranks only.
+    auto back = programSetFromJson(programSetJson(part));
+    ASSERT_TRUE(bool(back)) << llvm::toString(back.takeError());
+    EXPECT_FALSE(back->whole());
+    EXPECT_FALSE(back->ranks[2].lowered);
+    EXPECT_EQ(back->ranks[3].code.size(), good.ranks[3].code.size());
+    EXPECT_TRUE(back->pipeSends);
+  }
+  // Names of communicators: the members alone.
+  EXPECT_EQ(groupKey({0, 2}), groupKey({0, 2}));
+  EXPECT_NE(groupKey({0, 2}), groupKey({0, 1}));
+  EXPECT_NE(groupKey({0, 1}), groupKey({0, 1, 2}));
+}

@@ -118,9 +118,9 @@ int spawnRanks(int argc, char **argv, int local, int timeoutS) {
     std::vector<std::string> env;
     for (char **e = environ; *e; ++e) {
       std::string kv = *e;
-      for (const char *drop : {"RANK=", "WORLD_SIZE=", "LOCAL_RANK=",
-                               "MASTER_ADDR=", "MASTER_PORT=",
-                               "OMPI_COMM_WORLD_RANK=", "SLURM_PROCID="})
+      for (const char *drop :
+           {"RANK=", "WORLD_SIZE=", "LOCAL_RANK=", "MASTER_ADDR=",
+            "MASTER_PORT=", "OMPI_COMM_WORLD_RANK=", "SLURM_PROCID="})
         if (kv.rfind(drop, 0) == 0)
           kv.clear();
       if (!kv.empty())
@@ -208,11 +208,11 @@ int runPrograms(const ProgramSet &programs, const LaunchEnv &launch,
     std::cerr.flush();
     std::_Exit(1);
   };
-  bool cuda = backend == "cuda" ||
-              (backend == "auto" && env->rank < set->worldSize &&
-               set->ranks[env->rank].device != "CPU");
-  auto result = cuda ? runOnCuda(*set, *env, options)
-                     : runOnCpu(*set, *env, options);
+  bool cuda =
+      backend == "cuda" || (backend == "auto" && env->rank < set->worldSize &&
+                            set->ranks[env->rank].device != "CPU");
+  auto result =
+      cuda ? runOnCuda(*set, *env, options) : runOnCpu(*set, *env, options);
   if (!result)
     return failLine(plan + ": " + llvm::toString(result.takeError()));
   if (env->rank != 0)
@@ -233,24 +233,16 @@ int runPrograms(const ProgramSet &programs, const LaunchEnv &launch,
     }
   }
   double predicted = set->predictedStepS;
-  auto predictedOf = [&](int rank, char phase) {
-    double s = 0;
-    for (const Instruction &in : set->ranks[rank].code)
-      if (in.stream == StreamKind::Compute && !in.span.empty() &&
-          in.span[0] == phase)
-        s += in.predictedS;
-    return s;
-  };
   if (!trace.empty()) {
     nlohmann::ordered_json events = nlohmann::ordered_json::array();
     for (const RankMeasurement &r : result->ranks) {
-      events.push_back({{"name", "process_name"},
-                        {"ph", "M"},
-                        {"pid", r.rank},
-                        {"args",
-                         {{"name", "rank " + std::to_string(r.rank) +
-                                       " (stage " + std::to_string(r.stage) +
-                                       ", " + r.device + ")"}}}});
+      events.push_back(
+          {{"name", "process_name"},
+           {"ph", "M"},
+           {"pid", r.rank},
+           {"args",
+            {{"name", "rank " + std::to_string(r.rank) + " (stage " +
+                          std::to_string(r.stage) + ", " + r.device + ")"}}}});
       // The simulator's spans (F0, B3.1, ...) on track 0, the
       // instructions on one track per stream.
       for (const MeasuredSpan &s : r.spans)
@@ -286,38 +278,36 @@ int runPrograms(const ProgramSet &programs, const LaunchEnv &launch,
     j["ranks"] = set->worldSize;
     j["warmup_steps"] = warmup;
     j["steps"] = steps.size();
-    j["measured"] = {
-        {"step_time_s",
-         {{"mean", mean},
-          {"median", median(steps)},
-          {"min", *std::min_element(steps.begin(), steps.end())},
-          {"max", *std::max_element(steps.begin(), steps.end())}}},
-        {"slowest_rank", slowest}};
+    j["measured"] = {{"step_time_s",
+                      {{"mean", mean},
+                       {"median", median(steps)},
+                       {"min", *std::min_element(steps.begin(), steps.end())},
+                       {"max", *std::max_element(steps.begin(), steps.end())}}},
+                     {"slowest_rank", slowest}};
     j["predicted"] = {{"step_time_s", predicted}};
-    j["error"] = {{"step_time",
-                   median(steps) > 0 ? (predicted - median(steps)) /
-                                           median(steps)
-                                     : 0.0}};
+    j["error"] = {
+        {"step_time", median(steps) > 0
+                          ? (predicted - median(steps)) / median(steps)
+                          : 0.0}};
     nlohmann::ordered_json ranks = nlohmann::ordered_json::array();
     for (const RankMeasurement &r : result->ranks) {
       nlohmann::ordered_json kinds;
       for (int k = 0; k < int(r.kindS.size()); ++k)
         if (r.kindS[k] > 0)
           kinds[instrKindName(InstrKind(k))] = r.kindS[k];
-      ranks.push_back(
-          {{"rank", r.rank},
-           {"stage", r.stage},
-           {"replica_group", r.replicaGroup},
-           {"device", r.device},
-           {"step_time_s", r.stepS},
-           {"forward_s", r.forwardS},
-           {"predicted_forward_s", predictedOf(r.rank, 'F')},
-           {"backward_s", r.backwardS},
-           {"predicted_backward_s", predictedOf(r.rank, 'B')},
-           {"instruction_s", kinds},
-           {"peak_memory_bytes", r.peakMemoryBytes},
-           {"predicted_peak_memory_bytes", r.predictedPeakBytes},
-           {"spans", taskSpans(r)}});
+      ranks.push_back({{"rank", r.rank},
+                       {"stage", r.stage},
+                       {"replica_group", r.replicaGroup},
+                       {"device", r.device},
+                       {"step_time_s", r.stepS},
+                       {"forward_s", r.forwardS},
+                       {"predicted_forward_s", r.predictedForwardS},
+                       {"backward_s", r.backwardS},
+                       {"predicted_backward_s", r.predictedBackwardS},
+                       {"instruction_s", kinds},
+                       {"peak_memory_bytes", r.peakMemoryBytes},
+                       {"predicted_peak_memory_bytes", r.predictedPeakBytes},
+                       {"spans", taskSpans(r)}});
     }
     j["per_rank"] = ranks;
     std::cout << j.dump(2) << "\n";
@@ -326,8 +316,7 @@ int runPrograms(const ProgramSet &programs, const LaunchEnv &launch,
   std::printf("%s on %d ranks (%s backend, launched by %s): %zu steps after "
               "%d warm-up\n",
               plan.c_str(), set->worldSize, cuda ? "cuda" : "cpu",
-              env->launcher.c_str(),
-              steps.size(), warmup);
+              env->launcher.c_str(), steps.size(), warmup);
   std::printf("step         measured %.2f ms (median; mean %.2f, min %.2f, "
               "max %.2f; slowest rank %d)   predicted %.2f ms   error %s\n",
               median(steps) * 1e3, mean * 1e3,
@@ -338,25 +327,23 @@ int runPrograms(const ProgramSet &programs, const LaunchEnv &launch,
               "(pred)    gemm  attn  kernel  coll  p2p ms   peak MiB (pred)\n");
   for (const RankMeasurement &r : result->ranks) {
     auto k = [&](InstrKind kind) { return r.kindS[int(kind)] * 1e3; };
-    std::printf("%4d %5d %-9s %8.2f %7.2f (%6.2f) %7.2f (%6.2f) %5.1f %5.1f "
-                "%7.1f %5.1f %6.1f %8.0f (%5.0f)\n",
-                r.rank, r.stage, r.device.c_str(), median(r.stepS) * 1e3,
-                r.forwardS * 1e3, predictedOf(r.rank, 'F') * 1e3,
-                r.backwardS * 1e3, predictedOf(r.rank, 'B') * 1e3,
-                k(InstrKind::Gemm), k(InstrKind::Attention),
-                k(InstrKind::Kernel) + k(InstrKind::Optimizer),
-                k(InstrKind::Collective),
-                k(InstrKind::Send) + k(InstrKind::Recv),
-                r.peakMemoryBytes / (1 << 20),
-                r.predictedPeakBytes / (1 << 20));
+    std::printf(
+        "%4d %5d %-9s %8.2f %7.2f (%6.2f) %7.2f (%6.2f) %5.1f %5.1f "
+        "%7.1f %5.1f %6.1f %8.0f (%5.0f)\n",
+        r.rank, r.stage, r.device.c_str(), median(r.stepS) * 1e3,
+        r.forwardS * 1e3, r.predictedForwardS * 1e3, r.backwardS * 1e3,
+        r.predictedBackwardS * 1e3, k(InstrKind::Gemm), k(InstrKind::Attention),
+        k(InstrKind::Kernel) + k(InstrKind::Optimizer),
+        k(InstrKind::Collective), k(InstrKind::Send) + k(InstrKind::Recv),
+        r.peakMemoryBytes / (1 << 20), r.predictedPeakBytes / (1 << 20));
   }
   return 0;
 }
 
 int runProfile(const LaunchEnv &env, const ProfileOptions &options,
                const std::string &backend, const std::string &output) {
-  auto spec = backend == "cuda" ? profileCuda(env, options)
-                                : profileCpu(env, options);
+  auto spec =
+      backend == "cuda" ? profileCuda(env, options) : profileCpu(env, options);
   if (!spec)
     return failLine("profile: " + llvm::toString(spec.takeError()));
   if (env.rank != 0)
@@ -389,7 +376,6 @@ int runProfile(const LaunchEnv &env, const ProfileOptions &options,
   std::printf("\n");
   return 0;
 }
-
 
 } // namespace cli
 } // namespace orrery

@@ -210,17 +210,17 @@ importFrontEnd(mlir::MLIRContext &ctx, const ModelArgs &args, bool outline,
           fused = name.getName().str();
     });
     if (!fused.empty())
-      return error(args.path + ": node '" + fused +
-                   "' is one fused Attention op in the file; --kernels "
-                   "unfused-attention prices attention written out as "
-                   "MatMul / Softmax / MatMul (use --kernels fused, eager or sdpa)");
+      return error(
+          args.path + ": node '" + fused +
+          "' is one fused Attention op in the file; --kernels "
+          "unfused-attention prices attention written out as "
+          "MatMul / Softmax / MatMul (use --kernels fused, eager or sdpa)");
   }
   if (outline) {
     using orrery::KernelFusion;
     std::string diag = orrery::fuseAndOutline(
         **module, args.kernels != KernelFusion::Eager,
-        args.kernels == KernelFusion::Fused ||
-            attentionBySdpa(args.kernels),
+        args.kernels == KernelFusion::Fused || attentionBySdpa(args.kernels),
         args.kernels != KernelFusion::Sdpa);
     if (!diag.empty())
       return error(args.path + ": layer outlining failed: " + diag);
@@ -385,11 +385,12 @@ int loadPlan(const std::string &planPath, const std::string &model,
   return 0;
 }
 
-llvm::Expected<ProgramSet> lowerPlan(const LoadedPlan &plan) {
+llvm::Expected<ProgramSet> lowerPlan(const LoadedPlan &plan,
+                                     const RankSelection &only) {
   return plan.hetero ? lowerHetero(plan.workload, *plan.cluster,
-                                   plan.heteroStrategy, plan.assumptions)
+                                   plan.heteroStrategy, plan.assumptions, only)
                      : lowerStep(plan.workload, *plan.cluster, plan.strategy,
-                                 plan.assumptions);
+                                 plan.assumptions, only);
 }
 
 } // namespace cli

@@ -140,8 +140,10 @@ struct LoadedPlan {
 int loadPlan(const std::string &planPath, const std::string &model,
              const std::string &cluster, LoadedPlan &out);
 
-/// The plan's per-rank programs (Lowering.h).
-llvm::Expected<ProgramSet> lowerPlan(const LoadedPlan &plan);
+/// The plan's per-rank programs (Lowering.h): every rank's, or the
+/// selected ranks' and the peers they match.
+llvm::Expected<ProgramSet> lowerPlan(const LoadedPlan &plan,
+                                     const RankSelection &only = {});
 
 } // namespace cli
 } // namespace orrery

@@ -23,6 +23,12 @@ void LowerCommand::add(CLI::App &app) {
                 "write every rank's program as JSON (schema orrery-programs, "
                 "what orrery-run executes)");
   cmd->add_option("-o,--output", output, "write to FILE instead of stdout");
+  cmd->add_flag("--local-check", localCheck,
+                "lower only --rank and the peers it must match, and check "
+                "those (what each rank of orrery run does at start-up: its "
+                "cost does not grow with the world size); without it every "
+                "rank is lowered and the whole set checked, deadlock "
+                "included (time and memory grow with the ranks)");
   cmd->add_flag("--summary", summary,
                 "print per rank its instruction counts by kind and its "
                 "predicted compute and communication instead");
@@ -32,10 +38,13 @@ int LowerCommand::run() const {
   LoadedPlan loaded;
   if (int rc = loadPlan(plan, model, cluster, loaded))
     return rc;
-  auto set = lowerPlan(loaded);
+  RankSelection only;
+  if (localCheck)
+    only.ranks = {rank};
+  auto set = lowerPlan(loaded, only);
   if (!set)
     return fail(plan + ": " + llvm::toString(set.takeError()));
-  if (auto e = checkPrograms(*set))
+  if (auto e = localCheck ? checkRank(*set, rank) : checkPrograms(*set))
     return fail(plan + ": program check: " + llvm::toString(std::move(e)));
   if (json)
     return writeText(programSetJson(*set).dump() + "\n", output);
@@ -47,14 +56,24 @@ int LowerCommand::run() const {
     std::cout << programText(*set, rank);
     return 0;
   }
-  size_t total = 0;
+  size_t total = 0, lowered = 0;
   for (const Program &p : set->ranks)
-    total += p.code.size();
-  std::printf("%s: %d ranks, %zu instructions, %zu groups; checked: every "
-              "send received, collectives in order, no deadlock, memory "
-              "within the prediction\n",
-              plan.c_str(), set->worldSize, total, set->groups.size());
+    total += p.code.size(), lowered += p.lowered;
+  if (localCheck)
+    std::printf("%s: %d ranks; rank %d lowered with the %zu peers it "
+                "matches (%zu instructions, %zu groups); checked: its sends "
+                "received, its collectives in its groups' order, its "
+                "memory within the prediction\n",
+                plan.c_str(), set->worldSize, rank, lowered - 1, total,
+                set->groups.size());
+  else
+    std::printf("%s: %d ranks, %zu instructions, %zu groups; checked: every "
+                "send received, collectives in order, no deadlock, memory "
+                "within the prediction\n",
+                plan.c_str(), set->worldSize, total, set->groups.size());
   for (const Program &p : set->ranks) {
+    if (!p.lowered)
+      continue;
     int counts[10] = {0};
     double busy[kStreamKinds] = {0};
     for (const Instruction &in : p.code) {

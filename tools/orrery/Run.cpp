@@ -54,7 +54,7 @@ int RunCommand::spawnLocal(int argc, char **argv) const {
   LoadedPlan loaded;
   if (int rc = loadPlan(plan, model, cluster, loaded))
     return rc;
-  auto set = lowerPlan(loaded);
+  auto set = lowerPlan(loaded, RankSelection{{0}, false});
   if (!set)
     return fail(plan + ": " + llvm::toString(set.takeError()));
   if (set->worldSize != local)
@@ -72,7 +72,9 @@ int RunCommand::run(int argc, char **argv) const {
   LoadedPlan loaded;
   if (int rc = loadPlan(plan, model, cluster, loaded))
     return rc;
-  auto set = lowerPlan(loaded);
+  // This rank's program and its peers' only (checkRank at start-up): the
+  // cost does not grow with the world size.
+  auto set = lowerPlan(loaded, RankSelection{{env->rank}, true});
   if (!set)
     return fail(plan + ": " + llvm::toString(set.takeError()));
   RunArgs ra{steps, warmup, timeoutS, json, trace, backend, plan};
@@ -126,7 +128,7 @@ int ProfileCommand::run(int argc, char **argv) const {
     LoadedPlan loaded;
     if (int rc = loadPlan(plan, "", "", loaded))
       return rc;
-    auto set = lowerPlan(loaded);
+    auto set = lowerPlan(loaded, RankSelection{{0}, false});
     if (!set)
       return fail(plan + ": " + llvm::toString(set.takeError()));
     for (const Instruction &in : set->ranks[0].code)

@@ -20,11 +20,21 @@ namespace orrery {
 /// refuses the set: rounding, not a budget.
 constexpr double kProgramMemoryAllowanceBytes = 1 << 20;
 
+/// Which ranks to lower. Empty: every rank (the offline whole-set check).
+/// Else the listed ranks and, with `peers`, the ranks each must match
+/// (peersToMatch), so checkRank can run on each listed rank: what a rank
+/// of `orrery run` lowers at start-up, whatever the world size.
+struct RankSelection {
+  std::vector<int> ranks;
+  bool peers = true;
+};
+
 /// One step of a strategy on a cluster of one device type at one site.
 /// Fails with a one-line message for what the runtime cannot run yet
 /// (offloaded activations or optimizer state).
 llvm::Expected<ProgramSet> lowerStep(const Workload &w, const Cluster &c,
-                                     Strategy s, const Assumptions &a = {});
+                                     Strategy s, const Assumptions &a = {},
+                                     const RankSelection &only = {});
 
 /// One step of a heterogeneous strategy: each replica group's pipeline,
 /// each replica with its own number of micro-batches, the gradient
@@ -32,7 +42,8 @@ llvm::Expected<ProgramSet> lowerStep(const Workload &w, const Cluster &c,
 /// devices used, in cluster order.
 llvm::Expected<ProgramSet> lowerHetero(const Workload &w, const Cluster &c,
                                        HeteroStrategy s,
-                                       const Assumptions &a = {});
+                                       const Assumptions &a = {},
+                                       const RankSelection &only = {});
 
 } // namespace orrery
 

@@ -126,6 +126,8 @@ struct Program {
   double staticBytes = 0;
   /// The plan's memory figure for this rank (the allowance is the set's).
   double predictedPeakBytes = 0;
+  /// False for a rank a partial lowering left out (no code, no figures).
+  bool lowered = true;
   std::vector<Instruction> code;
 };
 
@@ -147,7 +149,26 @@ struct ProgramSet {
   /// The plan's predicted step.
   double predictedStepS = 0;
   std::string schedule;
+  /// Whether any rank of the plan sends point to point: between pipeline
+  /// stages, and around a context-parallel ring (Comm stream). Every rank
+  /// knows it from the strategy, so all agree on the world-wide contexts
+  /// they make for them even when each lowered only its own program.
+  bool pipeSends = false, ringSends = false;
+
+  /// True when every rank's program is here (the offline whole-set check);
+  /// false after a partial lowering (a rank and the peers it matches).
+  bool whole() const;
 };
+
+/// A communicator's name from its members alone (sorted world ranks), the
+/// same on every member whichever programs it lowered: "n4-1f3a...".
+std::string groupKey(const std::vector<int> &members);
+
+/// The ranks a rank's program must agree with: the peers of its sends and
+/// receives, and in each of its groups the next member (going round, the
+/// members of a group each comparing with the next prove the whole group
+/// enters the same collectives when every rank checks itself).
+std::vector<int> peersToMatch(const ProgramSet &set, int rank);
 
 /// A rank's program as text, one instruction per line (docs/runtime.md).
 std::string programText(const ProgramSet &set, int rank);
@@ -162,9 +183,18 @@ std::string programText(const ProgramSet &set, int rank);
 /// rank and the instruction.
 llvm::Error checkPrograms(const ProgramSet &set);
 
-/// The whole set as JSON (schema "orrery-programs", docs/runtime.md): what
+/// The check one rank makes at start-up from its own program and those of
+/// peersToMatch (each lowered in `set`): its dependencies, its sends and
+/// receives met by its peers' (tag, bytes, direction), its collectives the
+/// same kinds and bytes in the same order as the next member's, its memory.
+/// With every rank checking itself this covers the matching of the whole
+/// set; freedom from deadlock needs every program and stays with
+/// checkPrograms (`orrery lower`, offline).
+llvm::Error checkRank(const ProgramSet &set, int rank);
+
+/// The set as JSON (schema "orrery-programs", docs/runtime.md): what
 /// `orrery lower --json` writes and `orrery-run` executes on a machine
-/// without the compiler.
+/// without the compiler. A partial set lists its lowered ranks only.
 nlohmann::ordered_json programSetJson(const ProgramSet &set);
 /// And back; an error names the offending field.
 llvm::Expected<ProgramSet> programSetFromJson(const nlohmann::json &j);

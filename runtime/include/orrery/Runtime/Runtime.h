@@ -52,8 +52,14 @@ struct RankMeasurement {
   double forwardS = 0, backwardS = 0, stepTailS = 0;
   double peakMemoryBytes = 0; ///< the process's resident high-water mark
   double predictedPeakBytes = 0;
+  /// The program's predicted forward and backward compute (spans F, B).
+  double predictedForwardS = 0, predictedBackwardS = 0;
   std::vector<MeasuredSpan> spans;
 };
+
+/// A measurement of this program's rank, its figures from the program (so
+/// rank 0 reports every rank without holding their programs).
+RankMeasurement measurementOf(const Program &prog, int rank);
 
 /// Every rank's measurement, in rank order (on every rank).
 struct RunResult {
@@ -77,8 +83,7 @@ bool haveCudaBackend();
 
 /// Runs `env.rank`'s program on the GPU of its local rank: cuBLASLt GEMMs,
 /// NCCL collectives and sends (docs/runtime.md).
-llvm::Expected<RunResult> runOnCuda(const ProgramSet &set,
-                                    const LaunchEnv &env,
+llvm::Expected<RunResult> runOnCuda(const ProgramSet &set, const LaunchEnv &env,
                                     const RunOptions &options);
 
 struct ProfileOptions {
@@ -98,14 +103,14 @@ struct ProfileOptions {
 /// ranks the collectives between them. On rank 0, a cluster spec of
 /// `env.worldSize` ranks of the measured CPU device and link, with the
 /// measured points (docs/runtime.md); on the others, null.
-llvm::Expected<nlohmann::ordered_json> profileCpu(const LaunchEnv &env,
-                                                  const ProfileOptions &options);
+llvm::Expected<nlohmann::ordered_json>
+profileCpu(const LaunchEnv &env, const ProfileOptions &options);
 
 /// `orrery profile --backend cuda`: this machine's GPU (of the local rank)
 /// against its catalog device: a cluster spec of one of it with its
 /// measured kernel profile.
-llvm::Expected<nlohmann::ordered_json> profileCuda(const LaunchEnv &env,
-                                                   const ProfileOptions &options);
+llvm::Expected<nlohmann::ordered_json>
+profileCuda(const LaunchEnv &env, const ProfileOptions &options);
 
 } // namespace orrery
 
