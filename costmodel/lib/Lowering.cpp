@@ -184,7 +184,57 @@ private:
   enum class Part { Both, Input, Weight } part = Part::Both;
   double layerParams(const LayerKind &k) const;
   void gradientBuckets(double dense, double experts);
+
+  /// Activation offload: the chunk's bytes that live in host memory
+  /// between its forward and its backward (StepLayout::offloadedBytes).
+  double offloaded(int vs) const {
+    return s.offloadActivations ? step.layout.offloadedBytes[vs] : 0;
+  }
+  /// The copy out (forward) or back (backward) of a task's offloaded
+  /// activations, on the host-copy stream beside the task's compute,
+  /// through a staging buffer of two layers (the one moving, the one
+  /// computing: StepMemory's in-flight bytes); hostCopyDone ends the task
+  /// when the copy is done, so the task takes the longer of the two, as
+  /// the simulator prices it (StepLayout's offloadChunk).
+  int copyAt = -1;
+  void hostCopy(const Task &task, bool back);
+  void hostCopyDone(const Task &task);
 };
+
+void PipelineLowering::hostCopy(const Task &task, bool back) {
+  copyAt = -1;
+  if (offloaded(task.vs) <= 0)
+    return;
+  Instruction staging;
+  staging.kind = InstrKind::Alloc;
+  staging.name = "offload staging";
+  staging.buffer = -1 - int(task.vs * m + task.mb); // apart from activations
+  staging.bytes = 2 * step.layout.largestLayerBytes[task.vs];
+  compute(staging);
+  Instruction in;
+  in.kind = InstrKind::Copy;
+  in.stream = StreamKind::HostCopy;
+  in.name = "activations";
+  in.backward = back;
+  in.bytes = offloaded(task.vs);
+  in.predictedS = step.layout.offloadS[task.vs];
+  in.buffer = staging.buffer; // through the staging buffer
+  in.deps = {lastCompute};
+  copyAt = push(std::move(in));
+}
+
+void PipelineLowering::hostCopyDone(const Task &task) {
+  if (copyAt < 0)
+    return;
+  Instruction free;
+  free.kind = InstrKind::Free;
+  free.name = "offload staging";
+  free.buffer = -1 - int(task.vs * m + task.mb);
+  free.bytes = 2 * step.layout.largestLayerBytes[task.vs];
+  pending.push_back(copyAt);
+  compute(free);
+  copyAt = -1;
+}
 
 Instruction PipelineLowering::gemm(const OpCost &op, const OpPrice &o,
                                    bool backward, int part) const {
@@ -773,11 +823,13 @@ void PipelineLowering::runTask(const Task &task) {
     alloc.kind = InstrKind::Alloc;
     alloc.name = "activations";
     alloc.buffer = int(task.vs * m + task.mb);
-    alloc.bytes = step.layout.keptBytes[task.vs];
+    alloc.bytes = step.layout.keptBytes[task.vs] - offloaded(task.vs);
     compute(alloc);
+    hostCopy(task, false);
     for (int l : layers)
       layerForward(sim.layout(w.kinds[step.layout.sequence[l]], stage), false,
                    false);
+    hostCopyDone(task);
     if (task.vs + 1 < chunks)
       pipeTransfer(task.vs, false, task.mb, true);
   } else {
@@ -792,9 +844,11 @@ void PipelineLowering::runTask(const Task &task) {
     }
     bool last = task.mb == lastBackwardOf[task.vs];
     part = zeroBubble && !task.full ? Part::Input : Part::Both;
+    hostCopy(task, true);
     for (auto it = layers.rbegin(); it != layers.rend(); ++it)
       layerBackward(sim.layout(w.kinds[step.layout.sequence[*it]], stage), last,
                     step.layout.recomputed[*it]);
+    hostCopyDone(task);
     part = Part::Both;
     // ZeRO-2 without overlap: this micro-batch's gradients, reduced now.
     if (s.zeroStage == 2 && !s.overlapGradReduce && dpRanks() > 1)
@@ -804,7 +858,7 @@ void PipelineLowering::runTask(const Task &task) {
     free.kind = InstrKind::Free;
     free.name = "activations";
     free.buffer = int(task.vs * m + task.mb);
-    free.bytes = step.layout.keptBytes[task.vs];
+    free.bytes = step.layout.keptBytes[task.vs] - offloaded(task.vs);
     compute(free);
     if (task.vs > 0)
       pipeTransfer(task.vs - 1, true, task.mb, true);
@@ -892,9 +946,6 @@ void PipelineLowering::stepEnd(Program &out) {
 } // namespace detail
 
 static llvm::Error refuseUnsupported(const Strategy &s) {
-  if (s.offloadActivations)
-    return err("lower: offload_activations: the runtime does not offload "
-               "activations to host memory yet");
   if (s.offloadOptimizer)
     return err("lower: offload_optimizer: the runtime does not run the "
                "optimizer on the host yet");

@@ -29,13 +29,12 @@ static const std::vector<std::pair<const char *, InstrKind>> kKinds = {
     {"kernel", InstrKind::Kernel}, {"collective", InstrKind::Collective},
     {"send", InstrKind::Send},     {"recv", InstrKind::Recv},
     {"wait", InstrKind::Wait},     {"alloc", InstrKind::Alloc},
-    {"free", InstrKind::Free},     {"optimizer", InstrKind::Optimizer}};
+    {"free", InstrKind::Free},     {"optimizer", InstrKind::Optimizer},
+    {"copy", InstrKind::Copy}};
 static const std::vector<std::pair<const char *, StreamKind>> kStreams = {
-    {"compute", StreamKind::Compute},
-    {"comm", StreamKind::Comm},
-    {"dp", StreamKind::DataParallel},
-    {"pp-send", StreamKind::PipeSend},
-    {"pp-recv", StreamKind::PipeRecv}};
+    {"compute", StreamKind::Compute},  {"comm", StreamKind::Comm},
+    {"dp", StreamKind::DataParallel},  {"pp-send", StreamKind::PipeSend},
+    {"pp-recv", StreamKind::PipeRecv}, {"host-copy", StreamKind::HostCopy}};
 static const std::vector<std::pair<const char *, CollectiveKind>> kColls = {
     {"all-reduce", CollectiveKind::AllReduce},
     {"all-gather", CollectiveKind::AllGather},
@@ -125,6 +124,9 @@ static std::string describe(const ProgramSet &set, const Instruction &in) {
     return "free #" + std::to_string(in.buffer) + " " + bytesText(in.bytes);
   case InstrKind::Optimizer:
     return "optimizer " + in.name + " " + bytesText(in.bytes);
+  case InstrKind::Copy:
+    return std::string(in.backward ? "copy from host " : "copy to host ") +
+           bytesText(in.bytes) + " " + in.name;
   }
   return "?";
 }
@@ -384,6 +386,9 @@ llvm::Error checkMemory(const ProgramSet &set, int r) {
             where(set, r, i) + ": holds " + bytesText(p.staticBytes + peak) +
             ", above the predicted peak " + bytesText(p.predictedPeakBytes) +
             " plus the allowance " + bytesText(set.memoryAllowanceBytes));
+    } else if (in.kind == InstrKind::Copy && !live.count(in.buffer)) {
+      return err(where(set, r, i) + ": copies through a buffer it does not "
+                                    "hold");
     } else if (in.kind == InstrKind::Free) {
       auto it = live.find(in.buffer);
       if (it == live.end())
@@ -745,6 +750,10 @@ nlohmann::ordered_json programSetJson(const ProgramSet &set) {
       case InstrKind::Free:
         x["buffer"] = in.buffer;
         break;
+      case InstrKind::Copy:
+        x["from_host"] = in.backward;
+        x["buffer"] = in.buffer;
+        break;
       default:
         break;
       }
@@ -854,7 +863,8 @@ llvm::Expected<ProgramSet> programSetFromJson(const nlohmann::json &j) {
         in.valueDim = checkedIntegerOr<int64_t>(x, "value_dim", 0);
         in.causal = x.value("causal", false);
         in.window = checkedIntegerOr<int64_t>(x, "window", 0);
-        in.backward = x.value("backward", false);
+        in.backward = x.value(
+            in.kind == InstrKind::Copy ? "from_host" : "backward", false);
         if (x.contains("precision")) {
           auto p2 = precisionFromName(x["precision"].get<std::string>());
           if (!p2)

@@ -214,6 +214,9 @@ struct StepLayout {
   /// under activation offload the bytes offloaded and the largest layer's.
   std::vector<double> keptBytes, workingBytes, outBytes, offloadedBytes,
       largestLayerBytes;
+  /// Activation offload: seconds to move a chunk's offloaded bytes each
+  /// way (beside its forward and its backward).
+  std::vector<double> offloadS;
   /// Per chunk, per device: trainable parameters (tied copies included),
   /// those a batch split keeps whole on every tp rank, fp8 weight copies,
   /// held experts, a subnetwork's blocks, frozen weights; buffer bytes.

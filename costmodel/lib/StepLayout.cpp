@@ -88,6 +88,7 @@ llvm::Expected<StepLayout> Simulation::layOut(StepResult &r,
                   &l.recompFlops,
                   &l.offloadedBytes,
                   &l.largestLayerBytes,
+                  &l.offloadS,
                   &l.keptBytes,
                   &l.workingBytes,
                   &l.params,
@@ -274,6 +275,7 @@ void Simulation::offloadChunk(StepLayout &l, int ch) const {
         std::min(perDevice, place.group->hostMemoryBandwidthBytesPerS /
                                 std::max(1, place.group->devicesPerNode));
   double xfer = l.offloadedBytes[ch] / perDevice;
+  l.offloadS[ch] = xfer;
   l.fwdS[ch] += std::max(0.0, xfer - l.fwdS[ch]);
   l.bwdS[ch] += std::max(0.0, xfer - l.bwdS[ch]);
 }

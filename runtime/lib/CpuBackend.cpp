@@ -165,6 +165,7 @@ void CpuRank::execute(int i, Scratch &scratch) {
     break;
   case InstrKind::Kernel:
   case InstrKind::Optimizer:
+  case InstrKind::Copy: // host memory to host memory here: a stream of bytes
     stream(scratch, in.bytes);
     break;
   case InstrKind::Collective:

@@ -158,9 +158,13 @@ private:
   /// ("g", group, stream), ("pipe"/"pipe-gradients", sender, receiver)
   /// and ("ring", 0, 0).
   std::map<std::tuple<std::string, int, int>, ncclComm_t> comms;
-  /// Activations, by buffer id.
+  /// Activations, by buffer id, and their sizes.
   std::map<int, void *> live;
+  std::map<int, size_t> liveBytes;
   void *held = nullptr;
+  /// Host memory that offloaded activations go to and come back from
+  /// (pinned, as offloading frameworks allocate it): the largest copy.
+  void *pinned = nullptr;
   std::vector<cudaEvent_t> begin, end;
   cudaEvent_t stepStart = nullptr;
 
@@ -174,6 +178,8 @@ private:
 };
 
 CudaRank::~CudaRank() {
+  if (pinned)
+    cudaFreeHost(pinned);
   for (auto &[key, comm] : comms)
     ncclCommDestroy(comm);
   if (world)
@@ -343,6 +349,12 @@ void CudaRank::setUp() {
   held = nullptr;
   if (prog.staticBytes > 0)
     check(cudaMalloc(&held, size_t(prog.staticBytes)), "cudaMalloc weights");
+  size_t copied = 0;
+  for (const Instruction &in : prog.code)
+    if (in.kind == InstrKind::Copy)
+      copied = std::max(copied, size_t(std::max(0.0, in.bytes)));
+  if (copied > 0)
+    check(cudaMallocHost(&pinned, copied), "cudaMallocHost offload");
   begin.resize(prog.code.size());
   end.resize(prog.code.size());
   for (size_t i = 0; i < prog.code.size(); ++i) {
@@ -481,6 +493,28 @@ void CudaRank::issue(int i) {
     check(cudaMallocAsync(&p, std::max<size_t>(1, size_t(in.bytes)), st),
           "cudaMallocAsync");
     live[in.buffer] = p;
+    liveBytes[in.buffer] = std::max<size_t>(1, size_t(in.bytes));
+    break;
+  }
+  case InstrKind::Copy: {
+    // Through the staging buffer (in.buffer) a piece at a time, to or from
+    // pinned host memory.
+    auto it = live.find(in.buffer);
+    if (it == live.end())
+      throw std::runtime_error("copy through buffer #" +
+                               std::to_string(in.buffer) + ", not allocated");
+    size_t bytes = size_t(std::max(0.0, in.bytes)),
+           piece = liveBytes.at(in.buffer);
+    char *host = static_cast<char *>(pinned),
+         *dev = static_cast<char *>(it->second);
+    for (size_t off = 0; off < bytes; off += piece) {
+      size_t n = std::min(piece, bytes - off);
+      check(
+          in.backward
+              ? cudaMemcpyAsync(dev, host + off, n, cudaMemcpyHostToDevice, st)
+              : cudaMemcpyAsync(host + off, dev, n, cudaMemcpyDeviceToHost, st),
+          "cudaMemcpyAsync");
+    }
     break;
   }
   case InstrKind::Free: {
@@ -488,6 +522,7 @@ void CudaRank::issue(int i) {
     if (it != live.end()) {
       check(cudaFreeAsync(it->second, st), "cudaFreeAsync");
       live.erase(it);
+      liveBytes.erase(in.buffer);
     }
     break;
   }

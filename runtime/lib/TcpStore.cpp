@@ -289,7 +289,7 @@ RankMeasurement measurementOf(const Program &prog, int rank) {
       else if (in.span[0] == 'B')
         me.predictedBackwardS += in.predictedS;
     }
-  me.kindS.assign(10, 0.0);
+  me.kindS.assign(kInstrKinds, 0.0);
   return me;
 }
 

@@ -64,8 +64,19 @@ def main():
         print(f"{what}: measured {r['measured']['step_time_s']['median']*1e3:.2f} ms, "
               f"predicted {r['predicted']['step_time_s']*1e3:.2f} ms")
 
+    # Two CPU ranks whose node states host memory: activation offload's
+    # copies run (host memory to host memory here).
+    host_cluster = os.path.join(args.workdir, "cpu2-host.json")
+    with open(host_cluster, "w") as f:
+        json.dump({"name": "2xCPU with host memory",
+                   "sites": [{"name": "here", "nodes": [{
+                       "count": 1, "device": "CPU", "devices_per_node": 2,
+                       "host_memory_bytes": 8e9,
+                       "host_memory_bandwidth_bytes_per_s": 10e9}]}]}, f)
     plans = {
         "tp2": plan("tp2", "tp=2,mbs=2,gbs=8"),
+        "pp2-offload": plan("pp2-offload", "pp=2,mbs=1,gbs=8,offload=activations",
+                            cluster=host_cluster),
         "pp2-1f1b": plan("pp2-1f1b", "pp=2,mbs=1,gbs=8"),
         "pp2-interleaved": plan("pp2-int", "pp=2,vpp=2,schedule=interleaved,mbs=1,gbs=8"),
         # Weight gradients deferred (W tasks), and the V schedules: each

@@ -546,8 +546,63 @@ TEST(Lowering, WhatTheRuntimeCannotRunIsRefused) {
   Workload w = test::tinyGpt(ctx, KernelFusion::Fused);
   std::string why;
   EXPECT_FALSE(lowerAndCheck(w, preset("2xA100-80G"),
-                             "dp=2,mbs=1,gbs=2,offload=activations", why));
-  EXPECT_NE(why.find("offload_activations"), std::string::npos) << why;
+                             "dp=2,mbs=1,gbs=2,offload=optimizer", why));
+  EXPECT_NE(why.find("offload_optimizer"), std::string::npos) << why;
+}
+
+/// Activation offload: each task's offloaded bytes go out beside its
+/// forward and come back beside its backward on the host-copy stream,
+/// through a staging buffer; the device holds the rest; the task ends when
+/// its copy does.
+TEST(Lowering, OffloadedActivationsCopyBesideTheirTasks) {
+  mlir::MLIRContext ctx;
+  // Twelve layers: a chunk offloads all its layers but the last.
+  Workload w = test::builtinWorkload(ctx, "gpt3-125m");
+  for (const char *st :
+       {"dp=4,mbs=1,gbs=8,offload=activations",
+        "pp=2,dp=2,mbs=1,gbs=8,offload=activations",
+        "pp=2,dp=2,vpp=2,schedule=interleaved,mbs=1,gbs=8,offload=activations",
+        "pp=2,dp=2,schedule=zb-v,mbs=1,gbs=8,offload=activations",
+        "pp=2,dp=2,schedule=dualpipev,mbs=1,gbs=8,offload=activations",
+        "tp=2,pp=2,mbs=2,gbs=8,zero=1,recompute=selective,offload="
+        "activations"}) {
+    std::string why;
+    ProgramSet on, off;
+    ASSERT_TRUE(lowerAndCheck(w, preset("4xA100-80G"), st, why, &on))
+        << st << ": " << why;
+    std::string without = std::string(st);
+    without.erase(without.find(",offload=activations"));
+    ASSERT_TRUE(lowerAndCheck(w, preset("4xA100-80G"), without, why, &off))
+        << without << ": " << why;
+    const Program &p = on.ranks[0];
+    double out = 0, back = 0, kept = 0, keptOff = 0;
+    for (size_t i = 0; i < p.code.size(); ++i) {
+      const Instruction &in = p.code[i];
+      if (in.kind != InstrKind::Copy)
+        continue;
+      EXPECT_EQ(in.stream, StreamKind::HostCopy) << st;
+      EXPECT_GT(in.predictedS, 0) << st;
+      (in.backward ? back : out) += in.bytes;
+      // Its task's staging buffer is freed after it, waiting for it.
+      bool waited = false;
+      for (size_t j = i + 1; j < p.code.size() && !waited; ++j)
+        waited = p.code[j].kind == InstrKind::Free &&
+                 p.code[j].buffer == in.buffer &&
+                 std::find(p.code[j].deps.begin(), p.code[j].deps.end(),
+                           int(i)) != p.code[j].deps.end();
+      EXPECT_TRUE(waited) << st << ": instruction " << i;
+    }
+    EXPECT_GT(out, 0) << st;
+    EXPECT_EQ(out, back) << st; // what goes out comes back
+    for (const Instruction &in : p.code)
+      if (in.kind == InstrKind::Alloc && in.name == "activations")
+        kept += in.bytes;
+    for (const Instruction &in : off.ranks[0].code)
+      if (in.kind == InstrKind::Alloc)
+        keptOff += in.bytes;
+    EXPECT_NEAR(kept + out, keptOff, 1e-6 * keptOff) << st;
+    EXPECT_LT(p.predictedPeakBytes, off.ranks[0].predictedPeakBytes) << st;
+  }
 }
 
 } // namespace

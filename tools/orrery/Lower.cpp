@@ -74,19 +74,21 @@ int LowerCommand::run() const {
   for (const Program &p : set->ranks) {
     if (!p.lowered)
       continue;
-    int counts[10] = {0};
+    int counts[kInstrKinds] = {0};
     double busy[kStreamKinds] = {0};
     for (const Instruction &in : p.code) {
       ++counts[int(in.kind)];
       busy[int(in.stream)] += in.predictedS;
     }
     std::printf("rank %d (%s, stage %d): %zu instructions: %d gemm, %d "
-                "attention, %d kernel, %d collective, %d send, %d recv; "
-                "compute %.2f ms, comm %.2f ms, dp %.2f ms, pp %.2f ms\n",
+                "attention, %d kernel, %d collective, %d send, %d recv, %d "
+                "copy; compute %.2f ms, comm %.2f ms, dp %.2f ms, pp %.2f ms, "
+                "host copy %.2f ms\n",
                 p.rank, p.device.c_str(), p.stage, p.code.size(), counts[0],
                 counts[1], counts[2], counts[3], counts[4], counts[5],
-                busy[0] * 1e3, busy[1] * 1e3, busy[2] * 1e3,
-                (busy[3] + busy[4]) * 1e3);
+                counts[int(InstrKind::Copy)], busy[0] * 1e3, busy[1] * 1e3,
+                busy[2] * 1e3, (busy[3] + busy[4]) * 1e3,
+                busy[int(StreamKind::HostCopy)] * 1e3);
   }
   return 0;
 }

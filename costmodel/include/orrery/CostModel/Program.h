@@ -38,7 +38,11 @@ enum class InstrKind {
   Alloc,      ///< a buffer of activations kept for the backward
   Free,
   Optimizer, ///< the optimizer step over the rank's shard
+  /// Activations to host memory (`backward`: back from it), beside the
+  /// compute that makes or reads them (activation offload).
+  Copy,
 };
+constexpr int kInstrKinds = 11;
 
 /// Streams a rank runs side by side; each runs its instructions in order.
 enum class StreamKind {
@@ -47,8 +51,9 @@ enum class StreamKind {
   DataParallel, ///< gradient reduction and parameter gathers
   PipeSend,
   PipeRecv,
+  HostCopy, ///< activations to and from host memory
 };
-constexpr int kStreamKinds = 5;
+constexpr int kStreamKinds = 6;
 
 const char *instrKindName(InstrKind k);
 const char *streamKindName(StreamKind s);
