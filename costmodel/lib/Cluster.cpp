@@ -23,8 +23,8 @@ static llvm::Error err(const std::string &what, const std::string &msg) {
 
 const LinkSpec *hostLinkOf(const NodeGroup &group) {
   const LinkSpec *l = group.intraNodeLink;
-  bool gen5 = l && (l->name == "NVLink4" || l->name == "NVLink5" ||
-                    l->name == "PCIe5");
+  bool gen5 =
+      l && (l->name == "NVLink4" || l->name == "NVLink5" || l->name == "PCIe5");
   return HardwareCatalog::builtin().link(gen5 ? "PCIe5" : "PCIe4");
 }
 
@@ -97,8 +97,9 @@ static std::string defaultNic(const DeviceSpec &device,
       return "scale_out_nic.link: unknown link '" + device.scaleOutLink +
              "' (known: " + catalog.linkNames() + ")";
     int per = device.scaleOutDevicesPerPort;
-    ng.nicsPerNode = per > 0 ? (ng.devicesPerNode + per - 1) / per
-                             : device.scaleOutPortsPerDevice * ng.devicesPerNode;
+    ng.nicsPerNode = per > 0
+                         ? (ng.devicesPerNode + per - 1) / per
+                         : device.scaleOutPortsPerDevice * ng.devicesPerNode;
     return "";
   }
   const std::string &l = device.intraNodeLink;
@@ -155,6 +156,55 @@ llvm::Expected<Cluster> parseClusterPreset(const std::string &preset,
   return c;
 }
 
+/// Published fabric designs (docs/fabric-sources.md has the quotes): the
+/// blocks each tier joins and its uplinks' oversubscription.
+static const std::vector<BuiltinFabric> &builtinFabrics() {
+  static const std::vector<BuiltinFabric> fabrics = {
+      {"dgx-superpod-h100",
+       {{"scalable unit", 32, 1}, {"spine (4 units)", 128, 1}},
+       "NVIDIA DGX SuperPOD H100 reference architecture (RA-11333-001): 32 "
+       "nodes a scalable unit, a leaf per rail, as many cables up as down "
+       "at every tier"},
+      {"dgx-superpod-b200",
+       {{"scalable unit", 32, 1}, {"spine (4 units)", 128, 1}},
+       "NVIDIA DGX SuperPOD B200 reference architecture: the H100 design's "
+       "32-node units and leaf-spine-core cabling"},
+      {"meta-roce-llama3",
+       {{"rack", 2, 1}, {"AI zone", 384, 7}},
+       "Llama 3 (arXiv 2407.21783, 3.3.1) and Meta's RoCE network (2024): "
+       "racks of 16 GPUs, an AI zone of 3,072 GPUs with full bisection "
+       "inside, zones joined through aggregation switches at 1:7"},
+      {"alibaba-hpn7",
+       {{"segment", 128, 1.067}, {"pod", 1920, 15}},
+       "Alibaba HPN (SIGCOMM'24): 1,024-GPU segments under one rail-optimised "
+       "ToR tier (128 x 200G down, 60 x 400G up), 15 segments a pod, pods "
+       "joined at 15:1"},
+      {"alibaba-dcn-plus",
+       {{"segment", 16, 1}, {"pod", 64, 1}},
+       "Alibaba DCN+ (HPN's appendix C): 128-GPU segments, 4 a pod, full "
+       "bisection, ECMP"},
+      {"bytedance-megascale",
+       {{"ToR", 64, 0.5}},
+       "MegaScale (NSDI'24, 3.6): 64 servers under one set of ToRs whose "
+       "uplinks carry twice their downlinks, a non-blocking CLOS above"},
+  };
+  return fabrics;
+}
+
+const BuiltinFabric *builtinFabric(const std::string &name) {
+  for (const BuiltinFabric &f : builtinFabrics())
+    if (name == f.name)
+      return &f;
+  return nullptr;
+}
+
+std::string builtinFabricNames() {
+  std::string out;
+  for (const BuiltinFabric &f : builtinFabrics())
+    out += (out.empty() ? "" : ", ") + std::string(f.name);
+  return out;
+}
+
 namespace {
 
 /// Reads a cluster spec (docs/cluster.md): every error names its field.
@@ -208,6 +258,9 @@ private:
   llvm::Error readMeasured(const json &m, const std::string &path,
                            LinkSpec &l) const;
   llvm::Error readSite(const json &site, size_t s);
+  llvm::Error readFabric(const json &f, const std::string &path,
+                         std::vector<FabricTier> &tiers,
+                         std::string &source) const;
   llvm::Expected<NodeGroup> readNodeGroup(const json &n,
                                           const std::string &path);
   llvm::Error readSiteLinks(const json &j);
@@ -304,7 +357,7 @@ llvm::Error ClusterReader::readSite(const json &site, size_t s) {
   std::string spath = "sites[" + std::to_string(s) + "]";
   if (!site.is_object())
     return err(what, spath + ": must be an object");
-  if (auto e = onlyKeys(site, spath, {"name", "nodes", "data_share"}))
+  if (auto e = onlyKeys(site, spath, {"name", "nodes", "data_share", "fabric"}))
     return std::move(e);
   Site st;
   st.name = site.value("name", "site" + std::to_string(s));
@@ -338,7 +391,75 @@ llvm::Error ClusterReader::readSite(const json &site, size_t s) {
       return ng.takeError();
     st.nodeGroups.push_back(*ng);
   }
+  if (site.contains("fabric")) {
+    std::vector<FabricTier> tiers;
+    if (auto e = readFabric(site["fabric"], spath + ".fabric", tiers,
+                            st.fabricSource))
+      return e;
+    for (NodeGroup &g : st.nodeGroups)
+      g.tiers = tiers;
+  }
   c.sites.push_back(std::move(st));
+  return llvm::Error::success();
+}
+
+llvm::Error ClusterReader::readFabric(const json &f, const std::string &path,
+                                      std::vector<FabricTier> &tiers,
+                                      std::string &source) const {
+  if (f.is_string()) {
+    const BuiltinFabric *b = builtinFabric(f.get<std::string>());
+    if (!b)
+      return err(what, path + ": unknown fabric " + f.dump() +
+                           " (known: " + builtinFabricNames() + ")");
+    tiers = b->tiers;
+    source = b->source;
+    return llvm::Error::success();
+  }
+  if (!f.is_object())
+    return err(what, path + ": a built-in fabric's name or an object with "
+                            "tiers");
+  if (auto e = onlyKeys(f, path, {"tiers", "source"}))
+    return e;
+  if (f.contains("source") && !f["source"].is_string())
+    return err(what, path + ".source: must be a string");
+  source = f.value("source", "");
+  if (!f.contains("tiers") || !f["tiers"].is_array() || f["tiers"].empty() ||
+      f["tiers"].size() > 8)
+    return err(what, path + ".tiers: 1 to 8 tiers, smallest first");
+  for (size_t i = 0; i < f["tiers"].size(); ++i) {
+    const json &t = f["tiers"][i];
+    std::string tp = path + ".tiers[" + std::to_string(i) + "]";
+    if (!t.is_object())
+      return err(what, tp + ": must be an object");
+    if (auto e = onlyKeys(t, tp, {"name", "nodes", "oversubscription"}))
+      return e;
+    FabricTier tier;
+    if (t.contains("name") && !t["name"].is_string())
+      return err(what, tp + ".name: must be a string");
+    tier.name = t.value("name", "tier " + std::to_string(i));
+    const json *n = t.contains("nodes") ? &t["nodes"] : nullptr;
+    if (!n || !n->is_number_integer() || n->get<int64_t>() < 1 ||
+        n->get<int64_t>() > (1 << 24))
+      return err(what, tp + ".nodes: the nodes under one block, an integer "
+                            "from 1");
+    tier.nodes = int(n->get<int64_t>());
+    if (!tiers.empty() && tier.nodes % tiers.back().nodes != 0)
+      return err(what, tp + ".nodes: " + std::to_string(tier.nodes) +
+                           " is not a multiple of the tier below's " +
+                           std::to_string(tiers.back().nodes) +
+                           " (blocks nest, smallest first)");
+    if (!tiers.empty() && tier.nodes == tiers.back().nodes)
+      return err(what, tp + ".nodes: no larger than the tier below's");
+    const json *k =
+        t.contains("oversubscription") ? &t["oversubscription"] : nullptr;
+    if (!k || !k->is_number() || !(k->get<double>() > 0) ||
+        k->get<double>() > 1000)
+      return err(what, tp + ".oversubscription: downlink over uplink "
+                            "bandwidth of a block, a number above 0 (1: full "
+                            "bisection)");
+    tier.oversubscription = k->get<double>();
+    tiers.push_back(tier);
+  }
   return llvm::Error::success();
 }
 
@@ -483,8 +604,8 @@ llvm::Expected<Cluster> ClusterReader::read(const std::string &text) {
     return err(what, problem);
   if (!j.is_object())
     return err(what, "the cluster spec must be a JSON object");
-  if (auto e = onlyKeys(j, "",
-                        {"name", "sites", "inter_site_links", "reliability"}))
+  if (auto e =
+          onlyKeys(j, "", {"name", "sites", "inter_site_links", "reliability"}))
     return std::move(e);
   if (j.contains("reliability"))
     if (auto e = detail::readReliability(j["reliability"], "reliability",

@@ -38,9 +38,9 @@ static double effectiveBandwidth(const LinkSpec &l, double parallel) {
 // directed links that carry it (empty: the hop is impossible). A cycle
 // becomes one candidate ring per combination of alternatives.
 using Ring = std::vector<std::pair<int, int>>;
-static std::vector<Ring> enumerateRings(
-    int ranks,
-    const std::function<std::vector<Ring>(int, int)> &hop, size_t limit) {
+static std::vector<Ring>
+enumerateRings(int ranks, const std::function<std::vector<Ring>(int, int)> &hop,
+               size_t limit) {
   std::vector<Ring> rings;
   std::vector<int> order = {0};
   std::vector<bool> used(ranks, false);
@@ -163,16 +163,38 @@ double ringBusBandwidth(const GroupShape &g) {
       g.nic ? effectiveBandwidth(*g.nic, g.nicSharePerRank *
                                              std::max(1, g.ranksPerNode))
             : 1e9;
-  return std::min(intra, inter);
+  return std::min(intra, inter / std::max(1.0, g.ringTierFactor));
 }
 
+void placeOnTiers(GroupShape &g, const std::vector<FabricTier> &tiers,
+                  int devicesPerNode, int64_t stride) {
+  g.ringTierFactor = 1;
+  g.allToAllTierFactor = 0;
+  if (g.ranks <= 1 || g.ranksPerNode >= g.ranks)
+    return;
+  for (const FabricTier &t : tiers) {
+    int64_t blockRanks = int64_t(t.nodes) * std::max(1, devicesPerNode);
+    // The group's members inside one block: those within its ranks.
+    int64_t inBlock = std::min<int64_t>(
+        g.ranks,
+        std::max<int64_t>(1, blockRanks / std::max<int64_t>(1, stride)));
+    if (inBlock >= g.ranks)
+      continue; // the whole group inside one block of this tier
+    double nodesInBlock =
+        std::ceil(double(inBlock) / std::max(1, g.ranksPerNode));
+    g.ringTierFactor =
+        std::max(g.ringTierFactor, t.oversubscription / nodesInBlock);
+    g.allToAllTierFactor =
+        std::max(g.allToAllTierFactor,
+                 double(g.ranks - inBlock) / g.ranks * t.oversubscription);
+  }
+}
 
 // One ring pass: `steps` hops each moving bytes/ranks, plus a latency each;
 // of the steps, those that cross a node boundary (one per node and pass)
 // pay the network's latency, the others the link inside the node's.
 static double ringTime(double bytes, int ranks, double factor, double bw,
-                       double latency, int nodes = 1,
-                       double netLatency = 0) {
+                       double latency, int nodes = 1, double netLatency = 0) {
   if (ranks <= 1 || bytes <= 0)
     return 0;
   int steps = int(std::lround(factor * (ranks - 1)));
@@ -185,9 +207,9 @@ static double ringTime(double bytes, int ranks, double factor, double bw,
 /// The time a measured curve gives (piecewise linear in bytes, the first
 /// point's time below it, the last segment's slope above it); < 0 when the
 /// link has no curve for this kind and group size.
-static double measuredTime(const LinkSpec &l, CollectiveKind kind,
-                           double bytes, int ranks) {
-  const char *name = kind == CollectiveKind::AllReduce      ? "all-reduce"
+static double measuredTime(const LinkSpec &l, CollectiveKind kind, double bytes,
+                           int ranks) {
+  const char *name = kind == CollectiveKind::AllReduce       ? "all-reduce"
                      : kind == CollectiveKind::AllGather     ? "all-gather"
                      : kind == CollectiveKind::ReduceScatter ? "reduce-scatter"
                      : kind == CollectiveKind::AllToAll      ? "all-to-all"
@@ -271,10 +293,16 @@ double collectiveTime(CollectiveKind kind, double bytes, const GroupShape &g,
   if (kind == CollectiveKind::SendRecv)
     return latency + bytes / busBw;
   int nodes = (g.ranks + g.ranksPerNode - 1) / std::max(1, g.ranksPerNode);
-  if (kind == CollectiveKind::AllToAll)
-    return kCollectiveBaseLatencyS +
-           double(g.ranks - 1) / g.ranks * bytes / busBw +
-           (g.ranks - 1) * latency;
+  if (kind == CollectiveKind::AllToAll) {
+    double moveS = double(g.ranks - 1) / g.ranks * bytes / busBw;
+    // What leaves a tier block shares the block's uplinks, k times fewer
+    // than its ranks' cards.
+    if (g.allToAllTierFactor > 0 && g.nic)
+      moveS =
+          std::max(moveS, g.allToAllTierFactor * bytes /
+                              effectiveBandwidth(*g.nic, g.nicSharePerRank));
+    return kCollectiveBaseLatencyS + moveS + (g.ranks - 1) * latency;
+  }
   double factor = kind == CollectiveKind::AllReduce ? 2.0 : 1.0;
   double flat = kCollectiveBaseLatencyS +
                 ringTime(bytes, g.ranks, factor, busBw, intraLat,
@@ -291,10 +319,10 @@ double collectiveTime(CollectiveKind kind, double bytes, const GroupShape &g,
     if (g.nvls && g.intraLink && g.intraLink->ncclNvlsEfficiency > 0 &&
         !spansNodes) {
       double n = g.ranks;
-      double nvls = kCollectiveBaseLatencyS +
-                    bytes * (n + 1) / n /
-                        (busBw * g.intraLink->ncclNvlsEfficiency) +
-                    2 * intraLat;
+      double nvls =
+          kCollectiveBaseLatencyS +
+          bytes * (n + 1) / n / (busBw * g.intraLink->ncclNvlsEfficiency) +
+          2 * intraLat;
       flat = std::min(flat, nvls);
     }
     // SHARP (NCCL's CollNet) or SwitchML where the network reduces; NCCL

@@ -56,6 +56,7 @@ GroupShape groupShapeIn(const NodeGroup &group, int stride, int ranks) {
   g.aggregation = group.aggregation;
   if (g.intraLink && !g.intraLink->fallbackLink.empty())
     g.fallback = HardwareCatalog::builtin().link(g.intraLink->fallbackLink);
+  placeOnTiers(g, group.tiers, perNode, stride);
   return g;
 }
 
@@ -198,13 +199,9 @@ StagePlacement homogeneousPlacement(const Cluster &c, const Strategy &s) {
   // Gradients are reduced over dp x cp: the context-parallel ranks hold the
   // same weights (adjacent axes under the default order form one group).
   return StagePlacement{
-      &c.deviceSpec(0),
-      &g,
-      s.tp,
-      groupShapeIn(g, s.stride("tp"), s.tp),
+      &c.deviceSpec(0), &g, s.tp, groupShapeIn(g, s.stride("tp"), s.tp),
       groupShapeIn(g, std::min(s.stride("dp"), s.stride("cp")), s.dp * s.cp),
-      groupShapeIn(g, s.stride("pp"), 2),
-      groupShapeIn(g, s.stride("cp"), s.cp),
+      groupShapeIn(g, s.stride("pp"), 2), groupShapeIn(g, s.stride("cp"), s.cp),
       // ep adjacent data-parallel ranks (inside a node first), and the
       // ranks holding the same experts, ep apart; folded (etp 1), ep
       // adjacent ranks of tp x dp and the tp x dp / ep holding the same.
@@ -217,11 +214,11 @@ StagePlacement homogeneousPlacement(const Cluster &c, const Strategy &s) {
       // A block's holders: every 1/F-th worker (the blocks dealt round
       // robin, each worker F of them).
       s.subnetworkFraction > 0
-          ? groupShapeIn(g,
-                         std::max<int64_t>(1, std::llround(s.stride("dp") /
-                                                           s.subnetworkFraction)),
-                         std::max(1, int(std::llround(s.subnetworkFraction *
-                                                      s.dp))))
+          ? groupShapeIn(
+                g,
+                std::max<int64_t>(
+                    1, std::llround(s.stride("dp") / s.subnetworkFraction)),
+                std::max(1, int(std::llround(s.subnetworkFraction * s.dp))))
           : GroupShape{}};
 }
 
@@ -233,8 +230,8 @@ static llvm::Expected<Workload> subnetworkOf(const Workload &w,
   double holders = f * s.dp;
   std::string text = printableNumber(f);
   if (std::fabs(holders - std::llround(holders)) > 1e-9 || holders < 1)
-    return err(std::string("strategy: sdp=") + text + " with dp=" +
-               std::to_string(s.dp) +
+    return err(std::string("strategy: sdp=") + text +
+               " with dp=" + std::to_string(s.dp) +
                ": every block must sit on a whole number of workers (sdp x "
                "dp an integer from 1)");
   Workload out = w;
@@ -271,8 +268,7 @@ static llvm::Expected<Workload> subnetworkOf(const Workload &w,
   std::vector<LayerRun> runs;
   for (LayerRun run : out.layers) {
     if (w.kinds[run.kind].count > 1) {
-      int64_t held =
-          std::max<int64_t>(1, std::llround(f * double(run.count)));
+      int64_t held = std::max<int64_t>(1, std::llround(f * double(run.count)));
       out.kinds[run.kind].subnetworkBlock = true;
       any = true;
       if (s.subnetworkBackwardMask && held < run.count) {
@@ -309,14 +305,27 @@ std::vector<StagePlacement> homogeneousStages(const Cluster &c,
     // to the first (the next virtual chunk): both in one node only when the
     // whole pipeline is.
     int64_t first = i + 1 < s.pp ? int64_t(i) * stride : 0;
-    int64_t last = i + 1 < s.pp ? int64_t(i + 2) * stride - 1
-                                : int64_t(s.pp) * stride - 1;
+    int64_t last =
+        i + 1 < s.pp ? int64_t(i + 2) * stride - 1 : int64_t(s.pp) * stride - 1;
     bool sameNode = first / perNode == last / perNode;
     at[i].toNext.ranksPerNode = sameNode ? 2 : 1;
     // Across nodes the stage's ranks on a node (a block of `stride`) send
     // together and share its cards, each over one at most.
     at[i].toNext.nicSharePerRank =
         std::min(1.0, double(g.nicsPerNode) / std::min(stride, perNode));
+    // Across a fabric tier's blocks every rank of the stage in the block
+    // sends out at once, through uplinks k times fewer than the block's
+    // cards.
+    at[i].toNext.ringTierFactor = 1;
+    at[i].toNext.allToAllTierFactor = 0;
+    for (const FabricTier &t : g.tiers) {
+      int64_t block = int64_t(t.nodes) * perNode;
+      if (first / block != last / block)
+        at[i].toNext.ringTierFactor =
+            std::max(at[i].toNext.ringTierFactor,
+                     t.oversubscription * double(std::min(stride, block)) /
+                         double(block));
+    }
   }
   return at;
 }
@@ -329,11 +338,9 @@ std::vector<StagePlacement> homogeneousStages(const Cluster &c,
 /// (their placement's), and a chunk's gradients are reduced over both
 /// ranks' replicas. The result is unfolded to the pp ranks, the mirror of
 /// stage r its copy.
-static llvm::Expected<StepResult> dualPipeStep(const Workload &w,
-                                               const Cluster &c,
-                                               const Strategy &s,
-                                               const Assumptions &a,
-                                               bool keepTrace, Detail detail) {
+static llvm::Expected<StepResult>
+dualPipeStep(const Workload &w, const Cluster &c, const Strategy &s,
+             const Assumptions &a, bool keepTrace, Detail detail) {
   Strategy v = s.dualPipeFolded();
   std::vector<StagePlacement> at = homogeneousStages(c, s);
   int half = s.pp / 2;
@@ -416,7 +423,8 @@ llvm::Expected<StepResult> simulateStep(const Workload &w, const Cluster &c,
           return err(std::string("offload=") +
                      (s.offloadOptimizer ? "optimizer" : "activations") +
                      ": the cluster states no host memory "
-                     "for its " + g.device->name +
+                     "for its " +
+                     g.device->name +
                      " nodes (host_memory_bytes and "
                      "host_memory_bandwidth_bytes_per_s in the spec's nodes, "
                      "docs/cluster.md)");
@@ -486,11 +494,10 @@ std::string chromeTraceJson(const StepResult &r,
          {"pid", 0},
          {"tid", i},
          {"args",
-          {{"name",
-            (r.stages[i].label.empty() ? "stage " + std::to_string(i)
-                                       : r.stages[i].label) +
-                " (" + r.stages[i].device + " x " +
-                std::to_string(r.stages[i].devices) + ")"}}}});
+          {{"name", (r.stages[i].label.empty() ? "stage " + std::to_string(i)
+                                               : r.stages[i].label) +
+                        " (" + r.stages[i].device + " x " +
+                        std::to_string(r.stages[i].devices) + ")"}}}});
   for (const TraceEvent &e : r.trace)
     events.push_back({{"name", e.name},
                       {"cat", e.category},

@@ -75,9 +75,9 @@ TEST(Catalog, MeasuredKernelProfiles) {
           "kernel_launch_s": 3e-6})";
   auto ok = parse(good);
   ASSERT_TRUE(bool(ok)) << errorOf(ok);
-  EXPECT_EQ(ok->devices()[0].measuredKernels->memoryEfficiency(
-                KernelClass::Random),
-            0.35);
+  EXPECT_EQ(
+      ok->devices()[0].measuredKernels->memoryEfficiency(KernelClass::Random),
+      0.35);
   std::string above = good;
   above.replace(above.find("0.4"), 3, "1.4");
   auto bad = parse(above);
@@ -199,14 +199,15 @@ TEST(Cluster, PresetsGetTheirPlatformsScaleOutNics) {
     const char *preset, *link;
     int nics;
   };
-  for (Expect e : {Expect{"2x8xMI300X", "RoCE-400G", 8},
-                   Expect{"2x16xTrainium", "EFA-100G", 8},
-                   Expect{"2x16xTrainium2", "EFA-200G", 16},
-                   Expect{"2x8xL4", "EFA-100G", 1}, Expect{"2x4xL4", "EFA-100G", 1},
-                   Expect{"2x8xTPU-v5e", "Eth-100G", 2},
-                   Expect{"2x4xGH200", "IB-NDR200", 4},
-                   Expect{"2x8xH100-SXM", "IB-NDR", 8},
-                   Expect{"2x8xRTX4090", "Eth-100G", 1}}) {
+  for (Expect e :
+       {Expect{"2x8xMI300X", "RoCE-400G", 8},
+        Expect{"2x16xTrainium", "EFA-100G", 8},
+        Expect{"2x16xTrainium2", "EFA-200G", 16},
+        Expect{"2x8xL4", "EFA-100G", 1}, Expect{"2x4xL4", "EFA-100G", 1},
+        Expect{"2x8xTPU-v5e", "Eth-100G", 2},
+        Expect{"2x4xGH200", "IB-NDR200", 4},
+        Expect{"2x8xH100-SXM", "IB-NDR", 8},
+        Expect{"2x8xRTX4090", "Eth-100G", 1}}) {
     auto c = parseClusterPreset(e.preset, HardwareCatalog::builtin());
     ASSERT_TRUE(bool(c)) << errorOf(c);
     EXPECT_EQ(c->groupOf(0).nic->name, e.link) << e.preset;
@@ -238,7 +239,8 @@ TEST(Cluster, PresetsGetTheirPlatformsScaleOutNics) {
       "device 'X'.scale_out_nic.ports_per_device: must be an integer from 1");
   check(
       R"({"sites": [{"nodes": [{"count": 2, "device": {"name": "X", "peak_flop_per_s": {"fp32": 1e12}, "memory_bytes": 1e9, "memory_bandwidth_bytes_per_s": 1e12, "scale_out_nic": {"link": "RoCE-100G", "ports_per_device": 1, "devices_per_port": 2}}}]}]})",
-      "device 'X'.scale_out_nic: give ports_per_device or devices_per_port (one of them)");
+      "device 'X'.scale_out_nic: give ports_per_device or devices_per_port "
+      "(one of them)");
 }
 
 TEST(Catalog, UnlistedPrecisionsAreRefusedOffNvidia) {
@@ -383,13 +385,15 @@ TEST(Collective, AMeasuredCurveIsReadWhereItApplies) {
            points + "]}}]}]}";
   };
   auto c = parseClusterJson(
-      spec(R"({"collective": "all-reduce", "ranks": 2, "bytes": 1000, "seconds": 0.001},
+      spec(
+          R"({"collective": "all-reduce", "ranks": 2, "bytes": 1000, "seconds": 0.001},
               {"collective": "all-reduce", "ranks": 2, "bytes": 3000, "seconds": 0.002})"),
       "m.json", HardwareCatalog::builtin());
   ASSERT_TRUE(bool(c)) << llvm::toString(c.takeError());
   GroupShape g = groupShapeIn(c->groupOf(0), 1, 2);
   // Between the points, below the first, past the last (its slope).
-  EXPECT_NEAR(collectiveTime(CollectiveKind::AllReduce, 2000, g), 0.0015, 1e-12);
+  EXPECT_NEAR(collectiveTime(CollectiveKind::AllReduce, 2000, g), 0.0015,
+              1e-12);
   EXPECT_NEAR(collectiveTime(CollectiveKind::AllReduce, 500, g), 0.001, 1e-12);
   EXPECT_NEAR(collectiveTime(CollectiveKind::AllReduce, 5000, g), 0.003, 1e-12);
   // A kind the curve does not hold is priced by the link's formula.
@@ -401,27 +405,31 @@ TEST(Collective, AMeasuredCurveIsReadWhereItApplies) {
   EXPECT_NE(collectiveTime(CollectiveKind::AllReduce, 2000, p), 0.0015);
   // Bad points name their field.
   auto bad = parseClusterJson(
-      spec(R"({"collective": "broadcast", "ranks": 2, "bytes": 1, "seconds": 1})"),
+      spec(
+          R"({"collective": "broadcast", "ranks": 2, "bytes": 1, "seconds": 1})"),
       "m.json", HardwareCatalog::builtin());
   ASSERT_FALSE(bool(bad));
-  EXPECT_NE(llvm::toString(bad.takeError())
-                .find("sites[0].nodes[0].intra_node_link.measured_collectives[0]"
-                      ".collective"),
-            std::string::npos);
+  EXPECT_NE(
+      llvm::toString(bad.takeError())
+          .find("sites[0].nodes[0].intra_node_link.measured_collectives[0]"
+                ".collective"),
+      std::string::npos);
   auto negative = parseClusterJson(
-      spec(R"({"collective": "all-reduce", "ranks": 2, "bytes": 1, "seconds": -1})"),
+      spec(
+          R"({"collective": "all-reduce", "ranks": 2, "bytes": 1, "seconds": -1})"),
       "m.json", HardwareCatalog::builtin());
   ASSERT_FALSE(bool(negative));
-  EXPECT_NE(llvm::toString(negative.takeError()).find("seconds: expected a positive number"),
+  EXPECT_NE(llvm::toString(negative.takeError())
+                .find("seconds: expected a positive number"),
             std::string::npos);
 }
 
 namespace {
 Cluster aggregatingCluster(const std::string &nic, const std::string &agg,
                            int nodes) {
-  std::string text = R"({"sites": [{"nodes": [{"count": )" +
-                     std::to_string(nodes) +
-                     R"(, "device": "A100-80G", "devices_per_node": 8, "nic": )" + nic;
+  std::string text =
+      R"({"sites": [{"nodes": [{"count": )" + std::to_string(nodes) +
+      R"(, "device": "A100-80G", "devices_per_node": 8, "nic": )" + nic;
   if (!agg.empty())
     text.insert(text.size() - 1, R"(, "in_network_aggregation": )" + agg);
   text += "}]}]}";
@@ -437,9 +445,10 @@ TEST(Collective, InNetworkAggregationSendsEachByteOnceThroughTheCards) {
   // 0.96 of 8 x 25 GB/s); SHARP sends each local rank's 1/8 up its card
   // once and the sum down once, at 0.9 of that, pipelined with the
   // reduce-scatter and all-gather over NVLink inside the node.
-  Cluster sharp = aggregatingCluster(R"({"link": "IB-HDR", "count": 8})",
-                                     R"("sharp")", 16);
-  Cluster ring = aggregatingCluster(R"({"link": "IB-HDR", "count": 8})", "", 16);
+  Cluster sharp =
+      aggregatingCluster(R"({"link": "IB-HDR", "count": 8})", R"("sharp")", 16);
+  Cluster ring =
+      aggregatingCluster(R"({"link": "IB-HDR", "count": 8})", "", 16);
   GroupShape gs = groupShapeIn(sharp.groupOf(0), 1, 128),
              gr = groupShapeIn(ring.groupOf(0), 1, 128);
   double S = double(1 << 30);
@@ -454,7 +463,8 @@ TEST(Collective, InNetworkAggregationSendsEachByteOnceThroughTheCards) {
   EXPECT_GT(ringS, 1.3 * expected); // 2·127/128 of 192 GB/s vs 7/4 of 235
   EXPECT_LT(aggregatedAllReduceTime(S, gr, 2), 0); // no aggregation
   // Inside one node there is nothing for the network to sum.
-  EXPECT_LT(aggregatedAllReduceTime(S, groupShapeIn(sharp.groupOf(0), 1, 8), 2), 0);
+  EXPECT_LT(aggregatedAllReduceTime(S, groupShapeIn(sharp.groupOf(0), 1, 8), 2),
+            0);
   // Only the all-reduce: a reduce-scatter is the ring's.
   EXPECT_DOUBLE_EQ(collectiveTime(CollectiveKind::ReduceScatter, S, gs),
                    collectiveTime(CollectiveKind::ReduceScatter, S, gr));
@@ -480,7 +490,8 @@ TEST(Collective, InNetworkAggregationSendsEachByteOnceThroughTheCards) {
   // One switch's 64 ports: 65 nodes are beyond it.
   Cluster big = aggregatingCluster(R"({"link": "Eth-100G", "count": 1})",
                                    R"("switchml")", 65);
-  EXPECT_LT(aggregatedAllReduceTime(S, groupShapeIn(big.groupOf(0), 1, 520), 4), 0);
+  EXPECT_LT(aggregatedAllReduceTime(S, groupShapeIn(big.groupOf(0), 1, 520), 4),
+            0);
 }
 
 TEST(Cluster, InNetworkAggregationErrorsNameTheField) {
@@ -492,21 +503,25 @@ TEST(Cluster, InNetworkAggregationErrorsNameTheField) {
     EXPECT_FALSE(bool(c));
     return c ? std::string() : llvm::toString(c.takeError());
   };
-  EXPECT_EQ(bad(R"({"link": "Eth-100G", "in_network_aggregation": "sharp"})"),
-            "agg.json: sites[0].nodes[0].nic.in_network_aggregation: sharp runs "
-            "in InfiniBand switches, and the cards are Eth-100G (ethernet)");
-  EXPECT_EQ(bad(R"({"link": "IB-HDR", "in_network_aggregation": "switchml"})"),
-            "agg.json: sites[0].nodes[0].nic.in_network_aggregation: switchml "
-            "runs in an Ethernet switch, and the cards are IB-HDR (infiniband)");
+  EXPECT_EQ(
+      bad(R"({"link": "Eth-100G", "in_network_aggregation": "sharp"})"),
+      "agg.json: sites[0].nodes[0].nic.in_network_aggregation: sharp runs "
+      "in InfiniBand switches, and the cards are Eth-100G (ethernet)");
+  EXPECT_EQ(
+      bad(R"({"link": "IB-HDR", "in_network_aggregation": "switchml"})"),
+      "agg.json: sites[0].nodes[0].nic.in_network_aggregation: switchml "
+      "runs in an Ethernet switch, and the cards are IB-HDR (infiniband)");
   EXPECT_EQ(bad(R"({"link": "IB-HDR", "in_network_aggregation": "magic"})"),
             "agg.json: sites[0].nodes[0].nic.in_network_aggregation: unknown "
             "kind 'magic' (known: sharp, switchml, none)");
-  EXPECT_NE(bad(R"({"link": "IB-HDR", "in_network_aggregation": {"kind": "sharp", "efficiency": 2}})")
-                .find(".efficiency: must be a number in (0, 1]"),
-            std::string::npos);
-  EXPECT_NE(bad(R"({"link": "IB-HDR", "in_network_aggregation": {"kind": "sharp", "ports": 2}})")
-                .find("nic.in_network_aggregation.ports: unknown field"),
-            std::string::npos);
+  EXPECT_NE(
+      bad(R"({"link": "IB-HDR", "in_network_aggregation": {"kind": "sharp", "efficiency": 2}})")
+          .find(".efficiency: must be a number in (0, 1]"),
+      std::string::npos);
+  EXPECT_NE(
+      bad(R"({"link": "IB-HDR", "in_network_aggregation": {"kind": "sharp", "ports": 2}})")
+          .find("nic.in_network_aggregation.ports: unknown field"),
+      std::string::npos);
 }
 
 TEST(Cluster, ACopyOwnsItsInlineLinksAndDevices) {
@@ -528,4 +543,93 @@ TEST(Cluster, ACopyOwnsItsInlineLinksAndDevices) {
   EXPECT_EQ(g.device, &copy.inlineDevices.front());
   EXPECT_EQ(g.device->name, "MyGPU");
   EXPECT_EQ(g.nic->name, "IB-HDR");
+}
+
+namespace {
+Cluster tieredCluster(int nodes, const std::string &fabric) {
+  std::string text =
+      R"({"name": "tiers", "sites": [{"name": "dc", "fabric": )" + fabric +
+      R"(, "nodes": [{"count": )" + std::to_string(nodes) +
+      R"(, "device": "H100-SXM", "devices_per_node": 8}]}]})";
+  auto c = parseClusterJson(text, "tiers.json", HardwareCatalog::builtin());
+  EXPECT_TRUE(bool(c)) << errorOf(c);
+  return c ? *c : Cluster{};
+}
+} // namespace
+
+TEST(Collective, FabricTiersSlowWhatLeavesABlock) {
+  // 16 nodes in blocks of 4 whose uplinks are 8 times fewer than their
+  // cards. A group of one rank a node over all 16 (stride 8): 4 of its
+  // nodes in a block, so its ring leaves each block once, through uplinks
+  // for 4/8 of a node's cards: half as fast across nodes; its all-to-all
+  // sends 12/16 of its bytes out of the block at 1/8 of a card's rate.
+  Cluster flat = tieredCluster(
+      16,
+      R"({"tiers": [{"name": "leaf", "nodes": 4, "oversubscription": 1}]})");
+  Cluster tight = tieredCluster(
+      16,
+      R"({"tiers": [{"name": "leaf", "nodes": 4, "oversubscription": 8}]})");
+  GroupShape f = groupShapeIn(flat.groupOf(0), 8, 16),
+             t = groupShapeIn(tight.groupOf(0), 8, 16);
+  EXPECT_DOUBLE_EQ(f.ringTierFactor, 1);
+  EXPECT_DOUBLE_EQ(t.ringTierFactor, 2);
+  EXPECT_DOUBLE_EQ(t.allToAllTierFactor, 12.0 / 16 * 8);
+  EXPECT_NEAR(ringBusBandwidth(f), 2 * ringBusBandwidth(t), 1e-6);
+  double S = double(1 << 30);
+  double card = 50e9 * 0.96; // NDR400, one card a GPU, NCCL's efficiency
+  double flatA2a = collectiveTime(CollectiveKind::AllToAll, S, f),
+         tightA2a = collectiveTime(CollectiveKind::AllToAll, S, t);
+  EXPECT_NEAR(tightA2a - flatA2a,
+              12.0 / 16 * 8 * S / card - 15.0 / 16 * S / ringBusBandwidth(f),
+              1e-3 * tightA2a);
+  // Inside one block nothing changes: a tensor-parallel group in a node,
+  // and a data-parallel ring over the 4 nodes of a block.
+  GroupShape inNode = groupShapeIn(tight.groupOf(0), 1, 8),
+             inBlock = groupShapeIn(tight.groupOf(0), 8, 4);
+  EXPECT_DOUBLE_EQ(inNode.ringTierFactor, 1);
+  EXPECT_DOUBLE_EQ(inBlock.ringTierFactor, 1);
+  EXPECT_DOUBLE_EQ(inBlock.allToAllTierFactor, 0);
+  EXPECT_DOUBLE_EQ(collectiveTime(CollectiveKind::AllToAll, S, inBlock),
+                   collectiveTime(CollectiveKind::AllToAll, S,
+                                  groupShapeIn(flat.groupOf(0), 8, 4)));
+  // A ring with many nodes in each block fills no uplink: 8 of them.
+  Cluster big = tieredCluster(
+      64,
+      R"({"tiers": [{"name": "leaf", "nodes": 16, "oversubscription": 8}]})");
+  EXPECT_DOUBLE_EQ(groupShapeIn(big.groupOf(0), 8, 64).ringTierFactor, 1);
+}
+
+TEST(Cluster, BuiltinFabricsAndTheirErrors) {
+  Cluster meta = tieredCluster(768, R"("meta-roce-llama3")");
+  ASSERT_EQ(meta.groupOf(0).tiers.size(), 2u);
+  EXPECT_EQ(meta.groupOf(0).tiers[1].nodes, 384); // 3,072 GPUs an AI zone
+  EXPECT_DOUBLE_EQ(meta.groupOf(0).tiers[1].oversubscription, 7);
+  EXPECT_NE(meta.sites[0].fabricSource.find("Llama 3"), std::string::npos);
+  for (const char *name :
+       {"dgx-superpod-h100", "dgx-superpod-b200", "alibaba-hpn7",
+        "alibaba-dcn-plus", "bytedance-megascale"})
+    EXPECT_NE(builtinFabric(name), nullptr) << name;
+  auto check = [](const std::string &fabric, const char *expected) {
+    std::string text =
+        R"({"sites": [{"fabric": )" + fabric +
+        R"(, "nodes": [{"count": 4, "device": "H100-SXM", "devices_per_node": 8}]}]})";
+    auto c = parseClusterJson(text, "c.json", HardwareCatalog::builtin());
+    std::string e = errorOf(c);
+    EXPECT_NE(e.find(expected), std::string::npos) << e;
+    EXPECT_EQ(e.find('\n'), std::string::npos);
+  };
+  check(
+      R"("fat-tree")",
+      "sites[0].fabric: unknown fabric \"fat-tree\" (known: dgx-superpod-h100");
+  check(R"({"tiers": []})", "sites[0].fabric.tiers: 1 to 8 tiers");
+  check(R"({"tiers": [{"nodes": 0, "oversubscription": 1}]})",
+        "sites[0].fabric.tiers[0].nodes: the nodes under one block");
+  check(R"({"tiers": [{"nodes": 4, "oversubscription": 0}]})",
+        "sites[0].fabric.tiers[0].oversubscription: downlink over uplink");
+  check(
+      R"({"tiers": [{"nodes": 4, "oversubscription": 1}, {"nodes": 6, "oversubscription": 2}]})",
+      "sites[0].fabric.tiers[1].nodes: 6 is not a multiple of the tier below's "
+      "4");
+  check(R"({"tiers": [{"nodes": 4, "oversubscription": 1, "ratio": 2}]})",
+        "sites[0].fabric.tiers[0].ratio: unknown field");
 }

@@ -1,13 +1,13 @@
 //===- PlanReport.cpp - the `orrery plan` summary ------------------------===//
 #include "PlanReport.h"
-#include "orrery/Export/Exporters.h"
 #include "Simulate.h"
 #include "UncertaintyText.h"
+#include "orrery/Export/Exporters.h"
 #include "orrery/Plan/Capabilities.h"
 
-#include <sstream>
 #include <algorithm>
 #include <cstdio>
+#include <sstream>
 
 namespace orrery {
 
@@ -61,6 +61,7 @@ void printPlan(std::ostream &os, const PlanResult &r, const Workload &w,
   os << "model        " << w.source << "\n";
   os << "cluster      " << r.cluster.name << " (" << r.cluster.numDevices()
      << " x " << r.cluster.deviceSpec(0).name << ")\n";
+  os << fabricLines(r.cluster);
   if (r.searchS > 0)
     std::snprintf(buf, sizeof buf,
                   "searched     %lld candidates priced in %.0f ms (%.0f per "

@@ -1,6 +1,7 @@
 //===- Simulate.cpp - the `orrery simulate` report -----------------------===//
 #include "Simulate.h"
 #include "UncertaintyText.h"
+#include "orrery/CostModel/PrintableLine.h"
 #include "orrery/Plan/Plan.h"
 
 #include <cstdio>
@@ -68,9 +69,29 @@ std::string energyText(const EnergyByActivity &e) {
   std::snprintf(buf, sizeof buf,
                 "%.4g J per step (tensor math %.0f %%, memory-bound %.0f %%, "
                 "communication %.0f %%, waiting %.0f %%)",
-                total, pct(e.gemmJ), pct(e.memoryBoundJ),
-                pct(e.communicationJ), pct(e.idleJ));
+                total, pct(e.gemmJ), pct(e.memoryBoundJ), pct(e.communicationJ),
+                pct(e.idleJ));
   return buf;
+}
+
+std::string fabricLines(const Cluster &c) {
+  std::string out;
+  for (const Site &site : c.sites) {
+    const std::vector<FabricTier> &tiers = site.nodeGroups.front().tiers;
+    if (tiers.empty())
+      continue;
+    out += "fabric       ";
+    if (c.sites.size() > 1)
+      out += site.name + ": ";
+    for (size_t i = 0; i < tiers.size(); ++i)
+      out += (i ? ", " : "") + tiers[i].name + " " +
+             std::to_string(tiers[i].nodes) + " nodes " +
+             printableNumber(tiers[i].oversubscription) + ":1";
+    if (!site.fabricSource.empty())
+      out += " (" + site.fabricSource + ")";
+    out += "\n";
+  }
+  return out;
 }
 
 void printSimulation(std::ostream &os, const StepResult &r, const Cluster &c,
@@ -79,6 +100,7 @@ void printSimulation(std::ostream &os, const StepResult &r, const Cluster &c,
   os << "model        " << w.source << "\n";
   os << "cluster      " << c.name << " (" << c.numDevices() << " x "
      << c.deviceSpec(0).name << ")\n";
+  os << fabricLines(c);
   os << "strategy     " << r.strategy.str() << "\n";
   if (!r.measuredKernelDevices.empty())
     os << "kernels      " << kernelRates(r.measuredKernelDevices)
@@ -120,7 +142,8 @@ void printSimulation(std::ostream &os, const StepResult &r, const Cluster &c,
     std::snprintf(buf, sizeof buf,
                   "    (%.3f s of key-value transfers, %.3f s hidden behind "
                   "the attention)\n",
-                  r.cpTransferS, std::max(0.0, r.cpTransferS - r.exposedCpCommS));
+                  r.cpTransferS,
+                  std::max(0.0, r.cpTransferS - r.exposedCpCommS));
     os << buf;
   }
   if (r.strategy.ep > 1 || r.exposedEpCommS > 0)

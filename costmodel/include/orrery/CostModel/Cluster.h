@@ -9,6 +9,7 @@
 #ifndef ORRERY_COSTMODEL_CLUSTER_H
 #define ORRERY_COSTMODEL_CLUSTER_H
 
+#include "orrery/CostModel/Collective.h"
 #include "orrery/CostModel/Hardware.h"
 #include "orrery/CostModel/Reliability.h"
 
@@ -17,6 +18,16 @@
 #include <vector>
 
 namespace orrery {
+
+/// A published fabric design by name (`"fabric": "meta-roce-llama3"`), its
+/// tiers and source; nullptr for an unknown name.
+struct BuiltinFabric {
+  const char *name;
+  std::vector<FabricTier> tiers;
+  const char *source;
+};
+const BuiltinFabric *builtinFabric(const std::string &name);
+std::string builtinFabricNames();
 
 /// Identical nodes: `count` nodes of `devicesPerNode` devices each.
 struct NodeGroup {
@@ -37,6 +48,9 @@ struct NodeGroup {
   /// the CPU optimizer's speed); the device's reference server by default,
   /// 0 when neither states them.
   double hostMemoryBytes = 0, hostMemoryBandwidthBytesPerS = 0;
+  /// The site's fabric tiers above the nodes, smallest first (none: one
+  /// non-blocking network, as before tiers were stated).
+  std::vector<FabricTier> tiers;
 };
 
 /// A node's device-to-host link: PCIe 5 beside NVLink 4/5 or PCIe 5
@@ -50,6 +64,9 @@ struct Site {
   /// only here (`data_share`): the replicas whose first stage is at this
   /// site take at least that many samples a step; 0: none pinned.
   double dataShare = 0;
+  /// Where the site's fabric tiers come from (a built-in's source, or the
+  /// spec's `fabric.source`); empty when none are stated.
+  std::string fabricSource;
 };
 
 /// A link between two sites.

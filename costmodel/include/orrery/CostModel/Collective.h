@@ -11,19 +11,22 @@
 // one), at NCCL's NVLS efficiency of the link. Across nodes whose network
 // aggregates (InfiniBand SHARP, SwitchML): reduce-scatter inside each node,
 // each local rank's shard up through its card once and the sum down once,
-// all-gather inside, pipelined (aggregatedAllReduceTime). A group spanning nodes also has a two-level
-// (hierarchical) form: reduce-scatter inside each node, all-reduce across
-// nodes, all-gather inside; the faster of the two is used. Bandwidth is what
-// NCCL reaches on a link: its own per-link figures (src/graph/topo.h: 20 GB/s
-// per NVLink of A100/V100, 20.6 on H100, 12 GB/s for a PCIe gen3 x16 path;
-// network cards at line rate less protocol overhead), scaled with the link's
-// line rate.
+// all-gather inside, pipelined (aggregatedAllReduceTime). A group spanning
+// nodes also has a two-level (hierarchical) form: reduce-scatter inside each
+// node, all-reduce across nodes, all-gather inside; the faster of the two is
+// used. Bandwidth is what NCCL reaches on a link: its own per-link figures
+// (src/graph/topo.h: 20 GB/s per NVLink of A100/V100, 20.6 on H100, 12 GB/s for
+// a PCIe gen3 x16 path; network cards at line rate less protocol overhead),
+// scaled with the link's line rate.
 //
 //===----------------------------------------------------------------------===//
 #ifndef ORRERY_COSTMODEL_COLLECTIVE_H
 #define ORRERY_COSTMODEL_COLLECTIVE_H
 
 #include "orrery/CostModel/Hardware.h"
+
+#include <string>
+#include <vector>
 
 namespace orrery {
 
@@ -33,6 +36,17 @@ enum class CollectiveKind {
   ReduceScatter,
   AllToAll,
   SendRecv
+};
+
+/// One tier of the scale-out fabric above the nodes (docs/cluster.md,
+/// "Fabric tiers"): the site's nodes in consecutive blocks of `nodes`, each
+/// block non-blocking inside (a leaf group, a scalable unit, a pod); what
+/// leaves a block shares its uplinks, `oversubscription` k times fewer than
+/// its nodes' cards (downlink over uplink bandwidth; 1: full bisection).
+struct FabricTier {
+  std::string name;
+  int nodes = 0;
+  double oversubscription = 1;
 };
 
 /// Where a group's ranks sit.
@@ -54,7 +68,23 @@ struct GroupShape {
   bool nvls = true;
   /// What the network between the nodes reduces (SHARP, SwitchML).
   InNetworkAggregation aggregation;
+  /// Fabric tiers the group spans (placeOnTiers): how much slower its
+  /// ring's crossing of a tier's uplinks runs than its cards (1: not at
+  /// all), and for an all-to-all the share of each rank's bytes that
+  /// leaves its tier block times that tier's oversubscription, the most
+  /// constraining tier's (0: none leaves).
+  double ringTierFactor = 1, allToAllTierFactor = 0;
 };
+
+/// Places a group of `ranks` ranks `stride` apart on the fabric's tiers
+/// (nodes of `devicesPerNode` devices in consecutive blocks per tier), as
+/// every group of the step does at once: a tier block's uplinks carry each
+/// such group's ring once out of the block, k times fewer than the block's
+/// cards, so a ring slows by k over the group's nodes inside one block
+/// (never below 1); an all-to-all sends the share of its bytes addressed
+/// outside the block through them.
+void placeOnTiers(GroupShape &g, const std::vector<FabricTier> &tiers,
+                  int devicesPerNode, int64_t stride);
 
 /// Rings a point-to-point topology offers to local ranks 0..ranks-1: each
 /// ring uses one link direction per hop, so a pair joined by k links carries
