@@ -555,14 +555,24 @@ def mlperf_gpt3_group(orrery, groups):
     """NVIDIA's MLPerf Training v3.1 GPT-3 175B runs on 512 to 10,752 H100
     (bench/published/mlperf_gpt3_runs.json): the logged step time (median
     train_step_timing) against the predicted one on DGX H100 nodes with 8
-    NDR 400 Gb/s cards, each row's configuration as submitted."""
+    NDR 400 Gb/s cards under the SuperPOD fabric, each row's configuration
+    as submitted."""
     data = json.load(open(os.path.join(HERE, "published", "mlperf_gpt3_runs.json")))
     group = "MLPerf_v3.1_GPT3_175B_H100"
     print(f"\n{group}:")
+    # On Eos's fabric: a DGX SuperPOD, 32-node scalable units under a
+    # full-bisection leaf-spine-core InfiniBand (docs/cluster.md).
+    clusters = os.path.join(os.path.dirname(os.path.dirname(orrery)), "validate-clusters")
+    os.makedirs(clusters, exist_ok=True)
     for case in data["cases"]:
         strategy = (f"tp=4,pp=8,vpp=12,mbs=1,gbs={case['gbs']},sp=1,precision=fp8,zero=1,"
                     f"recompute=none,overlap=grad+param+tp")
-        result, error = simulate(orrery, "gpt3-175b", f"{case['nodes']}x8xH100-SXM", strategy)
+        eos = os.path.join(clusters, f"eos-{case['nodes']}.json")
+        with open(eos, "w") as f:
+            json.dump({"name": f"Eos, {case['nodes']} DGX H100", "sites": [
+                {"name": "eos", "fabric": "dgx-superpod-h100", "nodes": [
+                    {"count": case["nodes"], "device": "H100-SXM", "devices_per_node": 8}]}]}, f)
+        result, error = simulate(orrery, "gpt3-175b", eos, strategy)
         add_case(groups.setdefault(group, []), case["id"], case["step_s"], result, error,
                  f"{case['nodes'] * 8} H100, gbs {case['gbs']}: tp4 pp8 vpp12 dp"
                  f"{case['nodes'] * 8 // 32}, fp8", group=group)

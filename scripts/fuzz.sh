@@ -32,7 +32,7 @@ python3 tests/lit/import/Inputs/local_functions.py "$seeds/onnx/functions.onnx"
 # onnxruntime's contrib and quantized ops (ContribOps.cpp).
 /usr/bin/python3 tests/fuzz/contrib_seeds.py tests/lit/import/contrib_ops.test "$seeds/onnx"
 cp bench/clusters/*.json bench/measured/*.json "$seeds/cluster/"
-cp tests/lit/Inputs/a100-hdr-sharp.json tests/lit/Inputs/a100-100gbe-switchml.json tests/lit/Inputs/gaudi2-own-chip.json tests/lit/Inputs/reliability-repairs.json "$seeds/cluster/"
+cp tests/lit/Inputs/a100-hdr-sharp.json tests/lit/Inputs/a100-100gbe-switchml.json tests/lit/Inputs/gaudi2-own-chip.json tests/lit/Inputs/reliability-repairs.json tests/lit/Inputs/fabric-tiers.json "$seeds/cluster/"
 i=0
 for s in tp=8,pp=8,dp=16,mbs=1,gbs=1536 tp=2,cp=2,ep=4,zero=3,recompute=selective \
          pp=4,vpp=2,schedule=interleaved,overlap=grad+p2p sp=1,precision=fp8,offload=optimizer \

@@ -269,7 +269,11 @@ double aggregatedAllReduceTime(double bytes, const GroupShape &g,
   if (agg.wireElementBytes > 0 && elementBytes > 0)
     wire *= double(agg.wireElementBytes) / elementBytes;
   double cards = g.nic->bandwidthBytesPerS * g.nicSharePerRank * local;
-  double netS = wire / (cards * agg.efficiency);
+  // Above a fabric tier's oversubscribed uplinks the switches still sum:
+  // each block sends the group's reduced stream up once, as a ring leaves
+  // it once, at the same k over the group's nodes in the block.
+  double netS =
+      wire / (cards * agg.efficiency) * std::max(1.0, g.ringTierFactor);
   // The phases pipeline chunk by chunk: the slower one sets the pace.
   return kCollectiveBaseLatencyS + std::max(intraS, netS) +
          2 * (local - 1) * intraLat + g.nic->latencyS;
