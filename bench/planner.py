@@ -11,6 +11,7 @@ plan is predicted at least as fast). Then planning time for GPT-3 175B on
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
 import time
@@ -69,7 +70,54 @@ def main():
         print(f"planning {name} on {cluster} (gbs {gbs}): {wall:.2f} s wall for the whole command "
               f"(import, outlining, search), {priced} candidates priced; best "
               f"{plan['strategy']['cli']} at {plan['predicted']['step_time_s']:.2f} s/step")
+    fabric_tiers(orrery, args.build)
     return 0
+
+
+def cpu_seconds(cmd):
+    """CPU seconds of one process and its JSON output."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out, err = proc.communicate()
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage, (json.loads(out) if proc.returncode == 0 else None), err.strip()
+
+
+def fabric_tiers(orrery, build):
+    """Planning with the fabric's tiers (docs/cluster.md) against the same
+    nodes on one non-blocking network, in one run: Meta's RoCE design
+    (AI zones of 3,072 GPUs joined at 1:7) under GPT-3 175B on 1,024 A100
+    and Llama-3 405B on 16,384 H100. An oversubscribed tier adds the
+    placement with data parallelism outermost to every pipelined
+    candidate."""
+    work = os.path.join(build, "bench-planner")
+    os.makedirs(work, exist_ok=True)
+    print()
+    for name, nodes, device, nic, gbs in (("gpt3-175b", 128, "A100-80G", "IB-HDR", 1536),
+                                          ("llama3-405b", 2048, "H100-SXM", "RoCE-400G", 2048)):
+        seconds = {}
+        for fabric in ("meta-roce-llama3", None):
+            site = {"name": "dc", "nodes": [{"count": nodes, "device": device,
+                                             "devices_per_node": 8,
+                                             "nic": {"link": nic, "count": 8}}]}
+            if fabric:
+                site["fabric"] = fabric
+            path = os.path.join(work, f"{name}-{fabric or 'flat'}.json")
+            with open(path, "w") as f:
+                json.dump({"name": f"{nodes} x 8 {device}", "sites": [site]}, f)
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
+            after, plan, err = cpu_seconds([orrery, "plan", name, "--cluster", path,
+                                            "--global-batch", str(gbs), "--framework", "none",
+                                            "--json", "--quiet"])
+            cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+            if plan is None:
+                print(f"planning {name} ({fabric or 'no tiers'}): {err}")
+                break
+            seconds[fabric] = cpu
+            print(f"planning {name} on {nodes * 8} {device}, {fabric or 'no tiers'}: "
+                  f"{cpu:.2f} CPU s, {plan['search']['candidates_priced']} candidates priced; "
+                  f"best {plan['strategy']['cli']} at {plan['predicted']['step_time_s']:.3f} s/step")
+        if len(seconds) == 2:
+            print(f"  with tiers / without: {seconds['meta-roce-llama3'] / seconds[None]:.2f}x CPU time")
 
 
 if __name__ == "__main__":

@@ -178,8 +178,8 @@ static bool runsOn(const Workload &w, const DeviceSpec &dev, const Strategy &s,
 }
 
 static std::optional<Strategy> asFrameworkRuns(const Workload &w,
-                                               const DeviceSpec &dev, Strategy s,
-                                               const Assumptions &a,
+                                               const DeviceSpec &dev,
+                                               Strategy s, const Assumptions &a,
                                                const std::string &framework,
                                                std::string &refusal) {
   using Change = std::function<bool(Strategy &)>; // false: does not apply
@@ -188,7 +188,9 @@ static std::optional<Strategy> asFrameworkRuns(const Workload &w,
       [](Strategy &t) { return std::exchange(t.overlapGradReduce, false); },
       // Megatron-LM needs pp > 2 to run its interleaved schedule without
       // overlapping pipeline sends.
-      [](Strategy &t) { return t.pp > 1 && std::exchange(t.overlapP2p, false); },
+      [](Strategy &t) {
+        return t.pp > 1 && std::exchange(t.overlapP2p, false);
+      },
       [](Strategy &t) {
         return t.pp > 1 && t.virtualStages > 1 &&
                !std::exchange(t.overlapP2p, true);
@@ -346,6 +348,11 @@ private:
   bool batchable = false;
   /// Whether every node states host memory (offload may be searched).
   bool host = true;
+  /// Whether the fabric has an oversubscribed tier whose blocks are
+  /// smaller than the cluster (docs/cluster.md): then the data-parallel
+  /// groups outermost (tp, cp, pp, dp) are priced beside the default
+  /// order's pipeline outermost.
+  bool oversubscribed = false;
   std::vector<Saver> savers;
   std::atomic<int64_t> pricedSoFar{0};
 
@@ -365,8 +372,7 @@ private:
   void searchTp(SearchState &st, int tp);
   void searchShape(SearchState &st, int tp, int cp, int pp);
   bool fittingSavers(SearchState &st, int tp, int cp, int pp, int64_t dp,
-                     std::vector<Saver> &fitting,
-                     std::vector<double> &floors);
+                     std::vector<Saver> &fitting, std::vector<double> &floors);
   Priced priceSaving(SearchState &st, Strategy t,
                      const std::vector<Saver> &fitting,
                      const std::vector<double> &floors);
@@ -392,8 +398,11 @@ void PlanSearch::chooseSavers() {
   // that fits it: a later one is priced only when the earlier ones do not
   // fit that candidate (the memory model's floor prunes those that cannot).
   for (const Site &site : c.sites)
-    for (const NodeGroup &g : site.nodeGroups)
+    for (const NodeGroup &g : site.nodeGroups) {
       host &= g.hostMemoryBytes > 0 && g.hostMemoryBandwidthBytesPerS > 0;
+      for (const FabricTier &t : g.tiers) // blocks the plan may leave
+        oversubscribed |= t.oversubscription > 1 && t.nodes < g.count;
+    }
   savers = {{1, false}, {2, false}};
   if (host)
     savers.push_back({1, true});
@@ -563,10 +572,9 @@ Priced PlanSearch::price(SearchState &st, Strategy s,
 
 /// The zero-bubble schedules of a 1F1B candidate that fits: ZB-H1 (the
 /// same work and memory, the weight gradients deferred into the bubble),
-/// ZB-2p (twice the activations in flight), ZB-V and DualPipeV; priced unless (by time) even a step without any
-/// bubble would not enter the plans kept.
-void PlanSearch::priceZeroBubble(SearchState &st, Strategy t,
-                                 const Priced &p) {
+/// ZB-2p (twice the activations in flight), ZB-V and DualPipeV; priced unless
+/// (by time) even a step without any bubble would not enter the plans kept.
+void PlanSearch::priceZeroBubble(SearchState &st, Strategy t, const Priced &p) {
   if (t.pp < 2 || t.virtualStages != 1 || t.schedule != Schedule::OneFOneB ||
       p.shortBy > 0)
     return;
@@ -619,8 +627,8 @@ void PlanSearch::searchTp(SearchState &st, int tp) {
     // Context parallelism splits the sequence into 2·cp chunks (causal
     // load balancing); it costs its exchange, so it is searched at any
     // length and wins where the memory or the attention needs it.
-    if (cp > 1 && (w.tokensPerSample == 0 || heads == 0 ||
-                   w.tokensPerSample % (2 * cp)))
+    if (cp > 1 &&
+        (w.tokensPerSample == 0 || heads == 0 || w.tokensPerSample % (2 * cp)))
       continue;
     for (int pp : divisors(devices / (int64_t(tp) * cp), layers))
       searchShape(st, tp, cp, pp);
@@ -646,9 +654,9 @@ bool PlanSearch::fittingSavers(SearchState &st, int tp, int cp, int pp,
     if (v.chunks && (tp > 1 || pp > 1 || cp > 1 || gbs / dp > 64))
       continue;
     if (v.chunks) {
-      double floorBytes = double(dp) * double(kPatrickStarChunkParams) *
-                              a.weightBytesPerParam +
-                          a.workspaceFor(dev);
+      double floorBytes =
+          double(dp) * double(kPatrickStarChunkParams) * a.weightBytesPerParam +
+          a.workspaceFor(dev);
       if (floorBytes <= dev.memoryBytes) {
         fitting.push_back(v);
         floors.push_back(floorBytes);
@@ -674,8 +682,8 @@ bool PlanSearch::fittingSavers(SearchState &st, int tp, int cp, int pp,
     return true;
   ++st.pruned;
   double shortBy = leastFloor - dev.memoryBytes;
-  std::string where = "tp=" + std::to_string(tp) + ",cp=" +
-                      std::to_string(cp) + ",pp=" + std::to_string(pp) +
+  std::string where = "tp=" + std::to_string(tp) + ",cp=" + std::to_string(cp) +
+                      ",pp=" + std::to_string(pp) +
                       ",dp=" + std::to_string(dp) +
                       ",zero=" + std::to_string(least.zero) +
                       (least.offload ? ",offload=optimizer" : "");
@@ -755,8 +763,8 @@ void PlanSearch::searchShape(SearchState &st, int tp, int cp, int pp) {
         continue;
       // torchtitan recomputes per op, not the attention core: the saver
       // it runs in place of selective.
-      Recompute selective = o.framework == "torchtitan" ? Recompute::Op
-                                                        : Recompute::Selective;
+      Recompute selective =
+          o.framework == "torchtitan" ? Recompute::Op : Recompute::Selective;
       for (Recompute rec : {Recompute::None, selective, Recompute::Full}) {
         Strategy s;
         s.tp = tp;
@@ -782,10 +790,17 @@ void PlanSearch::searchShape(SearchState &st, int tp, int cp, int pp) {
 /// fit, expert parallelism (plain and folded), Ulysses.
 void PlanSearch::priceCandidate(SearchState &st, const Strategy &s,
                                 const std::vector<Saver> &fitting,
-                                const std::vector<double> &floors,
-                                int64_t dp) {
+                                const std::vector<double> &floors, int64_t dp) {
   int tp = s.tp, cp = s.cp;
   Priced first = priceSaving(st, s, fitting, floors);
+  // Placement on an oversubscribed fabric: the replicas' stages next to
+  // each other and the data-parallel groups outermost (Megatron-LM's
+  // --use-tp-pp-dp-mapping), beside the default's pipeline outermost.
+  if (oversubscribed && s.pp > 1 && dp > 1) {
+    Strategy t = s;
+    t.order = {"tp", "cp", "pp", "dp"};
+    priceSaving(st, t, fitting, floors);
+  }
   // Activations to host memory where the kept activations do
   // not fit (Transformer Engine's CPU offload; under full
   // recompute DeepSpeed's cpu_checkpointing): only where it
@@ -1034,9 +1049,9 @@ llvm::Error PlanSearch::noPlan(const SearchState &merged,
   }
   if (!haveClosest && result.candidatesRefused > 0 &&
       result.candidatesPriced == 0)
-    return err("plan: --framework " + o.framework +
-               " runs none of the strategies searched; the first refused: " +
-               refusal);
+    return err(
+        "plan: --framework " + o.framework +
+        " runs none of the strategies searched; the first refused: " + refusal);
   if (!haveClosest)
     return err("plan: no strategy applies to this model on " +
                std::to_string(devices) + " devices (global batch " +
@@ -1054,8 +1069,8 @@ llvm::Error PlanSearch::noPlan(const SearchState &merged,
   if (merged.haveHostClosest)
     return err("plan: the model fits on the cluster under no strategy; "
                "with the model data on the host (" +
-               merged.hostClosest.strategy.str() +
-               ") the devices fit, but " + merged.hostClosest.doesNotFit);
+               merged.hostClosest.strategy.str() + ") the devices fit, but " +
+               merged.hostClosest.doesNotFit);
   return err(buf);
 }
 
