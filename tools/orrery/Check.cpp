@@ -79,6 +79,17 @@ orrery::ReportData reportBase(const nlohmann::json &planDoc,
   orrery::ReportData d;
   d.model = w.source;
   d.cluster = c.name + " (" + std::to_string(c.numDevices()) + " devices)";
+  // Its fabric's tiers, as plan and simulate print them.
+  std::string fabric = orrery::fabricLines(c);
+  for (size_t at = 0;
+       (at = fabric.find("fabric       ", at)) != std::string::npos;)
+    fabric.replace(at, 13, "; fabric: ");
+  while (!fabric.empty() && fabric.back() == '\n')
+    fabric.pop_back();
+  for (char &ch : fabric)
+    if (ch == '\n')
+      ch = ' ';
+  d.cluster += fabric;
   d.stepS = stepS;
   auto pools = orrery::clusterPools(c);
   for (const orrery::Pool &p : pools)
