@@ -109,6 +109,13 @@ private:
   /// gradients last (it fills the last gradient bucket); zero bubble's W.
   std::vector<int64_t> lastBackwardOf;
   bool zeroBubble = false;
+  /// The micro-batch the current task runs.
+  int64_t taskMb = 0;
+  /// ZeRO-3 under pipeline stages: a chunk's weights stay whole from its
+  /// first micro-batch's forward to its last one's backward (ModelShare::
+  /// unshardedAcrossMicroBatches), gathered once and reduce-scattered once
+  /// a step, as the simulator prices them (LayerPricing's zero3Spread).
+  bool wholeAcrossMicroBatches() const { return s.zeroStage == 3 && s.pp > 1; }
   void buildGroups();
   void pipeTransfer(int fromChunk, bool backward, int64_t mb, bool sending);
   void runTask(const Task &task);
@@ -481,7 +488,8 @@ void PipelineLowering::layerForward(const LayerKind &k, bool coreOnly,
                                     bool recompute) {
   const StagePlacement &p = place();
   WeightTraffic wt = sim.weightTraffic(k, p);
-  if (!coreOnly && wt.zero3)
+  if (!coreOnly && wt.zero3 &&
+      (!wholeAcrossMicroBatches() || (taskMb == 0 && !recompute)))
     collective(CollectiveKind::AllGather, dpG, wt.zero3GatherBytes,
                wt.zero3GatherS, "zero-3 weight gather",
                StreamKind::DataParallel, true);
@@ -528,7 +536,7 @@ void PipelineLowering::layerBackward(const LayerKind &k, bool lastMicroBatch,
   if (inputPart && recomputed)
     layerForward(k, false, true);
   WeightTraffic wt = sim.weightTraffic(k, p);
-  if (wt.zero3 && inputPart)
+  if (wt.zero3 && inputPart && !wholeAcrossMicroBatches())
     collective(CollectiveKind::AllGather, dpG, wt.zero3GatherBytes,
                wt.zero3GatherS, "zero-3 weight gather",
                StreamKind::DataParallel, true);
@@ -571,7 +579,8 @@ void PipelineLowering::layerBackward(const LayerKind &k, bool lastMicroBatch,
   if (weightPart && wt.accumulate)
     compute(kernel("gradient accumulation", KernelClass::Pointwise,
                    wt.accumulateBytes, wt.accumulateParams, wt.accumulateS));
-  if (wt.zero3 && weightPart && k.parameters > 0)
+  if (wt.zero3 && weightPart && k.parameters > 0 &&
+      (!wholeAcrossMicroBatches() || lastMicroBatch))
     collective(CollectiveKind::ReduceScatter, dpG, wt.zero3ScatterBytes,
                wt.zero3ScatterS, "zero-3 gradient reduce-scatter",
                StreamKind::DataParallel, false);
@@ -800,6 +809,7 @@ void PipelineLowering::runTask(const Task &task) {
          std::to_string(task.mb) +
          (v > 1 ? "." + std::to_string(task.vs / pp) : "");
   const std::vector<int> &layers = step.layout.chunkOf[task.vs];
+  taskMb = task.mb;
   if (task.weight) { // zero bubble: the deferred weight gradients
     part = Part::Weight;
     bool last = task.mb == lastBackwardOf[task.vs];
@@ -960,11 +970,6 @@ static llvm::Error refuseUnsupported(const Strategy &s) {
     return err("lower: schedule=dualpipe: the lowering does not write the "
                "two directions' programs yet (simulate and plan take it; "
                "dualpipev lowers)");
-  if (s.zeroStage == 3 && s.pp > 1 && s.dp > 1)
-    return err("lower: zero=3 with pp > 1: the stage's weights stay whole "
-               "across its micro-batches (one gather and one reduce-scatter "
-               "a step), which the lowering does not write yet (simulate "
-               "and plan take it)");
   if (s.recompute == Recompute::Op)
     return err("lower: recompute=op: the lowering does not write "
                "torchtitan's per-op recompute yet (simulate and plan take it; "

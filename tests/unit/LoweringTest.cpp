@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <set>
 
 using namespace orrery;
 
@@ -657,4 +658,49 @@ TEST(Lowering, EachRankChecksItselfAgainstItsPeers) {
   EXPECT_EQ(groupKey({0, 2}), groupKey({0, 2}));
   EXPECT_NE(groupKey({0, 2}), groupKey({0, 1}));
   EXPECT_NE(groupKey({0, 1}), groupKey({0, 1, 2}));
+}
+
+TEST(Lowering, ZeroThreeUnderPipelineStagesGathersOnceAStep) {
+  // Under pipeline stages a chunk's weights stay whole from its first
+  // micro-batch's forward to its last one's backward: each layer gathered
+  // in F0 and reduce-scattered in the last backward, once; without stages,
+  // gathered in every forward and backward.
+  mlir::MLIRContext ctx;
+  Workload w = test::tinyGpt(ctx, KernelFusion::Fused);
+  std::string why;
+  ProgramSet piped, flat;
+  ASSERT_TRUE(lowerAndCheck(w, preset("8xA100-80G"),
+                            "pp=2,dp=4,mbs=1,gbs=16,zero=3", why, &piped))
+      << why;
+  ASSERT_TRUE(lowerAndCheck(w, preset("8xA100-80G"), "dp=8,mbs=1,gbs=32,zero=3",
+                            why, &flat))
+      << why;
+  auto count = [](const Program &p, const std::string &name,
+                  std::set<std::string> &spans) {
+    int n = 0;
+    for (const Instruction &in : p.code)
+      if (in.kind == InstrKind::Collective && in.name == name) {
+        ++n;
+        spans.insert(in.span);
+      }
+    return n;
+  };
+  for (int rank : {0, 7}) {
+    std::set<std::string> gatherSpans, scatterSpans;
+    int gathers = count(piped.ranks[rank], "zero-3 weight gather", gatherSpans);
+    int scatters = count(piped.ranks[rank], "zero-3 gradient reduce-scatter",
+                         scatterSpans);
+    EXPECT_GT(gathers, 0) << rank;
+    EXPECT_GE(gathers, scatters) << rank; // frozen weights have no gradient
+    EXPECT_EQ(gatherSpans, std::set<std::string>{"F0"}) << rank;
+    EXPECT_EQ(scatterSpans, std::set<std::string>{"B3"}) << rank;
+  }
+  std::set<std::string> spans, ignored;
+  int gathers = count(flat.ranks[0], "zero-3 weight gather", spans);
+  int scatters =
+      count(flat.ranks[0], "zero-3 gradient reduce-scatter", ignored);
+  // Four micro-batches, each layer gathered for its forward and again for
+  // its backward.
+  EXPECT_EQ(spans.size(), 8u);
+  EXPECT_GE(gathers, 2 * scatters);
 }
