@@ -205,8 +205,50 @@ private:
   /// the simulator prices it (StepLayout's offloadChunk).
   int copyAt = -1;
   void hostCopy(const Task &task, bool back);
+  /// The optimizer step on the host (ZeRO-Offload): gradients down,
+  /// Adam there, weights up, on the host-copy stream.
+  void hostOptimizer(Instruction opt);
   void hostCopyDone(const Task &task);
 };
+
+void PipelineLowering::hostOptimizer(Instruction opt) {
+  // The shard's gradients down the device's host link, Adam on the host's
+  // cores, the 16-bit weights back (GradientSync's optimizerStep): the
+  // link's share of the simulator's figure at its rate, the host's the
+  // rest.
+  const LinkSpec *host = hostLinkOf(*place().group);
+  double pcie = host->bandwidthBytesPerS * ncclLinkEfficiency(*host);
+  double shard = step.sync.shardParams[stage];
+  Instruction down;
+  down.kind = InstrKind::Copy;
+  down.stream = StreamKind::HostCopy;
+  down.name = "gradients";
+  down.buffer = kHeldBuffer;
+  down.bytes = shard * a.gradBytesPerParam;
+  down.predictedS = down.bytes / pcie;
+  down.deps = {lastCompute};
+  push(down);
+  Instruction up = down;
+  up.name = "weights";
+  up.backward = true;
+  up.bytes = shard * a.weightBytesPerParam;
+  up.predictedS = up.bytes / pcie;
+  up.deps.clear();
+  opt.stream = StreamKind::HostCopy; // on the host: after the copy down
+  opt.name += " on the host";
+  // The host streams the shard's fp32 state and gradient, writes the
+  // state and the 16-bit copy.
+  opt.bytes = shard * (2 * a.optimizerBytesPerParam + a.gradBytesPerParam +
+                       a.weightBytesPerParam);
+  opt.predictedS =
+      std::max(0.0, opt.predictedS - down.predictedS - up.predictedS);
+  push(opt);
+  pending.push_back(push(up));
+  Instruction done;
+  done.kind = InstrKind::Wait;
+  done.name = "weights";
+  compute(done);
+}
 
 void PipelineLowering::hostCopy(const Task &task, bool back) {
   copyAt = -1;
@@ -946,7 +988,10 @@ void PipelineLowering::stepEnd(Program &out) {
   opt.bytes = step.sync.optBytes[stage];
   opt.flops = step.sync.shardParams[stage] * 10;
   opt.predictedS = step.sync.optS[stage];
-  compute(opt);
+  if (s.offloadOptimizer)
+    hostOptimizer(opt);
+  else
+    compute(opt);
   if ((s.zeroStage == 1 || s.zeroStage == 2) && dpRanks() > 1)
     collective(CollectiveKind::AllGather, dpG, dense * a.weightBytesPerParam,
                sim.weightGatherS(dense, place().dpGroup),
@@ -956,9 +1001,6 @@ void PipelineLowering::stepEnd(Program &out) {
 } // namespace detail
 
 static llvm::Error refuseUnsupported(const Strategy &s) {
-  if (s.offloadOptimizer)
-    return err("lower: offload_optimizer: the runtime does not run the "
-               "optimizer on the host yet");
   if (s.phantomGhosts > 0)
     return err("lower: phantom: the lowering does not write phantom "
                "parallelism's ghost layers yet (simulate takes it)");

@@ -386,6 +386,10 @@ llvm::Error checkMemory(const ProgramSet &set, int r) {
             where(set, r, i) + ": holds " + bytesText(p.staticBytes + peak) +
             ", above the predicted peak " + bytesText(p.predictedPeakBytes) +
             " plus the allowance " + bytesText(set.memoryAllowanceBytes));
+    } else if (in.kind == InstrKind::Copy && in.buffer == kHeldBuffer) {
+      if (in.bytes > p.staticBytes + set.memoryAllowanceBytes)
+        return err(where(set, r, i) + ": copies more than the rank holds (" +
+                   bytesText(p.staticBytes) + ")");
     } else if (in.kind == InstrKind::Copy && !live.count(in.buffer)) {
       return err(where(set, r, i) + ": copies through a buffer it does not "
                                     "hold");

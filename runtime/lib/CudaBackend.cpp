@@ -165,6 +165,19 @@ private:
   /// Host memory that offloaded activations go to and come back from
   /// (pinned, as offloading frameworks allocate it): the largest copy.
   void *pinned = nullptr;
+  /// The host optimizer's memory and its passes (cudaLaunchHostFunc's
+  /// arguments, by instruction).
+  struct HostWork {
+    char *data = nullptr;
+    size_t bytes = 0;
+  };
+  std::vector<char> hostScratch;
+  std::vector<HostWork> hostWork;
+  static void streamHostBytes(void *arg) {
+    auto *w = static_cast<HostWork *>(arg);
+    for (size_t k = 0; k < w->bytes; k += 64)
+      w->data[k] = char(w->data[k] + 1);
+  }
   std::vector<cudaEvent_t> begin, end;
   cudaEvent_t stepStart = nullptr;
 
@@ -355,6 +368,12 @@ void CudaRank::setUp() {
       copied = std::max(copied, size_t(std::max(0.0, in.bytes)));
   if (copied > 0)
     check(cudaMallocHost(&pinned, copied), "cudaMallocHost offload");
+  size_t hostBytes = 0;
+  for (const Instruction &in : prog.code)
+    if (in.kind == InstrKind::Optimizer && in.stream == StreamKind::HostCopy)
+      hostBytes = std::max(hostBytes, size_t(std::max(0.0, in.bytes)));
+  hostScratch.assign(hostBytes, 0);
+  hostWork.assign(prog.code.size(), HostWork{});
   begin.resize(prog.code.size());
   end.resize(prog.code.size());
   for (size_t i = 0; i < prog.code.size(); ++i) {
@@ -404,6 +423,14 @@ void CudaRank::issue(int i) {
   case InstrKind::Kernel:
   case InstrKind::Optimizer: {
     size_t bytes = size_t(std::max(6.0, in.bytes));
+    if (in.stream == StreamKind::HostCopy) {
+      // ZeRO-Offload's Adam on the host's cores, in the stream's order:
+      // a pass over the shard's host bytes.
+      hostWork[i] = {hostScratch.data(), std::min(bytes, hostScratch.size())};
+      check(cudaLaunchHostFunc(st, &streamHostBytes, &hostWork[i]),
+            "cudaLaunchHostFunc");
+      break;
+    }
     launchStream(buffer(bytes / 3 + 2, 3), buffer(bytes / 3 + 2, 4), bytes, st);
     break;
   }
@@ -500,6 +527,15 @@ void CudaRank::issue(int i) {
     // Through the staging buffer (in.buffer) a piece at a time, to or from
     // pinned host memory.
     auto it = live.find(in.buffer);
+    if (in.buffer == kHeldBuffer) { // the weights and gradients held
+      size_t bytes = size_t(std::max(0.0, in.bytes));
+      check(in.backward ? cudaMemcpyAsync(held, pinned, bytes,
+                                          cudaMemcpyHostToDevice, st)
+                        : cudaMemcpyAsync(pinned, held, bytes,
+                                          cudaMemcpyDeviceToHost, st),
+            "cudaMemcpyAsync");
+      break;
+    }
     if (it == live.end())
       throw std::runtime_error("copy through buffer #" +
                                std::to_string(in.buffer) + ", not allocated");

@@ -77,6 +77,8 @@ def main():
         "tp2": plan("tp2", "tp=2,mbs=2,gbs=8"),
         "pp2-offload": plan("pp2-offload", "pp=2,mbs=1,gbs=8,offload=activations",
                             cluster=host_cluster),
+        "dp2-host-adam": plan("dp2-host-adam", "dp=2,mbs=2,gbs=8,zero=1,offload=optimizer",
+                              cluster=host_cluster),
         "pp2-1f1b": plan("pp2-1f1b", "pp=2,mbs=1,gbs=8"),
         "pp2-interleaved": plan("pp2-int", "pp=2,vpp=2,schedule=interleaved,mbs=1,gbs=8"),
         # Weight gradients deferred (W tasks), and the V schedules: each

@@ -43,6 +43,9 @@ enum class InstrKind {
   Copy,
 };
 constexpr int kInstrKinds = 11;
+/// A copy's buffer when it moves what the rank holds all step (weights,
+/// gradients: Program::staticBytes), not a buffer the step allocates.
+constexpr int kHeldBuffer = -(1 << 30);
 
 /// Streams a rank runs side by side; each runs its instructions in order.
 enum class StreamKind {
