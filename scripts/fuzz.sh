@@ -65,9 +65,9 @@ if [ -x "$orrery" ]; then
   "$orrery" plan "${tiny[@]}" --cluster 1x4xA100-80G \
     --strategy tp=2,pp=2,mbs=1,gbs=8 --pipeline-gradients whole \
     --pipeline-mask -o "$seeds/plan/deepspeed-sends.json" >/dev/null
-  # Activation offload: copies to and from host memory in its programs.
+  # Activation and optimizer offload: copies to and from host memory.
   "$orrery" plan models/fixtures/gpt3-125m.onnx --quiet --cluster 1x4xA100-80G \
-    --strategy pp=2,dp=2,mbs=1,gbs=8,offload=activations \
+    --strategy pp=2,dp=2,mbs=1,gbs=8,offload=both \
     -o "$seeds/plan/offload.json" >/dev/null
   printf '%s' '{"sites": [{"name": "dc", "nodes": [{"count": 2, "device": "A100-80G", "devices_per_node": 8, "host_memory_bytes": 1e12, "host_memory_bandwidth_bytes_per_s": 4e11}]}]}' \
     > "$seeds/cluster/host-memory.json"
