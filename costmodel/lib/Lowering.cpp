@@ -205,11 +205,43 @@ private:
   /// the simulator prices it (StepLayout's offloadChunk).
   int copyAt = -1;
   void hostCopy(const Task &task, bool back);
+  /// torchtitan's per-op recompute before a layer's backward.
+  void recomputePerOp(const LayerKind &k);
   /// The optimizer step on the host (ZeRO-Offload): gradients down,
   /// Adam there, weights up, on the host-copy stream.
   void hostOptimizer(Instruction opt);
   void hostCopyDone(const Task &task);
 };
+
+/// The sequence-parallel all-gathers again (the policy saves the
+/// reduce-scatters' outputs: half the forward's tensor-parallel traffic),
+/// and the ops the policy did not save (SDPA's output and every other
+/// matmul's are), as LayerPricing prices the recompute.
+void PipelineLowering::recomputePerOp(const LayerKind &k) {
+  const StagePlacement &p = place();
+  int matmuls = 0;
+  for (const OpCost &op : k.ops) {
+    if (op.view)
+      continue;
+    OpPrice o = sim.priceOp(op, k, p);
+    if (tp() > 1)
+      for (int j = 0; j < o.tpRowAllReduces; ++j)
+        collective(CollectiveKind::AllGather, tpG,
+                   o.tpRowAllReduceBytes / o.tpRowAllReduces,
+                   o.tpRowAllReduceS / o.tpRowAllReduces / 2,
+                   "recompute all-gather", StreamKind::Comm, true);
+    bool mm = op.weighted && op.contraction && op.experts <= 1;
+    matmuls += mm;
+    if (op.kernelClass == KernelClass::Attention || (mm && matmuls % 2 == 1))
+      continue; // saved
+    Instruction in = op.contraction
+                         ? gemm(op, o, false, 0)
+                         : kernel(shortName(op.name), o.kernelClass,
+                                  o.forwardBytes, o.forwardFlops, o.forwardS);
+    in.name = "recompute " + in.name;
+    compute(in);
+  }
+}
 
 void PipelineLowering::hostOptimizer(Instruction opt) {
   // The shard's gradients down the device's host link, Adam on the host's
@@ -577,6 +609,8 @@ void PipelineLowering::layerBackward(const LayerKind &k, bool lastMicroBatch,
   }
   if (inputPart && recomputed)
     layerForward(k, false, true);
+  if (inputPart && s.recompute == Recompute::Op && s.recomputesKind(k.name))
+    recomputePerOp(k);
   WeightTraffic wt = sim.weightTraffic(k, p);
   if (wt.zero3 && inputPart && !wholeAcrossMicroBatches())
     collective(CollectiveKind::AllGather, dpG, wt.zero3GatherBytes,
@@ -1012,10 +1046,6 @@ static llvm::Error refuseUnsupported(const Strategy &s) {
     return err("lower: schedule=dualpipe: the lowering does not write the "
                "two directions' programs yet (simulate and plan take it; "
                "dualpipev lowers)");
-  if (s.recompute == Recompute::Op)
-    return err("lower: recompute=op: the lowering does not write "
-               "torchtitan's per-op recompute yet (simulate and plan take it; "
-               "selective and full lower)");
   if (s.schedule == Schedule::ZeroBubble2p)
     return err("lower: schedule=zb-2p: its weight gradients move into the "
                "idle time the priced run finds, which the lowering's fixed "

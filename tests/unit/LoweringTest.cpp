@@ -111,9 +111,12 @@ TEST(Lowering, EveryGeneratedPlanPassesTheCheck) {
   const char *schedules[] = {
       "schedule=gpipe", "schedule=1f1b", "schedule=interleaved,vpp=2",
       "schedule=zb-h1", "schedule=zb-v", "schedule=dualpipev"};
-  const char *extras[] = {"zero=0", "zero=1,recompute=selective",
-                          "zero=3,recompute=full", "zero=2,overlap=none",
-                          "zero=1,sp=1,overlap=grad+param+tp+p2p"};
+  const char *extras[] = {"zero=0",
+                          "zero=1,recompute=selective",
+                          "zero=3,recompute=full",
+                          "zero=2,overlap=none",
+                          "zero=1,sp=1,overlap=grad+param+tp+p2p",
+                          "zero=1,sp=1,recompute=op"};
   for (const Cluster *c : {&c8, &c2x4})
     for (int tp : {1, 2})
       for (int pp : {1, 2, 4})
@@ -551,8 +554,44 @@ TEST(Lowering, WhatTheRuntimeCannotRunIsRefused) {
   Workload w = test::tinyGpt(ctx, KernelFusion::Fused);
   std::string why;
   EXPECT_FALSE(lowerAndCheck(w, preset("2xA100-80G"),
-                             "dp=2,mbs=1,gbs=2,recompute=op", why));
-  EXPECT_NE(why.find("recompute=op"), std::string::npos) << why;
+                             "pp=2,mbs=1,gbs=4,schedule=zb-2p", why));
+  EXPECT_NE(why.find("schedule=zb-2p"), std::string::npos) << why;
+}
+
+/// torchtitan's per-op recompute: before each layer's backward, the ops
+/// its policy did not save (every other matmul; not SDPA) run again, with
+/// the sequence-parallel all-gathers.
+TEST(Lowering, PerOpRecomputeRunsWhatThePolicyDidNotSave) {
+  mlir::MLIRContext ctx;
+  Workload w = test::tinyGpt(ctx, KernelFusion::Fused);
+  std::string why;
+  ProgramSet op, none;
+  ASSERT_TRUE(lowerAndCheck(w, preset("2xA100-80G"),
+                            "tp=2,sp=1,mbs=1,gbs=2,recompute=op", why, &op))
+      << why;
+  ASSERT_TRUE(lowerAndCheck(w, preset("2xA100-80G"), "tp=2,sp=1,mbs=1,gbs=2",
+                            why, &none))
+      << why;
+  int matmuls = 0, recomputedGemms = 0, gathers = 0, attention = 0;
+  for (const Instruction &in : none.ranks[0].code)
+    matmuls += in.kind == InstrKind::Gemm && in.span[0] == 'F';
+  for (const Instruction &in : op.ranks[0].code) {
+    bool again = in.name.rfind("recompute", 0) == 0;
+    recomputedGemms += again && in.kind == InstrKind::Gemm;
+    gathers += in.name == "recompute all-gather";
+    attention += again && in.kind == InstrKind::Attention;
+  }
+  EXPECT_GT(recomputedGemms, 0);
+  EXPECT_LT(recomputedGemms, matmuls); // about half: every other is saved
+  EXPECT_GT(gathers, 0);
+  EXPECT_EQ(attention, 0); // SDPA's output is saved
+  // Less kept than without recompute.
+  double kept = 0, keptNone = 0;
+  for (const Instruction &in : op.ranks[0].code)
+    kept += in.kind == InstrKind::Alloc ? in.bytes : 0;
+  for (const Instruction &in : none.ranks[0].code)
+    keptNone += in.kind == InstrKind::Alloc ? in.bytes : 0;
+  EXPECT_LT(kept, keptNone);
 }
 
 /// ZeRO-Offload: the shard's gradients down the host link, Adam on the
