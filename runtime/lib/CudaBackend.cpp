@@ -188,6 +188,9 @@ private:
   }
   void setUp();
   void issue(int i);
+  void collective(int i, cudaStream_t st);
+  void pointToPoint(int i, cudaStream_t st);
+  void copy(const Instruction &in, cudaStream_t st);
 };
 
 CudaRank::~CudaRank() {
@@ -383,20 +386,128 @@ void CudaRank::setUp() {
   check(cudaEventCreate(&stepStart), "cudaEventCreate");
 }
 
+/// A collective over its group's communicator on stream st.
+void CudaRank::collective(int i, cudaStream_t st) {
+  const Instruction &in = prog.code[i];
+  auto found = comms.find({"g", in.group, int(in.stream)});
+  if (found == comms.end())
+    throw std::runtime_error("no communicator for group g" +
+                             std::to_string(in.group));
+  ncclComm_t comm = found->second;
+  int n = int(set.groups[in.group].size());
+  size_t bytes = size_t(std::max(2.0, in.bytes));
+  size_t elems = bytes / 2;
+  void *a = buffer(bytes, 5), *b = buffer(bytes, 6);
+  switch (in.collective) {
+  case CollectiveKind::AllReduce:
+    check(ncclAllReduce(a, a, elems, ncclBfloat16, ncclSum, comm, st),
+          "ncclAllReduce");
+    break;
+  case CollectiveKind::AllGather:
+    check(ncclAllGather(a, b, std::max<size_t>(1, elems / n), ncclBfloat16,
+                        comm, st),
+          "ncclAllGather");
+    break;
+  case CollectiveKind::ReduceScatter:
+    check(ncclReduceScatter(a, b, std::max<size_t>(1, elems / n), ncclBfloat16,
+                            ncclSum, comm, st),
+          "ncclReduceScatter");
+    break;
+  case CollectiveKind::AllToAll: {
+    size_t each = std::max<size_t>(1, elems / n);
+    check(ncclGroupStart(), "ncclGroupStart");
+    for (int peer = 0; peer < n; ++peer) {
+      check(ncclSend(static_cast<char *>(a) + peer * each * 2, each,
+                     ncclBfloat16, peer, comm, st),
+            "ncclSend");
+      check(ncclRecv(static_cast<char *>(b) + peer * each * 2, each,
+                     ncclBfloat16, peer, comm, st),
+            "ncclRecv");
+    }
+    check(ncclGroupEnd(), "ncclGroupEnd");
+    break;
+  }
+  case CollectiveKind::SendRecv: {
+    const std::vector<int> &m = set.groups[in.group];
+    int me = int(std::find(m.begin(), m.end(), env.rank) - m.begin());
+    check(ncclGroupStart(), "ncclGroupStart");
+    check(ncclSend(a, elems, ncclBfloat16, (me + 1) % n, comm, st), "ncclSend");
+    check(ncclRecv(b, elems, ncclBfloat16, (me + n - 1) % n, comm, st),
+          "ncclRecv");
+    check(ncclGroupEnd(), "ncclGroupEnd");
+    break;
+  }
+  }
+}
+
+/// A send or receive, with the others of its NCCL group (issued with its
+/// first).
+void CudaRank::pointToPoint(int i, cudaStream_t st) {
+  const Instruction &in = prog.code[i];
+  if (in.p2pGroup >= 0 && in.p2pGroup != i)
+    return;
+  int last = i;
+  if (in.p2pGroup == i)
+    while (last + 1 < int(prog.code.size()) &&
+           prog.code[last + 1].p2pGroup == i)
+      ++last;
+  check(ncclGroupStart(), "ncclGroupStart");
+  for (int j = i; j <= last; ++j) {
+    const Instruction &x = prog.code[j];
+    bool send = x.kind == InstrKind::Send;
+    bool ring = x.stream == StreamKind::Comm;
+    // On a link's communicator the peer is rank 0 or 1 (the lower world
+    // rank first).
+    int peer = ring ? x.peer : x.peer > env.rank ? 1 : 0;
+    ncclComm_t comm =
+        ring ? comms.at({"ring", 0, 0})
+             : comms.at({x.backward ? "pipe-gradients" : "pipe",
+                         send ? env.rank : x.peer, send ? x.peer : env.rank});
+    size_t bytes = size_t(std::max(1.0, x.bytes));
+    void *p = buffer(bytes, send ? 5 : 6);
+    if (send)
+      check(ncclSend(p, bytes, ncclUint8, peer, comm, st), "ncclSend");
+    else
+      check(ncclRecv(p, bytes, ncclUint8, peer, comm, st), "ncclRecv");
+  }
+  check(ncclGroupEnd(), "ncclGroupEnd");
+}
+
+/// A copy to or from host memory: the held buffer whole, or a staging
+/// buffer a piece at a time.
+void CudaRank::copy(const Instruction &in, cudaStream_t st) {
+  if (in.buffer == kHeldBuffer) { // the weights and gradients held
+    size_t bytes = size_t(std::max(0.0, in.bytes));
+    check(
+        in.backward
+            ? cudaMemcpyAsync(held, pinned, bytes, cudaMemcpyHostToDevice, st)
+            : cudaMemcpyAsync(pinned, held, bytes, cudaMemcpyDeviceToHost, st),
+        "cudaMemcpyAsync");
+    return;
+  }
+  auto it = live.find(in.buffer);
+  if (it == live.end())
+    throw std::runtime_error("copy through buffer #" +
+                             std::to_string(in.buffer) + ", not allocated");
+  size_t bytes = size_t(std::max(0.0, in.bytes)),
+         piece = liveBytes.at(in.buffer);
+  char *host = static_cast<char *>(pinned),
+       *dev = static_cast<char *>(it->second);
+  for (size_t off = 0; off < bytes; off += piece) {
+    size_t n = std::min(piece, bytes - off);
+    check(in.backward
+              ? cudaMemcpyAsync(dev, host + off, n, cudaMemcpyHostToDevice, st)
+              : cudaMemcpyAsync(host + off, dev, n, cudaMemcpyDeviceToHost, st),
+          "cudaMemcpyAsync");
+  }
+}
+
 void CudaRank::issue(int i) {
   const Instruction &in = prog.code[i];
   cudaStream_t st = streams[queueIndex[i]];
   for (int d : in.deps)
     check(cudaStreamWaitEvent(st, end[d], 0), "cudaStreamWaitEvent");
   check(cudaEventRecord(begin[i], st), "cudaEventRecord");
-  auto groupComm = [&]() -> std::pair<ncclComm_t, int> {
-    auto it = comms.find({"g", in.group, int(in.stream)});
-    if (it == comms.end())
-      throw std::runtime_error("no communicator for group g" +
-                               std::to_string(in.group));
-    const std::vector<int> &m = set.groups[in.group];
-    return {it->second, int(m.size())};
-  };
   switch (in.kind) {
   case InstrKind::Gemm:
     if (in.precision == Precision::FP8)
@@ -434,87 +545,13 @@ void CudaRank::issue(int i) {
     launchStream(buffer(bytes / 3 + 2, 3), buffer(bytes / 3 + 2, 4), bytes, st);
     break;
   }
-  case InstrKind::Collective: {
-    auto [comm, n] = groupComm();
-    size_t bytes = size_t(std::max(2.0, in.bytes));
-    size_t elems = bytes / 2;
-    void *a = buffer(bytes, 5), *b = buffer(bytes, 6);
-    switch (in.collective) {
-    case CollectiveKind::AllReduce:
-      check(ncclAllReduce(a, a, elems, ncclBfloat16, ncclSum, comm, st),
-            "ncclAllReduce");
-      break;
-    case CollectiveKind::AllGather:
-      check(ncclAllGather(a, b, std::max<size_t>(1, elems / n), ncclBfloat16,
-                          comm, st),
-            "ncclAllGather");
-      break;
-    case CollectiveKind::ReduceScatter:
-      check(ncclReduceScatter(a, b, std::max<size_t>(1, elems / n),
-                              ncclBfloat16, ncclSum, comm, st),
-            "ncclReduceScatter");
-      break;
-    case CollectiveKind::AllToAll: {
-      size_t each = std::max<size_t>(1, elems / n);
-      check(ncclGroupStart(), "ncclGroupStart");
-      for (int peer = 0; peer < n; ++peer) {
-        check(ncclSend(static_cast<char *>(a) + peer * each * 2, each,
-                       ncclBfloat16, peer, comm, st),
-              "ncclSend");
-        check(ncclRecv(static_cast<char *>(b) + peer * each * 2, each,
-                       ncclBfloat16, peer, comm, st),
-              "ncclRecv");
-      }
-      check(ncclGroupEnd(), "ncclGroupEnd");
-      break;
-    }
-    case CollectiveKind::SendRecv: {
-      const std::vector<int> &m = set.groups[in.group];
-      int me = int(std::find(m.begin(), m.end(), env.rank) - m.begin());
-      check(ncclGroupStart(), "ncclGroupStart");
-      check(ncclSend(a, elems, ncclBfloat16, (me + 1) % n, comm, st),
-            "ncclSend");
-      check(ncclRecv(b, elems, ncclBfloat16, (me + n - 1) % n, comm, st),
-            "ncclRecv");
-      check(ncclGroupEnd(), "ncclGroupEnd");
-      break;
-    }
-    }
+  case InstrKind::Collective:
+    collective(i, st);
     break;
-  }
   case InstrKind::Send:
-  case InstrKind::Recv: {
-    // A send/receive group is one NCCL group; its members are issued with
-    // its first.
-    if (in.p2pGroup >= 0 && in.p2pGroup != i)
-      break;
-    int last = i;
-    if (in.p2pGroup == i)
-      while (last + 1 < int(prog.code.size()) &&
-             prog.code[last + 1].p2pGroup == i)
-        ++last;
-    check(ncclGroupStart(), "ncclGroupStart");
-    for (int j = i; j <= last; ++j) {
-      const Instruction &x = prog.code[j];
-      bool send = x.kind == InstrKind::Send;
-      bool ring = x.stream == StreamKind::Comm;
-      // On a link's communicator the peer is rank 0 or 1 (the lower world
-      // rank first).
-      int peer = ring ? x.peer : x.peer > env.rank ? 1 : 0;
-      ncclComm_t comm =
-          ring ? comms.at({"ring", 0, 0})
-               : comms.at({x.backward ? "pipe-gradients" : "pipe",
-                           send ? env.rank : x.peer, send ? x.peer : env.rank});
-      size_t bytes = size_t(std::max(1.0, x.bytes));
-      void *p = buffer(bytes, send ? 5 : 6);
-      if (send)
-        check(ncclSend(p, bytes, ncclUint8, peer, comm, st), "ncclSend");
-      else
-        check(ncclRecv(p, bytes, ncclUint8, peer, comm, st), "ncclRecv");
-    }
-    check(ncclGroupEnd(), "ncclGroupEnd");
+  case InstrKind::Recv:
+    pointToPoint(i, st);
     break;
-  }
   case InstrKind::Alloc: {
     void *p = nullptr;
     check(cudaMallocAsync(&p, std::max<size_t>(1, size_t(in.bytes)), st),
@@ -523,36 +560,9 @@ void CudaRank::issue(int i) {
     liveBytes[in.buffer] = std::max<size_t>(1, size_t(in.bytes));
     break;
   }
-  case InstrKind::Copy: {
-    // Through the staging buffer (in.buffer) a piece at a time, to or from
-    // pinned host memory.
-    auto it = live.find(in.buffer);
-    if (in.buffer == kHeldBuffer) { // the weights and gradients held
-      size_t bytes = size_t(std::max(0.0, in.bytes));
-      check(in.backward ? cudaMemcpyAsync(held, pinned, bytes,
-                                          cudaMemcpyHostToDevice, st)
-                        : cudaMemcpyAsync(pinned, held, bytes,
-                                          cudaMemcpyDeviceToHost, st),
-            "cudaMemcpyAsync");
-      break;
-    }
-    if (it == live.end())
-      throw std::runtime_error("copy through buffer #" +
-                               std::to_string(in.buffer) + ", not allocated");
-    size_t bytes = size_t(std::max(0.0, in.bytes)),
-           piece = liveBytes.at(in.buffer);
-    char *host = static_cast<char *>(pinned),
-         *dev = static_cast<char *>(it->second);
-    for (size_t off = 0; off < bytes; off += piece) {
-      size_t n = std::min(piece, bytes - off);
-      check(
-          in.backward
-              ? cudaMemcpyAsync(dev, host + off, n, cudaMemcpyHostToDevice, st)
-              : cudaMemcpyAsync(host + off, dev, n, cudaMemcpyDeviceToHost, st),
-          "cudaMemcpyAsync");
-    }
+  case InstrKind::Copy:
+    copy(in, st);
     break;
-  }
   case InstrKind::Free: {
     auto it = live.find(in.buffer);
     if (it != live.end()) {
