@@ -736,6 +736,15 @@ TEST(Lowering, EachRankChecksItselfAgainstItsPeers) {
     EXPECT_FALSE(back->ranks[2].lowered);
     EXPECT_EQ(back->ranks[3].code.size(), good.ranks[3].code.size());
     EXPECT_TRUE(back->pipeSends);
+    // A rank listed twice, or one the world has not: one line naming it.
+    nlohmann::ordered_json twice = programSetJson(part);
+    twice["ranks"].push_back(twice["ranks"][0]);
+    auto bad = programSetFromJson(twice);
+    ASSERT_FALSE(bool(bad));
+    std::string why = llvm::toString(bad.takeError());
+    EXPECT_NE(why.find("rank: out of range or listed twice"), std::string::npos)
+        << why;
+    EXPECT_EQ(why.find('\n'), std::string::npos);
   }
   // Names of communicators: the members alone.
   EXPECT_EQ(groupKey({0, 2}), groupKey({0, 2}));
