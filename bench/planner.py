@@ -71,7 +71,21 @@ def main():
               f"(import, outlining, search), {priced} candidates priced; best "
               f"{plan['strategy']['cli']} at {plan['predicted']['step_time_s']:.2f} s/step")
     fabric_tiers(orrery, args.build)
+    phases(orrery)
     return 0
+
+
+def phases(orrery):
+    """Where the planning time goes (`orrery plan --timings`): CPU seconds
+    per phase and the steps simulated, for the two problems above (one
+    search, --framework none)."""
+    for name, cluster, gbs in (("gpt3-175b", "128x8xA100-80G", 1536),
+                               ("llama3-405b", "2048x8xH100-SXM", 2048)):
+        proc = subprocess.run([orrery, "plan", name, "--cluster", cluster, "--global-batch",
+                               str(gbs), "--framework", "none", "--quiet", "--timings"],
+                              capture_output=True, text=True)
+        print(f"\n{name} on {cluster}:")
+        print(proc.stderr.rstrip() if proc.returncode == 0 else f"  failed: {proc.stderr.strip()}")
 
 
 def cpu_seconds(cmd):

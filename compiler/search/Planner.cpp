@@ -9,6 +9,7 @@
 #include <chrono>
 #include <climits>
 #include <cmath>
+#include <ctime>
 #include <functional>
 #include <limits>
 #include <optional>
@@ -300,6 +301,7 @@ struct SearchState {
       refusalTpIndex = tpIndex;
   }
   int64_t priced = 0, pruned = 0, refused = 0;
+  int64_t simulated = 0, scheduled = 0; // SearchTimings
   std::vector<Deferred> deferred;
   /// The best fitting candidates that recompute every layer: those whose
   /// partial recompute (recompute_layers) the search tries last.
@@ -451,8 +453,9 @@ void PlanSearch::consider(SearchState &st, const StepResult &r) {
   }
   // The `size` first of `list` and r by `less`.
   auto keep = [&](std::vector<StepResult> &list, int size, auto less) {
-    list.push_back(r);
-    std::sort(list.begin(), list.end(), less);
+    if (int(list.size()) >= size && !less(r, list.back()))
+      return; // no copy of a result the list would drop
+    list.insert(std::upper_bound(list.begin(), list.end(), r, less), r);
     if (int(list.size()) > size)
       list.pop_back();
   };
@@ -477,17 +480,23 @@ Priced PlanSearch::priceOne(SearchState &st, Strategy s) {
       !st.internal.empty())
     return Priced{}; // too many events to price in a search, or stopped
   // The bar a candidate must pass to enter the plans kept (by time):
-  // above it, the schedule is not run. Not for one that recomputes
-  // every layer: its partial recompute (tried last) may be faster.
+  // above it, the schedule is not run. One that recomputes every layer is
+  // bounded without its recompute (StepSchedule.cpp): its partial
+  // recompute (tried last) may be faster, but not than that.
   double bar = std::numeric_limits<double>::infinity();
   if (o.objective == Objective::Time &&
-      int(st.best.size()) >= std::max(1, o.topK) &&
-      !(s.recompute == Recompute::Full && s.recomputeLayers == 0))
+      int(st.best.size()) >= std::max(1, o.topK))
     bar = st.best.back().stepS;
   auto r = simulateStep(w, c, s, a, false, Detail::StepTime, bar);
   if (!r) {
     st.stopsOn(r.takeError(), s);
     return Priced{};
+  }
+  ++st.simulated;
+  st.scheduled += !r->pruned;
+  if (r->boundOnly) { // neither it nor a saver, split or schedule of it
+    ++st.pruned;      // can enter the plans kept: no memory to report
+    return Priced{0, r->stepS, r->stepS, 0};
   }
   // Pruned: this candidate takes at least r->stepS, any split of its
   // layers or zero-bubble schedule of it r->stepS - r->bubbleS.
@@ -533,6 +542,8 @@ void PlanSearch::balanceStages(SearchState &st, const Strategy &s,
       st.stopsOn(balanced.takeError(), b);
       continue;
     }
+    ++st.simulated;
+    st.scheduled += !balanced->pruned;
     if (balanced->pruned)
       continue;
     if (!fastest || balanced->stepS < fastest->stepS)
@@ -889,6 +900,8 @@ void PlanSearch::merge(SearchState &merged, SearchState &st, int &refusalAt) {
     merged.internal = st.internal;
   merged.priced += st.priced;
   merged.pruned += st.pruned;
+  merged.simulated += st.simulated;
+  merged.scheduled += st.scheduled;
   merged.refused += st.refused;
   for (StepResult &r : st.best)
     merged.best.push_back(std::move(r));
@@ -1098,16 +1111,29 @@ PlanSearch::run(PlanResult &result,
                   [](const LayerKind &k) { return bool(k.batchSplitLayout); });
   chooseSavers();
   maxExperts = w.experts();
+  std::vector<std::pair<std::string, double>> &phases =
+      result.timings.phaseCpuS;
+  double cpu = processCpuSeconds();
+  auto phase = [&](const char *name) {
+    double now = processCpuSeconds();
+    phases.emplace_back(name, now - cpu);
+    cpu = now;
+  };
   SearchState merged = searchOnWorkers();
+  phase("search: candidates on the workers");
   if (!merged.internal.empty())
     return err("plan: " + merged.internal);
   priceDeferred(merged);
+  phase("search: deferred memory savers");
   refinePartialRecompute(merged);
+  phase("search: partial recompute");
   if (!merged.internal.empty())
     return err("plan: " + merged.internal);
   result.candidatesPriced = merged.priced;
   result.candidatesPruned = merged.pruned;
   result.candidatesRefused = merged.refused;
+  result.timings.simulated = merged.simulated;
+  result.timings.scheduled = merged.scheduled;
   result.searchS =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
           .count();
@@ -1124,9 +1150,16 @@ PlanSearch::run(PlanResult &result,
     r = std::move(*full);
   }
   result.top = std::move(merged.best);
+  phase("search: the plans kept, priced in full");
   if (o.progress)
     o.progress(result.candidatesPriced, &result.top.front());
   return std::move(result);
+}
+
+double processCpuSeconds() {
+  timespec t{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return double(t.tv_sec) + 1e-9 * double(t.tv_nsec);
 }
 
 llvm::Expected<PlanResult>

@@ -730,8 +730,8 @@ Program PipelineLowering::lower(int stage_, int t_, int c_, int d_,
 
   buildGroups();
   // The schedule of this stage at this replica's micro-batches.
-  std::shared_ptr<const TaskOrder> order = sim.schedule(int(m));
-  const std::vector<Task> &tasks = (*order)[stage];
+  std::shared_ptr<const ScheduleOrder> order = sim.schedule(int(m));
+  const std::vector<Task> &tasks = order->tasks[stage];
   // The last task that computes a chunk's weight gradients (its W under
   // zero bubble) fills the last gradient bucket.
   zeroBubble = s.splitsWeightGradients();

@@ -174,27 +174,6 @@ void Simulation::dualPipeV(int i, int m, std::vector<Task> &o) const {
     W();
 }
 
-std::shared_ptr<const TaskOrder> Simulation::schedule(int m) const {
-  // What an order depends on: the schedule, its stages and chunks, the
-  // micro-batches, and a folded DualPipe's turn. A search alternates a
-  // few schedules of one pipeline (1F1B and its zero-bubble variants), so
-  // the thread keeps the last few orders it built.
-  using Key = std::array<int, 5>;
-  Key key = {int(s.schedule), s.pp, s.virtualStages, m, int(dualPipeTurn)};
-  constexpr size_t kKept = 8;
-  thread_local std::array<std::pair<Key, std::shared_ptr<const TaskOrder>>,
-                          kKept>
-      kept;
-  thread_local size_t nextSlot = 0;
-  for (const auto &[k, order] : kept)
-    if (order && k == key)
-      return order;
-  auto order = std::make_shared<const TaskOrder>(buildSchedule(m));
-  kept[nextSlot] = {key, order};
-  nextSlot = (nextSlot + 1) % kKept;
-  return order;
-}
-
 TaskOrder Simulation::buildSchedule(int m) const {
   int pp = s.pp, v = s.virtualStages;
   TaskOrder order(pp);

@@ -14,6 +14,7 @@
 
 #include <limits>
 #include <memory>
+#include <optional>
 #include <vector>
 
 namespace orrery {
@@ -141,6 +142,17 @@ struct Task {
 /// Per stage, its tasks in order.
 using TaskOrder = std::vector<std::vector<Task>>;
 
+/// A schedule: its task lists, and per stage the activations it holds at
+/// its peaks, as counts of micro-batches per chunk of the stage (the k-th
+/// count is chunkOnStage(stage, k)'s forwards run less its backwards run).
+/// The peaks are the points no other point of the run reaches in every
+/// chunk: any non-negative bytes per micro-batch and chunk peak at one of
+/// them (StepMemory.cpp).
+struct ScheduleOrder {
+  TaskOrder tasks;
+  std::vector<std::vector<std::vector<int>>> heldPeaks;
+};
+
 /// Per stage: when it finishes, how long it computed, its last backward.
 struct Timeline {
   bool ok = true;
@@ -206,9 +218,10 @@ struct StepLayout {
   bool uniform = true, partial = false;
   /// Per chunk: forward, backward (with recompute) and weight-gradient
   /// seconds; the tp, cp (exposed, and all of it) and ep collectives;
-  /// compute and its tensor-core share; recomputed FLOPs.
+  /// compute and its tensor-core share; recomputed FLOPs and the seconds
+  /// of the recompute in bwdS.
   std::vector<double> fwdS, bwdS, wS, tpS, cpS, cpAllS, epS, computeS, gemmS,
-      recompFlops;
+      recompFlops, recomputeS;
   /// Per chunk: activation bytes kept per micro-batch, the working bytes of
   /// its largest backward, the boundary tensor's bytes per tp rank, and
   /// under activation offload the bytes offloaded and the largest layer's.
@@ -251,7 +264,7 @@ struct PipelineTransfers {
 /// zero-bubble schedule; the ep collectives DualPipeV's pairs overlap).
 /// `pruned`: above the search's bar, the timeline is the bound's.
 struct ScheduledStep {
-  std::shared_ptr<const TaskOrder> order;
+  std::shared_ptr<const ScheduleOrder> order;
   Timeline timeline;
   std::vector<double> bS, fwdCommS, bwdCommS;
   bool pruned = false;
@@ -296,6 +309,11 @@ public:
   /// Layers into chunks, each layer kind priced per stage placement, the
   /// chunks' sums, tied copies (StepLayout.cpp).
   llvm::Expected<StepLayout> layOut(StepResult &r, bool keepTrace) const;
+  /// Before the layout, a search's bound of the step: the stages' mean
+  /// busy time over every layer's forward and backward without recompute
+  /// (StepSchedule.cpp); none where scheduleStep bounds nothing or stages
+  /// differ.
+  std::optional<double> leastBusyS() const;
   /// The boundary tensors' sends between chunks (PipelineTransfers.cpp).
   PipelineTransfers pipelineTransfers(const StepLayout &l, StepResult &r) const;
   /// The schedule run event by event, bounded, or MGRIT's solves
@@ -309,7 +327,7 @@ public:
   GradientSync syncGradients(const StepLayout &l, const Timeline &tl,
                              StepResult &r) const;
   /// Memory per stage and whether it fits (StepMemory.cpp).
-  void stageMemory(const StepLayout &l, const TaskOrder &order,
+  void stageMemory(const StepLayout &l, const ScheduleOrder &order,
                    const GradientSync &sync, StepResult &r) const;
   /// Throughput, FLOPs, energy and the slowest stage's breakdown
   /// (StepFigures.cpp).
@@ -339,10 +357,12 @@ public:
   fullyRecomputed(const std::vector<std::vector<int>> &chunkOf,
                   const std::vector<size_t> &sequence) const;
   /// Per stage, its tasks in the order the strategy's schedule runs them.
-  /// Shared: the last order built on a thread serves the next step of the
-  /// same shape (a search prices many candidates of one pipeline in a row).
-  std::shared_ptr<const TaskOrder> schedule(int microBatches) const;
+  /// Shared: the orders built serve every later step of the same shape,
+  /// on any thread (ScheduleCache.cpp).
+  std::shared_ptr<const ScheduleOrder> schedule(int microBatches) const;
   TaskOrder buildSchedule(int microBatches) const;
+  /// The held activations' peaks of `tasks` (ScheduleOrder).
+  void findHeldPeaks(ScheduleOrder &order) const;
   /// Stage i's tasks under ZB-V and DualPipeV (Schedule.cpp).
   void zeroBubbleV(int i, int m, std::vector<Task> &o) const;
   void zeroBubble2p(int i, int m, std::vector<Task> &o) const;
@@ -428,7 +448,7 @@ private:
   void optimizerStep(int i, double dense, double experts,
                      GradientSync &sync) const;
   double communicatorsBytes(const StagePlacement &p) const;
-  void memoryOf(int i, const StepLayout &l, const TaskOrder &order,
+  void memoryOf(int i, const StepLayout &l, const ScheduleOrder &order,
                 const GradientSync &sync, StepResult &r) const;
   /// MGRIT's timeline in place of a schedule's (StepSchedule.cpp).
   void mgritTimeline(const StepLayout &l, const PipelineLinks &links,

@@ -167,6 +167,13 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
   if (auto e = checkDevices(r))
     return std::move(e);
   r.assumptions = a;
+  if (std::optional<double> least = leastBusyS(); least && *least > boundS) {
+    if (auto e = checkAssumptions())
+      return std::move(e);
+    r.pruned = r.boundOnly = true;
+    r.stepS = *least;
+    return r;
+  }
   auto layout = layOut(r, keepTrace);
   if (!layout)
     return layout.takeError();
@@ -180,7 +187,7 @@ llvm::Expected<StepResult> Simulation::run(bool keepTrace) {
   double noTransferEnd =
       detail == Detail::StepTime || sch->pruned || (s.pp == 1 && !dualPipeTurn)
           ? sch->timeline.free[sync.slowest]
-          : runSchedule(*sch->order, chunks, int(s.microBatches()),
+          : runSchedule(sch->order->tasks, chunks, int(s.microBatches()),
                         layout->fwdS, sch->bS, PipelineLinks::none(chunks),
                         nullptr, &layout->wS, &sch->fwdCommS, &sch->bwdCommS)
                 .free[sync.slowest];

@@ -27,17 +27,19 @@ double secondsOf(const LayerTime &t) {
 
 std::vector<std::vector<int>>
 Simulation::chunkLayers(std::vector<size_t> &sequence) const {
+  sequence.reserve(size_t(w.totalLayers()));
   for (const LayerRun &run : w.layers)
-    for (int64_t i = 0; i < run.count; ++i)
-      sequence.push_back(run.kind);
+    sequence.insert(sequence.end(), size_t(run.count), run.kind);
   int chunks = s.pp * s.virtualStages;
   std::vector<int> sizes =
       s.stageLayers.empty() ? w.layersPerChunk(chunks) : s.stageLayers;
   std::vector<std::vector<int>> out(chunks);
   int next = 0;
-  for (int i = 0; i < chunks; ++i)
-    for (int j = 0; j < sizes[i]; ++j)
-      out[i].push_back(next++);
+  for (int i = 0; i < chunks; ++i) {
+    out[i].resize(size_t(std::max(0, sizes[i])));
+    for (int &layer : out[i])
+      layer = next++;
+  }
   return out;
 }
 
@@ -86,6 +88,7 @@ llvm::Expected<StepLayout> Simulation::layOut(StepResult &r,
                   &l.cpAllS,
                   &l.epS,
                   &l.recompFlops,
+                  &l.recomputeS,
                   &l.offloadedBytes,
                   &l.largestLayerBytes,
                   &l.offloadS,
@@ -201,6 +204,7 @@ void Simulation::sumChunk(StepLayout &l, int ch) const {
     l.gemmS[ch] += t.forwardGemmS + t.backwardGemmS +
                    (t.fullRecompute ? t.forwardGemmS : t.recomputeGemmS);
     l.recompFlops[ch] += t.recomputeFlops;
+    l.recomputeS[ch] += t.recomputeS;
     l.keptBytes[ch] += t.keptBytes;
     l.workingBytes[ch] = std::max(l.workingBytes[ch], t.workingBytes);
     // A layer kind's parameters are counted at its first instance; the
@@ -293,19 +297,28 @@ void Simulation::tieWeights(StepLayout &l) const {
   l.tiedCopyParams.assign(size_t(pp), 0.0);
   if (pp <= 1)
     return;
-  std::vector<std::vector<bool>> holds(pp, std::vector<bool>(w.kinds.size()));
+  // Whether stage i holds kind k (and a copy of it): [i * kinds + k].
+  size_t kinds = w.kinds.size();
+  bool tied =
+      std::any_of(w.kinds.begin(), w.kinds.end(), [](const LayerKind &k) {
+        return k.tiedParameters > 0 && k.tiedWithKind >= 0;
+      });
+  if (!tied)
+    return;
+  std::vector<char> holds(size_t(pp) * kinds, 0);
   for (int ch = 0; ch < chunks; ++ch)
     for (int layer : l.chunkOf[ch])
-      holds[s.stageOfChunk(ch)][l.sequence[layer]] = true;
-  std::vector<std::vector<bool>> copied = holds;
+      holds[size_t(s.stageOfChunk(ch)) * kinds + l.sequence[layer]] = 1;
+  std::vector<char> copied = holds;
   for (int ch = 0; ch < chunks; ++ch) {
     int i = s.stageOfChunk(ch);
     for (int layer : l.chunkOf[ch]) {
       const LayerKind &kind = w.kinds[l.sequence[layer]];
       int owner = kind.tiedWithKind;
-      if (kind.tiedParameters <= 0 || owner < 0 || copied[i][owner])
+      if (kind.tiedParameters <= 0 || owner < 0 ||
+          copied[size_t(i) * kinds + owner])
         continue;
-      copied[i][owner] = true; // one copy per stage
+      copied[size_t(i) * kinds + owner] = 1; // one copy per stage
       double copy =
           double(kind.tiedParameters - kind.tiedReplicatedParameters) /
               at[i].tp +
@@ -323,7 +336,7 @@ void Simulation::tieWeights(StepLayout &l) const {
       l.tiedCopy[i] += copy;
       l.tiedCopyParams[i] += copy;
       for (int j = 0; j < pp; ++j)
-        if (holds[j][owner]) {
+        if (holds[size_t(j) * kinds + owner]) {
           l.tiedSyncS[j] += sync;
           l.tiedCopy[j] += copy;
           break;
@@ -337,19 +350,20 @@ void Simulation::tieWeights(StepLayout &l) const {
 /// keeps.
 void Simulation::stageKindFigures(const StepLayout &l, StepResult &r) const {
   int pp = s.pp;
-  r.stageKindSeconds.resize(pp);
-  r.stageKindParams.resize(pp);
-  r.stageKindKeptBytes.resize(pp);
+  size_t kinds = w.kinds.size();
+  r.stageKindSeconds.assign(pp, std::vector<double>(kinds));
+  r.stageKindParams.assign(pp, std::vector<double>(kinds));
+  r.stageKindKeptBytes.assign(pp, std::vector<double>(kinds));
   for (int i = 0; i < pp; ++i)
-    for (size_t k = 0; k < w.kinds.size(); ++k) {
+    for (size_t k = 0; k < kinds; ++k) {
       const LayerTime &t = l.stageTimes(i)[k];
       const LayerKind &kind =
           w.kinds[k].forMicroBatch(s.microBatch, at[i].tp, s.tpBatchSplit);
-      r.stageKindSeconds[i].push_back(secondsOf(t));
-      r.stageKindParams[i].push_back(
+      r.stageKindSeconds[i][k] = secondsOf(t);
+      r.stageKindParams[i][k] =
           double(kind.parameters - kind.replicatedParameters) / at[i].tp +
-          double(kind.replicatedParameters));
-      r.stageKindKeptBytes[i].push_back(t.keptBytes);
+          double(kind.replicatedParameters);
+      r.stageKindKeptBytes[i][k] = t.keptBytes;
     }
 }
 

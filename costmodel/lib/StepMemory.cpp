@@ -19,7 +19,7 @@
 namespace orrery {
 namespace detail {
 
-void Simulation::stageMemory(const StepLayout &l, const TaskOrder &order,
+void Simulation::stageMemory(const StepLayout &l, const ScheduleOrder &order,
                              const GradientSync &sync, StepResult &r) const {
   r.stages.resize(s.pp);
   for (int i = 0; i < s.pp; ++i)
@@ -87,8 +87,9 @@ static std::string hostShortfall(int stage, double hostBytes,
   return buf;
 }
 
-void Simulation::memoryOf(int i, const StepLayout &l, const TaskOrder &order,
-                          const GradientSync &sync, StepResult &r) const {
+void Simulation::memoryOf(int i, const StepLayout &l,
+                          const ScheduleOrder &order, const GradientSync &sync,
+                          StepResult &r) const {
   int v = s.virtualStages;
   StageReport &st = r.stages[i];
   const DeviceSpec &dev = *at[i].device;
@@ -96,7 +97,7 @@ void Simulation::memoryOf(int i, const StepLayout &l, const TaskOrder &order,
   st.capacityBytes = dev.memoryBytes;
   st.tp = at[i].tp;
   st.devices = at[i].tp * s.cp * s.dp;
-  double p = 0, live = 0, peak = 0, working = 0, fp8Copies = 0;
+  double p = 0, peak = 0, working = 0, fp8Copies = 0;
   double frozen = 0, buffers = 0;
   for (int c2 = 0; c2 < v; ++c2) {
     int ch = s.chunkOnStage(i, c2);
@@ -115,23 +116,19 @@ void Simulation::memoryOf(int i, const StepLayout &l, const TaskOrder &order,
   // count what a deferred W reads within 1F1B's peak).
   // Under activation offload the device keeps what is not offloaded,
   // and the host the rest, at the schedule's peak of each.
-  double hostLive = 0, hostPeak = 0, inFlight = 0;
-  for (const Task &t : order[i]) {
-    double offloaded = s.offloadActivations ? l.offloadedBytes[t.vs] : 0;
-    if (!t.backward) {
-      live += l.keptBytes[t.vs] - offloaded;
-      hostLive += offloaded;
-    } else if (!t.weight) {
-      live -= l.keptBytes[t.vs] - offloaded;
-      hostLive -= offloaded;
+  // The peaks of the micro-batches held per chunk (ScheduleOrder): the
+  // bytes each chunk keeps, less what it offloads, are not negative.
+  double hostPeak = 0, inFlight = 0;
+  for (const std::vector<int> &held : order.heldPeaks[i]) {
+    double live = 0, hostLive = 0;
+    for (int c2 = 0; c2 < v; ++c2) {
+      int ch = s.chunkOnStage(i, c2);
+      double offloaded = s.offloadActivations ? l.offloadedBytes[ch] : 0;
+      live += held[c2] * (l.keptBytes[ch] - offloaded);
+      hostLive += held[c2] * offloaded;
     }
     peak = std::max(peak, live);
     hostPeak = std::max(hostPeak, hostLive);
-    if (t.pairVs >= 0) { // the pair's backward frees its chunk's after
-      double pairOff = s.offloadActivations ? l.offloadedBytes[t.pairVs] : 0;
-      live -= l.keptBytes[t.pairVs] - pairOff;
-      hostLive -= pairOff;
-    }
   }
   double hostBytes = sync.hostBytesPerNode[i], hostActivationBytes = 0;
   if (s.offloadActivations) {
@@ -152,10 +149,10 @@ void Simulation::memoryOf(int i, const StepLayout &l, const TaskOrder &order,
   double expertsHere = 0;
   for (int c2 = 0; c2 < v; ++c2)
     expertsHere += l.expertParams[s.chunkOnStage(i, c2)];
-  ModelState state = modelState({p, expertsHere, frozen, s.zeroStage, dp,
-                                 expertShard(dp), s.offloadOptimizer,
-                                 s.pp > 1 && dp > 1},
-                                a);
+  ModelState state =
+      modelState({p, expertsHere, frozen, s.zeroStage, dp, expertShard(dp),
+                  s.offloadOptimizer, s.pp > 1 && dp > 1},
+                 a);
   MemoryBreakdown &mem = st.memory;
   // fp8 keeps each linear weight in fp8 and transposed (1 byte each)
   // beside its 16-bit copy; buffers at their own types, whole on every

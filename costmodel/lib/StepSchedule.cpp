@@ -51,14 +51,20 @@ Simulation::scheduleStep(const StepLayout &l, const PipelineTransfers &x,
   // do); and, for this split and schedule, a stage's tasks after the first
   // micro-batch's forward down the chunks before it (and, where its last
   // task is its first chunk's backward, GPipe and 1F1B, that backward's
-  // way back up).
+  // way back up). Where every layer recomputes, the backwards without
+  // their recompute: the bound then holds for any partial recompute of
+  // the same candidate too (which the search tries after).
   double &anySplitS = sch.anySplitS, &thisSplitS = sch.thisSplitS;
   if (boundS < std::numeric_limits<double>::infinity() && !dualPipeTurn &&
       s.schedule != Schedule::DualPipeV &&
       s.schedule != Schedule::LayerParallelMgrit) {
+    bool everyLayer = s.recompute == Recompute::Full && s.recomputeLayers == 0;
+    std::vector<double> leastBwdS = bwdS;
+    for (int ch = 0; everyLayer && ch < chunks; ++ch)
+      leastBwdS[ch] = std::max(0.0, bwdS[ch] - l.recomputeS[ch]);
     std::vector<double> stageBusy(pp, 0.0);
     for (int ch = 0; ch < chunks; ++ch)
-      stageBusy[s.stageOfChunk(ch)] += double(m) * (fwdS[ch] + bwdS[ch]);
+      stageBusy[s.stageOfChunk(ch)] += double(m) * (fwdS[ch] + leastBwdS[ch]);
     bool drains = s.schedule == Schedule::GPipe ||
                   (s.schedule == Schedule::OneFOneB && v == 1);
     double fill = 0, drain = 0;
@@ -67,7 +73,7 @@ Simulation::scheduleStep(const StepLayout &l, const PipelineTransfers &x,
       thisSplitS = std::max(thisSplitS, fill + stageBusy[i] + drain);
       fill += fwdS[i]; // chunk i is stage i's first
       if (drains)
-        drain += bwdS[i];
+        drain += leastBwdS[i];
     }
   }
   sch.pruned = thisSplitS > boundS;
@@ -78,7 +84,7 @@ Simulation::scheduleStep(const StepLayout &l, const PipelineTransfers &x,
     tl.lastBackwardS.assign(pp, 0);
     r.pruned = true;
   } else {
-    tl = runSchedule(*sch.order, chunks, m, fwdS, sch.bS, x.links,
+    tl = runSchedule(sch.order->tasks, chunks, m, fwdS, sch.bS, x.links,
                      keepTrace ? &r.trace : nullptr, &wS, &sch.fwdCommS,
                      &sch.bwdCommS);
   }
@@ -88,6 +94,30 @@ Simulation::scheduleStep(const StepLayout &l, const PipelineTransfers &x,
   if (s.schedule == Schedule::LayerParallelMgrit)
     mgritTimeline(l, x.links, tl, r, keepTrace);
   return sch;
+}
+
+/// Every stage alike: the layer kinds priced once on stage 0's placement,
+/// each run of layers m times forward and backward (less its recompute),
+/// over the stages. A sum of the same terms as layOut's chunks, less what
+/// they add (activation offload's transfers beyond the compute, the
+/// recompute): at most scheduleStep's anySplitS.
+std::optional<double> Simulation::leastBusyS() const {
+  bool straggler = a.stragglerStage >= 0 && a.stragglerStage < s.pp;
+  if (boundS == std::numeric_limits<double>::infinity() || !uniform ||
+      straggler || dualPipeTurn || s.schedule == Schedule::DualPipeV ||
+      s.schedule == Schedule::LayerParallelMgrit || s.recomputeLayers > 0)
+    return std::nullopt;
+  double layers = 0;
+  for (const LayerRun &run : w.layers) {
+    const LayerKind &layout =
+        w.kinds[run.kind].forMicroBatch(s.microBatch, at[0].tp, s.tpBatchSplit);
+    LayerTime t = layerTime(layout, at[0]);
+    layers +=
+        double(run.count) *
+        (t.forwardComputeS + t.forwardTpS + t.forwardCpS + t.forwardEpS +
+         t.backwardComputeS + t.backwardTpS + t.backwardCpS + t.backwardEpS);
+  }
+  return double(s.microBatches()) * layers / s.pp;
 }
 
 /// Two-level MGRIT (Günther et al. 2020), each replica's batch at once: an

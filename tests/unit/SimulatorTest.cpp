@@ -683,7 +683,9 @@ TEST(Collective, Dgx1RingsFollowTheCubeMesh) {
 // A search's bar: a step bounded below its own lower bound is not run
 // event by event, and the bounds it states hold: stepS under this step,
 // stepS - bubbleS under every split of its layers and its zero-bubble
-// schedules; the memory is the step's own.
+// schedules; the memory is the step's own. Below even the stages' mean
+// busy time without recompute, the layout is not priced either (boundOnly)
+// and that bound holds under every split, schedule and recompute.
 TEST(Simulator, ABoundedStepStatesLowerBounds) {
   Workload w = uniformModel(16, 1e13, int64_t(1e8), 1 << 24);
   LayerKind head = w.kinds[0];
@@ -719,8 +721,15 @@ TEST(Simulator, ABoundedStepStatesLowerBounds) {
     StepResult full = step(text, std::numeric_limits<double>::infinity());
     ASSERT_FALSE(full.pruned) << text;
     EXPECT_FALSE(step(text, full.stepS).pruned) << text; // bound <= step
-    StepResult bounded = step(text, 0);
+    StepResult least = step(text, 0);
+    ASSERT_TRUE(least.pruned && least.boundOnly) << text;
+    EXPECT_GT(least.stepS, 0) << text;
+    EXPECT_LE(least.stepS, full.stepS) << text;
+    // Just above the least bound: the layout priced, the schedule not.
+    StepResult bounded = step(text, least.stepS);
     ASSERT_TRUE(bounded.pruned) << text;
+    EXPECT_FALSE(bounded.boundOnly) << text;
+    EXPECT_LE(least.stepS, bounded.stepS - bounded.bubbleS + 1e-9) << text;
     EXPECT_LE(bounded.stepS, full.stepS) << text;
     EXPECT_GE(bounded.bubbleS, 0) << text;
     EXPECT_EQ(bounded.peakMemoryBytes, full.peakMemoryBytes) << text;
@@ -733,11 +742,24 @@ TEST(Simulator, ABoundedStepStatesLowerBounds) {
     double anySplit = bounded.stepS - bounded.bubbleS;
     for (const std::string &v : variants) {
       std::string other = text.substr(0, text.find(",layers")) + "," + v;
-      EXPECT_LE(anySplit,
-                step(other, std::numeric_limits<double>::infinity()).stepS)
-          << other;
+      double otherS =
+          step(other, std::numeric_limits<double>::infinity()).stepS;
+      EXPECT_LE(anySplit, otherS) << other;
+      EXPECT_LE(least.stepS, otherS) << other;
     }
   }
+  // Recomputing every layer: the least bound leaves the recompute out, so
+  // it holds under every partial recompute and none.
+  const double inf = std::numeric_limits<double>::infinity();
+  StepResult least = step("pp=4,dp=2,mbs=1,gbs=16,recompute=full", 0);
+  ASSERT_TRUE(least.boundOnly);
+  for (const char *other :
+       {"pp=4,dp=2,mbs=1,gbs=16", "pp=4,dp=2,mbs=1,gbs=16,recompute=full",
+        "pp=4,dp=2,mbs=1,gbs=16,recompute=full,recompute_layers=2",
+        "pp=4,dp=2,mbs=1,gbs=16,recompute=selective"})
+    EXPECT_LE(least.stepS, step(other, inf).stepS) << other;
+  EXPECT_LT(least.stepS,
+            step("pp=4,dp=2,mbs=1,gbs=16,recompute=full", inf).stepS * 0.9);
 }
 
 // The planner's bound prunes without changing what it finds: the best

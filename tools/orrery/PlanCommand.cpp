@@ -278,6 +278,15 @@ static llvm::Expected<PlanResult> searchRunnable(const Workload &w,
   runnable->candidatesPriced += fastest->candidatesPriced;
   runnable->candidatesPruned += fastest->candidatesPruned;
   runnable->searchS += fastest->searchS;
+  // Both searches' phases, the one without a framework first.
+  SearchTimings &times = runnable->timings;
+  for (auto &[name, s] : times.phaseCpuS)
+    name += " (runnable)";
+  times.phaseCpuS.insert(times.phaseCpuS.begin(),
+                         fastest->timings.phaseCpuS.begin(),
+                         fastest->timings.phaseCpuS.end());
+  times.simulated += fastest->timings.simulated;
+  times.scheduled += fastest->timings.scheduled;
   if (score(fastest->top.front()) < score(runnable->top.front()))
     runnable->fastestUnrunnable = fastest->top.front();
   return runnable;

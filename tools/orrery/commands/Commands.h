@@ -76,7 +76,7 @@ struct PlanCommand {
   double budget = 0;
   int topK = 5;
   std::string rankBy = "step";
-  bool explain = false, json = false, quiet = false;
+  bool explain = false, json = false, quiet = false, timings = false;
   std::string fixedStrategy, lengthBuckets, emitMlir;
   std::string framework = "any";
   double moeImbalance = 1, moeCapacity = 0;

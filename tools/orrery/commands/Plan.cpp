@@ -7,6 +7,7 @@
 #include "PlanReport.h"
 #include "orrery/Plan/Capabilities.h"
 
+#include <cstdio>
 #include <fstream>
 #include <iostream>
 #include <optional>
@@ -49,6 +50,9 @@ void PlanCommand::add(CLI::App &app) {
                 "say why the best plan beats the runners-up");
   cmd->add_option("-o,--output", output, "write the plan JSON to FILE");
   cmd->add_flag("--json", json, "print the plan JSON instead of the summary");
+  cmd->add_flag("--timings", timings,
+                "print where the planning's CPU time went to stderr (process "
+                "start, front end, workload, the search's phases, output)");
   cmd->add_flag("--quiet", quiet,
                 "no progress on stderr (shown only when stderr is a terminal)");
   cmd->add_option(
@@ -101,7 +105,42 @@ static const char *bucketConflict(const PlanCommand &p, const Cluster &c,
                                         : nullptr;
 }
 
+/// --timings: each phase's CPU seconds (every thread's) and the search's
+/// counts, to stderr.
+static void printTimings(const std::vector<std::pair<std::string, double>> &p,
+                         const PlanResult *plan) {
+  double total = 0;
+  std::fprintf(stderr, "timings (CPU seconds of this process):\n");
+  for (const auto &[name, s] : p) {
+    std::fprintf(stderr, "  %-52s %8.3f\n", name.c_str(), s);
+    total += s;
+  }
+  std::fprintf(stderr, "  %-52s %8.3f\n", "total", total);
+  if (!plan)
+    return;
+  const SearchTimings &t = plan->timings;
+  double searchS = 0;
+  for (const auto &[name, s] : t.phaseCpuS)
+    searchS += s;
+  std::fprintf(stderr,
+               "  candidates: %lld priced, %lld pruned (memory floor or "
+               "step bound); %lld steps simulated, %lld of them scheduled "
+               "(the rest stopped at the bound); %.1f us of search a step\n",
+               (long long)plan->candidatesPriced,
+               (long long)plan->candidatesPruned, (long long)t.simulated,
+               (long long)t.scheduled,
+               t.simulated ? 1e6 * searchS / double(t.simulated) : 0.0);
+}
+
 int PlanCommand::run() {
+  std::vector<std::pair<std::string, double>> phases;
+  double cpu = 0;
+  auto phase = [&](const char *name) {
+    double now = processCpuSeconds();
+    phases.emplace_back(name, now - cpu);
+    cpu = now;
+  };
+  phase("process start (libraries, static init, arguments)");
   ModelArgs modelArgs = args;
   // The kernels the plan is priced with (--kernels).
   Assumptions assumptions;
@@ -135,10 +174,12 @@ int PlanCommand::run() {
   auto module = frontEnd(ctx, modelArgs, true, nullptr, rc);
   if (!module)
     return rc;
+  phase("front end (model, import, passes)");
   auto setup = preparePlan(*module, modelArgs, {cluster, nullptr}, precision,
                            assumptions);
   if (!setup)
     return fail(llvm::toString(setup.takeError()));
+  phase("cluster and workload");
 
   PlanRequest request;
   request.globalBatch = globalBatch;
@@ -174,6 +215,13 @@ int PlanCommand::run() {
   auto made = searchPlan(*setup, *options, request, !emitMlir.empty());
   if (!made)
     return fail(llvm::toString(made.takeError()));
+  phase("options, stragglers and the plan JSON");
+  if (made->plan) { // the search's own phases before what surrounds them
+    const auto &searched = made->plan->timings.phaseCpuS;
+    for (const auto &p : searched)
+      phases.back().second -= p.second;
+    phases.insert(phases.end() - 1, searched.begin(), searched.end());
+  }
   std::string text = made->doc.dump(2) + "\n";
   if (!output.empty()) {
     std::ofstream out(output);
@@ -196,6 +244,11 @@ int PlanCommand::run() {
     printPlan(std::cout, *made->plan, setup->workload, options->objective,
               explain);
     printPlanExtras(std::cout, *made);
+  }
+  if (timings) {
+    std::cout.flush();
+    phase("output");
+    printTimings(phases, made->plan ? &*made->plan : nullptr);
   }
   return 0;
 }

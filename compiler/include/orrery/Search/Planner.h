@@ -47,6 +47,18 @@ struct PlanOptions {
   std::function<void(int64_t priced, const StepResult *best)> progress;
 };
 
+/// CPU seconds of this process so far (every thread's): what a phase of
+/// the search cost, on a machine shared with others.
+double processCpuSeconds();
+
+/// Where a search's time went (orrery plan --timings): each phase's CPU
+/// seconds (every thread's) in order, and the steps simulated, of which
+/// those whose schedule ran (the rest stopped at the bound).
+struct SearchTimings {
+  std::vector<std::pair<std::string, double>> phaseCpuS;
+  int64_t simulated = 0, scheduled = 0;
+};
+
 struct PlanResult {
   std::vector<StepResult> top; ///< best first
   int64_t candidatesPriced = 0;
@@ -59,6 +71,7 @@ struct PlanResult {
   /// (what the user gives up for a plan that runs).
   std::optional<StepResult> fastestUnrunnable;
   double searchS = 0;
+  SearchTimings timings; ///< not part of the plan: machine-dependent
   /// The devices the plan uses (all of them unless a budget cut nodes).
   Cluster cluster;
 };

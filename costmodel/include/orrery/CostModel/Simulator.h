@@ -288,6 +288,12 @@ struct StepResult {
   /// split of its layers and of its zero-bubble schedules (the stages'
   /// mean busy time; not DualPipe's overlapped pairs).
   bool pruned = false;
+  /// Pruned before its layout (Simulation::leastBusyS): only stepS is
+  /// priced, the stages' mean busy time of every layer's forward and
+  /// backward without recompute, a bound of this step under any split,
+  /// schedule (not DualPipe's pairs), recompute, memory saver or
+  /// activation offload; memory is not priced (`fits` says nothing).
+  bool boundOnly = false;
   std::string doesNotFit; ///< the reason when !fits
   /// Energy: every device of the plan at its power by activity; cost:
   /// the devices' price per hour over the step.
