@@ -394,6 +394,8 @@ llvm::Expected<RunResult> runOnCpu(const ProgramSet &set, const LaunchEnv &env,
                                    const RunOptions &options) {
   if (auto e = runtime::checkLaunch(set, env))
     return std::move(e);
+  if (auto e = runtime::loadBlas())
+    return std::move(e);
   runtime::CpuRank rank(set, env, options);
   return rank.run();
 }

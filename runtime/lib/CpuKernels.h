@@ -8,6 +8,7 @@
 #define ORRERY_RUNTIME_LIB_CPUKERNELS_H
 
 #include "orrery/CostModel/Program.h"
+#include "llvm/Support/Error.h"
 
 #include <vector>
 
@@ -24,7 +25,13 @@ struct Scratch {
   }
 };
 
-/// batch products of [m, k] x [k, n] (OpenBLAS sgemm).
+/// OpenBLAS, loaded on the CPU backend's first use (runOnCpu, profileCpu),
+/// not linked: its thread pool spins for a while after it loads, which
+/// every orrery process paid, a plan's search included. An error names the
+/// library that could not be loaded.
+llvm::Error loadBlas();
+
+/// batch products of [m, k] x [k, n] (OpenBLAS sgemm; loadBlas first).
 void gemm(Scratch &s, int64_t m, int64_t n, int64_t k, int64_t batch);
 /// Streams `bytes`: reads two thirds, writes one third (y = a·x + y).
 void stream(Scratch &s, double bytes);

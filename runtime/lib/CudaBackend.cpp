@@ -16,14 +16,13 @@
 //
 //===----------------------------------------------------------------------===//
 #include "CudaKernels.h"
+#include "CudaLibraries.h"
 #include "ProfileFit.h"
 #include "TcpStore.h"
 #include "orrery/CostModel/Hardware.h"
 #include "orrery/Runtime/Runtime.h"
 
-#include <cublasLt.h>
 #include <cuda_runtime.h>
-#include <nccl.h>
 
 #include <algorithm>
 #include <map>
@@ -54,7 +53,8 @@ void check(cublasStatus_t e, const char *what) {
 }
 void check(ncclResult_t e, const char *what) {
   if (e != ncclSuccess)
-    throw std::runtime_error(std::string(what) + ": " + ncclGetErrorString(e));
+    throw std::runtime_error(std::string(what) + ": " +
+                             cuda().ncclGetErrorString(e));
 }
 
 /// The catalog's chip name ("A100-80G" -> "A100") appears in CUDA's.
@@ -109,17 +109,17 @@ private:
 
 Blas::~Blas() {
   for (auto &[key, g] : gemms) {
-    cublasLtMatmulDescDestroy(g.desc);
-    cublasLtMatrixLayoutDestroy(g.a);
-    cublasLtMatrixLayoutDestroy(g.b);
-    cublasLtMatrixLayoutDestroy(g.c);
+    cuda().cublasLtMatmulDescDestroy(g.desc);
+    cuda().cublasLtMatrixLayoutDestroy(g.a);
+    cuda().cublasLtMatrixLayoutDestroy(g.b);
+    cuda().cublasLtMatrixLayoutDestroy(g.c);
   }
   if (lt)
-    cublasLtDestroy(lt);
+    cuda().cublasLtDestroy(lt);
 }
 
 void Blas::init() {
-  check(cublasLtCreate(&lt), "cublasLtCreate");
+  check(cuda().cublasLtCreate(&lt), "cublasLtCreate");
   check(cudaMalloc(&workspace, workspaceBytes), "cudaMalloc workspace");
 }
 
@@ -197,9 +197,9 @@ CudaRank::~CudaRank() {
   if (pinned)
     cudaFreeHost(pinned);
   for (auto &[key, comm] : comms)
-    ncclCommDestroy(comm);
+    cuda().ncclCommDestroy(comm);
   if (world)
-    ncclCommDestroy(world);
+    cuda().ncclCommDestroy(world);
 }
 
 Blas::Gemm &Blas::gemmFor(int64_t m, int64_t n, int64_t k, int64_t batch,
@@ -212,50 +212,50 @@ Blas::Gemm &Blas::gemmFor(int64_t m, int64_t n, int64_t k, int64_t batch,
   cudaDataType_t t = dataType(p);
   cublasComputeType_t compute =
       p == Precision::TF32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
-  check(cublasLtMatmulDescCreate(&g.desc, compute, CUDA_R_32F),
+  check(cuda().cublasLtMatmulDescCreate(&g.desc, compute, CUDA_R_32F),
         "cublasLtMatmulDescCreate");
   // Row-major C[m,n] = A[m,k]·B[k,n] is column-major Cᵀ = Bᵀ·Aᵀ.
   cublasOperation_t opB = transB ? CUBLAS_OP_T : CUBLAS_OP_N,
                     opA = transA ? CUBLAS_OP_T : CUBLAS_OP_N;
-  check(cublasLtMatmulDescSetAttribute(g.desc, CUBLASLT_MATMUL_DESC_TRANSA,
-                                       &opB, sizeof opB),
+  check(cuda().cublasLtMatmulDescSetAttribute(
+            g.desc, CUBLASLT_MATMUL_DESC_TRANSA, &opB, sizeof opB),
         "TRANSA");
-  check(cublasLtMatmulDescSetAttribute(g.desc, CUBLASLT_MATMUL_DESC_TRANSB,
-                                       &opA, sizeof opA),
+  check(cuda().cublasLtMatmulDescSetAttribute(
+            g.desc, CUBLASLT_MATMUL_DESC_TRANSB, &opA, sizeof opA),
         "TRANSB");
-  check(cublasLtMatrixLayoutCreate(&g.a, t, transB ? k : n, transB ? n : k,
-                                   transB ? k : n),
+  check(cuda().cublasLtMatrixLayoutCreate(&g.a, t, transB ? k : n,
+                                          transB ? n : k, transB ? k : n),
         "layout B");
-  check(cublasLtMatrixLayoutCreate(&g.b, t, transA ? m : k, transA ? k : m,
-                                   transA ? m : k),
+  check(cuda().cublasLtMatrixLayoutCreate(&g.b, t, transA ? m : k,
+                                          transA ? k : m, transA ? m : k),
         "layout A");
-  check(cublasLtMatrixLayoutCreate(&g.c, t, n, m, n), "layout C");
+  check(cuda().cublasLtMatrixLayoutCreate(&g.c, t, n, m, n), "layout C");
   if (batch > 1)
     for (auto [layout, stride] : {std::pair{g.a, n * k}, std::pair{g.b, m * k},
                                   std::pair{g.c, m * n}}) {
       int32_t count = int32_t(batch);
       int64_t s = stride;
-      check(cublasLtMatrixLayoutSetAttribute(layout,
-                                             CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT,
-                                             &count, sizeof count),
-            "batch count");
-      check(cublasLtMatrixLayoutSetAttribute(
+      check(
+          cuda().cublasLtMatrixLayoutSetAttribute(
+              layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof count),
+          "batch count");
+      check(cuda().cublasLtMatrixLayoutSetAttribute(
                 layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &s,
                 sizeof s),
             "batch stride");
     }
   cublasLtMatmulPreference_t pref = nullptr;
-  check(cublasLtMatmulPreferenceCreate(&pref), "preference");
-  check(cublasLtMatmulPreferenceSetAttribute(
+  check(cuda().cublasLtMatmulPreferenceCreate(&pref), "preference");
+  check(cuda().cublasLtMatmulPreferenceSetAttribute(
             pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspaceBytes,
             sizeof workspaceBytes),
         "workspace preference");
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
-  check(cublasLtMatmulAlgoGetHeuristic(lt, g.desc, g.a, g.b, g.c, g.c, pref, 1,
-                                       &result, &found),
+  check(cuda().cublasLtMatmulAlgoGetHeuristic(lt, g.desc, g.a, g.b, g.c, g.c,
+                                              pref, 1, &result, &found),
         "cublasLtMatmulAlgoGetHeuristic");
-  cublasLtMatmulPreferenceDestroy(pref);
+  cuda().cublasLtMatmulPreferenceDestroy(pref);
   if (found == 0)
     throw std::runtime_error("cuBLASLt has no algorithm for a " +
                              std::to_string(m) + "x" + std::to_string(n) + "x" +
@@ -272,8 +272,9 @@ void Blas::matmul(int64_t m, int64_t n, int64_t k, int64_t batch, Precision p,
                   bool transA, bool transB, cudaStream_t st) {
   Gemm &g = gemmFor(m, n, k, batch, p, transA, transB);
   float alpha = 1, beta = 0;
-  check(cublasLtMatmul(lt, g.desc, &alpha, g.B, g.a, g.A, g.b, &beta, g.C, g.c,
-                       g.C, g.c, &g.algo, workspace, workspaceBytes, st),
+  check(cuda().cublasLtMatmul(lt, g.desc, &alpha, g.B, g.a, g.A, g.b, &beta,
+                              g.C, g.c, g.C, g.c, &g.algo, workspace,
+                              workspaceBytes, st),
         "cublasLtMatmul");
 }
 
@@ -303,14 +304,14 @@ void CudaRank::setUp() {
                                     options.timeout);
   ncclUniqueId id;
   if (env.rank == 0) {
-    check(ncclGetUniqueId(&id), "ncclGetUniqueId");
+    check(cuda().ncclGetUniqueId(&id), "ncclGetUniqueId");
     rv->store->set("nccl/world",
                    std::vector<char>(id.internal, id.internal + sizeof id));
   } else {
     std::vector<char> v = rv->store->get("nccl/world");
     std::copy(v.begin(), v.end(), id.internal);
   }
-  check(ncclCommInitRank(&world, set.worldSize, id, env.rank),
+  check(cuda().ncclCommInitRank(&world, set.worldSize, id, env.rank),
         "ncclCommInitRank");
   // Each communicator this rank is in, made by its members alone: the
   // lowest member publishes an id under the communicator's name (groupKey:
@@ -350,7 +351,7 @@ void CudaRank::setUp() {
     int me = int(std::find(m.begin(), m.end(), env.rank) - m.begin());
     ncclUniqueId cid;
     if (me == 0) {
-      check(ncclGetUniqueId(&cid), "ncclGetUniqueId");
+      check(cuda().ncclGetUniqueId(&cid), "ncclGetUniqueId");
       rv->store->set(
           "nccl/" + name,
           std::vector<char>(cid.internal, cid.internal + sizeof cid));
@@ -359,7 +360,8 @@ void CudaRank::setUp() {
       std::copy(v.begin(), v.end(), cid.internal);
     }
     ncclComm_t comm = nullptr;
-    check(ncclCommInitRank(&comm, int(m.size()), cid, me), "ncclCommInitRank");
+    check(cuda().ncclCommInitRank(&comm, int(m.size()), cid, me),
+          "ncclCommInitRank");
     comms[spec.key] = comm;
   }
   held = nullptr;
@@ -400,41 +402,42 @@ void CudaRank::collective(int i, cudaStream_t st) {
   void *a = buffer(bytes, 5), *b = buffer(bytes, 6);
   switch (in.collective) {
   case CollectiveKind::AllReduce:
-    check(ncclAllReduce(a, a, elems, ncclBfloat16, ncclSum, comm, st),
+    check(cuda().ncclAllReduce(a, a, elems, ncclBfloat16, ncclSum, comm, st),
           "ncclAllReduce");
     break;
   case CollectiveKind::AllGather:
-    check(ncclAllGather(a, b, std::max<size_t>(1, elems / n), ncclBfloat16,
-                        comm, st),
+    check(cuda().ncclAllGather(a, b, std::max<size_t>(1, elems / n),
+                               ncclBfloat16, comm, st),
           "ncclAllGather");
     break;
   case CollectiveKind::ReduceScatter:
-    check(ncclReduceScatter(a, b, std::max<size_t>(1, elems / n), ncclBfloat16,
-                            ncclSum, comm, st),
+    check(cuda().ncclReduceScatter(a, b, std::max<size_t>(1, elems / n),
+                                   ncclBfloat16, ncclSum, comm, st),
           "ncclReduceScatter");
     break;
   case CollectiveKind::AllToAll: {
     size_t each = std::max<size_t>(1, elems / n);
-    check(ncclGroupStart(), "ncclGroupStart");
+    check(cuda().ncclGroupStart(), "ncclGroupStart");
     for (int peer = 0; peer < n; ++peer) {
-      check(ncclSend(static_cast<char *>(a) + peer * each * 2, each,
-                     ncclBfloat16, peer, comm, st),
+      check(cuda().ncclSend(static_cast<char *>(a) + peer * each * 2, each,
+                            ncclBfloat16, peer, comm, st),
             "ncclSend");
-      check(ncclRecv(static_cast<char *>(b) + peer * each * 2, each,
-                     ncclBfloat16, peer, comm, st),
+      check(cuda().ncclRecv(static_cast<char *>(b) + peer * each * 2, each,
+                            ncclBfloat16, peer, comm, st),
             "ncclRecv");
     }
-    check(ncclGroupEnd(), "ncclGroupEnd");
+    check(cuda().ncclGroupEnd(), "ncclGroupEnd");
     break;
   }
   case CollectiveKind::SendRecv: {
     const std::vector<int> &m = set.groups[in.group];
     int me = int(std::find(m.begin(), m.end(), env.rank) - m.begin());
-    check(ncclGroupStart(), "ncclGroupStart");
-    check(ncclSend(a, elems, ncclBfloat16, (me + 1) % n, comm, st), "ncclSend");
-    check(ncclRecv(b, elems, ncclBfloat16, (me + n - 1) % n, comm, st),
+    check(cuda().ncclGroupStart(), "ncclGroupStart");
+    check(cuda().ncclSend(a, elems, ncclBfloat16, (me + 1) % n, comm, st),
+          "ncclSend");
+    check(cuda().ncclRecv(b, elems, ncclBfloat16, (me + n - 1) % n, comm, st),
           "ncclRecv");
-    check(ncclGroupEnd(), "ncclGroupEnd");
+    check(cuda().ncclGroupEnd(), "ncclGroupEnd");
     break;
   }
   }
@@ -451,7 +454,7 @@ void CudaRank::pointToPoint(int i, cudaStream_t st) {
     while (last + 1 < int(prog.code.size()) &&
            prog.code[last + 1].p2pGroup == i)
       ++last;
-  check(ncclGroupStart(), "ncclGroupStart");
+  check(cuda().ncclGroupStart(), "ncclGroupStart");
   for (int j = i; j <= last; ++j) {
     const Instruction &x = prog.code[j];
     bool send = x.kind == InstrKind::Send;
@@ -466,11 +469,11 @@ void CudaRank::pointToPoint(int i, cudaStream_t st) {
     size_t bytes = size_t(std::max(1.0, x.bytes));
     void *p = buffer(bytes, send ? 5 : 6);
     if (send)
-      check(ncclSend(p, bytes, ncclUint8, peer, comm, st), "ncclSend");
+      check(cuda().ncclSend(p, bytes, ncclUint8, peer, comm, st), "ncclSend");
     else
-      check(ncclRecv(p, bytes, ncclUint8, peer, comm, st), "ncclRecv");
+      check(cuda().ncclRecv(p, bytes, ncclUint8, peer, comm, st), "ncclRecv");
   }
-  check(ncclGroupEnd(), "ncclGroupEnd");
+  check(cuda().ncclGroupEnd(), "ncclGroupEnd");
 }
 
 /// A copy to or from host memory: the held buffer whole, or a staging
@@ -591,8 +594,8 @@ llvm::Expected<RunResult> CudaRank::run() {
     void *token = buffer(4, 7);
     for (int step = 1; step <= total; ++step) {
       // Every rank starts the step together: a one-element all-reduce.
-      check(ncclAllReduce(token, token, 1, ncclFloat32, ncclSum, world,
-                          streams[0]),
+      check(cuda().ncclAllReduce(token, token, 1, ncclFloat32, ncclSum, world,
+                                 streams[0]),
             "ncclAllReduce (step barrier)");
       check(cudaStreamSynchronize(streams[0]), "cudaStreamSynchronize");
       check(cudaEventRecord(stepStart, streams[0]), "cudaEventRecord");
@@ -640,9 +643,9 @@ llvm::Expected<RunResult> CudaRank::run() {
   try {
     result = exchangeMeasurements(*rv->store, set, me);
     void *token = buffer(4, 7);
-    check(
-        ncclAllReduce(token, token, 1, ncclFloat32, ncclSum, world, streams[0]),
-        "ncclAllReduce (end)");
+    check(cuda().ncclAllReduce(token, token, 1, ncclFloat32, ncclSum, world,
+                               streams[0]),
+          "ncclAllReduce (end)");
     check(cudaStreamSynchronize(streams[0]), "cudaStreamSynchronize");
     rv->store->goodbye();
   } catch (const std::exception &e) {
@@ -667,6 +670,8 @@ profileCuda(const LaunchEnv &env, const ProfileOptions &options) {
           std::string("no CUDA GPU on this machine (") +
           (count != cudaSuccess ? cudaGetErrorString(count) : "no device") +
           ")");
+    if (auto e = runtime::loadCudaLibraries())
+      return std::move(e);
     int dev = env.localRank % devices;
     check(cudaSetDevice(dev), "cudaSetDevice");
     cudaDeviceProp prop{};
@@ -773,6 +778,8 @@ profileCuda(const LaunchEnv &env, const ProfileOptions &options) {
 llvm::Expected<RunResult> runOnCuda(const ProgramSet &set, const LaunchEnv &env,
                                     const RunOptions &options) {
   if (auto e = runtime::checkLaunch(set, env))
+    return std::move(e);
+  if (auto e = runtime::loadCudaLibraries())
     return std::move(e);
   runtime::CudaRank rank(set, env, options);
   return rank.run();

@@ -57,6 +57,8 @@ template <typename Fn> double timeIt(Fn &&fn, double budget) {
 
 llvm::Expected<nlohmann::ordered_json>
 profileCpu(const LaunchEnv &env, const ProfileOptions &options) {
+  if (auto e = runtime::loadBlas())
+    return std::move(e);
   using nlohmann::ordered_json;
   ordered_json points = ordered_json::object();
   ordered_json profile;

@@ -1,5 +1,8 @@
 //===- LaunchTest.cpp - rank and world from the launchers' variables ------===//
 #include "orrery/Runtime/Launch.h"
+#if ORRERY_HAVE_CUDA_BACKEND
+#include "../../runtime/lib/CudaLibraries.h"
+#endif
 
 #include <map>
 #include <string>
@@ -59,3 +62,20 @@ TEST(Launch, BadVariablesNameTheVariable) {
 }
 
 } // namespace
+
+#if ORRERY_HAVE_CUDA_BACKEND
+// cuBLASLt and NCCL are loaded on the CUDA backend's first use, not
+// linked: every function the backend calls is found in the libraries the
+// build found (no GPU needed to load them).
+TEST(CudaLibraries, EveryFunctionTheBackendCallsLoads) {
+  llvm::Error e = orrery::runtime::loadCudaLibraries();
+  ASSERT_FALSE(bool(e)) << llvm::toString(std::move(e));
+  const orrery::runtime::CudaLibraries &lib = orrery::runtime::cuda();
+#define ORRERY_EXPECT_LOADED(name) EXPECT_NE(lib.name, nullptr) << #name;
+  ORRERY_CUBLASLT_FUNCTIONS(ORRERY_EXPECT_LOADED)
+  ORRERY_NCCL_FUNCTIONS(ORRERY_EXPECT_LOADED)
+#undef ORRERY_EXPECT_LOADED
+  // A call through the table: NCCL names its own error codes.
+  EXPECT_STRNE(lib.ncclGetErrorString(ncclInvalidArgument), "");
+}
+#endif
