@@ -11,7 +11,7 @@ packages=(
   nlohmann-json3-dev libcli11-dev libgtest-dev libzstd-dev
   python3-onnx python3-numpy python3-jsonschema
   chromium fonts-dejavu-core fonts-liberation python3-pil
-  libopenblas-dev libgloo-dev libopenmpi-dev openmpi-bin
+  libopenblas-dev libgloo-dev libopenmpi-dev openmpi-bin libmimalloc-dev
   clang libclang-rt-14-dev
   python3-venv python3-dev python3-torch python3-torchvision
 )

@@ -162,7 +162,24 @@ double precisionBytes(Precision p) {
   return 4;
 }
 
+void DeviceSpec::resolvePeaks() {
+  peaksResolved = false;
+  for (Precision p : {Precision::FP32, Precision::TF32, Precision::FP16,
+                      Precision::BF16, Precision::FP8})
+    tensorPeaks[size_t(p)] = tensorPeakOf(p);
+  vectorPeakS = vectorPeakOf();
+  peaksResolved = true;
+}
+
 double DeviceSpec::tensorPeak(Precision p) const {
+  return peaksResolved ? tensorPeaks[size_t(p)] : tensorPeakOf(p);
+}
+
+double DeviceSpec::vectorPeak() const {
+  return peaksResolved ? vectorPeakS : vectorPeakOf();
+}
+
+double DeviceSpec::tensorPeakOf(Precision p) const {
   auto find = [&](const char *key) {
     auto it = peakFlopPerS.find(key);
     return it == peakFlopPerS.end() ? 0.0 : it->second;
@@ -174,10 +191,10 @@ double DeviceSpec::tensorPeak(Precision p) const {
   double v = find(precisionName(p));
   if (!v)
     v = find("fp32");
-  return v ? v : vectorPeak();
+  return v ? v : vectorPeakOf();
 }
 
-double DeviceSpec::vectorPeak() const {
+double DeviceSpec::vectorPeakOf() const {
   if (vectorFlopPerS > 0)
     return vectorFlopPerS;
   auto it = peakFlopPerS.find("fp32");
@@ -415,6 +432,7 @@ llvm::Expected<DeviceSpec> readDevice(const nlohmann::json &d, size_t i,
     if (auto e = positiveNumber(what, d, "vector_flop_per_s", path,
                                 s.vectorFlopPerS))
       return std::move(e);
+  s.resolvePeaks();
   if (s.vectorPeak() <= 0)
     return fieldError(what, path + ".peak_flop_per_s.fp32: missing (or "
                                    "vector_flop_per_s: the rate of the "

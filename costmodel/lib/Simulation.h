@@ -314,6 +314,9 @@ public:
   /// (StepSchedule.cpp); none where scheduleStep bounds nothing or stages
   /// differ.
   std::optional<double> leastBusyS() const;
+  /// The layer kinds leastBusyS priced on stage 0's placement (the
+  /// layout's kindTime where every stage is alike).
+  mutable std::vector<LayerTime> pricedKinds;
   /// The boundary tensors' sends between chunks (PipelineTransfers.cpp).
   PipelineTransfers pipelineTransfers(const StepLayout &l, StepResult &r) const;
   /// The schedule run event by event, bounded, or MGRIT's solves

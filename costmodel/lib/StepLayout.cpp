@@ -140,7 +140,11 @@ void Simulation::priceKinds(StepLayout &l, StepResult &r,
   l.recomputed = fullyRecomputed(l.chunkOf, l.sequence);
   l.kindTime.assign(l.uniform ? 1 : size_t(pp), {});
   l.kindTimeKept.assign(l.partial ? l.kindTime.size() : 0, {});
-  for (size_t i = 0; i < l.kindTime.size(); ++i)
+  // Every stage alike: leastBusyS may have priced the kinds already.
+  bool priced = l.uniform && !l.partial && pricedKinds.size() == w.kinds.size();
+  if (priced)
+    l.kindTime[0] = pricedKinds;
+  for (size_t i = priced ? 1 : 0; i < l.kindTime.size(); ++i)
     for (const LayerKind &k : w.kinds) {
       const LayerKind &layout =
           k.forMicroBatch(s.microBatch, at[i].tp, s.tpBatchSplit);

@@ -107,11 +107,14 @@ std::optional<double> Simulation::leastBusyS() const {
       straggler || dualPipeTurn || s.schedule == Schedule::DualPipeV ||
       s.schedule == Schedule::LayerParallelMgrit || s.recomputeLayers > 0)
     return std::nullopt;
+  // Kept for the layout (priceKinds prices the same kinds so).
+  pricedKinds.clear();
+  for (const LayerKind &k : w.kinds)
+    pricedKinds.push_back(layerTime(
+        k.forMicroBatch(s.microBatch, at[0].tp, s.tpBatchSplit), at[0]));
   double layers = 0;
   for (const LayerRun &run : w.layers) {
-    const LayerKind &layout =
-        w.kinds[run.kind].forMicroBatch(s.microBatch, at[0].tp, s.tpBatchSplit);
-    LayerTime t = layerTime(layout, at[0]);
+    const LayerTime &t = pricedKinds[run.kind];
     layers +=
         double(run.count) *
         (t.forwardComputeS + t.forwardTpS + t.forwardCpS + t.forwardEpS +

@@ -12,6 +12,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include <array>
 #include <map>
 #include <string>
 #include <vector>
@@ -201,6 +202,17 @@ struct DeviceSpec {
   /// has no fallback either).
   std::string precisionProblem(Precision p) const;
   double vectorFlopPerS = 0; ///< the catalog's vector_flop_per_s; 0: fp32's
+  /// tensorPeak and vectorPeak per precision, resolved once from the maps
+  /// above when the device is read (a search prices kernels in its inner
+  /// loop); a spec changed after that resolves again.
+  void resolvePeaks();
+
+private:
+  double tensorPeakOf(Precision p) const;
+  double vectorPeakOf() const;
+  std::array<double, 5> tensorPeaks{};
+  double vectorPeakS = 0;
+  bool peaksResolved = false;
 };
 
 /// One link type: bandwidth per direction per device port.
