@@ -39,18 +39,24 @@ std::vector<int> balanceLayers(const std::vector<double> &seconds, int parts) {
   int n = int(seconds.size());
   if (parts <= 0 || parts > n)
     return {};
-  // Binary search on the largest run, greedy packing to test it.
+  // Binary search on the largest run, greedy packing to test it. Testing
+  // alone needs the count of runs: with parts <= n layers, splitting the
+  // longest runs always reaches `parts` (only the split written needs the
+  // lengths).
   auto fits = [&](double limit, std::vector<int> *out) {
     std::vector<int> runs;
+    int closed = 0;
     double sum = 0;
     int len = 0;
     for (int i = 0; i < n; ++i) {
       int left = n - i; // layers still to place, this one included
-      int runsLeft = parts - int(runs.size());
+      int runsLeft = parts - closed;
       // Close the run when this layer does not fit, or when the remaining
       // layers are just enough for the remaining runs.
       if (len > 0 && (sum + seconds[i] > limit || left < runsLeft)) {
-        runs.push_back(len);
+        if (out)
+          runs.push_back(len);
+        ++closed;
         sum = 0;
         len = 0;
       }
@@ -59,9 +65,11 @@ std::vector<int> balanceLayers(const std::vector<double> &seconds, int parts) {
       sum += seconds[i];
       ++len;
     }
-    runs.push_back(len);
-    if (int(runs.size()) > parts)
+    if (closed + 1 > parts)
       return false;
+    if (!out)
+      return true;
+    runs.push_back(len);
     while (int(runs.size()) <
            parts) { // split the longest run to use every part
       auto it = std::max_element(runs.begin(), runs.end());

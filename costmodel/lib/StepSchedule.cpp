@@ -47,33 +47,45 @@ Simulation::scheduleStep(const StepLayout &l, const PipelineTransfers &x,
   sch.order = schedule(m);
   // A search's bar (boundS): what this step takes at least. Every stage's
   // tasks over the stages' mean, which no split of the layers lowers nor a
-  // zero-bubble schedule of the same work (DualPipe's overlapped pairs
-  // do); and, for this split and schedule, a stage's tasks after the first
-  // micro-batch's forward down the chunks before it (and, where its last
-  // task is its first chunk's backward, GPipe and 1F1B, that backward's
-  // way back up). Where every layer recomputes, the backwards without
-  // their recompute: the bound then holds for any partial recompute of
-  // the same candidate too (which the search tries after).
+  // zero-bubble schedule of the same work; and, for this split and
+  // schedule, a stage's tasks after the first micro-batch's forward down
+  // the chunks before it, and, where its last task is a backward (B) of
+  // chunk c, the B of the chunks before c that must follow it. Where
+  // every layer recomputes, the backwards without their recompute: the
+  // bound then holds for any partial recompute of the same candidate too
+  // (which the search tries after). DualPipeV's pairs hide their expert
+  // all-to-alls behind each other's compute: its tasks without those.
   double &anySplitS = sch.anySplitS, &thisSplitS = sch.thisSplitS;
   if (boundS < std::numeric_limits<double>::infinity() && !dualPipeTurn &&
-      s.schedule != Schedule::DualPipeV &&
       s.schedule != Schedule::LayerParallelMgrit) {
     bool everyLayer = s.recompute == Recompute::Full && s.recomputeLayers == 0;
-    std::vector<double> leastBwdS = bwdS;
-    for (int ch = 0; everyLayer && ch < chunks; ++ch)
-      leastBwdS[ch] = std::max(0.0, bwdS[ch] - l.recomputeS[ch]);
+    bool pairs = s.schedule == Schedule::DualPipeV;
+    std::vector<double> leastFwdS = fwdS, leastBwdS = bwdS, leastBS = sch.bS;
+    for (int ch = 0; ch < chunks; ++ch) {
+      double recompute = everyLayer ? l.recomputeS[ch] : 0;
+      leastBwdS[ch] = std::max(0.0, bwdS[ch] - recompute);
+      leastBS[ch] = std::max(0.0, sch.bS[ch] - recompute);
+      if (pairs) {
+        leastFwdS[ch] = std::max(0.0, fwdS[ch] - sch.fwdCommS[ch]);
+        leastBwdS[ch] = std::max(0.0, leastBwdS[ch] - sch.bwdCommS[ch]);
+        leastBS[ch] = std::max(0.0, leastBS[ch] - sch.bwdCommS[ch]);
+      }
+    }
     std::vector<double> stageBusy(pp, 0.0);
     for (int ch = 0; ch < chunks; ++ch)
-      stageBusy[s.stageOfChunk(ch)] += double(m) * (fwdS[ch] + leastBwdS[ch]);
-    bool drains = s.schedule == Schedule::GPipe ||
-                  (s.schedule == Schedule::OneFOneB && v == 1);
-    double fill = 0, drain = 0;
+      stageBusy[s.stageOfChunk(ch)] +=
+          double(m) * (leastFwdS[ch] + leastBwdS[ch]);
+    double fill = 0;
     for (int i = 0; i < pp; ++i) {
+      const std::vector<Task> &tasks = sch.order->tasks[i];
+      double drain = 0;
+      if (!tasks.empty() && tasks.back().backward && !tasks.back().weight &&
+          tasks.back().pairVs < 0)
+        for (int ch = 0; ch < tasks.back().vs; ++ch)
+          drain += leastBS[ch];
       anySplitS += stageBusy[i] / pp;
       thisSplitS = std::max(thisSplitS, fill + stageBusy[i] + drain);
-      fill += fwdS[i]; // chunk i is stage i's first
-      if (drains)
-        drain += leastBwdS[i];
+      fill += leastFwdS[i]; // chunk i is stage i's first
     }
   }
   sch.pruned = thisSplitS > boundS;

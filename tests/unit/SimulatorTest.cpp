@@ -748,6 +748,22 @@ TEST(Simulator, ABoundedStepStatesLowerBounds) {
       EXPECT_LE(least.stepS, otherS) << other;
     }
   }
+  // DualPipeV (no bound before its layout: its pairs overlap) and an
+  // interleaved schedule whose stages end on a backward: this split's
+  // bound, the fill and the backwards after the last, is under the step.
+  for (const char *text :
+       {"pp=4,dp=2,vpp=2,mbs=1,gbs=16,schedule=dualpipev",
+        "pp=4,dp=2,vpp=2,mbs=1,gbs=32,schedule=dualpipev,recompute=full",
+        "pp=4,dp=2,vpp=2,mbs=1,gbs=32,layers=1:2:2:2:2:2:2:4"}) {
+    StepResult full = step(text, std::numeric_limits<double>::infinity());
+    StepResult bounded = step(text, 0);
+    if (bounded.boundOnly) // above the least bound, under this split's
+      bounded = step(text, bounded.stepS);
+    ASSERT_TRUE(bounded.pruned && !bounded.boundOnly) << text;
+    EXPECT_LE(bounded.stepS, full.stepS) << text;
+    EXPECT_GE(bounded.bubbleS, 0) << text;
+    EXPECT_EQ(bounded.peakMemoryBytes, full.peakMemoryBytes) << text;
+  }
   // Recomputing every layer: the least bound leaves the recompute out, so
   // it holds under every partial recompute and none.
   const double inf = std::numeric_limits<double>::infinity();
