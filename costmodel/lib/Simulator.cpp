@@ -347,7 +347,8 @@ std::vector<StagePlacement> homogeneousStages(const Cluster &c,
 /// stage r its copy.
 static llvm::Expected<StepResult>
 dualPipeStep(const Workload &w, const Cluster &c, const Strategy &s,
-             const Assumptions &a, bool keepTrace, Detail detail) {
+             const Assumptions &a, bool keepTrace, Detail detail,
+             double boundS) {
   Strategy v = s.dualPipeFolded();
   std::vector<StagePlacement> at = homogeneousStages(c, s);
   int half = s.pp / 2;
@@ -368,6 +369,8 @@ dualPipeStep(const Workload &w, const Cluster &c, const Strategy &s,
   Simulation sim(w, v, a, at, true);
   sim.detail = detail;
   sim.dualPipeTurn = true;
+  if (detail == Detail::StepTime) // the folded step is the step
+    sim.boundS = boundS;
   auto r = sim.run(keepTrace);
   if (!r)
     return r;
@@ -451,7 +454,7 @@ llvm::Expected<StepResult> simulateStep(const Workload &w, const Cluster &c,
   }
   const Workload &model = subnet ? *subnet : w;
   auto r = s.schedule == Schedule::DualPipe
-               ? dualPipeStep(model, c, s, a, keepTrace, detail)
+               ? dualPipeStep(model, c, s, a, keepTrace, detail, boundS)
            : s.chunkParams > 0
                ? chunkedStep(model, c, s, a, keepTrace, detail)
                : [&] {

@@ -53,10 +53,11 @@ Simulation::scheduleStep(const StepLayout &l, const PipelineTransfers &x,
   // chunk c, the B of the chunks before c that must follow it. Where
   // every layer recomputes, the backwards without their recompute: the
   // bound then holds for any partial recompute of the same candidate too
-  // (which the search tries after). DualPipeV's pairs hide their expert
-  // all-to-alls behind each other's compute: its tasks without those.
+  // (which the search tries after). DualPipeV's pairs (and DualPipe's,
+  // folded into DualPipeV's turn) hide their expert all-to-alls behind
+  // each other's compute: its tasks without those.
   double &anySplitS = sch.anySplitS, &thisSplitS = sch.thisSplitS;
-  if (boundS < std::numeric_limits<double>::infinity() && !dualPipeTurn &&
+  if (boundS < std::numeric_limits<double>::infinity() &&
       s.schedule != Schedule::LayerParallelMgrit) {
     bool everyLayer = s.recompute == Recompute::Full && s.recomputeLayers == 0;
     bool pairs = s.schedule == Schedule::DualPipeV;

@@ -748,11 +748,13 @@ TEST(Simulator, ABoundedStepStatesLowerBounds) {
       EXPECT_LE(least.stepS, otherS) << other;
     }
   }
-  // DualPipeV (no bound before its layout: its pairs overlap) and an
+  // DualPipeV and DualPipe (no bound before the layout: their pairs
+  // overlap) and an
   // interleaved schedule whose stages end on a backward: this split's
   // bound, the fill and the backwards after the last, is under the step.
   for (const char *text :
-       {"pp=4,dp=2,vpp=2,mbs=1,gbs=16,schedule=dualpipev",
+       {"pp=4,dp=2,mbs=1,gbs=32,schedule=dualpipe",
+        "pp=4,dp=2,vpp=2,mbs=1,gbs=16,schedule=dualpipev",
         "pp=4,dp=2,vpp=2,mbs=1,gbs=32,schedule=dualpipev,recompute=full",
         "pp=4,dp=2,vpp=2,mbs=1,gbs=32,layers=1:2:2:2:2:2:2:4"}) {
     StepResult full = step(text, std::numeric_limits<double>::infinity());
