@@ -78,9 +78,12 @@ def main():
 def phases(orrery):
     """Where the planning time goes (`orrery plan --timings`): CPU seconds
     per phase and the steps simulated, for the two problems above (one
-    search, --framework none)."""
+    search, --framework none) and a heterogeneous one (GPT-3 6.7B on 256
+    H100 + 256 A100 + 256 V100)."""
+    three = os.path.join(ROOT, "bench", "clusters", "3x256.json")
     for name, cluster, gbs in (("gpt3-175b", "128x8xA100-80G", 1536),
-                               ("llama3-405b", "2048x8xH100-SXM", 2048)):
+                               ("llama3-405b", "2048x8xH100-SXM", 2048),
+                               ("gpt3-6.7b", three, 512)):
         proc = subprocess.run([orrery, "plan", name, "--cluster", cluster, "--global-batch",
                                str(gbs), "--framework", "none", "--quiet", "--timings"],
                               capture_output=True, text=True)

@@ -215,7 +215,8 @@ int PlanCommand::run() {
   auto made = searchPlan(*setup, *options, request, !emitMlir.empty());
   if (!made)
     return fail(llvm::toString(made.takeError()));
-  phase("options, stragglers and the plan JSON");
+  phase(made->hetero ? "heterogeneous search and the plan JSON"
+                     : "options, stragglers and the plan JSON");
   if (made->plan) { // the search's own phases before what surrounds them
     const auto &searched = made->plan->timings.phaseCpuS;
     for (const auto &p : searched)
