@@ -5,7 +5,8 @@ process (user + system of the child) on three problems, interleaved pairs so
 that a noisy machine slows both alike; the least of each and their ratio.
 
     bench/vs_sailor.py --sailor PATH [--orrery BUILD/bin/orrery] [--pairs 5]
-        [--sailor-lib FILE] [--sailor-python PYTHON] [--orrery-args "..."]
+        [--sailor-lib FILE] [--sailor-python PYTHON]
+        [--orrery-args "--precision tf32"]
         [--work DIR]
 
 PATH is a checkout of eth-easl/sailor (the directory holding sailor/Planner;
@@ -27,7 +28,10 @@ dimensions (gpt3-350m: 24 layers, hidden 1024, 16 heads, seq 2048, as
 OPT-350M; gpt3-2.7b: 32 layers, hidden 2560, seq 2048, as GPT-Neo-2.7B) on
 the same devices in nodes of four with one 50 Gb/s NIC a node (Sailor's GCP
 a2-highgpu-4g and n1 + 4 V100 VMs; its measured node-to-node bandwidth is
-about 6 GB/s), in fp16 (V100s have no bf16).
+about 6 GB/s), in tf32 by default (--orrery-args): Sailor's published runs
+train in fp32 (fp16 off; its profiles were taken without --fp16, the A100's
+above its fp32 peak, so in TF32), which is TF32 tensor cores on the A100s
+and the fp32 rate on the V100s, as Orrery prices tf32 (docs/costmodel.md).
 
 Only the Python standard library; the Sailor side needs only its built
 libplanner (pybind11), run by --sailor-python (default: this interpreter).
@@ -60,7 +64,6 @@ PROBLEMS = [
      "GPT-Neo-2.7", "training_config_gpt_neo27.json", {"A100-40": 256, "V100-16": 256},
      "gpt3-2.7b", [("A100-40G", 64), ("V100-16G", 64)], 2048),
 ]
-ORRERY_ARGS = ["--precision", "fp16"]
 
 # Run by --sailor-python in a fresh process per plan: what simulator.py
 # does with --planner SAILOR for one trace row (cpp_src/planner.py's
@@ -202,7 +205,7 @@ def orrery_inputs(work, index, groups):
 
 def orrery_plan(orrery, model, cluster, gbs, extra):
     p, cpu = cpu_of([orrery, "plan", model, "--cluster", cluster, "--global-batch", str(gbs),
-                     *ORRERY_ARGS, "--json", "--quiet", *extra], capture_output=True, text=True)
+                     "--json", "--quiet", *extra], capture_output=True, text=True)
     if p.returncode:
         fail(f"{orrery}: " + last_line(p.stderr))
     return cpu, json.loads(p.stdout)
@@ -238,7 +241,8 @@ def main():
     ap.add_argument("--sailor-lib", help="Sailor's built libplanner*.so (default: found under --sailor)")
     ap.add_argument("--sailor-python", default=sys.executable,
                     help="the Python that loads it (its ABI: a cpython-310 build needs python3.10)")
-    ap.add_argument("--orrery-args", default="", help="more `orrery plan` arguments")
+    ap.add_argument("--orrery-args", default="--precision tf32",
+                    help="more `orrery plan` arguments (default: %(default)s)")
     ap.add_argument("--work", help="where the inputs and Sailor's logs go (default: a temporary "
                                    "directory, removed afterwards)")
     args = ap.parse_args()
