@@ -275,17 +275,23 @@ ojson planJson(const PlanResult &r, const Workload &w, const PlanInputs &in) {
   j["strategy"] = strategyJson(s);
 
   // Stages: their layers (in model order) and devices. Rank r of the
-  // strategy's order is device r of the cluster.
-  auto coord = [&](int rank, const std::string &axis) {
-    return (rank / s.stride(axis)) % s.degree(axis);
+  // strategy's order is device r of the cluster; its coordinate on an
+  // axis is (r / stride) % degree (each looked up once: a plan of 16,384
+  // ranks and 128 stages asked two million times).
+  auto coordOf = [&](const std::string &axis) {
+    return [stride = s.stride(axis), degree = s.degree(axis)](int rank) {
+      return (rank / stride) % degree;
+    };
   };
+  auto stageOf = coordOf("pp");
+  std::vector<ojson> stageDevices(best.stages.size(), ojson::array());
+  for (int rank = 0; rank < c.numDevices(); ++rank)
+    if (size_t(stageOf(rank)) < stageDevices.size())
+      stageDevices[size_t(stageOf(rank))].push_back(rank);
   ojson stages = ojson::array();
   for (size_t i = 0; i < best.stages.size(); ++i) {
     const StageReport &st = best.stages[i];
-    ojson devs = ojson::array();
-    for (int rank = 0; rank < c.numDevices(); ++rank)
-      if (coord(rank, "pp") == int(i))
-        devs.push_back(rank);
+    ojson &devs = stageDevices[i];
     ojson stage = {{"stage", i}};
     ojson fields = stageJson(st); // items() refers into it: keep it alive
     for (auto &[key, value] : fields.items())
@@ -300,8 +306,9 @@ ojson planJson(const PlanResult &r, const Workload &w, const PlanInputs &in) {
   for (const char *axis : {"tp", "cp", "dp", "pp"}) {
     ojson list = ojson::array();
     int degree = s.degree(axis), stride = s.stride(axis);
+    auto coord = coordOf(axis);
     for (int rank = 0; rank < c.numDevices(); ++rank) {
-      if (coord(rank, axis) != 0)
+      if (coord(rank) != 0)
         continue;
       ojson g = ojson::array();
       for (int k = 0; k < degree; ++k)
