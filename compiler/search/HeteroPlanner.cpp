@@ -114,10 +114,11 @@ private:
         usable.push_back(p);
     return usable;
   }
-  /// The largest tp <= want that divides the pool's node and the heads.
+  /// The largest tp <= want that divides the pool's scale-up domain and
+  /// the heads.
   int tpFor(int pool, int want) const {
     for (int t = want; t >= 1; --t)
-      if (pools[pool].nodes->devicesPerNode % t == 0 &&
+      if (pools[pool].nodes->scaleUpDevices() % t == 0 &&
           (heads == 0 || heads % t == 0))
         return t;
     return 1;
@@ -334,7 +335,7 @@ void Search::pipelines(const std::vector<int> &order) {
   int n = int(sequence.size());
   int maxNode = 1;
   for (int p : order)
-    maxNode = std::max(maxNode, pools[p].nodes->devicesPerNode);
+    maxNode = std::max(maxNode, pools[p].nodes->scaleUpDevices());
   std::vector<std::vector<int>> seen;
   for (int want = 1; want <= maxNode; want *= 2) {
     std::vector<int> tps;

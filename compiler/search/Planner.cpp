@@ -351,7 +351,7 @@ private:
   const Assumptions &a;
   const DeviceSpec &dev;
   int64_t devices = 0, gbs = 0, layers = 0;
-  int perNode = 0, heads = 0, maxExperts = 0;
+  int perDomain = 0 /* devices one scale-up link joins */, heads = 0, maxExperts = 0;
   /// Layer kinds with a layout that splits the batch inside tp (CNN
   /// stages): such candidates are priced both ways, Megatron's feature
   /// splits alone and with those batch splits.
@@ -853,7 +853,7 @@ void PlanSearch::priceCandidate(SearchState &st, const Strategy &s,
   // the network every rank's all-to-all crosses the cards,
   // where the ring's sends hide behind compute.
   if (cp > 1 && heads > 0 && (heads / tp) % cp == 0 &&
-      int64_t(tp) * cp <= perNode) {
+      int64_t(tp) * cp <= perDomain) {
     Strategy u = s;
     u.cpComm = CpComm::AllToAll;
     priceSaving(st, u, fitting, floors);
@@ -865,7 +865,7 @@ void PlanSearch::priceCandidate(SearchState &st, const Strategy &s,
 /// plans, counts and bytes however many workers ran).
 SearchState PlanSearch::searchOnWorkers() {
   std::vector<int> tps;
-  for (int tp : divisors(devices, perNode))
+  for (int tp : divisors(devices, perDomain))
     if (!(heads > 0 && heads % tp))
       tps.push_back(tp);
   unsigned workers = std::max(
@@ -1099,7 +1099,7 @@ llvm::Expected<PlanResult>
 PlanSearch::run(PlanResult &result,
                 std::chrono::steady_clock::time_point start) {
   devices = c.numDevices();
-  perNode = c.groupOf(0).devicesPerNode;
+  perDomain = c.groupOf(0).scaleUpDevices();
   gbs = o.globalBatch > 0 ? o.globalBatch : 1024;
   heads = w.attentionHeads();
   layers = w.totalLayers();

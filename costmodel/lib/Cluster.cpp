@@ -113,6 +113,15 @@ static std::string defaultNic(const DeviceSpec &device,
   return "";
 }
 
+/// ", or a rack: GB200-NVL72, ..." for the catalog's rack systems.
+static std::string rackNames(const HardwareCatalog &catalog) {
+  std::string out;
+  for (const DeviceSpec &d : catalog.devices())
+    if (!d.rack.name.empty())
+      out += (out.empty() ? "; or a rack: " : ", ") + d.name + "-" + d.rack.name;
+  return out;
+}
+
 llvm::Expected<Cluster> parseClusterPreset(const std::string &preset,
                                            const HardwareCatalog &catalog) {
   static const std::regex re(R"(^(?:(\d+)x)?(\d+)x(.+)$)");
@@ -132,15 +141,36 @@ llvm::Expected<Cluster> parseClusterPreset(const std::string &preset,
     return err("cluster preset '" + preset + "'",
                "node and device counts must be 1 to 1,000,000 devices");
   const DeviceSpec *device = catalog.device(m[3]);
-  if (!device)
+  // NxDEVICE-RACK: N of the device's rack systems (2xGB200-NVL72).
+  const DeviceSpec *racked = nullptr;
+  size_t dash = m[3].str().rfind('-');
+  if (!device && dash != std::string::npos &&
+      (racked = catalog.device(m[3].str().substr(0, dash))) &&
+      racked->rack.name != m[3].str().substr(dash + 1))
+    racked = nullptr;
+  if (!device && !racked)
     return err("cluster preset '" + preset + "'",
                "unknown device type '" + m[3].str() +
-                   "' (known: " + catalog.deviceNames() + ")");
+                   "' (known: " + catalog.deviceNames() + rackNames(catalog) +
+                   ")");
+  if (racked && m[1].matched)
+    return err("cluster preset '" + preset + "'",
+               "a rack preset counts racks: RACKSx" + m[3].str() +
+                   ", e.g. 2x" + m[3].str());
+  if (racked) {
+    device = racked;
+    nodes = perNode * racked->rack.nodes;
+    perNode = racked->rack.devicesPerNode;
+    if (nodes * perNode > 1000000)
+      return err("cluster preset '" + preset + "'",
+                 "more than 1,000,000 devices");
+  }
   Cluster c;
   c.name = preset;
   NodeGroup ng;
   ng.count = int(nodes);
   ng.devicesPerNode = int(perNode);
+  ng.domainNodes = racked ? racked->rack.nodes : 1;
   ng.device = device;
   ng.intraNodeLink = catalog.link(device->intraNodeLink);
   ng.powerW = device->powerW;
@@ -396,8 +426,17 @@ llvm::Error ClusterReader::readSite(const json &site, size_t s) {
     if (auto e = readFabric(site["fabric"], spath + ".fabric", tiers,
                             st.fabricSource))
       return e;
-    for (NodeGroup &g : st.nodeGroups)
-      g.tiers = tiers;
+    for (size_t g = 0; g < st.nodeGroups.size(); ++g) {
+      for (const FabricTier &t : tiers)
+        if (t.nodes % st.nodeGroups[g].domainNodes)
+          return err(what, spath + ".fabric: tier '" + t.name + "' of " +
+                               std::to_string(t.nodes) +
+                               " nodes splits the scale-up domains of " +
+                               spath + ".nodes[" + std::to_string(g) + "] (" +
+                               std::to_string(st.nodeGroups[g].domainNodes) +
+                               " nodes)");
+      st.nodeGroups[g].tiers = tiers;
+    }
   }
   c.sites.push_back(std::move(st));
   return llvm::Error::success();
@@ -471,13 +510,20 @@ ClusterReader::readNodeGroup(const json &n, const std::string &path) {
           n, path,
           {"count", "devices_per_node", "device", "intra_node_link", "nic",
            "power_w", "power_w_by_activity", "price_usd_per_device_hour",
-           "host_memory_bytes", "host_memory_bandwidth_bytes_per_s"}))
+           "host_memory_bytes", "host_memory_bandwidth_bytes_per_s",
+           "scale_up_domain_nodes"}))
     return std::move(e);
   NodeGroup ng;
   if (auto e = positiveInt(n, "count", path, 1, ng.count))
     return std::move(e);
   if (auto e = positiveInt(n, "devices_per_node", path, 8, ng.devicesPerNode))
     return std::move(e);
+  if (auto e = positiveInt(n, "scale_up_domain_nodes", path, 1, ng.domainNodes))
+    return std::move(e);
+  if (ng.count % ng.domainNodes)
+    return err(what, path + ".scale_up_domain_nodes: " +
+                         std::to_string(ng.count) + " nodes are not whole " +
+                         "domains of " + std::to_string(ng.domainNodes));
   if (!n.contains("device"))
     return err(what, path + ".device: missing");
   if (n["device"].is_string()) {
@@ -510,6 +556,11 @@ ClusterReader::readNodeGroup(const json &n, const std::string &path) {
   if (!ng.intraNodeLink)
     return err(what,
                path + ".intra_node_link: missing and the device names none");
+  if (ng.domainNodes > 1 && !ng.intraNodeLink->switched)
+    return err(what, path + ".scale_up_domain_nodes: " +
+                         ng.intraNodeLink->name +
+                         " is point to point; only a switched link (an "
+                         "NVLink switch fabric) joins nodes into one domain");
   if (n.contains("nic")) {
     const json &nic = n["nic"];
     auto l = readLink(nic, path + ".nic", {"count", "in_network_aggregation"});

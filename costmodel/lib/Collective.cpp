@@ -241,6 +241,13 @@ static double measuredTime(const LinkSpec &l, CollectiveKind kind, double bytes,
 // set-up of the Simple protocol (src/graph/tuning.cc, baseLat ring/Simple).
 static constexpr double kCollectiveBaseLatencyS = 8.4e-6;
 
+/// The group's `local` ranks of one node (or scale-up domain) alone.
+static GroupShape localShape(const GroupShape &g, int local) {
+  GroupShape node = g;
+  node.ranks = node.ranksPerNode = local;
+  return node;
+}
+
 double aggregatedAllReduceTime(double bytes, const GroupShape &g,
                                int elementBytes) {
   const InNetworkAggregation &agg = g.aggregation;
@@ -254,9 +261,7 @@ double aggregatedAllReduceTime(double bytes, const GroupShape &g,
   double intraS = 0;
   double intraLat = g.intraLink ? g.intraLink->latencyS : 0;
   if (local > 1) {
-    GroupShape node = g;
-    node.ranks = node.ranksPerNode = local;
-    double busBw = ringBusBandwidth(node);
+    double busBw = ringBusBandwidth(localShape(g, local));
     intraS = 2.0 * (local - 1) / local * bytes / busBw;
     if (g.nvls && g.intraLink && g.intraLink->ncclNvlsEfficiency > 0)
       intraS = std::min(intraS, bytes * (local + 1) / local /
@@ -298,7 +303,23 @@ double collectiveTime(CollectiveKind kind, double bytes, const GroupShape &g,
     return latency + bytes / busBw;
   int nodes = (g.ranks + g.ranksPerNode - 1) / std::max(1, g.ranksPerNode);
   if (kind == CollectiveKind::AllToAll) {
+    // Each rank sends 1/n of its buffer to every other rank at once: to
+    // the group's ranks of its node (or scale-up domain) over the link
+    // inside, to the others through its own share of the node's cards
+    // (no ring pools a node's cards for it, as DeepEP's and NCCL's
+    // all-to-all keep each GPU on its nearest NIC); both proceed together.
     double moveS = double(g.ranks - 1) / g.ranks * bytes / busBw;
+    if (spansNodes && g.nic) {
+      int local = std::max(1, std::min(g.ranks, g.ranksPerNode));
+      double inside =
+          local > 1 ? double(local - 1) / g.ranks * bytes /
+                          ringBusBandwidth(localShape(g, local))
+                    : 0.0;
+      double across = double(g.ranks - local) / g.ranks * bytes /
+                      (effectiveBandwidth(*g.nic, g.nicSharePerRank) /
+                       std::max(1.0, g.ringTierFactor));
+      moveS = std::max(inside, across);
+    }
     // What leaves a tier block shares the block's uplinks, k times fewer
     // than its ranks' cards.
     if (g.allToAllTierFactor > 0 && g.nic)

@@ -286,6 +286,30 @@ llvm::Error readScaleOutNic(const nlohmann::json &n, const std::string &path,
   return llvm::Error::success();
 }
 
+/// The rack system whose scale-up domain spans several nodes.
+llvm::Error readRack(const nlohmann::json &r, const std::string &path,
+                     const std::string &what, DeviceSpec &s) {
+  std::string rpath = path + ".rack";
+  if (!r.is_object())
+    return fieldError(what, rpath + ": must be an object");
+  if (auto e = onlyKnownFields(r, what, rpath,
+                               {"name", "devices_per_node", "nodes", "source"}))
+    return e;
+  if (!r.contains("name") || !r["name"].is_string() ||
+      r["name"].get<std::string>().empty())
+    return fieldError(what, rpath + ".name: missing");
+  for (const char *key : {"devices_per_node", "nodes"})
+    if (!r.contains(key) || !r[key].is_number_integer() ||
+        r[key].get<long long>() < 1 || r[key].get<long long>() > 1024)
+      return fieldError(what, rpath + "." + key +
+                                  ": must be an integer from 1 to 1,024");
+  s.rack.name = r["name"].get<std::string>();
+  s.rack.devicesPerNode = r["devices_per_node"].get<int>();
+  s.rack.nodes = r["nodes"].get<int>();
+  s.rack.source = r.value("source", "");
+  return llvm::Error::success();
+}
+
 /// The host memory beside the device.
 llvm::Error readHost(const nlohmann::json &h, const std::string &path,
                      const std::string &what, DeviceSpec &s) {
@@ -406,8 +430,11 @@ llvm::Expected<DeviceSpec> readDevice(const nlohmann::json &d, size_t i,
            "power_w", "power_w_by_activity", "workspace_bytes",
            "measured_kernel_profile", "kernel_profile_of", "host",
            "scale_out_nic", "vector_flop_per_s", "sdpa_attention",
-           "sm_count"}))
+           "sm_count", "rack"}))
     return std::move(e);
+  if (d.contains("rack"))
+    if (auto e = readRack(d["rack"], path, what, s))
+      return std::move(e);
   if (d.contains("scale_out_nic"))
     if (auto e = readScaleOutNic(d["scale_out_nic"], path, what, s))
       return std::move(e);

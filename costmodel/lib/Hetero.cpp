@@ -155,11 +155,11 @@ llvm::Error placeDevices(HeteroStrategy &s, const Workload &w,
         return err(where + ".pool: no pool " + std::to_string(st.pool) +
                    " (the cluster has " + std::to_string(pools.size()) + ")");
       const Pool &p = pools[st.pool];
-      if (st.tp < 1 || p.nodes->devicesPerNode % st.tp)
+      if (st.tp < 1 || p.nodes->scaleUpDevices() % st.tp)
         return err(where + ".tp: " + std::to_string(st.tp) +
                    " must divide the " +
-                   std::to_string(p.nodes->devicesPerNode) +
-                   " devices of a node of " + p.name);
+                   std::to_string(p.nodes->scaleUpDevices()) +
+                   " devices of a node (or scale-up domain) of " + p.name);
       if (heads > 0 && heads % st.tp)
         return err(where + ".tp: " + std::to_string(st.tp) +
                    " does not divide the model's " + std::to_string(heads) +

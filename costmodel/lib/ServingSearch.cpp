@@ -375,7 +375,7 @@ llvm::Error candidatesOn(const Cluster &cluster, const Workload &w,
             v.push_back(d);
         return v;
       };
-      for (int tp : degrees(fixed.tp, g.devicesPerNode))
+      for (int tp : degrees(fixed.tp, g.scaleUpDevices()))
         for (int pp : degrees(fixed.pp, std::max(1, devices / tp)))
           for (int ep :
                tp > 1 ? std::vector<int>{1, tp} : std::vector<int>{1}) {
@@ -433,8 +433,8 @@ void splitCandidates(const Cluster &cluster,
         continue;
       int pDevices = pg->count * pg->devicesPerNode,
           dDevices = dg->count * dg->devicesPerNode;
-      for (int ptp = 1; ptp <= pg->devicesPerNode; ptp *= 2)
-        for (int dtp = 1; dtp <= dg->devicesPerNode; dtp *= 2) {
+      for (int ptp = 1; ptp <= pg->scaleUpDevices(); ptp *= 2)
+        for (int dtp = 1; dtp <= dg->scaleUpDevices(); dtp *= 2) {
           if (fixed.split() &&
               (ptp != fixed.prefillTp || dtp != fixed.decodeTp))
             continue;

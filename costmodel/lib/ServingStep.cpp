@@ -84,12 +84,13 @@ llvm::Expected<ServingReplica> servingReplicaOn(const NodeGroup &g, int tp,
                         ": expert parallelism spans the tensor-parallel "
                         "ranks (ep=1 or ep=tp=" +
                         std::to_string(tp) + ")");
-  if (tp > g.devicesPerNode)
+  if (tp > g.scaleUpDevices())
     return servingError(
-        "serving: tp=" + std::to_string(tp) + " spans more than one node of " +
-        std::to_string(g.devicesPerNode) + " " + g.device->name +
+        "serving: tp=" + std::to_string(tp) + " spans more than one " +
+        (g.domainNodes > 1 ? "scale-up domain" : "node") + " of " +
+        std::to_string(g.scaleUpDevices()) + " " + g.device->name +
         " (tensor parallelism stays inside "
-        "a node; use pp across nodes)");
+        "a node's link; use pp across nodes)");
   if (int64_t(tp) * pp > int64_t(g.count) * g.devicesPerNode)
     return servingError("serving: tp x pp = " + std::to_string(tp * pp) +
                         " is more than the " +

@@ -44,12 +44,14 @@ using namespace detail;
 
 GroupShape groupShapeIn(const NodeGroup &group, int stride, int ranks) {
   // A group of `ranks` ranks `stride` apart (the strategy's order decides
-  // the stride) shares a node with as many of its ranks as fit.
+  // the stride) shares a node, or a scale-up domain of several, with as
+  // many of its ranks as fit; the network cards stay each node's.
   GroupShape g;
   g.ranks = ranks;
-  int perNode = group.devicesPerNode;
-  g.ranksPerNode =
-      stride >= perNode ? 1 : std::max(1, std::min(ranks, perNode / stride));
+  int perDomain = group.scaleUpDevices(), perNode = group.devicesPerNode;
+  g.ranksPerNode = stride >= perDomain
+                       ? 1
+                       : std::max(1, std::min(ranks, perDomain / stride));
   g.intraLink = group.intraNodeLink;
   g.nic = group.nic;
   g.nicSharePerRank = double(group.nicsPerNode) / group.devicesPerNode;
@@ -305,7 +307,8 @@ std::vector<StagePlacement> homogeneousStages(const Cluster &c,
   StagePlacement place = homogeneousPlacement(c, s);
   std::vector<StagePlacement> at(std::max(1, s.pp), place);
   const NodeGroup &g = c.groupOf(0);
-  int64_t stride = s.stride("pp"), perNode = std::max(1, g.devicesPerNode);
+  int64_t stride = s.stride("pp"), perNode = std::max(1, g.devicesPerNode),
+          perDomain = std::max(1, g.scaleUpDevices());
   for (int i = 0; i < s.pp && s.pp > 1; ++i) {
     // Ranks [i·stride, (i+2)·stride) hold stages i and i+1 (replica 0; the
     // others repeat the pattern pp·stride further on). The last stage sends
@@ -314,7 +317,7 @@ std::vector<StagePlacement> homogeneousStages(const Cluster &c,
     int64_t first = i + 1 < s.pp ? int64_t(i) * stride : 0;
     int64_t last =
         i + 1 < s.pp ? int64_t(i + 2) * stride - 1 : int64_t(s.pp) * stride - 1;
-    bool sameNode = first / perNode == last / perNode;
+    bool sameNode = first / perDomain == last / perDomain;
     at[i].toNext.ranksPerNode = sameNode ? 2 : 1;
     // Across nodes the stage's ranks on a node (a block of `stride`) send
     // together and share its cards, each over one at most.
@@ -354,12 +357,12 @@ dualPipeStep(const Workload &w, const Cluster &c, const Strategy &s,
   int half = s.pp / 2;
   at.resize(half);
   const NodeGroup &g = c.groupOf(0);
-  int64_t stride = s.stride("pp"), perNode = std::max(1, g.devicesPerNode);
+  int64_t stride = s.stride("pp"), perDomain = std::max(1, g.scaleUpDevices());
   for (int h = 0; h < half; ++h) {
     // Stage h's ranks and its mirror's, [h·stride, (pp-h)·stride): one
-    // node only when the pipeline between them is.
-    bool sameNode = int64_t(h) * stride / perNode ==
-                    (int64_t(s.pp - h) * stride - 1) / perNode;
+    // node (or scale-up domain) only when the pipeline between them is.
+    bool sameNode = int64_t(h) * stride / perDomain ==
+                    (int64_t(s.pp - h) * stride - 1) / perDomain;
     for (GroupShape *group : {&at[h].dpGroup, &at[h].expertDpGroup}) {
       group->ranks *= 2;
       if (sameNode)

@@ -28,8 +28,15 @@ TEST(Catalog, HasTheDatasheetPeaks) {
   for (const char *name :
        {"V100-16G", "V100-32G", "A100-40G", "A100-80G-PCIe", "H100-SXM",
         "H100-PCIe", "H200", "B200", "GH200", "L4", "L40S", "A10G", "T4",
-        "RTX3090", "RTX4090", "MI250X", "MI300X"})
+        "RTX3090", "RTX4090", "MI250X", "MI300X", "GB200", "GB300", "B300",
+        "RTX-PRO-6000", "MI355X", "TPU-v6e", "TPU7x"})
     EXPECT_TRUE(c.device(name)) << name;
+  // Blackwell's rack systems: NVL72, 18 trays of 4.
+  for (const char *name : {"GB200", "GB300"}) {
+    EXPECT_EQ(c.device(name)->rack.name, "NVL72") << name;
+    EXPECT_EQ(c.device(name)->rack.nodes * c.device(name)->rack.devicesPerNode,
+              72);
+  }
   for (const char *name :
        {"NVLink2", "NVLink3", "NVLink4", "NVLink5", "PCIe3", "PCIe4", "PCIe5",
         "IB-EDR", "IB-HDR", "IB-NDR", "IB-XDR", "RoCE-100G", "RoCE-200G",
@@ -177,6 +184,73 @@ TEST(Cluster, Presets) {
   EXPECT_EQ(many->groupOf(0).nicsPerNode, 8);
   auto bad = parseClusterPreset("4x8xA200", HardwareCatalog::builtin());
   EXPECT_NE(errorOf(bad).find("unknown device type 'A200'"), std::string::npos);
+}
+
+TEST(Cluster, RackPresetsSpanTheirScaleUpDomain) {
+  // 2xGB200-NVL72: two racks of 18 trays of 4 GPUs, each rack one NVLink
+  // domain; the trays keep their own cards (one ConnectX-7 a GPU) and
+  // host memory.
+  const HardwareCatalog &cat = HardwareCatalog::builtin();
+  auto racks = parseClusterPreset("2xGB200-NVL72", cat);
+  ASSERT_TRUE(bool(racks)) << errorOf(racks);
+  EXPECT_EQ(racks->numDevices(), 144);
+  EXPECT_EQ(racks->numNodes(), 36);
+  const NodeGroup &g = racks->groupOf(0);
+  EXPECT_EQ(g.devicesPerNode, 4);
+  EXPECT_EQ(g.scaleUpDevices(), 72);
+  EXPECT_EQ(g.nicsPerNode, 4);
+  // A group of 64 consecutive ranks sits in one domain: no network card;
+  // in 8-GPU nodes of B200 the same group spans 8 nodes.
+  GroupShape in = groupShapeIn(g, 1, 64);
+  EXPECT_EQ(in.ranksPerNode, 64);
+  auto hgx = parseClusterPreset("18x8xB200", cat);
+  ASSERT_TRUE(bool(hgx));
+  GroupShape out = groupShapeIn(hgx->groupOf(0), 1, 64);
+  EXPECT_EQ(out.ranksPerNode, 8);
+  EXPECT_LT(collectiveTime(CollectiveKind::AllToAll, 1e9, in),
+            collectiveTime(CollectiveKind::AllToAll, 1e9, out) / 2);
+  // Across racks a group uses the trays' cards, each rank its own.
+  GroupShape across = groupShapeIn(g, 72, 2);
+  EXPECT_EQ(across.ranksPerNode, 1);
+  EXPECT_DOUBLE_EQ(across.nicSharePerRank, 1.0);
+  // A rack preset counts racks; an unknown rack is an unknown device.
+  EXPECT_NE(errorOf(parseClusterPreset("2x4xGB200-NVL72", cat).takeError())
+                .find("a rack preset counts racks"),
+            std::string::npos);
+  EXPECT_NE(errorOf(parseClusterPreset("2xB200-NVL72", cat).takeError())
+                .find("or a rack: GB200-NVL72"),
+            std::string::npos);
+}
+
+TEST(Cluster, ScaleUpDomainsFromJson) {
+  const HardwareCatalog &cat = HardwareCatalog::builtin();
+  auto spec = [](const std::string &group, const std::string &fabric = "") {
+    return R"({"sites": [{)" + fabric + R"("nodes": [{"device": "GB200", )" +
+           group + "}]}]}";
+  };
+  auto ok = parseClusterJson(
+      spec(R"("count": 36, "devices_per_node": 4, "scale_up_domain_nodes": 18)"),
+      "r.json", cat);
+  ASSERT_TRUE(bool(ok)) << errorOf(ok);
+  EXPECT_EQ(ok->groupOf(0).scaleUpDevices(), 72);
+  auto partial = parseClusterJson(
+      spec(R"("count": 20, "devices_per_node": 4, "scale_up_domain_nodes": 18)"),
+      "r.json", cat);
+  EXPECT_NE(errorOf(partial).find("sites[0].nodes[0].scale_up_domain_nodes: "
+                                  "20 nodes are not whole domains of 18"),
+            std::string::npos);
+  auto mesh = parseClusterJson(
+      spec(R"("count": 2, "scale_up_domain_nodes": 2, "intra_node_link": "InfinityFabric4")"),
+      "r.json", cat);
+  EXPECT_NE(errorOf(mesh).find("InfinityFabric4 is point to point"),
+            std::string::npos);
+  auto split = parseClusterJson(
+      spec(R"("count": 36, "devices_per_node": 4, "scale_up_domain_nodes": 18)",
+           R"("fabric": {"tiers": [{"name": "leaf", "nodes": 8, "oversubscription": 1}]}, )"),
+      "r.json", cat);
+  EXPECT_NE(errorOf(split).find("tier 'leaf' of 8 nodes splits the scale-up "
+                                "domains"),
+            std::string::npos);
 }
 
 TEST(Cluster, PresetsGetTheirPlatformsScaleOutNics) {

@@ -161,7 +161,7 @@ orrery::LayoutCosts layoutCostsFor(const orrery::Cluster &c,
   orrery::LayoutCosts costs;
   const orrery::NodeGroup &g = c.groupOf(0);
   const orrery::KernelModel &k = a.kernelsFor(*g.device);
-  costs.degree = std::max(1, g.devicesPerNode);
+  costs.degree = std::max(1, g.scaleUpDevices());
   costs.secondsPerFlop = 1.0 / (g.device->tensorPeak(p) * k.gemmEfficiency);
   costs.secondsPerByte =
       1.0 / (g.device->memoryBandwidthBytesPerS * k.pointwiseMemoryEfficiency);

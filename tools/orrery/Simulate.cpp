@@ -76,6 +76,14 @@ std::string energyText(const EnergyByActivity &e) {
 
 std::string fabricLines(const Cluster &c) {
   std::string out;
+  for (const Site &site : c.sites)
+    for (const NodeGroup &g : site.nodeGroups)
+      if (g.domainNodes > 1)
+        out += "scale-up     " + g.intraNodeLink->name + " domains of " +
+               std::to_string(g.scaleUpDevices()) + " " + g.device->name +
+               " (" + std::to_string(g.domainNodes) + " nodes of " +
+               std::to_string(g.devicesPerNode) +
+               "): tp, ep and cp groups inside one priced on it\n";
   for (const Site &site : c.sites) {
     const std::vector<FabricTier> &tiers = site.nodeGroups.front().tiers;
     if (tiers.empty())

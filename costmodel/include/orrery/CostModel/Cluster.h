@@ -29,10 +29,17 @@ struct BuiltinFabric {
 const BuiltinFabric *builtinFabric(const std::string &name);
 std::string builtinFabricNames();
 
-/// Identical nodes: `count` nodes of `devicesPerNode` devices each.
+/// Identical nodes: `count` nodes of `devicesPerNode` devices each, in
+/// scale-up domains of `domainNodes` consecutive nodes joined by one
+/// switched link (a GB200 NVL72 rack: 18 trays of 4 GPUs on one NVLink
+/// switch fabric). Host memory, network cards and failures stay per node;
+/// a collective among a domain's devices runs over the intra-node link.
 struct NodeGroup {
   int count = 1;
   int devicesPerNode = 1;
+  int domainNodes = 1;
+  /// Devices one scale-up link joins: a node's, or a domain's.
+  int scaleUpDevices() const { return devicesPerNode * domainNodes; }
   const DeviceSpec *device = nullptr;
   const LinkSpec *intraNodeLink = nullptr;
   const LinkSpec *nic = nullptr;

@@ -172,6 +172,15 @@ struct DeviceSpec {
   /// device's DGX generation (Cluster.cpp).
   std::string scaleOutLink;
   int scaleOutPortsPerDevice = 0, scaleOutDevicesPerPort = 0;
+  /// The rack system the device is sold in, whose scale-up link joins
+  /// more devices than a node holds (the catalog's `rack`: GB200 NVL72,
+  /// 18 trays of 4 GPUs on one NVLink switch fabric); the preset
+  /// `NxDEVICE-NAME` builds N of them. Empty name: none.
+  struct Rack {
+    std::string name;
+    int devicesPerNode = 0, nodes = 0;
+    std::string source;
+  } rack;
   std::string source;
   /// Kernel speeds measured on this device type (the catalog's
   /// `measured_kernel_profile`), which replace the stated assumptions.
