@@ -192,7 +192,8 @@ def moe_cluster(case):
 # with --overlap-grad-reduce and --overlap-param-gather, no recompute, the
 # interleaved schedule when the mapping has virtual stages (its p2p
 # overlapped), sequence parallelism with tp, the experts' own tp (etp),
-# fp8 as Transformer Engine runs it where the row says fp8.
+# fp8 as Transformer Engine runs it where the row says fp8, the token
+# dispatcher the recipe names.
 def moe_strategy(case):
     p, t = case["parallel"], case["training"]
     vpp = p.get("vpp", 1)
@@ -205,6 +206,10 @@ def moe_strategy(case):
         s += f",etp={p['etp']}"
     if vpp > 1:
         s += f",vpp={vpp},schedule=interleaved"
+    # Megatron-Core's flex dispatcher (DeepEP, or HybridEP which sends the
+    # same way) where the recipe names it; its alltoall dispatcher otherwise.
+    if "DeepEP" in t.get("dispatcher", "") or "HybridEP" in t.get("dispatcher", ""):
+        s += ",moe_dispatcher=deepep"
     return s
 
 

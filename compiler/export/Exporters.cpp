@@ -123,7 +123,12 @@ llvm::Expected<std::string> megatron(const ExportPlan &p) {
     // grouped GEMMs.
     flag("--expert-model-parallel-size", num(s.ep));
     flag("--expert-tensor-parallel-size", num(s.expertTp()));
-    flag("--moe-token-dispatcher-type", "alltoall");
+    if (s.dispatcher == MoeDispatcher::DeepEP) {
+      flag("--moe-token-dispatcher-type", "flex");
+      flag("--moe-enable-deepep");
+    } else {
+      flag("--moe-token-dispatcher-type", "alltoall");
+    }
     flag("--moe-grouped-gemm");
   }
   if (s.moeCapacity > 0) {

@@ -502,6 +502,20 @@ const Refusal kCommon[] = {
               "Megatron-LM states (--recompute-method block); plan with "
               "recompute=full on every layer";
      }},
+    // DeepEP's dispatch kernels: Megatron-Core's flex token dispatcher
+    // (--moe-token-dispatcher-type flex --moe-enable-deepep) runs them;
+    // the other targets move tokens by NCCL's all-to-all.
+    {Capability::Experts,
+     [](const Plan &p, const std::string &f) {
+       return p.strategy.dispatcher == MoeDispatcher::DeepEP &&
+              f != "megatron";
+     },
+     [](const Plan &) -> std::string {
+       return "the plan moves its experts' tokens with DeepEP's kernels "
+              "(moe_dispatcher=deepep), which Megatron-LM's flex dispatcher "
+              "runs and this target does not; plan with "
+              "moe_dispatcher=alltoall";
+     }},
     // Only DeepSpeed reduces gradients in another type than it keeps them
     // (communication_data_type); the others reduce what they keep.
     {Capability::Gradients,

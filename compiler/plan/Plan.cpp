@@ -34,6 +34,8 @@ static ojson strategyJson(const Strategy &s) {
   j["cp_comm"] = cpCommName(s.cpComm);
   j["ep"] = s.ep;
   j["expert_tensor_parallel"] = s.expertTp();
+  if (s.dispatcher != MoeDispatcher::AllToAll)
+    j["moe_dispatcher"] = moeDispatcherName(s.dispatcher);
   if (s.moeImbalance != 1)
     j["moe_load_imbalance_ratio"] = s.moeImbalance;
   if (s.moeCapacity > 0)
@@ -440,6 +442,15 @@ static llvm::Expected<Strategy> strategyFromPlanImpl(const nlohmann::json &plan,
     if (auto e = integer("expert_tensor_parallel", etp, 1))
       return std::move(e);
     s.etp = etp == s.tp ? 0 : etp;
+  }
+  if (j.contains("moe_dispatcher")) {
+    if (j["moe_dispatcher"] == "alltoall")
+      s.dispatcher = MoeDispatcher::AllToAll;
+    else if (j["moe_dispatcher"] == "deepep")
+      s.dispatcher = MoeDispatcher::DeepEP;
+    else
+      return err(what + ": strategy.moe_dispatcher: must be \"alltoall\" or "
+                        "\"deepep\"");
   }
   if (j.contains("cp_comm")) {
     if (j["cp_comm"] == "ring")
@@ -870,6 +881,7 @@ const FieldType kStrategyFields[] = {
     {"cp_comm", K::String},
     {"ep", K::Integer},
     {"expert_tensor_parallel", K::Integer},
+    {"moe_dispatcher", K::String},
     {"moe_load_imbalance_ratio", K::Number},
     {"moe_capacity_factor", K::Number},
     {"virtual_stages", K::Integer},

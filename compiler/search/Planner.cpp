@@ -351,7 +351,11 @@ private:
   const Assumptions &a;
   const DeviceSpec &dev;
   int64_t devices = 0, gbs = 0, layers = 0;
-  int perDomain = 0 /* devices one scale-up link joins */, heads = 0, maxExperts = 0;
+  int perDomain = 0 /* devices one scale-up link joins */, heads = 0,
+      maxExperts = 0;
+  /// Whether every mixture-of-experts layer states its top-k (what
+  /// DeepEP's dispatch is priced by).
+  bool routedTopK = false;
   /// Layer kinds with a layout that splits the batch inside tp (CNN
   /// stages): such candidates are priced both ways, Megatron's feature
   /// splits alone and with those batch splits.
@@ -832,11 +836,20 @@ void PlanSearch::priceCandidate(SearchState &st, const Strategy &s,
   }
   // Expert parallelism for mixture-of-experts models: ep of
   // the dp x cp ranks that divides the experts.
+  // Each also with DeepEP's dispatch (Megatron-Core's flex dispatcher),
+  // where its group is the ep ranks alone (the experts whole or tp 1).
+  auto withDispatchers = [&](Strategy e) {
+    priceSaving(st, e, fitting, floors);
+    if (routedTopK && (e.tp == 1 || e.expertsFolded())) {
+      e.dispatcher = MoeDispatcher::DeepEP;
+      priceSaving(st, e, fitting, floors);
+    }
+  };
   for (int ep = 2; ep <= maxExperts && ep <= dp * cp; ep *= 2)
     if (maxExperts % ep == 0 && (dp * cp) % ep == 0) {
       Strategy e = s;
       e.ep = ep;
-      priceSaving(st, e, fitting, floors);
+      withDispatchers(e);
     }
   // Folded (etp 1, Megatron-Core's MoE parallel folding):
   // whole experts on ep of the tp x dp ranks.
@@ -846,7 +859,7 @@ void PlanSearch::priceCandidate(SearchState &st, const Strategy &s,
         Strategy e = s;
         e.ep = ep;
         e.etp = 1;
-        priceSaving(st, e, fitting, floors);
+        withDispatchers(e);
       }
   // Ulysses where the heads split over cp (its all-to-all
   // against the ring's overlapped sends), inside a node: over
@@ -1119,6 +1132,9 @@ PlanSearch::run(PlanResult &result,
                   [](const LayerKind &k) { return bool(k.batchSplitLayout); });
   chooseSavers();
   maxExperts = w.experts();
+  routedTopK = maxExperts > 1;
+  for (const LayerKind &k : w.kinds)
+    routedTopK &= k.experts < 2 || k.expertTopK > 0;
   std::vector<std::pair<std::string, double>> &phases =
       result.timings.phaseCpuS;
   double cpu = processCpuSeconds();

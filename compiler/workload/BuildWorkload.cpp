@@ -7,6 +7,8 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "llvm/ADT/DenseSet.h"
 
+#include <cmath>
+
 using namespace mlir;
 
 namespace orrery {
@@ -567,6 +569,14 @@ private:
       }
     for (Type t : func.getResultTypes())
       kind.outputBytes += tensorBytes(t);
+    // The router's top-k: [E, capacity, d] at capacity factor 1 holds k
+    // copies of the layer's [tokens, d] input.
+    if (kind.experts > 1 && kind.inputBytes > 0) {
+      double copies = double(kind.expertDispatchBytes) / kind.inputBytes;
+      long k = std::lround(copies);
+      if (k >= 1 && k <= kind.experts && std::abs(copies - k) < 0.05)
+        kind.expertTopK = int(k);
+    }
   }
 
   void addLoraAdapters() {

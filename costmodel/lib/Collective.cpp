@@ -316,8 +316,7 @@ double collectiveTime(CollectiveKind kind, double bytes, const GroupShape &g,
                           ringBusBandwidth(localShape(g, local))
                     : 0.0;
       double across = double(g.ranks - local) / g.ranks * bytes /
-                      (effectiveBandwidth(*g.nic, g.nicSharePerRank) /
-                       std::max(1.0, g.ringTierFactor));
+                      effectiveBandwidth(*g.nic, g.nicSharePerRank);
       moveS = std::max(inside, across);
     }
     // What leaves a tier block shares the block's uplinks, k times fewer
@@ -357,6 +356,46 @@ double collectiveTime(CollectiveKind kind, double bytes, const GroupShape &g,
       flat = std::min(flat, agg);
   }
   return flat;
+}
+
+/// The chance that none of a token's k experts, drawn without repeats
+/// from `experts`, is among `held` of them.
+static double missesAll(int experts, int topK, double held) {
+  double p = 1;
+  for (int i = 0; i < topK; ++i)
+    p *= std::max(0.0, (experts - held - i) / double(experts - i));
+  return p;
+}
+
+double routedDispatchTime(double tokenBytes, int experts, int topK,
+                          const GroupShape &g) {
+  if (g.ranks <= 1 || tokenBytes <= 0 || experts < 1 || topK < 1)
+    return 0;
+  int local = std::max(1, std::min(g.ranks, g.ranksPerNode));
+  int nodes = (g.ranks + local - 1) / local;
+  // Distinct ranks and nodes a token reaches, its experts spread evenly.
+  double ranksHit =
+      g.ranks * (1 - missesAll(experts, topK, double(experts) / g.ranks));
+  double nodesHit =
+      nodes * (1 - missesAll(experts, topK, double(experts) / nodes));
+  double intraLat = g.intraLink ? g.intraLink->latencyS : 0;
+  // Over the link inside: one copy to every other rank reached (directly,
+  // or forwarded by the rank that took it off the network).
+  double insideS = tokenBytes * ranksHit * (g.ranks - 1) / g.ranks /
+                       ringBusBandwidth(localShape(g, local)) +
+                   (local - 1) * intraLat;
+  double acrossS = 0;
+  if (nodes > 1 && g.nic) {
+    // One copy to every other node reached, through the rank's own cards;
+    // what leaves a tier block shares its uplinks (allToAllTierFactor:
+    // the share of a rank's bytes leaving the block, times k).
+    double leaving = g.allToAllTierFactor * g.ranks / double(g.ranks - local);
+    acrossS = tokenBytes * nodesHit * (nodes - 1) / nodes /
+                  effectiveBandwidth(*g.nic, g.nicSharePerRank) *
+                  std::max(1.0, leaving) +
+              (nodes - 1) * g.nic->latencyS;
+  }
+  return kCollectiveBaseLatencyS + std::max(insideS, acrossS);
 }
 
 } // namespace orrery

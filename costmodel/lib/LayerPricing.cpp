@@ -422,10 +422,16 @@ WeightTraffic Simulation::weightTraffic(const LayerKind &k,
     // to the ranks of its top-k experts and back (dispatch, combine), each
     // way again for the gradients; (ep - 1)/ep of the bytes leave the
     // device.
+    // DeepEP's kernels (moe_dispatcher=deepep) send each token once to a
+    // node and once to a rank of its experts instead (routedDispatchTime).
     w.expertParallel = true;
     w.expertTokensBytes = expertDispatchBytes(k, tpDeg);
-    w.expertAllToAllS = collectiveTime(CollectiveKind::AllToAll,
-                                       w.expertTokensBytes, p.epGroup);
+    w.expertAllToAllS =
+        s.dispatcher == MoeDispatcher::DeepEP && k.expertTopK > 0
+            ? routedDispatchTime(w.expertTokensBytes / k.expertTopK,
+                                 k.experts, k.expertTopK, p.epGroup)
+            : collectiveTime(CollectiveKind::AllToAll, w.expertTokensBytes,
+                             p.epGroup);
   }
   return w;
 }

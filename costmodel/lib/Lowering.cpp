@@ -1058,6 +1058,11 @@ static llvm::Error refuseUnsupported(const Strategy &s) {
     return err("lower: sdp: the lowering does not write each worker's "
                "subnetwork and its holders' reductions yet (simulate and "
                "plan take it)");
+  if (s.dispatcher == MoeDispatcher::DeepEP)
+    return err("lower: moe_dispatcher=deepep: the runtime moves tokens by "
+               "NCCL's all-to-all, not DeepEP's kernels (simulate, plan and "
+               "the Megatron-LM export take it; moe_dispatcher=alltoall "
+               "lowers)");
   return llvm::Error::success();
 }
 

@@ -39,6 +39,10 @@ const char *cpCommName(CpComm c) {
   return c == CpComm::Ring ? "ring" : "all-to-all";
 }
 
+const char *moeDispatcherName(MoeDispatcher d) {
+  return d == MoeDispatcher::AllToAll ? "alltoall" : "deepep";
+}
+
 std::optional<Schedule> scheduleFromName(const std::string &name) {
   for (Schedule s :
        {Schedule::GPipe, Schedule::OneFOneB, Schedule::Interleaved,
@@ -147,6 +151,8 @@ std::string Strategy::str() const {
     s += ",moe_capacity=" + printableNumber(moeCapacity);
   if (cpComm != CpComm::Ring)
     s += std::string(",cp_comm=") + cpCommName(cpComm);
+  if (dispatcher != MoeDispatcher::AllToAll)
+    s += std::string(",moe_dispatcher=") + moeDispatcherName(dispatcher);
   if (overlapName() != "grad+param")
     s += ",overlap=" + overlapName();
   if (!stageLayers.empty()) {
@@ -373,6 +379,13 @@ bool wordField(const StrategyField &f, Strategy &s, bool &sdpMask,
       s.cpComm = CpComm::AllToAll;
     else
       e = err(where + ": cp_comm must be ring or all-to-all");
+  } else if (key == "moe_dispatcher") {
+    if (value == "alltoall")
+      s.dispatcher = MoeDispatcher::AllToAll;
+    else if (value == "deepep")
+      s.dispatcher = MoeDispatcher::DeepEP;
+    else
+      e = err(where + ": moe_dispatcher must be alltoall or deepep");
   } else if (key == "overlap") {
     e = overlapField(f, s);
   } else if (key == "order" || key == "layers") {
@@ -410,7 +423,7 @@ llvm::Expected<Strategy> parseStrategy(const std::string &text) {
               "sp, tpbatch, vpp, schedule, mbs, gbs, "
               "zero, recompute, recompute_layers, recompute_kinds, sdp, "
               "mg_coarsen, mg_iters, offload, precision, layers, order, "
-              "overlap, cp_comm)");
+              "overlap, cp_comm, moe_dispatcher)");
     if (e)
       return std::move(e);
     if (f.key == "mg_coarsen" || f.key == "mg_iters")
@@ -553,6 +566,28 @@ static llvm::Error checkExperts(Strategy &s, const Workload &w) {
       return err("strategy: ep=" + std::to_string(s.ep) +
                  " must divide dp x tp = " + std::to_string(s.dp * s.tp) +
                  " (etp=1 draws the expert-parallel group from both)");
+  }
+  if (s.dispatcher == MoeDispatcher::DeepEP) {
+    if (s.ep < 2)
+      return err("strategy: moe_dispatcher=deepep moves tokens between "
+                 "expert-parallel ranks: it needs ep > 1");
+    if (s.tp > 1 && !s.expertsFolded())
+      return err("strategy: moe_dispatcher=deepep with the experts split "
+                 "over tp=" +
+                 std::to_string(s.tp) +
+                 ": Megatron-Core's flex dispatcher then runs over tp x ep "
+                 "ranks, which is not priced; fold the experts (etp=1)");
+    if (s.moeCapacity > 0)
+      return err("strategy: moe_dispatcher=deepep is dropless (Megatron-"
+                 "Core's flex dispatcher does not pad to a capacity): drop "
+                 "moe_capacity");
+    for (const LayerKind &k : w.kinds)
+      if (k.experts > 1 && k.expertTopK < 1)
+        return err("strategy: moe_dispatcher=deepep: the experts of " +
+                   k.name +
+                   " have no top-k the graph states (their dispatched "
+                   "tokens are not k copies of the layer's input); use "
+                   "moe_dispatcher=alltoall");
   }
   if ((s.moeImbalance != 1 || s.moeCapacity > 0) && w.experts() < 2)
     return err(std::string("strategy: ") +

@@ -52,6 +52,8 @@ PLANS = [
     ("tp overlap", FIXTURE, "8xA100-80G", "tp=4,dp=2,sp=1,mbs=2,gbs=64,overlap=tp"),
     ("experts", "mixtral-8x7b", "4x8xH100-SXM", "tp=2,pp=2,dp=8,ep=8,sp=1,mbs=1,gbs=64"),
     ("experts capacity", "mixtral-8x7b", "4x8xH100-SXM", "tp=2,pp=2,dp=8,ep=8,sp=1,mbs=1,gbs=64,moe_capacity=1.25"),
+    ("experts deepep", "mixtral-8x7b", "4x8xH100-SXM", "tp=1,pp=4,dp=8,ep=8,zero=1,mbs=1,gbs=64,moe_dispatcher=deepep"),
+    ("experts deepep folded", "qwen3-30b-a3b", "2x8xH100-SXM", "tp=2,dp=8,ep=16,etp=1,sp=1,mbs=1,gbs=64,moe_dispatcher=deepep"),
     ("tp-pp-dp order", FIXTURE, "16xA100-80G", "tp=2,pp=2,dp=4,mbs=2,gbs=64,order=tp-cp-pp-dp"),
 ]
 # Searched plans: the best plan Megatron-LM runs, for a few problems.
@@ -176,6 +178,11 @@ def validate(a, world, env):
             assert world // (etp * ep * pp) == dp, "tp-pp-dp order: expert dp must equal dp (parallel_state.py 716-720)"
     if a["moe_grouped_gemm"]:
         assert a["bf16"], "grouped GEMM for MoE needs bf16 (arguments.py 722-725)"
+    if a["moe_enable_deepep"]:
+        assert a["moe_token_dispatcher_type"] == "flex", "DeepEP needs the flex dispatcher (transformer_config.py: moe_enable_deepep)"
+    if a["moe_token_dispatcher_type"] == "flex":
+        assert not a["moe_pad_expert_input_to_capacity"], "the flex dispatcher does not pad to capacity (transformer_config.py)"
+        assert tp * ep > 1, "the flex dispatcher needs tp x ep > 1 (token_dispatcher.py MoEFlexTokenDispatcher)"
     if a["moe_pad_expert_input_to_capacity"]:
         assert a["moe_expert_capacity_factor"] is not None, "padding needs a capacity factor (transformer_config.py 653-665)"
     g = a["recompute_granularity"]

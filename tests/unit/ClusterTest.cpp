@@ -631,6 +631,51 @@ Cluster tieredCluster(int nodes, const std::string &fabric) {
 }
 } // namespace
 
+TEST(Collective, AllToAllAcrossNodesUsesEachRanksOwnCard) {
+  // 16 H100 over 2 nodes: each rank sends 8/16 of its buffer through its
+  // own 400G card and 7/16 over NVLink at once; the card is the bound.
+  auto c = parseClusterPreset("2x8xH100-SXM", HardwareCatalog::builtin());
+  ASSERT_TRUE(bool(c));
+  GroupShape g = groupShapeIn(c->groupOf(0), 1, 16);
+  GroupShape one = groupShapeIn(c->groupOf(0), 1, 1);
+  double card = 1e9 * 8 / 16 /
+                (ringBusBandwidth(groupShapeIn(c->groupOf(0), 8, 2)));
+  double t = collectiveTime(CollectiveKind::AllToAll, 1e9, g);
+  EXPECT_GT(t, card);
+  EXPECT_LT(t, card * 1.01 + 15 * 9.6e-6 + 1e-5);
+  EXPECT_EQ(collectiveTime(CollectiveKind::AllToAll, 1e9, one), 0);
+}
+
+TEST(Collective, DeepEpSendsATokenOnceToANodeAndOnceToARank) {
+  const HardwareCatalog &cat = HardwareCatalog::builtin();
+  auto node = parseClusterPreset("8xH100-SXM", cat);
+  ASSERT_TRUE(bool(node));
+  GroupShape in = groupShapeIn(node->groupOf(0), 1, 8);
+  // Top-1: one copy a token, to one rank: the all-to-all of that copy.
+  EXPECT_NEAR(routedDispatchTime(1e8, 64, 1, in),
+              collectiveTime(CollectiveKind::AllToAll, 1e8, in), 1e-12);
+  // Top-8 of 128 experts on 8 ranks: a token reaches 8(1 - C(112,8)/
+  // C(128,8)) ranks, not 8 copies.
+  double miss = 1;
+  for (int i = 0; i < 8; ++i)
+    miss *= (112.0 - i) / (128.0 - i);
+  double hit = 8 * (1 - miss);
+  double k8 = routedDispatchTime(1e8, 128, 8, in);
+  double hand = 8.4e-6 + 1e8 * hit * 7 / 8 / ringBusBandwidth(in) +
+                7 * in.intraLink->latencyS;
+  EXPECT_NEAR(k8, hand, 1e-12);
+  EXPECT_LT(k8, collectiveTime(CollectiveKind::AllToAll, 8e8, in));
+  // Over 2 nodes the network carries a token once to the other node
+  // (nearly every token reaches it), not its 4 expected remote copies.
+  auto two = parseClusterPreset("2x8xH100-SXM", cat);
+  ASSERT_TRUE(bool(two));
+  GroupShape over = groupShapeIn(two->groupOf(0), 1, 16);
+  double deepep = routedDispatchTime(1e8, 128, 8, over);
+  double alltoall = collectiveTime(CollectiveKind::AllToAll, 8e8, over);
+  EXPECT_LT(deepep, alltoall / 3);
+  EXPECT_GT(deepep, alltoall / 5);
+}
+
 TEST(Collective, FabricTiersSlowWhatLeavesABlock) {
   // 16 nodes in blocks of 4 whose uplinks are 8 times fewer than their
   // cards. A group of one rank a node over all 16 (stride 8): 4 of its

@@ -102,6 +102,18 @@ double ringBusBandwidth(const GroupShape &g);
 /// what SwitchML's 32-bit wire format doubles or keeps).
 double collectiveTime(CollectiveKind kind, double bytes, const GroupShape &g,
                       int elementBytes = 2);
+/// One dispatch (or combine) of a mixture of experts as DeepEP's normal
+/// kernels run it (Megatron-Core's flex dispatcher; HybridEP likewise):
+/// each token of `tokenBytes` (one copy) goes once to every other node
+/// holding one of its top-k experts, through the rank's own share of the
+/// network cards, and once to every rank holding one, over the link inside
+/// (forwarded there from the node's receiving rank); the two proceed
+/// together. The experts sit evenly on the group's ranks and the tokens
+/// route uniformly (the hits are the expectation of k draws without
+/// repeats). Megatron-Core's alltoall dispatcher is collectiveTime's
+/// all-to-all of all k copies.
+double routedDispatchTime(double tokenBytes, int experts, int topK,
+                          const GroupShape &g);
 /// The same all-reduce through the network's aggregation; < 0 where the
 /// group has none (inside one node, more nodes than it spans).
 double aggregatedAllReduceTime(double bytes, const GroupShape &g,

@@ -70,6 +70,14 @@ enum class Recompute { None, Selective, Full, Op };
 /// the attention blocks compute), or DeepSpeed-Ulysses' all-to-all (heads
 /// scattered, the sequence gathered, around the attention).
 enum class CpComm { Ring, AllToAll };
+/// How a mixture of experts moves its tokens to the expert-parallel ranks
+/// (`moe_dispatcher`): Megatron-Core's alltoall dispatcher (each token's
+/// top-k copies sent by NCCL's all-to-all, one per routed expert), or
+/// DeepEP's normal kernels (Megatron-Core's flex dispatcher; NVIDIA's
+/// HybridEP the same way): a token crosses the network once to each other
+/// node it is routed to and is forwarded there over NVLink, and reaches
+/// each rank once however many of its experts that rank holds.
+enum class MoeDispatcher { AllToAll, DeepEP };
 
 /// The largest `moe_imbalance` and `moe_capacity` accepted (a spread or a
 /// padding beyond it is a mistake, not a routing).
@@ -82,6 +90,7 @@ struct Strategy {
   int cp = 1; ///< context parallel
   CpComm cpComm = CpComm::Ring;
   int ep = 1; ///< expert parallel (inside dp)
+  MoeDispatcher dispatcher = MoeDispatcher::AllToAll;
   /// Expert tensor parallelism (Megatron-Core's MoE parallel folding):
   /// 0 = tp, the experts split as the dense layers are; 1 = each expert
   /// whole on a device, the ep group drawn from the tp x dp ranks.
@@ -221,6 +230,8 @@ struct Strategy {
 const char *scheduleName(Schedule s);
 const char *recomputeName(Recompute r);
 const char *cpCommName(CpComm c);
+/// "alltoall" or "deepep".
+const char *moeDispatcherName(MoeDispatcher d);
 std::optional<Schedule> scheduleFromName(const std::string &name);
 std::optional<Recompute> recomputeFromName(const std::string &name);
 std::optional<Precision> precisionFromName(const std::string &name);

@@ -206,6 +206,9 @@ struct LayerKind {
   int experts = 0;
   int64_t expertParameters = 0, expertReplicatedParameters = 0;
   int64_t expertDispatchBytes = 0;
+  /// Experts each token is routed to: the dispatched tokens over the
+  /// layer's input at capacity factor 1 (0: not known from the graph).
+  int expertTopK = 0;
   /// The activation the layer takes (kept alone under full recompute).
   int64_t inputBytes = 0;
   /// The activations the layer hands to the next one (pipeline transfers).
