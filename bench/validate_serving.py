@@ -71,14 +71,115 @@ def simulate(orrery, row):
     return plan["chosen"]["metrics"]["output_throughput_tok_per_s"], None
 
 
+# TensorRT-LLM 1.0-1.2 (PyTorch backend) on Blackwell and Hopper
+# (bench/published/trtllm_blackwell_runs.json, transcribed from the
+# perf-overview tables with their commits).
+BLACKWELL_MODELS = {
+    "Llama-3.3-70B": "llama3-70b",  # Llama 3.1 70B's architecture
+    "Llama-3.1-8B": "llama3-8b",
+    "Llama-3.1-405B": "llama3-405b",
+    "Qwen3-235B-A22B": "qwen3-235b-a22b",
+    "Qwen3-30B-A3B": "qwen3-30b-a3b",
+}
+BLACKWELL_GPUS = {
+    "B200 180GB (DGX B200)": "B200",
+    "GB200 192GB (GB200 NVL72)": "GB200",
+    "B300 288GB (DGX B300) (beta)": "B300",
+    "GB300 288 GB (GB300 NVL72) (beta)": "GB300",
+    "RTX 6000 Pro Blackwell Server Edition": "RTX-PRO-6000",
+    "H200 SXM 141GB (DGX H200)": "H200",
+    "H100 SXM 80GB (DGX H100)": "H100-SXM",
+}
+
+
+def simulate_blackwell(orrery, row):
+    """A TensorRT-LLM 1.x row as its table ran it: FP4 rows serve an NVFP4
+    checkpoint (weights and activations in NVFP4), FP8 rows an FP8 one,
+    both with the FP8 KV cache ModelOpt's checkpoints state; an NVL72 GPU
+    from one rack (its trays joined by NVLink). Returns (output tokens/s
+    of the whole group, None) or (None, why not)."""
+    hw, par, wl = row["hardware"], row["parallel"], row["workload"]
+    if row["model"]["key"] not in BLACKWELL_MODELS:
+        return None, "no built-in of " + row["model"]["key"]
+    if par.get("attention_dp"):
+        return None, "attention data parallelism (" + par["label"] + ") not priced"
+    device = BLACKWELL_GPUS[hw["gpu"]]
+    tp, pp = par["tp"], par.get("pp", 1)
+    n = tp * pp
+    cluster = (f"1x{device}-NVL72" if device in ("GB200", "GB300")
+               else f"{n}x{device}" if n <= 8 else f"{n // 8}x8x{device}")
+    requests = wl.get("num_requests") or REQUESTS.get((wl["isl"], wl["osl"]), 1000)
+    cmd = [orrery, "serve", BLACKWELL_MODELS[row["model"]["key"]],
+           "--cluster", cluster, "--engine", "trtllm",
+           "--strategy", f"tp={tp},pp={pp},ep=1,replicas=1",
+           "--workload", f"isl={wl['isl']},osl={wl['osl']},requests={requests},offline",
+           "--precision", "nvfp4" if row["precision"].upper() == "FP4" else "fp8",
+           "--kv-cache", "fp8", "--json"]
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode != 0:
+        return None, p.stderr.strip().splitlines()[-1] if p.stderr else "failed"
+    return json.loads(p.stdout)["chosen"]["metrics"]["output_throughput_tok_per_s"], None
+
+
+def validate_blackwell(orrery, rows):
+    """Prints each row and the MAPE per GPU x precision and per model."""
+    groups = collections.defaultdict(list)
+    by_model = collections.defaultdict(list)
+    skipped = collections.Counter()
+    print(f"{'id':11} {'model':16} {'gpu':13} {'par':8} {'prec':4} {'isl/osl':>11} "
+          f"{'measured':>9} {'simulated':>9} {'error':>7}")
+    for row in rows:
+        m = row["metrics"]
+        per_gpu = "output_throughput_per_gpu_tok_s" in m
+        measured = m.get("output_throughput_per_gpu_tok_s", m.get("output_throughput_tok_s"))
+        n = row["parallel"]["tp"] * row["parallel"].get("pp", 1)
+        sim, why = simulate_blackwell(orrery, row)
+        if sim is None:
+            skipped[why] += 1
+            continue
+        if per_gpu:
+            sim /= n
+        wl = row["workload"]
+        e = (sim - measured) / measured
+        gpu = BLACKWELL_GPUS[row["hardware"]["gpu"]]
+        groups[(gpu, row["precision"])].append(abs(e))
+        by_model[row["model"]["key"]].append(abs(e))
+        print(f"{row['id']:11} {row['model']['key'][:16]:16} {gpu:13} "
+              f"{row['parallel']['label'][:8]:8} {row['precision']:4} "
+              f"{str(wl['isl']) + '/' + str(wl['osl']):>11} {measured:9.0f} {sim:9.0f} "
+              f"{e * 100:+6.1f}%")
+    print()
+    print("MAPE per GPU and precision (output tokens/s; per GPU where the table is)")
+    every = []
+    for (gpu, prec), errs in sorted(groups.items()):
+        every += errs
+        print(f"  {gpu:13} {prec:4} {len(errs):3} rows  MAPE {100 * sum(errs) / len(errs):5.1f}%  "
+              f"worst {100 * max(errs):5.1f}%")
+    print("MAPE per model")
+    for model, errs in sorted(by_model.items()):
+        print(f"  {model:18} {len(errs):3} rows  MAPE {100 * sum(errs) / len(errs):5.1f}%")
+    if every:
+        print(f"all: {len(every)} rows, MAPE {100 * sum(every) / len(every):.1f}%")
+    for why, count in skipped.most_common():
+        print(f"  not simulated: {count} rows: {why}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
     ap.add_argument("--shared", default=os.path.join(ROOT, "..", "shared"))
     ap.add_argument("--rows", type=int, default=0,
                     help="only the first N rows (0: all)")
+    ap.add_argument("--blackwell", action="store_true",
+                    help="the TensorRT-LLM 1.x Blackwell and Hopper rows "
+                         "(bench/published/trtllm_blackwell_runs.json) instead")
     args = ap.parse_args()
     orrery = os.path.join(args.build, "bin", "orrery")
+    if args.blackwell:
+        with open(os.path.join(HERE, "published", "trtllm_blackwell_runs.json")) as f:
+            rows = json.load(f)["rows"]
+        validate_blackwell(orrery, rows[:args.rows] if args.rows else rows)
+        return 0
     with open(os.path.join(args.shared, "validation", "inference_runs.json")) as f:
         data = json.load(f)
     rows = data["rows"][:args.rows] if args.rows else data["rows"]

@@ -232,6 +232,13 @@ llvm::Expected<std::string> megatron(const ExportPlan &p) {
     flag("--bf16");
     flag("--fp8-format", "hybrid");
     break;
+  case Precision::MXFP8: // E4M3 blocks both ways, as MXFP8 runs
+    flag("--bf16");
+    flag("--fp8-format", "e4m3");
+    flag("--fp8-recipe", "mxfp8");
+    break;
+  case Precision::NVFP4: // refused before: training in 4-bit is not priced
+  case Precision::MXFP4:
   case Precision::TF32:
   case Precision::FP32:
     break; // Megatron-LM's default: fp32 parameters, TF32 math on Ampere+
@@ -735,7 +742,8 @@ std::string heteroRefusal(const nlohmann::json &plan, const HeteroStrategy &s,
     return "ZeRO-" + std::to_string(s.zeroStage) +
            " on a heterogeneous plan (FSDP over each stage's replicas) is not "
            "written; plan it with ZeRO-1";
-  if (s.precision == Precision::FP16 || s.precision == Precision::FP8)
+  if (s.precision == Precision::FP16 || isFp8(s.precision) ||
+      isFp4(s.precision))
     return std::string(precisionName(s.precision)) +
            " needs loss scaling or float8 converters the script does not "
            "apply; plan it in bf16 or fp32";

@@ -502,6 +502,17 @@ const Refusal kCommon[] = {
               "Megatron-LM states (--recompute-method block); plan with "
               "recompute=full on every layer";
      }},
+    // MXFP8: Transformer Engine's block-scaled recipe, which Megatron-LM
+    // names (--fp8-recipe mxfp8); the other targets' fp8 is per-tensor.
+    {Capability::Precision,
+     [](const Plan &p, const std::string &f) {
+       return p.strategy.precision == Precision::MXFP8 && f != "megatron";
+     },
+     [](const Plan &) -> std::string {
+       return "the plan trains in mxfp8 (Transformer Engine's block-scaled "
+              "recipe), which Megatron-LM states (--fp8-recipe mxfp8) and "
+              "this target does not; plan with fp8 or bf16";
+     }},
     // DeepEP's dispatch kernels: Megatron-Core's flex token dispatcher
     // (--moe-token-dispatcher-type flex --moe-enable-deepep) runs them;
     // the other targets move tokens by NCCL's all-to-all.
@@ -622,7 +633,7 @@ const Refusal kMegatron[] = {
      [](const Plan &p, const std::string &) {
        const Strategy &s = p.strategy;
        return s.ep > 1 && ((s.precision != Precision::BF16 &&
-                            s.precision != Precision::FP8) ||
+                            !isFp8(s.precision)) ||
                            (s.tp > 1 && !s.sequenceParallel));
      },
      [](const Plan &p) {
@@ -839,7 +850,7 @@ const Refusal kDeepSpeed[] = {
      }},
     {Capability::Precision,
      [](const Plan &p, const std::string &) {
-       return p.strategy.precision == Precision::FP8;
+       return isFp8(p.strategy.precision);
      },
      [](const Plan &) -> std::string {
        return "fp8 training is not a ds_config precision";
@@ -1021,7 +1032,7 @@ const Refusal kPytorch[] = {
     {Capability::Precision,
      [](const Plan &p, const std::string &) {
        return p.strategy.precision == Precision::FP16 ||
-              p.strategy.precision == Precision::FP8;
+              isFp8(p.strategy.precision);
      },
      [](const Plan &p) {
        return std::string(p.strategy.precision == Precision::FP16

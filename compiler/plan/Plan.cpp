@@ -544,7 +544,7 @@ static llvm::Expected<Strategy> strategyFromPlanImpl(const nlohmann::json &plan,
     s.precision = *p;
   else
     return err(what +
-               ": strategy.precision: must be fp32, tf32, fp16, bf16 or fp8");
+               ": strategy.precision: must be fp32, tf32, fp16, bf16, fp8, mxfp8, nvfp4 or mxfp4");
   if (j.contains("device_order")) {
     if (!j["device_order"].is_array())
       return err(what + ": strategy.device_order: must be a list");
@@ -802,7 +802,7 @@ heteroStrategyFromPlanImpl(const nlohmann::json &plan,
     s.precision = *p;
   else
     return err(what +
-               ": strategy.precision: must be fp32, tf32, fp16, bf16 or fp8");
+               ": strategy.precision: must be fp32, tf32, fp16, bf16, fp8, mxfp8, nvfp4 or mxfp4");
   if (!j.contains("replica_groups") || !j["replica_groups"].is_array())
     return err(what + ": strategy.replica_groups: must be a list");
   for (size_t g = 0; g < j["replica_groups"].size(); ++g) {

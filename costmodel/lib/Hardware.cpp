@@ -144,6 +144,12 @@ const char *precisionName(Precision p) {
     return "bf16";
   case Precision::FP8:
     return "fp8";
+  case Precision::MXFP8:
+    return "mxfp8";
+  case Precision::NVFP4:
+    return "nvfp4";
+  case Precision::MXFP4:
+    return "mxfp4";
   }
   return "fp32";
 }
@@ -158,14 +164,19 @@ double precisionBytes(Precision p) {
     return 2;
   case Precision::FP8:
     return 1;
+  case Precision::MXFP8:
+    return 1 + 1.0 / 32;
+  case Precision::NVFP4:
+    return 0.5 + 1.0 / 16;
+  case Precision::MXFP4:
+    return 0.5 + 1.0 / 32;
   }
   return 4;
 }
 
 void DeviceSpec::resolvePeaks() {
   peaksResolved = false;
-  for (Precision p : {Precision::FP32, Precision::TF32, Precision::FP16,
-                      Precision::BF16, Precision::FP8})
+  for (Precision p : kAllPrecisions)
     tensorPeaks[size_t(p)] = tensorPeakOf(p);
   vectorPeakS = vectorPeakOf();
   peaksResolved = true;
@@ -205,6 +216,11 @@ std::string DeviceSpec::precisionProblem(Precision p) const {
   std::string name = precisionName(p);
   if (peakFlopPerS.count(name))
     return "";
+  if (p == Precision::MXFP8 || isFp4(p))
+    return this->name + " has no " + name +
+           " tensor cores (the block-scaled formats run on Blackwell's, "
+           "mxfp8 and mxfp4 on CDNA 4's too; the catalog lists no " + name +
+           " rate for it)";
   if ((vendor == "NVIDIA" || vendor == "generic") && peakFlopPerS.count("fp32"))
     return "";
   std::string listed;

@@ -161,12 +161,12 @@ OpPrice Simulation::priceOp(const OpCost &op, const LayerKind &k,
   double weightMoved = std::min(moved, weightBytesOf(op));
   double bytes = ((moved - weightMoved) * sc + weightMoved) / split;
   KernelClass cls = op.contraction ? KernelClass::Gemm : op.kernelClass;
-  // fp8 as Transformer Engine runs it: the weighted GEMMs of the
-  // repeated layers in fp8, attention and the once-only layers (the
-  // embedding, the output head) in bf16.
-  bool fp8 = s.precision == Precision::FP8 && op.weighted && k.count > 1;
+  // fp8 as Transformer Engine runs it (per-tensor, or mxfp8's blocks):
+  // the weighted GEMMs of the repeated layers in fp8, attention and the
+  // once-only layers (the embedding, the output head) in bf16.
+  bool fp8 = isFp8(s.precision) && op.weighted && k.count > 1;
   Precision prec =
-      s.precision == Precision::FP8 && !fp8 ? Precision::BF16 : s.precision;
+      isFp8(s.precision) && !fp8 ? Precision::BF16 : s.precision;
   double fwd = opTime(dev, f, bytes, cls, kernels, prec);
   // Backward: what the op's gradients read and write, else two kernels per
   // contraction (input and weight gradients), each moving about the
@@ -474,10 +474,11 @@ void Simulation::layerMemory(const LayerKind &k, Recompute strategyRecompute,
   double all = k.savedReplicatedBytes * sc / stream +
                k.savedShardedBytes * sc / tp + k.savedCoreBytes * sc / tp;
   // Transformer Engine keeps an fp8 GEMM's input in fp8 for the weight
-  // gradient: half the bytes of a 16-bit one.
-  if (s.precision == Precision::FP8 && k.count > 1)
-    all -= 0.5 * (k.savedLinearInputReplicatedBytes * sc / stream +
-                  k.savedLinearInputShardedBytes * sc / tp);
+  // gradient: half the bytes of a 16-bit one (mxfp8's scales a 32nd more).
+  if (isFp8(s.precision) && k.count > 1)
+    all -= (1 - precisionBytes(s.precision) / 2) *
+           (k.savedLinearInputReplicatedBytes * sc / stream +
+            k.savedLinearInputShardedBytes * sc / tp);
   // The busiest device also keeps its extra tokens' expert GEMM inputs.
   if (double load = s.expertLoad(); load != 1)
     for (const OpCost &op : k.ops)

@@ -51,13 +51,20 @@ ServingPrecision::parse(const std::string &weights,
     p.linear = Precision::FP16;
   else if (w == "fp8")
     p.linear = Precision::FP8;
+  else if (w == "mxfp8")
+    p.linear = Precision::MXFP8;
+  else if (w == "nvfp4")
+    p.linear = Precision::NVFP4;
+  else if (w == "mxfp4")
+    p.linear = Precision::MXFP4;
   else if (w == "int8")
     p.weightOnlyBytes = 1;
   else if (w == "int4")
     p.weightOnlyBytes = 0.5 + 2.0 / 128; // a 16-bit scale per 128
   else
     return servingError("precision '" + weights +
-                        "': expected bf16, fp16, fp8, int8 or int4");
+                        "': expected bf16, fp16, fp8, mxfp8, nvfp4, mxfp4, "
+                        "int8 or int4");
   std::string kv = llvm::StringRef(kvCache).lower();
   if (kv.empty() || kv == "auto" || kv == "bf16" || kv == "fp16")
     p.kvBytesPerElement = 2;
@@ -223,8 +230,10 @@ llvm::Error StepPricer::tokenOp(const OpCost &op, const LayerKind &k, bool head,
   } else if (op.contraction && op.weighted) {
     t.kind = TokenOp::Linear;
     t.cls = KernelClass::Gemm;
-    bool fp8 = precision.linear == Precision::FP8 && repeated;
-    t.precision = fp8                                   ? Precision::FP8
+    // The quantized formats (fp8, mxfp8, nvfp4, mxfp4: weights and
+    // activations, as ModelOpt's checkpoints run) in the repeated layers.
+    bool low = (isFp8(precision.linear) || isFp4(precision.linear)) && repeated;
+    t.precision = low                                   ? precision.linear
                   : precision.linear == Precision::FP16 ? Precision::FP16
                                                         : Precision::BF16;
     double products = op.experts > 1 ? double(op.gemmBatch) : 1.0;
@@ -450,15 +459,17 @@ double StepPricer::expertParallelSeconds(const TokenOp &op, double tokens,
   return expertGemmSeconds(op, active, flops, weights + moved);
 }
 
-/// `active` experts run as one grouped GEMM, each its share of `flops` and
-/// of `bytes` (the weights it reads and the activations it moves).
+/// `active` experts run as one grouped GEMM (TensorRT-LLM's and vLLM's
+/// fused MoE kernels, CUTLASS's grouped GEMM): one kernel over all their
+/// products' tiles, `flops` and `bytes` (the weights it reads and the
+/// activations it moves) at the efficiency of that kernel, not of each
+/// product launched apart.
 double StepPricer::expertGemmSeconds(const TokenOp &op, double active,
                                      double flops, double bytes) const {
+  (void)active;
   const KernelModel &km = *kernels_;
-  return active * kernelSeconds(*replica_.device, km, op.precision,
-                                flops / active, bytes / active,
-                                KernelClass::Gemm, 0) +
-         op.kernels * km.kernelLaunchS;
+  return kernelSeconds(*replica_.device, km, op.precision, flops, bytes,
+                       KernelClass::Gemm, op.kernels);
 }
 
 StepTime StepPricer::price(const StepBatch &b) const {

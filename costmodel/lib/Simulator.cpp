@@ -107,6 +107,12 @@ llvm::Error Simulation::checkDevices(StepResult &r) const {
     return err(std::string("simulator: the model was built for --kernels ") +
                kernelFusionName(w.kernels) + " but is priced as " +
                kernelFusionName(a.fusion));
+  if (isFp4(s.precision))
+    return err(std::string("strategy: precision=") +
+               precisionName(s.precision) +
+               ": training in 4-bit formats is not priced (nvfp4 and mxfp4 "
+               "are serving precisions: orrery serve --precision); train in "
+               "mxfp8, fp8 or bf16");
   for (const StagePlacement &p : at) {
     std::string problem = p.device->precisionProblem(s.precision);
     if (!problem.empty())

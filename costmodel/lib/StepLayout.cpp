@@ -244,7 +244,7 @@ void Simulation::sumChunk(StepLayout &l, int ch) const {
     }
     // fp8 copies of the linear weights the device holds (its experts
     // only).
-    if (s.precision == Precision::FP8 && kind.count > 1)
+    if (isFp8(s.precision) && kind.count > 1)
       l.fp8Params[ch] +=
           double(kind.linearParameters - kind.linearReplicatedParameters) /
               place.tp +

@@ -63,8 +63,7 @@ std::optional<Recompute> recomputeFromName(const std::string &name) {
 }
 
 std::optional<Precision> precisionFromName(const std::string &name) {
-  for (Precision p : {Precision::FP32, Precision::TF32, Precision::FP16,
-                      Precision::BF16, Precision::FP8})
+  for (Precision p : kAllPrecisions)
     if (name == precisionName(p))
       return p;
   return std::nullopt;
@@ -371,7 +370,7 @@ bool wordField(const StrategyField &f, Strategy &s, bool &sdpMask,
     if (auto p = precisionFromName(value.str()))
       s.precision = *p;
     else
-      e = err(where + ": precision must be fp32, tf32, fp16, bf16 or fp8");
+      e = err(where + ": precision must be fp32, tf32, fp16, bf16, fp8, mxfp8, nvfp4 or mxfp4");
   } else if (key == "cp_comm") {
     if (value == "ring")
       s.cpComm = CpComm::Ring;

@@ -254,7 +254,7 @@ std::vector<std::string> mechanismsOf(const Strategy &s) {
   add(s.zeroStage == 3, "fsdp");
   add(s.cp > 1, "context-parallel");
   add(s.ep > 1, "expert-parallel");
-  add(s.precision == Precision::FP8, "fp8");
+  add(isFp8(s.precision), "fp8");
   add(s.offloadOptimizer, "optimizer-offload");
   add(s.offloadActivations, "activation-offload");
   add(s.recompute == Recompute::Full, "full-recompute");

@@ -513,8 +513,9 @@ void CudaRank::issue(int i) {
   check(cudaEventRecord(begin[i], st), "cudaEventRecord");
   switch (in.kind) {
   case InstrKind::Gemm:
-    if (in.precision == Precision::FP8)
-      throw std::runtime_error("fp8 GEMMs are not run by this backend yet");
+    if (isFp8(in.precision) || isFp4(in.precision))
+      throw std::runtime_error(std::string(precisionName(in.precision)) +
+                               " GEMMs are not run by this backend yet");
     matmul(in.m, in.n, in.k, in.batch, in.precision, false, false, st);
     break;
   case InstrKind::Attention: {

@@ -53,7 +53,7 @@ preparePlan(mlir::ModuleOp module, const ModelArgs &args,
     setup.layoutPrecision = p->precision;
   else
     return error("--precision '" + precision +
-                 "': expected fp32, tf32, fp16, bf16 or fp8");
+                 "': expected fp32, tf32, fp16, bf16, fp8 or mxfp8");
   setup.layoutCosts = layoutCostsFor(*setup.cluster, setup.layoutPrecision);
   auto workload = buildWorkload(module, setup.layoutCosts, framework.fusion,
                                 framework.fineTuning);
@@ -168,7 +168,7 @@ llvm::Expected<PlanOptions> planOptions(PlanSetup &setup,
   if (!prec) {
     llvm::consumeError(prec.takeError());
     return error("--precision '" + request.precision +
-                 "': expected fp32, tf32, fp16, bf16 or fp8");
+                 "': expected fp32, tf32, fp16, bf16, fp8 or mxfp8");
   }
   options.precision = prec->precision;
   if (!(request.moeImbalance >= 1 && request.moeImbalance <= kMaxExpertLoad))

@@ -329,6 +329,12 @@ exportServingPlanImpl(const nlohmann::json &plan, const std::string &to,
     out += "# note: " + request->precision +
            " weight-only: serve a checkpoint quantized so (AWQ or GPTQ); the "
            "engine reads the method from it\n";
+  if (request->precision == "nvfp4" || request->precision == "mxfp4" ||
+      request->precision == "mxfp8")
+    out += "# note: " + request->precision +
+           " weights and activations: serve a checkpoint quantized so "
+           "(ModelOpt NVFP4, or an MX checkpoint); the engine reads the "
+           "method from its quantization config\n";
   if (!split) {
     auto a = poolArgs(chosen, "chosen.");
     if (!a)

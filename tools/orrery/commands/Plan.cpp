@@ -43,9 +43,9 @@ void PlanCommand::add(CLI::App &app) {
                   "band\"); with --objective time")
       ->check(CLI::IsMember({"step", "p50", "p90"}));
   cmd->add_option("--precision", precision,
-                  "fp32, tf32, fp16, bf16 or fp8 (default bf16; with "
-                  "--strategy, what it names unless it names none)")
-      ->check(CLI::IsMember({"fp32", "tf32", "fp16", "bf16", "fp8"}));
+                  "fp32, tf32, fp16, bf16, fp8 or mxfp8 (default bf16; "
+                  "with --strategy, what it names unless it names none)")
+      ->check(CLI::IsMember({"fp32", "tf32", "fp16", "bf16", "fp8", "mxfp8"}));
   cmd->add_flag("--explain", explain,
                 "say why the best plan beats the runners-up");
   cmd->add_option("-o,--output", output, "write the plan JSON to FILE");

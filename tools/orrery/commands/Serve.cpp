@@ -31,7 +31,8 @@ void ServeCommand::add(CLI::App &app) {
                   "the scheduler and host loop modelled: vllm (v1) or "
                   "trtllm");
   cmd->add_option("--precision", request.precision,
-                  "weights and linear layers: bf16, fp16 or fp8");
+                  "weights and linear layers: bf16, fp16, fp8, mxfp8, nvfp4 "
+                  "or mxfp4 (weights and math), int8 or int4 (weight-only)");
   cmd->add_option("--kv-cache", request.kvCache,
                   "KV-cache elements: auto (16-bit) or fp8");
   cmd->add_option("--slo", request.slo, "p99 targets: ttft_ms=..,tpot_ms=..");

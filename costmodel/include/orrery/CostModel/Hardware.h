@@ -19,13 +19,33 @@
 
 namespace orrery {
 
-/// Numeric precisions of tensor math.
-enum class Precision { FP32, TF32, FP16, BF16, FP8 };
+/// Numeric precisions of tensor math. FP8 is per-tensor scaled (Hopper's
+/// and Ada's tensor cores, Transformer Engine's delayed and current
+/// scaling); the block-scaled formats carry a scale per block of elements
+/// and run on Blackwell's (and CDNA 4's) block-scaled MMA: MXFP8 and MXFP4
+/// (OCP microscaling: an 8-bit power-of-two scale per 32 elements) and
+/// NVFP4 (an FP8 E4M3 scale per 16 elements, with a per-tensor FP32 one).
+enum class Precision { FP32, TF32, FP16, BF16, FP8, MXFP8, NVFP4, MXFP4 };
+constexpr size_t kPrecisions = 8;
+/// Every precision, in the enum's order.
+constexpr Precision kAllPrecisions[kPrecisions] = {
+    Precision::FP32,  Precision::TF32,  Precision::FP16,  Precision::BF16,
+    Precision::FP8,   Precision::MXFP8, Precision::NVFP4, Precision::MXFP4};
 
-/// "fp32", "tf32", "fp16", "bf16", "fp8".
+/// "fp32", "tf32", "fp16", "bf16", "fp8", "mxfp8", "nvfp4", "mxfp4".
 const char *precisionName(Precision p);
-/// Bytes per element of a precision (TF32 is stored as fp32).
+/// Bytes per element of a precision, its block scales included (TF32 is
+/// stored as fp32; NVFP4 half a byte and one E4M3 byte per 16, MXFP4 and
+/// MXFP8 one E8M0 byte per 32).
 double precisionBytes(Precision p);
+/// An 8-bit float format of Transformer Engine's recipes (fp8, mxfp8).
+inline bool isFp8(Precision p) {
+  return p == Precision::FP8 || p == Precision::MXFP8;
+}
+/// A 4-bit float format (nvfp4, mxfp4).
+inline bool isFp4(Precision p) {
+  return p == Precision::NVFP4 || p == Precision::MXFP4;
+}
 
 /// What bounds a kernel that moves more bytes than it computes: a GEMM's
 /// operands and result, an elementwise pass, a reduction along rows
@@ -207,8 +227,10 @@ struct DeviceSpec {
   /// (OpenBLAS); no such fallback is known for the other vendors, whose
   /// matrix units run the listed precisions only as far as the catalog
   /// knows, so their missing precisions are refused rather than priced at
-  /// another unit's rate. fp8 is the callers' to check (Transformer Engine
-  /// has no fallback either).
+  /// another unit's rate. The block-scaled formats (mxfp8, nvfp4, mxfp4)
+  /// have no fallback on any device: a device without their rate is
+  /// refused. fp8 is the callers' to check (Transformer Engine has no
+  /// fallback either).
   std::string precisionProblem(Precision p) const;
   double vectorFlopPerS = 0; ///< the catalog's vector_flop_per_s; 0: fp32's
   /// tensorPeak and vectorPeak per precision, resolved once from the maps
@@ -219,7 +241,7 @@ struct DeviceSpec {
 private:
   double tensorPeakOf(Precision p) const;
   double vectorPeakOf() const;
-  std::array<double, 5> tensorPeaks{};
+  std::array<double, kPrecisions> tensorPeaks{};
   double vectorPeakS = 0;
   bool peaksResolved = false;
 };

@@ -53,7 +53,10 @@ constexpr double kTrtllmStepHostS = 0.15e-3;
 /// Weights, math and cache precision of a served model.
 struct ServingPrecision {
   /// The repeated layers' linear layers: bf16/fp16, or fp8 (fp8 weights and
-  /// fp8 GEMMs, as TensorRT-LLM's and vLLM's fp8 checkpoints run). The
+  /// fp8 GEMMs, as TensorRT-LLM's and vLLM's fp8 checkpoints run), or a
+  /// block-scaled format on a device with its tensor cores (mxfp8; nvfp4 as
+  /// ModelOpt's NVFP4 checkpoints run on Blackwell: weights and
+  /// activations in FP4 with their scales; mxfp4). The
   /// embedding and the output head stay 16-bit (ModelOpt and llm-compressor
   /// leave them unquantized); attention runs in 16-bit.
   Precision linear = Precision::BF16;
@@ -64,7 +67,8 @@ struct ServingPrecision {
   /// 16-bit; 0: none.
   double weightOnlyBytes = 0;
   double kvBytesPerElement = 2; ///< 2, or 1 for an fp8 KV cache
-  /// "bf16", "fp16", "fp8" (fp8 weights), "int8" or "int4" (weight-only);
+  /// "bf16", "fp16", "fp8", "mxfp8", "nvfp4", "mxfp4" (weights and math),
+  /// "int8" or "int4" (weight-only);
   /// the cache stays 16-bit unless `kvCache` says fp8. Errors name the
   /// word.
   static llvm::Expected<ServingPrecision> parse(const std::string &weights,
@@ -73,7 +77,7 @@ struct ServingPrecision {
   double weightBytesPerParam() const {
     return weightOnlyBytes > 0 ? weightOnlyBytes : precisionBytes(linear);
   }
-  /// "bf16", "fp16", "fp8", "int8", "int4".
+  /// "bf16", "fp16", "fp8", "mxfp8", "nvfp4", "mxfp4", "int8", "int4".
   std::string name() const;
 };
 
