@@ -62,6 +62,10 @@ GroupShape groupShapeIn(const NodeGroup &group, int stride, int ranks) {
   return g;
 }
 
+StagePlacement placementOf(const Cluster &c, const Strategy &s) {
+  return detail::homogeneousPlacement(c, s);
+}
+
 StagePlacement stageOn(const NodeGroup &group, int tp) {
   StagePlacement p;
   p.device = group.device;

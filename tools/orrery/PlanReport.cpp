@@ -54,6 +54,36 @@ static std::string row(int rank, const StepResult &r, Objective o) {
   return line;
 }
 
+/// Where the best plan's groups sit and so which link each runs on: inside
+/// a node, inside a scale-up domain of several (an NVL72 rack), or through
+/// the network cards.
+static std::string groupsLine(const Cluster &c, const Strategy &s) {
+  StagePlacement at = placementOf(c, s);
+  const NodeGroup &g = c.groupOf(0);
+  auto where = [&](const char *name, int ranks, const GroupShape &shape) {
+    if (ranks <= 1)
+      return std::string();
+    std::string link = g.intraNodeLink ? g.intraNodeLink->name : "the node";
+    std::string out = std::string(name) + "=" + std::to_string(ranks) + " ";
+    if (shape.ranksPerNode >= shape.ranks)
+      return out +
+             (ranks > g.devicesPerNode && g.domainNodes > 1
+                  ? "inside one scale-up domain (" + link + " across its nodes)"
+                  : "inside a node (" + link + ")");
+    return out + std::to_string(shape.ranksPerNode) + " a " +
+           (g.domainNodes > 1 ? "domain" : "node") + " on " + link +
+           ", the rest through the cards (" +
+           (g.nic ? g.nic->name : std::string("none")) + ")";
+  };
+  std::string out;
+  for (const std::string &part :
+       {where("tp", s.tp, at.tpGroup), where("cp", s.cp, at.cpGroup),
+        where("ep", s.ep, at.epGroup), where("dp", s.dp * s.cp, at.dpGroup)})
+    if (!part.empty())
+      out += (out.empty() ? "  groups: " : "; ") + part;
+  return out.empty() ? "" : out + "\n";
+}
+
 void printPlan(std::ostream &os, const PlanResult &r, const Workload &w,
                Objective o, bool explain) {
   const StepResult &b = r.top.front();
@@ -156,6 +186,8 @@ void printPlan(std::ostream &os, const PlanResult &r, const Workload &w,
   if (!explain || r.top.size() < 2)
     return;
   os << "\nwhy #1 wins\n";
+  if (r.cluster.homogeneous())
+    os << groupsLine(r.cluster, b.strategy);
   double cap = r.cluster.deviceSpec(0).memoryBytes;
   auto exposed = [](const StepResult &x) {
     return x.exposedTpCommS + x.exposedCpCommS + x.exposedEpCommS +

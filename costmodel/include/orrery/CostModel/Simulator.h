@@ -323,6 +323,9 @@ struct StagePlacement {
 
 /// The shape of a group of `ranks` ranks `stride` apart on nodes of `group`.
 GroupShape groupShapeIn(const NodeGroup &group, int stride, int ranks);
+/// Where a strategy's groups sit on a homogeneous cluster: the shapes the
+/// simulator prices them with (every stage's, its first node group's).
+StagePlacement placementOf(const Cluster &c, const Strategy &s);
 /// One stage of `tp` ranks on nodes of `group`, alone (no data-parallel
 /// peers, nothing to send): the other groups are the caller's to set.
 StagePlacement stageOn(const NodeGroup &group, int tp);
