@@ -115,6 +115,20 @@ int64_t Workload::parameters() const {
   return sumOverLayers(
       *this, [](const LayerKind &k) { return k.parameters; }, true);
 }
+int64_t Workload::activeParameters() const {
+  for (const LayerKind &k : kinds)
+    if (k.experts > 1 && k.expertTopK < 1)
+      return -1;
+  return sumOverLayers(
+      *this,
+      [](const LayerKind &k) {
+        if (k.experts < 2)
+          return k.parameters;
+        return k.parameters - k.expertParameters +
+               k.expertParameters / k.experts * k.expertTopK;
+      },
+      true);
+}
 int64_t Workload::buffers() const {
   return sumOverLayers(
       *this, [](const LayerKind &k) { return k.buffers; }, true);

@@ -59,6 +59,8 @@ nlohmann::ordered_json statsJson(const Workload &w,
   j["tokens_per_sample"] = w.tokensPerSample;
   j["ops"] = w.totalOps();
   j["parameters"] = w.parameters();
+  if (w.experts() > 1 && w.activeParameters() >= 0)
+    j["active_parameters"] = w.activeParameters();
   j["buffers"] = w.buffers();
   j["tied_weights"] = w.tiedWeights;
   j["forward_flops_per_sample"] = double(w.forwardFlops()) / samples;
@@ -113,6 +115,10 @@ void printStats(std::ostream &os, const Workload &w,
      << withUnit(double(w.parameters()), "") << ")";
   if (w.buffers())
     os << ", buffers " << grouped(w.buffers());
+  if (w.experts() > 1 && w.activeParameters() >= 0)
+    os << ", " << grouped(w.activeParameters()) << " ("
+       << withUnit(double(w.activeParameters()), "")
+       << ") active a token (top-k of the experts)";
   os << "\n";
   for (const std::string &tie : w.tiedWeights)
     os << "tied         " << tie << " (one table, counted once)\n";

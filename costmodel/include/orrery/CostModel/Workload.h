@@ -329,6 +329,10 @@ struct Workload {
   /// 0 without one).
   int experts() const;
   int64_t parameters() const;
+  /// The parameters one token runs through: a mixture of experts' k of its
+  /// E experts (expertTopK), every other weight; parameters() without
+  /// experts, and -1 where an expert layer's top-k is not known.
+  int64_t activeParameters() const;
   int64_t buffers() const;
   int64_t frozenParameters() const;
   int64_t adapterParameters() const;
