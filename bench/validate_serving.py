@@ -71,6 +71,23 @@ def simulate(orrery, row):
     return plan["chosen"]["metrics"]["output_throughput_tok_per_s"], None
 
 
+def print_mape(title, groups, by_model, suffix):
+    """The absolute errors' mean per group (with the worst) and per model,
+    then over every row."""
+    print()
+    print(title)
+    every = []
+    for name, errs in sorted(groups.items()):
+        every += errs
+        print(f"  {name:18} {len(errs):3} rows  MAPE {100 * sum(errs) / len(errs):5.1f}%  "
+              f"worst {100 * max(errs):5.1f}%")
+    print("MAPE per model")
+    for model, errs in sorted(by_model.items()):
+        print(f"  {model:18} {len(errs):3} rows  MAPE {100 * sum(errs) / len(errs):5.1f}%")
+    if every:
+        print(f"all: {len(every)} rows, MAPE {100 * sum(every) / len(every):.1f}%" + suffix)
+
+
 # TensorRT-LLM 1.0-1.2 (PyTorch backend) on Blackwell and Hopper
 # (bench/published/trtllm_blackwell_runs.json, transcribed from the
 # perf-overview tables with their commits).
@@ -148,18 +165,8 @@ def validate_blackwell(orrery, rows):
               f"{row['parallel']['label'][:8]:8} {row['precision']:4} "
               f"{str(wl['isl']) + '/' + str(wl['osl']):>11} {measured:9.0f} {sim:9.0f} "
               f"{e * 100:+6.1f}%")
-    print()
-    print("MAPE per GPU and precision (output tokens/s; per GPU where the table is)")
-    every = []
-    for (gpu, prec), errs in sorted(groups.items()):
-        every += errs
-        print(f"  {gpu:13} {prec:4} {len(errs):3} rows  MAPE {100 * sum(errs) / len(errs):5.1f}%  "
-              f"worst {100 * max(errs):5.1f}%")
-    print("MAPE per model")
-    for model, errs in sorted(by_model.items()):
-        print(f"  {model:18} {len(errs):3} rows  MAPE {100 * sum(errs) / len(errs):5.1f}%")
-    if every:
-        print(f"all: {len(every)} rows, MAPE {100 * sum(every) / len(every):.1f}%")
+    print_mape("MAPE per GPU and precision (output tokens/s; per GPU where the table is)",
+               {f"{gpu:13} {prec:4}": e for (gpu, prec), e in groups.items()}, by_model, "")
     for why, count in skipped.most_common():
         print(f"  not simulated: {count} rows: {why}")
 
@@ -205,19 +212,8 @@ def main():
         by_gpu[row["hardware"]["gpu"]].append(abs(e))
         by_model[row["model"]["key"]].append(abs(e))
         print(f"{head} {sim:9.0f} {e * 100:+6.1f}%")
-    print()
-    print("MAPE per GPU type (output tokens/s)")
-    every = []
-    for gpu, errs in sorted(by_gpu.items()):
-        every += errs
-        print(f"  {gpu:18} {len(errs):3} rows  MAPE {100 * sum(errs) / len(errs):5.1f}%  "
-              f"worst {100 * max(errs):5.1f}%")
-    print("MAPE per model")
-    for model, errs in sorted(by_model.items()):
-        print(f"  {model:18} {len(errs):3} rows  MAPE {100 * sum(errs) / len(errs):5.1f}%")
-    if every:
-        print(f"all: {len(every)} rows, MAPE {100 * sum(every) / len(every):.1f}%"
-              + (f"; {failed} rows not simulated" if failed else ""))
+    print_mape("MAPE per GPU type (output tokens/s)", by_gpu, by_model,
+               f"; {failed} rows not simulated" if failed else "")
     return 0
 
 

@@ -78,7 +78,8 @@ static std::string groupsLine(const Cluster &c, const Strategy &s) {
   std::string out;
   for (const std::string &part :
        {where("tp", s.tp, at.tpGroup), where("cp", s.cp, at.cpGroup),
-        where("ep", s.ep, at.epGroup), where("dp", s.dp * s.cp, at.dpGroup)})
+        where("ep", s.ep, at.epGroup),
+        where(s.cp > 1 ? "dp x cp" : "dp", s.dp * s.cp, at.dpGroup)})
     if (!part.empty())
       out += (out.empty() ? "  groups: " : "; ") + part;
   return out.empty() ? "" : out + "\n";
