@@ -32,13 +32,13 @@ python3 tests/lit/import/Inputs/local_functions.py "$seeds/onnx/functions.onnx"
 # onnxruntime's contrib and quantized ops (ContribOps.cpp).
 /usr/bin/python3 tests/fuzz/contrib_seeds.py tests/lit/import/contrib_ops.test "$seeds/onnx"
 cp bench/clusters/*.json bench/measured/*.json "$seeds/cluster/"
-cp tests/lit/Inputs/a100-hdr-sharp.json tests/lit/Inputs/a100-100gbe-switchml.json tests/lit/Inputs/gaudi2-own-chip.json tests/lit/Inputs/reliability-repairs.json tests/lit/Inputs/fabric-tiers.json "$seeds/cluster/"
+cp tests/lit/Inputs/a100-hdr-sharp.json tests/lit/Inputs/a100-100gbe-switchml.json tests/lit/Inputs/gaudi2-own-chip.json tests/lit/Inputs/reliability-repairs.json tests/lit/Inputs/fabric-tiers.json tests/lit/Inputs/gb200-nvl72-racks.json "$seeds/cluster/"
 i=0
 for s in tp=8,pp=8,dp=16,mbs=1,gbs=1536 tp=2,cp=2,ep=4,zero=3,recompute=selective \
          pp=4,vpp=2,schedule=interleaved,overlap=grad+p2p sp=1,precision=fp8,offload=optimizer \
          pp=4,schedule=zb-h1,zero=1 pp=4,gbs=16,schedule=zb-2p dp=8,zero=2,mbs=2 pp=2,recompute=full,recompute_layers=3 pp=4,schedule=zb-v recompute=full,recompute_kinds=transformer_layer pp=2,gbs=8,schedule=dualpipev,ep=2 \
          dp=8,sdp=0.5 pp=4,mbs=4,gbs=4,schedule=mgrit,mg_coarsen=2,mg_iters=3 pp=4,gbs=16,schedule=dualpipe dp=8,gbs=8,chunks=64 tp=2,phantom=8 dp=8,sdp=0.5,sdp_mask=backward \
-         tp=2,sp=1,ep=8,etp=1,moe_imbalance=1.25,moe_capacity=1.5; do
+         tp=2,sp=1,ep=8,etp=1,moe_imbalance=1.25,moe_capacity=1.5 tp=2,sp=1,ep=16,etp=1,moe_dispatcher=deepep,precision=mxfp8; do
   printf '%s' "$s" > "$seeds/strategy/$((i++))"
 done
 i=0

@@ -222,6 +222,7 @@ void printHeteroResult(std::ostream &os, const HeteroResult &b,
   for (size_t p = 0; p < pools.size(); ++p)
     os << (p ? "," : "") << " " << pools[p].devices << " x " << pools[p].name;
   os << ")\n";
+  os << fabricLines(c);
   os << searched;
   os << (searched.empty() ? "strategy     " : "best plan    ")
      << b.strategy.str(pools) << "\n";
