@@ -113,22 +113,24 @@ def simulate_blackwell(orrery, row):
     """A TensorRT-LLM 1.x row as its table ran it: FP4 rows serve an NVFP4
     checkpoint (weights and activations in NVFP4), FP8 rows an FP8 one,
     both with the FP8 KV cache ModelOpt's checkpoints state; an NVL72 GPU
-    from one rack (its trays joined by NVLink). Returns (output tokens/s
+    from one rack (its trays joined by NVLink); "DEP" rows with attention
+    data parallelism beside expert parallelism. Returns (output tokens/s
     of the whole group, None) or (None, why not)."""
     hw, par, wl = row["hardware"], row["parallel"], row["workload"]
     if row["model"]["key"] not in BLACKWELL_MODELS:
         return None, "no built-in of " + row["model"]["key"]
-    if par.get("attention_dp"):
-        return None, "attention data parallelism (" + par["label"] + ") not priced"
     device = BLACKWELL_GPUS[hw["gpu"]]
     tp, pp = par["tp"], par.get("pp", 1)
+    # "DEPn": attention data parallel over n ranks beside expert parallel
+    # over them (TensorRT-LLM's enable_attention_dp with ep = tp).
+    layout = f"ep={tp},adp=1" if par.get("attention_dp") else "ep=1"
     n = tp * pp
     cluster = (f"1x{device}-NVL72" if device in ("GB200", "GB300")
                else f"{n}x{device}" if n <= 8 else f"{n // 8}x8x{device}")
     requests = wl.get("num_requests") or REQUESTS.get((wl["isl"], wl["osl"]), 1000)
     cmd = [orrery, "serve", BLACKWELL_MODELS[row["model"]["key"]],
            "--cluster", cluster, "--engine", "trtllm",
-           "--strategy", f"tp={tp},pp={pp},ep=1,replicas=1",
+           "--strategy", f"tp={tp},pp={pp},{layout},replicas=1",
            "--workload", f"isl={wl['isl']},osl={wl['osl']},requests={requests},offline",
            "--precision", "nvfp4" if row["precision"].upper() == "FP4" else "fp8",
            "--kv-cache", "fp8", "--json"]

@@ -82,22 +82,27 @@ llvm::Expected<ServingMemory> servingMemory(const Workload &w,
   // SGLang and TensorRT-LLM (each rank holds 1/tp of the vocabulary).
   double once = o.onceOnlyBytesPerParam > 0 ? o.onceOnlyBytesPerParam
                                              : o.weightBytesPerParam;
+  // Under attention DP only the experts split (whole, E/tp a rank).
+  int split = o.attentionDp ? 1 : o.tp;
   double bytes = 0;
-  for (const LayerKind &k : w.kinds)
+  for (const LayerKind &k : w.kinds) {
+    double perRank = k.trainablePerRank(split) + k.frozenPerRank(split);
+    if (o.attentionDp && k.experts > 1)
+      perRank -= double(k.expertParameters) * (1 - 1.0 / o.tp);
     bytes += k.count == 1
-                 ? double(k.parameters + k.frozenParameters) / o.tp * once
-                 : k.count *
-                       (k.trainablePerRank(o.tp) + k.frozenPerRank(o.tp)) *
-                       o.weightBytesPerParam;
+                 ? double(k.parameters + k.frozenParameters) / split * once
+                 : k.count * perRank * o.weightBytesPerParam;
+  }
   m.weightBytes = bytes / o.pp;
   for (const LayerKind &k : w.kinds)
     m.weightBytes += double(k.count) * k.bufferBytes / o.pp;
   m.activationBytes =
-      double(o.maxBatchedTokens) * activationBytesPerToken(w, o.tp);
+      double(o.maxBatchedTokens) * activationBytesPerToken(w, split);
   m.workspaceBytes = o.workspaceBytes > 0        ? o.workspaceBytes
                      : device.workspaceBytes > 0 ? device.workspaceBytes
                                                  : 1.5 * (1ull << 30);
-  m.kvBytesPerToken = kvCacheBytesPerToken(w, o.kvBytesPerElement, o.tp) / o.pp;
+  m.kvBytesPerToken =
+      kvCacheBytesPerToken(w, o.kvBytesPerElement, split) / o.pp;
   if (m.weightBytes > m.budgetBytes)
     return error("serving: the weights need " + gib(m.weightBytes) +
                  " per device, more than the " + gib(m.budgetBytes) +

@@ -65,6 +65,13 @@ llvm::Expected<ServingFixed> ServingFixed::parse(const std::string &text) {
       continue;
     }
     int value = 0;
+    if (key == "adp") {
+      if (v.trim() != "0" && v.trim() != "1")
+        return serveError("--strategy " + part.trim().str() +
+                          ": expected adp=0 or adp=1");
+      f.adp = v.trim() == "1";
+      continue;
+    }
     if (v.trim().getAsInteger(10, value) || value < 1 || value > 65536)
       return serveError("--strategy " + part.trim().str() +
                         ": expected a positive integer");
@@ -78,13 +85,14 @@ llvm::Expected<ServingFixed> ServingFixed::parse(const std::string &text) {
       f.ep = value;
     else
       return serveError("--strategy: unknown field '" + key +
-                        "' (tp, pp, ep, replicas, device, or prefill and "
-                        "decode)");
+                        "' (tp, pp, ep, adp, replicas, device, or prefill "
+                        "and decode)");
   }
   if (f.prefillDevice.empty() != f.decodeDevice.empty())
     return serveError("--strategy: a prefill/decode split needs both "
                       "prefill=DEVICE:TP and decode=DEVICE:TP");
-  if (f.split() && (f.tp || f.pp || f.replicas || f.ep || !f.device.empty()))
+  if (f.split() &&
+      (f.tp || f.pp || f.replicas || f.ep || f.adp >= 0 || !f.device.empty()))
     return serveError("--strategy: prefill= and decode= take the place of "
                       "tp, pp, ep, replicas and device");
   if (f.ep > 1 && f.tp && f.ep != f.tp)
@@ -109,7 +117,8 @@ std::string servingMs(double s) {
 std::string ServingPool::name() const {
   return group->device->name + " tp=" + std::to_string(tp) +
          (ep > 1 ? " ep=" + std::to_string(ep) : "") +
-         " pp=" + std::to_string(pp) + " x" + std::to_string(replicas);
+         (attentionDp ? " adp" : "") + " pp=" + std::to_string(pp) + " x" +
+         std::to_string(replicas);
 }
 
 std::string ServingCandidate::name() const {
@@ -124,6 +133,7 @@ std::string ServingCandidate::strategyText() const {
            std::to_string(decode->tp);
   return "tp=" + std::to_string(p.tp) +
          (p.ep > 1 ? ",ep=" + std::to_string(p.ep) : "") +
+         (p.attentionDp ? ",adp=1" : p.ep > 1 ? ",adp=0" : "") +
          ",pp=" + std::to_string(p.pp) +
          ",replicas=" + std::to_string(p.replicas) +
          ",device=" + p.group->device->name;
@@ -177,13 +187,15 @@ struct Context {
 
 /// A pool's memory, its scheduler's limits and its step pricer.
 llvm::Expected<StepPricer> preparePool(const Context &cx, ServingPool &pool) {
-  auto replica = servingReplicaOn(*pool.group, pool.tp, pool.pp, pool.ep);
+  auto replica = servingReplicaOn(*pool.group, pool.tp, pool.pp, pool.ep,
+                                  pool.attentionDp);
   if (!replica)
     return replica.takeError();
   const DeviceSpec &dev = *pool.group->device;
   ServingMemoryOptions mo;
   mo.tp = pool.tp;
   mo.pp = pool.pp;
+  mo.attentionDp = pool.attentionDp;
   mo.weightBytesPerParam = cx.precision.weightBytesPerParam();
   mo.onceOnlyBytesPerParam = 2; // quantized checkpoints keep them 16-bit
   mo.kvBytesPerElement = cx.precision.kvBytesPerElement;
@@ -196,7 +208,8 @@ llvm::Expected<StepPricer> preparePool(const Context &cx, ServingPool &pool) {
     return first.takeError();
   // trtllm-bench estimates the engine as every parameter at the weights'
   // bytes, counted in GB of 10^9 and set against memory in GiB.
-  double estimate = cx.engine == ServingEngine::TensorRtLlm
+  double estimate = cx.engine == ServingEngine::TensorRtLlm &&
+                            !pool.attentionDp
                         ? double(cx.w.parameters() + cx.w.frozenParameters()) *
                               cx.precision.weightBytesPerParam() *
                               (double(1ull << 30) / 1e9) /
@@ -215,6 +228,13 @@ llvm::Expected<StepPricer> preparePool(const Context &cx, ServingPool &pool) {
     return mem.takeError();
   pool.memory = *mem;
   pool.limits.kvCacheTokens = mem->maxTokens;
+  if (pool.attentionDp) {
+    // Each rank schedules its own requests into its own cache: the
+    // replica holds tp times a rank's.
+    pool.limits.kvCacheTokens *= pool.tp;
+    pool.limits.maxRequests *= pool.tp;
+    pool.limits.maxBatchedTokens *= pool.tp;
+  }
   auto pricer = StepPricer::create(cx.w, *replica, cx.precision, cx.engine);
   if (pricer)
     pool.meanRequestTokensHeld =
@@ -383,10 +403,16 @@ llvm::Error candidatesOn(const Cluster &cluster, const Workload &w,
             // split whole over them.
             if (fixed.ep ? ep != fixed.ep : ep > 1 && !moe)
               continue;
+            for (int adp = 0; adp < 2; ++adp) {
+            // Attention data parallelism beside the experts split whole.
+            if (adp ? fixed.adp == 0 || (fixed.adp != 1 && !(moe && ep > 1))
+                    : fixed.adp == 1)
+              continue;
             ServingCandidate c;
             c.p.group = &g;
             c.p.tp = tp;
             c.p.ep = ep;
+            c.p.attentionDp = adp == 1;
             c.p.pp = pp;
             c.p.replicas = fixed.replicas ? fixed.replicas
                                           : std::max(1, devices / (tp * pp));
@@ -402,6 +428,7 @@ llvm::Error candidatesOn(const Cluster &cluster, const Workload &w,
                   g.device->name + ", the cluster has " +
                   std::to_string(devices));
             cands.push_back(c);
+            }
           }
     }
   return llvm::Error::success();

@@ -83,9 +83,17 @@ std::string ServingPrecision::name() const {
 }
 
 llvm::Expected<ServingReplica> servingReplicaOn(const NodeGroup &g, int tp,
-                                                int pp, int ep) {
+                                                int pp, int ep,
+                                                bool attentionDp) {
   if (tp < 1 || pp < 1)
     return servingError("serving: tp and pp must be at least 1");
+  if (attentionDp && (tp < 2 || ep != tp))
+    return servingError("serving: adp=1 (attention data parallelism) "
+                        "spreads the requests over the tp ranks and the "
+                        "experts whole over them: it needs tp > 1 and "
+                        "ep=tp (tp=" +
+                        std::to_string(tp) + ", ep=" + std::to_string(ep) +
+                        ")");
   if (ep != 1 && ep != tp)
     return servingError("serving: ep=" + std::to_string(ep) +
                         ": expert parallelism spans the tensor-parallel "
@@ -107,6 +115,7 @@ llvm::Expected<ServingReplica> servingReplicaOn(const NodeGroup &g, int tp,
   r.tp = tp;
   r.pp = pp;
   r.ep = ep;
+  r.attentionDp = attentionDp;
   r.device = g.device;
   r.tpGroup = groupShapeIn(g, 1, tp);
   r.stageLink = groupShapeIn(g, tp, 2);
@@ -200,21 +209,23 @@ llvm::Error StepPricer::tokenOp(const OpCost &op, const LayerKind &k, bool head,
                                 bool &anyAttention, bool &anyExperts) {
   bool rowParallel = op.tpAllReduceForwardBytes > 0;
   // The output head is vocabulary-parallel (each rank 1/tp of the
-  // logits, gathered for sampling).
+  // logits, gathered for sampling). Under attention DP every op but the
+  // experts' runs whole on each rank, for its own requests.
   bool vocabParallel = head && op.contraction && op.weighted;
-  double tp = replica_.tp;
+  int opTp = replica_.attentionDp && op.experts <= 1 ? 1 : replica_.tp;
+  double tp = opTp;
   double split = op.tensorParallel || vocabParallel ? tp : 1;
   t.flopsPerToken = double(op.forwardFlops) / tokens / split;
   t.allReduceBytesPerToken =
-      replica_.tp > 1 ? double(op.tpAllReduceForwardBytes) / tokens : 0;
+      opTp > 1 ? double(op.tpAllReduceForwardBytes) / tokens : 0;
   if (op.attentionKvHeads > 0) {
-    if (auto e = checkHeads(op, k, replica_.tp))
+    if (auto e = checkHeads(op, k, opTp))
       return e;
     anyAttention = true;
     t.kind = TokenOp::Attention;
     t.cls = KernelClass::Attention;
     t.heads = double(op.attentionQueryHeads) / tp;
-    t.kvHeads = kvHeadsPerRank(op, replica_.tp);
+    t.kvHeads = kvHeadsPerRank(op, opTp);
     t.headDim = double(op.attentionHeadDim);
     t.valueDim = double(op.attentionValueWidth());
     if (op.attentionWindow > 0) {
@@ -266,6 +277,13 @@ llvm::Error StepPricer::tokenOp(const OpCost &op, const LayerKind &k, bool head,
       // Whole experts, E/ep of them a rank: the same bytes and work a
       // rank on average as 1/tp of each, spread unevenly (kindSeconds).
       t.expertParallel = split > 1 ? replica_.ep : 1;
+      // Attention DP: the ranks' tokens gathered in and scattered back
+      // out instead of the all-reduce (TensorRT-LLM's allgather and
+      // reducescatter around its MoE).
+      if (replica_.attentionDp) {
+        t.gatherBytesPerToken = t.allReduceBytesPerToken;
+        t.allReduceBytesPerToken = 0;
+      }
     }
   } else if (op.contraction && op.attentionCore) {
     return servingError(
@@ -330,8 +348,13 @@ llvm::Expected<StepPricer> StepPricer::create(const Workload &w,
         "serving: no attention layer of the model is causal: an encoder (as "
         "BERT) reads whole inputs and generates no tokens, and serving "
         "prices decoder generation over a KV cache");
-  KvCachePerToken kv = kvCachePerToken(w, 1, replica.tp);
+  KvCachePerToken kv =
+      kvCachePerToken(w, 1, replica.attentionDp ? 1 : replica.tp);
   p.windowedKvFraction_ = kv.bytes > 0 ? kv.windowedBytes / kv.bytes : 0;
+  if (replica.attentionDp && !anyExperts)
+    return servingError("serving: adp=1: the model has no mixture-of-experts "
+                        "layer; attention data parallelism is for one (a "
+                        "dense model's replicas are replicas=)");
   if (replica.ep > 1 && !anyExperts)
     return servingError("serving: ep=" + std::to_string(replica.ep) +
                         ": the model has no mixture-of-experts layer to "
@@ -339,15 +362,18 @@ llvm::Expected<StepPricer> StepPricer::create(const Workload &w,
   return p;
 }
 
-double StepPricer::kindSeconds(const Kind &k, const StepBatch &b,
-                               StepTime &t) const {
+double StepPricer::kindSeconds(const Kind &k, const StepBatch &all,
+                               const StepBatch &rank, StepTime &t) const {
   const DeviceSpec &dev = *replica_.device;
   const KernelModel &km = *kernels_;
-  double tokens = k.head ? double(b.sampled) : double(b.tokens());
-  if (tokens <= 0)
-    return 0;
   double total = 0;
   for (const TokenOp &op : k.ops) {
+    // The experts take every rank's tokens; under attention DP the rest
+    // of the layer runs on its rank's share (`rank` is `all` otherwise).
+    const StepBatch &b = op.experts > 1 ? all : rank;
+    double tokens = k.head ? double(b.sampled) : double(b.tokens());
+    if (tokens <= 0)
+      continue;
     double s = 0;
     switch (op.kind) {
     case TokenOp::Linear: {
@@ -412,6 +438,15 @@ double StepPricer::kindSeconds(const Kind &k, const StepBatch &b,
       t.communicationS += c;
       total += c;
     }
+    if (op.gatherBytesPerToken > 0) {
+      double bytes = op.gatherBytesPerToken * tokens;
+      double c =
+          collectiveTime(CollectiveKind::AllGather, bytes, replica_.tpGroup) +
+          collectiveTime(CollectiveKind::ReduceScatter, bytes,
+                         replica_.tpGroup);
+      t.communicationS += c;
+      total += c;
+    }
   }
   return total;
 }
@@ -426,6 +461,22 @@ void StepBatch::addPrefill(double p, double q, double window) {
   double ramp = std::clamp(window - p, 0.0, q); // queries below the window
   prefillPairsWindowed += ramp * (p + (ramp + 1) / 2) + (q - ramp) * window;
   prefillKeysWindowed += std::min(p + q, q + window - 1);
+}
+
+StepBatch StepBatch::perRank(int ranks) const {
+  if (ranks <= 1)
+    return *this;
+  auto share = [ranks](int64_t n) { return (n + ranks - 1) / ranks; };
+  StepBatch r = *this;
+  r.prefillTokens = share(prefillTokens);
+  r.prefillRequests = share(prefillRequests);
+  r.decodeRequests = share(decodeRequests);
+  r.sampled = share(sampled);
+  for (double *sum : {&r.prefillPairs, &r.prefillKeys, &r.decodeKeys,
+                      &r.prefillPairsWindowed, &r.prefillKeysWindowed,
+                      &r.decodeKeysWindowed})
+    *sum /= ranks;
+  return r;
 }
 
 void StepBatch::addDecode(double context, double window) {
@@ -478,10 +529,11 @@ StepTime StepPricer::price(const StepBatch &b) const {
     return t;
   // Each kind once (a layer of a kind costs the same wherever it is),
   // then the stages as sums of their layers.
+  StepBatch rank = b.perRank(replica_.attentionDp ? replica_.tp : 1);
   std::vector<double> perKind(kinds_.size());
   std::vector<StepTime> parts(kinds_.size());
   for (size_t i = 0; i < kinds_.size(); ++i)
-    perKind[i] = kindSeconds(kinds_[i], b, parts[i]);
+    perKind[i] = kindSeconds(kinds_[i], b, rank, parts[i]);
   int pp = replica_.pp;
   double latency = 0, slowest = 0;
   int64_t kernels = 0;

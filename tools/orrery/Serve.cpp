@@ -45,6 +45,8 @@ nlohmann::ordered_json poolJson(const ServingPool &p) {
   j["device"] = p.group->device->name;
   j["tp"] = p.tp;
   j["ep"] = p.ep;
+  if (p.attentionDp)
+    j["attention_dp"] = true;
   j["pp"] = p.pp;
   j["replicas"] = p.replicas;
   j["devices"] = p.devices();

@@ -221,6 +221,7 @@ exportServingPlanImpl(const nlohmann::json &plan, const std::string &to,
   bool fp8Cache = request->kvCache == "fp8";
   struct Args {
     int tp, pp, replicas, ep = 1;
+    bool adp = false; ///< attention data parallelism over the tp ranks
     int64_t maxRequests, maxTokens;
     std::string device;
   };
@@ -253,6 +254,14 @@ exportServingPlanImpl(const nlohmann::json &plan, const std::string &to,
         return ep.takeError();
       a.ep = *ep;
     }
+    if (p.contains("attention_dp")) {
+      auto adp = field<bool>(p, "attention_dp", what, path);
+      if (!adp)
+        return adp.takeError();
+      a.adp = *adp;
+    }
+    if (a.adp && (a.tp < 2 || a.ep != a.tp))
+      return planError(what, path + "attention_dp: needs ep = tp > 1");
     if (a.tp < 1 || a.pp < 1 || a.replicas < 1)
       return planError(what, path + "tp, pp, replicas: must be at least 1");
     if (a.ep != 1 && a.ep != a.tp)
@@ -265,11 +274,15 @@ exportServingPlanImpl(const nlohmann::json &plan, const std::string &to,
     std::string f;
     auto add = [&](const std::string &s) { f += "  " + s + "\n"; };
     if (to == "vllm") {
-      add("--tensor-parallel-size " + std::to_string(a.tp));
+      // Attention data parallelism: vLLM's data-parallel ranks with their
+      // experts joined into one expert-parallel group.
+      add("--tensor-parallel-size " + std::to_string(a.adp ? 1 : a.tp));
       add("--pipeline-parallel-size " + std::to_string(a.pp));
+      if (a.adp)
+        add("--data-parallel-size " + std::to_string(a.tp));
       if (a.ep > 1)
         add("--enable-expert-parallel");
-      if (a.replicas > 1 && !moe)
+      if (a.replicas > 1 && !moe && !a.adp)
         add("--data-parallel-size " + std::to_string(a.replicas));
       add("--max-num-seqs " + std::to_string(a.maxRequests));
       add("--max-num-batched-tokens " + std::to_string(a.maxTokens));
@@ -288,8 +301,12 @@ exportServingPlanImpl(const nlohmann::json &plan, const std::string &to,
       add("--pp-size " + std::to_string(a.pp));
       if (a.ep > 1)
         add("--ep-size " + std::to_string(a.ep));
-      if (a.replicas > 1)
+      if (a.adp) {
+        add("--enable-dp-attention");
+        add("--dp-size " + std::to_string(a.tp));
+      } else if (a.replicas > 1) {
         add("--dp-size " + std::to_string(a.replicas));
+      }
       add("--max-running-requests " + std::to_string(a.maxRequests));
       add("--chunked-prefill-size " + std::to_string(a.maxTokens));
       add("--mem-fraction-static 0.9");
@@ -309,8 +326,17 @@ exportServingPlanImpl(const nlohmann::json &plan, const std::string &to,
       add("--max_batch_size " + std::to_string(a.maxRequests));
       add("--max_num_tokens " + std::to_string(a.maxTokens));
       add("--kv_cache_free_gpu_memory_fraction 0.95");
+      if (a.adp)
+        add("--extra_llm_api_options orrery-attention-dp.yaml");
     }
     return f;
+  };
+  // TensorRT-LLM takes attention DP in its LLM API options file.
+  auto attentionDpFile = [&](const Args &a) -> std::string {
+    if (to != "trtllm" || !a.adp)
+      return "";
+    return "cat > orrery-attention-dp.yaml <<'EOF'\nenable_attention_dp: "
+           "true\nEOF\n";
   };
   const char *use = to == "vllm"     ? "vllm serve <checkpoint>"
                     : to == "sglang" ? "python -m sglang.launch_server "
@@ -341,8 +367,13 @@ exportServingPlanImpl(const nlohmann::json &plan, const std::string &to,
       return a.takeError();
     out += "# chosen: " + a->device + " tp=" + std::to_string(a->tp) +
            (a->ep > 1 ? " ep=" + std::to_string(a->ep) : "") +
-           " pp=" + std::to_string(a->pp) + " x" + std::to_string(a->replicas) +
-           "\n";
+           (a->adp ? " adp" : "") + " pp=" + std::to_string(a->pp) + " x" +
+           std::to_string(a->replicas) + "\n";
+    if (a->adp && a->replicas > 1 && to != "trtllm")
+      out += "# run " + std::to_string(a->replicas) +
+             " instances behind a load balancer: the data-parallel ranks "
+             "here are one replica's attention ranks\n";
+    out += attentionDpFile(*a);
     if (to == "trtllm" && a->replicas > 1)
       out += "# run " + std::to_string(a->replicas) +
              " instances behind a load balancer (trtllm-serve has no "
@@ -381,6 +412,7 @@ exportServingPlanImpl(const nlohmann::json &plan, const std::string &to,
          " \"${ORRERY_PREFILL_ARGS[@]}\"  (on the " + pre->device + ")\n";
   out += std::string("#      ") + use + " \"${ORRERY_DECODE_ARGS[@]}\"  (on the " +
          dec->device + ")\n";
+  out += attentionDpFile(pre->adp ? *pre : *dec);
   out += "ORRERY_PREFILL_ARGS=(\n" + flags(*pre, "prefill") + ")\n";
   out += "ORRERY_DECODE_ARGS=(\n" + flags(*dec, "decode") + ")\n";
   return out;

@@ -39,6 +39,10 @@ KvCachePerToken kvCachePerToken(const Workload &w, double bytesPerElement,
 /// How a serving replica is split and stored.
 struct ServingMemoryOptions {
   int tp = 1, pp = 1;
+  /// Attention data parallelism (ServingReplica::attentionDp): every weight
+  /// but the experts' whole on each rank, the experts 1/tp, and the rank's
+  /// own requests' KV cache at whole heads.
+  bool attentionDp = false;
   /// Weight storage: 2 (bf16/fp16), 1 (fp8, int8 weight-only), 0.5 (int4
   /// weight-only; group scales not counted).
   double weightBytesPerParam = 2;

@@ -38,6 +38,8 @@ struct ServingSlo {
 /// or prefill=DEVICE:TP,decode=DEVICE:TP); 0 or empty: searched.
 struct ServingFixed {
   int tp = 0, pp = 0, replicas = 0, ep = 0;
+  /// adp=0|1: attention data parallelism off or on; -1: searched.
+  int adp = -1;
   std::string device;
   /// A prefill/decode split: each pool's device type and tp.
   std::string prefillDevice, decodeDevice;
@@ -50,6 +52,8 @@ struct ServingFixed {
 struct ServingPool {
   const NodeGroup *group = nullptr;
   int tp = 1, pp = 1, replicas = 1, ep = 1;
+  /// Attention data parallelism over the tp ranks (ServingReplica).
+  bool attentionDp = false;
   ServingMemory memory;
   SchedulerLimits limits;
   /// The cache a request of the workload's mean length holds (less than

@@ -107,6 +107,10 @@ struct StepBatch {
   void addPrefill(double p, double q, double window);
   void addDecode(double context, double window);
   int64_t tokens() const { return prefillTokens + decodeRequests; }
+  /// One of `ranks` data-parallel attention ranks' share, the requests
+  /// spread evenly (TensorRT-LLM's attention-DP balancing): counts rounded
+  /// up (the busiest rank), sums divided.
+  StepBatch perRank(int ranks) const;
 };
 
 /// Where the step's time goes, on the slowest stage (seconds).
@@ -127,6 +131,14 @@ struct ServingReplica {
   /// moe_ep_size): 1, or tp — each rank keeps E/ep whole experts instead
   /// of 1/tp of every expert. Attention stays tensor-parallel.
   int ep = 1;
+  /// Attention data parallelism beside expert parallelism (TensorRT-LLM's
+  /// enable_attention_dp, SGLang's --enable-dp-attention, vLLM's
+  /// --data-parallel-size with --enable-expert-parallel): each of the tp
+  /// ranks runs attention, the dense layers and the output head for its
+  /// own requests, holding their weights whole and its requests' KV cache;
+  /// the experts split whole over the ranks (ep = tp), the tokens
+  /// all-gathered before each expert layer and reduce-scattered after.
+  bool attentionDp = false;
   const DeviceSpec *device = nullptr;
   /// The tensor-parallel group (one node) and the stage-to-stage link.
   GroupShape tpGroup, stageLink;
@@ -136,7 +148,8 @@ struct ServingReplica {
 /// stages on the next ranks (across nodes when a node is full). An error
 /// when tp exceeds a node.
 llvm::Expected<ServingReplica> servingReplicaOn(const NodeGroup &g, int tp,
-                                                int pp, int ep = 1);
+                                                int pp, int ep = 1,
+                                                bool attentionDp = false);
 
 /// Prices steps of one replica. Built once per (model, replica, precision,
 /// engine); price() is cheap (a few dozen roofline evaluations), so the
@@ -179,6 +192,9 @@ public:
     int experts = 0, topK = 0;         ///< a mixture-of-experts GEMM
     int expertParallel = 1;            ///< its experts split whole over ranks
     double allReduceBytesPerToken = 0; ///< tensor-parallel, after it
+    /// Attention DP: the hidden state per token all-gathered before the
+    /// expert layer and reduce-scattered after it (set on its last GEMM).
+    double gatherBytesPerToken = 0;
     /// Attention: query heads and kv heads on one rank, head dims, and a
     /// sliding window.
     double heads = 0, kvHeads = 0, headDim = 0, valueDim = 0;
@@ -198,7 +214,8 @@ private:
                       bool repeated, double tokens,
                       const ServingPrecision &precision, TokenOp &t,
                       bool &anyAttention, bool &anyExperts);
-  double kindSeconds(const Kind &k, const StepBatch &b, StepTime &t) const;
+  double kindSeconds(const Kind &k, const StepBatch &b, const StepBatch &rank,
+                     StepTime &t) const;
   double expertParallelSeconds(const TokenOp &op, double tokens,
                                double act) const;
   double expertGemmSeconds(const TokenOp &op, double active, double flops,
