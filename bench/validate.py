@@ -14,6 +14,7 @@ Nothing here is fitted: the figures are what the model predicts.
 """
 import argparse
 import json
+import re
 import os
 import subprocess
 import sys
@@ -211,6 +212,69 @@ def moe_strategy(case):
     if "DeepEP" in t.get("dispatcher", "") or "HybridEP" in t.get("dispatcher", ""):
         s += ",moe_dispatcher=deepep"
     return s
+
+
+def recipe_cluster(build, case):
+    """A run's cluster: DGX nodes of 8 as a preset; GB200/GB300 trays of 4
+    in NVL72 racks as a cluster file whose NVLink domains are the run's
+    trays in a rack (18 a rack, or the most below that divide the run's
+    trays: 64 GPUs of a rack when the run takes 64 per rack)."""
+    hw = case["hardware"]
+    per = hw.get("gpus_per_node", 8)
+    trays = hw["num_gpus"] // per
+    if per == 8:
+        return f"{trays}x8x{hw['gpu']}"
+    domain = max(d for d in range(1, 19) if trays % d == 0)
+    out = os.path.join(build, "validation", f"{hw['gpu']}-{trays}x{per}-d{domain}.json")
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    with open(out, "w") as f:
+        json.dump({"name": f"{trays} {hw['gpu']} trays of {per}", "sites": [{"nodes": [
+            {"count": trays, "device": hw["gpu"], "devices_per_node": per,
+             "scale_up_domain_nodes": domain}]}]}, f)
+    return out
+
+
+def recipe_strategy(case):
+    """A Megatron-Bridge recipe's strategy (moe_strategy's, with its ZeRO
+    stage, mxfp8 and block recompute), or (None, why) where Orrery cannot
+    state it."""
+    p, t = case["parallel"], case["training"]
+    if t.get("cpu_offload"):
+        return None, "offloads some layers' activations: " + t["cpu_offload"]
+    if t.get("recompute", "none").startswith("selective"):
+        return None, "selective recompute of " + t["recompute"]
+    s = moe_strategy(case)
+    if t["precision"].startswith("mxfp8"):
+        s = s.replace("precision=fp8", "precision=mxfp8").replace("precision=bf16", "precision=mxfp8")
+    if p.get("zero") == 3:
+        s = s.replace("zero=1", "zero=3")
+    m = re.match(r"full \(block method, (\d+) layers\)", t.get("recompute", ""))
+    if m:
+        s = s.replace("recompute=none", f"recompute=full,recompute_layers={m.group(1)}")
+    return s, None
+
+
+def megatron_bridge_group(orrery, build, groups):
+    """NVIDIA Megatron-Bridge's published pre-training tables (25.11 and
+    26.04.01 containers) on B200, GB200, GB300 and H100: each run as its
+    recipe states it (bench/published/megatron_bridge_runs.json)."""
+    path = os.path.join(HERE, "published", "megatron_bridge_runs.json")
+    names = {"llama3.1-405b": "llama3-405b"}
+    for case in json.load(open(path))["cases"]:
+        m = dict(case["model"], name=names.get(case["model"]["name"], case["model"]["name"]))
+        step = case["derived"]["iteration_time_s"]
+        if m["name"] not in ("llama3-8b", "llama3-70b", "llama3-405b", "qwen3-30b-a3b",
+                             "qwen3-235b-a22b"):
+            print_row(case["id"], step, None, "no built-in of " + m["name"])
+            continue
+        strategy, why = recipe_strategy(case)
+        if strategy is None:
+            print_row(case["id"], step, None, why)
+            continue
+        result, error = simulate(orrery, named_model(build, m), recipe_cluster(build, case),
+                                 strategy)
+        add_case(groups.setdefault(case["group"], []), case["id"], step, result, error,
+                 moe_note(case), group=case["group"])
 
 
 def moe_note(case):
@@ -781,6 +845,9 @@ def main():
         add_case(groups.setdefault(case["group"], []), case["id"],
                  case["derived"]["iteration_time_s"], result, error,
                  moe_note(case), group=case["group"])
+
+    # Megatron-Bridge's Blackwell and H100 pre-training tables.
+    megatron_bridge_group(orrery, args.build, groups)
 
     zero_bubble_group(orrery, args.build, groups)
     torchtitan_group(orrery, args.build, groups)
