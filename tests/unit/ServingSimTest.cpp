@@ -304,6 +304,37 @@ TEST(ServingSim, BadWorkloadsAreOneLineErrors) {
 // Mixtral 8x7B's layers reduce what Mistral 7B v0.1's do (the same 32
 // layers of width 4096, the same attention and vocabulary), not the expert
 // layer's top 2 copies.
+// Attention data parallelism (adp) on Mixtral 8x7B over 8 H100: a decode
+// of 8 x n requests runs each rank's attention over its n requests' keys
+// at whole heads, the same work as tp=8's slice of all 8 x n; no
+// all-reduce, but the tokens gathered into the experts and scattered back
+// out. A batch spreads over the ranks rounded up (the busiest rank).
+TEST(ServingStep, AttentionDataParallelRunsEachRanksOwnRequests) {
+  StepBatch b = decode(17, 1024);
+  StepBatch r = b.perRank(8);
+  EXPECT_EQ(r.decodeRequests, 3);
+  EXPECT_DOUBLE_EQ(r.decodeKeys, 17.0 * 1024 / 8);
+  EXPECT_EQ(b.perRank(1).decodeRequests, 17);
+  Served s("mixtral-8x7b", "8xH100-SXM");
+  auto replica = servingReplicaOn(s.cluster.sites[0].nodeGroups[0], 8, 1, 8,
+                                  /*attentionDp=*/true);
+  ASSERT_TRUE(bool(replica));
+  auto bf16 = ServingPrecision::parse("bf16", "auto");
+  ASSERT_TRUE(bool(bf16));
+  auto adp = StepPricer::create(s.w, *replica, *bf16, ServingEngine::Vllm);
+  ASSERT_TRUE(bool(adp)) << llvm::toString(adp.takeError());
+  StepPricer ep = s.pricer(8, "bf16", ServingEngine::Vllm, 8);
+  StepTime a = adp->price(decode(64, 2048)), e = ep.price(decode(64, 2048));
+  EXPECT_NEAR(a.attentionS, e.attentionS, 0.05 * e.attentionS);
+  EXPECT_GT(a.communicationS, 0);
+  EXPECT_NE(a.communicationS, e.communicationS);
+  // It needs ep = tp > 1.
+  auto noEp = servingReplicaOn(s.cluster.sites[0].nodeGroups[0], 8, 1, 1, true);
+  ASSERT_FALSE(bool(noEp));
+  EXPECT_NE(llvm::toString(noEp.takeError()).find("needs tp > 1 and ep=tp"),
+            std::string::npos);
+}
+
 TEST(ServingStep, ExpertLayerReducesOneRowAToken) {
   Served moe("mixtral-8x7b", "8xH100-SXM"),
       dense("mistral-7b-v0.1", "8xH100-SXM");
