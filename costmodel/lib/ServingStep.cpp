@@ -388,7 +388,7 @@ double StepPricer::kindSeconds(const Kind &k, const StepBatch &all,
         double e = op.experts;
         double active = e * (1.0 - std::pow(1.0 - double(op.topK) / e, tokens));
         active = std::max(1.0, active);
-        s = expertGemmSeconds(op, active, flops,
+        s = expertGemmSeconds(op, flops,
                               op.weightBytes * active / e + act);
       } else {
         s = kernelSeconds(dev, km, op.precision, flops, op.weightBytes + act,
@@ -507,17 +507,16 @@ double StepPricer::expertParallelSeconds(const TokenOp &op, double tokens,
   double flops = op.flopsPerToken * ep / topK * busiest;
   double weights = op.weightBytes * ep / double(op.experts) * active;
   double moved = act * busiest / std::max(mean, 1e-9);
-  return expertGemmSeconds(op, active, flops, weights + moved);
+  return expertGemmSeconds(op, flops, weights + moved);
 }
 
-/// `active` experts run as one grouped GEMM (TensorRT-LLM's and vLLM's
+/// The step's active experts run as one grouped GEMM (TensorRT-LLM's and vLLM's
 /// fused MoE kernels, CUTLASS's grouped GEMM): one kernel over all their
 /// products' tiles, `flops` and `bytes` (the weights it reads and the
 /// activations it moves) at the efficiency of that kernel, not of each
 /// product launched apart.
-double StepPricer::expertGemmSeconds(const TokenOp &op, double active,
-                                     double flops, double bytes) const {
-  (void)active;
+double StepPricer::expertGemmSeconds(const TokenOp &op, double flops,
+                                     double bytes) const {
   const KernelModel &km = *kernels_;
   return kernelSeconds(*replica_.device, km, op.precision, flops, bytes,
                        KernelClass::Gemm, op.kernels);

@@ -218,7 +218,7 @@ private:
                      StepTime &t) const;
   double expertParallelSeconds(const TokenOp &op, double tokens,
                                double act) const;
-  double expertGemmSeconds(const TokenOp &op, double active, double flops,
+  double expertGemmSeconds(const TokenOp &op, double flops,
                            double bytes) const;
   ServingReplica replica_;
   ServingEngine engine_ = ServingEngine::Vllm;
