@@ -97,6 +97,7 @@ BLACKWELL_MODELS = {
     "Llama-3.1-405B": "llama3-405b",
     "Qwen3-235B-A22B": "qwen3-235b-a22b",
     "Qwen3-30B-A3B": "qwen3-30b-a3b",
+    "DeepSeek-R1-0528": "deepseek-v3",  # DeepSeek-V3's architecture
 }
 BLACKWELL_GPUS = {
     "B200 180GB (DGX B200)": "B200",

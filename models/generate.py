@@ -146,10 +146,28 @@ class Graph:
         far = self.op("Trilu", [full, self.const(-window)], upper=0)
         return self.op("Add", [self.causal_mask(seq), far])
 
+    def chunked_mask(self, seq, chunk):
+        """The causal mask with the keys outside the query's own
+        `chunk`-token block masked too (Llama 4's chunked attention:
+        causal within block-diagonal blocks); block ids are position //
+        chunk, and the block mask keeps its lower triangle so it never
+        overlaps the causal one. The causal mask when seq <= chunk."""
+        fill = -65504.0 if self.dtype == F16 else -1e9
+        pos = self.op("Range", [self.const(0), self.const(seq), self.const(1)])
+        block = self.op("Div", [pos, self.const(chunk)])
+        same = self.op("Equal", [self.op("Unsqueeze", [block, self.const([1])]),
+                                 self.op("Unsqueeze", [block, self.const([0])])])
+        other = self.op("Where", [same, self.const(0.0, self.dtype), self.const(fill, self.dtype)])
+        far = self.op("Trilu", [other, self.const(0)], upper=0)
+        return self.op("Add", [self.causal_mask(seq), far])
+
     def attention(self, x, prefix, d, heads, kv_heads, seq, mask, bias, training,
-                  rope=None, head_dim=None, qk_norm=False):
+                  rope=None, head_dim=None, qk_norm=False, sinks=False):
         """Multi-head attention; `head_dim` when heads × head_dim is not d
-        (Qwen3), `qk_norm`: RMSNorm of each query and key head (Qwen3)."""
+        (Qwen3), `qk_norm`: RMSNorm of each query and key head (Qwen3),
+        `sinks`: a learned logit per head (GPT-OSS's attention sinks, HF's
+        eager_attention_forward) joins each row of scores as one more
+        column, takes part in the softmax and is dropped before V."""
         dh = head_dim or d // heads
         if kv_heads == heads and rope is None and dh * heads == d:
             qkv = self.linear(x, prefix + ".qkv", d, 3 * d, bias)
@@ -176,7 +194,19 @@ class Graph:
                                  self.const(1.0 / math.sqrt(dh), self.dtype)])
         if mask is not None:
             scores = self.op("Add", [scores, mask])
-        probs = self.dropout(self.op("Softmax", [scores], axis=-1), training)
+        if sinks:
+            # [heads] -> [b, heads, q, 1], concatenated after the k columns;
+            # softmax over k + 1; probs[..., :-1].
+            sink = self.op("Reshape", [self.weight(prefix + ".sinks", [heads]),
+                                       self.const([1, heads, 1, 1])])
+            rows = self.op("Slice", [self.op("Shape", [scores]), self.const([0]),
+                                     self.const([3]), self.const([0])])
+            sink = self.op("Expand", [sink, self.op("Concat", [rows, self.const([1])], axis=0)])
+            probs = self.op("Softmax", [self.op("Concat", [scores, sink], axis=-1)], axis=-1)
+            probs = self.op("Slice", [probs, self.const([0]), self.const([-1]), self.const([-1])])
+            probs = self.dropout(probs, training)
+        else:
+            probs = self.dropout(self.op("Softmax", [scores], axis=-1), training)
         out = self.merge_heads(self.op("MatMul", [probs, v]), heads * dh)
         return self.dropout(self.linear(out, prefix + ".out", heads * dh, d, bias), training)
 
@@ -269,6 +299,83 @@ def llama(name, layers, d, heads, kv_heads, ffn, seq, vocab, theta, moe=None,
     return g.model()
 
 
+def llama4(name, layers, d, heads, kv_heads, head_dim, expert_ffn, dense_ffn, experts, moe_every,
+           seq, vocab, theta, chunk=8192, nope_every=4):
+    """Llama 4's text model (Scout, Maverick; no vision tower): RMSNorm,
+    grouped-query attention, no biases, untied head. Layer i with
+    (i + 1) % `moe_every` == 0 (HF's interleave_moe_layer_step) is a mixture
+    of `experts` routed experts, top 1, the sigmoid of the chosen router
+    logit scaling the token into its expert, plus one shared expert, all
+    SwiGLU of width `expert_ffn`; the others a dense SwiGLU of `dense_ffn`
+    (intermediate_size_mlp). Layer i with (i + 1) % `nope_every` == 0 (HF's
+    no_rope_layers) has no RoPE and attends causally over the whole
+    sequence; the others use RoPE and chunked attention (causal within
+    `chunk`-token blocks). Not written: Scout's weightless L2 norm of q and
+    k on the RoPE layers (use_qk_norm), the NoPE layers' query temperature
+    (attn_temperature_tuning), RoPE's llama3 frequency scaling (values only)
+    and its interleaved pairs (the same shapes)."""
+    g = Graph(name)
+    ids = g.input("input_ids", I64, ["batch", seq])
+    x = g.op("Gather", [g.weight("embed_tokens", [vocab, d]), ids])
+    chunked = g.chunked_mask(seq, chunk)
+    causal = g.causal_mask(seq)
+    rope = g.rotary_tables(seq, head_dim, theta)
+    for i in range(layers):
+        p = f"layers.{i}"
+        nope = (i + 1) % nope_every == 0
+        x = g.op("Add", [x, g.attention(g.rms_norm(x, p + ".input_layernorm", d),
+                                        p + ".self_attn", d, heads, kv_heads, seq,
+                                        causal if nope else chunked, False, False,
+                                        None if nope else rope, head_dim)])
+        h = g.rms_norm(x, p + ".post_attention_layernorm", d)
+        if (i + 1) % moe_every == 0:
+            y = moe_ffn(g, h, p + ".feed_forward", d, expert_ffn, experts, 1,
+                        gating="sigmoid_input", shared_ffn=expert_ffn)
+        else:
+            gate = g.linear(h, p + ".feed_forward.gate", d, dense_ffn, False)
+            up = g.linear(h, p + ".feed_forward.up", d, dense_ffn, False)
+            act = g.op("Mul", [g.op("Mul", [gate, g.op("Sigmoid", [gate])]), up])
+            y = g.linear(act, p + ".feed_forward.down", dense_ffn, d, False)
+        x = g.op("Add", [x, y])
+    x = g.rms_norm(x, "norm", d)
+    logits = g.linear(x, "lm_head", d, vocab, False)
+    g.output(logits, "logits", F16, ["batch", seq, vocab])
+    return g.model()
+
+
+def gpt_oss(name, layers, d, heads, kv_heads, head_dim, experts, top_k, expert_ffn, seq, vocab,
+            window=128, theta=150000):
+    """OpenAI's GPT-OSS: RMSNorm, RoPE, grouped-query attention with biases
+    on q, k, v and out and a learned sink logit per head; even layers attend
+    over a sliding window of `window` keys, odd layers causally over the
+    whole sequence; every layer a mixture of `experts` experts, top `top_k`
+    by the router's logits (the router has a bias), softmax over the k
+    chosen, the experts' projections with biases; untied head. The experts'
+    activation is written as plain SwiGLU: the model clamps gate to at most
+    7 and up to [-7, 7] and computes (up + 1) · gate · sigmoid(1.702 · gate)
+    (elementwise, no weights); RoPE's YaRN scaling changes values only."""
+    g = Graph(name)
+    ids = g.input("input_ids", I64, ["batch", seq])
+    x = g.op("Gather", [g.weight("embed_tokens", [vocab, d]), ids])
+    sliding = g.sliding_window_mask(seq, window)
+    causal = g.causal_mask(seq)
+    rope = g.rotary_tables(seq, head_dim, theta)
+    for i in range(layers):
+        p = f"layers.{i}"
+        x = g.op("Add", [x, g.attention(g.rms_norm(x, p + ".input_layernorm", d),
+                                        p + ".self_attn", d, heads, kv_heads, seq,
+                                        causal if i % 2 else sliding, True, False,
+                                        rope, head_dim, sinks=True)])
+        h = g.rms_norm(x, p + ".post_attention_layernorm", d)
+        y = moe_ffn(g, h, p + ".mlp", d, expert_ffn, experts, top_k, gating="topk_softmax",
+                    router_bias=True, expert_bias=True)
+        x = g.op("Add", [x, y])
+    x = g.rms_norm(x, "norm", d)
+    logits = g.linear(x, "lm_head", d, vocab, False)
+    g.output(logits, "logits", F16, ["batch", seq, vocab])
+    return g.model()
+
+
 def ffn_stack(name, layers, d):
     """A feed-forward network of `layers` dense layers of width d (ReLU):
     the model phantom parallelism is defined on (Seal et al., arXiv
@@ -281,7 +388,8 @@ def ffn_stack(name, layers, d):
     return g.model()
 
 
-def moe_ffn(g, h, prefix, d, ffn, experts, top_k):
+def moe_ffn(g, h, prefix, d, ffn, experts, top_k, gating="softmax", router_bias=False,
+            expert_bias=False, shared_ffn=None):
     """Top-k routed SwiGLU experts with capacity factor 1.
 
     The graph has the shapes and FLOPs of a dropless top-k MoE: tokens are
@@ -289,22 +397,171 @@ def moe_ffn(g, h, prefix, d, ffn, experts, top_k):
     each expert runs its FFN as one batched MatMul, and the k outputs of each
     token are weighted by the router and summed. Which rows go where is data,
     so the reshapes stand for the permutation a real dispatch performs.
+
+    `gating`: "softmax" (Mixtral, Qwen3): the top k of the softmax over all
+    experts weight the outputs; "topk_softmax" (GPT-OSS): the softmax over
+    the k chosen logits weights them; "sigmoid_input" (Llama 4's
+    Llama4TextMoe): the sigmoid of each chosen logit scales the token going
+    into its expert, and the outputs are summed unweighted. `router_bias`: the
+    router's bias (GPT-OSS); `expert_bias`: [experts, 1, f] biases after each
+    expert MatMul (GPT-OSS); `shared_ffn`: a dense SwiGLU of that width on
+    every token, added to the routed output (Llama 4's shared expert).
     """
     flat = g.op("Reshape", [h, g.const([-1, d])])
-    probs = g.op("Softmax", [g.linear(flat, prefix + ".router", d, experts, False)], axis=-1)
-    top_w, top_i = g.op("TopK", [probs, g.const([top_k])], outputs=2, axis=-1)
+    logits = g.linear(flat, prefix + ".router", d, experts, router_bias)
+    if gating == "softmax":
+        probs = g.op("Softmax", [logits], axis=-1)
+        top_w, top_i = g.op("TopK", [probs, g.const([top_k])], outputs=2, axis=-1)
+    else:
+        top_l, top_i = g.op("TopK", [logits, g.const([top_k])], outputs=2, axis=-1)
+        top_w = (g.op("Softmax", [top_l], axis=-1) if gating == "topk_softmax"
+                 else g.op("Sigmoid", [top_l]))
     slots = g.op("Reshape", [top_i, g.const([experts, -1])])
     xe = g.op("Gather", [flat, slots], axis=0)
+    if gating == "sigmoid_input":
+        xe = g.op("Mul", [xe, g.op("Reshape", [g.op("Cast", [top_w], to=g.dtype),
+                                               g.const([experts, -1, 1])])])
     w1 = g.weight(prefix + ".w1", [experts, d, ffn])
     w3 = g.weight(prefix + ".w3", [experts, d, ffn])
     w2 = g.weight(prefix + ".w2", [experts, ffn, d])
     gate = g.op("MatMul", [xe, w1])
-    act = g.op("Mul", [g.op("Mul", [gate, g.op("Sigmoid", [gate])]), g.op("MatMul", [xe, w3])])
+    if expert_bias:
+        gate = g.op("Add", [gate, g.weight(prefix + ".b1", [experts, 1, ffn])])
+    silu = g.op("Mul", [gate, g.op("Sigmoid", [gate])])
+    up = g.op("MatMul", [xe, w3])
+    if expert_bias:
+        up = g.op("Add", [up, g.weight(prefix + ".b3", [experts, 1, ffn])])
+    act = g.op("Mul", [silu, up])
     ye = g.op("MatMul", [act, w2])
-    yk = g.op("Reshape", [ye, g.const([-1, top_k, d])])
-    weighted = g.op("Mul", [yk, g.op("Unsqueeze", [g.op("Cast", [top_w], to=g.dtype), g.const([-1])])])
+    if expert_bias:
+        ye = g.op("Add", [ye, g.weight(prefix + ".b2", [experts, 1, d])])
+    weighted = g.op("Reshape", [ye, g.const([-1, top_k, d])])
+    if gating != "sigmoid_input":
+        weighted = g.op("Mul", [weighted, g.op("Unsqueeze", [g.op("Cast", [top_w], to=g.dtype),
+                                                             g.const([-1])])])
     combined = g.op("ReduceSum", [weighted, g.const([1])], keepdims=0)
-    return g.op("Reshape", [combined, g.op("Shape", [h])])
+    y = g.op("Reshape", [combined, g.op("Shape", [h])])
+    if shared_ffn:
+        gate = g.linear(h, prefix + ".shared_expert.gate", d, shared_ffn, False)
+        up = g.linear(h, prefix + ".shared_expert.up", d, shared_ffn, False)
+        act = g.op("Mul", [g.op("Mul", [gate, g.op("Sigmoid", [gate])]), up])
+        y = g.op("Add", [y, g.linear(act, prefix + ".shared_expert.down", shared_ffn, d, False)])
+    return y
+
+
+def mla_attention(g, x, prefix, d, heads, q_lora, kv_lora, nope, rope_dim, v_dim, mask, rope):
+    """Multi-head latent attention (DeepSeek-V2/V3), as transformers'
+    DeepseekV3Attention writes it: queries through a low-rank bottleneck
+    (`q_lora`; none when 0, V2-Lite), keys and values up-projected per head
+    from one per-token latent of `kv_lora` (the KV cache an engine keeps),
+    each key's last `rope_dim` dims a rotary part computed once per token
+    and shared by all heads."""
+    if q_lora:
+        cq = g.rms_norm(g.linear(x, prefix + ".q_a_proj", d, q_lora, False),
+                        prefix + ".q_a_layernorm", q_lora)
+        q = g.linear(cq, prefix + ".q_b_proj", q_lora, heads * (nope + rope_dim), False)
+    else:
+        q = g.linear(x, prefix + ".q_proj", d, heads * (nope + rope_dim), False)
+    q = g.heads(q, heads, nope + rope_dim, [0, 2, 1, 3])
+    q_pass = g.op("Slice", [q, g.const([0]), g.const([nope]), g.const([-1])])
+    q_rot = g.op("Slice", [q, g.const([nope]), g.const([nope + rope_dim]), g.const([-1])])
+    ckv = g.linear(x, prefix + ".kv_a_proj_with_mqa", d, kv_lora + rope_dim, False)
+    latent = g.op("Slice", [ckv, g.const([0]), g.const([kv_lora]), g.const([-1])])
+    k_rot = g.op("Slice", [ckv, g.const([kv_lora]), g.const([kv_lora + rope_dim]), g.const([-1])])
+    kv = g.linear(g.rms_norm(latent, prefix + ".kv_a_layernorm", kv_lora),
+                  prefix + ".kv_b_proj", kv_lora, heads * (nope + v_dim), False)
+    kv = g.heads(kv, heads, nope + v_dim, [0, 2, 1, 3])
+    k_pass = g.op("Slice", [kv, g.const([0]), g.const([nope]), g.const([-1])])
+    value = g.op("Slice", [kv, g.const([nope]), g.const([nope + v_dim]), g.const([-1])])
+    k_rot = g.rotary(g.op("Unsqueeze", [k_rot, g.const([1])]), rope)  # [B, 1, S, rope]
+    k_rot = g.op("Expand", [k_rot, g.const([1, heads, 1, 1])])
+    q = g.op("Concat", [q_pass, g.rotary(q_rot, rope)], axis=-1)
+    k = g.op("Concat", [k_pass, k_rot], axis=-1)
+    kt = g.op("Transpose", [k], perm=[0, 1, 3, 2])
+    scores = g.op("Mul", [g.op("MatMul", [q, kt]),
+                          g.const(1.0 / math.sqrt(nope + rope_dim), g.dtype)])
+    probs = g.op("Softmax", [g.op("Add", [scores, mask])], axis=-1)
+    out = g.merge_heads(g.op("MatMul", [probs, value]), heads * v_dim)
+    return g.linear(out, prefix + ".o_proj", heads * v_dim, d, False)
+
+
+def swiglu(g, h, prefix, d, ffn):
+    gate = g.linear(h, prefix + ".gate_proj", d, ffn, False)
+    up = g.linear(h, prefix + ".up_proj", d, ffn, False)
+    act = g.op("Mul", [g.op("Mul", [gate, g.op("Sigmoid", [gate])]), up])
+    return g.linear(act, prefix + ".down_proj", ffn, d, False)
+
+
+def deepseek_moe(g, h, prefix, d, ffn, experts, top_k, shared, sigmoid):
+    """DeepSeekMoE: `shared` always-on experts (one SwiGLU of shared × ffn)
+    beside `experts` routed ones, top-k. V3 scores with a sigmoid, picks by
+    score plus a per-expert bias (auxiliary-loss-free balancing: a buffer,
+    not trained) and normalises the k weights; V2 takes softmax weights.
+    Dispatch as moe_ffn: tokens gathered into [experts, capacity, d]."""
+    flat = g.op("Reshape", [h, g.const([-1, d])])
+    logits = g.linear(flat, prefix + ".gate", d, experts, False)
+    if sigmoid:
+        scores = g.op("Sigmoid", [logits])
+        bias = g.weight(prefix + ".gate.e_score_correction_bias", [experts], F32)
+        choice = g.op("Add", [g.op("Cast", [scores], to=F32), bias])
+        _, top_i = g.op("TopK", [choice, g.const([top_k])], outputs=2, axis=-1)
+        top_w = g.op("GatherElements", [scores, top_i], axis=-1)
+        top_w = g.op("Div", [top_w, g.op("ReduceSum", [top_w, g.const([-1])], keepdims=1)])
+    else:
+        scores = g.op("Softmax", [logits], axis=-1)
+        top_w, top_i = g.op("TopK", [scores, g.const([top_k])], outputs=2, axis=-1)
+    slots = g.op("Reshape", [top_i, g.const([experts, -1])])
+    xe = g.op("Gather", [flat, slots], axis=0)
+    w1 = g.weight(prefix + ".experts.gate_proj", [experts, d, ffn])
+    w3 = g.weight(prefix + ".experts.up_proj", [experts, d, ffn])
+    w2 = g.weight(prefix + ".experts.down_proj", [experts, ffn, d])
+    gate = g.op("MatMul", [xe, w1])
+    act = g.op("Mul", [g.op("Mul", [gate, g.op("Sigmoid", [gate])]), g.op("MatMul", [xe, w3])])
+    yk = g.op("Reshape", [g.op("MatMul", [act, w2]), g.const([-1, top_k, d])])
+    weighted = g.op("Mul", [yk, g.op("Unsqueeze", [g.op("Cast", [top_w], to=g.dtype), g.const([-1])])])
+    routed = g.op("Reshape", [g.op("ReduceSum", [weighted, g.const([1])], keepdims=0),
+                              g.op("Shape", [h])])
+    return g.op("Add", [routed, swiglu(g, h, prefix + ".shared_experts", d, shared * ffn)])
+
+
+def deepseek(name, layers, dense_layers, d, heads, q_lora, kv_lora, nope, rope_dim, v_dim,
+             dense_ffn, experts, top_k, shared, expert_ffn, seq, vocab, sigmoid, mtp=0):
+    """DeepSeek-V2/V3: multi-head latent attention in every layer, the
+    first `dense_layers` with a dense SwiGLU, the rest DeepSeekMoE; RMSNorm,
+    untied head. `mtp` multi-token-prediction modules (V3: one) each join
+    the normalised last hidden state with the next token's embedding
+    (eh_proj), run one more MoE layer and share the embedding and head."""
+    g = Graph(name)
+    ids = g.input("input_ids", I64, ["batch", seq])
+    embed = g.weight("embed_tokens", [vocab, d])
+    x = g.op("Gather", [embed, ids])
+    mask = g.causal_mask(seq)
+    rope = g.rotary_tables(seq, rope_dim, 10000)
+
+    def block(x, p, moe):
+        a = mla_attention(g, g.rms_norm(x, p + ".input_layernorm", d), p + ".self_attn", d,
+                          heads, q_lora, kv_lora, nope, rope_dim, v_dim, mask, rope)
+        x = g.op("Add", [x, a])
+        h = g.rms_norm(x, p + ".post_attention_layernorm", d)
+        y = (deepseek_moe(g, h, p + ".mlp", d, expert_ffn, experts, top_k, shared, sigmoid)
+             if moe else swiglu(g, h, p + ".mlp", d, dense_ffn))
+        return g.op("Add", [x, y])
+
+    for i in range(layers):
+        x = block(x, f"layers.{i}", i >= dense_layers)
+    head = g.weight("lm_head", [vocab, d])
+    logits = g.op("MatMul", [g.rms_norm(x, "norm", d), g.op("Transpose", [head], perm=[1, 0])])
+    g.output(logits, "logits", F16, ["batch", seq, vocab])
+    for j in range(mtp):
+        p = f"mtp.{j}"
+        # The next token's embedding (the shifted ids; the shift is data).
+        e = g.rms_norm(g.op("Gather", [embed, ids]), p + ".enorm", d)
+        hx = g.rms_norm(x, p + ".hnorm", d)
+        x = g.linear(g.op("Concat", [e, hx], axis=-1), p + ".eh_proj", 2 * d, d, False)
+        x = block(x, p + ".block", True)
+        mlog = g.op("MatMul", [g.rms_norm(x, p + ".norm", d), g.op("Transpose", [head], perm=[1, 0])])
+        g.output(mlog, f"mtp_logits_{j}", F16, ["batch", seq, vocab])
+    return g.model()
 
 
 # Encoders -------------------------------------------------------------------
@@ -485,6 +742,78 @@ MODELS = {
                                                151936, 1e6, moe=(128, 8), head_dim=128, qk_norm=True),
                         235.094e9, "Qwen3 technical report (Yang et al. 2025): 235B total, 22B "
                         "activated; 235,093,634,560 in the HF config's shapes"),
+    # DeepSeek-V3 (and R1, its architecture): 61 layers of multi-head latent
+    # attention (128 heads; q rank 1536, kv latent 512, 128 + 64 rope dims
+    # for q and k, 128 for v), the first 3 dense (ffn 18432), the rest 1
+    # shared + 256 routed experts of ffn 2048, top 8 by sigmoid score.
+    # 671,026,419,200 here; activated 37.55B with the embedding (36.63B
+    # without it: the report's 37B). "deepseek-v3-mtp": with the one
+    # multi-token-prediction module the report trains (11.6B more).
+    "deepseek-v3": (lambda seq=None: deepseek("deepseek-v3", 61, 3, 7168, 128, 1536, 512, 128, 64,
+                                              128, 18432, 256, 8, 1, 2048, seq or 4096, 129280,
+                                              True),
+                    671.03e9, "DeepSeek-V3 technical report (arXiv 2412.19437): 671B total, 37B "
+                    "activated; 671,026,419,200 in the HF config's shapes without the MTP module"),
+    "deepseek-v3-mtp": (lambda seq=None: deepseek("deepseek-v3-mtp", 61, 3, 7168, 128, 1536, 512, 128,
+                                                  64, 128, 18432, 256, 8, 1, 2048, seq or 4096,
+                                                  129280, True, mtp=1),
+                        682.64e9, "DeepSeek-V3 technical report: 671B main model plus a 14B MTP "
+                        "module whose embedding and head are the main model's (HF: 685B with "
+                        "their copies); 682,636,487,424 in the HF config's shapes"),
+    # DeepSeek-V2-Lite: 27 layers of MLA (16 heads, no q compression), the
+    # first dense (ffn 10944), then 2 shared + 64 routed experts of ffn
+    # 1408, top 6 by softmax. Activated 2.66B with the embedding (2.45B
+    # without: the paper's 2.4B).
+    "deepseek-v2-lite": (lambda seq=None: deepseek("deepseek-v2-lite", 27, 1, 2048, 16, 0, 512, 128, 64,
+                                                   128, 10944, 64, 6, 2, 1408, seq or 4096, 102400,
+                                                   False),
+                         15.706e9, "DeepSeek-V2 paper (arXiv 2405.04434), V2-Lite: 15.7B total, 2.4B "
+                         "activated; 15,706,485,888 in the HF config's shapes"),
+    # Llama 4 (text model, no vision tower): layers, d, heads, kv heads,
+    # head_dim, expert ffn (intermediate_size), dense ffn
+    # (intermediate_size_mlp), routed experts, MoE every n layers
+    # (interleave_moe_layer_step), sequence, vocab, RoPE theta; top 1 plus a
+    # shared expert, chunked attention over 8,192 tokens on three layers of
+    # four (the default sequence is one chunk: it equals causal there).
+    # Scout: every layer MoE, 16 experts. Active 17,172,894,720 with the
+    # embedding and the head (16,138,408,960 without the embedding): per
+    # layer attention 62,914,560 + norms 10,240 + router 81,920 + one routed
+    # expert 125,829,120 + the shared 125,829,120, × 48, + 2 × 1,034,485,760.
+    # The published 109B (HF: 108,641,793,536) adds the vision encoder and
+    # projector, 871,932,416.
+    "llama4-scout": (lambda seq=None: llama4("llama4-scout", 48, 5120, 40, 8, 128, 8192, 16384, 16, 1,
+                                             seq or 8192, 202048, 5e5),
+                     107.770e9, "Meta Llama 4 model card: Scout 109B total (with the vision "
+                     "encoder), 17B active; 107,769,861,120 in the HF text config's shapes"),
+    # Maverick: 128 experts on the odd layers, the even ones dense (ffn
+    # 16384). Active 17,184,691,200 with the embedding and the head
+    # (16,150,205,440 without the embedding): 24 dense layers of 314,583,040
+    # and 24 MoE layers of 62,914,560 + 10,240 + 655,360 + 2 × 125,829,120,
+    # + 2 × 1,034,485,760. The published 400B (HF: 402B) without the vision
+    # encoder's 871,932,416.
+    "llama4-maverick": (lambda seq=None: llama4("llama4-maverick", 48, 5120, 40, 8, 128, 8192, 16384,
+                                                128, 2, seq or 8192, 202048, 5e5),
+                        400.712e9, "Meta Llama 4 model card: Maverick 400B total, 17B active; "
+                        "400,711,848,960 in the HF text config's shapes"),
+    # GPT-OSS: layers, d, heads, kv heads, head_dim, experts, top k, expert
+    # ffn, sequence (4,096: the config's initial_context_length, the context
+    # before YaRN's extension to 131,072), vocab. Sliding window of 128 keys
+    # on even layers, attention sinks, biases on attention and experts.
+    # 120B: active 5,711,982,912 with the embedding and the head: per layer
+    # attention 26,550,144 (with biases and sinks) + norms 5,760 + router
+    # 368,768 + 4 experts × 24,891,840, × 36, + 2 × 579,133,440; without the
+    # embedding 5,132,849,472, the model card's 5.13B.
+    "gpt-oss-120b": (lambda seq=None: gpt_oss("gpt-oss-120b", 36, 2880, 64, 8, 64, 128, 4, 2880,
+                                              seq or 4096, 201088),
+                     116.829e9, "OpenAI gpt-oss model card (2025): 116.83B total, 5.13B active; "
+                     "116,829,156,672 in the HF config's shapes"),
+    # 20B: 32 experts. Active 4,187,440,704 with the embedding and the head
+    # (router 92,192 per layer, × 24); without the embedding 3,608,307,264,
+    # the model card's 3.61B.
+    "gpt-oss-20b": (lambda seq=None: gpt_oss("gpt-oss-20b", 24, 2880, 64, 8, 64, 32, 4, 2880,
+                                             seq or 4096, 201088),
+                    20.915e9, "OpenAI gpt-oss model card (2025): 20.91B total, 3.61B active; "
+                    "20,914,757,184 in the HF config's shapes"),
     # A tiny GPT for tests: 2 layers, d 64, 4 heads, 32 tokens, vocab 128;
     # closed form 12·L·d² + 13·L·d + (V + n_ctx)·d + 2·d.
     "tiny-gpt": (lambda seq=None: gpt("tiny-gpt", 2, 64, 4, seq or 32, 128), gpt_closed_form(2, 64, 32, 128),

@@ -460,6 +460,97 @@ double dropoutRatio(DropoutOp op) {
   return 0.5;
 }
 
+/// The weighted product `v` is a view, slice or cast of (a projection's
+/// heads: Reshape, Transpose, Slice, Split, a bias Add), or null.
+Operation *projectionOf(Value v) {
+  for (int steps = 0; steps < 8; ++steps) {
+    Operation *def = v.getDefiningOp();
+    if (!def)
+      return nullptr;
+    if (isa<MatMulOp, GemmOp>(def))
+      return llvm::any_of(def->getOperands(),
+                          [](Value o) { return !isActivation(o); })
+                 ? def
+                 : nullptr;
+    if (isa<AddOp>(def) && def->getNumOperands() == 2 &&
+        !isActivation(def->getOperand(1))) {
+      v = def->getOperand(0);
+      continue;
+    }
+    if (!isa<ReshapeOp, TransposeOp, SliceOp, SplitOp, CastOp, IdentityOp,
+             SqueezeOp, UnsqueezeOp>(def))
+      return nullptr;
+    v = def->getOperand(0);
+  }
+  return nullptr;
+}
+
+/// `v` broadcast to every head from one (an Expand or Tile, through views).
+bool broadcastOverHeads(Value v) {
+  for (int steps = 0; steps < 4; ++steps) {
+    Operation *def = v.getDefiningOp();
+    if (!def)
+      return false;
+    if (isa<ExpandOp, TileOp>(def))
+      return true;
+    if (!isa<ReshapeOp, TransposeOp, CastOp, IdentityOp>(def))
+      return false;
+    v = def->getOperand(0);
+  }
+  return false;
+}
+
+/// The last axis of a Concat of two operands, or null.
+ConcatOp lastAxisConcat(Value v) {
+  auto cat = v.getDefiningOp<ConcatOp>();
+  auto t = rankedOf(v);
+  if (!cat || !t || cat->getNumOperands() != 2)
+    return nullptr;
+  auto axis = cat->getAttrOfType<IntegerAttr>("axis");
+  if (!axis || (axis.getInt() != -1 && axis.getInt() != t.getRank() - 1))
+    return nullptr;
+  return cat;
+}
+
+/// Multi-head latent attention (DeepSeek-V2/V3, as transformers and
+/// Megatron write it): V and K's non-rotary part sliced from one
+/// projection, not Q's, of a per-token latent narrower than half the keys'
+/// and values' widths; K's other part a rotary one broadcast to every head.
+/// Sets the shape's latent and rope dims; leaves them 0 otherwise.
+void latentAttention(Value q, Value k, Value v, AttentionShape &s) {
+  Operation *proj = projectionOf(v);
+  if (!proj || !k)
+    return;
+  int64_t rope = 0;
+  if (projectionOf(k) != proj) {
+    ConcatOp cat = lastAxisConcat(k);
+    if (!cat)
+      return;
+    Value own = cat->getOperand(0), shared = cat->getOperand(1);
+    if (projectionOf(own) != proj || !broadcastOverHeads(shared))
+      return;
+    rope = rankedOf(shared).getDimSize(rankedOf(shared).getRank() - 1);
+  }
+  // Q from a projection of its own (a fused QKV is not a latent).
+  ConcatOp qcat = lastAxisConcat(q);
+  if (projectionOf(q) == proj ||
+      (qcat && projectionOf(qcat->getOperand(0)) == proj))
+    return;
+  Value latent;
+  for (Value o : proj->getOperands())
+    if (isActivation(o))
+      latent = o;
+  auto lt = latent ? rankedOf(latent) : nullptr;
+  if (!lt || !lt.hasStaticShape())
+    return;
+  int64_t width = lt.getDimSize(lt.getRank() - 1);
+  if (2 * width >= s.kvHeads * (s.headDim - rope + s.valueDim) ||
+      rope >= s.headDim)
+    return;
+  s.latentDim = width;
+  s.ropeDim = rope;
+}
+
 LogicalResult fuseAttention(MatMulOp pv,
                         Dead &maybeDead) {
   Value p = pv->getOperand(0), v = pv->getOperand(1);
@@ -627,9 +718,11 @@ LogicalResult fuseAttention(MatMulOp pv,
   SmallVector<Value> operands{q, k, v};
   if (bias)
     operands.push_back(bias);
-  SmallVector<NamedAttribute> attrs = fusedAttentionAttributes(
-      b, {batch, heads, kvHeads, sq, sk, d, dv, scaleKnown ? scale : 0.0,
-          dropout, causal, causal ? window : 0});
+  AttentionShape shape{batch, heads, kvHeads, sq, sk, d, dv,
+                       scaleKnown ? scale : 0.0, dropout, causal,
+                       causal ? window : 0};
+  latentAttention(q, k, v, shape);
+  SmallVector<NamedAttribute> attrs = fusedAttentionAttributes(b, shape);
   auto fused = b.create<FusedAttentionOp>(loc, TypeRange{ot}, operands, attrs);
   if (failed(mlir::verify(fused, /*verifyRecursively=*/false))) {
     fused->erase();

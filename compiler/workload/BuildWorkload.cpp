@@ -364,6 +364,8 @@ private:
     c.attentionValueDim = attention.getValueDim();
     c.attentionCausal = attention.getCausal();
     c.attentionWindow = attention.getWindow() ? *attention.getWindow() : 0;
+    c.attentionLatentDim = attention.getLatentDim().value_or(0);
+    c.attentionRopeDim = attention.getRopeDim().value_or(0);
     kind.attentionHeads =
         std::max<int>(kind.attentionHeads, int(attention.getHeads()));
     kind.attentionKvHeads =

@@ -9,6 +9,9 @@ namespace orrery {
 
 double kvHeadsPerRank(const OpCost &attention, int tp) {
   tp = std::max(1, tp);
+  // A latent cache serves every head: each rank keeps it whole.
+  if (attention.attentionLatentDim > 0)
+    return 1.0;
   return attention.attentionKvHeads >= tp
              ? double(attention.attentionKvHeads) / tp
              : 1.0;
@@ -22,8 +25,7 @@ KvCachePerToken kvCachePerToken(const Workload &w, double bytesPerElement,
       if (op.attentionKvHeads <= 0)
         continue;
       double bytes = k.count * kvHeadsPerRank(op, tp) *
-                     double(op.attentionHeadDim + op.attentionValueWidth()) *
-                     bytesPerElement;
+                     double(op.attentionCacheWidth()) * bytesPerElement;
       kv.bytes += bytes;
       if (op.attentionWindow > 0)
         kv.windowedBytes += bytes;

@@ -228,6 +228,8 @@ llvm::Error StepPricer::tokenOp(const OpCost &op, const LayerKind &k, bool head,
     t.kvHeads = kvHeadsPerRank(op, opTp);
     t.headDim = double(op.attentionHeadDim);
     t.valueDim = double(op.attentionValueWidth());
+    t.latentDim = double(op.attentionLatentDim);
+    t.ropeDim = double(op.attentionRopeDim);
     if (op.attentionWindow > 0) {
       if (window_ > 0 && window_ != op.attentionWindow)
         return servingError(
@@ -398,29 +400,44 @@ double StepPricer::kindSeconds(const Kind &k, const StepBatch &all,
       break;
     }
     case TokenOp::Attention: {
+      // Each head's query-key and value widths: as the graph has them, or
+      // for a latent attention's decode the absorbed form (FlashMLA,
+      // TensorRT-LLM's MLA generation kernel): every head's query against
+      // the cached latent and rotary part, its output in the latent.
       double width = op.headDim + op.valueDim;
-      double kvPerToken = op.kvHeads * width * kvBytesPerElement_;
-      double qoPerToken = op.heads * width * 2;
+      bool latent = op.latentDim > 0;
+      double cached = latent ? op.latentDim + op.ropeDim : width;
+      double decodeWidth = latent ? cached + op.latentDim : width;
+      double kvPerToken = op.kvHeads * cached * kvBytesPerElement_;
       // One kernel over `queries` new tokens that read `keys` cached ones
-      // and compute `pairs` query-key products: a prefill's chunks, or the
-      // decodes (one query per request against its whole context, the
-      // cache streamed as FlashDecoding / paged attention do).
-      auto kernel = [&](double queries, double keys, double pairs) {
-        double flops = 2 * width * op.heads * pairs;
-        double bytes = keys * kvPerToken + queries * (qoPerToken + kvPerToken);
+      // and compute `pairs` query-key products of `w` wide heads: a
+      // prefill's chunks, or the decodes (one query per request against
+      // its whole context, the cache streamed as FlashDecoding / paged
+      // attention do). A latent prefill attends with full heads, its
+      // earlier chunks' keys and values up-projected from the cache.
+      auto kernel = [&](double queries, double keys, double pairs, double w) {
+        double flops = 2 * w * op.heads * pairs;
+        if (latent && w == width)
+          flops += 2 * op.latentDim * op.heads *
+                   (op.headDim - op.ropeDim + op.valueDim) *
+                   std::max(0.0, keys - queries);
+        double bytes = keys * kvPerToken +
+                       queries * (op.heads * w * 2 + kvPerToken);
         return attentionSeconds(dev, km, Precision::BF16, flops, bytes,
                                 pairs / queries, false);
       };
       if (b.prefillTokens > 0)
-        s += op.windowed ? kernel(double(b.prefillTokens),
-                                  b.prefillKeysWindowed, b.prefillPairsWindowed)
-                         : kernel(double(b.prefillTokens), b.prefillKeys,
-                                  b.prefillPairs);
-      if (b.decodeRequests > 0)
         s += op.windowed
-                 ? kernel(double(b.decodeRequests), b.decodeKeysWindowed,
-                          b.decodeKeysWindowed)
-                 : kernel(double(b.decodeRequests), b.decodeKeys, b.decodeKeys);
+                 ? kernel(double(b.prefillTokens), b.prefillKeysWindowed,
+                          b.prefillPairsWindowed, width)
+                 : kernel(double(b.prefillTokens), b.prefillKeys,
+                          b.prefillPairs, width);
+      if (b.decodeRequests > 0)
+        s += op.windowed ? kernel(double(b.decodeRequests),
+                                  b.decodeKeysWindowed, b.decodeKeysWindowed,
+                                  decodeWidth)
+                         : kernel(double(b.decodeRequests), b.decodeKeys,
+                                  b.decodeKeys, decodeWidth);
       t.attentionS += s;
       break;
     }

@@ -36,6 +36,11 @@ orrery::fusedAttentionAttributes(Builder &b, const AttentionShape &s) {
     attrs.push_back(b.getNamedAttr("causal", b.getUnitAttr()));
   if (s.window > 0)
     attrs.push_back(b.getNamedAttr("window", b.getI64IntegerAttr(s.window)));
+  if (s.latentDim > 0) {
+    attrs.push_back(
+        b.getNamedAttr("latent_dim", b.getI64IntegerAttr(s.latentDim)));
+    attrs.push_back(b.getNamedAttr("rope_dim", b.getI64IntegerAttr(s.ropeDim)));
+  }
   return attrs;
 }
 
@@ -55,6 +60,14 @@ LogicalResult FusedAttentionOp::verify() {
       return emitOpError() << "window must be positive, got " << *w;
     if (!getCausal())
       return emitOpError() << "a window needs the causal mask";
+  }
+  if (getRopeDim() && !getLatentDim())
+    return emitOpError() << "rope_dim needs latent_dim";
+  if (auto l = getLatentDim()) {
+    int64_t rope = getRopeDim() ? *getRopeDim() : 0;
+    if (*l < 1 || rope < 0 || rope >= d)
+      return emitOpError() << "latent_dim " << *l << " and rope_dim " << rope
+                           << " must be positive and below head_dim " << d;
   }
   double p = getDropout().convertToDouble();
   if (!(p >= 0 && p < 1))

@@ -26,6 +26,28 @@ TEST(Serving, KvCacheBytesPerTokenOfLlama3) {
   EXPECT_EQ(kvCacheBytesPerToken(l70, 2, 2), 80.0 * 4 * 256 * 2);
 }
 
+// DeepSeek-V2-Lite's multi-head latent attention: the engines cache one
+// latent of 512 and a rotary key of 64 a token for all 16 heads (vLLM's and
+// TensorRT-LLM's MLA cache), not 16 heads of 192 + 128; tp does not split
+// it, every rank keeps the whole latent.
+TEST(Serving, LatentAttentionCachesTheLatentWholeOnEveryRank) {
+  mlir::MLIRContext ctx;
+  Workload w = builtinWorkload(ctx, "deepseek-v2-lite");
+  EXPECT_EQ(kvCacheBytesPerToken(w, 2), 27.0 * (512 + 64) * 2); // 30.4 KiB
+  EXPECT_EQ(kvCacheBytesPerToken(w, 1), 27.0 * 576);
+  EXPECT_EQ(kvCacheBytesPerToken(w, 2, 8), 27.0 * 576 * 2);
+  // The training shape is the heads': 16 of 192 (128 + 64 rope), values 128.
+  for (const LayerKind &k : w.kinds)
+    for (const OpCost &op : k.ops)
+      if (op.attentionKvHeads > 0) {
+        EXPECT_EQ(op.attentionKvHeads, 16);
+        EXPECT_EQ(op.attentionHeadDim, 192);
+        EXPECT_EQ(op.attentionValueDim, 128);
+        EXPECT_EQ(op.attentionLatentDim, 512);
+        EXPECT_EQ(op.attentionRopeDim, 64);
+      }
+}
+
 TEST(Serving, TheBatchThatFitsOnOneH100) {
   mlir::MLIRContext ctx;
   Workload l8 = builtinWorkload(ctx, "llama3-8b"), l70 = builtinWorkload(ctx, "llama3-70b");

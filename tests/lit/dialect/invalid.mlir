@@ -100,3 +100,19 @@ func.func @gated(%g: tensor<1x4x64xf16>) -> tensor<1x4x64xf16> {
   %o = orrery.gated_activation(%g, %g) {activation = "relu"} : (tensor<1x4x64xf16>, tensor<1x4x64xf16>) -> tensor<1x4x64xf16>
   return %o : tensor<1x4x64xf16>
 }
+
+// -----
+
+func.func @rope_without_latent(%q: tensor<1x4x8x16xf16>) -> tensor<1x4x8x16xf16> {
+  // expected-error @+1 {{rope_dim needs latent_dim}}
+  %o = orrery.fused_attention(%q, %q, %q) {batch = 1 : i64, heads = 4 : i64, kv_heads = 4 : i64, q_len = 8 : i64, kv_len = 8 : i64, head_dim = 16 : i64, value_dim = 16 : i64, scale = 0.25 : f64, dropout = 0.0 : f64, rope_dim = 4 : i64} : (tensor<1x4x8x16xf16>, tensor<1x4x8x16xf16>, tensor<1x4x8x16xf16>) -> tensor<1x4x8x16xf16>
+  return %o : tensor<1x4x8x16xf16>
+}
+
+// -----
+
+func.func @latent_rope_too_wide(%q: tensor<1x4x8x16xf16>) -> tensor<1x4x8x16xf16> {
+  // expected-error @+1 {{latent_dim 32 and rope_dim 16 must be positive and below head_dim 16}}
+  %o = orrery.fused_attention(%q, %q, %q) {batch = 1 : i64, heads = 4 : i64, kv_heads = 4 : i64, q_len = 8 : i64, kv_len = 8 : i64, head_dim = 16 : i64, value_dim = 16 : i64, scale = 0.25 : f64, dropout = 0.0 : f64, latent_dim = 32 : i64, rope_dim = 16 : i64} : (tensor<1x4x8x16xf16>, tensor<1x4x8x16xf16>, tensor<1x4x8x16xf16>) -> tensor<1x4x8x16xf16>
+  return %o : tensor<1x4x8x16xf16>
+}

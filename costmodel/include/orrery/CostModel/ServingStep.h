@@ -199,6 +199,9 @@ public:
     /// sliding window.
     double heads = 0, kvHeads = 0, headDim = 0, valueDim = 0;
     bool windowed = false;
+    /// Multi-head latent attention: the cached latent and the rotary part
+    /// all heads share (kvHeads is then 1: the cache is not split).
+    double latentDim = 0, ropeDim = 0;
   };
   struct Kind {
     std::vector<TokenOp> ops;

@@ -91,6 +91,16 @@ struct OpCost {
   int64_t attentionBatch = 0, attentionQueryHeads = 0, attentionKvHeads = 0,
           attentionQueryLen = 0, attentionKvLen = 0, attentionHeadDim = 0,
           attentionValueDim = 0;
+  /// Multi-head latent attention (orrery.fused_attention's latent_dim and
+  /// rope_dim): what a serving engine caches a token for all heads, and
+  /// the latent its absorbed decode attends over (0: not latent).
+  int64_t attentionLatentDim = 0, attentionRopeDim = 0;
+  /// Elements a token's KV cache holds for one key-value head (or, latent,
+  /// for all heads).
+  int64_t attentionCacheWidth() const {
+    return attentionLatentDim > 0 ? attentionLatentDim + attentionRopeDim
+                                  : attentionHeadDim + attentionValueWidth();
+  }
   /// The value heads' width: attentionValueDim, the keys' when not stated.
   int64_t attentionValueWidth() const {
     return attentionValueDim > 0 ? attentionValueDim : attentionHeadDim;

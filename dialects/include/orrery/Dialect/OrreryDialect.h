@@ -116,6 +116,9 @@ struct AttentionShape {
   double scale = 0, dropout = 0;
   bool causal = false;
   int64_t window = 0; ///< sliding window in keys (with causal); 0: none
+  /// Multi-head latent attention: the per-token latent every head's K and
+  /// V come from, and the rotary part of the key all heads share (0: none).
+  int64_t latentDim = 0, ropeDim = 0;
 };
 /// The attributes of a fused attention op of shape `s`, for its builders
 /// (the fusion pass and the importer of ONNX's own Attention).

@@ -31,6 +31,15 @@ def Orrery_FusedAttentionOp : Orrery_Op<"fused_attention",
     attention, each query seeing itself and the `window` - 1 keys before it
     (Mistral, Gemma's local layers; FlashAttention's window_size), a band
     mask built in the graph.
+    `latent_dim` (with `rope_dim`): multi-head latent attention
+    (DeepSeek-V2/V3): every head's key and value are up-projected from one
+    per-token latent of `latent_dim` elements, and the last `rope_dim` of
+    each key's `head_dim` are a rotary part computed once per token and
+    shared by the heads. Training runs it as the attention of its heads
+    (these attributes change nothing there); an engine caches the latent
+    and the rotary part, `latent_dim + rope_dim` elements a token for all
+    heads, and decodes with the up-projections absorbed: a query of
+    `latent_dim + rope_dim` against that cache, values of `latent_dim`.
 
     Cost: forward 2 · batch · heads · q_len · kv_len · (head_dim +
     value_dim) FLOPs times the fraction of 128 × 128 blocks the kernel
@@ -56,7 +65,9 @@ def Orrery_FusedAttentionOp : Orrery_Op<"fused_attention",
                        I64Attr:$batch, I64Attr:$heads, I64Attr:$kv_heads,
                        I64Attr:$q_len, I64Attr:$kv_len, I64Attr:$head_dim,
                        I64Attr:$value_dim, UnitAttr:$causal, F64Attr:$scale,
-                       F64Attr:$dropout, OptionalAttr<I64Attr>:$window);
+                       F64Attr:$dropout, OptionalAttr<I64Attr>:$window,
+                       OptionalAttr<I64Attr>:$latent_dim,
+                       OptionalAttr<I64Attr>:$rope_dim);
   let results = (outs AnyRankedTensor:$output);
   let assemblyFormat =
       "`(` $query `,` $key `,` $value (`,` $bias^)? `)` attr-dict `:` "
