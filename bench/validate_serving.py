@@ -98,7 +98,21 @@ BLACKWELL_MODELS = {
     "Qwen3-235B-A22B": "qwen3-235b-a22b",
     "Qwen3-30B-A3B": "qwen3-30b-a3b",
     "DeepSeek-R1-0528": "deepseek-v3",  # DeepSeek-V3's architecture
+    "GPT-OSS-120B": "gpt-oss-120b",
+    "GPT-OSS-20B": "gpt-oss-20b",
 }
+
+
+def blackwell_precision(row):
+    """The --precision a row's checkpoint runs in: ModelOpt's NVFP4 or FP8
+    checkpoints, except GPT-OSS, whose one checkpoint holds its experts in
+    MXFP4: on Blackwell the engine runs them in MXFP4 (the "FP4" columns),
+    on Hopper (the "FP8" columns, Triton's MoE) it dequantizes them to
+    16-bit math: weight-only 4-bit."""
+    fp4 = row["precision"].upper() == "FP4"
+    if row["model"]["key"].startswith("GPT-OSS"):
+        return "mxfp4" if fp4 else "int4"
+    return "nvfp4" if fp4 else "fp8"
 BLACKWELL_GPUS = {
     "B200 180GB (DGX B200)": "B200",
     "GB200 192GB (GB200 NVL72)": "GB200",
@@ -133,7 +147,7 @@ def simulate_blackwell(orrery, row):
            "--cluster", cluster, "--engine", "trtllm",
            "--strategy", f"tp={tp},pp={pp},{layout},replicas=1",
            "--workload", f"isl={wl['isl']},osl={wl['osl']},requests={requests},offline",
-           "--precision", "nvfp4" if row["precision"].upper() == "FP4" else "fp8",
+           "--precision", blackwell_precision(row),
            "--kv-cache", "fp8", "--json"]
     p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode != 0:

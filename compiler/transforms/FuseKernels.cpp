@@ -512,6 +512,24 @@ ConcatOp lastAxisConcat(Value v) {
   return cat;
 }
 
+/// A Slice keeping the first n - 1 of the n columns of the last axis of a
+/// Softmax's output: the sink column of attention sinks dropped.
+bool sinkColumnDropped(Operation *def) {
+  if (!isa<SliceOp>(def) || def->getNumOperands() < 3)
+    return false;
+  auto in = rankedOf(def->getOperand(0)), out = rankedOf(def->getResult(0));
+  if (!in || !out || !isa_and_nonnull<SoftmaxOp>(
+                         def->getOperand(0).getDefiningOp()))
+    return false;
+  int64_t r = in.getRank();
+  for (int64_t i = 0; i < r - 1; ++i)
+    if (in.getDimSize(i) != out.getDimSize(i))
+      return false;
+  std::optional<double> start = scalarConstant(def->getOperand(1));
+  return start && *start == 0 && in.getDimSize(r - 1) > 1 &&
+         out.getDimSize(r - 1) == in.getDimSize(r - 1) - 1;
+}
+
 /// Multi-head latent attention (DeepSeek-V2/V3, as transformers and
 /// Megatron write it): V and K's non-rotary part sliced from one
 /// projection, not Q's, of a per-token latent narrower than half the keys'
@@ -560,14 +578,19 @@ LogicalResult fuseAttention(MatMulOp pv,
     return failure();
   Region region;
   double dropout = 0;
-  // 1. The probabilities back to the softmax.
+  // 1. The probabilities back to the softmax (or, attention sinks, to the
+  // slice that drops the sink column from it).
   Value cur = p;
   Operation *softmax = nullptr;
+  bool sinks = false;
   while (!softmax) {
     Operation *def = cur.getDefiningOp();
     if (!def)
       return failure();
-    if (auto sm = dyn_cast<SoftmaxOp>(def)) {
+    if (!sinks && sinkColumnDropped(def)) {
+      sinks = true;
+      cur = def->getOperand(0);
+    } else if (auto sm = dyn_cast<SoftmaxOp>(def)) {
       int64_t axis = 1, r = rankedOf(sm->getResult(0)).getRank();
       if (auto a = sm->getAttrOfType<IntegerAttr>("axis"))
         axis = a.getInt();
@@ -623,6 +646,16 @@ LogicalResult fuseAttention(MatMulOp pv,
     return true;
   };
   cur = softmax->getOperand(0);
+  if (sinks) {
+    // The sink logits joined as one more column of every row.
+    ConcatOp cat = lastAxisConcat(cur);
+    auto sink = cat ? rankedOf(cat->getOperand(1)) : nullptr;
+    if (!cat || !sink || isActivation(cat->getOperand(1)) ||
+        sink.getDimSize(sink.getRank() - 1) != 1)
+      return failure();
+    region.add(cat);
+    cur = cat->getOperand(0);
+  }
   MatMulOp qk;
   while (!qk) {
     Operation *def = cur.getDefiningOp();
@@ -722,6 +755,7 @@ LogicalResult fuseAttention(MatMulOp pv,
                        scaleKnown ? scale : 0.0, dropout, causal,
                        causal ? window : 0};
   latentAttention(q, k, v, shape);
+  shape.sinks = sinks;
   SmallVector<NamedAttribute> attrs = fusedAttentionAttributes(b, shape);
   auto fused = b.create<FusedAttentionOp>(loc, TypeRange{ot}, operands, attrs);
   if (failed(mlir::verify(fused, /*verifyRecursively=*/false))) {

@@ -36,6 +36,8 @@ orrery::fusedAttentionAttributes(Builder &b, const AttentionShape &s) {
     attrs.push_back(b.getNamedAttr("causal", b.getUnitAttr()));
   if (s.window > 0)
     attrs.push_back(b.getNamedAttr("window", b.getI64IntegerAttr(s.window)));
+  if (s.sinks)
+    attrs.push_back(b.getNamedAttr("sinks", b.getUnitAttr()));
   if (s.latentDim > 0) {
     attrs.push_back(
         b.getNamedAttr("latent_dim", b.getI64IntegerAttr(s.latentDim)));

@@ -119,6 +119,8 @@ struct AttentionShape {
   /// Multi-head latent attention: the per-token latent every head's K and
   /// V come from, and the rotary part of the key all heads share (0: none).
   int64_t latentDim = 0, ropeDim = 0;
+  /// Attention sinks: a learned logit per head in every row's softmax.
+  bool sinks = false;
 };
 /// The attributes of a fused attention op of shape `s`, for its builders
 /// (the fusion pass and the importer of ONNX's own Attention).

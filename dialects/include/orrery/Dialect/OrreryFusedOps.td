@@ -40,6 +40,10 @@ def Orrery_FusedAttentionOp : Orrery_Op<"fused_attention",
     and the rotary part, `latent_dim + rope_dim` elements a token for all
     heads, and decodes with the up-projections absorbed: a query of
     `latent_dim + rope_dim` against that cache, values of `latent_dim`.
+    `sinks`: attention sinks (GPT-OSS): a learned logit per head joins each
+    row's softmax as one more key with no value, the sink column dropped
+    before the values (FlashAttention-3's and TensorRT-LLM's sink kernels);
+    its cost is the kernel's, the sink logits (one a head) are left out.
 
     Cost: forward 2 · batch · heads · q_len · kv_len · (head_dim +
     value_dim) FLOPs times the fraction of 128 × 128 blocks the kernel
@@ -67,7 +71,8 @@ def Orrery_FusedAttentionOp : Orrery_Op<"fused_attention",
                        I64Attr:$value_dim, UnitAttr:$causal, F64Attr:$scale,
                        F64Attr:$dropout, OptionalAttr<I64Attr>:$window,
                        OptionalAttr<I64Attr>:$latent_dim,
-                       OptionalAttr<I64Attr>:$rope_dim);
+                       OptionalAttr<I64Attr>:$rope_dim,
+                       UnitAttr:$sinks);
   let results = (outs AnyRankedTensor:$output);
   let assemblyFormat =
       "`(` $query `,` $key `,` $value (`,` $bias^)? `)` attr-dict `:` "
