@@ -100,6 +100,8 @@ BLACKWELL_MODELS = {
     "DeepSeek-R1-0528": "deepseek-v3",  # DeepSeek-V3's architecture
     "GPT-OSS-120B": "gpt-oss-120b",
     "GPT-OSS-20B": "gpt-oss-20b",
+    "Llama-4-Scout": "llama4-scout",
+    "Llama-4-Maverick": "llama4-maverick",
 }
 
 

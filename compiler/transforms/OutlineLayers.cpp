@@ -36,6 +36,8 @@ namespace {
 /// How far a candidate search goes: the most frequent distances between
 /// equal signatures.
 constexpr size_t kMaxCandidatePeriods = 24;
+/// How many earlier occurrences of a signature give candidate distances.
+constexpr unsigned kRecentOccurrences = 8;
 
 bool isValueOp(Operation *op) { return isa<WeightOp, ConstantOp, NoneOp>(op); }
 
@@ -416,15 +418,20 @@ std::string Outliner::labelFor(const Instance &inst, bool repeated, size_t lo) {
 void Outliner::search(size_t lo, size_t hi) {
   if (lo >= hi)
     return;
-  // Candidate periods: the most frequent distances between equal signatures.
+  // Candidate periods: the most frequent distances between equal
+  // signatures, to each of the last kRecentOccurrences ones: a block of
+  // several unlike layers (Llama 4's three RoPE layers and one without)
+  // repeats at a distance no op spans to its last occurrence.
   std::map<size_t, int64_t> gapCount;
-  llvm::DenseMap<uint64_t, size_t> last;
+  llvm::DenseMap<uint64_t, llvm::SmallVector<size_t, kRecentOccurrences>>
+      recent;
   for (size_t i = lo; i < hi; ++i) {
-    auto [it, inserted] = last.try_emplace(sigs[i], i);
-    if (!inserted) {
-      gapCount[i - it->second]++;
-      it->second = i;
-    }
+    auto &seen = recent[sigs[i]];
+    for (size_t j : seen)
+      gapCount[i - j]++;
+    if (seen.size() == kRecentOccurrences)
+      seen.erase(seen.begin());
+    seen.push_back(i);
   }
   std::vector<std::pair<int64_t, size_t>> periods;
   for (auto [gap, count] : gapCount)
