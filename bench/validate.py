@@ -263,8 +263,10 @@ def megatron_bridge_group(orrery, build, groups):
     for case in json.load(open(path))["cases"]:
         m = dict(case["model"], name=names.get(case["model"]["name"], case["model"]["name"]))
         step = case["derived"]["iteration_time_s"]
+        if case["training"].get("mtp_layers"):
+            m["name"] += "-mtp"  # the multi-token-prediction module trained beside
         if m["name"] not in ("llama3-8b", "llama3-70b", "llama3-405b", "qwen3-30b-a3b",
-                             "qwen3-235b-a22b"):
+                             "qwen3-235b-a22b", "deepseek-v3", "deepseek-v3-mtp"):
             print_row(case["id"], step, None, "no built-in of " + m["name"])
             continue
         strategy, why = recipe_strategy(case)
