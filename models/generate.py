@@ -655,6 +655,12 @@ def resnet(name, blocks, classes=1000):
 
 # The catalog ----------------------------------------------------------------
 
+def deepseek_v3(name, seq=None, mtp=0):
+    """DeepSeek-V3's published shape (its HF config), with `mtp` modules."""
+    return deepseek(name, 61, 3, 7168, 128, 1536, 512, 128, 64, 128, 18432, 256, 8, 1, 2048,
+                    seq or 4096, 129280, True, mtp=mtp)
+
+
 def gpt_closed_form(layers, d, seq, vocab, ffn=None):
     """Parameters of a GPT with learned positions, biases and a tied head:
     per layer 4d² (attention) + 2·d·ffn (MLP) + 4d + ffn + d (biases: QKV 3d,
@@ -749,14 +755,10 @@ MODELS = {
     # 671,026,419,200 here; activated 37.55B with the embedding (36.63B
     # without it: the report's 37B). "deepseek-v3-mtp": with the one
     # multi-token-prediction module the report trains (11.6B more).
-    "deepseek-v3": (lambda seq=None: deepseek("deepseek-v3", 61, 3, 7168, 128, 1536, 512, 128, 64,
-                                              128, 18432, 256, 8, 1, 2048, seq or 4096, 129280,
-                                              True),
+    "deepseek-v3": (lambda seq=None: deepseek_v3("deepseek-v3", seq),
                     671.03e9, "DeepSeek-V3 technical report (arXiv 2412.19437): 671B total, 37B "
                     "activated; 671,026,419,200 in the HF config's shapes without the MTP module"),
-    "deepseek-v3-mtp": (lambda seq=None: deepseek("deepseek-v3-mtp", 61, 3, 7168, 128, 1536, 512, 128,
-                                                  64, 128, 18432, 256, 8, 1, 2048, seq or 4096,
-                                                  129280, True, mtp=1),
+    "deepseek-v3-mtp": (lambda seq=None: deepseek_v3("deepseek-v3-mtp", seq, mtp=1),
                         682.64e9, "DeepSeek-V3 technical report: 671B main model plus a 14B MTP "
                         "module whose embedding and head are the main model's (HF: 685B with "
                         "their copies); 682,636,487,424 in the HF config's shapes"),
@@ -768,7 +770,7 @@ MODELS = {
                                                    128, 10944, 64, 6, 2, 1408, seq or 4096, 102400,
                                                    False),
                          15.706e9, "DeepSeek-V2 paper (arXiv 2405.04434), V2-Lite: 15.7B total, 2.4B "
-                         "activated; 15,706,485,888 in the HF config's shapes"),
+                         "activated; 15,706,484,224 in the HF config's shapes"),
     # Llama 4 (text model, no vision tower): layers, d, heads, kv heads,
     # head_dim, expert ffn (intermediate_size), dense ffn
     # (intermediate_size_mlp), routed experts, MoE every n layers
