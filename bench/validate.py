@@ -241,9 +241,13 @@ def recipe_strategy(case):
     p, t = case["parallel"], case["training"]
     if t.get("cpu_offload"):
         return None, "offloads some layers' activations: " + t["cpu_offload"]
-    if t.get("recompute", "none").startswith("selective"):
+    modules = re.match(r"selective \(([a-z_, ]+)\)", t.get("recompute", ""))
+    if t.get("recompute", "none").startswith("selective") and not modules:
         return None, "selective recompute of " + t["recompute"]
     s = moe_strategy(case)
+    if modules:  # Megatron-Core's --recompute-modules
+        names = "+".join(m.strip() for m in modules.group(1).split(","))
+        s = s.replace("recompute=none", "recompute=selective,recompute_modules=" + names)
     if t["precision"].startswith("mxfp8"):
         s = s.replace("precision=fp8", "precision=mxfp8").replace("precision=bf16", "precision=mxfp8")
     if p.get("zero") == 3:

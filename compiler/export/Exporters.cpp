@@ -174,6 +174,14 @@ llvm::Expected<std::string> megatron(const ExportPlan &p) {
     flag("--recompute-num-layers", "1");
   } else if (s.recompute == Recompute::Selective) {
     flag("--recompute-granularity", "selective");
+    if (s.recomputeModules && s.recomputeModules != kRecomputeCoreAttn) {
+      std::string names;
+      for (unsigned b = 0; b < 6; ++b)
+        if (s.recomputeModules & (1u << b))
+          names += (names.empty() ? "" : " ") +
+                   std::string(kRecomputeModuleNames[b]);
+      flag("--recompute-modules", names);
+    }
   }
   if (s.zeroStage == 1)
     flag("--use-distributed-optimizer");

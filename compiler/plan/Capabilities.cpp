@@ -477,6 +477,17 @@ const Refusal kCommon[] = {
      }},
     {Capability::Recompute,
      [](const Plan &p, const std::string &f) {
+       return (p.strategy.selectiveModules() & ~unsigned(kRecomputeCoreAttn)) &&
+              f != "megatron";
+     },
+     [](const Plan &) -> std::string {
+       return "the plan checkpoints Megatron-Core's modules "
+              "(recompute_modules), which only Megatron-LM runs "
+              "(--recompute-modules); plan with recompute=selective alone, "
+              "or full";
+     }},
+    {Capability::Recompute,
+     [](const Plan &p, const std::string &f) {
        return p.strategy.recompute == Recompute::Selective &&
               (f == "torchtitan" || f == "pytorch");
      },

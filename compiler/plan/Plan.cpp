@@ -65,6 +65,13 @@ static ojson strategyJson(const Strategy &s) {
   }
   if (!s.recomputeKinds.empty())
     j["recompute_kinds"] = s.recomputeKinds;
+  if (s.recomputeModules) {
+    std::vector<std::string> names;
+    for (unsigned b = 0; b < 6; ++b)
+      if (s.recomputeModules & (1u << b))
+        names.push_back(kRecomputeModuleNames[b]);
+    j["recompute_modules"] = names;
+  }
   j["offload_optimizer"] = s.offloadOptimizer;
   j["offload_activations"] = s.offloadActivations;
   j["precision"] = precisionName(s.precision);
@@ -540,6 +547,20 @@ static llvm::Expected<Strategy> strategyFromPlanImpl(const nlohmann::json &plan,
       s.recomputeKinds.push_back(k.get<std::string>());
     }
   }
+  if (j.contains("recompute_modules")) {
+    const nlohmann::json &modules = j["recompute_modules"];
+    std::vector<std::string> names;
+    if (modules.is_array())
+      for (const auto &m : modules)
+        if (m.is_string())
+          names.push_back(m.get<std::string>());
+    if (!modules.is_array() || names.size() != modules.size())
+      return err(what + ": strategy.recompute_modules: must be a list of "
+                        "module names");
+    std::string why = recomputeModuleBits(names, s.recomputeModules);
+    if (!why.empty())
+      return err(what + ": strategy." + why);
+  }
   if (auto p = precisionFromName(j.value("precision", "")))
     s.precision = *p;
   else
@@ -900,6 +921,8 @@ const FieldType kStrategyFields[] = {
     {"phantom_ghost_neurons", K::Integer},
     {"mgrit_iterations", K::Integer},
     {"recompute_kinds[]", K::String},
+    {"recompute_modules", K::Array},
+    {"recompute_modules[]", K::String},
     {"precision", K::String},
     {"sequence_parallel", K::Boolean},
     {"tp_batch_split", K::Boolean},

@@ -369,6 +369,10 @@ private:
   bool oversubscribed = false;
   std::vector<Saver> savers;
   std::atomic<int64_t> pricedSoFar{0};
+  /// Selective recompute's module sets searched (RecomputeModule bits):
+  /// the attention core always; Megatron-Core's up-projections of latent
+  /// attention and experts' activation where the model has them.
+  std::vector<unsigned> selectiveModuleSets() const;
 
   void chooseSavers();
   bool better(const StepResult &x, const StepResult &y) const;
@@ -788,8 +792,14 @@ void PlanSearch::searchShape(SearchState &st, int tp, int cp, int pp) {
       // it runs in place of selective.
       Recompute selective =
           o.framework == "torchtitan" ? Recompute::Op : Recompute::Selective;
-      for (Recompute rec : {Recompute::None, selective, Recompute::Full}) {
+      std::vector<std::pair<Recompute, unsigned>> recomputes = {
+          {Recompute::None, 0}, {selective, 0}, {Recompute::Full, 0}};
+      if (selective == Recompute::Selective)
+        for (unsigned m : selectiveModuleSets())
+          recomputes.push_back({Recompute::Selective, m});
+      for (auto [rec, modules] : recomputes) {
         Strategy s;
+        s.recomputeModules = modules;
         s.tp = tp;
         s.cp = cp;
         s.pp = pp;
@@ -807,6 +817,27 @@ void PlanSearch::searchShape(SearchState &st, int tp, int cp, int pp) {
       }
     }
   }
+}
+
+std::vector<unsigned> PlanSearch::selectiveModuleSets() const {
+  if (!o.framework.empty() && o.framework != "any" &&
+      o.framework != "megatron")
+    return {};
+  bool latent = false, experts = false;
+  for (const LayerKind &k : w.kinds)
+    for (const OpCost &op : k.ops)
+      if (k.count > 1) {
+        latent |= (op.recomputeModules & kRecomputeMlaUpProj) != 0;
+        experts |= (op.recomputeModules & kRecomputeMoeAct) != 0;
+      }
+  std::vector<unsigned> sets;
+  if (latent)
+    sets.push_back(kRecomputeMlaUpProj);
+  if (experts)
+    sets.push_back(kRecomputeMoeAct);
+  if (latent && experts)
+    sets.push_back(kRecomputeMlaUpProj | kRecomputeMoeAct);
+  return sets;
 }
 
 /// A candidate, and its variants: activation offload where it does not

@@ -1,6 +1,7 @@
 //===- BuildWorkload.cpp - outlined module → Workload ---------------------===//
 #include "orrery/Workload/BuildWorkload.h"
 #include "FineTuning.h"
+#include "RecomputeModules.h"
 #include "orrery/Dialect/OrreryDialect.h"
 #include "orrery/Workload/Parallelism.h"
 
@@ -241,6 +242,9 @@ public:
         analyzeOp(op);
     if (training.noBackward())
       kind.backwardFlops = 0;
+    for (auto [op, bits] : recomputeModulesOf(func))
+      if (auto it = opIndex.find(op); it != opIndex.end())
+        kind.ops[it->second].recomputeModules = bits;
     keptActivations();
     weights();
     addLoraAdapters();
@@ -520,6 +524,8 @@ private:
         (core.contains(v) ? kind.savedCoreBytes
          : split          ? kind.savedShardedBytes
                           : kind.savedReplicatedBytes) += bytes;
+        if (!core.contains(v))
+          noteModuleSaved(v, split, bytes);
       }
     }
     // What the frozen contractions alone would have kept, and a layer with
@@ -533,6 +539,24 @@ private:
       if (!keptByOthers.contains(root))
         (entry.second ? kind.savedLinearInputShardedBytes
                       : kind.savedLinearInputReplicatedBytes) += entry.first;
+  }
+
+  /// A kept value made by an op of selective-recompute modules: dropped
+  /// when one of them is recomputed.
+  void noteModuleSaved(Value v, bool split, int64_t bytes) {
+    auto idx = opIndex.find(v.getDefiningOp());
+    if (!v.getDefiningOp() || idx == opIndex.end())
+      return;
+    unsigned bits = kind.ops[idx->second].recomputeModules;
+    if (!bits)
+      return;
+    auto it = llvm::find_if(kind.savedByModules, [&](const auto &m) {
+      return m.modules == bits;
+    });
+    if (it == kind.savedByModules.end())
+      it = kind.savedByModules.insert(kind.savedByModules.end(),
+                                      LayerKind::ModuleSaved{bits, 0, 0});
+    (split ? it->shardedBytes : it->replicatedBytes) += bytes;
   }
 
   void weights() {

@@ -194,9 +194,9 @@ OpPrice Simulation::priceOp(const OpCost &op, const LayerKind &k,
              backCls, backKernels, prec);
   if (op.experts > 1) {
     // The device runs its E/ep local experts as one grouped GEMM: E/ep
-    // products of the tokens routed to each (FLOPs and bytes per device
-    // are the same at any ep; each product is ep times larger, and
-    // more efficient, as ep grows).
+    // products of the tokens routed to each (FLOPs and the tokens' bytes
+    // per device are the same at any ep; each product is ep times larger,
+    // and more efficient, as ep grows).
     // The busiest device runs expertLoad times the mean tokens (routing
     // imbalance, or every expert padded to its capacity), and every
     // device waits for it.
@@ -205,12 +205,24 @@ OpPrice Simulation::priceOp(const OpCost &op, const LayerKind &k,
     o.localExperts = local;
     o.expertLoad = load;
     const KernelModel &km = a.kernelsFor(dev);
-    fwd = local * (opTime(dev, load * f / local, load * bytes / local, cls, 0,
-                          prec)) +
+    // The tokens' bytes are the same on every device; the weights are
+    // its own experts' (read once whatever the micro-batch; the backward
+    // reads them and writes their gradients).
+    double expertWeights =
+        op.weighted ? std::max(0.0, moved - double(op.activationInputBytes) -
+                                        double(op.outputBytes))
+                    : 0.0;
+    double ownWeights = expertWeights * local / op.experts;
+    double tokensFwd = std::max(0.0, moved - expertWeights) * sc / split,
+           tokensBwd =
+               std::max(0.0, backMoved - 2 * expertWeights) * sc / split;
+    fwd = local * opTime(dev, load * f / local,
+                         (load * tokensFwd + ownWeights / split) / local, cls,
+                         0, prec) +
           kernels * km.kernelLaunchS;
-    bwd = local * (opTime(dev, load * b / local,
-                          load * backMoved * sc / split / local, backCls, 0,
-                          prec)) +
+    bwd = local * opTime(dev, load * b / local,
+                         (load * tokensBwd + 2 * ownWeights / split) / local,
+                         backCls, 0, prec) +
           backKernels * km.kernelLaunchS;
   }
   if (fp8) {
@@ -508,9 +520,18 @@ void Simulation::layerMemory(const LayerKind &k, Recompute strategyRecompute,
   case Recompute::None:
     t.keptBytes = all;
     break;
-  case Recompute::Selective:
-    t.keptBytes = all - k.savedCoreBytes * sc / tp;
+  case Recompute::Selective: {
+    // The checkpointed modules' own tensors (the attention core's, and
+    // what the ops of the other modules made) are dropped.
+    unsigned modules = s.selectiveModules();
+    t.keptBytes = all;
+    if (modules & kRecomputeCoreAttn)
+      t.keptBytes -= k.savedCoreBytes * sc / tp;
+    for (const LayerKind::ModuleSaved &m : k.savedByModules)
+      if (m.modules & modules)
+        t.keptBytes -= m.replicatedBytes * sc / stream + m.shardedBytes * sc / tp;
     break;
+  }
   case Recompute::Op: // the block's input and what the policy saved
     t.keptBytes = k.inputBytes * sc / stream + t.opSavedBytes;
     break;
@@ -585,8 +606,12 @@ LayerTime Simulation::layerTime(const LayerKind &k, const StagePlacement &p,
         t.backwardTpS += o.tpHaloS;
       }
     }
+    unsigned modules = strategyRecompute == Recompute::Selective
+                           ? s.selectiveModules()
+                           : 0u;
     bool recomputed =
-        strategyRecompute == Recompute::Selective && op.attentionCore;
+        ((modules & kRecomputeCoreAttn) && op.attentionCore) ||
+        (op.recomputeModules & modules) != 0;
     if (perOp) {
       // torchtitan's policy: SDPA's output saved, and every other matmul's
       // (aten.mm: the linear layers; grouped expert GEMMs are not mm).
@@ -605,6 +630,9 @@ LayerTime Simulation::layerTime(const LayerKind &k, const StagePlacement &p,
     }
     if (recomputed && !k.noBackward) {
       t.recomputeS += fwd;
+      // A checkpointed MLP re-runs its tensor-parallel collectives too.
+      if (op.recomputeModules & modules)
+        t.recomputeS += o.tpRowAllReduceS + o.tpGatherS;
       if (tensorMath(o.kernelClass))
         t.recomputeGemmS += fwd;
       t.recomputeFlops += o.forwardFlops;
@@ -625,8 +653,15 @@ LayerTime Simulation::layerTime(const LayerKind &k, const StagePlacement &p,
   // Selective recompute re-runs the attention with its exchange; per-op
   // recompute re-runs the sequence-parallel all-gathers (the
   // reduce-scatters' outputs are saved: half the forward's collectives).
-  if (strategyRecompute == Recompute::Selective && !k.noBackward)
+  unsigned modules = strategyRecompute == Recompute::Selective
+                         ? s.selectiveModules()
+                         : 0u;
+  if ((modules & kRecomputeCoreAttn) && !k.noBackward)
     t.recomputeS += t.forwardCpS;
+  // A checkpointed mixture-of-experts layer dispatches and combines again
+  // (Megatron-Core's moe recompute runs the all-to-alls in backward).
+  if ((modules & kRecomputeMoe) && !k.noBackward)
+    t.recomputeS += t.forwardEpS;
   if (perOp)
     t.recomputeS += t.forwardTpS / 2;
   layerMemory(k, strategyRecompute, tpDeg, t);

@@ -634,7 +634,8 @@ void PipelineLowering::layerBackward(const LayerKind &k, bool lastMicroBatch,
       const OpCost &op = k.ops[i];
       if (op.view)
         continue;
-      if (i == lastCore && s.recompute == Recompute::Selective && k.count > 1 &&
+      if (i == lastCore && (s.selectiveModules() & kRecomputeCoreAttn) &&
+          k.count > 1 &&
           s.recomputesKind(k.name))
         layerForward(k, true, true); // the attention core again
       if (ep && op.experts > 1 && !combined) {
@@ -1058,6 +1059,10 @@ static llvm::Error refuseUnsupported(const Strategy &s) {
     return err("lower: sdp: the lowering does not write each worker's "
                "subnetwork and its holders' reductions yet (simulate and "
                "plan take it)");
+  if (s.selectiveModules() & ~unsigned(kRecomputeCoreAttn))
+    return err("lower: recompute_modules: the lowering re-runs the attention "
+               "core only (simulate, plan and the Megatron-LM export take "
+               "the other modules)");
   if (s.dispatcher == MoeDispatcher::DeepEP)
     return err("lower: moe_dispatcher=deepep: the runtime moves tokens by "
                "NCCL's all-to-all, not DeepEP's kernels (simulate, plan and "

@@ -196,8 +196,9 @@ void Simulation::sumChunk(StepLayout &l, int ch) const {
         t.forwardTpS + t.backwardTpS + (t.fullRecompute ? t.forwardTpS : 0);
     // Recompute re-runs the exchange (selective: the attention's).
     bool recomputesCp =
-        t.fullRecompute || (s.recompute == Recompute::Selective &&
-                            s.recomputesKind(w.kinds[k].name));
+        t.fullRecompute ||
+        ((s.selectiveModules() & kRecomputeCoreAttn) &&
+         s.recomputesKind(w.kinds[k].name));
     l.cpS[ch] +=
         t.forwardCpS + t.backwardCpS + (recomputesCp ? t.forwardCpS : 0);
     l.cpAllS[ch] += t.cpTransferS;

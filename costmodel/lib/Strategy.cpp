@@ -54,6 +54,33 @@ std::optional<Schedule> scheduleFromName(const std::string &name) {
   return std::nullopt;
 }
 
+const char *const kRecomputeModuleNames[6] = {
+    "core_attn", "mla_up_proj", "moe_act", "mlp", "moe", "shared_experts"};
+
+std::string recomputeModuleBits(const std::vector<std::string> &names,
+                                unsigned &bits) {
+  bits = 0;
+  if (names.empty())
+    return "recompute_modules needs module names joined by '+' (core_attn, "
+           "mla_up_proj, moe_act, mlp, moe, shared_experts)";
+  for (const std::string &name : names) {
+    unsigned bit = 0;
+    for (unsigned b = 0; b < 6; ++b)
+      if (name == kRecomputeModuleNames[b])
+        bit = 1u << b;
+    if (name == "layernorm")
+      return "recompute_modules: layernorm is not priced (Megatron discards "
+             "the unfused norms' outputs; here each norm's output is kept as "
+             "the next product's input); leave it out";
+    if (!bit)
+      return "recompute_modules: '" + printableLine(name) +
+             "' is not one of core_attn, mla_up_proj, moe_act, mlp, moe, "
+             "shared_experts";
+    bits |= bit;
+  }
+  return "";
+}
+
 std::optional<Recompute> recomputeFromName(const std::string &name) {
   for (Recompute r : {Recompute::None, Recompute::Selective, Recompute::Full,
                       Recompute::Op})
@@ -134,6 +161,15 @@ std::string Strategy::str() const {
     s += ",sdp=" + printableNumber(subnetworkFraction);
     if (subnetworkBackwardMask)
       s += ",sdp_mask=backward";
+  }
+  if (recomputeModules && recomputeModules != kRecomputeCoreAttn) {
+    s += ",recompute_modules=";
+    bool first = true;
+    for (unsigned b = 0; b < 6; ++b)
+      if (recomputeModules & (1u << b)) {
+        s += (first ? "" : "+") + std::string(kRecomputeModuleNames[b]);
+        first = false;
+      }
   }
   if (!recomputeKinds.empty()) {
     s += ",recompute_kinds=";
@@ -343,6 +379,13 @@ bool wordField(const StrategyField &f, Strategy &s, bool &sdpMask,
     else if (value != "forward")
       e = err(where + ": sdp_mask must be forward or backward");
     sdpMask = true;
+  } else if (key == "recompute_modules") {
+    llvm::SmallVector<llvm::StringRef> parts;
+    value.split(parts, '+', -1, /*KeepEmpty=*/false);
+    std::vector<std::string> names(parts.begin(), parts.end());
+    std::string why = recomputeModuleBits(names, s.recomputeModules);
+    if (!why.empty())
+      e = err(where + ": " + why);
   } else if (key == "recompute_kinds") {
     llvm::SmallVector<llvm::StringRef> kinds;
     value.split(kinds, '+', -1, /*KeepEmpty=*/false);
@@ -468,6 +511,31 @@ static llvm::Error checkSaversAndRecompute(Strategy &s, const Workload &w) {
                  ": subnetwork data parallelism is modelled over plain data "
                  "parallelism (tp allowed; pp, cp, ep, ZeRO and offload "
                  "not)");
+  }
+  if (s.recomputeModules) {
+    if (s.recompute != Recompute::Selective)
+      return err(std::string("strategy: recompute_modules with recompute=") +
+                 recomputeName(s.recompute) +
+                 ": the modules are what selective recompute checkpoints; "
+                 "use recompute=selective");
+    static const char *const what[6] = {
+        "attention", "multi-head latent attention", "experts' activation",
+        "dense MLP layer", "mixture-of-experts layer", "shared experts"};
+    for (unsigned b = 0; b < 6; ++b) {
+      unsigned bit = 1u << b;
+      if (!(s.recomputeModules & bit))
+        continue;
+      bool found = false;
+      for (const LayerKind &k : w.kinds)
+        for (const OpCost &op : k.ops)
+          found |= k.count > 1 && (bit == kRecomputeCoreAttn
+                                       ? op.attentionCore
+                                       : (op.recomputeModules & bit) != 0);
+      if (!found)
+        return err(std::string("strategy: recompute_modules: ") +
+                   kRecomputeModuleNames[b] + " checkpoints a " + what[b] +
+                   ", and no repeated layer of the model has one");
+    }
   }
   if (!s.recomputeKinds.empty()) {
     if (s.recompute == Recompute::None)

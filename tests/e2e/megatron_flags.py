@@ -44,6 +44,8 @@ PLANS = [
     ("recompute full", FIXTURE, "8xA100-80G", "tp=2,dp=4,mbs=2,gbs=64,recompute=full"),
     ("recompute block", FIXTURE, "8xA100-80G", "pp=2,dp=4,mbs=2,gbs=64,recompute=full,recompute_layers=2"),
     ("recompute selective", FIXTURE, "8xA100-80G", "tp=2,dp=4,sp=1,mbs=2,gbs=64,recompute=selective"),
+    ("recompute modules", "deepseek-v2-lite", "2x8xH100-SXM",
+     "tp=1,pp=2,dp=8,ep=8,mbs=1,gbs=64,recompute=selective,recompute_modules=mla_up_proj+moe_act"),
     ("offload optimizer", FIXTURE, "8xA100-80G", "dp=8,zero=1,mbs=2,gbs=64,offload=optimizer,overlap=grad"),
     ("fp8", "llama2-7b", "8xH100-SXM", "tp=8,sp=1,mbs=1,gbs=16,precision=fp8"),
     ("fp16", FIXTURE, "8xA100-80G", "tp=2,dp=4,mbs=2,gbs=64,precision=fp16"),
@@ -192,6 +194,13 @@ def validate(a, world, env):
     if g == "selective":
         assert a["recompute_method"] is None and a["recompute_num_layers"] is None, \
             "selective recompute takes no method or count (arguments.py 760-763)"
+        modules = a["recompute_modules"] or ["core_attn"]
+        allowed = {"core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe", "shared_experts"}
+        assert set(modules) <= allowed, f"unknown recompute modules {modules} (transformer_config.py recompute_modules)"
+        if "moe_act" in modules:
+            assert a["moe_grouped_gemm"], "moe_act recompute needs --moe-grouped-gemm (transformer_config.py)"
+    elif a["recompute_modules"]:
+        assert False, "--recompute-modules without selective granularity"
     if a["overlap_param_gather"]:
         assert a["use_distributed_optimizer"] and a["overlap_grad_reduce"], \
             "--overlap-param-gather needs the distributed optimizer and --overlap-grad-reduce (arguments.py 512-518)"

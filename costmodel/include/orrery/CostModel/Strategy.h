@@ -65,6 +65,25 @@ enum class Schedule {
 /// and of every other matmul (the first, third, ...), and its backward
 /// recomputes the rest of its forward.
 enum class Recompute { None, Selective, Full, Op };
+/// What selective recompute checkpoints (`recompute_modules=A+B`, bits of
+/// Strategy::recomputeModules): Megatron-Core's --recompute-modules.
+/// core_attn: the attention core (the default). mla_up_proj: multi-head
+/// latent attention's up-projections, rotary parts and the Q, K, V they
+/// make (only the latents kept). moe_act: the experts' activation (fc2's
+/// input dropped, fc1's output kept). mlp: a dense layer's whole MLP (its
+/// input kept). moe: a mixture-of-experts layer's whole MLP: router,
+/// dispatch, experts, combine, shared experts (its input kept; the
+/// all-to-alls run again). shared_experts: the shared experts' MLP.
+enum RecomputeModule : unsigned {
+  kRecomputeCoreAttn = 1,
+  kRecomputeMlaUpProj = 2,
+  kRecomputeMoeAct = 4,
+  kRecomputeMlp = 8,
+  kRecomputeMoe = 16,
+  kRecomputeSharedExperts = 32,
+};
+/// The modules' names in Megatron's spelling, in bit order.
+extern const char *const kRecomputeModuleNames[6];
 /// How context parallelism exchanges keys and values: Megatron-Core and
 /// Transformer Engine's ring (KV blocks passed around the cp ranks while
 /// the attention blocks compute), or DeepSpeed-Ulysses' all-to-all (heads
@@ -161,6 +180,15 @@ struct Strategy {
   /// model's kind names as `orrery stats` lists them); empty: every
   /// repeated kind.
   std::vector<std::string> recomputeKinds;
+  /// With recompute=selective, the modules it checkpoints (RecomputeModule
+  /// bits); 0 means the default, the attention core.
+  unsigned recomputeModules = 0;
+  /// The modules selective recompute checkpoints, none without it.
+  unsigned selectiveModules() const {
+    if (recompute != Recompute::Selective)
+      return 0;
+    return recomputeModules ? recomputeModules : unsigned(kRecomputeCoreAttn);
+  }
   /// Subnetwork data parallelism (`sdp=F`, Singh et al., arXiv 2507.09029,
   /// block-level SDP with forward masking): each data-parallel worker holds
   /// and runs F of the model's repeated blocks (the others pass through
@@ -234,6 +262,10 @@ const char *cpCommName(CpComm c);
 const char *moeDispatcherName(MoeDispatcher d);
 std::optional<Schedule> scheduleFromName(const std::string &name);
 std::optional<Recompute> recomputeFromName(const std::string &name);
+/// Sets `bits` to the RecomputeModule bits of Megatron's module names;
+/// returns why not (one line) or "".
+std::string recomputeModuleBits(const std::vector<std::string> &names,
+                                unsigned &bits);
 std::optional<Precision> precisionFromName(const std::string &name);
 
 /// The most micro-batch executions (micro-batches of a replica times

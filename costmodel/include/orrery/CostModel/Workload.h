@@ -91,6 +91,9 @@ struct OpCost {
   int64_t attentionBatch = 0, attentionQueryHeads = 0, attentionKvHeads = 0,
           attentionQueryLen = 0, attentionKvLen = 0, attentionHeadDim = 0,
           attentionValueDim = 0;
+  /// The selective-recompute modules (RecomputeModule bits) the op is part
+  /// of, besides the attention core (attentionCore).
+  unsigned recomputeModules = 0;
   /// Multi-head latent attention (orrery.fused_attention's latent_dim and
   /// rope_dim): what a serving engine caches a token for all heads, and
   /// the latent its absorbed decode attends over (0: not latent).
@@ -201,6 +204,14 @@ struct LayerKind {
   int64_t savedReplicatedBytes = 0;
   int64_t savedShardedBytes = 0;
   int64_t savedCoreBytes = 0;
+  /// Of the replicated and split saved bytes, those made by ops of
+  /// selective-recompute modules, by the ops' module bits: dropped when
+  /// a module among them is recomputed.
+  struct ModuleSaved {
+    unsigned modules = 0;
+    int64_t replicatedBytes = 0, shardedBytes = 0;
+  };
+  std::vector<ModuleSaved> savedByModules;
   /// Of the replicated and split saved bytes, those kept only as inputs of
   /// weighted contractions (kept in fp8 under Transformer Engine's fp8).
   int64_t savedLinearInputReplicatedBytes = 0,
