@@ -398,20 +398,30 @@ def moe_ffn(g, h, prefix, d, ffn, experts, top_k, gating="softmax", router_bias=
     token are weighted by the router and summed. Which rows go where is data,
     so the reshapes stand for the permutation a real dispatch performs.
 
-    `gating`: "softmax" (Mixtral, Qwen3): the top k of the softmax over all
-    experts weight the outputs; "topk_softmax" (GPT-OSS): the softmax over
-    the k chosen logits weights them; "sigmoid_input" (Llama 4's
-    Llama4TextMoe): the sigmoid of each chosen logit scales the token going
-    into its expert, and the outputs are summed unweighted. `router_bias`: the
-    router's bias (GPT-OSS); `expert_bias`: [experts, 1, f] biases after each
-    expert MatMul (GPT-OSS); `shared_ffn`: a dense SwiGLU of that width on
-    every token, added to the routed output (Llama 4's shared expert).
+    `gating`: "softmax" (Mixtral, Qwen3, DeepSeek-V2): the top k of the
+    softmax over all experts; "topk_softmax" (GPT-OSS): the softmax over the
+    k chosen logits; "sigmoid_norm" (DeepSeek-V3): sigmoid scores, the k
+    chosen by score plus a per-expert balancing bias (a buffer: the
+    auxiliary-loss-free balancing), their scores normalised to sum to 1;
+    "sigmoid_input" (Llama 4's Llama4TextMoe): the sigmoid of each chosen
+    logit scales the token going into its expert, the outputs summed
+    unweighted. `router_bias`: the router's bias (GPT-OSS); `expert_bias`:
+    [experts, 1, f] biases after each expert MatMul (GPT-OSS); `shared_ffn`:
+    a dense SwiGLU of that width on every token, added to the routed output
+    (Llama 4's shared expert, DeepSeek's shared experts).
     """
     flat = g.op("Reshape", [h, g.const([-1, d])])
     logits = g.linear(flat, prefix + ".router", d, experts, router_bias)
     if gating == "softmax":
         probs = g.op("Softmax", [logits], axis=-1)
         top_w, top_i = g.op("TopK", [probs, g.const([top_k])], outputs=2, axis=-1)
+    elif gating == "sigmoid_norm":
+        scores = g.op("Sigmoid", [logits])
+        bias = g.weight(prefix + ".router.e_score_correction_bias", [experts], F32)
+        choice = g.op("Add", [g.op("Cast", [scores], to=F32), bias])
+        _, top_i = g.op("TopK", [choice, g.const([top_k])], outputs=2, axis=-1)
+        top_w = g.op("GatherElements", [scores, top_i], axis=-1)
+        top_w = g.op("Div", [top_w, g.op("ReduceSum", [top_w, g.const([-1])], keepdims=1)])
     else:
         top_l, top_i = g.op("TopK", [logits, g.const([top_k])], outputs=2, axis=-1)
         top_w = (g.op("Softmax", [top_l], axis=-1) if gating == "topk_softmax"
@@ -435,17 +445,14 @@ def moe_ffn(g, h, prefix, d, ffn, experts, top_k, gating="softmax", router_bias=
     ye = g.op("MatMul", [act, w2])
     if expert_bias:
         ye = g.op("Add", [ye, g.weight(prefix + ".b2", [experts, 1, d])])
-    weighted = g.op("Reshape", [ye, g.const([-1, top_k, d])])
+    routed = g.op("Reshape", [ye, g.const([-1, top_k, d])])
     if gating != "sigmoid_input":
-        weighted = g.op("Mul", [weighted, g.op("Unsqueeze", [g.op("Cast", [top_w], to=g.dtype),
-                                                             g.const([-1])])])
-    combined = g.op("ReduceSum", [weighted, g.const([1])], keepdims=0)
+        routed = g.op("Mul", [routed, g.op("Unsqueeze", [g.op("Cast", [top_w], to=g.dtype),
+                                                         g.const([-1])])])
+    combined = g.op("ReduceSum", [routed, g.const([1])], keepdims=0)
     y = g.op("Reshape", [combined, g.op("Shape", [h])])
     if shared_ffn:
-        gate = g.linear(h, prefix + ".shared_expert.gate", d, shared_ffn, False)
-        up = g.linear(h, prefix + ".shared_expert.up", d, shared_ffn, False)
-        act = g.op("Mul", [g.op("Mul", [gate, g.op("Sigmoid", [gate])]), up])
-        y = g.op("Add", [y, g.linear(act, prefix + ".shared_expert.down", shared_ffn, d, False)])
+        y = g.op("Add", [y, swiglu(g, h, prefix + ".shared_experts", d, shared_ffn)])
     return y
 
 
@@ -492,38 +499,6 @@ def swiglu(g, h, prefix, d, ffn):
     return g.linear(act, prefix + ".down_proj", ffn, d, False)
 
 
-def deepseek_moe(g, h, prefix, d, ffn, experts, top_k, shared, sigmoid):
-    """DeepSeekMoE: `shared` always-on experts (one SwiGLU of shared × ffn)
-    beside `experts` routed ones, top-k. V3 scores with a sigmoid, picks by
-    score plus a per-expert bias (auxiliary-loss-free balancing: a buffer,
-    not trained) and normalises the k weights; V2 takes softmax weights.
-    Dispatch as moe_ffn: tokens gathered into [experts, capacity, d]."""
-    flat = g.op("Reshape", [h, g.const([-1, d])])
-    logits = g.linear(flat, prefix + ".gate", d, experts, False)
-    if sigmoid:
-        scores = g.op("Sigmoid", [logits])
-        bias = g.weight(prefix + ".gate.e_score_correction_bias", [experts], F32)
-        choice = g.op("Add", [g.op("Cast", [scores], to=F32), bias])
-        _, top_i = g.op("TopK", [choice, g.const([top_k])], outputs=2, axis=-1)
-        top_w = g.op("GatherElements", [scores, top_i], axis=-1)
-        top_w = g.op("Div", [top_w, g.op("ReduceSum", [top_w, g.const([-1])], keepdims=1)])
-    else:
-        scores = g.op("Softmax", [logits], axis=-1)
-        top_w, top_i = g.op("TopK", [scores, g.const([top_k])], outputs=2, axis=-1)
-    slots = g.op("Reshape", [top_i, g.const([experts, -1])])
-    xe = g.op("Gather", [flat, slots], axis=0)
-    w1 = g.weight(prefix + ".experts.gate_proj", [experts, d, ffn])
-    w3 = g.weight(prefix + ".experts.up_proj", [experts, d, ffn])
-    w2 = g.weight(prefix + ".experts.down_proj", [experts, ffn, d])
-    gate = g.op("MatMul", [xe, w1])
-    act = g.op("Mul", [g.op("Mul", [gate, g.op("Sigmoid", [gate])]), g.op("MatMul", [xe, w3])])
-    yk = g.op("Reshape", [g.op("MatMul", [act, w2]), g.const([-1, top_k, d])])
-    weighted = g.op("Mul", [yk, g.op("Unsqueeze", [g.op("Cast", [top_w], to=g.dtype), g.const([-1])])])
-    routed = g.op("Reshape", [g.op("ReduceSum", [weighted, g.const([1])], keepdims=0),
-                              g.op("Shape", [h])])
-    return g.op("Add", [routed, swiglu(g, h, prefix + ".shared_experts", d, shared * ffn)])
-
-
 def deepseek(name, layers, dense_layers, d, heads, q_lora, kv_lora, nope, rope_dim, v_dim,
              dense_ffn, experts, top_k, shared, expert_ffn, seq, vocab, sigmoid, mtp=0):
     """DeepSeek-V2/V3: multi-head latent attention in every layer, the
@@ -543,7 +518,8 @@ def deepseek(name, layers, dense_layers, d, heads, q_lora, kv_lora, nope, rope_d
                           heads, q_lora, kv_lora, nope, rope_dim, v_dim, mask, rope)
         x = g.op("Add", [x, a])
         h = g.rms_norm(x, p + ".post_attention_layernorm", d)
-        y = (deepseek_moe(g, h, p + ".mlp", d, expert_ffn, experts, top_k, shared, sigmoid)
+        y = (moe_ffn(g, h, p + ".mlp", d, expert_ffn, experts, top_k,
+                     "sigmoid_norm" if sigmoid else "softmax", shared_ffn=shared * expert_ffn)
              if moe else swiglu(g, h, p + ".mlp", d, dense_ffn))
         return g.op("Add", [x, y])
 

@@ -64,6 +64,25 @@ TensorParallelLayout layoutTensorParallel(func::FuncOp layer) {
 
 namespace {
 
+/// Whether expert GEMM `op` reads `hidden`-wide tokens (fc1, fc3).
+bool expertReads(Operation *op, int64_t hidden) {
+  auto x = cast<RankedTensorType>(op->getOperand(0).getType());
+  return x.getDimSize(2) == hidden;
+}
+
+/// A [E, capacity, d] x [E, d, f] product of routed tokens and experts'
+/// weights.
+bool isExpertGemm(Operation *op) {
+  if (!isa<MatMulOp>(op) || op->getNumOperands() != 2)
+    return false;
+  auto x = dyn_cast<RankedTensorType>(op->getOperand(0).getType());
+  auto w = dyn_cast<RankedTensorType>(op->getOperand(1).getType());
+  return x && w && isActivation(op->getOperand(0)) &&
+         !isActivation(op->getOperand(1)) && x.getRank() == 3 &&
+         w.getRank() == 3 && x.getDimSize(0) == w.getDimSize(0) &&
+         x.getDimSize(0) > 1;
+}
+
 double bytesOut(Operation *op) {
   return op->getNumResults() ? double(tensorBytes(op->getResult(0).getType()))
                              : 0.0;
@@ -106,6 +125,12 @@ public:
   }
 
   TensorParallelLayout run() {
+    for (BlockArgument a : layer.getArguments())
+      if (auto t = dyn_cast<RankedTensorType>(a.getType());
+          t && isActivation(a) && t.getRank()) {
+        hidden = t.getDimSize(t.getRank() - 1);
+        break;
+      }
     buildTrees();
     local.resize(n);
     vocabSplit.assign(n, false);
@@ -119,6 +144,7 @@ private:
   func::FuncOp layer;
   const LayoutCosts &costs;
   double t, k, wr = 0, ar = 0, lat = 0, ag = 0, p2p = 0;
+  int64_t hidden = 0; ///< the layer's hidden width (its first input's)
   static constexpr double inf = 1e300;
   // The ops that compute, in order, and each one's tree parent: the last op
   // (by position) that produced one of its activation operands.
@@ -209,11 +235,18 @@ private:
       L[Replicated][Replicated] = vocabSplit[i] ? vocab : full;
     }
     if (opts & (SplitColumn | SplitRow)) {
-      if (opts & SplitColumn)
+      // Megatron-Core's experts: those reading the hidden state (fc1)
+      // column-parallel, those writing it (fc2) row-parallel.
+      bool intoExperts = isExpertGemm(op) && expertReads(op, hidden);
+      bool outOfExperts = isExpertGemm(op) && !intoExperts;
+      if ((opts & SplitColumn) && !outOfExperts)
         L[Replicated][Feature] = part + lat + ar * bytesIn(op);
-      if (opts & SplitRow)
+      if ((opts & SplitRow) && !intoExperts)
         L[Feature][Replicated] = part + lat + ar * bytesOut(op);
-      if (opts & SplitColumn) // gather the input, then column-parallel
+      // Gather the input, then column-parallel (not an expert GEMM:
+      // Megatron-Core's experts are column-parallel from the dispatched
+      // tokens and row-parallel into the combine).
+      if ((opts & SplitColumn) && !isExpertGemm(op))
         L[Feature][Feature] = 2 * (lat + ar * bytesIn(op)) + part;
     } else if (opts & SplitFollow) {
       L[Feature][Feature] = part;

@@ -95,14 +95,13 @@ void markExpertActivations(func::FuncOp layer,
     }
     if (isContractionOp(&op) || op.getNumResults() == 0)
       continue;
-    bool any = false, all = true;
+    // Elementwise on the experts' tokens (the router's weights may join:
+    // Megatron applies them in the fused bias-activation).
+    bool any = false;
     for (Value o : op.getOperands())
-      if (isActivation(o)) {
-        bool e = fromExperts.contains(o);
-        any |= e;
-        all &= e;
-      }
-    if (any && all) {
+      any |= fromExperts.contains(o) &&
+             o.getType() == op.getResult(0).getType();
+    if (any) {
       bits[&op] |= kRecomputeMoeAct;
       for (Value r : op.getResults())
         fromExperts.insert(r);

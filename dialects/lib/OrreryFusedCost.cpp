@@ -185,6 +185,14 @@ void RmsNormalizationOp::getSavedForBackward(SmallVectorImpl<Value> &saved) {
     saved.push_back(getInput());
 }
 
+unsigned RmsNormalizationOp::getSplitOptions() {
+  unsigned options = detail::defaultSplitOptions(*this);
+  auto t = dyn_cast<RankedTensorType>(getInput().getType());
+  if (!t || t.getRank() < 4)
+    options &= ~unsigned(SplitFollow); // its rows split by features
+  return options;
+}
+
 int64_t RmsNormalizationOp::getExtraSavedBytes() {
   auto t = cast<RankedTensorType>(getInput().getType());
   if (t.getRank() == 0 || t.getShape().back() <= 0)

@@ -86,7 +86,8 @@ def Orrery_FusedAttentionOp : Orrery_Op<"fused_attention",
 }
 
 def Orrery_RmsNormalizationOp : Orrery_Op<"rms_normalization",
-    ["getForwardFlops", "getSavedForBackward", "getExtraSavedBytes"], [Pure]> {
+    ["getForwardFlops", "getSavedForBackward", "getExtraSavedBytes",
+     "getSplitOptions"], [Pure]> {
   let summary = "RMSNorm over the last axis as one fused kernel";
   let description = [{
     x / sqrt(mean(x², last axis) + epsilon) · scale, as Transformer
@@ -97,6 +98,12 @@ def Orrery_RmsNormalizationOp : Orrery_Op<"rms_normalization",
     Cost: 4 FLOP per element forward (square, mean, reciprocal root,
     scale), as many backward. Keeps the input and one fp32 reciprocal root
     per row.
+
+    Tensor parallelism: a hidden state `[.., tokens, features]` split by its
+    features would leave each rank part of every row the norm reduces, so
+    the norm takes it whole (Megatron keeps the residual stream replicated,
+    or split by tokens); a per-head norm (`[.., heads, tokens, head_dim]`,
+    Qwen3's q and k norms) follows the heads' split.
 
     ```mlir
     %y = orrery.rms_normalization(%x, %g) {epsilon = 1.0e-5 : f64}
