@@ -71,8 +71,42 @@ def main():
               f"(import, outlining, search), {priced} candidates priced; best "
               f"{plan['strategy']['cli']} at {plan['predicted']['step_time_s']:.2f} s/step")
     fabric_tiers(orrery, args.build)
+    rack_moe(orrery)
     phases(orrery)
     return 0
+
+
+def rack_moe(orrery):
+    """DeepSeek-V3 on Blackwell racks (issue 39): training planned on four
+    GB200 NVL72 racks (288 GPUs, gbs 4096) and serving planned on one, with
+    the wall time of each whole command and where the plan's groups sit."""
+    start = time.time()
+    proc = subprocess.run([orrery, "plan", "deepseek-v3", "--cluster", "4xGB200-NVL72",
+                           "--global-batch", "4096", "--explain", "--quiet"],
+                          capture_output=True, text=True)
+    wall = time.time() - start
+    if proc.returncode:
+        print(f"deepseek-v3 training on 4xGB200-NVL72: {proc.stderr.strip()}")
+    else:
+        lines = proc.stdout.splitlines()
+        best = next((l for l in lines if l.startswith("best plan")), "")
+        groups = next((l.strip() for l in lines if l.strip().startswith("groups:")), "")
+        print(f"\nplanning deepseek-v3 training on 4xGB200-NVL72 (gbs 4096): {wall:.2f} s wall\n"
+              f"  {best}\n  {groups}")
+    start = time.time()
+    serve = subprocess.run([orrery, "serve", "deepseek-v3", "--cluster", "1xGB200-NVL72",
+                            "--engine", "trtllm", "--precision", "nvfp4", "--kv-cache", "fp8",
+                            "--workload", "isl=1024,osl=1024,requests=3000,offline", "--json"],
+                           capture_output=True, text=True)
+    wall = time.time() - start
+    if serve.returncode:
+        print(f"deepseek-v3 serving on 1xGB200-NVL72: {serve.stderr.strip()}")
+        return
+    chosen = json.loads(serve.stdout)["chosen"]
+    print(f"planning deepseek-v3 serving on 1xGB200-NVL72 (trtllm, nvfp4, 1024/1024): "
+          f"{wall:.2f} s wall; chosen tp={chosen['tp']} ep={chosen['ep']} "
+          f"adp={int(chosen.get('attention_dp', False))} pp={chosen['pp']} x{chosen['replicas']}, "
+          f"{chosen['metrics']['output_throughput_tok_per_s']:.0f} output tok/s")
 
 
 def phases(orrery):
