@@ -275,8 +275,7 @@ def llama(name, layers, d, heads, kv_heads, ffn, seq, vocab, theta, moe=None,
     no dropout."""
     g = Graph(name)
     dh = head_dim or d // heads
-    ids = g.input("input_ids", I64, ["batch", seq])
-    x = g.op("Gather", [g.weight("embed_tokens", [vocab, d]), ids])
+    x = token_embedding(g, vocab, d, seq)
     mask = g.sliding_window_mask(seq, window) if window else g.causal_mask(seq)
     rope = g.rotary_tables(seq, dh, theta)
     for i in range(layers):
@@ -293,8 +292,18 @@ def llama(name, layers, d, heads, kv_heads, ffn, seq, vocab, theta, moe=None,
         else:
             y = moe_ffn(g, h, p + ".moe", d, ffn, moe[0], moe[1])
         x = g.op("Add", [x, y])
-    x = g.rms_norm(x, "norm", d)
-    logits = g.linear(x, "lm_head", d, vocab, False)
+    return untied_head(g, x, d, vocab, seq)
+
+
+def token_embedding(g, vocab, d, seq):
+    """The token ids input and their rows of an embedding table."""
+    ids = g.input("input_ids", I64, ["batch", seq])
+    return g.op("Gather", [g.weight("embed_tokens", [vocab, d]), ids])
+
+
+def untied_head(g, x, d, vocab, seq):
+    """The final RMSNorm and an output head of its own; the model."""
+    logits = g.linear(g.rms_norm(x, "norm", d), "lm_head", d, vocab, False)
     g.output(logits, "logits", F16, ["batch", seq, vocab])
     return g.model()
 
@@ -315,8 +324,7 @@ def llama4(name, layers, d, heads, kv_heads, head_dim, expert_ffn, dense_ffn, ex
     (attn_temperature_tuning), RoPE's llama3 frequency scaling (values only)
     and its interleaved pairs (the same shapes)."""
     g = Graph(name)
-    ids = g.input("input_ids", I64, ["batch", seq])
-    x = g.op("Gather", [g.weight("embed_tokens", [vocab, d]), ids])
+    x = token_embedding(g, vocab, d, seq)
     chunked = g.chunked_mask(seq, chunk)
     causal = g.causal_mask(seq)
     rope = g.rotary_tables(seq, head_dim, theta)
@@ -332,15 +340,9 @@ def llama4(name, layers, d, heads, kv_heads, head_dim, expert_ffn, dense_ffn, ex
             y = moe_ffn(g, h, p + ".feed_forward", d, expert_ffn, experts, 1,
                         gating="sigmoid_input", shared_ffn=expert_ffn)
         else:
-            gate = g.linear(h, p + ".feed_forward.gate", d, dense_ffn, False)
-            up = g.linear(h, p + ".feed_forward.up", d, dense_ffn, False)
-            act = g.op("Mul", [g.op("Mul", [gate, g.op("Sigmoid", [gate])]), up])
-            y = g.linear(act, p + ".feed_forward.down", dense_ffn, d, False)
+            y = swiglu(g, h, p + ".feed_forward", d, dense_ffn)
         x = g.op("Add", [x, y])
-    x = g.rms_norm(x, "norm", d)
-    logits = g.linear(x, "lm_head", d, vocab, False)
-    g.output(logits, "logits", F16, ["batch", seq, vocab])
-    return g.model()
+    return untied_head(g, x, d, vocab, seq)
 
 
 def gpt_oss(name, layers, d, heads, kv_heads, head_dim, experts, top_k, expert_ffn, seq, vocab,
@@ -355,8 +357,7 @@ def gpt_oss(name, layers, d, heads, kv_heads, head_dim, experts, top_k, expert_f
     7 and up to [-7, 7] and computes (up + 1) · gate · sigmoid(1.702 · gate)
     (elementwise, no weights); RoPE's YaRN scaling changes values only."""
     g = Graph(name)
-    ids = g.input("input_ids", I64, ["batch", seq])
-    x = g.op("Gather", [g.weight("embed_tokens", [vocab, d]), ids])
+    x = token_embedding(g, vocab, d, seq)
     sliding = g.sliding_window_mask(seq, window)
     causal = g.causal_mask(seq)
     rope = g.rotary_tables(seq, head_dim, theta)
@@ -370,10 +371,7 @@ def gpt_oss(name, layers, d, heads, kv_heads, head_dim, experts, top_k, expert_f
         y = moe_ffn(g, h, p + ".mlp", d, expert_ffn, experts, top_k, gating="topk_softmax",
                     router_bias=True, expert_bias=True)
         x = g.op("Add", [x, y])
-    x = g.rms_norm(x, "norm", d)
-    logits = g.linear(x, "lm_head", d, vocab, False)
-    g.output(logits, "logits", F16, ["batch", seq, vocab])
-    return g.model()
+    return untied_head(g, x, d, vocab, seq)
 
 
 def ffn_stack(name, layers, d):
