@@ -234,6 +234,18 @@ def recipe_cluster(build, case):
     return out
 
 
+def megatron_layout_chunks(layout):
+    """Megatron-Core's --pipeline-model-parallel-layout as Orrery's layers=:
+    the layers of each pipeline chunk in model order ("|" separates the
+    chunks, "(..)*N" and "x*N" repeat; t a transformer layer, E the
+    embedding and L the loss with the head, each a layer here; m, the
+    multi-token-prediction block, is part of the head's)."""
+    while "(" in layout:
+        layout = re.sub(r"\(([^()]*)\)\*(\d+)", lambda m: m.group(1) * int(m.group(2)), layout)
+    layout = re.sub(r"([a-zA-Z])\*(\d+)", lambda m: m.group(1) * int(m.group(2)), layout)
+    return ":".join(str(sum(c in "tEL" for c in chunk)) for chunk in layout.split("|"))
+
+
 def recipe_strategy(case):
     """A Megatron-Bridge recipe's strategy (moe_strategy's, with its ZeRO
     stage, mxfp8 and block recompute), or (None, why) where Orrery cannot
@@ -252,6 +264,8 @@ def recipe_strategy(case):
         s = s.replace("precision=fp8", "precision=mxfp8").replace("precision=bf16", "precision=mxfp8")
     if p.get("zero") == 3:
         s = s.replace("zero=1", "zero=3")
+    if p.get("pipeline_layout"):
+        s += ",layers=" + megatron_layout_chunks(p["pipeline_layout"])
     m = re.match(r"full \(block method, (\d+) layers\)", t.get("recompute", ""))
     if m:
         s = s.replace("recompute=none", f"recompute=full,recompute_layers={m.group(1)}")

@@ -392,9 +392,12 @@ def moe_ffn(g, h, prefix, d, ffn, experts, top_k, gating="softmax", router_bias=
 
     The graph has the shapes and FLOPs of a dropless top-k MoE: tokens are
     gathered into [experts, capacity, d] by the router's choice (Gather),
-    each expert runs its FFN as one batched MatMul, and the k outputs of each
-    token are weighted by the router and summed. Which rows go where is data,
-    so the reshapes stand for the permutation a real dispatch performs.
+    each expert runs its FFN as one batched MatMul, the router's weights
+    scale each expert's activation before its second MatMul (where
+    Megatron-Core's grouped MLP applies the permuted probabilities, in its
+    fused weighted SwiGLU: the second MatMul's output is not kept), and the
+    k outputs of each token are summed. Which rows go where is data, so the
+    reshapes stand for the permutation a real dispatch performs.
 
     `gating`: "softmax" (Mixtral, Qwen3, DeepSeek-V2): the top k of the
     softmax over all experts; "topk_softmax" (GPT-OSS): the softmax over the
@@ -440,13 +443,13 @@ def moe_ffn(g, h, prefix, d, ffn, experts, top_k, gating="softmax", router_bias=
     if expert_bias:
         up = g.op("Add", [up, g.weight(prefix + ".b3", [experts, 1, ffn])])
     act = g.op("Mul", [silu, up])
+    if gating != "sigmoid_input":
+        act = g.op("Mul", [act, g.op("Reshape", [g.op("Cast", [top_w], to=g.dtype),
+                                                 g.const([experts, -1, 1])])])
     ye = g.op("MatMul", [act, w2])
     if expert_bias:
         ye = g.op("Add", [ye, g.weight(prefix + ".b2", [experts, 1, d])])
     routed = g.op("Reshape", [ye, g.const([-1, top_k, d])])
-    if gating != "sigmoid_input":
-        routed = g.op("Mul", [routed, g.op("Unsqueeze", [g.op("Cast", [top_w], to=g.dtype),
-                                                         g.const([-1])])])
     combined = g.op("ReduceSum", [routed, g.const([1])], keepdims=0)
     y = g.op("Reshape", [combined, g.op("Shape", [h])])
     if shared_ffn:

@@ -1053,14 +1053,33 @@ LogicalResult fuseGated(Operation *act,
       product->getResult(0).getType() != gate.getType())
     return failure();
   region.add(product);
-  if (!region.closed(product))
+  // A scale a row after it (a mixture of experts' routing weights): in the
+  // kernel too, as Megatron-Core's weighted SwiGLU.
+  Operation *end = product;
+  SmallVector<Value, 3> operands{gate, up};
+  if (Operation *scale = onlyUser(product->getResult(0));
+      scale && isa<MulOp>(scale) &&
+      scale->getResult(0).getType() == gate.getType()) {
+    Value w = otherOperand(scale, product->getResult(0));
+    auto g = cast<RankedTensorType>(gate.getType());
+    auto wt = w ? dyn_cast<RankedTensorType>(w.getType()) : nullptr;
+    if (wt && isActivation(w) && g.getRank() && g.getShape().back() > 1 &&
+        wt.hasStaticShape() &&
+        wt.getNumElements() * g.getShape().back() == g.getNumElements() &&
+        wt.getShape().back() == 1) {
+      region.add(scale);
+      operands.push_back(w);
+      end = scale;
+    }
+  }
+  if (!region.closed(end))
     return failure();
-  OpBuilder b(product);
+  OpBuilder b(end);
   auto fused = b.create<GatedActivationOp>(
-      product->getLoc(), TypeRange{gate.getType()}, ValueRange{gate, up},
+      end->getLoc(), TypeRange{gate.getType()}, operands,
       ArrayRef<NamedAttribute>{
           b.getNamedAttr("activation", b.getStringAttr(kind))});
-  product->getResult(0).replaceAllUsesWith(fused->getResult(0));
+  end->getResult(0).replaceAllUsesWith(fused->getResult(0));
   region.erase(maybeDead);
   return success();
 }

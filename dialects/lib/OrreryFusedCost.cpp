@@ -207,16 +207,22 @@ LogicalResult GatedActivationOp::verify() {
                          << "'";
   if (failed(sameShape(*this, getGate(), getOutput(), "gate")))
     return failure();
+  if (Value w = getWeights()) {
+    auto out = cast<RankedTensorType>(getOutput().getType());
+    int64_t row = out.getRank() ? out.getShape().back() : 1;
+    if (row <= 0 || numElements(w.getType()) * row != numElements(out))
+      return emitOpError() << "weights must hold one scale a row of the output";
+  }
   return sameShape(*this, getUp(), getOutput(), "up");
 }
 
 int64_t GatedActivationOp::getForwardFlops() {
-  return satMul(6, numElements(getOutput().getType()));
+  return satMul(getWeights() ? 7 : 6, numElements(getOutput().getType()));
 }
 
 void GatedActivationOp::getSavedForBackward(SmallVectorImpl<Value> &saved) {
-  for (Value v : {getGate(), getUp()})
-    if (isActivation(v))
+  for (Value v : {getGate(), getUp(), getWeights()})
+    if (v && isActivation(v))
       saved.push_back(v);
 }
 

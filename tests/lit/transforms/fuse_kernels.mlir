@@ -326,6 +326,27 @@ func.func @swiglu_rope(%gate: tensor<1x4x64xf16>, %up: tensor<1x4x64xf16>, %x: t
 
 // -----
 
+// A mixture of experts' SwiGLU scaled by the routing weights, one a row
+// (Megatron-Core's weighted SwiGLU): the scale joins the kernel, which keeps
+// gate, up and the weights (2 x 4 x 8 x 16 x 2 + 4 x 8 x 2 bytes), not the
+// activation.
+// CHECK-LABEL: func.func @weighted_swiglu
+// CHECK: orrery.gated_activation(%arg0, %arg1, %arg2) {activation = "silu"}
+// CHECK-NOT: orrery.mul
+// COST-LABEL: func.func @weighted_swiglu
+// COST: orrery.gated_activation
+// COST-SAME: fwd_flops = 3584 : i64
+// COST-SAME: saved_bytes = 2112 : i64
+func.func @weighted_swiglu(%gate: tensor<4x8x16xf16>, %up: tensor<4x8x16xf16>, %w: tensor<4x8x1xf16>) -> tensor<4x8x16xf16> {
+  %sg = orrery.sigmoid(%gate) : (tensor<4x8x16xf16>) -> tensor<4x8x16xf16>
+  %silu = orrery.mul(%gate, %sg) : (tensor<4x8x16xf16>, tensor<4x8x16xf16>) -> tensor<4x8x16xf16>
+  %h = orrery.mul(%silu, %up) : (tensor<4x8x16xf16>, tensor<4x8x16xf16>) -> tensor<4x8x16xf16>
+  %s = orrery.mul(%h, %w) : (tensor<4x8x16xf16>, tensor<4x8x1xf16>) -> tensor<4x8x16xf16>
+  return %s : tensor<4x8x16xf16>
+}
+
+// -----
+
 // Scalars and shapes that are not a norm or attention stay as they are.
 // CHECK-LABEL: func.func @not_fused
 // CHECK: orrery.reduce_mean

@@ -125,9 +125,13 @@ def Orrery_GatedActivationOp : Orrery_Op<"gated_activation",
     act(gate) · up, as Megatron-Core's fused `bias_swiglu` / `bias_geglu`
     and Transformer Engine run it; `activation` is `silu` or `gelu`.
 
+    `weights`: one scale a row, broadcast over the last axis (a mixture of
+    experts' routing weights, as Megatron-Core's `weighted_bias_swiglu`
+    applies the permuted probabilities inside the kernel).
+
     Cost: 6 FLOP per output element forward (silu or gelu, then the
-    product), as many backward. Keeps `gate` and `up` (the kernel's
-    input), not the activation or the product.
+    product; 7 with weights), as many backward. Keeps `gate`, `up` and
+    `weights` (the kernel's input), not the activation or the products.
 
     ```mlir
     %h = orrery.gated_activation(%gate, %up) {activation = "silu"}
@@ -135,10 +139,12 @@ def Orrery_GatedActivationOp : Orrery_Op<"gated_activation",
     ```
   }];
   let arguments = (ins AnyRankedTensor:$gate, AnyRankedTensor:$up,
+                       Optional<AnyRankedTensor>:$weights,
                        StrAttr:$activation);
   let results = (outs AnyRankedTensor:$output);
   let assemblyFormat =
-      "`(` $gate `,` $up `)` attr-dict `:` functional-type(operands, results)";
+      "`(` $gate `,` $up (`,` $weights^)? `)` attr-dict `:` "
+      "functional-type(operands, results)";
   let hasVerifier = 1;
 }
 
