@@ -1,7 +1,9 @@
 //===- FrontEnd.cpp - fusion and outlining in one call --------------------===//
 //
 // The pass pipeline every consumer of an imported model runs (the CLI, the
-// ONNX fuzzer): one place, so the fuzzer exercises what users run.
+// ONNX fuzzer): one place, so the fuzzer exercises what users run. Experts
+// as exporters write them become dispatched expert GEMMs first (not a
+// fusion: without it expert parallelism has nothing to split).
 //
 //===----------------------------------------------------------------------===//
 #include "orrery/Transforms/Passes.h"
@@ -13,6 +15,7 @@ std::string orrery::fuseAndOutline(mlir::ModuleOp module, bool fuse,
                                    bool attention, bool others) {
   mlir::MLIRContext *ctx = module.getContext();
   mlir::PassManager pm(ctx);
+  pm.addPass(createFormExpertsPass());
   if (fuse) {
     FuseKernelsPassOptions fusion;
     fusion.attention = attention;

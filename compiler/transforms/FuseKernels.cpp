@@ -408,6 +408,30 @@ Value beforeRepeat(Value v, int64_t heads) {
   return v;
 }
 
+/// K when `kt` is Kᵀ written with its leading dims flattened, as torch's
+/// dynamo exporter decomposes SDPA: reshape [b, h, sk, d] to [b·h, sk, d],
+/// transpose the last two, reshape to [b, h, d, sk]. The three ops join
+/// `region`; null when `kt` is not that.
+Value flattenedTranspose(Value kt, int64_t sk, int64_t d, Region &region) {
+  auto outer = kt.getDefiningOp<ReshapeOp>();
+  auto t = outer ? outer->getOperand(0).getDefiningOp<TransposeOp>() : nullptr;
+  auto inner = t ? t->getOperand(0).getDefiningOp<ReshapeOp>() : nullptr;
+  if (!inner || !swapsLastTwo(t) || !outer->hasOneUse() || !t->hasOneUse() ||
+      !inner->hasOneUse())
+    return {};
+  Value k = inner->getOperand(0);
+  auto kType = rankedOf(k), ktType = rankedOf(kt);
+  int64_t r = ktType ? ktType.getRank() : 0;
+  if (!kType || kType.getRank() != r || r < 3 ||
+      kType.getShape().drop_back(2) != ktType.getShape().drop_back(2) ||
+      kType.getDimSize(r - 2) != sk || kType.getDimSize(r - 1) != d)
+    return {};
+  region.add(outer);
+  region.add(t);
+  region.add(inner);
+  return k;
+}
+
 /// A two-operand Mul or Div of data by a one-element non-data tensor (x·c,
 /// c·x, x/c): folds c into `scale` (`known` false when c is not a
 /// constant) and returns the data operand's index; -1 for anything else.
@@ -718,6 +742,8 @@ LogicalResult fuseAttention(MatMulOp pv,
       t && swapsLastTwo(t) && t->hasOneUse()) {
     region.add(t);
     k = t->getOperand(0);
+  } else {
+    k = flattenedTranspose(kt, sk, d, region);
   }
   Value kBase = k ? beforeRepeat(k, heads) : Value();
   Value vBase = beforeRepeat(v, heads);

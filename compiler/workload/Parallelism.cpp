@@ -384,8 +384,11 @@ splitWeightDims(func::FuncOp layer, const TensorParallelLayout &layout) {
     if (!arg)
       return;
     auto t = cast<RankedTensorType>(arg.getType());
-    if (swapped && t.getRank() == 2)
-      dim = 1 - dim;
+    // A transposed weight ([E, d, f] experts read as [E, f, d] too) swaps
+    // its last two dims.
+    int64_t r = t.getRank();
+    if (swapped && r >= 2 && (dim == r - 1 || dim == r - 2))
+      dim = dim == r - 1 ? int(r - 2) : int(r - 1);
     if (dim >= 0 && dim < t.getRank())
       weightDim.try_emplace(arg, dim);
   };

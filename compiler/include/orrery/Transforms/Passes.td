@@ -109,4 +109,39 @@ def FuseKernelsPass : Pass<"orrery-fuse-kernels", "mlir::ModuleOp"> {
   let dependentDialects = ["::orrery::OrreryDialect"];
 }
 
+def FormExpertsPass : Pass<"orrery-form-experts", "mlir::ModuleOp"> {
+  let summary = "Rewrite mixture-of-experts layers as exporters write them into dispatched expert GEMMs";
+  let description = [{
+    transformers' batched experts (`batched_mm`, the form its torch.export
+    path writes for Mixtral, Qwen2/Qwen3-MoE, DeepSeek-V3, GPT-OSS and
+    Llama 4) select one expert matrix per routed token and multiply it by
+    that token alone:
+
+    ```mlir
+    %ids = ... TopK(router)#1, flattened to [S]        // S = tokens x top-k
+    %sel = orrery.gather(%w, %ids) {axis = 0}          // [E, p, q] -> [S, p, q]
+    %y = orrery.matmul(%sel, %x)                       // [S, q, 1] -> [S, p, 1]
+    ```
+
+    (or GatherND with [S, 1] indices, or `matmul(%x [S, 1, p], %sel)`).
+    The graph holds S copies of an expert's matrix; what a framework runs
+    is one grouped GEMM over the tokens dispatched to each expert. The pass
+    writes that form, the one Megatron-Core's grouped MLP and the
+    generator's MoE use, so expert parallelism and the cost model see the
+    layer's experts:
+
+    ```mlir
+    %X = orrery.reshape(%x) : [E, S/E, q]              // balanced routing
+    %Y = orrery.matmul(%X, transpose(%w))              // [E, S/E, p]
+    %y = orrery.reshape(%Y) : [S, p, 1]
+    ```
+
+    Routing is priced balanced (S/E tokens per expert; moe_imbalance in the
+    strategy skews it). When E does not divide S the tokens are gathered
+    into ceil(S/E) rows per expert and gathered back. Only selections
+    whose indices come from a TopK are rewritten.
+  }];
+  let dependentDialects = ["::orrery::OrreryDialect"];
+}
+
 #endif // ORRERY_TRANSFORMS_PASSES_TD
