@@ -14,9 +14,9 @@
 //                                    %y = reshape(%Y) : [S, p, 1]
 //
 //===----------------------------------------------------------------------===//
+#include "ExpertLoop.h"
+#include "TensorBuilder.h"
 #include "orrery/Transforms/Passes.h"
-
-#include "mlir/IR/Builders.h"
 
 namespace orrery {
 #define GEN_PASS_DEF_FORMEXPERTSPASS
@@ -84,50 +84,6 @@ Value selectedExperts(Value sel) {
   return def->getOperand(0);
 }
 
-struct Builder {
-  OpBuilder b;
-  Location loc;
-
-  Value i64s(ArrayRef<int64_t> dims) {
-    auto t = RankedTensorType::get({int64_t(dims.size())}, b.getI64Type());
-    return ConstantOp::create(b, loc, t, DenseElementsAttr::get(t, dims));
-  }
-  /// Zeros of `shape`: the indices of a dispatch whose rows are data.
-  Value zeros(ArrayRef<int64_t> shape) {
-    auto t = RankedTensorType::get(shape, b.getI64Type());
-    return ConstantOp::create(b, loc, t,
-                              DenseElementsAttr::get(t, APInt(64, 0)));
-  }
-  Value reshape(Value x, ArrayRef<int64_t> shape) {
-    auto t = RankedTensorType::get(
-        shape, cast<RankedTensorType>(x.getType()).getElementType());
-    return ReshapeOp::create(b, loc, TypeRange{t}, ValueRange{x, i64s(shape)},
-                             ArrayRef<NamedAttribute>{})
-        ->getResult(0);
-  }
-  /// Rows of the 2-D `x` at `rows` indices (what they are is data).
-  Value gatherRows(Value x, ArrayRef<int64_t> rows) {
-    auto xt = cast<RankedTensorType>(x.getType());
-    SmallVector<int64_t> shape(rows);
-    shape.push_back(xt.getDimSize(1));
-    auto t = RankedTensorType::get(shape, xt.getElementType());
-    return GatherOp::create(b, loc, TypeRange{t}, ValueRange{x, zeros(rows)},
-                            ArrayRef<NamedAttribute>{
-                                b.getNamedAttr("axis", b.getI64IntegerAttr(0))})
-        ->getResult(0);
-  }
-  Value swapLastTwo(Value w) {
-    auto wt = cast<RankedTensorType>(w.getType());
-    auto t = RankedTensorType::get(
-        {wt.getDimSize(0), wt.getDimSize(2), wt.getDimSize(1)},
-        wt.getElementType());
-    return TransposeOp::create(b, loc, TypeRange{t}, ValueRange{w},
-                               ArrayRef<NamedAttribute>{b.getNamedAttr(
-                                   "perm", b.getDenseI64ArrayAttr({0, 2, 1}))})
-        ->getResult(0);
-  }
-};
-
 /// Rewrites one per-token expert product `mm` into the dispatched form.
 LogicalResult formExperts(MatMulOp mm) {
   Operation *op = mm;
@@ -155,10 +111,10 @@ LogicalResult formExperts(MatMulOp mm) {
   int64_t E = cast<RankedTensorType>(table.getType()).getDimSize(0);
   int64_t C = (S + E - 1) / E;
   bool even = E * C == S;
-  Builder b{OpBuilder(op), op->getLoc()};
+  TensorBuilder b{OpBuilder(op), op->getLoc()};
   Value rows = b.reshape(x, {S, K});
   Value tokens = even ? b.reshape(rows, {E, C, K}) : b.gatherRows(rows, {E, C});
-  Value experts = weightsFirst ? b.swapLastTwo(table) : table;
+  Value experts = weightsFirst ? b.transpose(table, {0, 2, 1}) : table;
   auto yt = RankedTensorType::get({E, C, N}, ot.getElementType());
   Value y =
       MatMulOp::create(b.b, b.loc, TypeRange{yt}, ValueRange{tokens, experts},
@@ -181,6 +137,7 @@ struct FormExpertsPass
     getOperation().walk([&](MatMulOp op) { products.push_back(op); });
     for (MatMulOp op : products)
       (void)formExperts(op);
+    formExpertLoops(getOperation());
   }
 };
 

@@ -41,7 +41,7 @@ def torch_phase(out):
     torch.manual_seed(0)
     made = {}
 
-    def export(name, module, args, names, axes, opset, source, licence, dims):
+    def export(name, module, args, names, axes, opset, source, licence, dims, experts=0):
         module.eval()
         path = os.path.join(out, name + ".onnx")
         torch.onnx.export(module, args, path, input_names=names, dynamic_axes=axes,
@@ -50,6 +50,8 @@ def torch_phase(out):
                       "tool": f"torch.onnx.export (TorchScript) torch {torch.__version__}",
                       "opset": opset, "dims": dims,
                       "reference_parameters": sum(p.numel() for p in module.parameters())}
+        if experts:
+            made[name]["experts"] = experts
 
     hf = f"transformers {transformers.__version__}"
     ids = torch.ones(1, 32, dtype=torch.long)
@@ -67,6 +69,25 @@ def torch_phase(out):
     gpt.config.use_cache = False
     export("gpt2_small", gpt, (ids,), ["input_ids"], {"input_ids": seq}, 14,
            f"{hf} GPT2LMHeadModel shrunk (4 layers, 256 wide), tied head", "Apache-2.0", {"seq": 128})
+    # Mixtures of experts as transformers' eager MoE blocks write them: a
+    # loop over the experts (NonZero of the one-hot router mask, each
+    # expert's rows gathered, scattered back with index_add).
+    from transformers import MixtralConfig, MixtralForCausalLM, Qwen2MoeConfig, Qwen2MoeForCausalLM
+    mixtral = MixtralForCausalLM(MixtralConfig(
+        vocab_size=8000, hidden_size=256, intermediate_size=512, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, num_local_experts=8, num_experts_per_tok=2, max_position_embeddings=256))
+    mixtral.config.use_cache = False
+    export("mixtral_small", mixtral, (ids,), ["input_ids"], {"input_ids": seq}, 17,
+           f"{hf} MixtralForCausalLM shrunk (2 layers, 256 wide, 8 experts top 2)", "Apache-2.0",
+           {"seq": 128}, experts=8)
+    qwen = Qwen2MoeForCausalLM(Qwen2MoeConfig(
+        vocab_size=8000, hidden_size=256, intermediate_size=512, moe_intermediate_size=128,
+        shared_expert_intermediate_size=512, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+        num_experts=16, num_experts_per_tok=4, max_position_embeddings=256))
+    qwen.config.use_cache = False
+    export("qwen2_moe_small", qwen, (ids,), ["input_ids"], {"input_ids": seq}, 17,
+           f"{hf} Qwen2MoeForCausalLM shrunk (2 layers, 256 wide, 16 experts top 4, a shared expert)",
+           "Apache-2.0", {"seq": 128}, experts=16)
     export("vit_small", ViTModel(ViTConfig(hidden_size=192, num_hidden_layers=4, num_attention_heads=3,
                                            intermediate_size=768, image_size=96, patch_size=16)),
            (torch.zeros(1, 3, 96, 96),), ["pixel_values"], {"pixel_values": {0: "batch"}}, 14,

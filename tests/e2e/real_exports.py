@@ -2,7 +2,8 @@
 """The corpus models/corpus/generate.py writes (real exports: PyPI's torch,
 transformers, torchvision and onnxruntime tools, random weights), each
 imported by `orrery stats` and its parameters checked against the source
-module's count: within 1 % for every file. Prints one row per file and the
+module's count: within 1 % for every file; the mixtures of experts (their
+entries name `experts`) must read as experts and take expert parallelism. Prints one row per file and the
 worst error.
 
     real_exports.py --orrery BIN --corpus DIR
@@ -12,6 +13,24 @@ import json
 import os
 import subprocess
 import sys
+
+
+def experts_split(orrery, name, path, dims, experts, stats):
+    """A mixture of experts export: its layers read as experts (fewer
+    parameters active a token than in all) and expert parallelism over all
+    of them accepted on 8 devices per expert group."""
+    out = []
+    if not stats.get("active_parameters") or stats["active_parameters"] >= stats["parameters"]:
+        out.append(f"{name}: no mixture-of-experts layers found ({stats.get('active_parameters')} active of "
+                   f"{stats['parameters']:,})")
+    ep = min(experts, 8)
+    r = subprocess.run([orrery, "simulate", path, *dims, "--cluster", "8xH100-SXM", "--strategy",
+                        f"tp=1,dp=8,ep={ep},mbs=1,gbs=8", "--json"], capture_output=True, text=True)
+    if r.returncode != 0:
+        out.append(f"{name}: ep={ep}: {r.stderr.strip()}")
+    else:
+        print(f"{'':34} ep={ep} over its {experts} experts: step {json.loads(r.stdout)['step_time_s']:.4f} s")
+    return out
 
 
 def main():
@@ -39,6 +58,9 @@ def main():
         print(f"{name:34} {ref:>11,} {got:>11,} {100 * err:6.2f}%  {' '.join(special)}")
         if err > 0.01:
             failures.append(f"{name}: {got:,} parameters, the source module has {ref:,} ({100 * err:.2f} % off)")
+        if entry.get("experts"):
+            failures += experts_split(args.orrery, name, os.path.join(args.corpus, entry["file"]), dims,
+                                      entry["experts"], json.loads(r.stdout))
     print(f"{len(manifest)} files, {len(manifest) - len(failures)} within 1 %, worst {100 * worst:.2f} %")
     for f in failures:
         print("FAIL", f)

@@ -430,6 +430,11 @@ private:
   void processLoop(const ::onnx::NodeProto &n, NodeDesc node,
                    const std::vector<const ValueDesc *> &inputs, GraphDesc &out,
                    Scope &scope);
+  bool routedCount(const std::vector<const ValueDesc *> &inputs,
+                   std::vector<ValueDesc> &outs);
+  void passOneHot(const NodeDesc &node,
+                  const std::vector<const ValueDesc *> &inputs,
+                  std::vector<ValueDesc> &outs);
   void processComputed(NodeDesc node,
                        const std::vector<const ValueDesc *> &inputs,
                        GraphDesc &out);
@@ -1112,6 +1117,56 @@ void Loader::processNode(const ::onnx::NodeProto &n, GraphDesc &out,
   processComputed(std::move(node), inputs, out);
 }
 
+/// NonZero of a router's expert mask (transformers' per-expert loop:
+/// `torch.where(one_hot(top_k_index)[e])`): the positions of the tokens
+/// routed to one expert, as many as balanced routing sends it (the mask's
+/// elements times its one-hot density). False for any other input.
+bool Loader::routedCount(const std::vector<const ValueDesc *> &inputs,
+                         std::vector<ValueDesc> &outs) {
+  if (inputs.size() != 1 || !inputs[0] || inputs[0]->oneHotDensity <= 0 ||
+      inputs[0]->shape.empty())
+    return false;
+  for (int64_t d : inputs[0]->shape)
+    if (d < 0)
+      return false;
+  ValueDesc v;
+  v.type = ElemType::Int64;
+  v.shape = {int64_t(inputs[0]->shape.size()),
+             int64_t(std::ceil(double(inputs[0]->numElements()) *
+                               inputs[0]->oneHotDensity))};
+  outs.push_back(std::move(v));
+  return true;
+}
+
+/// Marks a OneHot's output with its density, and passes the density on
+/// through the views, casts and gathers of it.
+void Loader::passOneHot(const NodeDesc &node,
+                        const std::vector<const ValueDesc *> &inputs,
+                        std::vector<ValueDesc> &outs) {
+  if (outs.empty() || inputs.empty() || !inputs[0])
+    return;
+  static const std::set<std::string> kViews{
+      "Transpose", "Cast",  "Gather",  "Reshape", "Squeeze",
+      "Unsqueeze", "Slice", "Flatten", "Identity"};
+  double in = inputs[0]->oneHotDensity;
+  int64_t n = inputs[0]->numElements(), m = outs[0].numElements();
+  if (node.opType == "OneHot" && m > 0 && n > 0)
+    outs[0].oneHotDensity = double(n) / double(m);
+  else if (kViews.count(node.opType))
+    outs[0].oneHotDensity = in;
+  else if ((node.opType == "ReduceSum" || node.opType == "ReduceMax") &&
+           in > 0 && m > 0)
+    // Per output, how often any of its n/m inputs is set: the experts a
+    // batch hits (`greater(mask.sum(...), 0)`), all of them when n/m
+    // tokens x k spread evenly.
+    outs[0].oneHotDensity = std::min(1.0, in * double(n) / double(m));
+  else if ((node.opType == "Greater" || node.opType == "NotEqual") && in > 0 &&
+           inputs.size() == 2 && inputs[1] && !inputs[1]->values.empty() &&
+           std::all_of(inputs[1]->values.begin(), inputs[1]->values.end(),
+                       [](double v) { return v == 0; }))
+    outs[0].oneHotDensity = in; // which counts are not zero
+}
+
 /// Any other op: its outputs from our shape rules, else as the file
 /// states them.
 void Loader::processComputed(NodeDesc node,
@@ -1120,7 +1175,9 @@ void Loader::processComputed(NodeDesc node,
   const bool defaultDomain = node.domain.empty();
   std::vector<ValueDesc> outs;
   bool inferred = false;
-  if (defaultDomain) {
+  if (defaultDomain && node.opType == "NonZero")
+    inferred = routedCount(inputs, outs);
+  if (defaultDomain && !inferred) {
     try {
       inferred = detail::inferNode(node, model.opsetVersion, inputs, outs);
     } catch (const detail::NotConstantError &e) {
@@ -1175,6 +1232,8 @@ void Loader::processComputed(NodeDesc node,
       outs.push_back(*shape);
     }
   }
+  if (defaultDomain)
+    passOneHot(node, inputs, outs);
   bool allConstant = true;
   for (size_t i = 0; i < outs.size(); ++i) {
     if (node.outputs[i].empty())

@@ -69,6 +69,11 @@ struct ValueDesc {
   /// of its elements independent of their order, so equal for a table and
   /// its transpose; 0 when the file holds no data for it.
   uint64_t elementsDigest = 0;
+  /// A OneHot's output, or a view, cast or gather of one (a router's
+  /// expert mask): the expected fraction of its elements that are set,
+  /// 1/depth; 0 for anything else. Sizes NonZero of such a mask as
+  /// balanced routing would (Loader::routedCount).
+  double oneHotDensity = 0;
   int64_t numElements() const {
     int64_t n = 1;
     for (int64_t d : shape)
