@@ -68,7 +68,8 @@ def FuseKernelsPass : Pass<"orrery-fuse-kernels", "mlir::ModuleOp"> {
       biases (Add, Where) → Softmax → Dropout / Cast / NaN guard →
       MatMul(·, V) becomes `orrery.fused_attention`. Keys and values
       repeated for grouped-query attention (Reshape / Expand / Tile) are
-      taken before the repeat. A mask computed without the data whose
+      taken before the repeat, Kᵀ also when written with its leading dims
+      flattened (reshape, transpose, reshape: dynamo's SDPA). A mask computed without the data whose
       ancestry holds a triangle (Trilu) or a comparison of positions
       (Less, LessOrEqual, ... of Range values) is the `causal` attribute
       and leaves the graph; a mask that depends on the data (padding) stays
