@@ -301,22 +301,16 @@ private:
     c.bytesWritten = cost.getBytesWritten();
     c.contraction = isContractionOp(&op);
     c.weighted = c.contraction && hasWeightOperand(&op);
-    // A mixture-of-experts GEMM: [E, capacity, d] tokens times [E, d, f]
-    // expert weights (the generator's and Megatron's batched experts).
-    if (c.weighted && isa<MatMulOp>(op) && op.getNumOperands() == 2) {
-      auto x = dyn_cast<RankedTensorType>(op.getOperand(0).getType());
-      bool swapped;
-      BlockArgument wv = weightSource(op.getOperand(1), swapped);
-      auto wt = wv ? dyn_cast<RankedTensorType>(wv.getType()) : nullptr;
-      if (x && wt && x.getRank() == 3 && wt.getRank() == 3 &&
-          isActivation(op.getOperand(0)) &&
-          x.getDimSize(0) == wt.getDimSize(0) && wt.getDimSize(0) > 1) {
-        c.experts = int(wt.getDimSize(0));
-        kind.experts = std::max(kind.experts, c.experts);
-        // The first expert GEMM's input is the dispatched tokens.
-        if (kind.expertDispatchBytes == 0)
-          kind.expertDispatchBytes = tensorBytes(x);
-      }
+    // A mixture-of-experts GEMM on the layer's own expert weights.
+    bool swapped;
+    if (c.weighted && isExpertGemm(&op) &&
+        weightSource(op.getOperand(1), swapped)) {
+      auto x = cast<RankedTensorType>(op.getOperand(0).getType());
+      c.experts = int(x.getDimSize(0));
+      kind.experts = std::max(kind.experts, c.experts);
+      // The first expert GEMM's input is the dispatched tokens.
+      if (kind.expertDispatchBytes == 0)
+        kind.expertDispatchBytes = tensorBytes(x);
     }
     if (c.weighted) {
       for (Value v : op.getOperands())

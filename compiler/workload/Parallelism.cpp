@@ -62,25 +62,22 @@ TensorParallelLayout layoutTensorParallel(func::FuncOp layer) {
   return l;
 }
 
+bool isExpertGemm(Operation *op) {
+  if (!isa<MatMulOp>(op) || op->getNumOperands() != 2 ||
+      !isActivation(op->getOperand(0)) || isActivation(op->getOperand(1)))
+    return false;
+  auto x = dyn_cast<RankedTensorType>(op->getOperand(0).getType());
+  auto w = dyn_cast<RankedTensorType>(op->getOperand(1).getType());
+  return x && w && x.getRank() == 3 && w.getRank() == 3 &&
+         x.getDimSize(0) == w.getDimSize(0) && x.getDimSize(0) > 1;
+}
+
 namespace {
 
 /// Whether expert GEMM `op` reads `hidden`-wide tokens (fc1, fc3).
 bool expertReads(Operation *op, int64_t hidden) {
   auto x = cast<RankedTensorType>(op->getOperand(0).getType());
   return x.getDimSize(2) == hidden;
-}
-
-/// A [E, capacity, d] x [E, d, f] product of routed tokens and experts'
-/// weights.
-bool isExpertGemm(Operation *op) {
-  if (!isa<MatMulOp>(op) || op->getNumOperands() != 2)
-    return false;
-  auto x = dyn_cast<RankedTensorType>(op->getOperand(0).getType());
-  auto w = dyn_cast<RankedTensorType>(op->getOperand(1).getType());
-  return x && w && isActivation(op->getOperand(0)) &&
-         !isActivation(op->getOperand(1)) && x.getRank() == 3 &&
-         w.getRank() == 3 && x.getDimSize(0) == w.getDimSize(0) &&
-         x.getDimSize(0) > 1;
 }
 
 double bytesOut(Operation *op) {

@@ -35,17 +35,6 @@ bool isWeightedContraction(Operation *op) {
   return isContractionOp(op) && hasWeightOperand(op);
 }
 
-/// A [E, capacity, d] x [E, d, f] product: an expert GEMM.
-bool isExpertGemm(Operation *op) {
-  if (!isa<MatMulOp>(op) || op->getNumOperands() != 2 ||
-      !isActivation(op->getOperand(0)) || isActivation(op->getOperand(1)))
-    return false;
-  auto x = dyn_cast<RankedTensorType>(op->getOperand(0).getType());
-  auto w = dyn_cast<RankedTensorType>(op->getOperand(1).getType());
-  return x && w && x.getRank() == 3 && w.getRank() == 3 &&
-         x.getDimSize(0) == w.getDimSize(0) && x.getDimSize(0) > 1;
-}
-
 int64_t lastDim(Value v) {
   auto t = dyn_cast<RankedTensorType>(v.getType());
   return t && t.getRank() ? t.getDimSize(t.getRank() - 1) : 0;

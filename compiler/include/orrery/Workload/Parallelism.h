@@ -38,6 +38,10 @@ bool hasWeightOperand(mlir::Operation *op);
 /// Attention scores: the product of two activations with a square
 /// trailing [s, s] block (QKᵀ).
 bool isScoreProduct(mlir::Operation *op);
+/// A mixture-of-experts GEMM: [E, capacity, d] routed tokens times
+/// [E, d, f] expert weights, E > 1 (the generator's and Megatron-Core's
+/// batched experts; what FormExpertsPass writes exports into).
+bool isExpertGemm(mlir::Operation *op);
 
 /// The weight argument a value comes from, looking through a transpose of
 /// a matrix (torch exports nn.Linear as MatMul(x, Transpose(W))); `swapped`
