@@ -4,7 +4,9 @@
 # between runs), then tests/e2e/framework_runs.py trains the PyTorch,
 # DeepSpeed and JAX exports of a matrix of plans on CPU processes (JAX: CPU
 # devices) and compares the losses with one, and reads torchtitan's with
-# torchtitan's own config manager.
+# torchtitan's own config manager; then transformers' mixtures of experts
+# (Mixtral, Qwen3-MoE, DeepSeek-V3, GPT-OSS) exported by torch.onnx are
+# imported, read as experts and split by expert parallelism.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 venv=build/frameworks-venv
@@ -16,3 +18,5 @@ venv=build/frameworks-venv
   -r tests/e2e/frameworks/requirements-nodeps.txt
 /usr/bin/python3 tests/e2e/framework_runs.py --orrery build/bin/orrery \
   --python "$venv/bin/python" --workdir build/frameworks
+/usr/bin/python3 tests/e2e/moe_model_exports.py --orrery build/bin/orrery \
+  --python "$venv/bin/python" --workdir build/moe-exports

@@ -670,6 +670,16 @@ LogicalResult fuseAttention(MatMulOp pv,
     return true;
   };
   cur = softmax->getOperand(0);
+  // The row maximum subtracted first (GPT-OSS writes the stable softmax
+  // out): what the kernel does anyway.
+  if (auto sub = cur.getDefiningOp<SubOp>()) {
+    auto max = sub->getOperand(1).getDefiningOp<ReduceMaxOp>();
+    if (max && max->getOperand(0) == sub->getOperand(0) && sub->hasOneUse()) {
+      region.add(sub);
+      region.add(max);
+      cur = sub->getOperand(0);
+    }
+  }
   if (sinks) {
     // The sink logits joined as one more column of every row.
     ConcatOp cat = lastAxisConcat(cur);

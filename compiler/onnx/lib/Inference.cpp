@@ -1243,6 +1243,44 @@ static std::map<std::string, Rule> buildRules() {
   };
   r["SoftmaxCrossEntropyLoss"] = loss;
   r["NegativeLogLikelihoodLoss"] = loss;
+  // CumSum folded on constants: transformers 5 finds packed sequences in
+  // the position ids with a cumulative sum, so its causal mask (a constant
+  // once the sequence is bound) passes through one.
+  r["CumSum"] = [](Ctx &c) {
+    c.same();
+    if (!c.isConst(0) || !c.isConst(1) ||
+        c.out[0].numElements() > kMaxFoldElements)
+      return;
+    const Shape &x = c.shape(0);
+    std::vector<int64_t> axes = c.ints(1, "axis");
+    if (axes.size() != 1 || x.empty())
+      return;
+    int64_t axis = c.axis(axes[0], int64_t(x.size()));
+    bool exclusive = attrInt(c.node, "exclusive", 0) != 0;
+    bool reverse = attrInt(c.node, "reverse", 0) != 0;
+    int64_t inner = 1;
+    for (size_t d = axis + 1; d < x.size(); ++d)
+      inner *= x[d];
+    int64_t n = x[axis], outer = c.out[0].numElements() / std::max<int64_t>(1, n * inner);
+    const std::vector<double> &in = c.in[0]->values;
+    std::vector<double> v(in.size());
+    for (int64_t o = 0; o < outer; ++o)
+      for (int64_t i = 0; i < inner; ++i) {
+        double sum = 0;
+        for (int64_t step = 0; step < n; ++step) {
+          int64_t k = reverse ? n - 1 - step : step;
+          size_t at = size_t((o * n + k) * inner + i);
+          if (exclusive) {
+            v[at] = sum;
+            sum += in[at];
+          } else {
+            sum += in[at];
+            v[at] = sum;
+          }
+        }
+      }
+    c.setValues(0, std::move(v));
+  };
   r["OneHot"] = [](Ctx &c) {
     const Shape &idx = c.shape(0);
     std::vector<int64_t> depth = c.ints(1, "depth");

@@ -391,3 +391,30 @@ func.func @stated_masked(%q: tensor<1x2x8x16xf32>, %k: tensor<1x2x8x16xf32>, %v:
   %o = orrery.fused_attention(%q, %k, %v, %mask) {batch = 1 : i64, heads = 2 : i64, kv_heads = 2 : i64, q_len = 8 : i64, kv_len = 8 : i64, head_dim = 16 : i64, value_dim = 16 : i64, scale = 0.25 : f64, dropout = 0.0 : f64} : (tensor<1x2x8x16xf32>, tensor<1x2x8x16xf32>, tensor<1x2x8x16xf32>, tensor<8x8xi1>) -> tensor<1x2x8x16xf32>
   return %o : tensor<1x2x8x16xf32>
 }
+
+// -----
+
+// Attention sinks as transformers 5 writes GPT-OSS's eager attention: the
+// sink logits joined as a column, the row maximum subtracted (the stable
+// softmax written out, as the kernel computes it anyway), softmax, the sink
+// column dropped.
+// CHECK-LABEL: func.func @stable_sinks
+// CHECK-NOT: orrery.reduce_max
+// CHECK: orrery.fused_attention
+// CHECK-SAME: sinks
+func.func @stable_sinks(%q: tensor<1x2x64x16xf32>, %kt: tensor<1x2x16x64xf32>, %v: tensor<1x2x64x16xf32>) -> tensor<1x2x64x16xf32> {
+  %sink = orrery.weight "sinks" trainable : tensor<1x2x1x1xf32>
+  %s = orrery.matmul(%q, %kt) : (tensor<1x2x64x16xf32>, tensor<1x2x16x64xf32>) -> tensor<1x2x64x64xf32>
+  %shape = orrery.constant dense<[1, 2, 64, 1]> : tensor<4xi64>
+  %col = orrery.expand(%sink, %shape) : (tensor<1x2x1x1xf32>, tensor<4xi64>) -> tensor<1x2x64x1xf32>
+  %cat = orrery.concat(%s, %col) {axis = -1 : i64} : (tensor<1x2x64x64xf32>, tensor<1x2x64x1xf32>) -> tensor<1x2x64x65xf32>
+  %last = orrery.constant dense<-1> : tensor<1xi64>
+  %max = orrery.reduce_max(%cat, %last) {keepdims = 1 : i64} : (tensor<1x2x64x65xf32>, tensor<1xi64>) -> tensor<1x2x64x1xf32>
+  %stable = orrery.sub(%cat, %max) : (tensor<1x2x64x65xf32>, tensor<1x2x64x1xf32>) -> tensor<1x2x64x65xf32>
+  %p = orrery.softmax(%stable) {axis = -1 : i64} : (tensor<1x2x64x65xf32>) -> tensor<1x2x64x65xf32>
+  %starts = orrery.constant dense<0> : tensor<1xi64>
+  %ends = orrery.constant dense<64> : tensor<1xi64>
+  %kept = orrery.slice(%p, %starts, %ends, %last) : (tensor<1x2x64x65xf32>, tensor<1xi64>, tensor<1xi64>, tensor<1xi64>) -> tensor<1x2x64x64xf32>
+  %o = orrery.matmul(%kept, %v) : (tensor<1x2x64x64xf32>, tensor<1x2x64x16xf32>) -> tensor<1x2x64x16xf32>
+  return %o : tensor<1x2x64x16xf32>
+}
