@@ -29,6 +29,14 @@ cp costmodel/data/validation_errors.json "$seeds/uncertainty/"
 cp models/fixtures/*.onnx "$seeds/onnx/"
 # A model calling model-local functions (the dynamo exporter's modules).
 python3 tests/lit/import/Inputs/local_functions.py "$seeds/onnx/functions.onnx"
+# Mixtures of experts as transformers writes them (FormExperts.cpp,
+# ExpertLoop.cpp: batched experts, the eager loop) and the routing masks the
+# loader sizes, in ONNX's textual syntax.
+for form in --transposed --loop; do
+  /usr/bin/python3 tests/lit/Inputs/batched_experts_export.py "$seeds/onnx/experts$form.onnx" $form \
+    --experts 4 >/dev/null 2>&1
+done
+cp tests/lit/import/routing_masks.onnxtext "$seeds/onnx/"
 # onnxruntime's contrib and quantized ops (ContribOps.cpp).
 /usr/bin/python3 tests/fuzz/contrib_seeds.py tests/lit/import/contrib_ops.test "$seeds/onnx"
 cp bench/clusters/*.json bench/measured/*.json "$seeds/cluster/"

@@ -109,9 +109,9 @@ ExpertWeight expertWeight(Value v) {
     v = w.transposed->getOperand(0);
   if (auto g = v.getDefiningOp<GatherOp>()) {
     auto axis = g->getAttrOfType<IntegerAttr>("axis");
-    auto ids = cast<RankedTensorType>(g->getOperand(1).getType());
-    if ((axis && axis.getInt() != 0) || ids.getNumElements() != 1 ||
-        ids.getRank() > 1)
+    auto ids = dyn_cast<RankedTensorType>(g->getOperand(1).getType());
+    if ((axis && axis.getInt() != 0) || !ids || !ids.hasStaticShape() ||
+        ids.getNumElements() != 1 || ids.getRank() > 1)
       return {};
     w.slice = true;
     v = g->getOperand(0);
@@ -318,8 +318,10 @@ struct Batcher {
   Value operand(unsigned i, unsigned k) {
     Value v = its.front().ops[i]->getOperand(k);
     auto [op, result] = its.front().source(v);
-    if (op == -1)
-      return tb.zeros(withExperts(v.getType()).getShape());
+    if (op == -1) {
+      RankedTensorType t = withExperts(v.getType());
+      return t ? tb.zeros(t.getShape()) : Value();
+    }
     if (op >= 0)
       return batched.lookup(v);
     return stacked.contains({i, k}) ? stack(i, k) : v;
@@ -375,6 +377,8 @@ struct Batcher {
       if (!types.back())
         return false;
     }
+    if (types.empty())
+      return false;
     auto out = cast<RankedTensorType>(types.front());
     SmallVector<NamedAttribute> attrs(op->getAttrs());
     auto setAttr = [&](StringRef name, Attribute value) {
@@ -382,8 +386,10 @@ struct Batcher {
                      [&](NamedAttribute a) { return a.getName() == name; });
       attrs.push_back(tb.b.getNamedAttr(name, value));
     };
-    int64_t inRank =
-        cast<RankedTensorType>(op->getOperand(0).getType()).getRank();
+    auto in = dyn_cast<RankedTensorType>(op->getOperand(0).getType());
+    if (!in)
+      return false;
+    int64_t inRank = in.getRank();
     Operation *made = nullptr;
     if (isa<ReshapeOp, UnsqueezeOp, SqueezeOp, FlattenOp>(op)) {
       batched[op->getResult(0)] = tb.reshape(operands[0], out.getShape());
@@ -399,8 +405,10 @@ struct Batcher {
           axis ? axis.getInt() : (isa<SoftmaxOp, LogSoftmaxOp>(op) ? -1 : 0);
       setAttr("axis", tb.b.getI64IntegerAttr(shifted(a)));
     } else if (isa<SliceOp>(op)) {
-      size_t count =
-          cast<RankedTensorType>(op->getOperand(1).getType()).getNumElements();
+      auto starts = dyn_cast<RankedTensorType>(op->getOperand(1).getType());
+      if (!starts || !starts.hasStaticShape())
+        return false;
+      size_t count = starts.getNumElements();
       Value axes =
           axesAfter(op->getNumOperands() > 3 ? op->getOperand(3) : Value(),
                     inRank, count);
@@ -428,10 +436,12 @@ struct Batcher {
   void alignRanks(SmallVector<Value> &operands) {
     int64_t rank = 0;
     for (Value v : operands)
-      rank = std::max(rank, cast<RankedTensorType>(v.getType()).getRank());
+      if (auto t = dyn_cast<RankedTensorType>(v.getType()))
+        rank = std::max(rank, t.getRank());
     for (Value &v : operands) {
-      auto t = cast<RankedTensorType>(v.getType());
-      if (t.getRank() == rank || t.getDimSize(0) != E)
+      auto t = dyn_cast<RankedTensorType>(v.getType());
+      if (!t || !t.hasStaticShape() || t.getRank() == rank ||
+          t.getDimSize(0) != E)
         continue;
       SmallVector<int64_t> shape{E};
       shape.append(size_t(rank - t.getRank()), 1);
@@ -451,6 +461,8 @@ struct Batcher {
     int64_t axis = axisAttr ? axisAttr.getInt() : 0;
     if (axis < 0)
       axis += rank;
+    if (axis < 0 || axis >= rank)
+      return false;
     bool dataBatched = its.front().source(op->getOperand(0)).first != -2;
     bool idsBatched = its.front().source(op->getOperand(1)).first != -2;
     if (dataBatched == idsBatched)
@@ -491,8 +503,9 @@ bool rewrite(MutableArrayRef<Iteration> its, Operation *oneHot) {
   auto st = sum && sum->getNumResults() == 1
                 ? dyn_cast<RankedTensorType>(sum->getResult(0).getType())
                 : nullptr;
-  auto ids = cast<RankedTensorType>(oneHot->getOperand(0).getType());
-  if (!st || !st.hasStaticShape() || st.getRank() != 2 || !ids.hasStaticShape())
+  auto ids = dyn_cast<RankedTensorType>(oneHot->getOperand(0).getType());
+  if (!st || !st.hasStaticShape() || st.getRank() != 2 || !ids ||
+      !ids.hasStaticShape())
     return false;
   int64_t T = st.getDimSize(0), d = st.getDimSize(1);
   if (ids.getNumElements() % T)
