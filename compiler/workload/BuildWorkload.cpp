@@ -553,6 +553,20 @@ private:
     (split ? it->shardedBytes : it->replicatedBytes) += bytes;
   }
 
+  /// Whether `user` adds weight `w` to an expert GEMM's output, or gathers
+  /// rows of it (an export's `bias[expert_ids]`).
+  static bool isExpertBiasUse(Operation *user, Value w) {
+    if (isa<GatherOp>(user) && user->getOperand(0) == w)
+      return true;
+    if (auto onnx = dyn_cast<OnnxOp>(user))
+      return onnx.getOpType() == "GatherND" && user->getOperand(0) == w;
+    if (!isa<AddOp>(user) || user->getNumOperands() != 2)
+      return false;
+    Value other = user->getOperand(user->getOperand(0) == w ? 1 : 0);
+    Operation *def = other.getDefiningOp();
+    return def && isExpertGemm(def);
+  }
+
   void weights() {
     // The weights of weighted contractions (fp8 keeps 1-byte copies).
     llvm::DenseMap<BlockArgument, int> splitDims =
@@ -579,6 +593,21 @@ private:
               kind.expertReplicatedParameters += numElements(wt);
           }
         }
+    // The experts' own biases ([E, 1, f] added to an expert GEMM's output,
+    // GPT-OSS's; or gathered by the router's choice, as an export selects
+    // them): held, updated and active with their experts.
+    for (BlockArgument arg : func.getArguments()) {
+      auto wt = dyn_cast<RankedTensorType>(arg.getType());
+      if (kind.experts < 2 || !isWeight(arg) || linearWeights.contains(arg) ||
+          !wt || wt.getRank() < 2 || wt.getDimSize(0) != kind.experts ||
+          arg.use_empty() || !llvm::all_of(arg.getUsers(), [&](Operation *u) {
+            return isExpertBiasUse(u, arg);
+          }))
+        continue;
+      kind.expertParameters += numElements(wt);
+      if (!splitDims.count(arg))
+        kind.expertReplicatedParameters += numElements(wt);
+    }
     for (BlockArgument arg : func.getArguments())
       if (isWeight(arg))
         kind.weightTensors++;
