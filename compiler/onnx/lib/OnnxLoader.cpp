@@ -408,6 +408,9 @@ private:
   /// Values every use of which is a parameter slot (a Conv's weight and
   /// bias, BatchNorm's scale and statistics, ...).
   std::map<std::string, bool> onlyParameterSlots;
+  /// Names every use of which is a Slice's data: a table the model reads
+  /// by position (transformers 4.x's rotary `cos_cached[:seq_len]`).
+  std::map<std::string, bool> onlySliced;
 
   void collectBnStatistics(const ::onnx::GraphProto &g);
   void readValueInfo(const ::onnx::GraphProto &g);
@@ -923,7 +926,16 @@ void Loader::processConstant(const NodeDesc &node, GraphDesc &out) {
   auto slot = onlyParameterSlots.find(v.name);
   bool weightSlot = slot != onlyParameterSlots.end() && slot->second;
   bool complete = (int64_t)v.values.size() == v.numElements();
-  if (isFloat(v.type) && (!complete || (weightSlot && v.numElements() > 1))) {
+  // A traced table read only by position (a rotary cache a TorchScript
+  // export holds as a Constant: `cos_cached[:seq_len]`) is the model's
+  // buffer, computed from its config, not a parameter.
+  auto sliced = onlySliced.find(v.name);
+  bool positionTable = sliced != onlySliced.end() && sliced->second;
+  if (isFloat(v.type) && !complete && positionTable && !weightSlot) {
+    v.kind = ValueKind::Buffer;
+    v.values.clear();
+  } else if (isFloat(v.type) &&
+             (!complete || (weightSlot && v.numElements() > 1))) {
     v.kind = bnStatistics.count(v.name) ? ValueKind::Buffer : ValueKind::Param;
     v.values.clear();
   } else {
@@ -1435,6 +1447,10 @@ void Loader::run(::onnx::ModelProto &proto) {
       auto [it, inserted] = onlyParameterSlots.try_emplace(n.input(i), slot);
       if (!inserted)
         it->second = it->second && slot;
+      bool sliced = op == "Slice" && i == 0;
+      auto [at, fresh] = onlySliced.try_emplace(n.input(i), sliced);
+      if (!fresh)
+        at->second = at->second && sliced;
     }
   for (const auto &input : g.input()) {
     if (inits.count(input.name()))
