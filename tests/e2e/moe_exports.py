@@ -4,7 +4,9 @@ batched experts, GatherND + bmm) against models/generate.py's Mixtral of
 the same dims (4 layers, d 1024, 16 heads and 4 key-value heads, expert FFN
 3584, 8 experts top 2, vocab 32000, 2048 tokens): for each strategy, expert
 parallel ones included, the export's simulated step and peak memory must be
-within 5 % of the generator's. Prints one row per strategy.
+within 5 % of the generator's, and served on 8 H100 (the serving search:
+expert parallelism with attention data parallelism among its layouts) its
+output throughput too. Prints one row per strategy.
 
 Skips (exit 0 with a message) when shared/ is absent, as on a user's machine.
 
@@ -64,6 +66,19 @@ def main():
         print(f"{s:44} {t1:9.4f} {t2:11.4f} {100 * dt:+6.1f}% {m1 / 1e9:9.2f} {m2 / 1e9:7.2f} {100 * dm:+6.1f}%")
         if abs(dt) > 0.05 or abs(dm) > 0.05:
             failures.append(s)
+    served = []
+    for model, dims in ((export, ["--dim", "batch=1", "--dim", "seq=2048"]), (ours, [])):
+        r = subprocess.run([args.orrery, "serve", model, "--cluster", "1x8xH100-SXM", "--workload",
+                            "isl=1024,osl=256,requests=200,offline", "--json", *dims],
+                           capture_output=True, text=True)
+        if r.returncode:
+            raise SystemExit(f"FAIL serve {model}: {r.stderr.strip()}")
+        chosen = json.loads(r.stdout)["chosen"]
+        served.append((chosen["metrics"]["output_throughput_tok_per_s"], chosen.get("label", "")))
+    ds = served[0][0] / served[1][0] - 1
+    print(f"{'served (output tok/s)':44} {served[0][0]:9.0f} {served[1][0]:11.0f} {100 * ds:+6.1f}%")
+    if abs(ds) > 0.05:
+        failures.append("serving")
     for s in failures:
         print(f"FAIL {s}: the export is priced more than 5 % from the generator's Mixtral")
     return 1 if failures else 0
