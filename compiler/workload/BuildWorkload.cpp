@@ -553,6 +553,28 @@ private:
     (split ? it->shardedBytes : it->replicatedBytes) += bytes;
   }
 
+  /// K of the layer's TopK over `experts` scores (the router's choice), or
+  /// 0 when it has none with a constant K.
+  int routerTopK(int experts) {
+    int k = 0;
+    func.walk([&](OnnxOp op) {
+      auto scores = op.getOpType() == "TopK" && op->getNumOperands() == 2
+                        ? dyn_cast<RankedTensorType>(op->getOperand(0).getType())
+                        : nullptr;
+      auto c = scores && scores.getRank() &&
+                       scores.getDimSize(scores.getRank() - 1) == experts
+                   ? op->getOperand(1).getDefiningOp<ConstantOp>()
+                   : nullptr;
+      auto values = c ? dyn_cast<DenseIntElementsAttr>(c.getValue()) : nullptr;
+      if (values && values.getNumElements() == 1) {
+        int64_t v = (*values.value_begin<APInt>()).getSExtValue();
+        if (v >= 1 && v <= experts)
+          k = int(v);
+      }
+    });
+    return k;
+  }
+
   /// Whether `user` adds weight `w` to an expert GEMM's output, or gathers
   /// rows of it (an export's `bias[expert_ids]`).
   static bool isExpertBiasUse(Operation *user, Value w) {
@@ -618,9 +640,12 @@ private:
       }
     for (Type t : func.getResultTypes())
       kind.outputBytes += tensorBytes(t);
-    // The router's top-k: [E, capacity, d] at capacity factor 1 holds k
-    // copies of the layer's [tokens, d] input.
-    if (kind.experts > 1 && kind.inputBytes > 0) {
+    // The router's top-k: the K of a TopK over the layer's E experts, else
+    // what the dispatch holds ([E, capacity, d] at capacity factor 1 is k
+    // copies of the layer's [tokens, d] input).
+    if (kind.experts > 1)
+      kind.expertTopK = routerTopK(kind.experts);
+    if (kind.experts > 1 && kind.expertTopK < 1 && kind.inputBytes > 0) {
       double copies = double(kind.expertDispatchBytes) / kind.inputBytes;
       long k = std::lround(copies);
       if (k >= 1 && k <= kind.experts && std::abs(copies - k) < 0.05)
