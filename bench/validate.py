@@ -297,6 +297,55 @@ def megatron_bridge_group(orrery, build, groups):
                  moe_note(case), group=case["group"])
 
 
+def moe_layer_model(build, m):
+    """Three of a case's MoE layers alone (models/generate.py moe), cached."""
+    name = (f"moe-h{m['hidden']}-f{m['ffn']}-e{m['experts']}-k{m['top_k']}"
+            f"-sh{m['shared_ffn'] or 0}-{m['gating']}-s{m['seq_len']}")
+    out = os.path.join(build, "models", "validation", name + ".onnx")
+    if not os.path.exists(out):
+        os.makedirs(os.path.dirname(out), exist_ok=True)
+        cmd = ["/usr/bin/python3", os.path.join(ROOT, "models", "generate.py"), "moe",
+               "--layers", "3", "--hidden", str(m["hidden"]), "--ffn", str(m["ffn"]),
+               "--experts", str(m["experts"]), "--top-k", str(m["top_k"]),
+               "--gating", m["gating"], "--seq", str(m["seq_len"]), "-o", out]
+        if m["shared_ffn"]:
+            cmd += ["--shared-ffn", str(m["shared_ffn"])]
+        subprocess.run(cmd, check=True)
+    return out
+
+
+def moe_layer_group(orrery, build, groups):
+    """Megatron-Core's own MoE-layer timings (bench/published/megatron_moe_perf.json):
+    one MoELayer on 8 H100 of a node, ep 8, 4096 tokens, its forward and
+    backward against the repeated layer's forward and backward per
+    micro-batch (expert all-to-alls included). The fp8 rows ran Transformer
+    Engine's blockwise recipe."""
+    path = os.path.join(HERE, "published", "megatron_moe_perf.json")
+    rows = groups.setdefault("MegatronCore_moe_perf_H100_layer", [])
+    print(f"\n{'MoE layer alone (ms)':34} {'fwd meas':>9} {'fwd pred':>9} {'bwd meas':>9} "
+          f"{'bwd pred':>9} {'fwd+bwd':>8}")
+    for case in json.load(open(path))["cases"]:
+        m, d = case["model"], case["dispatcher"]
+        precision = "bf16" if case["precision"] == "bf16" else "fp8"
+        strategy = (f"tp=1,pp=1,dp=8,ep=8,mbs={m['micro_batch']},gbs=8,zero=1,"
+                    f"recompute=none,precision={precision}")
+        if d["token_dispatcher"] == "flex":  # DeepEP, or HybridEP which sends the same way
+            strategy += ",moe_dispatcher=deepep"
+        result, error = simulate(orrery, moe_layer_model(build, m), "1x8xH100-SXM", strategy)
+        meas = case["measured"]
+        step = (meas["forward_ms"] + meas["backward_ms"]) / 1e3
+        if result is None:
+            print(f"{case['id']:34} cannot simulate: {error}")
+            rows.append((case["id"], step, None, None))
+            continue
+        layer = max(result["layers"], key=lambda l: l["count"])
+        fwd, bwd = layer["forward_s_per_micro_batch"], layer["backward_s_per_micro_batch"]
+        e = 100 * (fwd + bwd - step) / step
+        print(f"{case['id']:34} {meas['forward_ms']:9.2f} {fwd * 1e3:9.2f} "
+              f"{meas['backward_ms']:9.2f} {bwd * 1e3:9.2f} {e:+7.1f}%")
+        rows.append((case["id"], step, fwd + bwd, e))
+
+
 def moe_note(case):
     p = case["parallel"]
     m = case["measured"]
@@ -868,6 +917,7 @@ def main():
 
     # Megatron-Bridge's Blackwell and H100 pre-training tables.
     megatron_bridge_group(orrery, args.build, groups)
+    moe_layer_group(orrery, args.build, groups)
 
     zero_bubble_group(orrery, args.build, groups)
     torchtitan_group(orrery, args.build, groups)

@@ -815,6 +815,20 @@ MODELS = {
 }
 
 
+def moe_stack(name, layers, d, ffn, experts, top_k, seq, shared_ffn=None, gating="softmax"):
+    """`layers` mixture-of-experts blocks and nothing else (the router, top-k
+    routed SwiGLU experts, an optional shared expert; no norm, no residual),
+    each feeding the next: Megatron-Core's MoELayer as its own performance
+    tests time it alone (tests/functional_tests/test_cases/common/moe_perf)."""
+    g = Graph(name)
+    x = g.input("x", g.dtype, ["batch", seq, d])
+    for i in range(layers):
+        x = moe_ffn(g, x, f"layers.{i}.mlp", d, ffn, experts, top_k, gating=gating,
+                    shared_ffn=shared_ffn)
+    g.output(x, "y", g.dtype, ["batch", seq, d])
+    return g.model()
+
+
 def write(name, path, seq=None):
     build, _, _ = MODELS[name]
     model = build(seq) if seq else build()
@@ -830,7 +844,8 @@ def main():
     ap.add_argument("--list", action="store_true",
                     help="list models with their published parameter counts")
     shape = ap.add_argument_group("a GPT of any shape (name 'gpt'; 'ffn': a "
-                                  "stack of --layers dense layers of width --hidden)")
+                                  "stack of --layers dense layers of width --hidden; "
+                                  "'moe': --layers mixture-of-experts blocks alone)")
     shape.add_argument("--layers", type=int)
     shape.add_argument("--hidden", type=int)
     shape.add_argument("--heads", type=int)
@@ -843,7 +858,26 @@ def main():
                        help="gpt: key-value heads (grouped-query attention; default --heads)")
     shape.add_argument("--untied", action="store_true",
                        help="gpt: an output head of its own, not the embedding's")
+    shape.add_argument("--experts", type=int, help="moe: routed experts")
+    shape.add_argument("--top-k", type=int, help="moe: experts per token")
+    shape.add_argument("--shared-ffn", type=int,
+                       help="moe: a shared expert of this width beside the routed ones")
+    shape.add_argument("--gating", choices=["softmax", "sigmoid_norm", "topk_softmax"],
+                       default="softmax", help="moe: the router's scores (default softmax)")
     args = ap.parse_args()
+    if args.name == "moe":
+        if not (args.layers and args.hidden and args.ffn and args.experts and args.top_k):
+            print("generate.py: error: moe needs --layers, --hidden, --ffn, --experts and "
+                  "--top-k", file=sys.stderr)
+            return 2
+        if not 0 < args.top_k <= args.experts:
+            print("generate.py: error: --top-k must be 1 to --experts", file=sys.stderr)
+            return 2
+        model = moe_stack("moe", args.layers, args.hidden, args.ffn, args.experts, args.top_k,
+                          args.seq or 4096, args.shared_ffn, args.gating)
+        with open(args.output or "moe.onnx", "wb") as f:
+            f.write(model.SerializeToString())
+        return 0
     if args.name == "ffn":
         if not (args.layers and args.hidden):
             print("generate.py: error: ffn needs --layers and --hidden", file=sys.stderr)
