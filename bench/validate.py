@@ -199,6 +199,8 @@ def moe_strategy(case):
     p, t = case["parallel"], case["training"]
     vpp = p.get("vpp", 1)
     precision = "fp8" if t["precision"].startswith("fp8") else "bf16"
+    if "current scaling" in t["precision"]:  # Transformer Engine's Float8CurrentScaling
+        precision += ",fp8_recipe=tensorwise"
     overlap = "grad+param" + ("+p2p" if vpp > 1 else "")
     s = (f"tp={p['tp']},pp={p['pp']},dp={p['dp']},ep={p['ep']},cp={p.get('cp', 1)},"
          f"mbs={t['micro_batch']},gbs={t['global_batch']},zero=1,recompute=none,"
@@ -326,7 +328,7 @@ def moe_layer_group(orrery, build, groups):
           f"{'bwd pred':>9} {'fwd+bwd':>8}")
     for case in json.load(open(path))["cases"]:
         m, d = case["model"], case["dispatcher"]
-        precision = "bf16" if case["precision"] == "bf16" else "fp8"
+        precision = "bf16" if case["precision"] == "bf16" else "fp8,fp8_recipe=blockwise"
         strategy = (f"tp=1,pp=1,dp=8,ep=8,mbs={m['micro_batch']},gbs=8,zero=1,"
                     f"recompute=none,precision={precision}")
         if d["token_dispatcher"] == "flex":  # DeepEP, or HybridEP which sends the same way
@@ -585,7 +587,7 @@ def torchtitan_strategy(case):
     s = (f"tp={case['tp']},pp={pp},dp={case['dp']},cp={case['cp']},mbs={mbs},"
          f"gbs={case['local_batch'] * case['dp']},zero=3,"
          f"recompute={'op' if case['ac'] == 'selective' else case['ac']},"
-         f"precision={'fp8' if case['float8'] else 'bf16'},sp={1 if case['tp'] > 1 else 0},"
+         f"precision={'fp8,fp8_recipe=tensorwise' if case['float8'] else 'bf16'},sp={1 if case['tp'] > 1 else 0},"
          f"overlap={overlap}")
     if case.get("schedule") == "interleaved":
         s += ",vpp=2"

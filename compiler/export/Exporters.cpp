@@ -236,9 +236,10 @@ llvm::Expected<std::string> megatron(const ExportPlan &p) {
   case Precision::FP16:
     flag("--fp16");
     break;
-  case Precision::FP8:
+  case Precision::FP8: // delayed or current (tensorwise) per-tensor scaling
     flag("--bf16");
     flag("--fp8-format", "hybrid");
+    flag("--fp8-recipe", fp8RecipeName(s.fp8Recipe));
     break;
   case Precision::MXFP8: // E4M3 blocks both ways, as MXFP8 runs
     flag("--bf16");

@@ -524,6 +524,28 @@ const Refusal kCommon[] = {
               "recipe), which Megatron-LM states (--fp8-recipe mxfp8) and "
               "this target does not; plan with fp8 or bf16";
      }},
+    // The fp8 recipes: Megatron-LM core_r0.12 states delayed and
+    // tensorwise (--fp8-recipe; blockwise from core_r0.14);
+    // torchtitan's float8 converter (torchao) scales each tensor from its
+    // current amax, as tensorwise does.
+    {Capability::Precision,
+     [](const Plan &p, const std::string &f) {
+       const Strategy &s = p.strategy;
+       return s.precision == Precision::FP8 &&
+              ((f == "megatron" && s.fp8Recipe == Fp8Recipe::Blockwise) ||
+               (f == "torchtitan" && s.fp8Recipe != Fp8Recipe::Tensorwise));
+     },
+     [](const Plan &p) -> std::string {
+       if (p.strategy.fp8Recipe == Fp8Recipe::Blockwise)
+         return "the plan scales fp8 blockwise (fp8_recipe=blockwise), which "
+                "Megatron-LM states from core_r0.14 on; core_r0.12's "
+                "--fp8-recipe takes delayed, tensorwise and mxfp8: plan "
+                "with fp8_recipe=tensorwise or delayed";
+       return std::string("the plan scales fp8 with Transformer Engine's ") +
+              fp8RecipeName(p.strategy.fp8Recipe) +
+              " recipe; torchtitan's float8 converter (torchao) scales each "
+              "tensor from its current amax: plan with fp8_recipe=tensorwise";
+     }},
     // DeepEP's dispatch kernels: Megatron-Core's flex token dispatcher
     // (--moe-token-dispatcher-type flex --moe-enable-deepep) runs them;
     // the other targets move tokens by NCCL's all-to-all.

@@ -75,6 +75,8 @@ static ojson strategyJson(const Strategy &s) {
   j["offload_optimizer"] = s.offloadOptimizer;
   j["offload_activations"] = s.offloadActivations;
   j["precision"] = precisionName(s.precision);
+  if (s.precision == Precision::FP8)
+    j["fp8_recipe"] = fp8RecipeName(s.fp8Recipe);
   j["device_order"] = s.order;
   j["layers_per_stage"] = s.stageLayers;
   j["overlap"] = {{"grad_reduce", s.overlapGradReduce},
@@ -566,6 +568,19 @@ static llvm::Expected<Strategy> strategyFromPlanImpl(const nlohmann::json &plan,
   else
     return err(what +
                ": strategy.precision: must be fp32, tf32, fp16, bf16, fp8, mxfp8, nvfp4 or mxfp4");
+  // Plans written before it scaled fp8 as delayed scaling does.
+  if (j.contains("fp8_recipe")) {
+    auto r = j["fp8_recipe"].is_string()
+                 ? fp8RecipeFromName(j["fp8_recipe"].get<std::string>())
+                 : std::nullopt;
+    if (!r)
+      return err(what + ": strategy.fp8_recipe: must be \"delayed\", "
+                        "\"tensorwise\" or \"blockwise\"");
+    if (s.precision != Precision::FP8)
+      return err(what + ": strategy.fp8_recipe: scales fp8; the precision "
+                        "is " + precisionName(s.precision));
+    s.fp8Recipe = *r;
+  }
   if (j.contains("device_order")) {
     if (!j["device_order"].is_array())
       return err(what + ": strategy.device_order: must be a list");
@@ -903,6 +918,7 @@ const FieldType kStrategyFields[] = {
     {"ep", K::Integer},
     {"expert_tensor_parallel", K::Integer},
     {"moe_dispatcher", K::String},
+    {"fp8_recipe", K::String},
     {"moe_load_imbalance_ratio", K::Number},
     {"moe_capacity_factor", K::Number},
     {"virtual_stages", K::Integer},

@@ -167,6 +167,7 @@ const KindTable &Search::table(int pool, int tp, int64_t mbs, Recompute rec) {
   s.globalBatch = mbs;
   s.recompute = rec;
   s.precision = o.precision;
+  s.fp8Recipe = o.fp8Recipe;
   s.sequenceParallel = true;
   s.stageLayers = {int(sequence.size())};
   StagePlacement at = stageOn(ng, tp);

@@ -811,6 +811,7 @@ void PlanSearch::searchShape(SearchState &st, int tp, int cp, int pp) {
         s.sequenceParallel = tp > 1; // same traffic, less memory
         s.recompute = rec;
         s.precision = o.precision;
+        s.fp8Recipe = o.fp8Recipe;
         s.moeImbalance = o.moeImbalance;
         s.moeCapacity = o.moeCapacity;
         priceCandidate(st, s, fitting, floors, dp);

@@ -260,6 +260,7 @@ private:
   const LayerTraining &training;
   int loraRank;
   llvm::DenseSet<Value> core;
+  llvm::DenseSet<Value> gemmInputs; // the roots weighted GEMMs read
   llvm::DenseSet<Type> scoreTypes;
   llvm::DenseMap<Operation *, size_t> opIndex;
   // Contractions whose weight is frozen (their inputs are kept for no
@@ -285,8 +286,21 @@ private:
       c.attentionCore = true;
     fuseWithPrevious(op, c);
     fineTune(op, c);
+    markSharedGemmInput(op, c);
     opIndex[&op] = kind.ops.size();
     kind.ops.push_back(std::move(c));
+  }
+
+  /// A weighted GEMM whose input an earlier one of the layer reads too
+  /// (Q, K and V, or gate and up, written as GEMMs of their own): the
+  /// frameworks run them as one (Megatron-Core's linear_qkv, linear_fc1),
+  /// whose fp8 quantization of that input happens once.
+  void markSharedGemmInput(Operation &op, OpCost &c) {
+    if (!c.weighted)
+      return;
+    for (Value v : op.getOperands())
+      if (isActivation(v) && !gemmInputs.insert(storageRoot(v)).second)
+        c.inputQuantizedBefore = true;
   }
 
   /// The op's flops, bytes, GEMM shape, kernel class and backward.

@@ -24,6 +24,52 @@ double Simulation::opTime(const DeviceSpec &dev, double flops, double bytes,
                        kernels);
 }
 
+/// Transformer Engine's quantization passes before an fp8 GEMM, by recipe
+/// (docs/fp8-recipe-sources.md section 2), per 16-bit element:
+/// - delayed: one kernel reads it (2 bytes) and writes the fp8 copy and,
+///   where the tensor cores take fp8 row-major only (before Blackwell),
+///   its transpose for the other GEMM (1 + 1); the amax is recorded in
+///   the same pass, and a grouped GEMM's experts share one multi-tensor
+///   kernel;
+/// - tensorwise (current scaling): an amax pass reads it, a one-thread
+///   kernel makes the scale, then the cast as above: three kernels a
+///   tensor, each expert one;
+/// - blockwise and mxfp8: one kernel writes the row-wise and the
+///   column-wise copies from the 16-bit source, with a scale per block
+///   (4 bytes a 128 / 1 byte a 32 elements, each copy), each expert one.
+/// These passes run at a row reduction's share of HBM bandwidth, not an
+/// elementwise one's: TE's GEMM profiling guide measures delayed scaling's
+/// quantization on an H200 at 2.19 ms for 1.04e9 elements (4 bytes each,
+/// 40 % of HBM), which the reduction class prices at 2.15 ms, and current
+/// scaling's at 3.5 ms (priced 3.3).
+double Simulation::quantizeTime(const DeviceSpec &dev, double bytes16,
+                                int tensors, double &moved) const {
+  double elements = bytes16 / 2;
+  bool transposeCopy = !dev.hasTensorCores(Precision::MXFP8);
+  double write = transposeCopy ? 2 : 1;
+  int kernels = 1, perTensor = 1;
+  double read = 2;
+  if (s.precision == Precision::MXFP8) {
+    write = 2 + 2.0 / 32;
+    perTensor = tensors;
+  } else if (s.fp8Recipe == Fp8Recipe::Blockwise) {
+    write = 2 + 2 * 4.0 / 128;
+    perTensor = tensors;
+  } else if (s.fp8Recipe == Fp8Recipe::Tensorwise) {
+    read = 4; // the amax pass, then the cast
+    kernels = 3;
+    perTensor = tensors;
+  }
+  moved = elements * (read + write);
+  return opTime(dev, 0, moved, KernelClass::Reduction, kernels * perTensor);
+}
+
+double Simulation::blockwiseGemmFactor(const DeviceSpec &dev) const {
+  auto it = dev.peakFlopPerS.find("fp8_blockwise");
+  double rate = it == dev.peakFlopPerS.end() ? 0 : it->second;
+  return rate > 0 ? dev.tensorPeak(Precision::FP8) / rate : 1;
+}
+
 /// A fused attention kernel's times (the ring's blocks, each a call of its
 /// own) and context parallelism's sends, merges or all-to-alls around it.
 void Simulation::priceAttention(const OpCost &op, const StagePlacement &p,
@@ -167,7 +213,18 @@ OpPrice Simulation::priceOp(const OpCost &op, const LayerKind &k,
   bool fp8 = isFp8(s.precision) && op.weighted && k.count > 1;
   Precision prec =
       isFp8(s.precision) && !fp8 ? Precision::BF16 : s.precision;
-  double fwd = opTime(dev, f, bytes, cls, kernels, prec);
+  // Blockwise scaling: Blackwell runs its GEMMs as mxfp8; Hopper's cuBLAS
+  // emulates the block scales in software, at the catalog's fp8_blockwise
+  // rate (the GEMM's work priced that much larger; its FLOPs stay).
+  double work = 1;
+  if (fp8 && s.precision == Precision::FP8 &&
+      s.fp8Recipe == Fp8Recipe::Blockwise) {
+    if (dev.hasTensorCores(Precision::MXFP8))
+      prec = Precision::MXFP8;
+    else
+      work = blockwiseGemmFactor(dev);
+  }
+  double fwd = opTime(dev, f * work, bytes, cls, kernels, prec);
   // Backward: what the op's gradients read and write, else two kernels per
   // contraction (input and weight gradients), each moving about the
   // forward's bytes. A fused chain's backward is fused too.
@@ -190,7 +247,7 @@ OpPrice Simulation::priceOp(const OpCost &op, const LayerKind &k,
   double backWeight =
       op.backwardBytes >= 0 ? 0 : std::min(backMoved, 2 * weightMoved);
   double bwd =
-      opTime(dev, b, ((backMoved - backWeight) * sc + backWeight) / split,
+      opTime(dev, b * work, ((backMoved - backWeight) * sc + backWeight) / split,
              backCls, backKernels, prec);
   if (op.experts > 1) {
     // The device runs its E/ep local experts as one grouped GEMM: E/ep
@@ -216,23 +273,37 @@ OpPrice Simulation::priceOp(const OpCost &op, const LayerKind &k,
     double tokensFwd = std::max(0.0, moved - expertWeights) * sc / split,
            tokensBwd =
                std::max(0.0, backMoved - 2 * expertWeights) * sc / split;
-    fwd = local * opTime(dev, load * f / local,
+    fwd = local * opTime(dev, load * f * work / local,
                          (load * tokensFwd + ownWeights / split) / local, cls,
                          0, prec) +
           kernels * km.kernelLaunchS;
-    bwd = local * opTime(dev, load * b / local,
+    bwd = local * opTime(dev, load * b * work / local,
                          (load * tokensBwd + 2 * ownWeights / split) / local,
                          backCls, 0, prec) +
           backKernels * km.kernelLaunchS;
   }
   if (fp8) {
-    // Its input cast to fp8 and transposed for the weight gradient
-    // (read 2 bytes, write 1 + 1 per element) before the forward GEMM,
-    // the output gradient likewise before the backward ones.
-    o.castForwardS = opTime(dev, 0, 2.0 * op.activationInputBytes * sc / split,
-                            KernelClass::Pointwise, 1);
-    o.castBackwardS = opTime(dev, 0, 2.0 * op.outputBytes * sc / split,
-                             KernelClass::Pointwise, 1);
+    // Its input quantized before the forward GEMM, the output gradient
+    // before the backward ones, as the recipe does (quantizeTime); a
+    // grouped GEMM's experts each a tensor of their own.
+    int tensors = op.experts > 1 ? std::max(1, o.localExperts) : 1;
+    double load = op.experts > 1 ? s.expertLoad() : 1;
+    if (!op.inputQuantizedBefore)
+      o.castForwardS = quantizeTime(
+          dev, load * double(op.activationInputBytes) * sc / split, tensors,
+          o.castForwardBytes);
+    o.castBackwardS =
+        quantizeTime(dev, load * double(op.outputBytes) * sc / split, tensors,
+                     o.castBackwardBytes);
+    // Current scaling under sequence parallelism agrees on one amax over
+    // the tp ranks, blocking: a column-parallel GEMM's input, a
+    // row-parallel one's output gradient (Transformer Engine's
+    // with_amax_reduction).
+    if (s.precision == Precision::FP8 && s.fp8Recipe == Fp8Recipe::Tensorwise &&
+        s.sequenceParallel && tpDeg > 1 && op.tensorParallel &&
+        !(op.experts > 1 && s.expertsFolded()))
+      (op.tpAllReduceForwardBytes > 0 ? o.castBackwardS : o.castForwardS) +=
+          collectiveTime(CollectiveKind::AllReduce, 4, p.tpGroup);
     fwd += o.castForwardS;
     bwd += o.castBackwardS;
   }

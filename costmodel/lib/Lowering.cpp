@@ -439,8 +439,7 @@ void PipelineLowering::opForward(const OpCost &op, const OpPrice &o) {
     return;
   }
   if (o.castForwardS > 0)
-    compute(kernel("fp8 cast", KernelClass::Pointwise,
-                   2.0 * op.activationInputBytes * sim.scale() / o.split, 0,
+    compute(kernel("fp8 cast", KernelClass::Reduction, o.castForwardBytes, 0,
                    o.castForwardS));
   if (o.attention) {
     bool ring = o.cpRing;
@@ -507,9 +506,8 @@ void PipelineLowering::opBackward(const OpCost &op, const OpPrice &o) {
                true);
   }
   if (o.castBackwardS > 0)
-    compute(kernel("fp8 cast", KernelClass::Pointwise,
-                   2.0 * op.outputBytes * sim.scale() / o.split, 0,
-                   o.castBackwardS));
+    compute(kernel("fp8 cast", KernelClass::Reduction, o.castBackwardBytes,
+                   0, o.castBackwardS));
   if (o.attention) {
     bool ring = o.cpRing;
     if (s.cp > 1 && !ring)

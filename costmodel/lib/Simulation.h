@@ -94,8 +94,10 @@ struct OpPrice {
   /// Folded experts (etp 1): the GEMM runs whole experts on the tokens the
   /// tp ranks split (split divides its rows), with no tp collectives.
   bool foldedExperts = false;
-  /// fp8: the casts before the forward and the backward GEMMs.
+  /// fp8: the casts before the forward and the backward GEMMs (the fp8
+  /// recipe's quantization passes), and the bytes they move.
   double castForwardS = 0, castBackwardS = 0;
+  double castForwardBytes = 0, castBackwardBytes = 0;
   /// Tensor-parallel collectives (bytes per rank, seconds).
   double tpRowAllReduceBytes = 0, tpColumnAllReduceBytes = 0, tpGatherBytes = 0,
          tpHaloBytes = 0;
@@ -384,6 +386,14 @@ public:
   }
   double opTime(const DeviceSpec &dev, double flops, double bytes,
                 KernelClass c, int kernels, Precision precision) const;
+  /// The fp8 recipe's quantization of a GEMM operand of `bytes16` bytes in
+  /// 16 bits, held as `tensors` tensors (a grouped GEMM's experts):
+  /// seconds, and the bytes its passes move into `moved`.
+  double quantizeTime(const DeviceSpec &dev, double bytes16, int tensors,
+                      double &moved) const;
+  /// How much longer than a per-tensor one a blockwise-scaled fp8 GEMM
+  /// takes on dev (1 where the device runs it as mxfp8).
+  double blockwiseGemmFactor(const DeviceSpec &dev) const;
   /// Layer k's weight traffic on placement p (LayerPricing.cpp).
   /// The slowdown of GEMMs a tensor-parallel reduce-scatter overlaps
   /// (Transformer Engine's communication SMs), 1 for none.

@@ -127,6 +127,15 @@ llvm::Error Simulation::checkDevices(StepResult &r) const {
       return err("strategy: precision=fp8: " + p.device->name +
                  " has no fp8 tensor cores (Transformer Engine runs fp8 on "
                  "Hopper, Ada and later)");
+    if (s.precision == Precision::FP8 &&
+        s.fp8Recipe == Fp8Recipe::Blockwise &&
+        !p.device->hasTensorCores(Precision::MXFP8) &&
+        !p.device->peakFlopPerS.count("fp8_blockwise"))
+      return err("strategy: fp8_recipe=blockwise: " + p.device->name +
+                 " runs no block-scaled fp8 GEMM (Transformer Engine's "
+                 "blockwise recipe runs on Hopper, emulated by cuBLAS, and "
+                 "on Blackwell as mxfp8; the catalog lists no fp8_blockwise "
+                 "or mxfp8 rate for it)");
     if (!p.device->hasTensorCores(s.precision) &&
         !llvm::is_contained(r.precisionFallbackDevices, p.device->name))
       r.precisionFallbackDevices.push_back(p.device->name);

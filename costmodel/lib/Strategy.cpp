@@ -43,6 +43,20 @@ const char *moeDispatcherName(MoeDispatcher d) {
   return d == MoeDispatcher::AllToAll ? "alltoall" : "deepep";
 }
 
+const char *fp8RecipeName(Fp8Recipe r) {
+  return r == Fp8Recipe::Delayed      ? "delayed"
+         : r == Fp8Recipe::Tensorwise ? "tensorwise"
+                                      : "blockwise";
+}
+
+std::optional<Fp8Recipe> fp8RecipeFromName(const std::string &name) {
+  for (Fp8Recipe r :
+       {Fp8Recipe::Delayed, Fp8Recipe::Tensorwise, Fp8Recipe::Blockwise})
+    if (name == fp8RecipeName(r))
+      return r;
+  return std::nullopt;
+}
+
 std::optional<Schedule> scheduleFromName(const std::string &name) {
   for (Schedule s :
        {Schedule::GPipe, Schedule::OneFOneB, Schedule::Interleaved,
@@ -188,6 +202,8 @@ std::string Strategy::str() const {
     s += std::string(",cp_comm=") + cpCommName(cpComm);
   if (dispatcher != MoeDispatcher::AllToAll)
     s += std::string(",moe_dispatcher=") + moeDispatcherName(dispatcher);
+  if (fp8Recipe != Fp8Recipe::Delayed)
+    s += std::string(",fp8_recipe=") + fp8RecipeName(fp8Recipe);
   if (overlapName() != "grad+param")
     s += ",overlap=" + overlapName();
   if (!stageLayers.empty()) {
@@ -428,6 +444,11 @@ bool wordField(const StrategyField &f, Strategy &s, bool &sdpMask,
       s.dispatcher = MoeDispatcher::DeepEP;
     else
       e = err(where + ": moe_dispatcher must be alltoall or deepep");
+  } else if (key == "fp8_recipe") {
+    if (auto r = fp8RecipeFromName(value.str()))
+      s.fp8Recipe = *r;
+    else
+      e = err(where + ": fp8_recipe must be delayed, tensorwise or blockwise");
   } else if (key == "overlap") {
     e = overlapField(f, s);
   } else if (key == "order" || key == "layers") {
@@ -465,7 +486,7 @@ llvm::Expected<Strategy> parseStrategy(const std::string &text) {
               "sp, tpbatch, vpp, schedule, mbs, gbs, "
               "zero, recompute, recompute_layers, recompute_kinds, sdp, "
               "mg_coarsen, mg_iters, offload, precision, layers, order, "
-              "overlap, cp_comm, moe_dispatcher)");
+              "overlap, cp_comm, moe_dispatcher, fp8_recipe)");
     if (e)
       return std::move(e);
     if (f.key == "mg_coarsen" || f.key == "mg_iters")
@@ -473,6 +494,9 @@ llvm::Expected<Strategy> parseStrategy(const std::string &text) {
   }
   if (sdpMask && s.subnetworkFraction == 0)
     return err("--strategy '" + text + "': sdp_mask applies with sdp only");
+  if (seen.count("fp8_recipe") && s.precision != Precision::FP8)
+    return err("--strategy '" + text + "': fp8_recipe scales fp8: it needs "
+               "precision=fp8 (mxfp8 is a recipe of its own)");
   // MGRIT's knobs price nothing under another schedule.
   if (!mgKey.empty() && s.schedule != Schedule::LayerParallelMgrit)
     return err("--strategy '" + text + "': " + mgKey +

@@ -48,6 +48,8 @@ PLANS = [
      "tp=1,pp=2,dp=8,ep=8,mbs=1,gbs=64,recompute=selective,recompute_modules=mla_up_proj+moe_act"),
     ("offload optimizer", FIXTURE, "8xA100-80G", "dp=8,zero=1,mbs=2,gbs=64,offload=optimizer,overlap=grad"),
     ("fp8", "llama2-7b", "8xH100-SXM", "tp=8,sp=1,mbs=1,gbs=16,precision=fp8"),
+    ("fp8 current scaling", "llama2-7b", "8xH100-SXM",
+     "tp=8,sp=1,mbs=1,gbs=16,precision=fp8,fp8_recipe=tensorwise"),
     ("fp16", FIXTURE, "8xA100-80G", "tp=2,dp=4,mbs=2,gbs=64,precision=fp16"),
     ("cp ring", "llama2-7b", "8xH100-SXM", "tp=2,cp=2,dp=2,sp=1,mbs=1,gbs=16"),
     ("cp all-to-all", "llama2-7b", "8xH100-SXM", "tp=2,cp=2,dp=2,sp=1,mbs=1,gbs=16,cp_comm=all-to-all"),
@@ -74,6 +76,8 @@ REFUSED = [
     ("experts tp without sp", "mixtral-8x7b", "4x8xH100-SXM", "tp=2,pp=2,dp=8,ep=8,sp=0,mbs=1,gbs=64", "sequence parallelism"),
     ("on a TPU", "llama2-7b", "8xTPU-v5p", "tp=4,dp=2,mbs=1,gbs=16", "does not run on"),
     ("a CNN", "resnet50", "8xA100-80G", "dp=8,mbs=32,gbs=256", "not transformer blocks"),
+    ("fp8 blockwise", "llama2-7b", "8xH100-SXM", "tp=8,sp=1,mbs=1,gbs=16,precision=fp8,fp8_recipe=blockwise",
+     "from core_r0.14 on"),
 ]
 
 

@@ -171,6 +171,10 @@ llvm::Expected<PlanOptions> planOptions(PlanSetup &setup,
                  "': expected fp32, tf32, fp16, bf16, fp8 or mxfp8");
   }
   options.precision = prec->precision;
+  // torchtitan's float8 converter (torchao) scales each tensor from its
+  // current amax; Megatron-LM's default is delayed scaling.
+  if (framework == "torchtitan")
+    options.fp8Recipe = Fp8Recipe::Tensorwise;
   if (!(request.moeImbalance >= 1 && request.moeImbalance <= kMaxExpertLoad))
     return error("--moe-imbalance " + printableNumber(request.moeImbalance) +
                  ": expected the busiest expert-parallel rank's tokens over "
@@ -345,8 +349,11 @@ llvm::Expected<PlanOutcome> searchPlan(const PlanSetup &setup,
     if (s->globalBatch == 0)
       s->globalBatch = options.globalBatch;
     // --precision applies where the strategy names none; never ignored.
-    if (request.fixedStrategy.find("precision=") == std::string::npos)
+    if (request.fixedStrategy.find("precision=") == std::string::npos) {
       s->precision = options.precision;
+      if (request.fixedStrategy.find("fp8_recipe=") == std::string::npos)
+        s->fp8Recipe = options.fp8Recipe;
+    }
     else if (!request.precision.empty() && s->precision != options.precision)
       return error("--precision " + request.precision +
                    ": the strategy names precision=" +

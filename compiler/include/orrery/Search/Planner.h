@@ -30,6 +30,9 @@ struct PlanOptions {
   double budgetUsdPerHour = 0;
   int topK = 5;
   Precision precision = Precision::BF16;
+  /// How fp8 is scaled (precision fp8): Megatron-LM's default, delayed
+  /// scaling, or the framework's own (torchtitan's torchao: tensorwise).
+  Fp8Recipe fp8Recipe = Fp8Recipe::Delayed;
   /// Mixture of experts: the routing's stated imbalance and the experts'
   /// capacity factor every candidate is priced with (Strategy fields).
   double moeImbalance = 1, moeCapacity = 0;

@@ -97,6 +97,15 @@ enum class CpComm { Ring, AllToAll };
 /// node it is routed to and is forwarded there over NVLink, and reaches
 /// each rank once however many of its experts that rank holds.
 enum class MoeDispatcher { AllToAll, DeepEP };
+/// How Transformer Engine scales fp8 (`fp8_recipe`, Megatron-Core's
+/// `--fp8-recipe`; precision=fp8 only, mxfp8 being its own recipe):
+/// delayed scaling (a scale from the amax history; one pass casts a
+/// tensor and records its amax; Megatron's default), current per-tensor
+/// scaling (`tensorwise`: an amax pass over the tensor, then the cast), or
+/// blockwise scaling (DeepSeek-V3's 1x128 activations and 128x128
+/// weights, each block its own scale; one pass, and a GEMM that Hopper
+/// runs emulated in software). docs/costmodel.md, "Precision".
+enum class Fp8Recipe { Delayed, Tensorwise, Blockwise };
 
 /// The largest `moe_imbalance` and `moe_capacity` accepted (a spread or a
 /// padding beyond it is a mistake, not a routing).
@@ -224,6 +233,7 @@ struct Strategy {
   /// off.
   int phantomGhosts = 0;
   Precision precision = Precision::BF16;
+  Fp8Recipe fp8Recipe = Fp8Recipe::Delayed;
   /// Layers per pipeline stage (model layers, embedding and head counted as
   /// layers); empty = as even as the layer costs allow.
   std::vector<int> stageLayers;
@@ -260,6 +270,9 @@ const char *recomputeName(Recompute r);
 const char *cpCommName(CpComm c);
 /// "alltoall" or "deepep".
 const char *moeDispatcherName(MoeDispatcher d);
+/// "delayed", "tensorwise" or "blockwise" (Megatron-Core's names).
+const char *fp8RecipeName(Fp8Recipe r);
+std::optional<Fp8Recipe> fp8RecipeFromName(const std::string &name);
 std::optional<Schedule> scheduleFromName(const std::string &name);
 std::optional<Recompute> recomputeFromName(const std::string &name);
 /// Sets `bits` to the RecomputeModule bits of Megatron's module names;

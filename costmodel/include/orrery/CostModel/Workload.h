@@ -38,6 +38,10 @@ struct OpCost {
   /// Transformer Engine. Its activation operands' and its result's bytes.
   bool weighted = false;
   int64_t activationInputBytes = 0, outputBytes = 0;
+  /// Another weighted GEMM of the layer reads the same input before this
+  /// one (Q, K and V, gate and up as GEMMs of their own): the framework's
+  /// fused projection quantizes it for fp8 once, in that GEMM.
+  bool inputQuantizedBefore = false;
   /// A mixture-of-experts GEMM: one batched product over `experts` expert
   /// weights ([E, tokens, d] x [E, d, f]); expert parallelism splits it.
   int experts = 0;
