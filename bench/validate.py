@@ -202,6 +202,9 @@ def moe_strategy(case):
     if "current scaling" in t["precision"]:  # Transformer Engine's Float8CurrentScaling
         precision += ",fp8_recipe=tensorwise"
     overlap = "grad+param" + ("+p2p" if vpp > 1 else "")
+    # Megatron-Core's --overlap-moe-expert-parallel-comm (moe_a2a_overlap).
+    if "EP communication overlap" in t.get("dispatcher", ""):
+        overlap += "+ep"
     s = (f"tp={p['tp']},pp={p['pp']},dp={p['dp']},ep={p['ep']},cp={p.get('cp', 1)},"
          f"mbs={t['micro_batch']},gbs={t['global_batch']},zero=1,recompute=none,"
          f"precision={precision},overlap={overlap},sp={1 if p['tp'] > 1 else 0}")
@@ -355,8 +358,10 @@ def moe_note(case):
            else "from tokens/s/GPU" if "tokens_per_s_per_gpu" in m
            else "from TFLOP/s (Megatron-Core's FLOPs)")
     fold = "f" if p.get("etp", p["tp"]) != p["tp"] else ""
+    overlap = (", EP overlap" if "EP communication overlap" in
+               case["training"].get("dispatcher", "") else "")
     return (f"{how}; tp{p['tp']} pp{p['pp']} ep{p['ep']}{fold} dp{p['dp']}, "
-            f"{case['training']['precision'].split(' ')[0]}")
+            f"{case['training']['precision'].split(' ')[0]}{overlap}")
 
 
 # AMP (Li et al., NeurIPS'22) on 3 AWS p3.8xlarge (4 V100-16G each) and 1
@@ -913,9 +918,11 @@ def main():
     for case in json.load(open(os.path.join(HERE, "published", "moe_runs.json")))["cases"]:
         result, error = simulate(orrery, named_model(args.build, case["model"]),
                                  moe_cluster(case), moe_strategy(case))
+        peak = case["measured"].get("peak_allocated_gib_rank0")
         add_case(groups.setdefault(case["group"], []), case["id"],
                  case["derived"]["iteration_time_s"], result, error,
-                 moe_note(case), group=case["group"])
+                 moe_note(case), group=case["group"],
+                 memory_bytes=(peak * 2**30, "max") if peak else None)
 
     # Megatron-Bridge's Blackwell and H100 pre-training tables.
     megatron_bridge_group(orrery, args.build, groups)

@@ -546,6 +546,16 @@ const Refusal kCommon[] = {
               " recipe; torchtitan's float8 converter (torchao) scales each "
               "tensor from its current amax: plan with fp8_recipe=tensorwise";
      }},
+    // Megatron-Core's --overlap-moe-expert-parallel-comm (from core_r0.14);
+    // no target this project writes states it.
+    {Capability::Experts,
+     [](const Plan &p, const std::string &) { return p.strategy.overlapEp; },
+     [](const Plan &) -> std::string {
+       return "the plan overlaps the expert all-to-alls with another "
+              "micro-batch's compute (overlap=ep, Megatron-Core's "
+              "--overlap-moe-expert-parallel-comm from core_r0.14 on), "
+              "which this target does not state; plan without it";
+     }},
     // DeepEP's dispatch kernels: Megatron-Core's flex token dispatcher
     // (--moe-token-dispatcher-type flex --moe-enable-deepep) runs them;
     // the other targets move tokens by NCCL's all-to-all.

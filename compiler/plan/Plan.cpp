@@ -82,7 +82,8 @@ static ojson strategyJson(const Strategy &s) {
   j["overlap"] = {{"grad_reduce", s.overlapGradReduce},
                   {"param_gather", s.overlapParamGather},
                   {"tp_comm", s.overlapTpComm},
-                  {"p2p", s.overlapP2p}};
+                  {"p2p", s.overlapP2p},
+                  {"expert_all_to_all", s.overlapEp}};
   j["cli"] = s.str();
   return j;
 }
@@ -474,7 +475,8 @@ static llvm::Expected<Strategy> strategyFromPlanImpl(const nlohmann::json &plan,
                            {{"grad_reduce", &s.overlapGradReduce},
                             {"param_gather", &s.overlapParamGather},
                             {"tp_comm", &s.overlapTpComm},
-                            {"p2p", &s.overlapP2p}}))
+                            {"p2p", &s.overlapP2p},
+                            {"expert_all_to_all", &s.overlapEp}}))
     return std::move(e);
   if (auto sc = scheduleFromName(j.value("schedule", "")))
     s.schedule = *sc;
@@ -945,6 +947,7 @@ const FieldType kStrategyFields[] = {
     {"offload_activations", K::Boolean},
     {"offload_optimizer", K::Boolean},
     {"overlap", K::Object},
+    {"overlap.expert_all_to_all", K::Boolean},
     {"overlap.grad_reduce", K::Boolean},
     {"overlap.p2p", K::Boolean},
     {"overlap.param_gather", K::Boolean},

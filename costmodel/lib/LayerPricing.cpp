@@ -458,6 +458,19 @@ double Simulation::tpOverlapMargin(const DeviceSpec &dev) const {
   return double(dev.smCount) / double(dev.smCount - kTeCommSms);
 }
 
+/// The slowdown of compute an expert all-to-all overlaps (overlap=ep):
+/// its kernels hold 32 SMs while they run, as Megatron-Bridge configures
+/// HybridEP (moe_hybridep_num_sms = 32, scripts/performance/utils/
+/// overrides.py) and as NCCL's all-to-all may (its point-to-point channels,
+/// a CTA each, up to NCCL_MAX_P2P_NCHANNELS = MAXCHANNELS = 32); none where
+/// the catalog states no SM count.
+double Simulation::epOverlapMargin(const DeviceSpec &dev) const {
+  constexpr int kEpCommSms = 32;
+  if (dev.smCount <= 2 * kEpCommSms)
+    return 1.0;
+  return double(dev.smCount) / double(dev.smCount - kEpCommSms);
+}
+
 WeightTraffic Simulation::weightTraffic(const LayerKind &k,
                                         const StagePlacement &p) const {
   WeightTraffic w;
@@ -544,9 +557,40 @@ void Simulation::addWeightTraffic(const LayerKind &k, const StagePlacement &p,
                                                      t.backwardComputeS)) /
                        w.zero3Spread;
   }
-  // Nothing overlaps the expert all-to-alls.
-  t.forwardEpS += 2 * w.expertAllToAllS;
-  t.backwardEpS += 2 * w.expertAllToAllS;
+  double a2a = w.expertAllToAllS;
+  if (!s.overlapEp || a2a <= 0) {
+    // Nothing overlaps the expert all-to-alls.
+    t.forwardEpS += 2 * a2a;
+    t.backwardEpS += 2 * a2a;
+    return;
+  }
+  // Megatron-Core's --overlap-moe-expert-parallel-comm (combined 1F1B): a
+  // micro-batch's forward of the layer runs beside another's backward, each
+  // all-to-all on a stream of its own against the other's compute
+  // (model_chunk_schedule_plan.py, TransformerLayerSchedulePlan.run):
+  //   comm: combine_bwd  | dispatch_fwd -> dispatch_bwd     | combine_fwd
+  //   comp: attn_fwd     | mlp_bwd -> mlp_bwd_dw -> mlp_fwd | attn_bwd
+  // where mlp is the expert block and attn the rest of the layer; each
+  // phase ends when both streams have. While an all-to-all runs, its
+  // kernels hold SMs the compute loses (epOverlapMargin). What the pair
+  // takes beyond its compute is the all-to-alls' exposed share, half to
+  // each pass.
+  double m = epOverlapMargin(*p.device);
+  auto phase = [m](double comm, double comp) {
+    return comm >= comp * m ? comm : comp + comm * (1 - 1 / m);
+  };
+  double mlpF = t.expertForwardS, mlpB = t.expertBackwardS;
+  double attnF = std::max(0.0, t.forwardComputeS - mlpF),
+         attnB = std::max(0.0, t.backwardComputeS - mlpB);
+  double mlpDgrad = mlpB / 2; // its input gradients, then its weights'
+  double middle = std::max({phase(2 * a2a, mlpB + mlpF),
+                            std::max(a2a, mlpDgrad) + a2a,
+                            std::max(mlpB, a2a) + mlpF});
+  double pair = phase(a2a, attnF) + middle + phase(a2a, attnB);
+  double exposed =
+      std::max(0.0, pair - (t.forwardComputeS + t.backwardComputeS));
+  t.forwardEpS += exposed / 2;
+  t.backwardEpS += exposed / 2;
 }
 
 /// The activations the layer keeps and works in, by recompute.
@@ -636,10 +680,22 @@ LayerTime Simulation::layerTime(const LayerKind &k, const StagePlacement &p,
   std::vector<TpOverlap> overlapped;
   bool perOp = strategyRecompute == Recompute::Op && !k.noBackward;
   int matmuls = 0; // recompute=op counts the block's matmuls
-  for (const OpCost &op : k.ops) {
+  // The expert block: from the first expert GEMM to the last.
+  size_t firstExpert = k.ops.size(), lastExpert = 0;
+  for (size_t i = 0; i < k.ops.size(); ++i)
+    if (k.ops[i].experts > 1) {
+      firstExpert = std::min(firstExpert, i);
+      lastExpert = i;
+    }
+  for (size_t i = 0; i < k.ops.size(); ++i) {
+    const OpCost &op = k.ops[i];
     if (op.view)
       continue;
     OpPrice o = priceOp(op, k, p);
+    if (i >= firstExpert && i <= lastExpert) {
+      t.expertForwardS += o.forwardS;
+      t.expertBackwardS += o.backwardS;
+    }
     t.forwardComputeS += o.cpMergeForwardS;
     t.backwardComputeS += o.cpMergeBackwardS;
     addContextParallel(o, t);

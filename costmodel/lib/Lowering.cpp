@@ -1061,6 +1061,9 @@ static llvm::Error refuseUnsupported(const Strategy &s) {
     return err("lower: recompute_modules: the lowering re-runs the attention "
                "core only (simulate, plan and the Megatron-LM export take "
                "the other modules)");
+  if (s.overlapEp)
+    return err("lower: overlap=ep: the lowering does not write Megatron-"
+               "Core's paired forward and backward layers (combined 1F1B)");
   if (s.dispatcher == MoeDispatcher::DeepEP)
     return err("lower: moe_dispatcher=deepep: the runtime moves tokens by "
                "NCCL's all-to-all, not DeepEP's kernels (simulate, plan and "

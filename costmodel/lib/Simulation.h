@@ -33,6 +33,10 @@ struct LayerTime {
   double forwardCpSendS = 0, backwardCpSendS = 0;
   /// Expert parallelism's token all-to-alls (dispatch and combine).
   double forwardEpS = 0, backwardEpS = 0;
+  /// Of the compute, the expert block's (from the first expert GEMM to the
+  /// last): what the other side of the layer's all-to-alls overlaps under
+  /// overlap=ep.
+  double expertForwardS = 0, expertBackwardS = 0;
   /// Of backwardComputeS, the weight gradients: the second GEMM of each
   /// weighted contraction and the separate gradient accumulation (what a
   /// zero-bubble schedule defers as its W pass).
@@ -394,6 +398,8 @@ public:
   /// How much longer than a per-tensor one a blockwise-scaled fp8 GEMM
   /// takes on dev (1 where the device runs it as mxfp8).
   double blockwiseGemmFactor(const DeviceSpec &dev) const;
+  /// The slowdown of compute an expert all-to-all overlaps (overlap=ep).
+  double epOverlapMargin(const DeviceSpec &dev) const;
   /// Layer k's weight traffic on placement p (LayerPricing.cpp).
   /// The slowdown of GEMMs a tensor-parallel reduce-scatter overlaps
   /// (Transformer Engine's communication SMs), 1 for none.

@@ -134,7 +134,8 @@ std::string Strategy::overlapName() const {
        {std::pair<bool, const char *>{overlapGradReduce, "grad"},
         {overlapParamGather, "param"},
         {overlapTpComm, "tp"},
-        {overlapP2p, "p2p"}})
+        {overlapP2p, "p2p"},
+        {overlapEp, "ep"}})
     if (on)
       out += (out.empty() ? "" : "+") + std::string(name);
   return out.empty() ? "none" : out;
@@ -329,10 +330,10 @@ bool numberField(const StrategyField &f, Strategy &s, llvm::Error &e) {
   return true;
 }
 
-/// overlap=none or grad, param, tp and p2p joined by '+'.
+/// overlap=none or grad, param, tp, p2p and ep joined by '+'.
 llvm::Error overlapField(const StrategyField &f, Strategy &s) {
   s.overlapGradReduce = s.overlapParamGather = s.overlapTpComm = s.overlapP2p =
-      false;
+      s.overlapEp = false;
   if (f.value == "none")
     return llvm::Error::success();
   llvm::SmallVector<llvm::StringRef> parts;
@@ -342,10 +343,11 @@ llvm::Error overlapField(const StrategyField &f, Strategy &s) {
                  : p == "param" ? &s.overlapParamGather
                  : p == "tp"    ? &s.overlapTpComm
                  : p == "p2p"   ? &s.overlapP2p
+                 : p == "ep"    ? &s.overlapEp
                                 : nullptr;
     if (!flag)
       return err(f.where +
-                 ": overlap takes none or grad, param, tp and p2p "
+                 ": overlap takes none or grad, param, tp, p2p and ep "
                  "joined by '+', not '" +
                  p.str() + "'");
     *flag = true;
@@ -914,6 +916,38 @@ static llvm::Error checkDualPipeAndP2p(Strategy &s, const Workload &w) {
 
 /// Every integer field within its reader's range (a strategy built in code
 /// passes the same bounds as one read), before any is multiplied.
+/// overlap=ep as Megatron-Core takes --overlap-moe-expert-parallel-comm
+/// (TransformerConfig's checks): expert parallelism, the interleaved
+/// schedule when pipelined, no full recompute and no recomputed experts, a
+/// 16-bit model.
+static llvm::Error checkExpertOverlap(const Strategy &s) {
+  if (!s.overlapEp)
+    return llvm::Error::success();
+  auto refuse = [](const std::string &why) {
+    return err("strategy: overlap=ep (Megatron-Core's "
+               "--overlap-moe-expert-parallel-comm) " + why);
+  };
+  if (s.ep < 2)
+    return refuse("overlaps the expert all-to-alls: it needs ep > 1");
+  if (s.pp > 1 && s.schedule != Schedule::Interleaved)
+    return refuse("with pp=" + std::to_string(s.pp) +
+                  " runs the interleaved schedule: give vpp > 1");
+  if (s.pp == 1 && s.schedule != Schedule::OneFOneB)
+    return refuse("pairs each micro-batch's forward with another's "
+                  "backward: schedule=" + std::string(scheduleName(s.schedule)) +
+                  " is not that");
+  if (s.recompute == Recompute::Full)
+    return refuse("does not take full recompute");
+  if (s.recompute == Recompute::Selective &&
+      (s.recomputeModules & kRecomputeMoe))
+    return refuse("does not take the experts recomputed (recompute_modules "
+                  "moe)");
+  if (s.precision == Precision::FP32 || s.precision == Precision::TF32)
+    return refuse("runs 16-bit models only: precision=" +
+                  std::string(precisionName(s.precision)));
+  return llvm::Error::success();
+}
+
 static llvm::Error checkFieldRanges(const Strategy &s) {
   for (auto [key, value, lo] :
        std::initializer_list<std::tuple<const char *, int64_t, int64_t>>{
@@ -958,6 +992,8 @@ llvm::Error completeAndValidate(Strategy &s, const Workload &w,
   if (auto e = checkResearchStrategies(s, w))
     return e;
   if (auto e = checkDualPipeAndP2p(s, w))
+    return e;
+  if (auto e = checkExpertOverlap(s))
     return e;
   if (s.sequenceParallel && s.tp == 1)
     s.sequenceParallel = false; // nothing to split

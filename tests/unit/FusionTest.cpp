@@ -168,7 +168,7 @@ TEST(Overlap, OverlapsTheFrameworksDoNotOfferAreRefused) {
             "Megatron-Core overlaps pipeline sends only there");
   EXPECT_EQ(message("dp=16,overlap=grad+bucket"),
             "--strategy 'overlap=grad+bucket': overlap takes none or grad, "
-            "param, tp and p2p joined by '+', not 'bucket'");
+            "param, tp, p2p and ep joined by '+', not 'bucket'");
 }
 
 // Every strategy field moves the step time or the memory, or is refused

@@ -248,9 +248,11 @@ struct Strategy {
   /// parameter all-gather with the next step's forward
   /// (--overlap-param-gather); tensor-parallel collectives with the GEMMs
   /// they feed (Megatron-Core's --tp-comm-overlap); pipeline sends with the
-  /// next chunk's compute (--overlap-p2p-communication, interleaved only).
+  /// next chunk's compute (--overlap-p2p-communication, interleaved only);
+  /// the expert all-to-alls of one micro-batch with another's compute
+  /// (Megatron-Core's --overlap-moe-expert-parallel-comm, `ep`).
   bool overlapGradReduce = true, overlapParamGather = true,
-       overlapTpComm = false, overlapP2p = false;
+       overlapTpComm = false, overlapP2p = false, overlapEp = false;
   /// "grad+param" style, "none" when nothing overlaps.
   std::string overlapName() const;
 
