@@ -47,7 +47,8 @@ for s in tp=8,pp=8,dp=16,mbs=1,gbs=1536 tp=2,cp=2,ep=4,zero=3,recompute=selectiv
          pp=4,schedule=zb-h1,zero=1 pp=4,gbs=16,schedule=zb-2p dp=8,zero=2,mbs=2 pp=2,recompute=full,recompute_layers=3 pp=4,schedule=zb-v recompute=full,recompute_kinds=transformer_layer pp=2,gbs=8,schedule=dualpipev,ep=2 \
          dp=8,sdp=0.5 pp=4,mbs=4,gbs=4,schedule=mgrit,mg_coarsen=2,mg_iters=3 pp=4,gbs=16,schedule=dualpipe dp=8,gbs=8,chunks=64 tp=2,phantom=8 dp=8,sdp=0.5,sdp_mask=backward \
          tp=2,sp=1,ep=8,etp=1,moe_imbalance=1.25,moe_capacity=1.5 tp=2,sp=1,ep=16,etp=1,moe_dispatcher=deepep,precision=mxfp8 \
-         recompute=selective,recompute_modules=mla_up_proj+moe_act+mlp; do
+         recompute=selective,recompute_modules=mla_up_proj+moe_act+mlp \
+         tp=2,sp=1,precision=fp8,fp8_recipe=tensorwise dp=8,ep=8,precision=fp8,fp8_recipe=blockwise,overlap=grad+param+ep; do
   printf '%s' "$s" > "$seeds/strategy/$((i++))"
 done
 i=0

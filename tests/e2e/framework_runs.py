@@ -92,7 +92,7 @@ TORCHTITAN_CONFIGS = [
     ("cp ring", "llama2-7b", "16xH100-SXM", "tp=2,cp=2,dp=4,sp=1,zero=3,mbs=1,gbs=16"),
     ("recompute full", GPT, "8xA100-80G", "dp=8,zero=3,mbs=2,gbs=64,recompute=full"),
     ("cpu offload", GPT, "8xA100-80G", "dp=8,zero=3,mbs=2,gbs=64,offload=optimizer"),
-    ("fp8", "llama2-7b", "8xH100-SXM", "tp=2,dp=4,sp=1,zero=3,mbs=1,gbs=16,precision=fp8"),
+    ("fp8", "llama2-7b", "8xH100-SXM", "tp=2,dp=4,sp=1,zero=3,mbs=1,gbs=16,precision=fp8,fp8_recipe=tensorwise"),
 ]
 
 # Heterogeneous plans (replica groups of stages on two CPU pools standing in

@@ -349,15 +349,16 @@ llvm::Expected<PlanOutcome> searchPlan(const PlanSetup &setup,
     if (s->globalBatch == 0)
       s->globalBatch = options.globalBatch;
     // --precision applies where the strategy names none; never ignored.
-    if (request.fixedStrategy.find("precision=") == std::string::npos) {
+    if (request.fixedStrategy.find("precision=") == std::string::npos)
       s->precision = options.precision;
-      if (request.fixedStrategy.find("fp8_recipe=") == std::string::npos)
-        s->fp8Recipe = options.fp8Recipe;
-    }
     else if (!request.precision.empty() && s->precision != options.precision)
       return error("--precision " + request.precision +
                    ": the strategy names precision=" +
                    precisionName(s->precision) + "; give one of them");
+    // The framework's fp8 scaling where the strategy names none.
+    if (s->precision == Precision::FP8 &&
+        request.fixedStrategy.find("fp8_recipe=") == std::string::npos)
+      s->fp8Recipe = options.fp8Recipe;
     auto r = simulateStep(workload, cluster, *s, options.assumptions);
     if (!r)
       return r.takeError();
