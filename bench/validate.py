@@ -13,6 +13,7 @@ Nothing here is fitted: the figures are what the model predicts.
     bench/validate.py [--build build] [--shared ../shared]
 """
 import argparse
+import hashlib
 import json
 import re
 import os
@@ -23,6 +24,21 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
 
+def _generator_version():
+    """The generator's own hash: a model cached by an older generate.py is
+    written again, not priced stale."""
+    with open(os.path.join(ROOT, "models", "generate.py"), "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()[:12]
+
+
+GENERATED = _generator_version()
+
+
+def generated_path(build, name):
+    """Where a generated model is cached (under the generator's hash)."""
+    return os.path.join(build, "models", "validation", GENERATED, name)
+
+
 def gpt_model(build, m):
     """The case's GPT as ONNX (cached)."""
     ffn = m.get("ffn", 4 * m["hidden"])
@@ -30,7 +46,7 @@ def gpt_model(build, m):
     name = (f"gpt-l{m['layers']}-h{m['hidden']}-a{m['heads']}-s{m['seq_len']}-v{m['vocab']}-f{ffn}"
             + (f"-kv{kv}" if kv != m["heads"] else "") + ("-untied" if m.get("untied") else "")
             + ".onnx")
-    out = os.path.join(build, "models", "validation", name)
+    out = generated_path(build, name)
     if not os.path.exists(out):
         os.makedirs(os.path.dirname(out), exist_ok=True)
         subprocess.run(["/usr/bin/python3", os.path.join(ROOT, "models", "generate.py"), "gpt",
@@ -175,7 +191,7 @@ def mcore_strategy(case):
 def named_model(build, m):
     """A named generator model (models/generate.py) at the case's sequence
     length (cached)."""
-    out = os.path.join(build, "models", "validation", f"{m['name']}-s{m['seq_len']}.onnx")
+    out = generated_path(build, f"{m['name']}-s{m['seq_len']}.onnx")
     if not os.path.exists(out):
         os.makedirs(os.path.dirname(out), exist_ok=True)
         subprocess.run(["/usr/bin/python3", os.path.join(ROOT, "models", "generate.py"), m["name"],
@@ -306,7 +322,7 @@ def moe_layer_model(build, m):
     """Three of a case's MoE layers alone (models/generate.py moe), cached."""
     name = (f"moe-h{m['hidden']}-f{m['ffn']}-e{m['experts']}-k{m['top_k']}"
             f"-sh{m['shared_ffn'] or 0}-{m['gating']}-s{m['seq_len']}")
-    out = os.path.join(build, "models", "validation", name + ".onnx")
+    out = generated_path(build, name + ".onnx")
     if not os.path.exists(out):
         os.makedirs(os.path.dirname(out), exist_ok=True)
         cmd = ["/usr/bin/python3", os.path.join(ROOT, "models", "generate.py"), "moe",
