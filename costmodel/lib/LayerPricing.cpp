@@ -183,6 +183,71 @@ static double weightBytesOf(const OpCost &op) {
                            double(op.outputBytes));
 }
 
+/// A grouped expert GEMM's forward and backward on a device (priceOp).
+void Simulation::priceGroupedGemm(const OpCost &op, const DeviceSpec &dev,
+                                  const GemmWork &w, const GemmKernels &k,
+                                  double &fwd, double &bwd, OpPrice &o) const {
+  double sc = scale();
+  // The device runs its E/ep local experts as one grouped GEMM: E/ep
+  // products of the tokens routed to each (FLOPs and the tokens' bytes
+  // per device are the same at any ep; each product is ep times larger,
+  // and more efficient, as ep grows).
+  // The busiest device runs expertLoad times the mean tokens (routing
+  // imbalance, or every expert padded to its capacity), and every
+  // device waits for it.
+  int local = std::max(1, op.experts / std::max(1, s.ep));
+  double load = s.expertLoad();
+  o.localExperts = local;
+  o.expertLoad = load;
+  const KernelModel &km = a.kernelsFor(dev);
+  // The tokens' bytes are the same on every device; the weights are
+  // its own experts' (read once whatever the micro-batch; the backward
+  // reads them and writes their gradients).
+  double expertWeights =
+      op.weighted ? std::max(0.0, w.moved - double(op.activationInputBytes) -
+                                      double(op.outputBytes))
+                  : 0.0;
+  double ownWeights = expertWeights * local / op.experts;
+  double tokensFwd = std::max(0.0, w.moved - expertWeights) * sc / w.split,
+         tokensBwd =
+             std::max(0.0, w.backMoved - 2 * expertWeights) * sc / w.split;
+  fwd = local * opTime(dev, load * w.flops / local,
+                       (load * tokensFwd + ownWeights / w.split) / local, k.cls,
+                       0, k.prec) +
+        k.kernels * km.kernelLaunchS;
+  bwd = local * opTime(dev, load * w.backFlops / local,
+                       (load * tokensBwd + 2 * ownWeights / w.split) / local,
+                       k.backCls, 0, k.prec) +
+        k.backKernels * km.kernelLaunchS;
+}
+
+/// An fp8 GEMM's quantization, as its recipe does (quantizeTime): its
+/// input before the forward GEMM (once for GEMMs sharing it), the output
+/// gradient before the backward ones; a grouped GEMM's experts each a
+/// tensor of their own, the busiest device's tokens.
+void Simulation::priceQuantization(const OpCost &op, const StagePlacement &p,
+                                   double split, OpPrice &o) const {
+  const DeviceSpec &dev = *p.device;
+  double sc = scale();
+  int tensors = op.experts > 1 ? std::max(1, o.localExperts) : 1;
+  double load = op.experts > 1 ? s.expertLoad() : 1;
+  if (!op.inputQuantizedBefore)
+    o.castForwardS =
+        quantizeTime(dev, load * double(op.activationInputBytes) * sc / split,
+                     tensors, o.castForwardBytes);
+  o.castBackwardS =
+      quantizeTime(dev, load * double(op.outputBytes) * sc / split, tensors,
+                   o.castBackwardBytes);
+  // Current scaling under sequence parallelism agrees on one amax over the
+  // tp ranks, blocking: a column-parallel GEMM's input, a row-parallel
+  // one's output gradient (Transformer Engine's with_amax_reduction).
+  if (s.precision == Precision::FP8 && s.fp8Recipe == Fp8Recipe::Tensorwise &&
+      s.sequenceParallel && p.tp > 1 && op.tensorParallel &&
+      !(op.experts > 1 && s.expertsFolded()))
+    (op.tpAllReduceForwardBytes > 0 ? o.castBackwardS : o.castForwardS) +=
+        collectiveTime(CollectiveKind::AllReduce, 4, p.tpGroup);
+}
+
 OpPrice Simulation::priceOp(const OpCost &op, const LayerKind &k,
                             const StagePlacement &p) const {
   OpPrice o;
@@ -249,61 +314,11 @@ OpPrice Simulation::priceOp(const OpCost &op, const LayerKind &k,
   double bwd =
       opTime(dev, b * work, ((backMoved - backWeight) * sc + backWeight) / split,
              backCls, backKernels, prec);
-  if (op.experts > 1) {
-    // The device runs its E/ep local experts as one grouped GEMM: E/ep
-    // products of the tokens routed to each (FLOPs and the tokens' bytes
-    // per device are the same at any ep; each product is ep times larger,
-    // and more efficient, as ep grows).
-    // The busiest device runs expertLoad times the mean tokens (routing
-    // imbalance, or every expert padded to its capacity), and every
-    // device waits for it.
-    int local = std::max(1, op.experts / std::max(1, s.ep));
-    double load = s.expertLoad();
-    o.localExperts = local;
-    o.expertLoad = load;
-    const KernelModel &km = a.kernelsFor(dev);
-    // The tokens' bytes are the same on every device; the weights are
-    // its own experts' (read once whatever the micro-batch; the backward
-    // reads them and writes their gradients).
-    double expertWeights =
-        op.weighted ? std::max(0.0, moved - double(op.activationInputBytes) -
-                                        double(op.outputBytes))
-                    : 0.0;
-    double ownWeights = expertWeights * local / op.experts;
-    double tokensFwd = std::max(0.0, moved - expertWeights) * sc / split,
-           tokensBwd =
-               std::max(0.0, backMoved - 2 * expertWeights) * sc / split;
-    fwd = local * opTime(dev, load * f * work / local,
-                         (load * tokensFwd + ownWeights / split) / local, cls,
-                         0, prec) +
-          kernels * km.kernelLaunchS;
-    bwd = local * opTime(dev, load * b * work / local,
-                         (load * tokensBwd + 2 * ownWeights / split) / local,
-                         backCls, 0, prec) +
-          backKernels * km.kernelLaunchS;
-  }
+  if (op.experts > 1)
+    priceGroupedGemm(op, dev, {f * work, b * work, moved, backMoved, split},
+                     {cls, backCls, kernels, backKernels, prec}, fwd, bwd, o);
   if (fp8) {
-    // Its input quantized before the forward GEMM, the output gradient
-    // before the backward ones, as the recipe does (quantizeTime); a
-    // grouped GEMM's experts each a tensor of their own.
-    int tensors = op.experts > 1 ? std::max(1, o.localExperts) : 1;
-    double load = op.experts > 1 ? s.expertLoad() : 1;
-    if (!op.inputQuantizedBefore)
-      o.castForwardS = quantizeTime(
-          dev, load * double(op.activationInputBytes) * sc / split, tensors,
-          o.castForwardBytes);
-    o.castBackwardS =
-        quantizeTime(dev, load * double(op.outputBytes) * sc / split, tensors,
-                     o.castBackwardBytes);
-    // Current scaling under sequence parallelism agrees on one amax over
-    // the tp ranks, blocking: a column-parallel GEMM's input, a
-    // row-parallel one's output gradient (Transformer Engine's
-    // with_amax_reduction).
-    if (s.precision == Precision::FP8 && s.fp8Recipe == Fp8Recipe::Tensorwise &&
-        s.sequenceParallel && tpDeg > 1 && op.tensorParallel &&
-        !(op.experts > 1 && s.expertsFolded()))
-      (op.tpAllReduceForwardBytes > 0 ? o.castBackwardS : o.castForwardS) +=
-          collectiveTime(CollectiveKind::AllReduce, 4, p.tpGroup);
+    priceQuantization(op, p, split, o);
     fwd += o.castForwardS;
     bwd += o.castBackwardS;
   }
@@ -669,6 +684,18 @@ void Simulation::layerMemory(const LayerKind &k, Recompute strategyRecompute,
   }
 }
 
+/// The layer's expert block: its ops from the first expert GEMM to the
+/// last (first > last where it has none).
+static std::pair<size_t, size_t> expertBlock(const LayerKind &k) {
+  size_t first = k.ops.size(), last = 0;
+  for (size_t i = 0; i < k.ops.size(); ++i)
+    if (k.ops[i].experts > 1) {
+      first = std::min(first, i);
+      last = i;
+    }
+  return {first, last};
+}
+
 LayerTime Simulation::layerTime(const LayerKind &k, const StagePlacement &p,
                                 LayerBreakdown *breakdown,
                                 bool recomputed) const {
@@ -680,13 +707,7 @@ LayerTime Simulation::layerTime(const LayerKind &k, const StagePlacement &p,
   std::vector<TpOverlap> overlapped;
   bool perOp = strategyRecompute == Recompute::Op && !k.noBackward;
   int matmuls = 0; // recompute=op counts the block's matmuls
-  // The expert block: from the first expert GEMM to the last.
-  size_t firstExpert = k.ops.size(), lastExpert = 0;
-  for (size_t i = 0; i < k.ops.size(); ++i)
-    if (k.ops[i].experts > 1) {
-      firstExpert = std::min(firstExpert, i);
-      lastExpert = i;
-    }
+  auto [firstExpert, lastExpert] = expertBlock(k);
   for (size_t i = 0; i < k.ops.size(); ++i) {
     const OpCost &op = k.ops[i];
     if (op.view)

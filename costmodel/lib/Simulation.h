@@ -395,6 +395,23 @@ public:
   /// seconds, and the bytes its passes move into `moved`.
   double quantizeTime(const DeviceSpec &dev, double bytes16, int tensors,
                       double &moved) const;
+  /// What a GEMM does on a device (its FLOPs priced, the bytes it moves
+  /// at the workload's batch, its split over tp) and how it runs.
+  struct GemmWork {
+    double flops, backFlops, moved, backMoved, split;
+  };
+  struct GemmKernels {
+    KernelClass cls, backCls;
+    int kernels, backKernels;
+    Precision prec;
+  };
+  /// A grouped expert GEMM's forward and backward on dev.
+  void priceGroupedGemm(const OpCost &op, const DeviceSpec &dev,
+                        const GemmWork &w, const GemmKernels &k, double &fwd,
+                        double &bwd, OpPrice &o) const;
+  /// An fp8 GEMM's quantization passes into o's cast times and bytes.
+  void priceQuantization(const OpCost &op, const StagePlacement &p,
+                         double split, OpPrice &o) const;
   /// How much longer than a per-tensor one a blockwise-scaled fp8 GEMM
   /// takes on dev (1 where the device runs it as mxfp8).
   double blockwiseGemmFactor(const DeviceSpec &dev) const;
