@@ -190,6 +190,68 @@ def validate_blackwell(orrery, rows):
         print(f"  not simulated: {count} rows: {why}")
 
 
+TTFT_MODELS = {"Llama-3.3-70B-Instruct": "llama3-70b", "Llama-3.1-8B": "llama3-8b",
+               "gpt-oss-20b": "gpt-oss-20b"}
+TTFT_GPUS = {"H100-80GB": "H100-SXM", "H100": "H100-SXM"}
+
+
+def ttft_row(orrery, row):
+    """One published online run (bench/published/serving_ttft_runs.json)
+    as it ran: its engine (NVIDIA NIM on TensorRT-LLM, or vLLM), model, GPUs,
+    lengths and closed-loop concurrency. Returns ((simulated TTFT ms, which
+    statistic), None) or (None, why not)."""
+    model = TTFT_MODELS.get(row.get("model"))
+    gpu = TTFT_GPUS.get(row.get("gpu"))
+    if not model or not gpu or not row.get("isl") or not row.get("concurrency"):
+        return None, "setup not stated (model, GPU, lengths or concurrency)"
+    engine = "trtllm" if row["engine"].startswith("NVIDIA NIM") else "vllm"
+    prec = row.get("precision") or "bf16"
+    weights = "fp8" if prec.startswith("fp8") else "bf16"
+    kv = "fp8" if "fp8 KV" in prec or weights == "fp8" else "bf16"
+    c, n = row["concurrency"], row.get("n_gpus") or 1
+    cmd = [orrery, "serve", model, "--cluster", f"{n}x{gpu}", "--engine", engine,
+           "--precision", weights, "--kv-cache", kv,
+           "--strategy", f"tp={row.get('tp') or n},pp=1,replicas=1",
+           "--workload", f"isl={row['isl']},osl={row['osl']},requests={max(100, 10 * c)},"
+                         f"concurrency={c}", "--json"]
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode:
+        return None, p.stderr.strip().splitlines()[-1] if p.stderr else "failed"
+    ttft = json.loads(p.stdout)["chosen"]["metrics"]["ttft"]
+    which = "mean" if row["metrics"].get("ttft_mean_ms") is not None else "p50"
+    return (ttft[which + "_ms"], which), None
+
+
+def validate_ttft(orrery):
+    """Time-to-first-token of the published online runs: the error per row
+    and the MAPE (light load apart: concurrency 1)."""
+    with open(os.path.join(HERE, "published", "serving_ttft_runs.json")) as f:
+        rows = json.load(f)["rows"]
+    print(f"\n{'TTFT, published online runs':44} {'conc':>4} {'measured':>9} "
+          f"{'simulated':>9} {'error':>7}")
+    errs, light, skipped = [], [], 0
+    for row in rows:
+        if row.get("caveat"):
+            skipped += 1
+            continue
+        sim, why = ttft_row(orrery, row)
+        if sim is None:
+            skipped += 1
+            continue
+        value, which = sim
+        measured = row["metrics"]["ttft_" + which + "_ms"]
+        e = (value - measured) / measured
+        errs.append(abs(e))
+        if row["concurrency"] == 1:
+            light.append(abs(e))
+        print(f"{row['id'][:44]:44} {row['concurrency']:>4} {measured:9.1f} {value:9.1f} "
+              f"{e * 100:+6.1f}%  ({which} ms)")
+    if errs:
+        print(f"  TTFT: MAPE {100 * sum(errs) / len(errs):.1f}% over {len(errs)} rows; "
+              f"at concurrency 1 {100 * sum(light) / max(1, len(light)):.1f}% over "
+              f"{len(light)}; {skipped} rows without a stated setup")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
@@ -233,6 +295,8 @@ def main():
         print(f"{head} {sim:9.0f} {e * 100:+6.1f}%")
     print_mape("MAPE per GPU type (output tokens/s)", by_gpu, by_model,
                f"; {failed} rows not simulated" if failed else "")
+    if not args.rows:
+        validate_ttft(orrery)
     return 0
 
 

@@ -563,8 +563,11 @@ void Replica::finishRequest(size_t id, double endS) {
   Finished fin;
   double issued = v.req.issuedS >= 0 ? v.req.issuedS : v.arrivalS;
   fin.id = v.req.id;
-  fin.ttft = v.firstTokenS - issued;
-  fin.e2e = endS - issued;
+  // The server's own time for the request (requestHostS) comes on top of
+  // what the engine's steps take.
+  double host = requestHostS(pricer.engine());
+  fin.ttft = v.firstTokenS - issued + host;
+  fin.e2e = endS - issued + host;
   fin.end = endS;
   fin.hasTpot = v.req.outputTokens > 1;
   fin.tpot =

@@ -50,6 +50,24 @@ bool parseServingEngine(const std::string &name, ServingEngine &out);
 constexpr double kVllmStepHostS = 0.5e-3;
 constexpr double kTrtllmStepHostS = 0.15e-3;
 
+/// What a request costs the engine's server outside the GPU's steps, each
+/// time a client sends one (docs/serving.md, "The host"; sources in
+/// docs/serving-host-sources.md): the OpenAI-compatible front end receiving
+/// and tokenizing it and handing it to the engine, and the first token
+/// detokenized and streamed back. It adds to every request's
+/// time-to-first-token and end-to-end latency, not to the GPU's steps.
+/// Stated from the ranges published for light load: vLLM's `vllm serve`
+/// answers a small model's first token in about 17 ms at concurrency 1,
+/// 8-15 ms of it not the model's (vLLM 0.22, Qwen2.5-0.5B); NVIDIA NIM on
+/// TensorRT-LLM answers Llama-3.1-8B's in 9-10 ms at concurrency 1, at
+/// most about 5 ms of it the front end's.
+constexpr double kVllmRequestHostS = 10e-3;
+constexpr double kTrtllmRequestHostS = 5e-3;
+/// The per-request host time of an engine (above).
+inline double requestHostS(ServingEngine e) {
+  return e == ServingEngine::Vllm ? kVllmRequestHostS : kTrtllmRequestHostS;
+}
+
 /// Weights, math and cache precision of a served model.
 struct ServingPrecision {
   /// The repeated layers' linear layers: bf16/fp16, or fp8 (fp8 weights and
