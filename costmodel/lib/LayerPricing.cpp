@@ -597,7 +597,8 @@ void Simulation::addWeightTraffic(const LayerKind &k, const StagePlacement &p,
   double mlpF = t.expertForwardS, mlpB = t.expertBackwardS;
   double attnF = std::max(0.0, t.forwardComputeS - mlpF),
          attnB = std::max(0.0, t.backwardComputeS - mlpB);
-  double mlpDgrad = mlpB / 2; // its input gradients, then its weights'
+  // Its input gradients, then its weights'.
+  double mlpDgrad = std::max(0.0, mlpB - t.expertWeightGradS);
   double middle = std::max({phase(2 * a2a, mlpB + mlpF),
                             std::max(a2a, mlpDgrad) + a2a,
                             std::max(mlpB, a2a) + mlpF});
@@ -732,8 +733,11 @@ LayerTime Simulation::layerTime(const LayerKind &k, const StagePlacement &p,
       t.backwardGemmS += bwd;
     // A weighted contraction's backward is two GEMMs of the forward's
     // FLOPs each: the input gradient, then the weight gradient.
-    if (op.weighted && o.backwardKernels == 2)
+    if (op.weighted && o.backwardKernels == 2) {
       t.weightGradS += (bwd - o.castBackwardS) / 2; // Lowering's wgrad GEMM
+      if (i >= firstExpert && i <= lastExpert)
+        t.expertWeightGradS += (bwd - o.castBackwardS) / 2;
+    }
     if (breakdown)
       noteKernel(*breakdown, op, o, fwd, bwd);
     if (tpDeg > 1) {

@@ -37,6 +37,8 @@ struct LayerTime {
   /// last): what the other side of the layer's all-to-alls overlaps under
   /// overlap=ep.
   double expertForwardS = 0, expertBackwardS = 0;
+  /// Of expertBackwardS, the expert GEMMs' weight gradients.
+  double expertWeightGradS = 0;
   /// Of backwardComputeS, the weight gradients: the second GEMM of each
   /// weighted contraction and the separate gradient accumulation (what a
   /// zero-bubble schedule defers as its W pass).
