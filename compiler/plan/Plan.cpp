@@ -388,6 +388,118 @@ readOverlap(const nlohmann::json &j, const std::string &what,
   return llvm::Error::success();
 }
 
+/// A plan's fields named by a word: moe_dispatcher, cp_comm, schedule,
+/// recompute, precision and fp8_recipe.
+static llvm::Error readNamedFields(const nlohmann::json &j,
+                                   const std::string &what, Strategy &s) {
+  if (j.contains("moe_dispatcher")) {
+    if (j["moe_dispatcher"] == "alltoall")
+      s.dispatcher = MoeDispatcher::AllToAll;
+    else if (j["moe_dispatcher"] == "deepep")
+      s.dispatcher = MoeDispatcher::DeepEP;
+    else
+      return err(what + ": strategy.moe_dispatcher: must be \"alltoall\" or "
+                        "\"deepep\"");
+  }
+  if (j.contains("cp_comm")) {
+    if (j["cp_comm"] == "ring")
+      s.cpComm = CpComm::Ring;
+    else if (j["cp_comm"] == "all-to-all")
+      s.cpComm = CpComm::AllToAll;
+    else
+      return err(what + ": strategy.cp_comm: must be \"ring\" or "
+                        "\"all-to-all\"");
+  }
+  if (auto sc = scheduleFromName(j.value("schedule", "")))
+    s.schedule = *sc;
+  else
+    return err(what + ": strategy.schedule: must be gpipe, 1f1b, interleaved, "
+                      "zb-h1, zb-2p, zb-v, dualpipev, dualpipe or mgrit");
+  if (auto r = recomputeFromName(j.value("recompute", "")))
+    s.recompute = *r;
+  else
+    return err(what +
+               ": strategy.recompute: must be none, selective, op or full");
+  if (auto p = precisionFromName(j.value("precision", "")))
+    s.precision = *p;
+  else
+    return err(what +
+               ": strategy.precision: must be fp32, tf32, fp16, bf16, fp8, mxfp8, nvfp4 or mxfp4");
+  // Plans written before it scaled fp8 as delayed scaling does.
+  if (j.contains("fp8_recipe")) {
+    auto r = j["fp8_recipe"].is_string()
+                 ? fp8RecipeFromName(j["fp8_recipe"].get<std::string>())
+                 : std::nullopt;
+    if (!r)
+      return err(what + ": strategy.fp8_recipe: must be \"delayed\", "
+                        "\"tensorwise\" or \"blockwise\"");
+    if (s.precision != Precision::FP8)
+      return err(what + ": strategy.fp8_recipe: scales fp8; the precision "
+                        "is " + precisionName(s.precision));
+    s.fp8Recipe = *r;
+  }
+  return llvm::Error::success();
+}
+
+/// A plan's list fields: recompute_kinds, recompute_modules, device_order
+/// and layers_per_stage.
+static llvm::Error readListFields(const nlohmann::json &j,
+                                  const std::string &what, Strategy &s) {
+  if (j.contains("recompute_kinds")) {
+    const nlohmann::json &kinds = j["recompute_kinds"];
+    if (!kinds.is_array() || kinds.empty())
+      return err(what + ": strategy.recompute_kinds: must be a non-empty "
+                        "list of layer kind names");
+    for (const auto &k : kinds) {
+      if (!k.is_string() || k.get<std::string>().empty())
+        return err(what + ": strategy.recompute_kinds: must be a non-empty "
+                          "list of layer kind names");
+      s.recomputeKinds.push_back(k.get<std::string>());
+    }
+  }
+  if (j.contains("recompute_modules")) {
+    const nlohmann::json &modules = j["recompute_modules"];
+    std::vector<std::string> names;
+    if (modules.is_array())
+      for (const auto &m : modules)
+        if (m.is_string())
+          names.push_back(m.get<std::string>());
+    if (!modules.is_array() || names.size() != modules.size())
+      return err(what + ": strategy.recompute_modules: must be a list of "
+                        "module names");
+    std::string why = recomputeModuleBits(names, s.recomputeModules);
+    if (!why.empty())
+      return err(what + ": strategy." + why);
+  }
+  if (j.contains("device_order")) {
+    if (!j["device_order"].is_array())
+      return err(what + ": strategy.device_order: must be a list");
+    std::vector<std::string> order;
+    for (const auto &a : j["device_order"])
+      if (a.is_string())
+        order.push_back(a);
+    std::vector<std::string> sorted = order;
+    std::sort(sorted.begin(), sorted.end());
+    if (sorted != std::vector<std::string>{"cp", "dp", "pp", "tp"})
+      return err(
+          what +
+          ": strategy.device_order: must list tp, cp, dp and pp once each");
+    s.order = order;
+  }
+  if (j.contains("layers_per_stage")) {
+    if (!j["layers_per_stage"].is_array())
+      return err(what + ": strategy.layers_per_stage: must be a list");
+    for (const auto &n : j["layers_per_stage"]) {
+      if (!n.is_number_integer() || n.get<long long>() <= 0 ||
+          n.get<long long>() > 1000000)
+        return err(what + ": strategy.layers_per_stage: counts must be "
+                          "integers from 1 to 1000000");
+      s.stageLayers.push_back(n.get<int>());
+    }
+  }
+  return llvm::Error::success();
+}
+
 static llvm::Expected<Strategy> strategyFromPlanImpl(const nlohmann::json &plan,
                                                      const std::string &what) {
   if (auto e = checkEnvelope(plan, what))
@@ -453,24 +565,8 @@ static llvm::Expected<Strategy> strategyFromPlanImpl(const nlohmann::json &plan,
       return std::move(e);
     s.etp = etp == s.tp ? 0 : etp;
   }
-  if (j.contains("moe_dispatcher")) {
-    if (j["moe_dispatcher"] == "alltoall")
-      s.dispatcher = MoeDispatcher::AllToAll;
-    else if (j["moe_dispatcher"] == "deepep")
-      s.dispatcher = MoeDispatcher::DeepEP;
-    else
-      return err(what + ": strategy.moe_dispatcher: must be \"alltoall\" or "
-                        "\"deepep\"");
-  }
-  if (j.contains("cp_comm")) {
-    if (j["cp_comm"] == "ring")
-      s.cpComm = CpComm::Ring;
-    else if (j["cp_comm"] == "all-to-all")
-      s.cpComm = CpComm::AllToAll;
-    else
-      return err(what + ": strategy.cp_comm: must be \"ring\" or "
-                        "\"all-to-all\"");
-  }
+  if (auto e = readNamedFields(j, what, s))
+    return std::move(e);
   if (auto e = readOverlap(j, what,
                            {{"grad_reduce", &s.overlapGradReduce},
                             {"param_gather", &s.overlapParamGather},
@@ -478,16 +574,6 @@ static llvm::Expected<Strategy> strategyFromPlanImpl(const nlohmann::json &plan,
                             {"p2p", &s.overlapP2p},
                             {"expert_all_to_all", &s.overlapEp}}))
     return std::move(e);
-  if (auto sc = scheduleFromName(j.value("schedule", "")))
-    s.schedule = *sc;
-  else
-    return err(what + ": strategy.schedule: must be gpipe, 1f1b, interleaved, "
-                      "zb-h1, zb-2p, zb-v, dualpipev, dualpipe or mgrit");
-  if (auto r = recomputeFromName(j.value("recompute", "")))
-    s.recompute = *r;
-  else
-    return err(what +
-               ": strategy.recompute: must be none, selective, op or full");
   if (j.contains("recompute_layers"))
     if (auto e = integer("recompute_layers", s.recomputeLayers, 1))
       return std::move(e);
@@ -539,76 +625,8 @@ static llvm::Expected<Strategy> strategyFromPlanImpl(const nlohmann::json &plan,
                         "backward, with subnetwork_fraction");
     s.subnetworkBackwardMask = m == "backward";
   }
-  if (j.contains("recompute_kinds")) {
-    const nlohmann::json &kinds = j["recompute_kinds"];
-    if (!kinds.is_array() || kinds.empty())
-      return err(what + ": strategy.recompute_kinds: must be a non-empty "
-                        "list of layer kind names");
-    for (const auto &k : kinds) {
-      if (!k.is_string() || k.get<std::string>().empty())
-        return err(what + ": strategy.recompute_kinds: must be a non-empty "
-                          "list of layer kind names");
-      s.recomputeKinds.push_back(k.get<std::string>());
-    }
-  }
-  if (j.contains("recompute_modules")) {
-    const nlohmann::json &modules = j["recompute_modules"];
-    std::vector<std::string> names;
-    if (modules.is_array())
-      for (const auto &m : modules)
-        if (m.is_string())
-          names.push_back(m.get<std::string>());
-    if (!modules.is_array() || names.size() != modules.size())
-      return err(what + ": strategy.recompute_modules: must be a list of "
-                        "module names");
-    std::string why = recomputeModuleBits(names, s.recomputeModules);
-    if (!why.empty())
-      return err(what + ": strategy." + why);
-  }
-  if (auto p = precisionFromName(j.value("precision", "")))
-    s.precision = *p;
-  else
-    return err(what +
-               ": strategy.precision: must be fp32, tf32, fp16, bf16, fp8, mxfp8, nvfp4 or mxfp4");
-  // Plans written before it scaled fp8 as delayed scaling does.
-  if (j.contains("fp8_recipe")) {
-    auto r = j["fp8_recipe"].is_string()
-                 ? fp8RecipeFromName(j["fp8_recipe"].get<std::string>())
-                 : std::nullopt;
-    if (!r)
-      return err(what + ": strategy.fp8_recipe: must be \"delayed\", "
-                        "\"tensorwise\" or \"blockwise\"");
-    if (s.precision != Precision::FP8)
-      return err(what + ": strategy.fp8_recipe: scales fp8; the precision "
-                        "is " + precisionName(s.precision));
-    s.fp8Recipe = *r;
-  }
-  if (j.contains("device_order")) {
-    if (!j["device_order"].is_array())
-      return err(what + ": strategy.device_order: must be a list");
-    std::vector<std::string> order;
-    for (const auto &a : j["device_order"])
-      if (a.is_string())
-        order.push_back(a);
-    std::vector<std::string> sorted = order;
-    std::sort(sorted.begin(), sorted.end());
-    if (sorted != std::vector<std::string>{"cp", "dp", "pp", "tp"})
-      return err(
-          what +
-          ": strategy.device_order: must list tp, cp, dp and pp once each");
-    s.order = order;
-  }
-  if (j.contains("layers_per_stage")) {
-    if (!j["layers_per_stage"].is_array())
-      return err(what + ": strategy.layers_per_stage: must be a list");
-    for (const auto &n : j["layers_per_stage"]) {
-      if (!n.is_number_integer() || n.get<long long>() <= 0 ||
-          n.get<long long>() > 1000000)
-        return err(what + ": strategy.layers_per_stage: counts must be "
-                          "integers from 1 to 1000000");
-      s.stageLayers.push_back(n.get<int>());
-    }
-  }
+  if (auto e = readListFields(j, what, s))
+    return std::move(e);
   return s;
 }
 
