@@ -252,6 +252,79 @@ def validate_ttft(orrery):
               f"{len(light)}; {skipped} rows without a stated setup")
 
 
+def serve_metrics(orrery, args):
+    """`orrery serve ... --json`'s chosen metrics, or None and why not."""
+    p = subprocess.run([orrery, "serve"] + args + ["--json"], capture_output=True,
+                       text=True)
+    if p.returncode:
+        return None, p.stderr.strip().splitlines()[-1] if p.stderr else "failed"
+    return json.loads(p.stdout)["chosen"]["metrics"], None
+
+
+def pr9668_trace(path):
+    """vLLM PR #9668's benchmark_prefix_caching run as a trace: 200 prompts
+    of 256 to 512 tokens, each sent twice (the second copy's whole prompt
+    the first's), shuffled, all at once, 10 output tokens. The lengths and
+    the order are drawn here with a fixed seed (the source sampled
+    ShareGPT)."""
+    import random
+    rng = random.Random(9668)
+    prompts = [(i, rng.randint(256, 512)) for i in range(200)]
+    reqs = prompts * 2
+    rng.shuffle(reqs)
+    with open(path, "w") as f:
+        f.write("arrival_s,input_tokens,output_tokens,prefix_id,prefix_tokens\n")
+        for i, n in reqs:
+            f.write(f"0,{n},10,p{i},{n}\n")
+
+
+def validate_prefix(orrery):
+    """Prefix caching on against off (bench/published/serving_prefix_runs.json):
+    the published speedup of each on/off pair and the simulated one."""
+    with open(os.path.join(HERE, "published", "serving_prefix_runs.json")) as f:
+        rows = {r["id"]: r for r in json.load(f)["rows"]}
+    print(f"\n{'prefix caching on vs off':44} {'measured':>9} {'simulated':>9} "
+          f"{'error':>7}")
+    errs = []
+    pairs = []
+    # The vLLM V1 blog: 1 H100, Llama-3.1-8B, 2,048 in / 128 out, a share of
+    # each prompt common to all (the request count is not stated: vLLM's
+    # benchmark_throughput default, 1,000).
+    for hit in (0, 25, 50, 75):
+        on = rows[f"vllm_v1blog_llama31_8b_h100_hit{hit}_on"]
+        shared = on["workload"]["shared_prefix_tokens"]
+        w = "isl=2048,osl=128,requests=1000,offline" + (
+            f",prefix={shared}" if shared else "")
+        base = ["llama3-8b", "--cluster", "1xH100-SXM", "--engine", "vllm",
+                "--strategy", "tp=1,pp=1,replicas=1", "--workload", w]
+        pairs.append((on["id"], on["metrics"]["throughput_rel_to_no_prefix_caching"],
+                      base, "request_throughput_req_per_s"))
+    import tempfile
+    trace = os.path.join(tempfile.mkdtemp(), "pr9668.csv")
+    pr9668_trace(trace)
+    off9668 = rows["vllm_pr9668_llama3_8b_fp8_l40s_offline_off"]
+    on9668 = rows["vllm_pr9668_llama3_8b_fp8_l40s_offline_on"]
+    pairs.append((on9668["id"] + " (V0)",
+                  off9668["metrics"]["elapsed_s"] / on9668["metrics"]["elapsed_s"],
+                  ["llama3-8b", "--cluster", "1xL40S", "--engine", "vllm",
+                   "--precision", "fp8", "--strategy", "tp=1,pp=1,replicas=1",
+                   "--trace", trace], "request_throughput_req_per_s"))
+    for name, measured, base, metric in pairs:
+        on, why = serve_metrics(orrery, base + ["--prefix-caching", "on"])
+        off, why_off = serve_metrics(orrery, base + ["--prefix-caching", "off"])
+        if on is None or off is None:
+            print(f"{name[:44]:44} {measured:9.3f} {'-':>9}   ({why or why_off})")
+            continue
+        ratio = on[metric] / off[metric]
+        e = (ratio - measured) / measured
+        errs.append(abs(e))
+        print(f"{name[:44]:44} {measured:9.3f} {ratio:9.3f} {e * 100:+6.1f}%  "
+              f"(hit rate {on['prefix_cache_hit_rate'] * 100:.0f}%)")
+    if errs:
+        print(f"  prefix caching speedup: MAPE {100 * sum(errs) / len(errs):.1f}% "
+              f"over {len(errs)} pairs")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
@@ -297,6 +370,7 @@ def main():
                f"; {failed} rows not simulated" if failed else "")
     if not args.rows:
         validate_ttft(orrery)
+        validate_prefix(orrery)
     return 0
 
 

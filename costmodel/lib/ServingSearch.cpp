@@ -236,6 +236,17 @@ llvm::Expected<StepPricer> preparePool(const Context &cx, ServingPool &pool) {
     pool.limits.maxBatchedTokens *= pool.tp;
   }
   auto pricer = StepPricer::create(cx.w, *replica, cx.precision, cx.engine);
+  if (pricer && pricer->window() > 0 && cx.request.prefixCaching &&
+      cx.workload.sharesContent())
+    return llvm::createStringError(
+        llvm::inconvertibleErrorCode(),
+        "prefix caching of a model with sliding-window attention is not "
+        "modelled (its windowed layers keep only the window's blocks): "
+        "serve it with --prefix-caching off");
+  // Sliding-window models run without it (the error above where it would
+  // matter).
+  pool.limits.prefixCaching =
+      cx.request.prefixCaching && pricer && pricer->window() <= 0;
   if (pricer)
     pool.meanRequestTokensHeld =
         pricer->tokensHeld(cx.workload.meanInput() + cx.workload.meanOutput(),

@@ -4,6 +4,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "orrery/CostModel/ServingSim.h"
+#include "orrery/CostModel/KvBlockPool.h"
 #include "orrery/CostModel/PrintableLine.h"
 
 #include "llvm/ADT/StringRef.h"
@@ -77,6 +78,11 @@ ServingWorkload::parse(const std::string &text) {
       if (!value.empty())
         return bad("takes no value");
       w.arrival = Arrival::Offline;
+    } else if (k == "prefix" || k == "prefix_groups") {
+      int64_t v = 0;
+      if (!parseInt(value, v) || v < 1 || v > (int64_t(1) << 30))
+        return bad("expected a positive integer");
+      (k == "prefix" ? w.prefixTokens : w.prefixGroups) = v;
     } else if (k == "isl" || k == "osl" || k == "requests" ||
                k == "concurrency" || k == "seed") {
       int64_t v = 0;
@@ -106,7 +112,8 @@ ServingWorkload::parse(const std::string &text) {
     } else {
       return simError("workload: unknown key '" + key.str() +
                       "' (chat, reasoning, summarize, isl, osl, requests, "
-                      "rate, concurrency, offline, seed)");
+                      "rate, concurrency, offline, seed, prefix, "
+                      "prefix_groups)");
     }
   }
   if (w.requests > 10'000'000)
@@ -114,84 +121,40 @@ ServingWorkload::parse(const std::string &text) {
                     ": more than 10 million");
   if (w.inputTokens > (int64_t(1) << 30) || w.outputTokens > (int64_t(1) << 30))
     return simError("workload: isl and osl must be below 2^30 tokens");
+  if (w.prefixTokens >= w.inputTokens)
+    return simError("workload: prefix=" + std::to_string(w.prefixTokens) +
+                    ": the shared prefix must be shorter than the prompt (isl=" +
+                    std::to_string(w.inputTokens) + ")");
+  if (seen.count("prefix_groups") && w.prefixTokens == 0)
+    return simError("workload: prefix_groups without prefix= (the shared "
+                    "prefix's length)");
   return w;
 }
 
-llvm::Expected<ServingWorkload>
-ServingWorkload::parseTrace(const std::string &text, const std::string &what) {
-  ServingWorkload w;
-  w.arrival = Arrival::Trace;
-  w.name = what;
-  llvm::SmallVector<llvm::StringRef> lines;
-  llvm::StringRef(text).split(lines, '\n', -1, true);
-  int lineNo = 0;
-  bool header = false;
-  double last = -std::numeric_limits<double>::infinity();
-  for (llvm::StringRef line : lines) {
-    ++lineNo;
-    line = line.trim();
-    if (line.empty() || line.starts_with("#"))
-      continue;
-    llvm::SmallVector<llvm::StringRef> cells;
-    line.split(cells, ',', -1, true);
-    auto at = [&](const std::string &m) {
-      return simError(what + ":" + std::to_string(lineNo) + ": " + m);
-    };
-    if (!header) {
-      if (cells.size() != 3 || cells[0].trim() != "arrival_s" ||
-          cells[1].trim() != "input_tokens" ||
-          cells[2].trim() != "output_tokens")
-        return at("expected the header arrival_s,input_tokens,output_tokens");
-      header = true;
-      continue;
-    }
-    if (cells.size() != 3)
-      return at("expected 3 fields, found " + std::to_string(cells.size()));
-    ServingRequest r;
-    if (!parseDouble(cells[0].trim(), r.arrivalS) || r.arrivalS < 0)
-      return at("arrival_s '" + cells[0].trim().str() +
-                "': expected a time in seconds, 0 or more");
-    if (!parseInt(cells[1].trim(), r.inputTokens) || r.inputTokens < 1 ||
-        r.inputTokens > (int64_t(1) << 30))
-      return at("input_tokens '" + cells[1].trim().str() +
-                "': expected a positive number of tokens");
-    if (!parseInt(cells[2].trim(), r.outputTokens) || r.outputTokens < 1 ||
-        r.outputTokens > (int64_t(1) << 30))
-      return at("output_tokens '" + cells[2].trim().str() +
-                "': expected a positive number of tokens");
-    if (r.arrivalS < last)
-      return at("arrival_s goes back in time (the trace must be in arrival "
-                "order)");
-    last = r.arrivalS;
-    w.trace.push_back(r);
-  }
-  if (!header)
-    return simError(what + ": empty trace (expected the header "
-                           "arrival_s,input_tokens,output_tokens)");
-  if (w.trace.empty())
-    return simError(what + ": the trace has no requests");
-  if (w.trace.size() > 10'000'000)
-    return simError(what + ": more than 10 million requests");
-  w.requests = int64_t(w.trace.size());
-  return w;
+static uint64_t splitmix64(uint64_t &state) {
+  uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
 }
 
 std::vector<ServingRequest> ServingWorkload::requestsToServe() const {
   if (arrival == Arrival::Trace)
     return trace;
   std::vector<ServingRequest> out(static_cast<size_t>(requests));
-  // splitmix64: the same arrivals on every platform.
-  uint64_t state = seed;
-  auto next = [&]() {
-    uint64_t z = (state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-  };
+  // splitmix64: the same arrivals on every platform; the shared prefixes
+  // from a stream of their own (the same arrivals with and without them).
+  uint64_t state = seed, prefixState = seed ^ 0x5bd1e9955bd1e995ull;
+  auto next = [&]() { return splitmix64(state); };
+  auto nextPrefix = [&]() { return splitmix64(prefixState); };
   double t = 0;
   for (ServingRequest &r : out) {
     r.inputTokens = inputTokens;
     r.outputTokens = outputTokens;
+    if (prefixTokens > 0) {
+      r.prefixId = 1 + nextPrefix() % uint64_t(std::max<int64_t>(1, prefixGroups));
+      r.prefixTokens = prefixTokens;
+    }
     if (arrival == Arrival::Poisson) {
       double u = (double(next() >> 11) + 0.5) * 0x1.0p-53;
       t += -std::log(u) / ratePerS;
@@ -199,6 +162,15 @@ std::vector<ServingRequest> ServingWorkload::requestsToServe() const {
     }
   }
   return out;
+}
+
+bool ServingWorkload::sharesContent() const {
+  if (prefixTokens > 0)
+    return true;
+  for (const ServingRequest &r : trace)
+    if (r.prefixId != 0 || r.previousTurn >= 0)
+      return true;
+  return false;
 }
 
 int64_t ServingWorkload::longestRequestTokens() const {
@@ -276,7 +248,13 @@ struct Live {
                          ///< after a preemption)
   int64_t computed = 0;  ///< tokens whose K and V are in the cache
   int64_t generated = 0; ///< output tokens sampled
-  int64_t blocks = 0;
+  int64_t blocks = 0; ///< private blocks (cached ones in cachedKeys)
+  /// The cached blocks it holds (KvBlockPool), in token order, and the
+  /// full blocks it has offered the cache (hits and its own).
+  std::vector<uint64_t> cachedKeys;
+  int64_t offered = 0;
+  bool scheduledBefore = false;
+  int64_t held() const { return blocks + int64_t(cachedKeys.size()); }
   double firstTokenS = -1, arrivalS = 0;
   double lastTokenS = -1; ///< when its latest output token came
   bool inFlight = false, running = false, done = false;
@@ -370,10 +348,8 @@ public:
   Replica(const StepPricer &p, const SchedulerLimits &l, int index, int lanes,
           std::vector<StepRecord> *trace, TokenGaps &gaps)
       : pricer(p), limits(l), index(index), lanes(lanes), trace(trace),
-        gaps(gaps) {
-    totalBlocks = l.kvCacheTokens / l.blockTokens;
-    freeBlocks = totalBlocks;
-  }
+        gaps(gaps), pool(l.kvCacheTokens / l.blockTokens,
+                         l.prefixCaching && p.window() <= 0) {}
 
   /// Serves `reqs` (arrival order); `concurrency` > 0 issues them as that
   /// many slots free instead.
@@ -387,6 +363,12 @@ private:
     return int64_t(std::ceil(held / double(limits.blockTokens)));
   }
   void preempt(size_t id);
+  void letGo(Live &v);
+  int64_t cacheHits(const Live &v, int64_t *idle) const;
+  int64_t admissionBlocks(const Live &v, int64_t hits, int64_t n) const;
+  void offerBlocks(Live &v);
+  double commonPrefix(const std::vector<size_t> &members) const;
+  bool admissible(const Live &v) const;
   bool schedule(StepBatch &b, std::vector<size_t> &members);
   void admit(const std::vector<ServingRequest> &reqs);
   void finishRequest(size_t id, double endS);
@@ -402,7 +384,7 @@ private:
   int index, lanes;
   std::vector<StepRecord> *trace;
   TokenGaps &gaps;
-  int64_t totalBlocks = 0, freeBlocks = 0;
+  KvBlockPool pool;
   std::vector<Live> live;
   std::vector<size_t> running; ///< admission order
   std::deque<size_t> waiting;
@@ -428,10 +410,86 @@ private:
   double now = 0, nextStart = 0, kvTimeSum = 0;
 };
 
+/// A request gives back its blocks: the private ones free, the cached
+/// ones to the cache's eviction queue.
+void Replica::letGo(Live &v) {
+  pool.give(v.blocks);
+  v.blocks = 0;
+  pool.release(v.cachedKeys);
+  v.cachedKeys.clear();
+  v.offered = 0;
+}
+
+/// Blocks at the start of a request about to be scheduled from nothing
+/// that the prefix cache holds (vLLM computes at least the prompt's last
+/// token); `idle`: how many of them no request holds.
+int64_t Replica::cacheHits(const Live &v, int64_t *idle) const {
+  *idle = 0;
+  if (!pool.caching() || v.computed > 0 || v.req.cachedTokens > 0)
+    return 0;
+  return pool.lookup(
+      [&](int64_t i) { return requestBlockKey(v.req, i); },
+      (v.target - 1) / limits.blockTokens, idle);
+}
+
+/// New blocks a waiting request takes to compute `n` tokens after its
+/// `hits` cached blocks: TensorRT-LLM reserves the whole request at once,
+/// vLLM the tokens it computes.
+int64_t Replica::admissionBlocks(const Live &v, int64_t hits,
+                                 int64_t n) const {
+  int64_t start = v.computed + hits * limits.blockTokens;
+  return (trtllm() ? blocksFor(v.req.inputTokens + v.req.outputTokens)
+                   : blocksFor(start + n)) -
+         hits - v.held();
+}
+
+/// The full blocks a step computed are offered to the prefix cache: each
+/// one whose content is not cached yet becomes cached (still held by the
+/// request).
+void Replica::offerBlocks(Live &v) {
+  if (!pool.caching())
+    return;
+  int64_t full = v.computed / limits.blockTokens;
+  for (; v.offered < full; ++v.offered) {
+    uint64_t key = requestBlockKey(v.req, v.offered);
+    if (v.blocks > 0 && pool.publish(key)) {
+      --v.blocks;
+      v.cachedKeys.push_back(key);
+    }
+  }
+}
+
+/// Whether the scheduler could start `v`'s whole remaining prompt now.
+bool Replica::admissible(const Live &v) const {
+  int64_t idle = 0, hits = cacheHits(v, &idle);
+  int64_t start = v.computed + hits * limits.blockTokens;
+  int64_t n = std::max<int64_t>(1, v.target - start);
+  return admissionBlocks(v, hits, n) <= pool.available() - idle;
+}
+
+/// The tokens at the start of the cache that every running request holds
+/// and every request of the step has computed past (vLLM's common prefix
+/// blocks, for cascade attention).
+double Replica::commonPrefix(const std::vector<size_t> &members) const {
+  if (!pool.caching() || running.empty())
+    return 0;
+  const Live &first = live[running.front()];
+  int64_t blocks = 0;
+  for (; blocks < int64_t(first.cachedKeys.size()); ++blocks) {
+    uint64_t key = first.cachedKeys[size_t(blocks)];
+    if (key != requestBlockKey(first.req, blocks) ||
+        pool.holders(key) != int64_t(running.size()))
+      break;
+  }
+  int64_t tokens = blocks * limits.blockTokens;
+  for (size_t id : members)
+    tokens = std::min(tokens, live[id].computed);
+  return double(tokens / limits.blockTokens * limits.blockTokens);
+}
+
 void Replica::preempt(size_t id) {
   Live &v = live[id];
-  freeBlocks += v.blocks;
-  v.blocks = 0;
+  letGo(v);
   v.computed = 0;
   v.target = v.req.inputTokens + v.generated;
   v.running = false;
@@ -470,9 +528,9 @@ bool Replica::schedule(StepBatch &b, std::vector<size_t> &members) {
       continue;
     int64_t n =
         v.computed < v.target ? std::min(v.target - v.computed, budget) : 1;
-    int64_t need = trtllm() ? 0 : blocksFor(v.computed + n) - v.blocks;
+    int64_t need = trtllm() ? 0 : blocksFor(v.computed + n) - v.held();
     bool self = false;
-    while (need > freeBlocks) {
+    while (need > pool.available()) {
       // vLLM: the newest running request gives its blocks back (and is
       // recomputed later), down to this one.
       size_t victim = size_t(-1);
@@ -489,13 +547,13 @@ bool Replica::schedule(StepBatch &b, std::vector<size_t> &members) {
       if (self)
         break;
     }
-    if (self || need > freeBlocks) {
+    if (self || need > pool.available()) {
       if (!self)
         break;
       --i; // `running` lost this entry
       continue;
     }
-    freeBlocks -= need;
+    pool.take(need);
     v.blocks += need;
     members.push_back(id);
     add(v, n);
@@ -507,23 +565,33 @@ bool Replica::schedule(StepBatch &b, std::vector<size_t> &members) {
          int64_t(running.size()) < limits.maxRequests) {
     size_t id = waiting.front();
     Live &v = live[id];
-    // A prompt (or its next chunk), or the first decode of a request whose
-    // prompt was prefilled elsewhere.
-    int64_t n =
-        v.computed < v.target ? std::min(v.target - v.computed, budget) : 1;
-    // TensorRT-LLM reserves the whole request; vLLM the tokens it computes.
-    int64_t need = trtllm() ? blocksFor(v.req.inputTokens + v.req.outputTokens)
-                            : blocksFor(v.computed + n);
-    if (need > freeBlocks)
+    // A prompt after what the prefix cache holds of it (or its next
+    // chunk), or the first decode of a request whose prompt was prefilled
+    // elsewhere.
+    int64_t idle = 0, hits = cacheHits(v, &idle);
+    int64_t start = v.computed + hits * limits.blockTokens;
+    int64_t n = start < v.target ? std::min(v.target - start, budget) : 1;
+    int64_t need = admissionBlocks(v, hits, n);
+    if (need > pool.available() - idle)
       break;
     waiting.pop_front();
-    freeBlocks -= need;
+    for (int64_t i = 0; i < hits; ++i) {
+      v.cachedKeys.push_back(requestBlockKey(v.req, i));
+      pool.hold(v.cachedKeys.back());
+    }
+    v.offered = hits;
+    v.computed = start;
+    if (!v.scheduledBefore)
+      res->cachedPromptTokens += start - v.req.cachedTokens;
+    v.scheduledBefore = true;
+    pool.take(need);
     v.blocks += need;
     v.running = true;
     running.push_back(id);
     members.push_back(id);
     add(v, n);
   }
+  b.commonPrefixKeys = commonPrefix(members);
   return !members.empty();
 }
 
@@ -556,8 +624,7 @@ void Replica::admit(const std::vector<ServingRequest> &reqs) {
 void Replica::finishRequest(size_t id, double endS) {
   Live &v = live[id];
   v.done = true;
-  freeBlocks += v.blocks;
-  v.blocks = 0;
+  letGo(v);
   running.erase(std::find(running.begin(), running.end(), id));
   ++doneCount;
   Finished fin;
@@ -592,6 +659,7 @@ void Replica::finishFlight() {
     v.inFlight = false;
     bool prefill = v.computed < v.target;
     v.computed += v.scheduled;
+    offerBlocks(v);
     if (prefill) {
       if (v.computed < v.target)
         continue; // a chunk of the prompt: nothing sampled
@@ -652,9 +720,7 @@ int64_t Replica::coalescedSteps(const StepBatch &b,
   bool stable =
       kLanes == 1 && b.prefillTokens == 0 && members.size() == running.size() &&
       (waiting.empty() || int64_t(running.size()) >= limits.maxRequests ||
-       (trtllm() ? blocksFor(live[waiting.front()].req.inputTokens +
-                             live[waiting.front()].req.outputTokens)
-                 : blocksFor(live[waiting.front()].target)) > freeBlocks);
+       !admissible(live[waiting.front()]));
   if (!stable || !limits.coalesceDecodeSteps)
     return 1;
   int64_t k = std::numeric_limits<int64_t>::max();
@@ -678,10 +744,10 @@ int64_t Replica::coalescedSteps(const StepBatch &b,
     int64_t extra = 0;
     if (!trtllm())
       for (size_t id : members)
-        extra += blocksFor(live[id].computed + steps) - live[id].blocks;
+        extra += blocksFor(live[id].computed + steps) - live[id].held();
     return extra;
   };
-  while (k > 1 && extraBlocks(k) > freeBlocks)
+  while (k > 1 && extraBlocks(k) > pool.available())
     k /= 2;
   k = std::max<int64_t>(1, k);
   return k;
@@ -702,15 +768,14 @@ void Replica::launch(StepBatch b, std::vector<size_t> members,
     latency = interval = double(k) * (t.latencyS + tl.latencyS) / 2;
     for (size_t id : members) {
       Live &v = live[id];
-      int64_t need = trtllm() ? 0 : blocksFor(v.computed + k) - v.blocks;
-      freeBlocks -= need;
+      int64_t need = trtllm() ? 0 : blocksFor(v.computed + k) - v.held();
+      pool.take(need);
       v.blocks += need;
       v.scheduled = k;
     }
   }
-  double used = totalBlocks > 0
-                    ? double(totalBlocks - freeBlocks) / double(totalBlocks)
-                    : 0;
+  double used =
+      pool.total() > 0 ? double(pool.used()) / double(pool.total()) : 0;
   kvTimeSum += used * interval;
   res->kvUtilizationPeak = std::max(res->kvUtilizationPeak, used);
   res->steps += k;
@@ -753,6 +818,7 @@ void Replica::run(std::vector<ServingRequest> reqs, int slots,
     launch(std::move(b), std::move(members), t);
   }
   res->preemptions += preemptions;
+  res->prefixEvictions += pool.evictions();
   res->kvUtilizationMean += kvTimeSum; // normalized by the caller
   res->durationS = std::max(res->durationS, now);
 }
@@ -841,6 +907,8 @@ PoolRun runPool(const StepPricer &pricer, const SchedulerLimits &limits,
     ServingResult &c = run.counters;
     c.steps += part.steps;
     c.preemptions += part.preemptions;
+    c.cachedPromptTokens += part.cachedPromptTokens;
+    c.prefixEvictions += part.prefixEvictions;
     c.meanRequestsPerStep += part.meanRequestsPerStep;
     c.kvUtilizationPeak = std::max(c.kvUtilizationPeak, part.kvUtilizationPeak);
     run.kvWeighted += part.kvUtilizationMean;
@@ -885,6 +953,8 @@ ServingResult summarize(const std::vector<ServingRequest> &all,
   for (const PoolRun *p : pools) {
     res.steps += p->counters.steps;
     res.preemptions += p->counters.preemptions;
+    res.cachedPromptTokens += p->counters.cachedPromptTokens;
+    res.prefixEvictions += p->counters.prefixEvictions;
     res.meanRequestsPerStep += p->counters.meanRequestsPerStep;
     res.kvUtilizationPeak =
         std::max(res.kvUtilizationPeak, p->counters.kvUtilizationPeak);
@@ -928,6 +998,7 @@ llvm::Expected<ServingResult> simulateServing(const StepPricer &pricer,
   auto all = requestsOf(workload);
   if (!all)
     return all.takeError();
+  assignBlockKeys(*all, limits.blockTokens);
   // The longest request must fit the cache alone (vLLM refuses a
   // max_model_len the cache cannot hold; TensorRT-LLM never admits it).
   if (auto e = checkFits(pricer, limits, workload.longestRequestTokens(),
@@ -960,6 +1031,7 @@ llvm::Expected<ServingResult> simulateDisaggregated(
   auto all = requestsOf(workload);
   if (!all)
     return all.takeError();
+  assignBlockKeys(*all, prefillLimits.blockTokens);
   int64_t longestPrompt = 0;
   for (const ServingRequest &r : *all)
     longestPrompt = std::max(longestPrompt, r.inputTokens + 1);

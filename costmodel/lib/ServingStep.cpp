@@ -426,18 +426,27 @@ double StepPricer::kindSeconds(const Kind &k, const StepBatch &all,
         return attentionSeconds(dev, km, Precision::BF16, flops, bytes,
                                 pairs / queries, false);
       };
-      if (b.prefillTokens > 0)
+      // vLLM's cascade attention: every query of the step against the
+      // shared prefix in one kernel that reads it once, then each
+      // request's attention over its own keys beyond it.
+      StepBatch own = b;
+      if (cascades(op, b)) {
+        double q = double(b.tokens()), common = b.commonPrefixKeys;
+        s += kernel(q, common, q * common, width);
+        own = b.suffixBeyond(common);
+      }
+      if (own.prefillTokens > 0)
         s += op.windowed
-                 ? kernel(double(b.prefillTokens), b.prefillKeysWindowed,
-                          b.prefillPairsWindowed, width)
-                 : kernel(double(b.prefillTokens), b.prefillKeys,
-                          b.prefillPairs, width);
-      if (b.decodeRequests > 0)
-        s += op.windowed ? kernel(double(b.decodeRequests),
-                                  b.decodeKeysWindowed, b.decodeKeysWindowed,
-                                  decodeWidth)
-                         : kernel(double(b.decodeRequests), b.decodeKeys,
-                                  b.decodeKeys, decodeWidth);
+                 ? kernel(double(own.prefillTokens), own.prefillKeysWindowed,
+                          own.prefillPairsWindowed, width)
+                 : kernel(double(own.prefillTokens), own.prefillKeys,
+                          own.prefillPairs, width);
+      if (own.decodeRequests > 0)
+        s += op.windowed ? kernel(double(own.decodeRequests),
+                                  own.decodeKeysWindowed,
+                                  own.decodeKeysWindowed, decodeWidth)
+                         : kernel(double(own.decodeRequests), own.decodeKeys,
+                                  own.decodeKeys, decodeWidth);
       t.attentionS += s;
       break;
     }
@@ -496,6 +505,17 @@ StepBatch StepBatch::perRank(int ranks) const {
   return r;
 }
 
+StepBatch StepBatch::suffixBeyond(double common) const {
+  StepBatch r = *this;
+  // Every chunk starts at or past the prefix: each of its q queries sees
+  // `common` keys fewer, and reads that many fewer.
+  r.prefillPairs -= double(prefillTokens) * common;
+  r.prefillKeys -= double(prefillRequests) * common;
+  r.decodeKeys -= double(decodeRequests) * common;
+  r.commonPrefixKeys = 0;
+  return r;
+}
+
 void StepBatch::addDecode(double context, double window) {
   decodeKeys += context;
   if (window > 0)
@@ -537,6 +557,32 @@ double StepPricer::expertGemmSeconds(const TokenOp &op, double flops,
   const KernelModel &km = *kernels_;
   return kernelSeconds(*replica_.device, km, op.precision, flops, bytes,
                        KernelClass::Gemm, op.kernels);
+}
+
+bool StepPricer::cascades(const TokenOp &op, const StepBatch &b) const {
+  // vllm/v1/attention/backends/flash_attn.py, use_cascade_attention: a
+  // prefix of 256 tokens or more shared by 8 requests or more, not with a
+  // sliding window (nor a latent attention's backends, which have none).
+  double common = b.commonPrefixKeys;
+  int64_t requests = b.prefillRequests + b.decodeRequests;
+  if (engine_ != ServingEngine::Vllm || common < 256 || requests < 8 ||
+      op.windowed || op.latentDim > 0)
+    return false;
+  // Without FlashDecoding (a prefill in the step, or one query head per kv
+  // head) cascade attention is taken; with it, vLLM compares the thread
+  // blocks' waves over the prefix's 128-key tiles of each way.
+  double perKv = std::max(1.0, std::floor(op.heads / op.kvHeads));
+  int sms = replica_.device->smCount;
+  if (b.prefillTokens > 0 || perKv <= 1)
+    return true;
+  if (sms <= 0)
+    return false; // the comparison needs the device's SMs
+  auto cdiv = [](double a, double d) { return std::ceil(a / d); };
+  double tiles = cdiv(common, 128);
+  double cascade = cdiv(op.heads * cdiv(double(requests), 128), sms) * tiles;
+  double flashDecoding =
+      cdiv(double(requests) * op.kvHeads * cdiv(perKv, 128) * tiles, sms);
+  return cascade < flashDecoding;
 }
 
 StepTime StepPricer::price(const StepBatch &b) const {

@@ -54,6 +54,7 @@ nlohmann::ordered_json poolJson(const ServingPool &p) {
   j["max_batched_tokens"] = p.limits.maxBatchedTokens;
   j["kv_cache_block_tokens"] = p.limits.blockTokens;
   j["kv_cache_tokens_per_replica"] = p.limits.kvCacheTokens;
+  j["prefix_caching"] = p.limits.prefixCaching;
   j["weight_bytes_per_device"] = p.memory.weightBytes;
   j["kv_cache_bytes_per_device"] = p.memory.kvCacheBytes;
   return j;
@@ -87,6 +88,8 @@ nlohmann::ordered_json candidateJson(const ServingCandidate &c) {
   m["kv_cache_utilization_mean"] = r.kvUtilizationMean;
   m["kv_cache_utilization_peak"] = r.kvUtilizationPeak;
   m["preemptions"] = r.preemptions;
+  m["prefix_cache_hit_rate"] = r.prefixHitRate();
+  m["prefix_cache_evicted_blocks"] = r.prefixEvictions;
   m["steps"] = r.steps;
   m["mean_requests_per_step"] = r.meanRequestsPerStep;
   j["metrics"] = m;
@@ -147,6 +150,10 @@ searchRequestOf(const ServeRequest &request) {
   search.objective = request.objective;
   search.maxRequests = request.maxRequests;
   search.maxBatchedTokens = request.maxBatchedTokens;
+  if (request.prefixCaching != "on" && request.prefixCaching != "off")
+    return serveError("--prefix-caching " + request.prefixCaching +
+                      ": expected on or off");
+  search.prefixCaching = request.prefixCaching == "on";
   return search;
 }
 
@@ -205,6 +212,7 @@ nlohmann::ordered_json servingPlanJson(const ModelArgs &args,
                      {"slo", request.slo},
                      {"max_requests", request.maxRequests},
                      {"max_batched_tokens", request.maxBatchedTokens},
+                     {"prefix_caching", request.prefixCaching},
                      {"strategy", chosen.strategyText()}};
   plan["chosen"] = candidateJson(chosen);
   plan["why"] = why;
@@ -328,6 +336,13 @@ void printServing(std::ostream &os, const ModelArgs &args,
                 r.kvUtilizationMean * 100, r.kvUtilizationPeak * 100,
                 (long long)r.preemptions);
   os << buf;
+  if (r.cachedPromptTokens > 0) {
+    std::snprintf(buf, sizeof buf,
+                  "          prefix cache: %.0f%% of prompt tokens found "
+                  "cached; %lld blocks evicted\n",
+                  r.prefixHitRate() * 100, (long long)r.prefixEvictions);
+    os << buf;
+  }
   os << "\nconfigurations (best first)\n";
   for (const ServingCandidate &c : ok) {
     std::string figure =

@@ -30,6 +30,7 @@ struct ServeRequest {
   std::string slo;               ///< ttft_ms=..,tpot_ms=.. (p99)
   std::string objective = "throughput"; ///< throughput, cost, latency
   int64_t maxRequests = 0, maxBatchedTokens = 0; ///< 0: the engine's
+  std::string prefixCaching = "on"; ///< on (the engines' default) or off
   std::string traceOut; ///< Chrome trace of the chosen configuration's steps
 };
 

@@ -92,6 +92,15 @@ llvm::Expected<ServeRequest> servingRequestOf(const nlohmann::json &plan,
     return maxTokens.takeError();
   q.maxRequests = *maxRequests;
   q.maxBatchedTokens = *maxTokens;
+  // Plans from before prefix caching have none: the engines' default.
+  if (r.is_object() && r.contains("prefix_caching")) {
+    auto pc = field<std::string>(r, "prefix_caching", what, "request.");
+    if (!pc)
+      return pc.takeError();
+    if (*pc != "on" && *pc != "off")
+      return planError(what, "request.prefix_caching: expected on or off");
+    q.prefixCaching = *pc;
+  }
   return q;
 }
 
@@ -219,6 +228,7 @@ exportServingPlanImpl(const nlohmann::json &plan, const std::string &to,
   }
   bool fp8 = request->precision == "fp8";
   bool fp8Cache = request->kvCache == "fp8";
+  bool prefixCaching = request->prefixCaching == "on";
   struct Args {
     int tp, pp, replicas, ep = 1;
     bool adp = false; ///< attention data parallelism over the tp ranks
@@ -288,6 +298,8 @@ exportServingPlanImpl(const nlohmann::json &plan, const std::string &to,
       add("--max-num-batched-tokens " + std::to_string(a.maxTokens));
       add("--gpu-memory-utilization 0.9");
       add("--enable-chunked-prefill");
+      add(prefixCaching ? "--enable-prefix-caching"
+                        : "--no-enable-prefix-caching");
       if (fp8)
         add("--quantization fp8");
       if (fp8Cache)
@@ -310,6 +322,8 @@ exportServingPlanImpl(const nlohmann::json &plan, const std::string &to,
       add("--max-running-requests " + std::to_string(a.maxRequests));
       add("--chunked-prefill-size " + std::to_string(a.maxTokens));
       add("--mem-fraction-static 0.9");
+      if (!prefixCaching)
+        add("--disable-radix-cache");
       if (fp8)
         add("--quantization fp8");
       if (fp8Cache)
@@ -326,17 +340,19 @@ exportServingPlanImpl(const nlohmann::json &plan, const std::string &to,
       add("--max_batch_size " + std::to_string(a.maxRequests));
       add("--max_num_tokens " + std::to_string(a.maxTokens));
       add("--kv_cache_free_gpu_memory_fraction 0.95");
-      if (a.adp)
-        add("--extra_llm_api_options orrery-attention-dp.yaml");
+      add("--extra_llm_api_options orrery-llm-api.yaml");
     }
     return f;
   };
-  // TensorRT-LLM takes attention DP in its LLM API options file.
-  auto attentionDpFile = [&](const Args &a) -> std::string {
-    if (to != "trtllm" || !a.adp)
+  // TensorRT-LLM takes attention DP and KV-cache block reuse (its prefix
+  // caching) in its LLM API options file.
+  auto llmApiFile = [&](const Args &a) -> std::string {
+    if (to != "trtllm")
       return "";
-    return "cat > orrery-attention-dp.yaml <<'EOF'\nenable_attention_dp: "
-           "true\nEOF\n";
+    return std::string("cat > orrery-llm-api.yaml <<'EOF'\n") +
+           (a.adp ? "enable_attention_dp: true\n" : "") +
+           "kv_cache_config:\n  enable_block_reuse: " +
+           (prefixCaching ? "true" : "false") + "\nEOF\n";
   };
   const char *use = to == "vllm"     ? "vllm serve <checkpoint>"
                     : to == "sglang" ? "python -m sglang.launch_server "
@@ -373,7 +389,7 @@ exportServingPlanImpl(const nlohmann::json &plan, const std::string &to,
       out += "# run " + std::to_string(a->replicas) +
              " instances behind a load balancer: the data-parallel ranks "
              "here are one replica's attention ranks\n";
-    out += attentionDpFile(*a);
+    out += llmApiFile(*a);
     if (to == "trtllm" && a->replicas > 1)
       out += "# run " + std::to_string(a->replicas) +
              " instances behind a load balancer (trtllm-serve has no "
@@ -412,7 +428,7 @@ exportServingPlanImpl(const nlohmann::json &plan, const std::string &to,
          " \"${ORRERY_PREFILL_ARGS[@]}\"  (on the " + pre->device + ")\n";
   out += std::string("#      ") + use + " \"${ORRERY_DECODE_ARGS[@]}\"  (on the " +
          dec->device + ")\n";
-  out += attentionDpFile(pre->adp ? *pre : *dec);
+  out += llmApiFile(pre->adp ? *pre : *dec);
   out += "ORRERY_PREFILL_ARGS=(\n" + flags(*pre, "prefill") + ")\n";
   out += "ORRERY_DECODE_ARGS=(\n" + flags(*dec, "decode") + ")\n";
   return out;

@@ -23,7 +23,13 @@ void ServeCommand::add(CLI::App &app) {
       "chat, all at once)");
   cmd->add_option("--trace", request.traceFile,
                   "requests from a CSV file: "
-                  "arrival_s,input_tokens,output_tokens");
+                  "arrival_s,input_tokens,output_tokens[,prefix_id,"
+                  "prefix_tokens][,session_id]");
+  cmd->add_option("--prefix-caching", request.prefixCaching,
+                  "the engine's prefix caching (vLLM's automatic prefix "
+                  "caching, SGLang's radix cache, TensorRT-LLM's block "
+                  "reuse): on (default, as the engines) or off")
+      ->check(CLI::IsMember({"on", "off"}));
   cmd->add_option("--strategy", request.strategy,
                   "price this configuration: tp=..,pp=..,replicas=.."
                   "[,device=TYPE]; fields left out are searched");

@@ -92,6 +92,8 @@ struct ServingSearchRequest {
   std::string strategy;
   std::string objective = "throughput"; ///< throughput, cost or latency
   int64_t maxRequests = 0, maxBatchedTokens = 0; ///< 0: the engine's
+  /// The engines' prefix caching (SchedulerLimits::prefixCaching).
+  bool prefixCaching = true;
 };
 
 struct ServingSearchResult {

@@ -18,6 +18,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -32,7 +33,26 @@ struct ServingRequest {
   int64_t id = -1;
   double issuedS = -1, firstTokenS = -1;
   int64_t cachedTokens = 0;
+  /// What the prompt shares with other requests' (docs/serving.md, "Prefix
+  /// caching"), stated by the workload: its first `prefixTokens` are the
+  /// shared prefix named `prefixId` (0: none); a turn that continues a
+  /// session starts with the session's previous turn's prompt and output
+  /// (`previousTurn`: that request's index in the workload; -1: none).
+  uint64_t prefixId = 0;
+  int64_t prefixTokens = 0;
+  int64_t previousTurn = -1;
+  /// Set by the simulator: the content keys of the request's full blocks,
+  /// prompt then output, when it shares content (null: all its own).
+  std::shared_ptr<const std::vector<uint64_t>> blockKeys;
 };
+
+/// The content key of block `i` of `r` (KvBlockPool): from its blockKeys,
+/// or one no other request's block has.
+uint64_t requestBlockKey(const ServingRequest &r, int64_t i);
+/// Sets the blockKeys of the requests that share content (a prefix or a
+/// session's history), for blocks of `blockTokens` tokens; `reqs` in
+/// workload order (a turn after the turn it continues).
+void assignBlockKeys(std::vector<ServingRequest> &reqs, int64_t blockTokens);
 
 /// How requests come.
 struct ServingWorkload {
@@ -46,6 +66,10 @@ struct ServingWorkload {
   int concurrency = 0;
   int64_t requests = 1000;
   int64_t inputTokens = 1024, outputTokens = 256;
+  /// Every prompt's first `prefixTokens` (of inputTokens) are one of
+  /// `prefixGroups` shared prefixes (a system prompt), drawn uniformly
+  /// with the seed; 0: none.
+  int64_t prefixTokens = 0, prefixGroups = 1;
   uint64_t seed = 1;
   /// The requests of a trace (arrival, input, output), in arrival order.
   std::vector<ServingRequest> trace;
@@ -53,8 +77,9 @@ struct ServingWorkload {
 
   /// "chat" (1K in, 256 out), "reasoning" (1K in, 16K out), "summarize"
   /// (8K in, 512 out), or key=value pairs: isl=, osl=, requests=, and one
-  /// of rate= (requests/s), concurrency=, offline; seed=. Errors name the
-  /// word.
+  /// of rate= (requests/s), concurrency=, offline; seed=; prefix= (tokens
+  /// of the prompt shared), prefix_groups= (distinct shared prefixes).
+  /// Errors name the word.
   static llvm::Expected<ServingWorkload> parse(const std::string &text);
   /// A trace in CSV with the header `arrival_s,input_tokens,output_tokens`;
   /// errors name `what` and the line.
@@ -65,6 +90,8 @@ struct ServingWorkload {
   std::vector<ServingRequest> requestsToServe() const;
   /// Longest prompt + output of any request.
   int64_t longestRequestTokens() const;
+  /// Whether any requests share content (a prefix, a session's history).
+  bool sharesContent() const;
   /// Mean input and output tokens of the requests.
   double meanInput() const, meanOutput() const;
 };
@@ -75,6 +102,10 @@ struct SchedulerLimits {
   int64_t maxBatchedTokens = 8192; ///< tokens a step computes at most
   int64_t blockTokens = 16;        ///< tokens per KV-cache block
   int64_t kvCacheTokens = 0;       ///< tokens the cache holds
+  /// Prefix caching (KvBlockPool): on by default in vLLM v1, SGLang and
+  /// TensorRT-LLM. Not modelled for sliding-window models (the simulator
+  /// runs those without it).
+  bool prefixCaching = true;
   /// The simulator's shortcut, not the engine's: a run of decode-only
   /// steps over the same requests is priced at its first and last step and
   /// taken at once (the time grows linearly with the keys read), up to the
@@ -114,6 +145,13 @@ struct ServingResult {
   double kvUtilizationMean = 0, kvUtilizationPeak = 0;
   int64_t preemptions = 0, steps = 0;
   double meanRequestsPerStep = 0;
+  /// Prompt tokens found in the prefix cache when a request was first
+  /// scheduled (not computed), and blocks evicted from it.
+  int64_t cachedPromptTokens = 0, prefixEvictions = 0;
+  double prefixHitRate() const {
+    return inputTokens > 0 ? double(cachedPromptTokens) / double(inputTokens)
+                           : 0;
+  }
 };
 
 /// One step, for the Chrome trace.

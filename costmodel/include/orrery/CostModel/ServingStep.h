@@ -120,6 +120,14 @@ struct StepBatch {
   /// the model's window of keys (set when the model has one).
   double prefillPairsWindowed = 0, prefillKeysWindowed = 0,
          decodeKeysWindowed = 0;
+  /// Tokens at the start of every request's cache that all the engine's
+  /// running requests share (blocks of the prefix cache, each request
+  /// having computed past them): vLLM's cascade attention reads them once
+  /// for the step (StepPricer::cascades).
+  double commonPrefixKeys = 0;
+  /// The step without the shared prefix's keys: what each request's own
+  /// attention reads beyond it.
+  StepBatch suffixBeyond(double common) const;
   /// Adds a prompt chunk of q tokens after p cached ones, and a decode of
   /// a request whose context is `context` tokens (its new one included).
   void addPrefill(double p, double q, double window);
@@ -237,6 +245,9 @@ private:
                       bool &anyAttention, bool &anyExperts);
   double kindSeconds(const Kind &k, const StepBatch &b, const StepBatch &rank,
                      StepTime &t) const;
+  /// Whether vLLM runs `op` as cascade attention over the step's common
+  /// prefix (its rule, docs/serving.md "Prefix caching").
+  bool cascades(const TokenOp &op, const StepBatch &b) const;
   double expertParallelSeconds(const TokenOp &op, double tokens,
                                double act) const;
   double expertGemmSeconds(const TokenOp &op, double flops,

@@ -1,0 +1,76 @@
+//===- KvBlockPool.cpp - a replica's KV-cache blocks and prefix cache -----===//
+#include "orrery/CostModel/KvBlockPool.h"
+
+#include <algorithm>
+#include <cassert>
+
+namespace orrery {
+
+KvBlockPool::KvBlockPool(int64_t blocks, bool caching)
+    : total_(std::max<int64_t>(0, blocks)), free_(total_), caching_(caching) {}
+
+void KvBlockPool::take(int64_t n) {
+  assert(n <= available() && "taking more blocks than there are");
+  while (n > free_ && !idle_.empty()) {
+    auto oldest = idle_.begin();
+    cached_.erase(oldest->second);
+    idle_.erase(oldest);
+    ++free_;
+    ++evictions_;
+  }
+  free_ -= n;
+}
+
+void KvBlockPool::give(int64_t n) { free_ += n; }
+
+int64_t KvBlockPool::lookup(const std::function<uint64_t(int64_t)> &key,
+                            int64_t limit, int64_t *idle) const {
+  int64_t hits = 0, unheld = 0;
+  if (caching_)
+    for (; hits < limit; ++hits) {
+      auto it = cached_.find(key(hits));
+      if (it == cached_.end())
+        break;
+      if (it->second.holders == 0)
+        ++unheld;
+    }
+  if (idle)
+    *idle = unheld;
+  return hits;
+}
+
+void KvBlockPool::hold(uint64_t key) {
+  Cached &c = cached_.at(key);
+  if (c.holders++ == 0)
+    idle_.erase(c.releasedAt);
+}
+
+bool KvBlockPool::publish(uint64_t key) {
+  if (!caching_ || cached_.count(key))
+    return false;
+  cached_[key].holders = 1;
+  return true;
+}
+
+void KvBlockPool::release(const std::vector<uint64_t> &keys) {
+  // The last block joins the queue first, so it is evicted first: a later
+  // request sharing the start of this one keeps its hits longest.
+  for (auto k = keys.rbegin(); k != keys.rend(); ++k) {
+    Cached &c = cached_.at(*k);
+    if (--c.holders == 0) {
+      c.releasedAt = ++clock_;
+      idle_.emplace(c.releasedAt, *k);
+    }
+  }
+}
+
+uint64_t chainBlockKey(uint64_t parent, uint64_t content) {
+  // splitmix64's finalizer over the pair: a 64-bit digest, the same on
+  // every platform.
+  uint64_t z = parent * 0x9e3779b97f4a7c15ull + content + 0x632be59bd9b4e019ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return (z ^ (z >> 31)) | 1; // never 0, the key of no block
+}
+
+} // namespace orrery

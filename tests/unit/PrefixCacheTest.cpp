@@ -1,0 +1,293 @@
+//===- PrefixCacheTest.cpp - the prefix cache and what it saves -----------===//
+//
+// The block pool against the engines' rules by hand (a released request's
+// last blocks are evicted first, a duplicate stays private, free blocks go
+// before cached ones); content keys (a shared prefix and a session's
+// history share blocks, distinct prompts do not); traces with prefix and
+// session columns; and the simulator: a shared prompt prefix found cached
+// cuts TTFT and raises throughput as the share grows, nothing changes with
+// caching off or with nothing shared, too many distinct prefixes for the
+// cache are evicted; vLLM's cascade attention reads a prefix all requests
+// share once.
+//
+//===----------------------------------------------------------------------===//
+
+#include "TestSupport.h"
+#include "orrery/CostModel/KvBlockPool.h"
+#include "orrery/CostModel/ServingSim.h"
+
+namespace orrery {
+namespace {
+
+using test::builtinWorkload;
+
+TEST(KvBlockPool, EvictsTheLastReleasedBlocksFirstAndFreeBlocksBeforeCached) {
+  KvBlockPool pool(6, true);
+  // A request takes 3 blocks and caches them as keys 11, 12, 13.
+  pool.take(3);
+  for (uint64_t k : {11, 12, 13})
+    EXPECT_TRUE(pool.publish(k));
+  EXPECT_FALSE(pool.publish(12)); // the same content again: stays private
+  EXPECT_EQ(pool.used(), 3);
+  pool.release({11, 12, 13});
+  EXPECT_EQ(pool.available(), 6); // cached but free to take
+  auto keys = [](int64_t i) { return uint64_t(11 + i); };
+  EXPECT_EQ(pool.lookup(keys, 10), 3);
+  // Three never-cached blocks go first: the cache is untouched.
+  pool.take(3);
+  EXPECT_EQ(pool.evictions(), 0);
+  EXPECT_EQ(pool.lookup(keys, 10), 3);
+  // One more evicts the request's last block, 13: 11 and 12 still hit.
+  pool.take(1);
+  EXPECT_EQ(pool.evictions(), 1);
+  EXPECT_EQ(pool.lookup(keys, 10), 2);
+  // A holder keeps a block from eviction; only 11 is left to evict.
+  int64_t idle = -1;
+  EXPECT_EQ(pool.lookup(keys, 1, &idle), 1);
+  EXPECT_EQ(idle, 1);
+  pool.hold(12);
+  EXPECT_EQ(pool.available(), 1);
+  EXPECT_EQ(pool.holders(12), 1);
+  pool.take(1);
+  EXPECT_EQ(pool.lookup(keys, 10), 0); // 11 gone: no run from the start
+  EXPECT_EQ(pool.holders(12), 1);
+  // Caching off: nothing is published or found.
+  KvBlockPool off(4, false);
+  EXPECT_FALSE(off.publish(1));
+  EXPECT_EQ(off.lookup(keys, 4), 0);
+}
+
+TEST(BlockKeys, SharedPrefixesAndSessionsShareBlocks) {
+  std::vector<ServingRequest> reqs(4);
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    reqs[i].id = int64_t(i);
+    reqs[i].inputTokens = 100;
+    reqs[i].outputTokens = 20;
+  }
+  // 0 and 1 share a 40-token prefix; 2 has another; 3 continues 1's
+  // session (its 120 tokens of history, then 30 of its own).
+  reqs[0].prefixId = reqs[1].prefixId = 7;
+  reqs[2].prefixId = 8;
+  reqs[0].prefixTokens = reqs[1].prefixTokens = reqs[2].prefixTokens = 40;
+  reqs[3].previousTurn = 1;
+  reqs[3].inputTokens = 150;
+  assignBlockKeys(reqs, 16);
+  auto key = [&](int r, int64_t i) { return requestBlockKey(reqs[r], i); };
+  // Blocks 0 and 1 (tokens 0-31) are prefix alone; block 2 (32-47) mixes
+  // the prefix with each prompt's own tokens.
+  EXPECT_EQ(key(0, 0), key(1, 0));
+  EXPECT_EQ(key(0, 1), key(1, 1));
+  EXPECT_NE(key(0, 2), key(1, 2));
+  EXPECT_NE(key(0, 0), key(2, 0));
+  // The session's next turn shares every full block of 1's prompt and
+  // output (120 tokens: 7 blocks), not the one its own tokens complete.
+  for (int64_t i = 0; i < 7; ++i)
+    EXPECT_EQ(key(3, i), key(1, i)) << i;
+  EXPECT_NE(key(3, 7), key(1, 7));
+  // A request sharing nothing has keys no other has.
+  std::vector<ServingRequest> alone(2);
+  alone[0].id = 0;
+  alone[1].id = 1;
+  alone[0].inputTokens = alone[1].inputTokens = 64;
+  assignBlockKeys(alone, 16);
+  EXPECT_FALSE(alone[0].blockKeys);
+  EXPECT_NE(requestBlockKey(alone[0], 0), requestBlockKey(alone[1], 0));
+}
+
+TEST(ServingTrace, PrefixAndSessionColumns) {
+  auto w = ServingWorkload::parseTrace(
+      "arrival_s,input_tokens,output_tokens,prefix_id,prefix_tokens,"
+      "session_id\n"
+      "0,3000,100,system,2048,a\n"
+      "0.1,2500,80,system,2048,\n"
+      "0.2,3500,50,,,a\n"
+      "0.3,200,10,,,\n",
+      "t.csv");
+  ASSERT_TRUE(bool(w)) << llvm::toString(w.takeError());
+  ASSERT_EQ(w->trace.size(), 4u);
+  EXPECT_TRUE(w->sharesContent());
+  EXPECT_EQ(w->trace[0].prefixId, w->trace[1].prefixId);
+  EXPECT_NE(w->trace[0].prefixId, 0u);
+  EXPECT_EQ(w->trace[0].prefixTokens, 2048);
+  EXPECT_EQ(w->trace[2].previousTurn, 0);
+  EXPECT_EQ(w->trace[3].prefixId, 0u);
+  EXPECT_EQ(w->trace[3].previousTurn, -1);
+  auto bad = [](const std::string &text, const std::string &part) {
+    auto t = ServingWorkload::parseTrace(text, "t.csv");
+    ASSERT_FALSE(bool(t));
+    std::string why = llvm::toString(t.takeError());
+    EXPECT_NE(why.find(part), std::string::npos) << why;
+    EXPECT_EQ(why.find('\n'), std::string::npos) << why;
+  };
+  bad("arrival_s,input_tokens,output_tokens,prefix_id\n0,10,1,x\n",
+      "t.csv:1: expected the header");
+  bad("arrival_s,input_tokens,output_tokens,colour\n0,10,1,x\n",
+      "column 'colour' unknown");
+  bad("arrival_s,input_tokens,output_tokens,prefix_id,prefix_tokens\n"
+      "0,10,1,x,20\n",
+      "t.csv:2: prefix_tokens 20: longer than the prompt");
+  bad("arrival_s,input_tokens,output_tokens,prefix_id,prefix_tokens\n"
+      "0,10,1,x,\n",
+      "t.csv:2: prefix_id and prefix_tokens go together");
+  bad("arrival_s,input_tokens,output_tokens,session_id\n0,100,50,s\n"
+      "1,120,5,s\n",
+      "t.csv:3: input_tokens 120: shorter than its session's history (150");
+  bad("arrival_s,input_tokens,output_tokens,prefix_tokens,prefix_id\n"
+      "0,10,1,-2,x\n",
+      "prefix_tokens '-2'");
+  // Synthetic workloads: prefix= within the prompt, groups with a prefix.
+  auto ok = ServingWorkload::parse("isl=3000,osl=10,prefix=2048,"
+                                   "prefix_groups=4,requests=100");
+  ASSERT_TRUE(bool(ok));
+  std::set<uint64_t> groups;
+  for (const ServingRequest &r : ok->requestsToServe())
+    groups.insert(r.prefixId);
+  EXPECT_EQ(groups.size(), 4u);
+  auto longer = ServingWorkload::parse("isl=1000,prefix=1000");
+  ASSERT_FALSE(bool(longer));
+  EXPECT_NE(llvm::toString(longer.takeError()).find("shorter than the prompt"),
+            std::string::npos);
+  auto lone = ServingWorkload::parse("prefix_groups=3");
+  ASSERT_FALSE(bool(lone));
+  EXPECT_NE(llvm::toString(lone.takeError()).find("without prefix="),
+            std::string::npos);
+}
+
+struct Llama8b {
+  mlir::MLIRContext ctx;
+  Workload w;
+  Cluster cluster;
+  std::optional<StepPricer> vllm, trtllm;
+  Llama8b()
+      : w(builtinWorkload(ctx, "llama3-8b")),
+        cluster(test::preset("1xH100-SXM")) {
+    auto replica = servingReplicaOn(cluster.sites[0].nodeGroups[0], 1, 1);
+    auto prec = ServingPrecision::parse("bf16", "auto");
+    EXPECT_TRUE(replica && prec);
+    auto v = StepPricer::create(w, *replica, *prec, ServingEngine::Vllm);
+    auto t = StepPricer::create(w, *replica, *prec, ServingEngine::TensorRtLlm);
+    EXPECT_TRUE(v && t);
+    vllm.emplace(std::move(*v));
+    trtllm.emplace(std::move(*t));
+  }
+};
+
+SchedulerLimits limits(int64_t kvTokens, bool caching) {
+  SchedulerLimits l;
+  l.blockTokens = 16;
+  l.maxRequests = 256;
+  l.maxBatchedTokens = 8192;
+  l.kvCacheTokens = kvTokens;
+  l.prefixCaching = caching;
+  return l;
+}
+
+ServingResult serve(const StepPricer &p, const SchedulerLimits &l,
+                    const std::string &workload) {
+  auto w = ServingWorkload::parse(workload);
+  EXPECT_TRUE(bool(w));
+  auto r = simulateServing(p, l, *w, 1);
+  EXPECT_TRUE(bool(r)) << (r ? "" : llvm::toString(r.takeError()));
+  return r ? *r : ServingResult{};
+}
+
+TEST(PrefixCaching, SharedPrefixCutsTtftAndRaisesThroughput) {
+  Llama8b m;
+  const std::string base = "isl=2048,osl=128,requests=300,rate=8";
+  ServingResult off =
+      serve(*m.vllm, limits(400000, false), base + ",prefix=1536");
+  EXPECT_EQ(off.cachedPromptTokens, 0);
+  double last = off.ttft.meanS;
+  for (int prefix : {512, 1024, 1536}) {
+    std::string w = base + ",prefix=" + std::to_string(prefix);
+    ServingResult on = serve(*m.vllm, limits(400000, true), w);
+    // Every request but the first finds the prefix's full blocks (a
+    // 2048-token prompt recomputes its last block even on a full hit).
+    EXPECT_NEAR(on.prefixHitRate(), double(prefix) / 2048, 0.01) << prefix;
+    EXPECT_LT(on.ttft.meanS, last) << prefix;
+    last = on.ttft.meanS;
+  }
+  // Three quarters of each prompt cached: its prefill is a quarter of the
+  // work (and a quarter of the linear layers' tokens), and TTFT at a rate
+  // well below saturation falls with it.
+  EXPECT_LT(last, 0.5 * off.ttft.meanS);
+  // Offline, the same work in less time.
+  ServingResult offAll =
+      serve(*m.vllm, limits(400000, false),
+            "isl=2048,osl=128,requests=500,offline,prefix=1536");
+  ServingResult onAll =
+      serve(*m.vllm, limits(400000, true),
+            "isl=2048,osl=128,requests=500,offline,prefix=1536");
+  EXPECT_GT(onAll.requestsPerS, 1.8 * offAll.requestsPerS);
+  // Nothing shared: caching changes nothing but a preempted request
+  // finding its own blocks again.
+  ServingResult plainOn = serve(*m.vllm, limits(400000, true), base);
+  ServingResult plainOff = serve(*m.vllm, limits(400000, false), base);
+  EXPECT_EQ(plainOn.cachedPromptTokens, 0);
+  EXPECT_NEAR(plainOn.ttft.meanS, plainOff.ttft.meanS,
+              1e-9 + 1e-6 * plainOff.ttft.meanS);
+}
+
+TEST(PrefixCaching, DistinctPrefixesBeyondTheCacheAreEvicted) {
+  Llama8b m;
+  // 40 distinct 2K prefixes in a cache of 20K tokens: each comes back
+  // after the others have pushed it out, where 4 of them stay cached.
+  std::string w = "isl=2560,osl=16,requests=400,rate=4,prefix=2048";
+  ServingResult few =
+      serve(*m.vllm, limits(20000, true), w + ",prefix_groups=4");
+  ServingResult many =
+      serve(*m.vllm, limits(20000, true), w + ",prefix_groups=40");
+  EXPECT_GT(few.prefixHitRate(), 0.7);
+  EXPECT_LT(many.prefixHitRate(), 0.5 * few.prefixHitRate());
+  EXPECT_GT(many.prefixEvictions, few.prefixEvictions);
+  EXPECT_GT(many.ttft.meanS, few.ttft.meanS);
+}
+
+TEST(PrefixCaching, TensorRtLlmReservesOnlyWhatIsNotCached) {
+  Llama8b m;
+  // A cache of 100 blocks of 64 tokens holds two whole requests (44 blocks
+  // each); with their 2K prefix (32 blocks) cached each new one reserves
+  // 12, and five run at once.
+  std::string w = "isl=2560,osl=256,requests=64,offline,prefix=2048";
+  SchedulerLimits trt = limits(6400, false);
+  trt.blockTokens = 64;
+  ServingResult off = serve(*m.trtllm, trt, w);
+  trt.prefixCaching = true;
+  ServingResult on = serve(*m.trtllm, trt, w);
+  EXPECT_EQ(on.preemptions, 0);
+  EXPECT_GT(on.meanRequestsPerStep, 2 * off.meanRequestsPerStep);
+  EXPECT_LE(on.meanRequestsPerStep, 5.0);
+  EXPECT_GT(on.requestsPerS, 2 * off.requestsPerS);
+}
+
+TEST(CascadeAttention, VllmReadsAPrefixAllRequestsShareOnce) {
+  Llama8b m;
+  // 256 requests decoding over 4K keys each, 3K of them common.
+  StepBatch b;
+  b.decodeRequests = b.sampled = 256;
+  for (int i = 0; i < 256; ++i)
+    b.addDecode(4096, 0);
+  StepBatch shared = b;
+  shared.commonPrefixKeys = 3072;
+  StepTime plain = m.vllm->price(b), cascade = m.vllm->price(shared);
+  // The keys read fall from 256 x 4096 to 3072 + 256 x 1024.
+  EXPECT_LT(cascade.attentionS, 0.4 * plain.attentionS);
+  EXPECT_GT(cascade.attentionS, 0.2 * plain.attentionS);
+  // Below 256 shared tokens or 8 requests, or on TensorRT-LLM: as before.
+  StepBatch shortPrefix = b;
+  shortPrefix.commonPrefixKeys = 128;
+  EXPECT_DOUBLE_EQ(m.vllm->price(shortPrefix).attentionS, plain.attentionS);
+  EXPECT_DOUBLE_EQ(m.trtllm->price(shared).attentionS,
+                   m.trtllm->price(b).attentionS);
+  StepBatch few;
+  few.decodeRequests = few.sampled = 4;
+  for (int i = 0; i < 4; ++i)
+    few.addDecode(4096, 0);
+  StepBatch fewShared = few;
+  fewShared.commonPrefixKeys = 3072;
+  EXPECT_DOUBLE_EQ(m.vllm->price(fewShared).attentionS,
+                   m.vllm->price(few).attentionS);
+}
+
+} // namespace
+} // namespace orrery
