@@ -53,11 +53,14 @@ for s in tp=8,pp=8,dp=16,mbs=1,gbs=1536 tp=2,cp=2,ep=4,zero=3,recompute=selectiv
 done
 i=0
 for s in chat reasoning,requests=3 isl=100,osl=50,requests=20,rate=5 \
-         isl=700,osl=900,requests=30,concurrency=4,seed=7 summarize,requests=2,offline; do
+         isl=700,osl=900,requests=30,concurrency=4,seed=7 summarize,requests=2,offline \
+         isl=600,osl=40,requests=40,rate=20,prefix=512,prefix_groups=3; do
   printf '\0%s' "$s" > "$seeds/serving/w$((i++))"
 done
 printf '\1arrival_s,input_tokens,output_tokens\n0,100,20\n0.01,3000,400\n0.5,10,1\n' \
   > "$seeds/serving/trace0"
+printf '\1arrival_s,input_tokens,output_tokens,prefix_id,prefix_tokens,session_id\n0,600,20,sys,512,a\n0.01,700,30,sys,512,\n0.2,900,10,,,a\n' \
+  > "$seeds/serving/trace1"
 orrery=build/bin/orrery
 if [ -x "$orrery" ]; then
   tiny=(models/fixtures/tiny-gpt.onnx --dim batch=8 --global-batch 8 --quiet)
