@@ -11,17 +11,56 @@ KvBlockPool::KvBlockPool(int64_t blocks, bool caching)
 
 void KvBlockPool::take(int64_t n) {
   assert(n <= available() && "taking more blocks than there are");
-  while (n > free_ && !idle_.empty()) {
-    auto oldest = idle_.begin();
-    cached_.erase(oldest->second);
-    idle_.erase(oldest);
-    ++free_;
-    ++evictions_;
+  while (n > free_ && !queue_.empty()) {
+    Queued &q = queue_.front();
+    if (q.run > 0) {
+      int64_t m = std::min(q.run, n - free_);
+      q.run -= m;
+      free_ += m;
+      queued_ -= m;
+      if (q.run == 0)
+        queue_.pop_front();
+      continue;
+    }
+    auto it = cached_.find(q.key);
+    if (it != cached_.end() && it->second.holders == 0 &&
+        it->second.releasedAt == q.at) {
+      cached_.erase(it);
+      ++free_;
+      --queued_;
+      ++evictions_;
+    }
+    queue_.pop_front(); // evicted, or stale
   }
   free_ -= n;
 }
 
-void KvBlockPool::give(int64_t n) { free_ += n; }
+void KvBlockPool::give(int64_t n) {
+  if (n <= 0)
+    return;
+  if (!caching_) {
+    free_ += n;
+    return;
+  }
+  queue_.push_back({++clock_, 0, n});
+  queued_ += n;
+  compact();
+}
+
+void KvBlockPool::compact() {
+  // Entries go stale as requests take cached blocks again; past twice the
+  // pool, drop them (the queue's order is kept).
+  if (queue_.size() <= size_t(2 * total_ + 1024))
+    return;
+  std::deque<Queued> kept;
+  for (const Queued &q : queue_) {
+    auto it = q.run > 0 ? cached_.end() : cached_.find(q.key);
+    if (q.run > 0 || (it != cached_.end() && it->second.holders == 0 &&
+                      it->second.releasedAt == q.at))
+      kept.push_back(q);
+  }
+  queue_.swap(kept);
+}
 
 int64_t KvBlockPool::lookup(const std::function<uint64_t(int64_t)> &key,
                             int64_t limit, int64_t *idle) const {
@@ -42,7 +81,7 @@ int64_t KvBlockPool::lookup(const std::function<uint64_t(int64_t)> &key,
 void KvBlockPool::hold(uint64_t key) {
   Cached &c = cached_.at(key);
   if (c.holders++ == 0)
-    idle_.erase(c.releasedAt);
+    --queued_; // its queue entry goes stale
 }
 
 bool KvBlockPool::publish(uint64_t key) {
@@ -59,9 +98,11 @@ void KvBlockPool::release(const std::vector<uint64_t> &keys) {
     Cached &c = cached_.at(*k);
     if (--c.holders == 0) {
       c.releasedAt = ++clock_;
-      idle_.emplace(c.releasedAt, *k);
+      queue_.push_back({c.releasedAt, *k, 0});
+      ++queued_;
     }
   }
+  compact();
 }
 
 uint64_t chainBlockKey(uint64_t parent, uint64_t content) {

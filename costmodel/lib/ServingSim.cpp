@@ -366,7 +366,7 @@ private:
   void letGo(Live &v);
   int64_t cacheHits(const Live &v, int64_t *idle) const;
   int64_t admissionBlocks(const Live &v, int64_t hits, int64_t n) const;
-  void offerBlocks(Live &v);
+  void offerBlocks(Live &v, bool all = false);
   double commonPrefix(const std::vector<size_t> &members) const;
   bool admissible(const Live &v) const;
   bool schedule(StepBatch &b, std::vector<size_t> &members);
@@ -445,9 +445,10 @@ int64_t Replica::admissionBlocks(const Live &v, int64_t hits,
 
 /// The full blocks a step computed are offered to the prefix cache: each
 /// one whose content is not cached yet becomes cached (still held by the
-/// request).
-void Replica::offerBlocks(Live &v) {
-  if (!pool.caching())
+/// request). A request sharing nothing offers them only when preempted
+/// (`all`): only it can find them again.
+void Replica::offerBlocks(Live &v, bool all) {
+  if (!pool.caching() || (!v.req.blockKeys && !all))
     return;
   int64_t full = v.computed / limits.blockTokens;
   for (; v.offered < full; ++v.offered) {
@@ -489,6 +490,7 @@ double Replica::commonPrefix(const std::vector<size_t> &members) const {
 
 void Replica::preempt(size_t id) {
   Live &v = live[id];
+  offerBlocks(v, true);
   letGo(v);
   v.computed = 0;
   v.target = v.req.inputTokens + v.generated;

@@ -8,9 +8,11 @@
 // chained from the key of the block before it and the tokens it holds, so
 // two requests whose prompts begin alike share the blocks of what they
 // share. A block no request holds any more stays cached until the space is
-// needed: the engine hands out never-cached free blocks first, then evicts
-// the least recently released cached ones, the last blocks of a request
-// before its first (vLLM v1's free-block queue). A new request takes the
+// needed: every block a request lets go joins the tail of one free-block
+// queue (its last blocks first), cached or not, and new blocks come from
+// the queue's head, evicting what was cached there (vLLM v1's
+// FreeKVCacheBlockQueue); blocks never used come before all. A new request
+// takes the
 // longest run of cached blocks at the start of its prompt and computes only
 // the rest; a full hit still computes the prompt's last token.
 //
@@ -19,8 +21,8 @@
 #define ORRERY_COSTMODEL_KVBLOCKPOOL_H
 
 #include <cstdint>
+#include <deque>
 #include <functional>
-#include <map>
 #include <unordered_map>
 #include <vector>
 
@@ -35,15 +37,16 @@ public:
   bool caching() const { return caching_; }
   int64_t total() const { return total_; }
   /// Blocks a request may take: free ones and cached ones no request holds.
-  int64_t available() const { return free_ + int64_t(idle_.size()); }
+  int64_t available() const { return free_ + queued_; }
   /// Blocks requests hold (private or cached).
   int64_t used() const { return total_ - available(); }
 
-  /// Takes `n` private blocks (n <= available()), evicting cached blocks no
-  /// request holds, least recently released first, once the free ones run
-  /// out.
+  /// Takes `n` private blocks (n <= available()): never-used ones first,
+  /// then from the head of the free-block queue, evicting what is cached
+  /// there.
   void take(int64_t n);
-  /// Gives `n` private blocks back (uncached).
+  /// Gives `n` private blocks back: they join the queue's tail (nothing
+  /// will find their content).
   void give(int64_t n);
 
   /// How many blocks at the start of a request are cached: the keys
@@ -60,8 +63,8 @@ public:
   /// copy stays private, as a duplicate).
   bool publish(uint64_t key);
   /// A request lets go of its cached blocks (`keys`, in the order of its
-  /// tokens): those no other request holds join the eviction queue, the
-  /// last block first.
+  /// tokens): those no other request holds join the queue's tail, the last
+  /// block first.
   void release(const std::vector<uint64_t> &keys);
 
   int64_t evictions() const { return evictions_; }
@@ -72,16 +75,23 @@ public:
   }
 
 private:
+  void compact();
   struct Cached {
     int64_t holders = 0;
-    uint64_t releasedAt = 0; ///< its place in the eviction queue
+    uint64_t releasedAt = 0; ///< its place in the queue
   };
-  int64_t total_ = 0, free_ = 0, evictions_ = 0;
+  /// An entry of the free-block queue: a cached block (`key`; stale once a
+  /// request holds it again or it was released later), or `run` blocks
+  /// whose content nothing will ask for.
+  struct Queued {
+    uint64_t at = 0, key = 0;
+    int64_t run = 0;
+  };
+  int64_t total_ = 0, free_ = 0, queued_ = 0, evictions_ = 0;
   bool caching_ = false;
   uint64_t clock_ = 0;
   std::unordered_map<uint64_t, Cached> cached_;
-  /// Cached blocks no request holds, by release order: the eviction queue.
-  std::map<uint64_t, uint64_t> idle_;
+  std::deque<Queued> queue_;
 };
 
 /// A block's content key: `parent` (0 for a request's first block) chained
