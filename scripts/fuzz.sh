@@ -54,7 +54,8 @@ done
 i=0
 for s in chat reasoning,requests=3 isl=100,osl=50,requests=20,rate=5 \
          isl=700,osl=900,requests=30,concurrency=4,seed=7 summarize,requests=2,offline \
-         isl=600,osl=40,requests=40,rate=20,prefix=512,prefix_groups=3; do
+         isl=600,osl=40,requests=40,rate=20,prefix=512,prefix_groups=3 \
+         isl=300,osl=60,requests=30,rate=9,isl_sigma=1.1,osl_sigma=0.4; do
   printf '\0%s' "$s" > "$seeds/serving/w$((i++))"
 done
 printf '\1arrival_s,input_tokens,output_tokens\n0,100,20\n0.01,3000,400\n0.5,10,1\n' \

@@ -78,6 +78,11 @@ ServingWorkload::parse(const std::string &text) {
       if (!value.empty())
         return bad("takes no value");
       w.arrival = Arrival::Offline;
+    } else if (k == "isl_sigma" || k == "osl_sigma") {
+      double v = 0;
+      if (!parseDouble(value, v) || v < 0 || v > 3)
+        return bad("expected the log-length's standard deviation, 0 to 3");
+      (k == "isl_sigma" ? w.inputSigma : w.outputSigma) = v;
     } else if (k == "prefix" || k == "prefix_groups") {
       int64_t v = 0;
       if (!parseInt(value, v) || v < 1 || v > (int64_t(1) << 30))
@@ -113,7 +118,7 @@ ServingWorkload::parse(const std::string &text) {
       return simError("workload: unknown key '" + key.str() +
                       "' (chat, reasoning, summarize, isl, osl, requests, "
                       "rate, concurrency, offline, seed, prefix, "
-                      "prefix_groups)");
+                      "prefix_groups, isl_sigma, osl_sigma)");
     }
   }
   if (w.requests > 10'000'000)
@@ -144,13 +149,25 @@ std::vector<ServingRequest> ServingWorkload::requestsToServe() const {
   std::vector<ServingRequest> out(static_cast<size_t>(requests));
   // splitmix64: the same arrivals on every platform; the shared prefixes
   // from a stream of their own (the same arrivals with and without them).
-  uint64_t state = seed, prefixState = seed ^ 0x5bd1e9955bd1e995ull;
+  uint64_t state = seed, prefixState = seed ^ 0x5bd1e9955bd1e995ull,
+           lengthState = seed ^ 0x2545f4914f6cdd1dull;
   auto next = [&]() { return splitmix64(state); };
   auto nextPrefix = [&]() { return splitmix64(prefixState); };
+  // A log-normal length of mean `mean`: exp(sigma Z - sigma^2 / 2) times
+  // it, Z standard normal (Box-Muller), rounded, at least `least`.
+  auto length = [&](int64_t mean, double sigma, int64_t least) {
+    if (sigma <= 0)
+      return mean;
+    double u1 = (double(splitmix64(lengthState) >> 11) + 0.5) * 0x1.0p-53;
+    double u2 = double(splitmix64(lengthState) >> 11) * 0x1.0p-53;
+    double z = std::sqrt(-2 * std::log(u1)) * std::cos(2 * M_PI * u2);
+    double l = std::round(double(mean) * std::exp(sigma * z - sigma * sigma / 2));
+    return int64_t(std::clamp(l, double(least), double(int64_t(1) << 30)));
+  };
   double t = 0;
   for (ServingRequest &r : out) {
-    r.inputTokens = inputTokens;
-    r.outputTokens = outputTokens;
+    r.inputTokens = length(inputTokens, inputSigma, prefixTokens + 1);
+    r.outputTokens = length(outputTokens, outputSigma, 1);
     if (prefixTokens > 0) {
       r.prefixId = 1 + nextPrefix() % uint64_t(std::max<int64_t>(1, prefixGroups));
       r.prefixTokens = prefixTokens;
@@ -174,10 +191,10 @@ bool ServingWorkload::sharesContent() const {
 }
 
 int64_t ServingWorkload::longestRequestTokens() const {
-  if (arrival != Arrival::Trace)
+  if (arrival != Arrival::Trace && inputSigma <= 0 && outputSigma <= 0)
     return inputTokens + outputTokens;
   int64_t m = 0;
-  for (const ServingRequest &r : trace)
+  for (const ServingRequest &r : requestsToServe())
     m = std::max(m, r.inputTokens + r.outputTokens);
   return m;
 }

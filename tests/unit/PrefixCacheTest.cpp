@@ -147,6 +147,26 @@ TEST(ServingTrace, PrefixAndSessionColumns) {
   ASSERT_FALSE(bool(longer));
   EXPECT_NE(llvm::toString(longer.takeError()).find("shorter than the prompt"),
             std::string::npos);
+  // Log-normal lengths: their mean near the stated one, spread, seeded,
+  // every prompt longer than its shared prefix.
+  auto spread = ServingWorkload::parse(
+      "isl=1000,osl=200,requests=4000,isl_sigma=0.8,osl_sigma=0.5,prefix=100");
+  ASSERT_TRUE(bool(spread));
+  double sum = 0;
+  int64_t shortest = 1 << 30, longest = 0;
+  for (const ServingRequest &r : spread->requestsToServe()) {
+    sum += double(r.inputTokens);
+    shortest = std::min(shortest, r.inputTokens);
+    longest = std::max(longest, r.inputTokens + r.outputTokens);
+  }
+  EXPECT_NEAR(sum / 4000, 1000, 60);
+  EXPECT_GT(shortest, 100);
+  EXPECT_EQ(spread->longestRequestTokens(), longest);
+  EXPECT_GT(longest, 4000);
+  auto wide = ServingWorkload::parse("isl_sigma=5");
+  ASSERT_FALSE(bool(wide));
+  EXPECT_NE(llvm::toString(wide.takeError()).find("isl_sigma=5"),
+            std::string::npos);
   auto lone = ServingWorkload::parse("prefix_groups=3");
   ASSERT_FALSE(bool(lone));
   EXPECT_NE(llvm::toString(lone.takeError()).find("without prefix="),

@@ -111,7 +111,14 @@ std::string describeWorkload(const ServingWorkload &w) {
                             : "from the trace";
   std::snprintf(buf, sizeof buf, "%lld requests, %.0f in / %.0f out tokens, ",
                 (long long)w.requests, w.meanInput(), w.meanOutput());
-  return buf + arrival;
+  std::string spread;
+  if (w.inputSigma > 0 || w.outputSigma > 0) {
+    char s[80];
+    std::snprintf(s, sizeof s, "log-normal lengths (sigma %.2g in, %.2g out), ",
+                  w.inputSigma, w.outputSigma);
+    spread = s;
+  }
+  return buf + spread + arrival;
 }
 
 /// The search request from the command line's: engine, precision, the

@@ -70,6 +70,11 @@ struct ServingWorkload {
   /// `prefixGroups` shared prefixes (a system prompt), drawn uniformly
   /// with the seed; 0: none.
   int64_t prefixTokens = 0, prefixGroups = 1;
+  /// Log-normal lengths: each request's input (output) drawn with this
+  /// standard deviation of the length's logarithm and the mean of
+  /// inputTokens (outputTokens), at least 1 (and longer than the shared
+  /// prefix); 0: every request the same.
+  double inputSigma = 0, outputSigma = 0;
   uint64_t seed = 1;
   /// The requests of a trace (arrival, input, output), in arrival order.
   std::vector<ServingRequest> trace;
@@ -78,7 +83,8 @@ struct ServingWorkload {
   /// "chat" (1K in, 256 out), "reasoning" (1K in, 16K out), "summarize"
   /// (8K in, 512 out), or key=value pairs: isl=, osl=, requests=, and one
   /// of rate= (requests/s), concurrency=, offline; seed=; prefix= (tokens
-  /// of the prompt shared), prefix_groups= (distinct shared prefixes).
+  /// of the prompt shared), prefix_groups= (distinct shared prefixes);
+  /// isl_sigma=, osl_sigma= (log-normal lengths).
   /// Errors name the word.
   static llvm::Expected<ServingWorkload> parse(const std::string &text);
   /// A trace in CSV with the header `arrival_s,input_tokens,output_tokens`;
