@@ -22,6 +22,7 @@ namespace {
 constexpr uint64_t kPrefixSegment = 0x7072656669780001ull;
 constexpr uint64_t kPromptSegment = 0x70726f6d70740002ull;
 constexpr uint64_t kOutputSegment = 0x6f75747075740003ull;
+constexpr uint64_t kHashSegment = 0x6861736869640004ull;
 
 /// The keys of a request's full blocks so far, and the block being filled.
 struct Chain {
@@ -64,8 +65,8 @@ void assignBlockKeys(std::vector<ServingRequest> &reqs, int64_t blockTokens) {
   std::unordered_map<int64_t, Chain> history;
   for (size_t i = 0; i < reqs.size(); ++i) {
     ServingRequest &r = reqs[i];
-    bool shares =
-        r.prefixId != 0 || r.previousTurn >= 0 || continued.count(int64_t(i));
+    bool shares = r.prefixId != 0 || r.previousTurn >= 0 || r.hashIds ||
+                  continued.count(int64_t(i));
     if (!shares || blockTokens < 1)
       continue;
     Chain c;
@@ -79,6 +80,14 @@ void assignBlockKeys(std::vector<ServingRequest> &reqs, int64_t blockTokens) {
       int64_t shared = std::min(r.prefixTokens, r.inputTokens);
       c.append(chainBlockKey(kPrefixSegment, r.prefixId), shared, blockTokens);
       own -= shared;
+    } else if (r.hashIds) {
+      // Each id names the content of its 512 tokens (the last block may be
+      // shorter); the ids already depend on everything before them.
+      for (uint64_t id : *r.hashIds) {
+        int64_t n = std::min(own, kTraceHashBlockTokens);
+        c.append(chainBlockKey(kHashSegment, id), n, blockTokens);
+        own -= n;
+      }
     }
     c.append(chainBlockKey(kPromptSegment, uint64_t(i)), own, blockTokens);
     c.append(chainBlockKey(kOutputSegment, uint64_t(i)), r.outputTokens,

@@ -185,7 +185,7 @@ bool ServingWorkload::sharesContent() const {
   if (prefixTokens > 0)
     return true;
   for (const ServingRequest &r : trace)
-    if (r.prefixId != 0 || r.previousTurn >= 0)
+    if (r.prefixId != 0 || r.previousTurn >= 0 || r.hashIds)
       return true;
   return false;
 }

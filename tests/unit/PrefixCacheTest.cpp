@@ -135,6 +135,44 @@ TEST(ServingTrace, PrefixAndSessionColumns) {
   bad("arrival_s,input_tokens,output_tokens,prefix_tokens,prefix_id\n"
       "0,10,1,-2,x\n",
       "prefix_tokens '-2'");
+  // JSON Lines: Orrery's fields, or a Mooncake trace's (timestamp in ms,
+  // hash_ids naming 512-token blocks).
+  auto jl = ServingWorkload::parseTrace(
+      "{\"timestamp\": 0, \"input_length\": 1100, \"output_length\": 5, "
+      "\"hash_ids\": [7, 8, 9]}\n"
+      "{\"timestamp\": 1500, \"input_length\": 700, \"output_length\": 5, "
+      "\"hash_ids\": [7, 10]}\n"
+      "{\"arrival_s\": 2, \"input_tokens\": 900, \"output_tokens\": 3, "
+      "\"prefix_id\": \"sys\", \"prefix_tokens\": 512, \"session_id\": 4}\n",
+      "t.jsonl");
+  ASSERT_TRUE(bool(jl)) << llvm::toString(jl.takeError());
+  ASSERT_EQ(jl->trace.size(), 3u);
+  EXPECT_DOUBLE_EQ(jl->trace[1].arrivalS, 1.5);
+  ASSERT_TRUE(jl->trace[0].hashIds);
+  EXPECT_EQ(jl->trace[0].hashIds->size(), 3u);
+  EXPECT_EQ(jl->trace[2].prefixTokens, 512);
+  std::vector<ServingRequest> mc = jl->trace;
+  for (size_t i = 0; i < mc.size(); ++i)
+    mc[i].id = int64_t(i);
+  assignBlockKeys(mc, 16);
+  // Hash id 7 is the first 512 tokens of both: 32 blocks of 16 alike, the
+  // 33rd not.
+  for (int64_t i = 0; i < 32; ++i)
+    EXPECT_EQ(requestBlockKey(mc[0], i), requestBlockKey(mc[1], i)) << i;
+  EXPECT_NE(requestBlockKey(mc[0], 32), requestBlockKey(mc[1], 32));
+  bad("{\"timestamp\": 0, \"input_length\": 100, \"output_length\": 5, "
+      "\"hash_ids\": [1, 2]}\n",
+      "t.csv:1: hash_ids: expected an array of at most 1 ids");
+  bad("{\"timestamp\": 0, \"arrival_s\": 0, \"input_length\": 10, "
+      "\"output_length\": 5}\n",
+      "t.csv:1: expected one of arrival_s (s) or timestamp (ms)");
+  bad("{\"timestamp\": 0, \"input_len\": 100}\n", "field 'input_len' unknown");
+  bad("{\"timestamp\": 0, \"input_length\": 10, \"output_length\": 5}\n"
+      "{oops\n",
+      "t.csv:2: not JSON");
+  bad("{\"timestamp\": 5, \"input_length\": 10, \"output_length\": 5}\n"
+      "{\"timestamp\": 1, \"input_length\": 10, \"output_length\": 5}\n",
+      "t.csv:2: arrival goes back in time");
   // Synthetic workloads: prefix= within the prompt, groups with a prefix.
   auto ok = ServingWorkload::parse("isl=3000,osl=10,prefix=2048,"
                                    "prefix_groups=4,requests=100");

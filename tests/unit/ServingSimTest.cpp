@@ -281,7 +281,7 @@ TEST(ServingSim, BadWorkloadsAreOneLineErrors) {
   expectError(ServingWorkload::parseTrace("arrival_s,input_tokens,output_tokens\n"
                                           "2,100,10\n1,100,10\n",
                                           "t.csv"),
-              "t.csv:3: arrival_s goes back in time");
+              "t.csv:3: arrival goes back in time");
   expectError(ServingWorkload::parseTrace("arrival_s,input_tokens,output_tokens\n",
                                           "t.csv"),
               "t.csv: the trace has no requests");

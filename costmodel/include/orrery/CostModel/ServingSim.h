@@ -41,10 +41,18 @@ struct ServingRequest {
   uint64_t prefixId = 0;
   int64_t prefixTokens = 0;
   int64_t previousTurn = -1;
+  /// A Mooncake trace's `hash_ids`: the prompt's blocks of
+  /// kTraceHashBlockTokens tokens named by content (equal ids at the same
+  /// place: the same tokens up to there); null: none.
+  std::shared_ptr<const std::vector<uint64_t>> hashIds;
   /// Set by the simulator: the content keys of the request's full blocks,
   /// prompt then output, when it shares content (null: all its own).
   std::shared_ptr<const std::vector<uint64_t>> blockKeys;
 };
+
+/// The tokens each of a Mooncake trace's hash ids stands for (its
+/// published traces' block size).
+constexpr int64_t kTraceHashBlockTokens = 512;
 
 /// The content key of block `i` of `r` (KvBlockPool): from its blockKeys,
 /// or one no other request's block has.
@@ -87,7 +95,11 @@ struct ServingWorkload {
   /// isl_sigma=, osl_sigma= (log-normal lengths).
   /// Errors name the word.
   static llvm::Expected<ServingWorkload> parse(const std::string &text);
-  /// A trace in CSV with the header `arrival_s,input_tokens,output_tokens`;
+  /// A trace: CSV with the header `arrival_s,input_tokens,output_tokens`
+  /// (and optional prefix and session columns, docs/serving.md), or JSON
+  /// Lines, one request an object: Orrery's field names, or a Mooncake
+  /// trace's (`timestamp` in ms, `input_length`, `output_length`,
+  /// `hash_ids`);
   /// errors name `what` and the line.
   static llvm::Expected<ServingWorkload> parseTrace(const std::string &text,
                                                     const std::string &what);
