@@ -271,6 +271,9 @@ struct Live {
   std::vector<uint64_t> cachedKeys;
   int64_t offered = 0;
   bool scheduledBefore = false;
+  /// Speculative decoding: the fraction of a token the steps so far
+  /// yielded beyond the whole ones taken.
+  double credit = 0;
   int64_t held() const { return blocks + int64_t(cachedKeys.size()); }
   double firstTokenS = -1, arrivalS = 0;
   double lastTokenS = -1; ///< when its latest output token came
@@ -366,7 +369,15 @@ public:
           std::vector<StepRecord> *trace, TokenGaps &gaps)
       : pricer(p), limits(l), index(index), lanes(lanes), trace(trace),
         gaps(gaps), pool(l.kvCacheTokens / l.blockTokens,
-                         l.prefixCaching && p.window() <= 0) {}
+                         l.prefixCaching && p.window() <= 0) {
+    const Speculation &s = p.speculation();
+    drafts = s.on() ? s.k : 0;
+    perStep = s.tokensPerStep();
+    // vLLM keeps room for the next step's drafts beyond the verified ones
+    // (num_lookahead_tokens, for a drafter on the device); TensorRT-LLM
+    // reserves max_draft_len with the request.
+    lookahead = s.draftsOnDevice() || trtllm() ? drafts : 0;
+  }
 
   /// Serves `reqs` (arrival order); `concurrency` > 0 issues them as that
   /// many slots free instead.
@@ -396,8 +407,23 @@ private:
                          const StepTime &t, double start);
   void launch(StepBatch b, std::vector<size_t> members, const StepTime &t);
 
+  /// Whole tokens `steps` decode steps yield `v` (speculative decoding:
+  /// tokensPerStep() on average a step, fractions carried), up to its
+  /// output; one a step without it.
+  int64_t yield(Live &v, int64_t steps) const;
+  /// Cache slots a generating request needs for the step after `steps`
+  /// more: its tokens, the new one, the drafts it verifies and the
+  /// lookahead.
+  int64_t decodeSlots(const Live &v, int64_t steps) const {
+    double ahead = std::max(0.0, double(steps) * perStep - v.credit);
+    return v.computed + int64_t(std::ceil(ahead - 1e-9)) + 1 + drafts +
+           lookahead;
+  }
+
   const StepPricer &pricer;
   SchedulerLimits limits;
+  int drafts = 0, lookahead = 0; ///< speculative decoding's k and room
+  double perStep = 1;
   int index, lanes;
   std::vector<StepRecord> *trace;
   TokenGaps &gaps;
@@ -455,8 +481,10 @@ int64_t Replica::cacheHits(const Live &v, int64_t *idle) const {
 int64_t Replica::admissionBlocks(const Live &v, int64_t hits,
                                  int64_t n) const {
   int64_t start = v.computed + hits * limits.blockTokens;
-  return (trtllm() ? blocksFor(v.req.inputTokens + v.req.outputTokens)
-                   : blocksFor(start + n)) -
+  int64_t ahead = start >= v.target ? lookahead : 0;
+  return (trtllm() ? blocksFor(v.req.inputTokens + v.req.outputTokens +
+                               lookahead)
+                   : blocksFor(start + n + ahead)) -
          hits - v.held();
 }
 
@@ -475,6 +503,16 @@ void Replica::offerBlocks(Live &v, bool all) {
       v.cachedKeys.push_back(key);
     }
   }
+}
+
+int64_t Replica::yield(Live &v, int64_t steps) const {
+  int64_t left = v.req.outputTokens - v.generated;
+  if (drafts == 0)
+    return std::min(steps, left);
+  v.credit += double(steps) * perStep;
+  int64_t whole = int64_t(std::floor(v.credit + 1e-9));
+  v.credit = std::max(0.0, v.credit - double(whole));
+  return std::min(whole, left);
 }
 
 /// Whether the scheduler could start `v`'s whole remaining prompt now.
@@ -533,8 +571,10 @@ bool Replica::schedule(StepBatch &b, std::vector<size_t> &members) {
         ++b.sampled;
     } else {
       ++b.decodeRequests;
+      b.draftTokens += drafts;
       b.addDecode(double(v.computed + 1), window);
       ++b.sampled;
+      v.scheduled = 1; // one step
     }
     budget -= n;
   };
@@ -545,9 +585,13 @@ bool Replica::schedule(StepBatch &b, std::vector<size_t> &members) {
     Live &v = live[id];
     if (v.inFlight)
       continue;
-    int64_t n =
-        v.computed < v.target ? std::min(v.target - v.computed, budget) : 1;
-    int64_t need = trtllm() ? 0 : blocksFor(v.computed + n) - v.held();
+    bool decoding = v.computed >= v.target;
+    int64_t n = decoding ? 1 + drafts : std::min(v.target - v.computed, budget);
+    if (decoding && n > budget)
+      break; // a request's token and its drafts go together
+    int64_t need = trtllm() ? 0
+                   : decoding ? blocksFor(decodeSlots(v, 0)) - v.held()
+                              : blocksFor(v.computed + n) - v.held();
     bool self = false;
     while (need > pool.available()) {
       // vLLM: the newest running request gives its blocks back (and is
@@ -589,7 +633,10 @@ bool Replica::schedule(StepBatch &b, std::vector<size_t> &members) {
     // elsewhere.
     int64_t idle = 0, hits = cacheHits(v, &idle);
     int64_t start = v.computed + hits * limits.blockTokens;
-    int64_t n = start < v.target ? std::min(v.target - start, budget) : 1;
+    int64_t n =
+        start < v.target ? std::min(v.target - start, budget) : 1 + drafts;
+    if (n > budget)
+      break;
     int64_t need = admissionBlocks(v, hits, n);
     if (need > pool.available() - idle)
       break;
@@ -677,7 +724,8 @@ void Replica::finishFlight() {
     Live &v = live[id];
     v.inFlight = false;
     bool prefill = v.computed < v.target;
-    v.computed += v.scheduled;
+    int64_t gained = prefill ? v.scheduled : yield(v, v.scheduled);
+    v.computed += gained;
     offerBlocks(v);
     if (prefill) {
       if (v.computed < v.target)
@@ -688,7 +736,7 @@ void Replica::finishFlight() {
       if (v.lastTokenS >= 0)
         gaps.add(f.end - v.lastTokenS, f.end - v.lastTokenS, 1);
     } else {
-      v.generated += v.scheduled; // one a step
+      v.generated += gained; // one a step, or what the drafts gave
       // The run's first token follows this request's last one (for
       // most, the step before ended as this one started: that gap is the
       // step's time, added once for them all below); the others come a
@@ -718,12 +766,13 @@ void Replica::finishFlight() {
 StepBatch Replica::later(const StepBatch &b, const std::vector<size_t> &members,
                          int64_t steps) const {
   StepBatch x = b;
-  x.decodeKeys += double(steps) * double(b.decodeRequests);
+  x.decodeKeys += double(steps) * perStep * double(b.decodeRequests);
   if (pricer.window() > 0) {
     x.decodeKeysWindowed = 0;
     for (size_t id : members)
-      x.decodeKeysWindowed += std::min(double(live[id].computed + 1 + steps),
-                                       double(pricer.window()));
+      x.decodeKeysWindowed +=
+          std::min(double(live[id].computed + 1) + double(steps) * perStep,
+                   double(pricer.window()));
   }
   return x;
 }
@@ -743,8 +792,12 @@ int64_t Replica::coalescedSteps(const StepBatch &b,
   if (!stable || !limits.coalesceDecodeSteps)
     return 1;
   int64_t k = std::numeric_limits<int64_t>::max();
-  for (size_t id : members)
-    k = std::min(k, live[id].req.outputTokens - live[id].generated);
+  for (size_t id : members) {
+    const Live &v = live[id];
+    double left = double(v.req.outputTokens - v.generated) - v.credit;
+    k = std::min(k, std::max<int64_t>(
+                        1, int64_t(std::ceil(left / perStep - 1e-9))));
+  }
   if (concurrency <= 0 && nextArrival < live.size() && k > 1) {
     // Step i of the run takes t0 + i·d: the run stops at the first
     // step that starts after the next arrival.
@@ -763,7 +816,7 @@ int64_t Replica::coalescedSteps(const StepBatch &b,
     int64_t extra = 0;
     if (!trtllm())
       for (size_t id : members)
-        extra += blocksFor(live[id].computed + steps) - live[id].held();
+        extra += blocksFor(decodeSlots(live[id], steps - 1)) - live[id].held();
     return extra;
   };
   while (k > 1 && extraBlocks(k) > pool.available())
@@ -787,7 +840,7 @@ void Replica::launch(StepBatch b, std::vector<size_t> members,
     latency = interval = double(k) * (t.latencyS + tl.latencyS) / 2;
     for (size_t id : members) {
       Live &v = live[id];
-      int64_t need = trtllm() ? 0 : blocksFor(v.computed + k) - v.held();
+      int64_t need = trtllm() ? 0 : blocksFor(decodeSlots(v, k - 1)) - v.held();
       pool.take(need);
       v.blocks += need;
       v.scheduled = k;

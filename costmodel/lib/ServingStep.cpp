@@ -340,6 +340,8 @@ llvm::Expected<StepPricer> StepPricer::create(const Workload &w,
         return std::move(e);
       out.ops.push_back(t);
     }
+    if (out.head)
+      p.headKind_ = int(ki);
     p.kinds_.push_back(std::move(out));
   }
   if (!anyAttention)
@@ -373,7 +375,8 @@ double StepPricer::kindSeconds(const Kind &k, const StepBatch &all,
     // The experts take every rank's tokens; under attention DP the rest
     // of the layer runs on its rank's share (`rank` is `all` otherwise).
     const StepBatch &b = op.experts > 1 ? all : rank;
-    double tokens = k.head ? double(b.sampled) : double(b.tokens());
+    double tokens =
+        k.head ? double(b.sampled + b.draftTokens) : double(b.tokens());
     if (tokens <= 0)
       continue;
     double s = 0;
@@ -441,12 +444,17 @@ double StepPricer::kindSeconds(const Kind &k, const StepBatch &all,
                           own.prefillPairsWindowed, width)
                  : kernel(double(own.prefillTokens), own.prefillKeys,
                           own.prefillPairs, width);
+      // A request's 1 + k queries (its token and the drafts it verifies)
+      // read its keys once.
+      double queries = double(own.decodeRequests + own.draftTokens);
+      double perRequest =
+          own.decodeRequests > 0 ? queries / double(own.decodeRequests) : 1;
       if (own.decodeRequests > 0)
-        s += op.windowed ? kernel(double(own.decodeRequests),
-                                  own.decodeKeysWindowed,
-                                  own.decodeKeysWindowed, decodeWidth)
-                         : kernel(double(own.decodeRequests), own.decodeKeys,
-                                  own.decodeKeys, decodeWidth);
+        s += op.windowed
+                 ? kernel(queries, own.decodeKeysWindowed,
+                          own.decodeKeysWindowed * perRequest, decodeWidth)
+                 : kernel(queries, own.decodeKeys,
+                          own.decodeKeys * perRequest, decodeWidth);
       t.attentionS += s;
       break;
     }
@@ -497,6 +505,7 @@ StepBatch StepBatch::perRank(int ranks) const {
   r.prefillTokens = share(prefillTokens);
   r.prefillRequests = share(prefillRequests);
   r.decodeRequests = share(decodeRequests);
+  r.draftTokens = share(draftTokens);
   r.sampled = share(sampled);
   for (double *sum : {&r.prefillPairs, &r.prefillKeys, &r.decodeKeys,
                       &r.prefillPairsWindowed, &r.prefillKeysWindowed,
@@ -642,7 +651,9 @@ StepTime StepPricer::price(const StepBatch &b) const {
   static const Assumptions assumptions;
   double host = 0;
   if (engine_ == ServingEngine::Vllm) {
-    bool graph = b.prefillTokens == 0 && b.decodeRequests <= 512;
+    // vLLM captures graphs by the step's tokens (up to 512), a
+    // speculative step's uniform 1 + k a request included.
+    bool graph = b.prefillTokens == 0 && b.tokens() <= 512;
     host = kVllmStepHostS;
     if (!graph) {
       double dispatch = double(kernels) * assumptions.hostDispatchS / pp;
@@ -655,10 +666,72 @@ StepTime StepPricer::price(const StepBatch &b) const {
   } else {
     host = kTrtllmStepHostS;
   }
+  t.draftS = draftSeconds(b);
+  latency += t.draftS;
+  slowest += t.draftS;
   t.hostS = host;
   t.latencyS = latency + host;
   t.intervalS = (pp > 1 ? slowest : latency) + host;
   return t;
+}
+
+llvm::Error StepPricer::setSpeculation(const Workload &w,
+                                       const Speculation &s) {
+  spec_ = s;
+  draftKind_ = -1;
+  if (!s.on())
+    return llvm::Error::success();
+  if (replica_.pp > 1)
+    return servingError("serving: speculative decoding with pipeline "
+                        "parallelism (pp=" + std::to_string(replica_.pp) +
+                        ") is not modelled (vLLM up to 0.15 refuses it)");
+  if (s.draftsOnDevice()) {
+    draftKind_ = draftLayerKind(w, s.method);
+    if (draftKind_ < 0 || headKind_ < 0)
+      return servingError(std::string("serving: --speculative ") +
+                          s.methodName() +
+                          ": the model has no repeated decoder layer and "
+                          "output head for a drafter");
+  }
+  return llvm::Error::success();
+}
+
+/// vLLM's EagleProposer: after the verification, one pass of the draft
+/// layer over every token the target computed (its output head at one
+/// position a drafting request), then k - 1 passes of one token a request.
+/// Each drafting request is one that sampled this step.
+double StepPricer::draftSeconds(const StepBatch &b) const {
+  if (draftKind_ < 0 || b.sampled <= 0)
+    return 0;
+  int ranks = replica_.attentionDp ? replica_.tp : 1;
+  auto pass = [&](const StepBatch &layer, const StepBatch &head) {
+    StepTime scratch;
+    return kindSeconds(kinds_[size_t(draftKind_)], layer, layer.perRank(ranks),
+                       scratch) +
+           kindSeconds(kinds_[size_t(headKind_)], head, head.perRank(ranks),
+                       scratch);
+  };
+  StepBatch first = b;
+  first.commonPrefixKeys = 0;
+  StepBatch firstHead = first;
+  firstHead.draftTokens = 0;
+  double total = pass(first, firstHead);
+  if (spec_.k > 1) {
+    // One token a drafting request over its context (the generating
+    // requests' keys, or a finished prompt's).
+    StepBatch next;
+    next.decodeRequests = next.sampled = b.sampled;
+    next.decodeKeys = b.decodeRequests > 0
+                          ? b.decodeKeys * double(b.sampled) /
+                                double(b.decodeRequests)
+                          : b.prefillKeys;
+    next.decodeKeysWindowed = b.decodeRequests > 0
+                                  ? b.decodeKeysWindowed * double(b.sampled) /
+                                        double(b.decodeRequests)
+                                  : b.prefillKeysWindowed;
+    total += double(spec_.k - 1) * pass(next, next);
+  }
+  return total;
 }
 
 } // namespace orrery

@@ -18,6 +18,7 @@
 #include "orrery/CostModel/Cluster.h"
 #include "orrery/CostModel/Collective.h"
 #include "orrery/CostModel/Hardware.h"
+#include "orrery/CostModel/Speculation.h"
 #include "orrery/CostModel/Workload.h"
 
 #include "llvm/Support/Error.h"
@@ -113,6 +114,10 @@ struct StepBatch {
   /// context lengths summed).
   int64_t decodeRequests = 0;
   double decodeKeys = 0;
+  /// Speculative decoding: the drafts the generating requests' tokens
+  /// carry, verified this step (k a request), each one more query over its
+  /// request's keys and one more position of the output head.
+  int64_t draftTokens = 0;
   /// Requests that sample a token this step (the output head runs for
   /// them only): every decode and each prefill that finishes its prompt.
   int64_t sampled = 0;
@@ -132,7 +137,9 @@ struct StepBatch {
   /// a request whose context is `context` tokens (its new one included).
   void addPrefill(double p, double q, double window);
   void addDecode(double context, double window);
-  int64_t tokens() const { return prefillTokens + decodeRequests; }
+  int64_t tokens() const {
+    return prefillTokens + decodeRequests + draftTokens;
+  }
   /// One of `ranks` data-parallel attention ranks' share, the requests
   /// spread evenly (TensorRT-LLM's attention-DP balancing): counts rounded
   /// up (the busiest rank), sums divided.
@@ -147,6 +154,8 @@ struct StepTime {
   /// parallelism keeps `pp` steps in flight); latencyS when pp is 1.
   double intervalS = 0;
   double linearS = 0, attentionS = 0, otherS = 0, communicationS = 0, hostS = 0;
+  /// The drafter's passes after the verification (speculative decoding).
+  double draftS = 0;
 };
 
 /// A serving replica: `tp` x `pp` devices of one type.
@@ -187,6 +196,11 @@ public:
                                            const ServingPrecision &precision,
                                            ServingEngine engine);
   StepTime price(const StepBatch &b) const;
+  /// Speculative decoding on this replica: its drafter priced after each
+  /// step's verification. An error when the model has no layer a drafter
+  /// could be, or the replica is pipelined (vLLM up to 0.15 refuses it).
+  llvm::Error setSpeculation(const Workload &w, const Speculation &s);
+  const Speculation &speculation() const { return spec_; }
   const ServingReplica &replica() const { return replica_; }
   ServingEngine engine() const { return engine_; }
   /// The sliding window of the model's windowed attention layers (0: none)
@@ -248,6 +262,8 @@ private:
   /// Whether vLLM runs `op` as cascade attention over the step's common
   /// prefix (its rule, docs/serving.md "Prefix caching").
   bool cascades(const TokenOp &op, const StepBatch &b) const;
+  /// The drafter's passes after the verification of `b`.
+  double draftSeconds(const StepBatch &b) const;
   double expertParallelSeconds(const TokenOp &op, double tokens,
                                double act) const;
   double expertGemmSeconds(const TokenOp &op, double flops,
@@ -259,6 +275,8 @@ private:
   double kvBytesPerElement_ = 2;
   int64_t window_ = 0;
   double windowedKvFraction_ = 0;
+  Speculation spec_;
+  int draftKind_ = -1, headKind_ = -1; ///< indices into kinds_
 };
 
 } // namespace orrery
