@@ -325,6 +325,100 @@ def validate_prefix(orrery):
               f"over {len(errs)} pairs")
 
 
+def iid_acceptance(length, k):
+    """The per-position rate a whose 1 + a + ... + a^k is `length` (the
+    measured mean acceptance length at k drafts), by bisection."""
+    lo, hi = 0.0, 1.0
+    for _ in range(60):
+        a = (lo + hi) / 2
+        if sum(a ** i for i in range(k + 1)) < length:
+            lo = a
+        else:
+            hi = a
+    return (lo + hi) / 2
+
+
+def specdec_pairs(rows):
+    """The published pairs whose setup is stated, as (group, name, measured
+    speedup, serve arguments, --speculative, metric)."""
+    pairs = []
+    # TensorRT-LLM tech blog 1: DeepSeek-R1 (DeepSeek-V3's architecture) on
+    # 8 B200, batch 1, 1K in / 2K out, MTP with k = 1..5 at the measured
+    # acceptance lengths.
+    off = rows["trtllm_blog1_dsr1_b200x8_bs1_off"]["metrics"]["output_tok_s_per_user"]
+    for k in range(1, 6):
+        r = rows[f"trtllm_blog1_dsr1_b200x8_bs1_mtp{k}"]
+        al = r["metrics"]["acceptance_length_mean"]
+        base = ["deepseek-v3", "--cluster", "8xB200", "--engine", "trtllm",
+                "--precision", "nvfp4", "--strategy", "tp=8,pp=1,replicas=1",
+                "--workload", "isl=1024,osl=2048,requests=4,concurrency=1"]
+        pairs.append(("TensorRT-LLM MTP, DeepSeek-R1, 8 B200, batch 1", r["id"],
+                      r["metrics"]["output_tok_s_per_user"] / off, base,
+                      f"mtp,k={k},acceptance={iid_acceptance(al, k):.4f}",
+                      "output_throughput_tok_per_s"))
+    # The EAGLE-3 paper's SGLang sweep: Llama-3.1-8B on 1 H100, MT-Bench
+    # (lengths not stated: 128 in / 512 out here), chains of 3 drafts at the
+    # default acceptance.
+    for method, tag in (("eagle3", "eagle3"), ("eagle", "eagle")):
+        for bs in (1, 2, 4, 8, 16, 32, 64):
+            rid = f"sglang_eagle3paper_llama31_8b_h100_bs{bs}_{tag}"
+            if bs == 1:
+                rid = "sglang_eagle3paper_llama31_8b_h100_bs1_" + (
+                    "eagle3" if tag == "eagle3" else "eagle2")
+            r = rows.get(rid)
+            if not r:
+                continue
+            m = r["metrics"]
+            speedup = m.get("speedup_throughput") or m.get("speedup")
+            base = ["llama3-8b", "--cluster", "1xH100-SXM", "--strategy",
+                    "tp=1,pp=1,replicas=1", "--workload",
+                    f"isl=128,osl=512,requests={8 * bs},concurrency={bs}"]
+            pairs.append((f"SGLang {method}, Llama-3.1-8B, 1 H100, MT-Bench", rid,
+                          speedup, base, method, "output_throughput_tok_per_s"))
+    # vLLM on GB300: DeepSeek-R1 NVFP4 at tp=2, 2K in / 64 out, 1,000
+    # requests, MTP k=1 (acceptance "> 80 %": the default).
+    for c in (64, 128, 192, 256, 320, 384):
+        r_off = rows[f"vllm_gb300_dsr1_nvfp4_tp2_isl2k_osl64_c{c}_off"]["metrics"]
+        r_on = rows[f"vllm_gb300_dsr1_nvfp4_tp2_isl2k_osl64_c{c}_mtp1"]
+        base = ["deepseek-v3", "--cluster", "2xGB300", "--engine", "vllm",
+                "--precision", "nvfp4", "--kv-cache", "fp8",
+                "--strategy", "tp=2,pp=1,replicas=1", "--workload",
+                f"isl=2048,osl=64,requests=1000,concurrency={c}"]
+        pairs.append(("vLLM MTP, DeepSeek-R1, 2 GB300", r_on["id"],
+                      r_on["metrics"]["total_tok_s"] / r_off["total_tok_s"], base,
+                      "mtp,k=1", "total_token_throughput_tok_per_s"))
+    return pairs
+
+
+def validate_specdec(orrery):
+    """Speculative decoding on against off
+    (bench/published/serving_specdec_runs.json): the published speedup of
+    each pair whose setup is stated and the simulated one, per group."""
+    with open(os.path.join(HERE, "published", "serving_specdec_runs.json")) as f:
+        rows = {r["id"]: r for r in json.load(f)["rows"]}
+    print(f"\n{'speculative decoding on vs off':52} {'measured':>9} "
+          f"{'simulated':>9} {'error':>7}")
+    groups = collections.OrderedDict()
+    for group, name, measured, base, spec, metric in specdec_pairs(rows):
+        runs = []
+        for on in ("1", "0"):
+            args = list(base)
+            i = args.index("--strategy") + 1
+            args[i] += ",spec=" + on
+            m, why = serve_metrics(orrery, args + ["--speculative", spec])
+            runs.append(m[metric] if m else None)
+        if None in runs:
+            print(f"{name[:52]:52} {measured:9.3f} {'-':>9}   ({why})")
+            continue
+        ratio = runs[0] / runs[1]
+        e = (ratio - measured) / measured
+        groups.setdefault(group, []).append(abs(e))
+        print(f"{name[:52]:52} {measured:9.3f} {ratio:9.3f} {e * 100:+6.1f}%")
+    for group, errs in groups.items():
+        print(f"  {group}: MAPE {100 * sum(errs) / len(errs):.1f}% over "
+              f"{len(errs)} pairs")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
@@ -371,6 +465,7 @@ def main():
     if not args.rows:
         validate_ttft(orrery)
         validate_prefix(orrery)
+        validate_specdec(orrery)
     return 0
 
 

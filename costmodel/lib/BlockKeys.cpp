@@ -13,6 +13,7 @@
 #include "orrery/CostModel/ServingSim.h"
 
 #include <algorithm>
+#include <map>
 #include <unordered_set>
 
 namespace orrery {
@@ -56,18 +57,36 @@ uint64_t requestBlockKey(const ServingRequest &r, int64_t i) {
 }
 
 void assignBlockKeys(std::vector<ServingRequest> &reqs, int64_t blockTokens) {
+  if (blockTokens < 1)
+    return;
   std::unordered_set<int64_t> continued;
   for (const ServingRequest &r : reqs)
     if (r.previousTurn >= 0)
       continued.insert(r.previousTurn);
+  // A prompt that only starts with a named prefix shares no more than the
+  // prefix's full blocks: one key vector for all the requests naming it.
+  using Keys = std::shared_ptr<const std::vector<uint64_t>>;
+  std::map<std::pair<uint64_t, int64_t>, std::pair<Keys, int>> prefixes;
   // A session's history: the chain at the end of each turn that a later
   // turn continues.
   std::unordered_map<int64_t, Chain> history;
   for (size_t i = 0; i < reqs.size(); ++i) {
     ServingRequest &r = reqs[i];
-    bool shares = r.prefixId != 0 || r.previousTurn >= 0 || r.hashIds ||
-                  continued.count(int64_t(i));
-    if (!shares || blockTokens < 1)
+    bool whole = r.previousTurn >= 0 || r.hashIds || continued.count(int64_t(i));
+    if (!whole && r.prefixId != 0) {
+      int64_t shared = std::min(r.prefixTokens, r.inputTokens);
+      auto &group = prefixes[{r.prefixId, shared}];
+      if (!group.first) {
+        Chain c;
+        c.append(chainBlockKey(kPrefixSegment, r.prefixId), shared,
+                 blockTokens);
+        group.first = std::make_shared<const std::vector<uint64_t>>(c.keys);
+      }
+      ++group.second;
+      r.blockKeys = group.first;
+      continue;
+    }
+    if (!whole)
       continue;
     Chain c;
     int64_t own = r.inputTokens;
@@ -95,6 +114,30 @@ void assignBlockKeys(std::vector<ServingRequest> &reqs, int64_t blockTokens) {
     r.blockKeys = std::make_shared<const std::vector<uint64_t>>(c.keys);
     if (continued.count(int64_t(i)))
       history[int64_t(i)] = std::move(c);
+  }
+  // Only a run of blocks from the start that another request also has can
+  // ever be found by another: each request keeps the keys of that run (its
+  // other blocks are its own, requestBlockKey's unique keys).
+  std::unordered_map<uint64_t, int> seen;
+  for (const auto &[name, group] : prefixes)
+    for (uint64_t k : *group.first)
+      seen[k] += group.second;
+  for (const ServingRequest &r : reqs)
+    if (r.blockKeys && (r.prefixId == 0 || r.previousTurn >= 0 || r.hashIds ||
+                        continued.count(r.id)))
+      for (uint64_t k : *r.blockKeys)
+        ++seen[k];
+  for (ServingRequest &r : reqs) {
+    if (!r.blockKeys)
+      continue;
+    size_t run = 0;
+    while (run < r.blockKeys->size() && seen[(*r.blockKeys)[run]] > 1)
+      ++run;
+    if (run == 0)
+      r.blockKeys.reset();
+    else if (run < r.blockKeys->size())
+      r.blockKeys = std::make_shared<const std::vector<uint64_t>>(
+          r.blockKeys->begin(), r.blockKeys->begin() + long(run));
   }
 }
 

@@ -7,7 +7,8 @@
 namespace orrery {
 
 KvBlockPool::KvBlockPool(int64_t blocks, bool caching)
-    : total_(std::max<int64_t>(0, blocks)), free_(total_), caching_(caching) {}
+    : total_(std::max<int64_t>(0, blocks)), free_(total_), caching_(caching) {
+}
 
 void KvBlockPool::take(int64_t n) {
   assert(n <= available() && "taking more blocks than there are");

@@ -98,13 +98,28 @@ llvm::Expected<ServingMemory> servingMemory(const Workload &w,
   m.weightBytes = bytes / o.pp;
   for (const LayerKind &k : w.kinds)
     m.weightBytes += double(k.count) * k.bufferBytes / o.pp;
+  int draft = o.drafter == Speculation::Method::None ||
+                      o.drafter == Speculation::Method::Ngram
+                  ? -1
+                  : draftLayerKind(w, o.drafter);
+  double draftKv = 0;
+  if (draft >= 0) {
+    const LayerKind &k = w.kinds[size_t(draft)];
+    bool mtp = o.drafter == Speculation::Method::Mtp;
+    m.weightBytes += (k.trainablePerRank(split) + k.frozenPerRank(split)) *
+                     (mtp ? o.weightBytesPerParam : 2.0);
+    Workload one;
+    one.kinds.push_back(k);
+    one.kinds.back().count = 1;
+    draftKv = kvCacheBytesPerToken(one, o.kvBytesPerElement, split);
+  }
   m.activationBytes =
       double(o.maxBatchedTokens) * activationBytesPerToken(w, split);
   m.workspaceBytes = o.workspaceBytes > 0        ? o.workspaceBytes
                      : device.workspaceBytes > 0 ? device.workspaceBytes
                                                  : 1.5 * (1ull << 30);
   m.kvBytesPerToken =
-      kvCacheBytesPerToken(w, o.kvBytesPerElement, split) / o.pp;
+      kvCacheBytesPerToken(w, o.kvBytesPerElement, split) / o.pp + draftKv;
   if (m.weightBytes > m.budgetBytes)
     return error("serving: the weights need " + gib(m.weightBytes) +
                  " per device, more than the " + gib(m.budgetBytes) +

@@ -65,11 +65,11 @@ llvm::Expected<ServingFixed> ServingFixed::parse(const std::string &text) {
       continue;
     }
     int value = 0;
-    if (key == "adp") {
+    if (key == "adp" || key == "spec") {
       if (v.trim() != "0" && v.trim() != "1")
-        return serveError("--strategy " + part.trim().str() +
-                          ": expected adp=0 or adp=1");
-      f.adp = v.trim() == "1";
+        return serveError("--strategy " + part.trim().str() + ": expected " +
+                          key + "=0 or " + key + "=1");
+      (key == "adp" ? f.adp : f.spec) = v.trim() == "1";
       continue;
     }
     if (v.trim().getAsInteger(10, value) || value < 1 || value > 65536)
@@ -85,14 +85,14 @@ llvm::Expected<ServingFixed> ServingFixed::parse(const std::string &text) {
       f.ep = value;
     else
       return serveError("--strategy: unknown field '" + key +
-                        "' (tp, pp, ep, adp, replicas, device, or prefill "
-                        "and decode)");
+                        "' (tp, pp, ep, adp, spec, replicas, device, or "
+                        "prefill and decode)");
   }
   if (f.prefillDevice.empty() != f.decodeDevice.empty())
     return serveError("--strategy: a prefill/decode split needs both "
                       "prefill=DEVICE:TP and decode=DEVICE:TP");
-  if (f.split() &&
-      (f.tp || f.pp || f.replicas || f.ep || f.adp >= 0 || !f.device.empty()))
+  if (f.split() && (f.tp || f.pp || f.replicas || f.ep || f.adp >= 0 ||
+                    !f.device.empty()))
     return serveError("--strategy: prefill= and decode= take the place of "
                       "tp, pp, ep, replicas and device");
   if (f.ep > 1 && f.tp && f.ep != f.tp)
@@ -118,7 +118,7 @@ std::string ServingPool::name() const {
   return group->device->name + " tp=" + std::to_string(tp) +
          (ep > 1 ? " ep=" + std::to_string(ep) : "") +
          (attentionDp ? " adp" : "") + " pp=" + std::to_string(pp) + " x" +
-         std::to_string(replicas);
+         std::to_string(replicas) + (speculative ? " +spec" : "");
 }
 
 std::string ServingCandidate::name() const {
@@ -127,16 +127,19 @@ std::string ServingCandidate::name() const {
 }
 
 std::string ServingCandidate::strategyText() const {
+  std::string spec = p.speculative || (decode && decode->speculative)
+                         ? ",spec=1"
+                         : "";
   if (decode)
     return "prefill=" + p.group->device->name + ":" + std::to_string(p.tp) +
            ",decode=" + decode->group->device->name + ":" +
-           std::to_string(decode->tp);
+           std::to_string(decode->tp) + spec;
   return "tp=" + std::to_string(p.tp) +
          (p.ep > 1 ? ",ep=" + std::to_string(p.ep) : "") +
          (p.attentionDp ? ",adp=1" : p.ep > 1 ? ",adp=0" : "") +
          ",pp=" + std::to_string(p.pp) +
          ",replicas=" + std::to_string(p.replicas) +
-         ",device=" + p.group->device->name;
+         ",device=" + p.group->device->name + spec;
 }
 
 double ServingCandidate::dollarsPerHour() const {
@@ -199,6 +202,8 @@ llvm::Expected<StepPricer> preparePool(const Context &cx, ServingPool &pool) {
   mo.weightBytesPerParam = cx.precision.weightBytesPerParam();
   mo.onceOnlyBytesPerParam = 2; // quantized checkpoints keep them 16-bit
   mo.kvBytesPerElement = cx.precision.kvBytesPerElement;
+  if (pool.speculative)
+    mo.drafter = cx.request.speculation.method;
   if (cx.engine == ServingEngine::TensorRtLlm)
     mo.freeMemoryFraction = 0.95; // trtllm-bench's default
   // The limits depend on the weights' size (TensorRT-LLM's estimate), the
@@ -243,6 +248,9 @@ llvm::Expected<StepPricer> preparePool(const Context &cx, ServingPool &pool) {
         "prefix caching of a model with sliding-window attention is not "
         "modelled (its windowed layers keep only the window's blocks): "
         "serve it with --prefix-caching off");
+  if (pricer && pool.speculative)
+    if (auto e = pricer->setSpeculation(cx.w, cx.request.speculation))
+      return std::move(e);
   // Sliding-window models run without it (the error above where it would
   // matter).
   pool.limits.prefixCaching =
@@ -490,6 +498,31 @@ void splitCandidates(const Cluster &cluster,
     }
 }
 
+/// Speculative decoding requested: each configuration with it (on its
+/// decode pool when split) and, unless --strategy spec=1, without it too,
+/// so the search says whether it pays.
+llvm::Error withSpeculation(const ServingSearchRequest &request,
+                            const ServingFixed &fixed,
+                            std::vector<ServingCandidate> &cands) {
+  if (!request.speculation.on()) {
+    if (fixed.spec == 1)
+      return serveError("--strategy spec=1: no --speculative method to run");
+    return llvm::Error::success();
+  }
+  std::vector<ServingCandidate> out;
+  for (const ServingCandidate &c : cands) {
+    if (fixed.spec != 1)
+      out.push_back(c);
+    if (fixed.spec != 0) {
+      ServingCandidate s = c;
+      (s.decode ? s.decode->speculative : s.p.speculative) = true;
+      out.push_back(s);
+    }
+  }
+  cands.swap(out);
+  return llvm::Error::success();
+}
+
 /// Why no candidate: the engine, the device or split named, or nothing
 /// matching.
 llvm::Error noCandidate(const Cluster &cluster,
@@ -585,6 +618,8 @@ searchServing(const Workload &w, const Cluster &cluster,
   splitCandidates(cluster, request, *fixed, cands);
   if (cands.empty())
     return noCandidate(cluster, request, *fixed);
+  if (auto e = withSpeculation(request, *fixed, cands))
+    return std::move(e);
   ServingSearchResult out;
   std::vector<ServingCandidate> &ok = out.ranked;
   std::string firstError;

@@ -496,6 +496,8 @@ void Replica::offerBlocks(Live &v, bool all) {
   if (!pool.caching() || (!v.req.blockKeys && !all))
     return;
   int64_t full = v.computed / limits.blockTokens;
+  if (!all) // only blocks another request could find
+    full = std::min(full, int64_t(v.req.blockKeys->size()));
   for (; v.offered < full; ++v.offered) {
     uint64_t key = requestBlockKey(v.req, v.offered);
     if (v.blocks > 0 && pool.publish(key)) {

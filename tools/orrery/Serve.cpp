@@ -40,7 +40,7 @@ nlohmann::ordered_json latencyJson(const LatencyStats &s) {
           {"p99_ms", s.p99S * 1e3}};
 }
 
-nlohmann::ordered_json poolJson(const ServingPool &p) {
+nlohmann::ordered_json poolJson(const ServingPool &p, const Speculation &spec) {
   nlohmann::ordered_json j;
   j["device"] = p.group->device->name;
   j["tp"] = p.tp;
@@ -55,20 +55,27 @@ nlohmann::ordered_json poolJson(const ServingPool &p) {
   j["kv_cache_block_tokens"] = p.limits.blockTokens;
   j["kv_cache_tokens_per_replica"] = p.limits.kvCacheTokens;
   j["prefix_caching"] = p.limits.prefixCaching;
+  if (p.speculative)
+    j["speculative_decoding"] = {
+        {"method", spec.methodName()},
+        {"num_speculative_tokens", spec.k},
+        {"acceptance_rates", spec.acceptance},
+        {"acceptance_length_mean", spec.tokensPerStep()}};
   j["weight_bytes_per_device"] = p.memory.weightBytes;
   j["kv_cache_bytes_per_device"] = p.memory.kvCacheBytes;
   return j;
 }
 
-nlohmann::ordered_json candidateJson(const ServingCandidate &c) {
+nlohmann::ordered_json candidateJson(const ServingCandidate &c,
+                                     const Speculation &spec) {
   nlohmann::ordered_json j;
   if (c.decode) {
     j["disaggregated"] = true;
     j["devices"] = c.devices();
-    j["prefill"] = poolJson(c.p);
-    j["decode"] = poolJson(*c.decode);
+    j["prefill"] = poolJson(c.p, spec);
+    j["decode"] = poolJson(*c.decode, spec);
   } else {
-    j = poolJson(c.p);
+    j = poolJson(c.p, spec);
   }
   const ServingResult &r = c.result;
   nlohmann::ordered_json m;
@@ -161,6 +168,10 @@ searchRequestOf(const ServeRequest &request) {
     return serveError("--prefix-caching " + request.prefixCaching +
                       ": expected on or off");
   search.prefixCaching = request.prefixCaching == "on";
+  auto spec = Speculation::parse(request.speculative);
+  if (!spec)
+    return spec.takeError();
+  search.speculation = *spec;
   return search;
 }
 
@@ -220,12 +231,13 @@ nlohmann::ordered_json servingPlanJson(const ModelArgs &args,
                      {"max_requests", request.maxRequests},
                      {"max_batched_tokens", request.maxBatchedTokens},
                      {"prefix_caching", request.prefixCaching},
+                     {"speculative", request.speculative},
                      {"strategy", chosen.strategyText()}};
-  plan["chosen"] = candidateJson(chosen);
+  plan["chosen"] = candidateJson(chosen, search.speculation);
   plan["why"] = why;
   nlohmann::ordered_json others = nlohmann::ordered_json::array();
   for (size_t i = 1; i < ok.size(); ++i)
-    others.push_back(candidateJson(ok[i]));
+    others.push_back(candidateJson(ok[i], search.speculation));
   plan["candidates"] = others;
   return plan;
 }
@@ -394,7 +406,8 @@ int serveModule(mlir::ModuleOp module, const ModelArgs &args,
   if (!found)
     return fail(llvm::toString(found.takeError()));
   std::string text =
-      servingPlanJson(args, request, *search, *found, w.experts()).dump(2) + "\n";
+      servingPlanJson(args, request, *search, *found, w.experts()).dump(2) +
+      "\n";
   if (!planOut.empty()) {
     std::ofstream out(planOut);
     out << text;

@@ -31,6 +31,7 @@ struct ServeRequest {
   std::string objective = "throughput"; ///< throughput, cost, latency
   int64_t maxRequests = 0, maxBatchedTokens = 0; ///< 0: the engine's
   std::string prefixCaching = "on"; ///< on (the engines' default) or off
+  std::string speculative = "off";  ///< Speculation::parse
   std::string traceOut; ///< Chrome trace of the chosen configuration's steps
 };
 

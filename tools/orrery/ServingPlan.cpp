@@ -54,6 +54,18 @@ bool isServingPlan(const nlohmann::json &doc) {
   return doc.is_object() && doc.contains("serving_plan_version");
 }
 
+/// vLLM's --speculative-config for a method and its draft tokens (an
+/// EAGLE head's checkpoint is the user's to name).
+static std::string vllmSpeculativeConfig(const std::string &method, int k) {
+  std::string c = "{\"method\":\"" + method + "\"";
+  if (method == "eagle" || method == "eagle3")
+    c += ",\"model\":\"<" + method + "-draft>\"";
+  c += ",\"num_speculative_tokens\":" + std::to_string(k);
+  if (method == "ngram")
+    c += ",\"prompt_lookup_min\":5,\"prompt_lookup_max\":5";
+  return "--speculative-config '" + c + "}'";
+}
+
 llvm::Expected<ServeRequest> servingRequestOf(const nlohmann::json &plan,
                                               const std::string &what,
                                               std::string &model) {
@@ -92,6 +104,13 @@ llvm::Expected<ServeRequest> servingRequestOf(const nlohmann::json &plan,
     return maxTokens.takeError();
   q.maxRequests = *maxRequests;
   q.maxBatchedTokens = *maxTokens;
+  // Plans from before speculative decoding have none: off.
+  if (r.is_object() && r.contains("speculative")) {
+    auto sp = field<std::string>(r, "speculative", what, "request.");
+    if (!sp)
+      return sp.takeError();
+    q.speculative = *sp;
+  }
   // Plans from before prefix caching have none: the engines' default.
   if (r.is_object() && r.contains("prefix_caching")) {
     auto pc = field<std::string>(r, "prefix_caching", what, "request.");
@@ -234,6 +253,8 @@ exportServingPlanImpl(const nlohmann::json &plan, const std::string &to,
     bool adp = false; ///< attention data parallelism over the tp ranks
     int64_t maxRequests, maxTokens;
     std::string device;
+    std::string spec; ///< speculative decoding's method; empty: none
+    int draftTokens = 0;
   };
   auto poolArgs = [&](const nlohmann::json &p,
                       const std::string &path) -> llvm::Expected<Args> {
@@ -270,6 +291,28 @@ exportServingPlanImpl(const nlohmann::json &plan, const std::string &to,
         return adp.takeError();
       a.adp = *adp;
     }
+    if (p.contains("speculative_decoding")) {
+      const nlohmann::json &sd = p["speculative_decoding"];
+      std::string at = path + "speculative_decoding.";
+      auto m = field<std::string>(sd, "method", what, at);
+      if (!m)
+        return m.takeError();
+      auto k = field<int>(sd, "num_speculative_tokens", what, at);
+      if (!k)
+        return k.takeError();
+      if (*m != "eagle" && *m != "eagle3" && *m != "mtp" && *m != "ngram")
+        return planError(what, at + "method: " + *m +
+                                   ": expected eagle, eagle3, mtp or ngram");
+      if (*k < 1 || *k > 32)
+        return planError(what, at + "num_speculative_tokens: expected 1 to "
+                                    "32");
+      if (to == "trtllm" && *m == "eagle")
+        return planError(what, "--to trtllm: an EAGLE (v1/v2) draft: "
+                               "TensorRT-LLM's PyTorch backend runs EAGLE-3 "
+                               "drafts only");
+      a.spec = *m;
+      a.draftTokens = *k;
+    }
     if (a.adp && (a.tp < 2 || a.ep != a.tp))
       return planError(what, path + "attention_dp: needs ep = tp > 1");
     if (a.tp < 1 || a.pp < 1 || a.replicas < 1)
@@ -304,6 +347,8 @@ exportServingPlanImpl(const nlohmann::json &plan, const std::string &to,
         add("--quantization fp8");
       if (fp8Cache)
         add("--kv-cache-dtype fp8");
+      if (!a.spec.empty())
+        add(vllmSpeculativeConfig(a.spec, a.draftTokens));
       if (role)
         add(std::string("--kv-transfer-config "
                         "'{\"kv_connector\":\"NixlConnector\",\"kv_role\":"
@@ -324,6 +369,21 @@ exportServingPlanImpl(const nlohmann::json &plan, const std::string &to,
       add("--mem-fraction-static 0.9");
       if (!prefixCaching)
         add("--disable-radix-cache");
+      if (!a.spec.empty()) {
+        add("--speculative-algorithm " +
+            std::string(a.spec == "eagle"    ? "EAGLE"
+                        : a.spec == "eagle3" ? "EAGLE3"
+                        : a.spec == "mtp"    ? "NEXTN"
+                                             : "NGRAM"));
+        if (a.spec == "eagle" || a.spec == "eagle3")
+          add("--speculative-draft-model-path <" + a.spec + "-draft>");
+        if (a.spec != "ngram") {
+          add("--speculative-num-steps " + std::to_string(a.draftTokens));
+          add("--speculative-eagle-topk 1");
+        }
+        add("--speculative-num-draft-tokens " +
+            std::to_string(a.draftTokens + 1));
+      }
       if (fp8)
         add("--quantization fp8");
       if (fp8Cache)
@@ -349,10 +409,23 @@ exportServingPlanImpl(const nlohmann::json &plan, const std::string &to,
   auto llmApiFile = [&](const Args &a) -> std::string {
     if (to != "trtllm")
       return "";
+    std::string spec;
+    if (a.spec == "eagle3")
+      spec = "speculative_config:\n  decoding_type: Eagle3\n  max_draft_len: " +
+             std::to_string(a.draftTokens) +
+             "\n  speculative_model: <eagle3-draft>\n";
+    else if (a.spec == "mtp")
+      spec = "speculative_config:\n  decoding_type: MTP\n  "
+             "num_nextn_predict_layers: " +
+             std::to_string(a.draftTokens) + "\n";
+    else if (a.spec == "ngram")
+      spec = "speculative_config:\n  decoding_type: NGram\n  max_draft_len: " +
+             std::to_string(a.draftTokens) +
+             "\n  max_matching_ngram_size: 3\n";
     return std::string("cat > orrery-llm-api.yaml <<'EOF'\n") +
            (a.adp ? "enable_attention_dp: true\n" : "") +
            "kv_cache_config:\n  enable_block_reuse: " +
-           (prefixCaching ? "true" : "false") + "\nEOF\n";
+           (prefixCaching ? "true" : "false") + "\n" + spec + "EOF\n";
   };
   const char *use = to == "vllm"     ? "vllm serve <checkpoint>"
                     : to == "sglang" ? "python -m sglang.launch_server "
@@ -384,7 +457,11 @@ exportServingPlanImpl(const nlohmann::json &plan, const std::string &to,
     out += "# chosen: " + a->device + " tp=" + std::to_string(a->tp) +
            (a->ep > 1 ? " ep=" + std::to_string(a->ep) : "") +
            (a->adp ? " adp" : "") + " pp=" + std::to_string(a->pp) + " x" +
-           std::to_string(a->replicas) + "\n";
+           std::to_string(a->replicas) +
+           (a->spec.empty() ? std::string()
+                            : " speculative " + a->spec + " k=" +
+                                  std::to_string(a->draftTokens)) +
+           "\n";
     if (a->adp && a->replicas > 1 && to != "trtllm")
       out += "# run " + std::to_string(a->replicas) +
              " instances behind a load balancer: the data-parallel ranks "

@@ -30,6 +30,11 @@ void ServeCommand::add(CLI::App &app) {
                   "caching, SGLang's radix cache, TensorRT-LLM's block "
                   "reuse): on (default, as the engines) or off")
       ->check(CLI::IsMember({"on", "off"}));
+  cmd->add_option("--speculative", request.speculative,
+                  "speculative decoding to try: off (default), or eagle, "
+                  "eagle3, mtp, ngram with k= (draft tokens) and "
+                  "acceptance= (per-position rates, a/b/c); each "
+                  "configuration is priced with and without it");
   cmd->add_option("--strategy", request.strategy,
                   "price this configuration: tp=..,pp=..,replicas=.."
                   "[,device=TYPE]; fields left out are searched");

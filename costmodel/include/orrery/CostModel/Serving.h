@@ -9,6 +9,7 @@
 #define ORRERY_COSTMODEL_SERVING_H
 
 #include "orrery/CostModel/Hardware.h"
+#include "orrery/CostModel/Speculation.h"
 #include "orrery/CostModel/Workload.h"
 
 #include "llvm/Support/Error.h"
@@ -64,6 +65,10 @@ struct ServingMemoryOptions {
   /// CUDA context, NCCL and cuBLAS buffers; 0: the device's
   /// workspace_bytes, else 1.5 GiB (Assumptions::workspaceBytes).
   double workspaceBytes = 0;
+  /// A drafter on the device (speculative decoding): one more layer of
+  /// its kind (draftLayerKind) in weights (an EAGLE head in 16 bits, an
+  /// MTP layer as the model's) and in the KV cache a token adds.
+  Speculation::Method drafter = Speculation::Method::None;
 };
 
 /// A replica's memory on its most loaded device.

@@ -40,6 +40,9 @@ struct ServingFixed {
   int tp = 0, pp = 0, replicas = 0, ep = 0;
   /// adp=0|1: attention data parallelism off or on; -1: searched.
   int adp = -1;
+  /// spec=0|1: the requested speculative decoding off or on; -1: both
+  /// tried (when one is requested).
+  int spec = -1;
   std::string device;
   /// A prefill/decode split: each pool's device type and tp.
   std::string prefillDevice, decodeDevice;
@@ -54,6 +57,9 @@ struct ServingPool {
   int tp = 1, pp = 1, replicas = 1, ep = 1;
   /// Attention data parallelism over the tp ranks (ServingReplica).
   bool attentionDp = false;
+  /// Runs the request's speculative decoding (a decode pool's, when
+  /// split).
+  bool speculative = false;
   ServingMemory memory;
   SchedulerLimits limits;
   /// The cache a request of the workload's mean length holds (less than
@@ -94,6 +100,9 @@ struct ServingSearchRequest {
   int64_t maxRequests = 0, maxBatchedTokens = 0; ///< 0: the engine's
   /// The engines' prefix caching (SchedulerLimits::prefixCaching).
   bool prefixCaching = true;
+  /// Speculative decoding offered to the search: each configuration is
+  /// tried with it and without (unless --strategy fixes spec=).
+  Speculation speculation;
 };
 
 struct ServingSearchResult {
