@@ -89,7 +89,47 @@ bool KvBlockPool::publish(uint64_t key) {
   if (!caching_ || cached_.count(key))
     return false;
   cached_[key].holders = 1;
+  writeToHost(key);
   return true;
+}
+
+void KvBlockPool::writeToHost(uint64_t key) {
+  if (hostCapacity_ <= 0)
+    return;
+  host_[key] = ++hostClock_;
+  hostOrder_.emplace_back(hostClock_, key);
+  while (int64_t(host_.size()) > hostCapacity_ && !hostOrder_.empty()) {
+    auto [at, k] = hostOrder_.front();
+    hostOrder_.pop_front();
+    auto it = host_.find(k);
+    if (it != host_.end() && it->second == at)
+      host_.erase(it);
+  }
+  if (hostOrder_.size() > size_t(4 * hostCapacity_ + 1024)) {
+    std::deque<std::pair<uint64_t, uint64_t>> kept;
+    for (const auto &e : hostOrder_) {
+      auto it = host_.find(e.second);
+      if (it != host_.end() && it->second == e.first)
+        kept.push_back(e);
+    }
+    hostOrder_.swap(kept);
+  }
+}
+
+int64_t KvBlockPool::hostLookup(const std::function<uint64_t(int64_t)> &key,
+                                int64_t from, int64_t limit) {
+  int64_t n = 0;
+  if (hostCapacity_ > 0)
+    for (int64_t i = from; i < limit; ++i) {
+      auto it = host_.find(key(i));
+      if (it == host_.end())
+        break;
+      // A hit is a use: it moves to the tail.
+      it->second = ++hostClock_;
+      hostOrder_.emplace_back(hostClock_, it->first);
+      ++n;
+    }
+  return n;
 }
 
 void KvBlockPool::release(const std::vector<uint64_t> &keys) {

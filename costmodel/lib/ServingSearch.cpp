@@ -188,6 +188,41 @@ struct Context {
   ServingSlo slo;
 };
 
+/// KV offload: the host tier's blocks (the whole replica's cache a block,
+/// every rank's share) and a block's load, each device its share over its
+/// own host link in parallel. An error when the replicas of a node ask
+/// more host memory than it has.
+llvm::Error hostTier(const Context &cx, ServingPool &pool) {
+  double bytes = cx.request.kvOffloadBytes;
+  if (bytes <= 0)
+    return llvm::Error::success();
+  if (!cx.request.prefixCaching)
+    return serveError("--kv-offload: the host tier keeps blocks for prefix "
+                      "caching to find again; it needs --prefix-caching on");
+  const NodeGroup &g = *pool.group;
+  int perNode = std::max(1, g.devicesPerNode / std::max(1, pool.tp * pool.pp));
+  if (g.hostMemoryBytes > 0 && bytes * perNode > g.hostMemoryBytes)
+    return serveError(
+        "--kv-offload: " + std::to_string(perNode) + " replica(s) a node of " +
+        std::to_string(int64_t(bytes / double(1ull << 30))) +
+        " GiB each exceed the node's " +
+        std::to_string(int64_t(g.hostMemoryBytes / double(1ull << 30))) +
+        " GiB of host memory");
+  double perDeviceBlock =
+      pool.memory.kvBytesPerToken * double(pool.limits.blockTokens);
+  double replicaBlock =
+      perDeviceBlock * (pool.attentionDp ? 1 : pool.tp) * pool.pp;
+  pool.limits.hostCacheBlocks = int64_t(bytes / std::max(1.0, replicaBlock));
+  const LinkSpec *link = hostLinkOf(g);
+  if (!link || !(link->bandwidthBytesPerS > 0))
+    return serveError("--kv-offload: the " + g.device->name +
+                      " nodes state no device-to-host link to load blocks "
+                      "over");
+  pool.limits.hostLoadSecondsPerBlock =
+      link->latencyS + perDeviceBlock / link->bandwidthBytesPerS;
+  return llvm::Error::success();
+}
+
 /// A pool's memory, its scheduler's limits and its step pricer.
 llvm::Expected<StepPricer> preparePool(const Context &cx, ServingPool &pool) {
   auto replica = servingReplicaOn(*pool.group, pool.tp, pool.pp, pool.ep,
@@ -251,6 +286,8 @@ llvm::Expected<StepPricer> preparePool(const Context &cx, ServingPool &pool) {
   if (pricer && pool.speculative)
     if (auto e = pricer->setSpeculation(cx.w, cx.request.speculation))
       return std::move(e);
+  if (auto e = hostTier(cx, pool))
+    return std::move(e);
   // Sliding-window models run without it (the error above where it would
   // matter).
   pool.limits.prefixCaching =

@@ -274,6 +274,8 @@ struct Live {
   /// Speculative decoding: the fraction of a token the steps so far
   /// yielded beyond the whole ones taken.
   double credit = 0;
+  /// KV offload: when the blocks it found on the host are loaded.
+  double readyS = 0;
   int64_t held() const { return blocks + int64_t(cachedKeys.size()); }
   double firstTokenS = -1, arrivalS = 0;
   double lastTokenS = -1; ///< when its latest output token came
@@ -377,6 +379,7 @@ public:
     // (num_lookahead_tokens, for a drafter on the device); TensorRT-LLM
     // reserves max_draft_len with the request.
     lookahead = s.draftsOnDevice() || trtllm() ? drafts : 0;
+    pool.setHostTier(l.prefixCaching ? l.hostCacheBlocks : 0);
   }
 
   /// Serves `reqs` (arrival order); `concurrency` > 0 issues them as that
@@ -395,6 +398,8 @@ private:
   int64_t cacheHits(const Live &v, int64_t *idle) const;
   int64_t admissionBlocks(const Live &v, int64_t hits, int64_t n) const;
   void offerBlocks(Live &v, bool all = false);
+  bool loadFromHost(size_t id, int64_t hits, int64_t idle);
+  void admitLoaded();
   double commonPrefix(const std::vector<size_t> &members) const;
   bool admissible(const Live &v) const;
   bool schedule(StepBatch &b, std::vector<size_t> &members);
@@ -431,6 +436,8 @@ private:
   std::vector<Live> live;
   std::vector<size_t> running; ///< admission order
   std::deque<size_t> waiting;
+  /// Requests whose prompt's blocks are coming from the host tier.
+  std::vector<size_t> loading;
   int64_t preemptions = 0;
 
   // One run's state (run()).
@@ -515,6 +522,60 @@ int64_t Replica::yield(Live &v, int64_t steps) const {
   int64_t whole = int64_t(std::floor(v.credit + 1e-9));
   v.credit = std::max(0.0, v.credit - double(whole));
   return std::min(whole, left);
+}
+
+/// KV offload: the blocks of the waiting request `id` found on the host
+/// after its `hits` on the device are loaded before it runs (the request
+/// waits for them aside, as vLLM's connector's requests do, while others
+/// run): device blocks for them now, the copy at the host link's speed.
+/// False when the device has no room for them.
+bool Replica::loadFromHost(size_t id, int64_t hits, int64_t idle) {
+  Live &v = live[id];
+  auto key = [&](int64_t i) { return requestBlockKey(v.req, i); };
+  int64_t onHost =
+      pool.hostLookup(key, hits, (v.target - 1) / limits.blockTokens);
+  if (onHost == 0)
+    return true;
+  if (onHost > pool.available() - idle)
+    return false;
+  waiting.pop_front();
+  for (int64_t i = 0; i < hits; ++i) {
+    v.cachedKeys.push_back(key(i));
+    pool.hold(v.cachedKeys.back());
+  }
+  pool.take(onHost);
+  for (int64_t i = hits; i < hits + onHost; ++i)
+    if (pool.publish(key(i)))
+      v.cachedKeys.push_back(key(i));
+    else
+      ++v.blocks; // the same content cached meanwhile: a private copy
+  pool.countHostLoads(onHost);
+  v.offered = hits + onHost;
+  v.computed = (hits + onHost) * limits.blockTokens;
+  if (!v.scheduledBefore)
+    res->cachedPromptTokens += v.computed;
+  v.scheduledBefore = true;
+  v.readyS = now + double(onHost) * limits.hostLoadSecondsPerBlock;
+  loading.push_back(id);
+  return true;
+}
+
+/// Requests whose blocks have arrived from the host go back to the head of
+/// the queue, the earliest first.
+void Replica::admitLoaded() {
+  std::vector<size_t> ready;
+  for (size_t i = 0; i < loading.size();)
+    if (live[loading[i]].readyS <= now) {
+      ready.push_back(loading[i]);
+      loading.erase(loading.begin() + long(i));
+    } else {
+      ++i;
+    }
+  std::sort(ready.begin(), ready.end(), [&](size_t a, size_t b) {
+    return live[a].readyS > live[b].readyS;
+  });
+  for (size_t id : ready)
+    waiting.push_front(id);
 }
 
 /// Whether the scheduler could start `v`'s whole remaining prompt now.
@@ -634,6 +695,14 @@ bool Replica::schedule(StepBatch &b, std::vector<size_t> &members) {
     // chunk), or the first decode of a request whose prompt was prefilled
     // elsewhere.
     int64_t idle = 0, hits = cacheHits(v, &idle);
+    if (pool.hostCapacity() > 0 && v.computed == 0 &&
+        v.req.cachedTokens == 0) {
+      int64_t moved = int64_t(waiting.size());
+      if (!loadFromHost(id, hits, idle))
+        break;
+      if (int64_t(waiting.size()) < moved)
+        continue; // it waits for its blocks from the host
+    }
     int64_t start = v.computed + hits * limits.blockTokens;
     int64_t n =
         start < v.target ? std::min(v.target - start, budget) : 1 + drafts;
@@ -788,7 +857,8 @@ int64_t Replica::coalescedSteps(const StepBatch &b,
                                 const std::vector<size_t> &members,
                                 const StepTime &t, double start) {
   bool stable =
-      kLanes == 1 && b.prefillTokens == 0 && members.size() == running.size() &&
+      kLanes == 1 && b.prefillTokens == 0 && loading.empty() &&
+      members.size() == running.size() &&
       (waiting.empty() || int64_t(running.size()) >= limits.maxRequests ||
        !admissible(live[waiting.front()]));
   if (!stable || !limits.coalesceDecodeSteps)
@@ -873,6 +943,7 @@ void Replica::run(std::vector<ServingRequest> reqs, int slots,
     if (concurrency <= 0)
       while (nextArrival < live.size() && live[nextArrival].arrivalS <= now)
         waiting.push_back(nextArrival++);
+    admitLoaded();
     if (int(flights.size()) >= kLanes) {
       finishFlight();
       continue;
@@ -880,10 +951,17 @@ void Replica::run(std::vector<ServingRequest> reqs, int slots,
     StepBatch b;
     std::vector<size_t> members;
     if (!schedule(b, members)) {
+      // Nothing to start: the step in flight ends, or the next arrival or
+      // load from the host comes.
+      double wake = std::numeric_limits<double>::infinity();
+      for (size_t id : loading)
+        wake = std::min(wake, live[id].readyS);
+      if (concurrency <= 0 && nextArrival < live.size())
+        wake = std::min(wake, live[nextArrival].arrivalS);
       if (!flights.empty())
         finishFlight();
-      else if (concurrency <= 0 && nextArrival < live.size())
-        now = std::max(now, live[nextArrival].arrivalS);
+      else if (std::isfinite(wake))
+        now = std::max(now, wake);
       else
         break; // nothing can run: the caller checked one request fits
       continue;
@@ -893,6 +971,7 @@ void Replica::run(std::vector<ServingRequest> reqs, int slots,
   }
   res->preemptions += preemptions;
   res->prefixEvictions += pool.evictions();
+  res->hostLoadedBlocks += pool.hostLoads();
   res->kvUtilizationMean += kvTimeSum; // normalized by the caller
   res->durationS = std::max(res->durationS, now);
 }
@@ -983,6 +1062,7 @@ PoolRun runPool(const StepPricer &pricer, const SchedulerLimits &limits,
     c.preemptions += part.preemptions;
     c.cachedPromptTokens += part.cachedPromptTokens;
     c.prefixEvictions += part.prefixEvictions;
+    c.hostLoadedBlocks += part.hostLoadedBlocks;
     c.meanRequestsPerStep += part.meanRequestsPerStep;
     c.kvUtilizationPeak = std::max(c.kvUtilizationPeak, part.kvUtilizationPeak);
     run.kvWeighted += part.kvUtilizationMean;
@@ -1029,6 +1109,7 @@ ServingResult summarize(const std::vector<ServingRequest> &all,
     res.preemptions += p->counters.preemptions;
     res.cachedPromptTokens += p->counters.cachedPromptTokens;
     res.prefixEvictions += p->counters.prefixEvictions;
+    res.hostLoadedBlocks += p->counters.hostLoadedBlocks;
     res.meanRequestsPerStep += p->counters.meanRequestsPerStep;
     res.kvUtilizationPeak =
         std::max(res.kvUtilizationPeak, p->counters.kvUtilizationPeak);

@@ -57,6 +57,30 @@ TEST(KvBlockPool, EvictsTheLastReleasedBlocksFirstAndFreeBlocksBeforeCached) {
   EXPECT_EQ(off.lookup(keys, 4), 0);
 }
 
+TEST(KvBlockPool, HostTierKeepsWhatTheDeviceEvicts) {
+  // Two device blocks, a host tier of three: every cached block is written
+  // through; the device's evictions are found on the host; the host's
+  // least recently used goes when a fourth arrives.
+  KvBlockPool pool(2, true);
+  pool.setHostTier(3);
+  auto keys = [](int64_t i) { return uint64_t(100 + i); };
+  pool.take(2);
+  EXPECT_TRUE(pool.publish(100));
+  EXPECT_TRUE(pool.publish(101));
+  pool.release({100, 101});
+  pool.take(2); // evicts both from the device
+  EXPECT_EQ(pool.lookup(keys, 4), 0);
+  EXPECT_EQ(pool.hostLookup(keys, 0, 4), 2);
+  EXPECT_TRUE(pool.publish(200));
+  EXPECT_TRUE(pool.publish(201)); // the host's oldest, 100 or 101, goes...
+  // ... and 100 was used last (the lookup above touched 100 then 101):
+  // 100 went, so the run from the start is gone, 101 stays.
+  EXPECT_EQ(pool.hostLookup(keys, 0, 4), 0);
+  EXPECT_EQ(pool.hostLookup(keys, 1, 4), 1);
+  KvBlockPool none(2, true);
+  EXPECT_EQ(none.hostLookup(keys, 0, 4), 0);
+}
+
 TEST(BlockKeys, SharedPrefixesAndSessionsShareBlocks) {
   std::vector<ServingRequest> reqs(4);
   for (size_t i = 0; i < reqs.size(); ++i) {

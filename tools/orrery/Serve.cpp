@@ -55,6 +55,8 @@ nlohmann::ordered_json poolJson(const ServingPool &p, const Speculation &spec) {
   j["kv_cache_block_tokens"] = p.limits.blockTokens;
   j["kv_cache_tokens_per_replica"] = p.limits.kvCacheTokens;
   j["prefix_caching"] = p.limits.prefixCaching;
+  if (p.limits.hostCacheBlocks > 0)
+    j["kv_offload_host_blocks"] = p.limits.hostCacheBlocks;
   if (p.speculative)
     j["speculative_decoding"] = {
         {"method", spec.methodName()},
@@ -97,6 +99,7 @@ nlohmann::ordered_json candidateJson(const ServingCandidate &c,
   m["preemptions"] = r.preemptions;
   m["prefix_cache_hit_rate"] = r.prefixHitRate();
   m["prefix_cache_evicted_blocks"] = r.prefixEvictions;
+  m["kv_offload_loaded_blocks"] = r.hostLoadedBlocks;
   m["steps"] = r.steps;
   m["mean_requests_per_step"] = r.meanRequestsPerStep;
   j["metrics"] = m;
@@ -172,6 +175,7 @@ searchRequestOf(const ServeRequest &request) {
   if (!spec)
     return spec.takeError();
   search.speculation = *spec;
+  search.kvOffloadBytes = request.kvOffloadGib * double(1ull << 30);
   return search;
 }
 
@@ -232,6 +236,7 @@ nlohmann::ordered_json servingPlanJson(const ModelArgs &args,
                      {"max_batched_tokens", request.maxBatchedTokens},
                      {"prefix_caching", request.prefixCaching},
                      {"speculative", request.speculative},
+                     {"kv_offload_gib", request.kvOffloadGib},
                      {"strategy", chosen.strategyText()}};
   plan["chosen"] = candidateJson(chosen, search.speculation);
   plan["why"] = why;
@@ -358,8 +363,9 @@ void printServing(std::ostream &os, const ModelArgs &args,
   if (r.cachedPromptTokens > 0) {
     std::snprintf(buf, sizeof buf,
                   "          prefix cache: %.0f%% of prompt tokens found "
-                  "cached; %lld blocks evicted\n",
-                  r.prefixHitRate() * 100, (long long)r.prefixEvictions);
+                  "cached; %lld blocks evicted, %lld loaded from the host\n",
+                  r.prefixHitRate() * 100, (long long)r.prefixEvictions,
+                  (long long)r.hostLoadedBlocks);
     os << buf;
   }
   os << "\nconfigurations (best first)\n";

@@ -32,6 +32,7 @@ struct ServeRequest {
   int64_t maxRequests = 0, maxBatchedTokens = 0; ///< 0: the engine's
   std::string prefixCaching = "on"; ///< on (the engines' default) or off
   std::string speculative = "off";  ///< Speculation::parse
+  double kvOffloadGib = 0;          ///< host memory a replica's cache spills to
   std::string traceOut; ///< Chrome trace of the chosen configuration's steps
 };
 

@@ -104,6 +104,14 @@ llvm::Expected<ServeRequest> servingRequestOf(const nlohmann::json &plan,
     return maxTokens.takeError();
   q.maxRequests = *maxRequests;
   q.maxBatchedTokens = *maxTokens;
+  // Plans from before KV offload have none.
+  if (r.is_object() && r.contains("kv_offload_gib")) {
+    const nlohmann::json &g = r["kv_offload_gib"];
+    if (!g.is_number() || g.get<double>() < 0 || g.get<double>() > 1e6)
+      return planError(what, "request.kv_offload_gib: expected GiB, 0 or "
+                             "more");
+    q.kvOffloadGib = g.get<double>();
+  }
   // Plans from before speculative decoding have none: off.
   if (r.is_object() && r.contains("speculative")) {
     auto sp = field<std::string>(r, "speculative", what, "request.");
@@ -248,6 +256,16 @@ exportServingPlanImpl(const nlohmann::json &plan, const std::string &to,
   bool fp8 = request->precision == "fp8";
   bool fp8Cache = request->kvCache == "fp8";
   bool prefixCaching = request->prefixCaching == "on";
+  double offloadGib = request->kvOffloadGib;
+  auto gib = [](double g) {
+    char b[32];
+    std::snprintf(b, sizeof b, "%.4g", g);
+    return std::string(b);
+  };
+  if (offloadGib > 0 && split && to == "vllm")
+    return planError(what, "--to vllm: KV offload beside a prefill/decode "
+                           "split needs vLLM's MultiConnector, which this "
+                           "exporter does not write");
   struct Args {
     int tp, pp, replicas, ep = 1;
     bool adp = false; ///< attention data parallelism over the tp ranks
@@ -343,6 +361,10 @@ exportServingPlanImpl(const nlohmann::json &plan, const std::string &to,
       add("--enable-chunked-prefill");
       add(prefixCaching ? "--enable-prefix-caching"
                         : "--no-enable-prefix-caching");
+      if (offloadGib > 0) {
+        add("--kv-offloading-size " + gib(offloadGib));
+        add("--kv-offloading-backend native");
+      }
       if (fp8)
         add("--quantization fp8");
       if (fp8Cache)
@@ -369,6 +391,11 @@ exportServingPlanImpl(const nlohmann::json &plan, const std::string &to,
       add("--mem-fraction-static 0.9");
       if (!prefixCaching)
         add("--disable-radix-cache");
+      if (offloadGib > 0) {
+        // HiCache's host pool is sized per rank.
+        add("--enable-hierarchical-cache");
+        add("--hicache-size " + gib(offloadGib / (a.tp * a.pp)));
+      }
       if (!a.spec.empty()) {
         add("--speculative-algorithm " +
             std::string(a.spec == "eagle"    ? "EAGLE"
@@ -425,7 +452,13 @@ exportServingPlanImpl(const nlohmann::json &plan, const std::string &to,
     return std::string("cat > orrery-llm-api.yaml <<'EOF'\n") +
            (a.adp ? "enable_attention_dp: true\n" : "") +
            "kv_cache_config:\n  enable_block_reuse: " +
-           (prefixCaching ? "true" : "false") + "\n" + spec + "EOF\n";
+           (prefixCaching ? "true" : "false") + "\n" +
+           (offloadGib > 0 ? "  host_cache_size: " +
+                                 std::to_string(int64_t(
+                                     offloadGib * double(1ull << 30))) +
+                                 "\n"
+                           : std::string()) +
+           spec + "EOF\n";
   };
   const char *use = to == "vllm"     ? "vllm serve <checkpoint>"
                     : to == "sglang" ? "python -m sglang.launch_server "

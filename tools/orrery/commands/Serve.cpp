@@ -30,6 +30,12 @@ void ServeCommand::add(CLI::App &app) {
                   "caching, SGLang's radix cache, TensorRT-LLM's block "
                   "reuse): on (default, as the engines) or off")
       ->check(CLI::IsMember({"on", "off"}));
+  cmd->add_option("--kv-offload", request.kvOffloadGib,
+                  "GiB of host memory a replica's KV cache spills to (vLLM's "
+                  "--kv-offloading-size, SGLang's HiCache, TensorRT-LLM's "
+                  "host_cache_size): blocks written through, loaded back "
+                  "for later prompts that share them")
+      ->check(CLI::Range(0.0, 1e6));
   cmd->add_option("--speculative", request.speculative,
                   "speculative decoding to try: off (default), or eagle, "
                   "eagle3, mtp, ngram with k= (draft tokens) and "

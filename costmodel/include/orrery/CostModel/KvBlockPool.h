@@ -20,6 +20,7 @@
 #ifndef ORRERY_COSTMODEL_KVBLOCKPOOL_H
 #define ORRERY_COSTMODEL_KVBLOCKPOOL_H
 
+#include <algorithm>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -67,6 +68,20 @@ public:
   /// block first.
   void release(const std::vector<uint64_t> &keys);
 
+  /// A second tier in host memory (KV-cache offload: vLLM's
+  /// OffloadingConnector, LMCache, SGLang's HiCache, TensorRT-LLM's
+  /// host_cache_size): every block cached on the device is also written to
+  /// it (write-through), least recently used out when full.
+  void setHostTier(int64_t blocks) { hostCapacity_ = std::max<int64_t>(0, blocks); }
+  int64_t hostCapacity() const { return hostCapacity_; }
+  /// How many blocks after the first `from` of a request the host tier
+  /// holds, up to `limit` in all, stopping at the first miss.
+  int64_t hostLookup(const std::function<uint64_t(int64_t)> &key, int64_t from,
+                     int64_t limit);
+  /// Blocks a request found on the host and loaded.
+  int64_t hostLoads() const { return hostLoads_; }
+  void countHostLoads(int64_t n) { hostLoads_ += n; }
+
   int64_t evictions() const { return evictions_; }
   /// Requests holding the cached block `key` (0 when none or not cached).
   int64_t holders(uint64_t key) const {
@@ -76,6 +91,7 @@ public:
 
 private:
   void compact();
+  void writeToHost(uint64_t key);
   struct Cached {
     int64_t holders = 0;
     uint64_t releasedAt = 0; ///< its place in the queue
@@ -92,6 +108,12 @@ private:
   uint64_t clock_ = 0;
   std::unordered_map<uint64_t, Cached> cached_;
   std::deque<Queued> queue_;
+  /// The host tier: each block's last use, and the uses in order (stale
+  /// entries dropped lazily).
+  int64_t hostCapacity_ = 0, hostLoads_ = 0;
+  uint64_t hostClock_ = 0;
+  std::unordered_map<uint64_t, uint64_t> host_;
+  std::deque<std::pair<uint64_t, uint64_t>> hostOrder_;
 };
 
 /// A block's content key: `parent` (0 for a request's first block) chained

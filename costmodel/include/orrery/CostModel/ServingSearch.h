@@ -100,6 +100,10 @@ struct ServingSearchRequest {
   int64_t maxRequests = 0, maxBatchedTokens = 0; ///< 0: the engine's
   /// The engines' prefix caching (SchedulerLimits::prefixCaching).
   bool prefixCaching = true;
+  /// KV offload: host memory a replica's cache may spill to (its blocks
+  /// written through, found again by later prompts: SchedulerLimits'
+  /// host tier); 0: none.
+  double kvOffloadBytes = 0;
   /// Speculative decoding offered to the search: each configuration is
   /// tried with it and without (unless --strategy fixes spec=).
   Speculation speculation;

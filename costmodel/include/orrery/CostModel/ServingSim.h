@@ -124,6 +124,10 @@ struct SchedulerLimits {
   /// TensorRT-LLM. Not modelled for sliding-window models (the simulator
   /// runs those without it).
   bool prefixCaching = true;
+  /// KV offload (with prefix caching): blocks a host-memory tier holds,
+  /// and the seconds to load one back to the device.
+  int64_t hostCacheBlocks = 0;
+  double hostLoadSecondsPerBlock = 0;
   /// The simulator's shortcut, not the engine's: a run of decode-only
   /// steps over the same requests is priced at its first and last step and
   /// taken at once (the time grows linearly with the keys read), up to the
@@ -166,6 +170,7 @@ struct ServingResult {
   /// Prompt tokens found in the prefix cache when a request was first
   /// scheduled (not computed), and blocks evicted from it.
   int64_t cachedPromptTokens = 0, prefixEvictions = 0;
+  int64_t hostLoadedBlocks = 0; ///< KV offload: blocks loaded from the host
   double prefixHitRate() const {
     return inputTokens > 0 ? double(cachedPromptTokens) / double(inputTokens)
                            : 0;
