@@ -62,6 +62,8 @@ printf '\1arrival_s,input_tokens,output_tokens\n0,100,20\n0.01,3000,400\n0.5,10,
   > "$seeds/serving/trace0"
 printf '\1arrival_s,input_tokens,output_tokens,prefix_id,prefix_tokens,session_id\n0,600,20,sys,512,a\n0.01,700,30,sys,512,\n0.2,900,10,,,a\n' \
   > "$seeds/serving/trace1"
+printf '\1{"timestamp": 0, "input_length": 1100, "output_length": 20, "hash_ids": [1, 2, 3]}\n{"timestamp": 500, "input_length": 700, "output_length": 9, "hash_ids": [1, 4]}\n{"arrival_s": 1, "input_tokens": 800, "output_tokens": 5, "session_id": "s"}\n' \
+  > "$seeds/serving/trace2"
 orrery=build/bin/orrery
 if [ -x "$orrery" ]; then
   tiny=(models/fixtures/tiny-gpt.onnx --dim batch=8 --global-batch 8 --quiet)
@@ -90,6 +92,11 @@ if [ -x "$orrery" ]; then
     "$orrery" serve models/fixtures/tiny-gpt.onnx --cluster 1x4xA100-80G \
       --workload isl=16,osl=8,requests=8 --engine "$engine" \
       -o "$seeds/exports/$engine.json" >/dev/null
+    # Speculative decoding and KV offload in the plan and its flags.
+    "$orrery" serve models/fixtures/tiny-gpt.onnx --cluster 1x4xA100-80G \
+      --workload isl=16,osl=8,requests=8 --engine "$engine" \
+      --speculative ngram,k=2 --strategy spec=1 --kv-offload 1 \
+      -o "$seeds/exports/$engine-spec.json" >/dev/null
   done
   for p in "$seeds"/plan/*.json; do
     "$orrery" lower "$p" --json -o "$seeds/programs/$(basename "$p")" >/dev/null

@@ -1,7 +1,9 @@
 //===- FuzzServing.cpp - serving workloads and traces on arbitrary text --===//
 //
-// The first byte picks the reader: a `--workload` spec or a `--trace` CSV,
-// and whether the model's attention slides a window of 64 keys. What
+// The first byte picks the reader: a `--workload` spec or a `--trace` (CSV
+// or JSON Lines), whether the model's attention slides a window of 64 keys,
+// whether speculative decoding (EAGLE-3, 2 drafts) runs, and whether the
+// prefix cache has a host tier. What
 // parses and is small enough is served on a two-layer model with
 // grouped-query attention, on a cache small enough that requests queue,
 // preempt, or do not fit: every path of the scheduler, each error one line.
@@ -44,6 +46,19 @@ orrery::Workload twoLayers(int64_t window) {
   k.ops = {linear, attention};
   w.kinds.push_back(k);
   w.layers.push_back({0, 2});
+  // The output head, run once (a drafter's passes use it).
+  LayerKind head;
+  head.name = "head";
+  head.count = 1;
+  head.parameters = 256 * 512;
+  OpCost logits = linear;
+  logits.name = "logits";
+  logits.gemmN = 512;
+  logits.forwardFlops = 2 * 128 * 256 * 512;
+  logits.outputBytes = 128 * 512 * 2;
+  head.ops = {logits};
+  w.kinds.push_back(head);
+  w.layers.push_back({1, 1});
   return w;
 }
 
@@ -100,11 +115,25 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       auto pricer = StepPricer::create(model, *replica, ServingPrecision{}, e);
       if (!fuzz::succeeded(pricer))
         continue;
+      if (data[0] & 4) {
+        auto spec = Speculation::parse("eagle3,k=2,acceptance=0.7/0.4");
+        if (!fuzz::succeeded(spec))
+          continue;
+        llvm::Error err = pricer->setSpeculation(model, *spec);
+        if (err) {
+          llvm::consumeError(std::move(err));
+          continue;
+        }
+      }
       SchedulerLimits limits;
       limits.maxRequests = 8;
       limits.maxBatchedTokens = 512;
       limits.kvCacheTokens = 4096;
       limits.blockTokens = e == ServingEngine::Vllm ? 16 : 64;
+      if (data[0] & 8) {
+        limits.hostCacheBlocks = 64;
+        limits.hostLoadSecondsPerBlock = 1e-5;
+      }
       auto r = simulateServing(*pricer, limits, *w, 2);
       fuzz::succeeded(r);
     }
