@@ -22,9 +22,10 @@ void ServeCommand::add(CLI::App &app) {
       "isl=..,osl=..,requests=..,rate=..|concurrency=..|offline (default "
       "chat, all at once)");
   cmd->add_option("--trace", request.traceFile,
-                  "requests from a CSV file: "
-                  "arrival_s,input_tokens,output_tokens[,prefix_id,"
-                  "prefix_tokens][,session_id]");
+                  "requests from a CSV file (arrival_s,input_tokens,"
+                  "output_tokens[,prefix_id,prefix_tokens][,session_id]) or "
+                  "JSON Lines (the same fields, or a Mooncake trace's "
+                  "timestamp, input_length, output_length, hash_ids)");
   cmd->add_option("--prefix-caching", request.prefixCaching,
                   "the engine's prefix caching (vLLM's automatic prefix "
                   "caching, SGLang's radix cache, TensorRT-LLM's block "
