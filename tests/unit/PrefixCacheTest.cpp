@@ -235,22 +235,12 @@ TEST(ServingTrace, PrefixAndSessionColumns) {
             std::string::npos);
 }
 
-struct Llama8b {
-  mlir::MLIRContext ctx;
-  Workload w;
-  Cluster cluster;
+/// Llama-3 8B on one H100, priced as vLLM and as TensorRT-LLM run it.
+struct Llama8b : test::Served {
   std::optional<StepPricer> vllm, trtllm;
-  Llama8b()
-      : w(builtinWorkload(ctx, "llama3-8b")),
-        cluster(test::preset("1xH100-SXM")) {
-    auto replica = servingReplicaOn(cluster.sites[0].nodeGroups[0], 1, 1);
-    auto prec = ServingPrecision::parse("bf16", "auto");
-    EXPECT_TRUE(replica && prec);
-    auto v = StepPricer::create(w, *replica, *prec, ServingEngine::Vllm);
-    auto t = StepPricer::create(w, *replica, *prec, ServingEngine::TensorRtLlm);
-    EXPECT_TRUE(v && t);
-    vllm.emplace(std::move(*v));
-    trtllm.emplace(std::move(*t));
+  Llama8b() : Served("llama3-8b", "1xH100-SXM") {
+    vllm.emplace(pricer(1));
+    trtllm.emplace(pricer(1, "bf16", ServingEngine::TensorRtLlm));
   }
 };
 

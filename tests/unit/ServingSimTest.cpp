@@ -19,24 +19,7 @@ namespace {
 
 using test::builtinWorkload;
 
-struct Served {
-  mlir::MLIRContext ctx;
-  Workload w;
-  Cluster cluster;
-  Served(const char *model, const char *preset)
-      : w(builtinWorkload(ctx, model)), cluster(test::preset(preset)) {}
-  StepPricer pricer(int tp, const char *precision = "bf16",
-                    ServingEngine e = ServingEngine::Vllm, int ep = 1) {
-    auto replica =
-        servingReplicaOn(cluster.sites[0].nodeGroups[0], tp, /*pp=*/1, ep);
-    EXPECT_TRUE(bool(replica));
-    auto prec = ServingPrecision::parse(precision, "auto");
-    EXPECT_TRUE(bool(prec));
-    auto p = StepPricer::create(w, *replica, *prec, e);
-    EXPECT_TRUE(bool(p)) << (p ? "" : llvm::toString(p.takeError()));
-    return std::move(*p);
-  }
-};
+using test::Served;
 
 /// One request's whole prompt of `tokens`, sampling its first token.
 StepBatch prompt(int64_t tokens) {

@@ -49,23 +49,15 @@ TEST(Speculation, DefaultsAndTokensPerStep) {
   }
 }
 
-struct Llama8b {
-  mlir::MLIRContext ctx;
-  Workload w;
-  Cluster cluster;
-  Llama8b()
-      : w(test::builtinWorkload(ctx, "llama3-8b")),
-        cluster(test::preset("1xH100-SXM")) {}
+/// Llama-3 8B on one H100, with a speculation config.
+struct Llama8b : test::Served {
+  Llama8b() : Served("llama3-8b", "1xH100-SXM") {}
   StepPricer pricer(const std::string &spec, int pp = 1) {
-    auto replica = servingReplicaOn(cluster.sites[0].nodeGroups[0], 1, pp);
-    EXPECT_TRUE(bool(replica));
-    auto prec = ServingPrecision::parse("bf16", "auto");
-    auto p = StepPricer::create(w, *replica, *prec, ServingEngine::Vllm);
-    EXPECT_TRUE(bool(p));
+    StepPricer p = Served::pricer(1, "bf16", ServingEngine::Vllm, 1, pp);
     auto s = Speculation::parse(spec);
     EXPECT_TRUE(bool(s));
-    EXPECT_FALSE(bool(p->setSpeculation(w, *s)));
-    return std::move(*p);
+    EXPECT_FALSE(bool(p.setSpeculation(w, *s)));
+    return p;
   }
 };
 

@@ -3,6 +3,7 @@
 #define ORRERY_TESTS_UNIT_TESTSUPPORT_H
 
 #include "orrery/CostModel/Cluster.h"
+#include "orrery/CostModel/ServingStep.h"
 #include "orrery/CostModel/Workload.h"
 #include "orrery/Import/Importer.h"
 #include "orrery/Transforms/Passes.h"
@@ -104,6 +105,27 @@ inline Workload moeModel(int layers, int64_t expertParams, int64_t dispatchBytes
   w.tokensPerSample = 4096;
   return w;
 }
+
+/// A built-in model on the first node group of a cluster preset, and its
+/// serving step pricers.
+struct Served {
+  mlir::MLIRContext ctx;
+  Workload w;
+  Cluster cluster;
+  Served(const char *model, const char *preset)
+      : w(builtinWorkload(ctx, model)), cluster(test::preset(preset)) {}
+  StepPricer pricer(int tp, const char *precision = "bf16",
+                    ServingEngine e = ServingEngine::Vllm, int ep = 1,
+                    int pp = 1) {
+    auto replica = servingReplicaOn(cluster.sites[0].nodeGroups[0], tp, pp, ep);
+    EXPECT_TRUE(bool(replica));
+    auto prec = ServingPrecision::parse(precision, "auto");
+    EXPECT_TRUE(bool(prec));
+    auto p = StepPricer::create(w, *replica, *prec, e);
+    EXPECT_TRUE(bool(p)) << (p ? "" : llvm::toString(p.takeError()));
+    return std::move(*p);
+  }
+};
 
 } // namespace orrery::test
 
