@@ -240,7 +240,9 @@ llvm::Expected<StepPricer> preparePool(const Context &cx, ServingPool &pool) {
   if (pool.speculative)
     mo.drafter = cx.request.speculation.method;
   if (cx.engine == ServingEngine::TensorRtLlm)
-    mo.freeMemoryFraction = 0.95; // trtllm-bench's default
+    mo.freeMemoryFraction = cx.request.memoryFraction;
+  else
+    mo.memoryUtilization = cx.request.memoryFraction;
   // The limits depend on the weights' size (TensorRT-LLM's estimate), the
   // activations' room on the token limit.
   auto first = servingMemory(cx.w, dev, mo);

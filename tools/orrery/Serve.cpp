@@ -176,6 +176,11 @@ searchRequestOf(const ServeRequest &request) {
     return spec.takeError();
   search.speculation = *spec;
   search.kvOffloadBytes = request.kvOffloadGib * double(1ull << 30);
+  if (!(request.memoryFraction > 0 && request.memoryFraction <= 1))
+    return serveError("--memory-fraction " +
+                      std::to_string(request.memoryFraction) +
+                      ": expected a share of memory in (0, 1]");
+  search.memoryFraction = request.memoryFraction;
   return search;
 }
 
@@ -237,6 +242,7 @@ nlohmann::ordered_json servingPlanJson(const ModelArgs &args,
                      {"prefix_caching", request.prefixCaching},
                      {"speculative", request.speculative},
                      {"kv_offload_gib", request.kvOffloadGib},
+                     {"memory_fraction", request.memoryFraction},
                      {"strategy", chosen.strategyText()}};
   plan["chosen"] = candidateJson(chosen, search.speculation);
   plan["why"] = why;

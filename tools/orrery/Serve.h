@@ -33,6 +33,8 @@ struct ServeRequest {
   std::string prefixCaching = "on"; ///< on (the engines' default) or off
   std::string speculative = "off";  ///< Speculation::parse
   double kvOffloadGib = 0;          ///< host memory a replica's cache spills to
+  /// The engine's memory share (ServingSearchRequest::memoryFraction).
+  double memoryFraction = 0.9;
   std::string traceOut; ///< Chrome trace of the chosen configuration's steps
 };
 

@@ -112,6 +112,15 @@ llvm::Expected<ServeRequest> servingRequestOf(const nlohmann::json &plan,
                              "more");
     q.kvOffloadGib = g.get<double>();
   }
+  // Plans from before the field priced TensorRT-LLM at 0.95: served
+  // again at the default they differ, as any plan of an older version.
+  if (r.is_object() && r.contains("memory_fraction")) {
+    const nlohmann::json &f = r["memory_fraction"];
+    if (!f.is_number() || !(f.get<double>() > 0) || f.get<double>() > 1)
+      return planError(what, "request.memory_fraction: expected a share in "
+                             "(0, 1]");
+    q.memoryFraction = f.get<double>();
+  }
   // Plans from before speculative decoding have none: off.
   if (r.is_object() && r.contains("speculative")) {
     auto sp = field<std::string>(r, "speculative", what, "request.");
@@ -234,9 +243,11 @@ struct ExportSettings {
   bool moe = false; ///< one engine instance per replica (see below)
   bool fp8 = false, fp8Cache = false, prefixCaching = true;
   double offloadGib = 0;
+  double memoryFraction = 0.9; ///< ServeRequest::memoryFraction
 };
 
-std::string gibText(double g) {
+/// A figure in four significant digits (GiB, a share of memory).
+std::string shortNumber(double g) {
   char b[32];
   std::snprintf(b, sizeof b, "%.4g", g);
   return b;
@@ -337,12 +348,12 @@ std::string vllmFlags(const PoolArgs &a, const char *role,
     add("--data-parallel-size " + std::to_string(a.replicas));
   add("--max-num-seqs " + std::to_string(a.maxRequests));
   add("--max-num-batched-tokens " + std::to_string(a.maxTokens));
-  add("--gpu-memory-utilization 0.9");
+  add("--gpu-memory-utilization " + shortNumber(s.memoryFraction));
   add("--enable-chunked-prefill");
   add(s.prefixCaching ? "--enable-prefix-caching"
                       : "--no-enable-prefix-caching");
   if (s.offloadGib > 0) {
-    add("--kv-offloading-size " + gibText(s.offloadGib));
+    add("--kv-offloading-size " + shortNumber(s.offloadGib));
     add("--kv-offloading-backend native");
   }
   if (s.fp8)
@@ -374,13 +385,13 @@ std::string sglangFlags(const PoolArgs &a, const char *role,
   }
   add("--max-running-requests " + std::to_string(a.maxRequests));
   add("--chunked-prefill-size " + std::to_string(a.maxTokens));
-  add("--mem-fraction-static 0.9");
+  add("--mem-fraction-static " + shortNumber(s.memoryFraction));
   if (!s.prefixCaching)
     add("--disable-radix-cache");
   if (s.offloadGib > 0) {
     // HiCache's host pool is sized per rank.
     add("--enable-hierarchical-cache");
-    add("--hicache-size " + gibText(s.offloadGib / (a.tp * a.pp)));
+    add("--hicache-size " + shortNumber(s.offloadGib / (a.tp * a.pp)));
   }
   if (!a.spec.empty()) {
     add("--speculative-algorithm " +
@@ -408,7 +419,7 @@ std::string sglangFlags(const PoolArgs &a, const char *role,
 }
 
 /// trtllm-serve's flags; the rest is in its LLM API options file.
-std::string trtllmFlags(const PoolArgs &a) {
+std::string trtllmFlags(const PoolArgs &a, const ExportSettings &s) {
   std::string f;
   auto add = [&](const std::string &x) { f += "  " + x + "\n"; };
   add("--tp_size " + std::to_string(a.tp));
@@ -417,7 +428,8 @@ std::string trtllmFlags(const PoolArgs &a) {
     add("--ep_size " + std::to_string(a.ep));
   add("--max_batch_size " + std::to_string(a.maxRequests));
   add("--max_num_tokens " + std::to_string(a.maxTokens));
-  add("--kv_cache_free_gpu_memory_fraction 0.95");
+  add("--kv_cache_free_gpu_memory_fraction " +
+      shortNumber(s.memoryFraction));
   add("--extra_llm_api_options orrery-llm-api.yaml");
   return f;
 }
@@ -428,7 +440,7 @@ std::string engineFlags(const PoolArgs &a, const char *role,
     return vllmFlags(a, role, s);
   if (s.to == "sglang")
     return sglangFlags(a, role, s);
-  return trtllmFlags(a);
+  return trtllmFlags(a, s);
 }
 
 /// TensorRT-LLM takes attention DP, KV-cache block reuse (its prefix
@@ -521,6 +533,7 @@ llvm::Error exportSettingsOf(const nlohmann::json &plan,
   s.fp8Cache = r.kvCache == "fp8";
   s.prefixCaching = r.prefixCaching == "on";
   s.offloadGib = r.kvOffloadGib;
+  s.memoryFraction = r.memoryFraction;
   if (s.offloadGib > 0 && split && to == "vllm")
     return planError(what, "--to vllm: KV offload beside a prefill/decode "
                            "split needs vLLM's MultiConnector, which this "

@@ -37,6 +37,13 @@ void ServeCommand::add(CLI::App &app) {
                   "host_cache_size): blocks written through, loaded back "
                   "for later prompts that share them")
       ->check(CLI::Range(0.0, 1e6));
+  cmd->add_option("--memory-fraction", request.memoryFraction,
+                  "the memory the engine takes (default 0.9, as each "
+                  "engine): vLLM's --gpu-memory-utilization and SGLang's "
+                  "--mem-fraction-static (a share of the device), "
+                  "TensorRT-LLM's kv_cache_free_gpu_memory_fraction (a share "
+                  "of what the weights leave free, for the KV cache)")
+      ->check(CLI::Range(1e-3, 1.0));
   cmd->add_option("--speculative", request.speculative,
                   "speculative decoding to try: off (default), or eagle, "
                   "eagle3, mtp, ngram with k= (draft tokens) and "

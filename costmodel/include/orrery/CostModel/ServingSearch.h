@@ -104,6 +104,11 @@ struct ServingSearchRequest {
   /// written through, found again by later prompts: SchedulerLimits'
   /// host tier); 0: none.
   double kvOffloadBytes = 0;
+  /// The memory the engine takes: vLLM's gpu_memory_utilization (and
+  /// SGLang's mem_fraction_static), a share of the device; TensorRT-LLM's
+  /// kv_cache_free_gpu_memory_fraction, a share of what the weights and
+  /// buffers leave free. 0.9 is each engine's default.
+  double memoryFraction = 0.9;
   /// Speculative decoding offered to the search: each configuration is
   /// tried with it and without (unless --strategy fixes spec=).
   Speculation speculation;
