@@ -2,9 +2,12 @@
 """Fit a device's measured kernel profile from bench/gpu/measure.py's JSON.
 
 The cost model prices a kernel as (docs/costmodel.md)
-  max(FLOPs / (peak · e), bytes / (HBM bandwidth · m)) + launch,
+  max(FLOPs / (peak · e), bytes / (HBM bandwidth · m),
+      weight bytes / (HBM bandwidth · m) + t) + launch,
   e = E · t / (t + T),  t = FLOPs / peak (GEMMs; other ops use e = 1),
-where m depends on the kernel's class: a GEMM, an elementwise pass
+where the weight is a layer GEMM's (batch 1: its k x n operand; the
+batched products are attention's, of two activations, and have none) and
+m depends on the kernel's class: a GEMM, an elementwise pass
 (pointwise), a reduction along rows (softmax, normalizations) or a pass
 that draws random numbers (dropout). By default every m is 0.8, E = 0.8,
 T = 15 µs and launch = 3 µs. This script finds the E, T and GEMM m that
@@ -35,11 +38,14 @@ CLASSES = {"pointwise": ("add", "gelu"), "reduction": ("softmax", "layernorm"),
 
 def predict(row, peak, bandwidth, gemm_eff, half_s, mem_eff, launch_s=LAUNCH_S):
     flops = row.get("flops", 0.0)
-    compute = 0.0
+    compute = memory = row["bytes"] / (bandwidth * mem_eff)
     if flops:
         ideal = flops / peak
         compute = ideal / (gemm_eff * ideal / (ideal + half_s))
-    return max(compute, row["bytes"] / (bandwidth * mem_eff)) + launch_s
+        if row.get("batch", 1) == 1 and "k" in row:
+            weight = 2.0 * row["k"] * row["n"]
+            memory = max(memory, weight / (bandwidth * mem_eff) + ideal)
+    return max(compute, memory) + launch_s
 
 
 def loss(rows, peak, bandwidth, *params):

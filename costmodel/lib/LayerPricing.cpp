@@ -18,10 +18,10 @@ namespace orrery {
 namespace detail {
 
 double Simulation::opTime(const DeviceSpec &dev, double flops, double bytes,
-                          KernelClass c, int kernels,
-                          Precision precision) const {
+                          KernelClass c, int kernels, Precision precision,
+                          double weightBytes) const {
   return kernelSeconds(dev, a.kernelsFor(dev), precision, flops, bytes, c,
-                       kernels);
+                       kernels, weightBytes);
 }
 
 /// Transformer Engine's quantization passes before an fp8 GEMM, by recipe
@@ -213,11 +213,11 @@ void Simulation::priceGroupedGemm(const OpCost &op, const DeviceSpec &dev,
              std::max(0.0, w.backMoved - 2 * expertWeights) * sc / w.split;
   fwd = local * opTime(dev, load * w.flops / local,
                        (load * tokensFwd + ownWeights / w.split) / local, k.cls,
-                       0, k.prec) +
+                       0, k.prec, ownWeights / w.split / local) +
         k.kernels * km.kernelLaunchS;
   bwd = local * opTime(dev, load * w.backFlops / local,
                        (load * tokensBwd + 2 * ownWeights / w.split) / local,
-                       k.backCls, 0, k.prec) +
+                       k.backCls, 0, k.prec, 2 * ownWeights / w.split / local) +
         k.backKernels * km.kernelLaunchS;
 }
 
@@ -289,7 +289,8 @@ OpPrice Simulation::priceOp(const OpCost &op, const LayerKind &k,
     else
       work = blockwiseGemmFactor(dev);
   }
-  double fwd = opTime(dev, f * work, bytes, cls, kernels, prec);
+  double fwd = opTime(dev, f * work, bytes, cls, kernels, prec,
+                      weightMoved / split);
   // Backward: what the op's gradients read and write, else two kernels per
   // contraction (input and weight gradients), each moving about the
   // forward's bytes. A fused chain's backward is fused too.
@@ -313,7 +314,7 @@ OpPrice Simulation::priceOp(const OpCost &op, const LayerKind &k,
       op.backwardBytes >= 0 ? 0 : std::min(backMoved, 2 * weightMoved);
   double bwd =
       opTime(dev, b * work, ((backMoved - backWeight) * sc + backWeight) / split,
-             backCls, backKernels, prec);
+             backCls, backKernels, prec, backWeight / split);
   if (op.experts > 1)
     priceGroupedGemm(op, dev, {f * work, b * work, moved, backMoved, split},
                      {cls, backCls, kernels, backKernels, prec}, fwd, bwd, o);

@@ -393,11 +393,10 @@ double StepPricer::kindSeconds(const Kind &k, const StepBatch &all,
         double e = op.experts;
         double active = e * (1.0 - std::pow(1.0 - double(op.topK) / e, tokens));
         active = std::max(1.0, active);
-        s = expertGemmSeconds(op, flops,
-                              op.weightBytes * active / e + act);
+        s = expertGemmSeconds(op, flops, op.weightBytes * active / e, act);
       } else {
         s = kernelSeconds(dev, km, op.precision, flops, op.weightBytes + act,
-                          KernelClass::Gemm, op.kernels);
+                          KernelClass::Gemm, op.kernels, op.weightBytes);
       }
       t.linearS += s;
       break;
@@ -553,7 +552,7 @@ double StepPricer::expertParallelSeconds(const TokenOp &op, double tokens,
   double flops = op.flopsPerToken * ep / topK * busiest;
   double weights = op.weightBytes * ep / double(op.experts) * active;
   double moved = act * busiest / std::max(mean, 1e-9);
-  return expertGemmSeconds(op, flops, weights + moved);
+  return expertGemmSeconds(op, flops, weights, moved);
 }
 
 /// The step's active experts run as one grouped GEMM (TensorRT-LLM's and vLLM's
@@ -562,10 +561,11 @@ double StepPricer::expertParallelSeconds(const TokenOp &op, double tokens,
 /// activations it moves) at the efficiency of that kernel, not of each
 /// product launched apart.
 double StepPricer::expertGemmSeconds(const TokenOp &op, double flops,
-                                     double bytes) const {
+                                     double weights, double moved) const {
   const KernelModel &km = *kernels_;
-  return kernelSeconds(*replica_.device, km, op.precision, flops, bytes,
-                       KernelClass::Gemm, op.kernels);
+  return kernelSeconds(*replica_.device, km, op.precision, flops,
+                       weights + moved, KernelClass::Gemm, op.kernels,
+                       weights);
 }
 
 bool StepPricer::cascades(const TokenOp &op, const StepBatch &b) const {

@@ -390,8 +390,11 @@ public:
     return double(k.expertDispatchBytes) * scale() /
            (s.sequenceParallel ? tp : 1) * s.expertLoad();
   }
+  /// kernelSeconds on `dev` with its kernel model; `weightBytes` of
+  /// `bytes` are a GEMM's weights.
   double opTime(const DeviceSpec &dev, double flops, double bytes,
-                KernelClass c, int kernels, Precision precision) const;
+                KernelClass c, int kernels, Precision precision,
+                double weightBytes = 0) const;
   /// The fp8 recipe's quantization of a GEMM operand of `bytes16` bytes in
   /// 16 bits, held as `tensors` tensors (a grouped GEMM's experts):
   /// seconds, and the bytes its passes move into `moved`.

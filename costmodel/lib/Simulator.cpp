@@ -78,7 +78,7 @@ StagePlacement stageOn(const NodeGroup &group, int tp) {
 
 double kernelSeconds(const DeviceSpec &dev, const KernelModel &k,
                      Precision precision, double flops, double bytes,
-                     KernelClass c, int kernels) {
+                     KernelClass c, int kernels, double weightBytes) {
   bool gemm = c == KernelClass::Gemm;
   double peak = gemm ? dev.tensorPeak(precision) : dev.vectorPeak();
   double compute = 0;
@@ -88,8 +88,17 @@ double kernelSeconds(const DeviceSpec &dev, const KernelModel &k,
         gemm ? k.gemmEfficiency * ideal / (ideal + k.gemmHalfEfficiencyS) : 1.0;
     compute = ideal / std::max(eff, 1e-6);
   }
-  double memory =
-      bytes / (dev.memoryBandwidthBytesPerS * k.memoryEfficiency(c));
+  double bandwidth = dev.memoryBandwidthBytesPerS * k.memoryEfficiency(c);
+  double memory = bytes / bandwidth;
+  // A GEMM over few rows (a decode step's tokens) has few output tiles,
+  // each streaming its slice of the weights: the tensor cores wait on the
+  // stream and the stream on them, so the weights' read and the math at
+  // peak add up. DeepGEMM's M = 64-256 GEMMs on H800 and the H200's
+  // 512 x 4096^2 sit at the sum; products of two activations (attention's)
+  // overlap, at the larger of the two.
+  if (gemm && weightBytes > 0 && flops > 0)
+    memory = std::max(memory,
+                      std::min(weightBytes, bytes) / bandwidth + flops / peak);
   return std::max(compute, memory) + kernels * k.kernelLaunchS;
 }
 

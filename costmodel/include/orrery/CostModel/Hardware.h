@@ -72,7 +72,7 @@ struct KernelModel {
   double gemmEfficiency = 0.8;
   double gemmHalfEfficiencyS = 15e-6;
   /// Fraction of HBM bandwidth by KernelClass.
-  double gemmMemoryEfficiency = 0.789, pointwiseMemoryEfficiency = 0.743,
+  double gemmMemoryEfficiency = 0.788, pointwiseMemoryEfficiency = 0.743,
          reductionMemoryEfficiency = 0.413, randomMemoryEfficiency = 0.358;
   double kernelLaunchS = 3e-6;
   /// Fused attention (docs/costmodel.md): forward and backward reach

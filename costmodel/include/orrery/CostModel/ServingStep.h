@@ -266,8 +266,10 @@ private:
   double draftSeconds(const StepBatch &b) const;
   double expertParallelSeconds(const TokenOp &op, double tokens,
                                double act) const;
-  double expertGemmSeconds(const TokenOp &op, double flops,
-                           double bytes) const;
+  /// The grouped GEMM reading `weights` (the active experts') and moving
+  /// `moved` bytes of tokens.
+  double expertGemmSeconds(const TokenOp &op, double flops, double weights,
+                           double moved) const;
   ServingReplica replica_;
   ServingEngine engine_ = ServingEngine::Vllm;
   const KernelModel *kernels_ = nullptr;

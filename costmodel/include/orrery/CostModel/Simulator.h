@@ -132,10 +132,13 @@ struct Assumptions {
 
 /// Seconds of `kernels` kernels of class `c` doing `flops` (on tensor
 /// cores for a GEMM, else fp32 vector units) and moving `bytes` on `dev`:
-/// the roofline of docs/costmodel.md.
+/// the roofline of docs/costmodel.md. `weightBytes` (of `bytes`) is a
+/// GEMM's weight matrix: its stream and the tensor-core work on it run one
+/// after the other when the stream dominates (docs/costmodel.md, "A
+/// GEMM's weight stream").
 double kernelSeconds(const DeviceSpec &dev, const KernelModel &k,
                      Precision precision, double flops, double bytes,
-                     KernelClass c, int kernels);
+                     KernelClass c, int kernels, double weightBytes = 0);
 
 /// Seconds of a fused attention kernel doing `flops` and moving `bytes`,
 /// each query row visiting `keysPerQuery` keys (KernelModel's attention
