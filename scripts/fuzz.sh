@@ -92,10 +92,12 @@ if [ -x "$orrery" ]; then
     "$orrery" serve models/fixtures/tiny-gpt.onnx --cluster 1x4xA100-80G \
       --workload isl=16,osl=8,requests=8 --engine "$engine" \
       -o "$seeds/exports/$engine.json" >/dev/null
-    # Speculative decoding and KV offload in the plan and its flags.
+    # Speculative decoding, KV offload and a memory share in the plan and
+    # its flags.
     "$orrery" serve models/fixtures/tiny-gpt.onnx --cluster 1x4xA100-80G \
       --workload isl=16,osl=8,requests=8 --engine "$engine" \
       --speculative ngram,k=2 --strategy spec=1 --kv-offload 1 \
+      --memory-fraction 0.85 \
       -o "$seeds/exports/$engine-spec.json" >/dev/null
   done
   for p in "$seeds"/plan/*.json; do
