@@ -6,13 +6,16 @@
 // node, and maintainers' statements of peak bus bandwidth), prints measured
 // and predicted bus bandwidth and the error, then the mean and worst error
 // over messages of 64 MiB and more. Bus bandwidth is nccl-tests' figure:
-// algorithm bandwidth x 2(n-1)/n for all-reduce.
+// algorithm bandwidth x 2(n-1)/n for all-reduce. Points of 1 to 64 MiB
+// with a time are compared as times, in a table of their own
+// (bench/published/nccl_allreduce_runs.json: 8 and 4 x H100).
 //
 //===----------------------------------------------------------------------===//
 
 #include "orrery/CostModel/Collective.h"
 
 #include "llvm/Support/Format.h"
+#include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/raw_ostream.h"
 
@@ -65,6 +68,10 @@ int main(int argc, char **argv) {
   }
   const HardwareCatalog &cat = HardwareCatalog::builtin();
   std::vector<double> errors;
+  // Messages of 1 to 64 MiB (a serving step's tensor-parallel all-reduce,
+  // a bucket of gradients): time, measured and predicted.
+  std::string midSizes;
+  std::vector<double> midErrors;
   llvm::outs() << "NCCL all-reduce bus bandwidth inside one node (GB/s), "
                   "messages >= 64 MiB\n";
   llvm::outs() << llvm::format("  %-28s %10s %10s %10s %8s\n", "case", "MiB",
@@ -82,8 +89,19 @@ int main(int argc, char **argv) {
     GroupShape g = nodeGroup(*dev, n, n, nullptr, 1);
     for (const auto &p : c["measured"]["points"]) {
       double bytes = p["bytes"].get<double>();
-      if (bytes < 64.0 * (1 << 20))
+      if (bytes < 64.0 * (1 << 20)) {
+        if (bytes < 1.0 * (1 << 20) || !p.contains("time_us_out_of_place"))
+          continue;
+        double us = p["time_us_out_of_place"].get<double>(),
+               priced = collectiveTime(CollectiveKind::AllReduce, bytes, g) * 1e6;
+        double e = 100 * (priced - us) / us;
+        midErrors.push_back(std::fabs(e));
+        midSizes += llvm::formatv("  {0,-32} {1,10:F0} {2,10:F1} {3,10:F1} {4,7:F1}%\n",
+                                  c["id"].get<std::string>(), bytes / (1 << 20),
+                                  us, priced, e)
+                        .str();
         continue;
+      }
       double measured = p["busbw_GBps"].get<double>(),
              predicted = busBw(bytes, g) / 1e9;
       double e = 100 * (predicted - measured) / measured;
@@ -103,6 +121,22 @@ int main(int argc, char **argv) {
                                  "%.1f%%, worst %.1f%% (%zu points)\n",
                                  sum / errors.size(), worst, errors.size());
 
+  if (!midErrors.empty()) {
+    double midSum = 0, midWorst = 0;
+    for (double e : midErrors) {
+      midSum += e;
+      midWorst = std::max(midWorst, e);
+    }
+    llvm::outs() << "\nNCCL all-reduce time inside one node (us), messages "
+                    "of 1 to 64 MiB\n"
+                 << llvm::format("  %-32s %10s %10s %10s %8s\n", "case", "MiB",
+                                 "measured", "predicted", "error")
+                 << midSizes
+                 << llvm::format("  mid-size all-reduce: mean abs error %.1f%%, "
+                                 "worst %.1f%% (%zu points)\n",
+                                 midSum / midErrors.size(), midWorst,
+                                 midErrors.size());
+  }
   // Maintainers' statements of peak bus bandwidth (large messages).
   llvm::outs() << "\nNCCL bandwidth statements (GB/s)\n";
   struct Statement {

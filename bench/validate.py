@@ -1035,6 +1035,10 @@ def main():
         print()
         sys.stdout.flush()
         subprocess.run([coll, os.path.join(args.shared, "validation", "published_runs.json")])
+        # 8 and 4 x H100 by message size, 1 MiB up (docs/nccl-allreduce-sources.md).
+        print()
+        sys.stdout.flush()
+        subprocess.run([coll, os.path.join(HERE, "published", "nccl_allreduce_runs.json")])
     return 0
 
 
