@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <string_view>
 
 namespace orrery {
@@ -241,6 +242,36 @@ static double measuredTime(const LinkSpec &l, CollectiveKind kind, double bytes,
 // set-up of the Simple protocol (src/graph/tuning.cc, baseLat ring/Simple).
 static constexpr double kCollectiveBaseLatencyS = 8.4e-6;
 
+// NCCL's latency model for NVLink SHARP inside one node: one 25 us figure
+// and no per-step or base term (tuning.cc, hwLatencies NVLINK NVLS/Simple).
+static constexpr double kNvlsLatencyS = 25e-6;
+
+/// A ring inside one node on NCCL's low-latency protocols, as its tuning
+/// model prices them (src/graph/tuning.cc): LL sends 8-byte words that carry
+/// their own 4-byte flag, so half the ring's bus bandwidth and no more than
+/// the GPU generation's llMaxBw, at 6.6 us + 0.6 us a step on NVLink (1.0 on
+/// PCIe); LL128 sends 128-byte lines with 8 bytes of flag each, 0.92 of the
+/// bus bandwidth at 14 us + 1.9 us a step, and runs over NVLink only. NCCL
+/// picks, by size, the fastest of these and Simple (the caller's ring);
+/// +infinity where neither applies.
+static double lowLatencyRingTime(double bytes, int ranks, double factor,
+                                 double busBw, const LinkSpec &link) {
+  using sv = std::string_view;
+  bool nvlink = link.kind == sv("nvlink");
+  if (!nvlink && link.kind != sv("pcie"))
+    return std::numeric_limits<double>::infinity();
+  double steps = std::round(factor * (ranks - 1));
+  double moved = factor * (ranks - 1) / ranks * bytes;
+  double llBw = 0.5 * busBw;
+  if (link.ncclLlMaxBusBandwidthBytesPerS > 0)
+    llBw = std::min(llBw, link.ncclLlMaxBusBandwidthBytesPerS);
+  double ll = 6.6e-6 + steps * (nvlink ? 0.6e-6 : 1.0e-6) + moved / llBw;
+  if (!nvlink)
+    return ll;
+  double ll128 = 14e-6 + steps * 1.9e-6 + moved / (0.92 * busBw);
+  return std::min(ll, ll128);
+}
+
 /// The group's `local` ranks of one node (or scale-up domain) alone.
 static GroupShape localShape(const GroupShape &g, int local) {
   GroupShape node = g;
@@ -331,12 +362,20 @@ double collectiveTime(CollectiveKind kind, double bytes, const GroupShape &g,
   double flat = kCollectiveBaseLatencyS +
                 ringTime(bytes, g.ranks, factor, busBw, intraLat,
                          spansNodes ? nodes : 1, netLat);
+  if (!spansNodes && g.intraLink)
+    flat = std::min(flat, lowLatencyRingTime(bytes, g.ranks, factor, busBw,
+                                             *g.intraLink));
   if (kind == CollectiveKind::AllReduce) {
     // NCCL's (double binary) tree: the message goes up and down a pipelined
-    // tree, 2·S through each rank's link, 2·log2(n) latencies; it wins on
-    // small messages at large scale.
-    double tree = kCollectiveBaseLatencyS + 2 * bytes / busBw +
-                  2 * std::ceil(std::log2(double(g.ranks))) * latency;
+    // tree, 2·S through each rank's link; a chain through the node's ranks
+    // and a binary tree over the nodes, so 2·((local − 1) intra-node +
+    // log2(nodes) network) latencies (tuning.cc); it wins on small messages
+    // at large scale.
+    int local = std::max(1, std::min(g.ranks, g.ranksPerNode));
+    double tree =
+        kCollectiveBaseLatencyS + 2 * bytes / busBw +
+        2 * ((local - 1) * intraLat +
+             (spansNodes ? std::ceil(std::log2(double(nodes))) * netLat : 0));
     flat = std::min(flat, tree);
     // NVLink SHARP inside one node: (n+1)/n of the message each way, at
     // NCCL's NVLS efficiency of the link's bus bandwidth.
@@ -344,9 +383,8 @@ double collectiveTime(CollectiveKind kind, double bytes, const GroupShape &g,
         !spansNodes) {
       double n = g.ranks;
       double nvls =
-          kCollectiveBaseLatencyS +
-          bytes * (n + 1) / n / (busBw * g.intraLink->ncclNvlsEfficiency) +
-          2 * intraLat;
+          kNvlsLatencyS +
+          bytes * (n + 1) / n / (busBw * g.intraLink->ncclNvlsEfficiency);
       flat = std::min(flat, nvls);
     }
     // SHARP (NCCL's CollNet) or SwitchML where the network reduces; NCCL

@@ -546,6 +546,11 @@ llvm::Expected<LinkSpec> readCatalogLink(const nlohmann::json &l, size_t i,
   if (s.ncclBusBandwidthCapBytesPerS < 0)
     return fieldError(what, path + ".nccl_bus_bandwidth_cap_bytes_per_s: "
                                    "must not be negative");
+  s.ncclLlMaxBusBandwidthBytesPerS =
+      l.value("nccl_ll_max_bus_bandwidth_bytes_per_s", 0.0);
+  if (s.ncclLlMaxBusBandwidthBytesPerS < 0)
+    return fieldError(what, path + ".nccl_ll_max_bus_bandwidth_bytes_per_s: "
+                                   "must not be negative");
   s.ncclNvlsEfficiency = l.value("nccl_nvls_efficiency", 0.0);
   if (s.ncclNvlsEfficiency < 0 || s.ncclNvlsEfficiency > 1)
     return fieldError(what, path + ".nccl_nvls_efficiency: must be 0 to 1");

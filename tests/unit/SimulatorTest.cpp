@@ -638,13 +638,14 @@ TEST(Collective, RingAllReduceFormula) {
 
 TEST(Collective, NvlinkSharpInsideAnH100Node) {
   // 8 H100 on NVSwitch: NVLS moves (n+1)/n of the message each way at
-  // NCCL's 0.85 of the link's 370 GB/s; the ring moves 2(n-1)/n at 370.
+  // NCCL's 0.85 of the link's 370 GB/s after NCCL's 25 us NVLS latency;
+  // the ring moves 2(n-1)/n at 370.
   const HardwareCatalog &cat = HardwareCatalog::builtin();
   GroupShape g;
   g.ranks = g.ranksPerNode = 8;
   g.intraLink = cat.link("NVLink4");
   double bw = 450e9 * 20.6 / 25, bytes = 1e9;
-  double nvls = 8.4e-6 + 9.0 / 8 * bytes / (bw * 0.85) + 2 * 3.4e-6;
+  double nvls = 25e-6 + 9.0 / 8 * bytes / (bw * 0.85);
   EXPECT_NEAR(collectiveTime(CollectiveKind::AllReduce, bytes, g), nvls,
               1e-12);
   GroupShape ring = g;
@@ -667,6 +668,38 @@ TEST(Collective, NvlinkSharpInsideAnH100Node) {
   EXPECT_EQ(collectiveTime(CollectiveKind::AllReduce, bytes, twoNodes),
             collectiveTime(CollectiveKind::AllReduce, bytes, twoNodesNvls));
   EXPECT_EQ(cat.link("NVLink3")->ncclNvlsEfficiency, 0);
+}
+
+TEST(Collective, SmallMessagesTakeNcclsLowLatencyProtocols) {
+  // NCCL's tuning model (src/graph/tuning.cc) on 8 A100 (NVLink3, no
+  // NVLS): LL at 6.6 us + 0.6 us a step and half the bus bandwidth, capped
+  // at Ampere's 87.7 GB/s; LL128 at 14 us + 1.9 us a step and 0.92 of it;
+  // Simple at 8.4 us + 3.4 us a step and all of it (235 GB/s, NCCL's cap).
+  const HardwareCatalog &cat = HardwareCatalog::builtin();
+  GroupShape g;
+  g.ranks = g.ranksPerNode = 8;
+  g.intraLink = cat.link("NVLink3");
+  auto at = [&](double bytes) {
+    return collectiveTime(CollectiveKind::AllReduce, bytes, g);
+  };
+  double moved = 2.0 * 7 / 8, bus = 235e9;
+  double small = 64e3, mid = 8e6, large = 1e9;
+  EXPECT_NEAR(at(small), 6.6e-6 + 14 * 0.6e-6 + moved * small / 87.7e9,
+              1e-12);
+  EXPECT_NEAR(at(mid), 14e-6 + 14 * 1.9e-6 + moved * mid / (0.92 * bus),
+              1e-12);
+  EXPECT_NEAR(at(large), 8.4e-6 + 14 * 3.4e-6 + moved * large / bus, 1e-12);
+  // Over PCIe NCCL has no LL128; LL still wins on small messages.
+  GroupShape pcie = g;
+  pcie.intraLink = cat.link("PCIe4");
+  double pcieBus = 31.5e9 * 12 / 15.75;
+  EXPECT_NEAR(collectiveTime(CollectiveKind::AllReduce, small, pcie),
+              6.6e-6 + 14 * 1.0e-6 + moved * small / (0.5 * pcieBus), 1e-12);
+  EXPECT_NEAR(collectiveTime(CollectiveKind::AllReduce, mid, pcie),
+              8.4e-6 + 14 * 5.7e-6 + moved * mid / pcieBus, 1e-12);
+  // All-gather: n-1 steps and (n-1)/n of the bytes.
+  EXPECT_NEAR(collectiveTime(CollectiveKind::AllGather, small, g),
+              6.6e-6 + 7 * 0.6e-6 + 7.0 / 8 * small / 87.7e9, 1e-12);
 }
 
 TEST(Collective, RingsAcrossNodesUseTheNodesCards) {
