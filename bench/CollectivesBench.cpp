@@ -48,30 +48,26 @@ static double busBw(double bytes, const GroupShape &g) {
   return bytes / t * 2.0 * (g.ranks - 1) / g.ranks;
 }
 
-int main(int argc, char **argv) {
-  if (argc != 2) {
-    llvm::errs() << "usage: orrery-bench-collectives published_runs.json\n";
-    return 2;
+/// Mean and worst of absolute errors, as "mean abs error M%, worst W% (N
+/// points)".
+static std::string errorSummary(const std::vector<double> &errors) {
+  double sum = 0, worst = 0;
+  for (double e : errors) {
+    sum += e;
+    worst = std::max(worst, e);
   }
-  auto buf = llvm::MemoryBuffer::getFile(argv[1]);
-  if (!buf) {
-    llvm::errs() << "orrery-bench-collectives: error: " << argv[1]
-                 << ": cannot open file\n";
-    return 1;
-  }
-  nlohmann::json data =
-      nlohmann::json::parse((*buf)->getBuffer().str(), nullptr, false);
-  if (data.is_discarded() || !data.contains("cases")) {
-    llvm::errs() << "orrery-bench-collectives: error: " << argv[1]
-                 << ": not the expected JSON\n";
-    return 1;
-  }
+  return llvm::formatv("mean abs error {0:F1}%, worst {1:F1}% ({2} points)",
+                       sum / errors.size(), worst, errors.size())
+      .str();
+}
+
+/// The nccl-tests all-reduce cases inside one node: bus bandwidth at 64 MiB
+/// and more, then time at 1 to 64 MiB (a serving step's tensor-parallel
+/// all-reduce, a bucket of gradients) where the point has one.
+static void printIntraNodeCurves(const nlohmann::json &data) {
   const HardwareCatalog &cat = HardwareCatalog::builtin();
-  std::vector<double> errors;
-  // Messages of 1 to 64 MiB (a serving step's tensor-parallel all-reduce,
-  // a bucket of gradients): time, measured and predicted.
+  std::vector<double> errors, midErrors;
   std::string midSizes;
-  std::vector<double> midErrors;
   llvm::outs() << "NCCL all-reduce bus bandwidth inside one node (GB/s), "
                   "messages >= 64 MiB\n";
   llvm::outs() << llvm::format("  %-28s %10s %10s %10s %8s\n", "case", "MiB",
@@ -87,18 +83,19 @@ int main(int argc, char **argv) {
     if (!dev || n < 2)
       continue;
     GroupShape g = nodeGroup(*dev, n, n, nullptr, 1);
+    std::string id = c["id"].get<std::string>();
     for (const auto &p : c["measured"]["points"]) {
-      double bytes = p["bytes"].get<double>();
-      if (bytes < 64.0 * (1 << 20)) {
-        if (bytes < 1.0 * (1 << 20) || !p.contains("time_us_out_of_place"))
+      double bytes = p["bytes"].get<double>(), mib = bytes / (1 << 20);
+      if (mib < 64) {
+        if (mib < 1 || !p.contains("time_us_out_of_place"))
           continue;
         double us = p["time_us_out_of_place"].get<double>(),
                priced = collectiveTime(CollectiveKind::AllReduce, bytes, g) * 1e6;
         double e = 100 * (priced - us) / us;
         midErrors.push_back(std::fabs(e));
-        midSizes += llvm::formatv("  {0,-32} {1,10:F0} {2,10:F1} {3,10:F1} {4,7:F1}%\n",
-                                  c["id"].get<std::string>(), bytes / (1 << 20),
-                                  us, priced, e)
+        midSizes += llvm::formatv("  {0,-32} {1,10:F0} {2,10:F1} {3,10:F1} "
+                                  "{4,7:F1}%\n",
+                                  id, mib, us, priced, e)
                         .str();
         continue;
       }
@@ -107,37 +104,34 @@ int main(int argc, char **argv) {
       double e = 100 * (predicted - measured) / measured;
       errors.push_back(std::fabs(e));
       llvm::outs() << llvm::format("  %-28s %10.0f %10.1f %10.1f %+7.1f%%\n",
-                                   c["id"].get<std::string>().c_str(),
-                                   bytes / (1 << 20), measured, predicted, e);
+                                   id.c_str(), mib, measured, predicted, e);
     }
-  }
-  double sum = 0, worst = 0;
-  for (double e : errors) {
-    sum += e;
-    worst = std::max(worst, e);
   }
   if (!errors.empty())
-    llvm::outs() << llvm::format("  intra-node all-reduce: mean abs error "
-                                 "%.1f%%, worst %.1f%% (%zu points)\n",
-                                 sum / errors.size(), worst, errors.size());
+    llvm::outs() << "  intra-node all-reduce: " << errorSummary(errors)
+                 << "\n";
+  if (midErrors.empty())
+    return;
+  llvm::outs() << "\nNCCL all-reduce time inside one node (us), messages "
+                  "of 1 to 64 MiB\n"
+               << llvm::format("  %-32s %10s %10s %10s %8s\n", "case", "MiB",
+                               "measured", "predicted", "error")
+               << midSizes << "  mid-size all-reduce: "
+               << errorSummary(midErrors) << "\n";
+}
 
-  if (!midErrors.empty()) {
-    double midSum = 0, midWorst = 0;
-    for (double e : midErrors) {
-      midSum += e;
-      midWorst = std::max(midWorst, e);
-    }
-    llvm::outs() << "\nNCCL all-reduce time inside one node (us), messages "
-                    "of 1 to 64 MiB\n"
-                 << llvm::format("  %-32s %10s %10s %10s %8s\n", "case", "MiB",
-                                 "measured", "predicted", "error")
-                 << midSizes
-                 << llvm::format("  mid-size all-reduce: mean abs error %.1f%%, "
-                                 "worst %.1f%% (%zu points)\n",
-                                 midSum / midErrors.size(), midWorst,
-                                 midErrors.size());
-  }
-  // Maintainers' statements of peak bus bandwidth (large messages).
+static void printStatement(llvm::StringRef id, const std::string &what,
+                           double measured, double predicted) {
+  llvm::outs() << llvm::format(
+      "  %-36s %-40s measured %6.1f  predicted %6.1f  %+6.1f%%\n",
+      id.str().c_str(), what.c_str(), measured, predicted,
+      100 * (predicted - measured) / measured);
+}
+
+/// Maintainers' and users' statements of peak bus bandwidth (large
+/// messages), each priced on the setup it names.
+static void printStatements(const nlohmann::json &data) {
+  const HardwareCatalog &cat = HardwareCatalog::builtin();
   llvm::outs() << "\nNCCL bandwidth statements (GB/s)\n";
   struct Statement {
     const char *id, *what;
@@ -175,17 +169,11 @@ int main(int argc, char **argv) {
       for (const char *key : {"busbw_GBps", "GBps_per_nic"}) {
         if (!m.contains(key))
           continue;
-        if (m[key].is_array()) {
-          lo = m[key].front().get<double>();
-          hi = m[key].back().get<double>();
-        } else {
-          lo = hi = m[key].get<double>();
-        }
+        lo = m[key].is_array() ? m[key].front().get<double>()
+                               : m[key].get<double>();
+        hi = m[key].is_array() ? m[key].back().get<double>() : lo;
       }
-      double mid = (lo + hi) / 2;
-      llvm::outs() << llvm::format(
-          "  %-36s %-40s measured %6.1f  predicted %6.1f  %+6.1f%%\n", st.id,
-          st.what, mid, st.predicted, 100 * (st.predicted - mid) / mid);
+      printStatement(st.id, st.what, (lo + hi) / 2, st.predicted);
     }
   }
   // A user's NVLS bus bandwidth at 5 to 8 H100 of one node.
@@ -195,17 +183,37 @@ int main(int argc, char **argv) {
       continue;
     int n = 5;
     for (const auto &v : c["measured"]["nvls_busbw_GBps_5to8"]) {
-      double measured = v.get<double>(), predicted =
-          busBw(big, nodeGroup(*h100, n, n, nullptr, 1)) / 1e9;
-      llvm::outs() << llvm::format(
-          "  %-36s %-40s measured %6.1f  predicted %6.1f  %+6.1f%%\n",
-          "nccl_stmt_h100_ring_vs_nvls_user",
-          (std::to_string(n) + " x H100 NVLink SHARP all-reduce").c_str(),
-          measured, predicted, 100 * (predicted - measured) / measured);
+      printStatement("nccl_stmt_h100_ring_vs_nvls_user",
+                     std::to_string(n) + " x H100 NVLink SHARP all-reduce",
+                     v.get<double>(),
+                     busBw(big, nodeGroup(*h100, n, n, nullptr, 1)) / 1e9);
       ++n;
     }
   }
   llvm::outs() << "  not modelled: nccl_stmt_h800_nvls_user (no H800 in the "
                   "catalog)\n";
+}
+
+int main(int argc, char **argv) {
+  if (argc != 2) {
+    llvm::errs() << "usage: orrery-bench-collectives published_runs.json\n";
+    return 2;
+  }
+  auto buf = llvm::MemoryBuffer::getFile(argv[1]);
+  if (!buf) {
+    llvm::errs() << "orrery-bench-collectives: error: " << argv[1]
+                 << ": cannot open file\n";
+    return 1;
+  }
+  nlohmann::json data =
+      nlohmann::json::parse((*buf)->getBuffer().str(), nullptr, false);
+  if (data.is_discarded() || !data.contains("cases") ||
+      !data["cases"].is_array()) {
+    llvm::errs() << "orrery-bench-collectives: error: " << argv[1]
+                 << ": not the expected JSON\n";
+    return 1;
+  }
+  printIntraNodeCurves(data);
+  printStatements(data);
   return 0;
 }
