@@ -246,6 +246,25 @@ static constexpr double kCollectiveBaseLatencyS = 8.4e-6;
 // and no per-step or base term (tuning.cc, hwLatencies NVLINK NVLS/Simple).
 static constexpr double kNvlsLatencyS = 25e-6;
 
+/// How much slower than at its full chunk NVLS moves a message of `bytes`
+/// over `ranks` ranks: NCCL's enqueue (calcCollChunking) halves the
+/// 128 KiB chunk (NCCL_NVLS_CHUNKSIZE) below 64, 8 and 2 loops of its 16
+/// channels x `ranks` heads of chunks in flight, to 64, 32 and 16 KiB, and
+/// each chunk step costs what moving `stepBytes` more would.
+static double nvlsChunkFactor(double bytes, int ranks, double stepBytes) {
+  if (stepBytes <= 0)
+    return 1;
+  const double full = 128 * 1024, inFlight = 16.0 * ranks;
+  double chunk = full;
+  if (bytes < 64 * inFlight * chunk)
+    chunk = 64 * 1024;
+  if (bytes < 8 * inFlight * chunk)
+    chunk = 32 * 1024;
+  if (bytes < 2 * inFlight * chunk)
+    chunk = 16 * 1024;
+  return (chunk + stepBytes) / chunk * full / (full + stepBytes);
+}
+
 /// A ring inside one node on NCCL's low-latency protocols, as its tuning
 /// model prices them (src/graph/tuning.cc): LL sends 8-byte words that carry
 /// their own 4-byte flag, so half the ring's bus bandwidth and no more than
@@ -384,7 +403,9 @@ double collectiveTime(CollectiveKind kind, double bytes, const GroupShape &g,
       double n = g.ranks;
       double nvls =
           kNvlsLatencyS +
-          bytes * (n + 1) / n / (busBw * g.intraLink->ncclNvlsEfficiency);
+          bytes * (n + 1) / n / (busBw * g.intraLink->ncclNvlsEfficiency) *
+              nvlsChunkFactor(bytes, g.ranks,
+                              g.intraLink->ncclNvlsChunkStepBytes);
       flat = std::min(flat, nvls);
     }
     // SHARP (NCCL's CollNet) or SwitchML where the network reduces; NCCL

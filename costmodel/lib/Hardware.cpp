@@ -551,6 +551,10 @@ llvm::Expected<LinkSpec> readCatalogLink(const nlohmann::json &l, size_t i,
   if (s.ncclLlMaxBusBandwidthBytesPerS < 0)
     return fieldError(what, path + ".nccl_ll_max_bus_bandwidth_bytes_per_s: "
                                    "must not be negative");
+  s.ncclNvlsChunkStepBytes = l.value("nccl_nvls_chunk_step_bytes", 0.0);
+  if (s.ncclNvlsChunkStepBytes < 0)
+    return fieldError(what, path + ".nccl_nvls_chunk_step_bytes: must not "
+                                   "be negative");
   s.ncclNvlsEfficiency = l.value("nccl_nvls_efficiency", 0.0);
   if (s.ncclNvlsEfficiency < 0 || s.ncclNvlsEfficiency > 1)
     return fieldError(what, path + ".nccl_nvls_efficiency: must be 0 to 1");

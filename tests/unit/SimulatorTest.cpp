@@ -644,9 +644,19 @@ TEST(Collective, NvlinkSharpInsideAnH100Node) {
   GroupShape g;
   g.ranks = g.ranksPerNode = 8;
   g.intraLink = cat.link("NVLink4");
-  double bw = 450e9 * 20.6 / 25, bytes = 1e9;
+  double bw = 450e9 * 20.6 / 25, bytes = 2.0 * (1 << 30);
   double nvls = 25e-6 + 9.0 / 8 * bytes / (bw * 0.85);
   EXPECT_NEAR(collectiveTime(CollectiveKind::AllReduce, bytes, g), nvls,
+              1e-12);
+  // Below 64 loops of 16 channels x 8 heads of 128 KiB chunks (1 GiB) NCCL
+  // halves the chunk, below 8 loops of 64 KiB (64 MiB) again, and each
+  // chunk step costs what moving the link's 9515 bytes would: 16 MiB moves
+  // in 32 KiB chunks, (32 KiB + 9515) / 32 KiB slower than in 128 KiB ones.
+  double mid = 16.0 * (1 << 20), step = 9515, full = 128 * 1024,
+         chunk = 32 * 1024;
+  EXPECT_NEAR(collectiveTime(CollectiveKind::AllReduce, mid, g),
+              25e-6 + 9.0 / 8 * mid / (bw * 0.85) * (chunk + step) / chunk *
+                          full / (full + step),
               1e-12);
   GroupShape ring = g;
   ring.nvls = false;

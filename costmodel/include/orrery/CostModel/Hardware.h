@@ -265,6 +265,10 @@ struct LinkSpec {
   /// NVLink SHARP (NVLS): the switch reduces; the fraction of the link's
   /// NCCL bandwidth NVLS reaches (NCCL's nvlsEfficiency; 0: no NVLS).
   double ncclNvlsEfficiency = 0;
+  /// What one NVLS chunk step costs beyond its bytes, as bytes moved at the
+  /// NVLS rate (0: nothing): at NCCL's smaller chunks for smaller messages
+  /// the rate falls as chunk / (chunk + this).
+  double ncclNvlsChunkStepBytes = 0;
   /// The most bus bandwidth NCCL's LL protocol reaches on one node of this
   /// GPU generation (its llMaxBws: 39 GB/s Volta, 87.7 Ampere, 141 Hopper,
   /// 282 Blackwell; 0: no cap beyond LL's half of the ring's bandwidth).
