@@ -223,6 +223,37 @@ llvm::Error hostTier(const Context &cx, ServingPool &pool) {
   return llvm::Error::success();
 }
 
+/// Whether the request's vLLM attention backend serves this model on `dev`:
+/// an MLA backend for a model with latent attention, on the devices it
+/// is built for.
+static llvm::Error attentionBackendFits(const Context &cx,
+                                        const DeviceSpec &dev) {
+  const std::string &name = cx.request.attentionBackend;
+  if (name.empty())
+    return llvm::Error::success();
+  const VllmMlaBackend *b = vllmMlaBackend(name);
+  auto fail = [&](const std::string &why) {
+    return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                   "--attention-backend " + name + ": " + why);
+  };
+  // The command line's reader refuses an unknown name or another engine.
+  if (!b || cx.engine != ServingEngine::Vllm)
+    return fail("not a vLLM MLA backend of this engine");
+  bool latent = false;
+  for (const LayerKind &k : cx.w.kinds)
+    for (const OpCost &op : k.ops)
+      latent = latent || op.attentionLatentDim > 0;
+  if (!latent)
+    return fail("an MLA backend, and the model has no multi-head latent "
+                "attention");
+  llvm::SmallVector<llvm::StringRef> links;
+  llvm::StringRef(b->link).split(links, '|', -1, false);
+  if (!links.empty() && !llvm::is_contained(links, dev.intraNodeLink))
+    return fail(std::string("runs on devices with ") + b->link + " (" +
+                dev.name + " has " + dev.intraNodeLink + ")");
+  return llvm::Error::success();
+}
+
 /// A pool's memory, its scheduler's limits and its step pricer.
 llvm::Expected<StepPricer> preparePool(const Context &cx, ServingPool &pool) {
   auto replica = servingReplicaOn(*pool.group, pool.tp, pool.pp, pool.ep,
@@ -230,6 +261,8 @@ llvm::Expected<StepPricer> preparePool(const Context &cx, ServingPool &pool) {
   if (!replica)
     return replica.takeError();
   const DeviceSpec &dev = *pool.group->device;
+  if (auto e = attentionBackendFits(cx, dev))
+    return std::move(e);
   ServingMemoryOptions mo;
   mo.tp = pool.tp;
   mo.pp = pool.pp;
@@ -288,6 +321,9 @@ llvm::Expected<StepPricer> preparePool(const Context &cx, ServingPool &pool) {
   if (pricer && pool.speculative)
     if (auto e = pricer->setSpeculation(cx.w, cx.request.speculation))
       return std::move(e);
+  if (const VllmMlaBackend *b = vllmMlaBackend(cx.request.attentionBackend))
+    if (pricer)
+      pricer->setVerifyAsPrefill(!b->multiQueryDecode);
   if (auto e = hostTier(cx, pool))
     return std::move(e);
   // Sliding-window models run without it (the error above where it would

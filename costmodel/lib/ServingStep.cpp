@@ -35,6 +35,31 @@ bool parseServingEngine(const std::string &name, ServingEngine &out) {
   return true;
 }
 
+// vLLM 0.14-0.34: v1/attention/backends/mla/*.py (query_len_support;
+// supports_compute_capability: CUTLASS and FlashInfer MLA SM100, FlashMLA
+// SM90 and SM100, Triton any); docs/specdec-sources.md, M2.
+static const VllmMlaBackend kVllmMlaBackends[] = {
+    {"cutlass_mla", "CUTLASS_MLA", false, "NVLink5"},
+    {"flashinfer_mla", "FLASHINFER_MLA", true, "NVLink5"},
+    {"flashmla", "FLASHMLA", true, "NVLink4|NVLink5"},
+    {"triton_mla", "TRITON_MLA", false, ""},
+};
+
+const VllmMlaBackend *vllmMlaBackend(const std::string &name) {
+  std::string n = llvm::StringRef(name).lower();
+  for (const VllmMlaBackend &b : kVllmMlaBackends)
+    if (n == b.name)
+      return &b;
+  return nullptr;
+}
+
+std::string vllmMlaBackendNames() {
+  std::string out;
+  for (const VllmMlaBackend &b : kVllmMlaBackends)
+    out += (out.empty() ? "" : ", ") + std::string(b.name);
+  return out;
+}
+
 static llvm::Error servingError(const std::string &m) {
   return llvm::createStringError(llvm::inconvertibleErrorCode(),
                                  printableLine(m));
@@ -416,15 +441,18 @@ double StepPricer::kindSeconds(const Kind &k, const StepBatch &all,
       // prefill's chunks, or the decodes (one query per request against
       // its whole context, the cache streamed as FlashDecoding / paged
       // attention do). A latent prefill attends with full heads, its
-      // earlier chunks' keys and values up-projected from the cache.
+      // earlier chunks' keys and values up-projected from the cache (a
+      // GEMM through kv_b_proj, its 16-bit output written and read back).
       auto kernel = [&](double queries, double keys, double pairs, double w) {
         double flops = 2 * w * op.heads * pairs;
-        if (latent && w == width)
-          flops += 2 * op.latentDim * op.heads *
-                   (op.headDim - op.ropeDim + op.valueDim) *
-                   std::max(0.0, keys - queries);
         double bytes = keys * kvPerToken +
                        queries * (op.heads * w * 2 + kvPerToken);
+        if (latent && w == width) {
+          double expanded = std::max(0.0, keys - queries) * op.heads *
+                            (op.headDim - op.ropeDim + op.valueDim);
+          flops += 2 * op.latentDim * expanded;
+          bytes += 2 * expanded * 2;
+        }
         return attentionSeconds(dev, km, Precision::BF16, flops, bytes,
                                 pairs / queries, false);
       };
@@ -448,12 +476,17 @@ double StepPricer::kindSeconds(const Kind &k, const StepBatch &all,
       double queries = double(own.decodeRequests + own.draftTokens);
       double perRequest =
           own.decodeRequests > 0 ? queries / double(own.decodeRequests) : 1;
+      // A backend whose decode kernel takes one query a request runs the
+      // verification's 1 + k as a prefill over the whole context.
+      double w = latent && verifyAsPrefill_ && own.draftTokens > 0
+                     ? width
+                     : decodeWidth;
       if (own.decodeRequests > 0)
         s += op.windowed
                  ? kernel(queries, own.decodeKeysWindowed,
-                          own.decodeKeysWindowed * perRequest, decodeWidth)
+                          own.decodeKeysWindowed * perRequest, w)
                  : kernel(queries, own.decodeKeys,
-                          own.decodeKeys * perRequest, decodeWidth);
+                          own.decodeKeys * perRequest, w);
       t.attentionS += s;
       break;
     }

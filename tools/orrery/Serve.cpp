@@ -181,6 +181,15 @@ searchRequestOf(const ServeRequest &request) {
                       std::to_string(request.memoryFraction) +
                       ": expected a share of memory in (0, 1]");
   search.memoryFraction = request.memoryFraction;
+  if (!request.attentionBackend.empty()) {
+    if (!vllmMlaBackend(request.attentionBackend))
+      return serveError("--attention-backend " + request.attentionBackend +
+                        ": expected one of " + vllmMlaBackendNames());
+    if (search.engine != ServingEngine::Vllm)
+      return serveError("--attention-backend " + request.attentionBackend +
+                        ": a vLLM backend; the engine is " + request.engine);
+  }
+  search.attentionBackend = request.attentionBackend;
   return search;
 }
 
@@ -243,6 +252,7 @@ nlohmann::ordered_json servingPlanJson(const ModelArgs &args,
                      {"speculative", request.speculative},
                      {"kv_offload_gib", request.kvOffloadGib},
                      {"memory_fraction", request.memoryFraction},
+                     {"attention_backend", request.attentionBackend},
                      {"strategy", chosen.strategyText()}};
   plan["chosen"] = candidateJson(chosen, search.speculation);
   plan["why"] = why;

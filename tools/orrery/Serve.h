@@ -35,6 +35,9 @@ struct ServeRequest {
   double kvOffloadGib = 0;          ///< host memory a replica's cache spills to
   /// The engine's memory share (ServingSearchRequest::memoryFraction).
   double memoryFraction = 0.9;
+  /// vLLM's --attention-backend for a latent-attention model ("": the
+  /// engine's default; ServingSearchRequest::attentionBackend).
+  std::string attentionBackend;
   std::string traceOut; ///< Chrome trace of the chosen configuration's steps
 };
 

@@ -8,6 +8,7 @@
 #include "Serve.h"
 
 #include "orrery/CostModel/PrintableLine.h"
+#include "orrery/CostModel/ServingStep.h"
 
 #include <algorithm>
 #include <cmath>
@@ -120,6 +121,17 @@ llvm::Expected<ServeRequest> servingRequestOf(const nlohmann::json &plan,
       return planError(what, "request.memory_fraction: expected a share in "
                              "(0, 1]");
     q.memoryFraction = f.get<double>();
+  }
+  // Plans from before the field ran the engine's default backend.
+  if (r.is_object() && r.contains("attention_backend")) {
+    auto b = field<std::string>(r, "attention_backend", what, "request.");
+    if (!b)
+      return b.takeError();
+    if (!b->empty() && !vllmMlaBackend(*b))
+      return planError(what, "request.attention_backend: '" + *b +
+                                 "': expected one of " +
+                                 vllmMlaBackendNames());
+    q.attentionBackend = *b;
   }
   // Plans from before speculative decoding have none: off.
   if (r.is_object() && r.contains("speculative")) {
@@ -244,6 +256,8 @@ struct ExportSettings {
   bool fp8 = false, fp8Cache = false, prefixCaching = true;
   double offloadGib = 0;
   double memoryFraction = 0.9; ///< ServeRequest::memoryFraction
+  /// vLLM's name of the plan's attention backend ("": the default).
+  std::string attentionBackend;
 };
 
 /// A figure in four significant digits (GiB, a share of memory).
@@ -358,6 +372,8 @@ std::string vllmFlags(const PoolArgs &a, const char *role,
   }
   if (s.fp8)
     add("--quantization fp8");
+  if (!s.attentionBackend.empty())
+    add("--attention-backend " + s.attentionBackend);
   if (s.fp8Cache)
     add("--kv-cache-dtype fp8");
   if (!a.spec.empty())
@@ -534,6 +550,13 @@ llvm::Error exportSettingsOf(const nlohmann::json &plan,
   s.prefixCaching = r.prefixCaching == "on";
   s.offloadGib = r.kvOffloadGib;
   s.memoryFraction = r.memoryFraction;
+  if (const VllmMlaBackend *b = vllmMlaBackend(r.attentionBackend)) {
+    if (to != "vllm")
+      return planError(what, "--to " + to + ": the plan runs vLLM's " +
+                                 b->vllmName +
+                                 " attention backend; export it --to vllm");
+    s.attentionBackend = b->vllmName;
+  }
   if (s.offloadGib > 0 && split && to == "vllm")
     return planError(what, "--to vllm: KV offload beside a prefill/decode "
                            "split needs vLLM's MultiConnector, which this "

@@ -44,6 +44,11 @@ void ServeCommand::add(CLI::App &app) {
                   "TensorRT-LLM's kv_cache_free_gpu_memory_fraction (a share "
                   "of what the weights leave free, for the KV cache)")
       ->check(CLI::Range(1e-3, 1.0));
+  cmd->add_option("--attention-backend", request.attentionBackend,
+                  "vLLM's attention backend for a latent-attention model: "
+                  "cutlass_mla or triton_mla (a speculative verification "
+                  "runs as a prefill), flashinfer_mla or flashmla (as a "
+                  "decode); default: the engine's");
   cmd->add_option("--speculative", request.speculative,
                   "speculative decoding to try: off (default), or eagle, "
                   "eagle3, mtp, ngram with k= (draft tokens) and "

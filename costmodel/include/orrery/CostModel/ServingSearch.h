@@ -109,6 +109,11 @@ struct ServingSearchRequest {
   /// kv_cache_free_gpu_memory_fraction, a share of what the weights and
   /// buffers leave free. 0.9 is each engine's default.
   double memoryFraction = 0.9;
+  /// vLLM's attention backend for a latent-attention model ("" : the
+  /// engine's default); one whose decode kernel takes one query a request
+  /// (CUTLASS MLA, Triton MLA) runs a speculative step's verification as a
+  /// prefill (StepPricer::setVerifyAsPrefill).
+  std::string attentionBackend;
   /// Speculative decoding offered to the search: each configuration is
   /// tried with it and without (unless --strategy fixes spec=).
   Speculation speculation;

@@ -44,6 +44,23 @@ const char *servingEngineName(ServingEngine e);
 /// "vllm", "trtllm" (or "tensorrt-llm"); false when neither.
 bool parseServingEngine(const std::string &name, ServingEngine &out);
 
+/// vLLM's attention backends for a multi-head latent attention model, as
+/// `orrery serve --attention-backend` and vLLM's own `--attention-backend`
+/// name them: whether the decode kernel takes a request's 1 + k queries of
+/// a speculative verification (query_len_support UNIFORM or VARLEN:
+/// FlashInfer MLA, FlashMLA) or one only (SINGLE_ONLY: CUTLASS MLA,
+/// Triton MLA; vLLM then runs the verification as a prefill), and the
+/// intra-node link of the devices it runs on ("" : any).
+struct VllmMlaBackend {
+  const char *name, *vllmName;
+  bool multiQueryDecode;
+  const char *link;
+};
+/// The backend of that name (case-insensitive); null when none.
+const VllmMlaBackend *vllmMlaBackend(const std::string &name);
+/// The names, for an error: "cutlass_mla, flashinfer_mla, ...".
+std::string vllmMlaBackendNames();
+
 /// The host's fixed work per step besides launching kernels (docs/serving.md,
 /// "The host"): scheduling, preparing the inputs, handing out the sampled
 /// tokens. Stated assumptions, not measurements: vLLM's Python loop about
@@ -201,6 +218,11 @@ public:
   /// could be, or the replica is pipelined (vLLM up to 0.15 refuses it).
   llvm::Error setSpeculation(const Workload &w, const Speculation &s);
   const Speculation &speculation() const { return spec_; }
+  /// The attention backend's decode kernel takes one query a request, so a
+  /// speculative step's 1 + k query verification of a latent attention runs
+  /// the prefill path (vLLM's SINGLE_ONLY MLA backends: the cached latent
+  /// up-projected to every head's keys and values each step).
+  void setVerifyAsPrefill(bool on) { verifyAsPrefill_ = on; }
   const ServingReplica &replica() const { return replica_; }
   ServingEngine engine() const { return engine_; }
   /// The sliding window of the model's windowed attention layers (0: none)
@@ -278,6 +300,7 @@ private:
   int64_t window_ = 0;
   double windowedKvFraction_ = 0;
   Speculation spec_;
+  bool verifyAsPrefill_ = false;
   int draftKind_ = -1, headKind_ = -1; ///< indices into kinds_
 };
 
