@@ -100,6 +100,11 @@ if [ -x "$orrery" ]; then
       --memory-fraction 0.85 \
       -o "$seeds/exports/$engine-spec.json" >/dev/null
   done
+  # vLLM's attention backend of a latent-attention model, with MTP.
+  "$orrery" serve deepseek-v3 --cluster 2xGB300 --precision nvfp4 \
+    --strategy tp=2,pp=1,replicas=1,spec=1 --speculative mtp,k=1 \
+    --workload isl=256,osl=16,requests=8 --attention-backend cutlass_mla \
+    -o "$seeds/exports/vllm-mla-backend.json" >/dev/null
   for p in "$seeds"/plan/*.json; do
     "$orrery" lower "$p" --json -o "$seeds/programs/$(basename "$p")" >/dev/null
     # A partial set: rank 0 and the peers it matches.

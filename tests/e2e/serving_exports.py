@@ -18,7 +18,7 @@ import sys
 import tempfile
 
 # Each: serve arguments (model, cluster, options) and the flags each export
-# must carry.
+# must carry, for the engines it is exported to.
 PLANS = [
     ("eagle3-offload",
      ["llama3-8b", "--cluster", "1xH100-SXM", "--strategy", "tp=1,spec=1",
@@ -39,6 +39,14 @@ PLANS = [
       "--workload", "isl=1024,osl=128,requests=20,concurrency=4",
       "--speculative", "mtp,k=2"],
      {"vllm": ["--speculative-config"], "sglang": ["--speculative-algorithm"]}),
+    # vLLM's CUTLASS MLA, whose decode takes one query a request: the plan
+    # names it, only the vLLM export can carry it.
+    ("mtp-cutlass-mla",
+     ["deepseek-v3", "--cluster", "2xGB300", "--precision", "nvfp4",
+      "--kv-cache", "fp8", "--strategy", "tp=2,pp=1,replicas=1,spec=1",
+      "--workload", "isl=2048,osl=64,requests=20,concurrency=4",
+      "--speculative", "mtp,k=1", "--attention-backend", "cutlass_mla"],
+     {"vllm": ["--speculative-config", "--attention-backend", "CUTLASS_MLA"]}),
     ("split",
      ["llama3-8b", "--cluster", os.path.join("bench", "clusters", "h100-l40s.json"),
       "--strategy", "prefill=L40S:2,decode=H100-SXM:2",
@@ -110,7 +118,7 @@ def main():
         if p.returncode:
             failures.append(f"{name}: serve: {p.stderr.strip()}")
             continue
-        for engine in ("vllm", "sglang"):
+        for engine in needs:
             e = subprocess.run([args.orrery, "export", plan, "--to", engine],
                                capture_output=True, text=True)
             if e.returncode:
