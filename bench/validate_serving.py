@@ -397,14 +397,16 @@ def specdec_pairs(rows):
     # requests, MTP k=1 (acceptance "> 80 %": the default). The blog sets
     # no attention backend; v0.14's default on SM100 was still CUTLASS MLA
     # (docs/specdec-sources.md, M2: an inference from the backends' priority
-    # list and the release dates, not stated by the source).
+    # list and the release dates, not stated by the source). Its recipe
+    # serves `vllm serve nvidia/DeepSeek-R1-0528-NVFP4 -tp 2`: tensor
+    # parallelism alone, no expert or attention data parallelism.
     for c in (64, 128, 192, 256, 320, 384):
         r_off = rows[f"vllm_gb300_dsr1_nvfp4_tp2_isl2k_osl64_c{c}_off"]["metrics"]
         r_on = rows[f"vllm_gb300_dsr1_nvfp4_tp2_isl2k_osl64_c{c}_mtp1"]
         base = ["deepseek-v3", "--cluster", "2xGB300", "--engine", "vllm",
                 "--precision", "nvfp4", "--kv-cache", "fp8",
                 "--attention-backend", "cutlass_mla",
-                "--strategy", "tp=2,pp=1,replicas=1", "--workload",
+                "--strategy", "tp=2,ep=1,adp=0,pp=1,replicas=1", "--workload",
                 f"isl=2048,osl=64,requests=1000,concurrency={c}"]
         pairs.append(("vLLM MTP, DeepSeek-R1, 2 GB300", r_on["id"],
                       r_on["metrics"]["total_tok_s"] / r_off["total_tok_s"], base,
