@@ -105,9 +105,8 @@ llvm::Expected<ServingMemory> servingMemory(const Workload &w,
   double draftKv = 0;
   if (draft >= 0) {
     const LayerKind &k = w.kinds[size_t(draft)];
-    bool mtp = o.drafter == Speculation::Method::Mtp;
     m.weightBytes += (k.trainablePerRank(split) + k.frozenPerRank(split)) *
-                     (mtp ? o.weightBytesPerParam : 2.0);
+                     o.draftWeightBytesPerParam;
     Workload one;
     one.kinds.push_back(k);
     one.kinds.back().count = 1;

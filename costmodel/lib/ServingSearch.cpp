@@ -270,8 +270,13 @@ llvm::Expected<StepPricer> preparePool(const Context &cx, ServingPool &pool) {
   mo.weightBytesPerParam = cx.precision.weightBytesPerParam();
   mo.onceOnlyBytesPerParam = 2; // quantized checkpoints keep them 16-bit
   mo.kvBytesPerElement = cx.precision.kvBytesPerElement;
-  if (pool.speculative)
+  if (pool.speculative) {
     mo.drafter = cx.request.speculation.method;
+    Precision draft = draftPrecision(mo.drafter, cx.precision.linear);
+    mo.draftWeightBytesPerParam = draft == cx.precision.linear
+                                      ? cx.precision.weightBytesPerParam()
+                                      : precisionBytes(draft);
+  }
   if (cx.engine == ServingEngine::TensorRtLlm)
     mo.freeMemoryFraction = cx.request.memoryFraction;
   else

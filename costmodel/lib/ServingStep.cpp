@@ -343,6 +343,8 @@ llvm::Expected<StepPricer> StepPricer::create(const Workload &w,
   p.replica_ = replica;
   p.engine_ = engine;
   p.kvBytesPerElement_ = precision.kvBytesPerElement;
+  p.precision_ = precision;
+  p.tokens_ = tokens;
   static const Assumptions assumptions;
   p.kernels_ = &assumptions.kernelsFor(dev);
   auto stages = stageCounts(w, replica.pp);
@@ -725,6 +727,23 @@ llvm::Error StepPricer::setSpeculation(const Workload &w,
                           s.methodName() +
                           ": the model has no repeated decoder layer and "
                           "output head for a drafter");
+    // The drafter's layer at its own precision.
+    ServingPrecision at = precision_;
+    at.linear = draftPrecision(s.method, precision_.linear);
+    if (at.linear != precision_.linear)
+      at.weightOnlyBytes = 0;
+    const LayerKind &k = w.kinds[size_t(draftKind_)];
+    draft_ = Kind();
+    bool anyAttention = false, anyExperts = false;
+    for (const OpCost &op : k.ops) {
+      if (op.view)
+        continue;
+      TokenOp t;
+      if (auto e = tokenOp(op, k, false, true, tokens_, at, t, anyAttention,
+                           anyExperts))
+        return e;
+      draft_.ops.push_back(t);
+    }
   }
   return llvm::Error::success();
 }
@@ -739,8 +758,7 @@ double StepPricer::draftSeconds(const StepBatch &b) const {
   int ranks = replica_.attentionDp ? replica_.tp : 1;
   auto pass = [&](const StepBatch &layer, const StepBatch &head) {
     StepTime scratch;
-    return kindSeconds(kinds_[size_t(draftKind_)], layer, layer.perRank(ranks),
-                       scratch) +
+    return kindSeconds(draft_, layer, layer.perRank(ranks), scratch) +
            kindSeconds(kinds_[size_t(headKind_)], head, head.perRank(ranks),
                        scratch);
   };

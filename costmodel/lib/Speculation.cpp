@@ -122,6 +122,12 @@ llvm::Expected<Speculation> Speculation::parse(const std::string &text) {
   return s;
 }
 
+Precision draftPrecision(Speculation::Method method, Precision target) {
+  if (method == Speculation::Method::Mtp && !isFp4(target))
+    return target;
+  return target == Precision::FP16 ? Precision::FP16 : Precision::BF16;
+}
+
 int draftLayerKind(const Workload &w, Speculation::Method method) {
   int best = -1, dense = -1;
   for (size_t i = 0; i < w.kinds.size(); ++i) {

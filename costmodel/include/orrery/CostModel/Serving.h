@@ -66,9 +66,10 @@ struct ServingMemoryOptions {
   /// workspace_bytes, else 1.5 GiB (Assumptions::workspaceBytes).
   double workspaceBytes = 0;
   /// A drafter on the device (speculative decoding): one more layer of
-  /// its kind (draftLayerKind) in weights (an EAGLE head in 16 bits, an
-  /// MTP layer as the model's) and in the KV cache a token adds.
+  /// its kind (draftLayerKind) in weights, at `draftWeightBytesPerParam`
+  /// (draftPrecision's), and in the KV cache a token adds.
   Speculation::Method drafter = Speculation::Method::None;
+  double draftWeightBytesPerParam = 2;
 };
 
 /// A replica's memory on its most loaded device.

@@ -301,6 +301,12 @@ private:
   double windowedKvFraction_ = 0;
   Speculation spec_;
   bool verifyAsPrefill_ = false;
+  /// The target's precision and the tokens its op costs are for (the
+  /// drafter's layer is rebuilt from them at draftPrecision).
+  ServingPrecision precision_;
+  double tokens_ = 1;
+  /// The drafter's layer (setSpeculation).
+  Kind draft_;
   int draftKind_ = -1, headKind_ = -1; ///< indices into kinds_
 };
 

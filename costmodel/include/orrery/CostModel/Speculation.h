@@ -70,6 +70,14 @@ struct Speculation {
 /// -1 when the model has no repeated kind.
 int draftLayerKind(const Workload &w, Speculation::Method method);
 
+/// The precision a drafter's layer runs at for a target at `target`:
+/// EAGLE and EAGLE-3 heads ship as 16-bit checkpoints of their own; an MTP
+/// layer is the model's, at its precision, except in FP4 (NVIDIA's NVFP4
+/// checkpoints leave it BF16: TensorRT-LLM tech blog 1's DeepSeek-R1 on
+/// B200 lists its MTP layers in BF16 beside NVFP4 experts). FP16 targets'
+/// drafters in FP16, the others' in BF16.
+Precision draftPrecision(Speculation::Method method, Precision target);
+
 } // namespace orrery
 
 #endif // ORRERY_COSTMODEL_SPECULATION_H
