@@ -243,6 +243,9 @@ llvm::Error StepPricer::tokenOp(const OpCost &op, const LayerKind &k, bool head,
   t.flopsPerToken = double(op.forwardFlops) / tokens / split;
   t.allReduceBytesPerToken =
       opTp > 1 ? double(op.tpAllReduceForwardBytes) / tokens : 0;
+  if (vocabParallel && opTp > 1)
+    t.logitsGatherBytesPerToken =
+        double(op.gemmN) * (engine_ == ServingEngine::TensorRtLlm ? 4 : 2);
   if (op.attentionKvHeads > 0) {
     if (auto e = checkHeads(op, k, opTp))
       return e;
@@ -503,6 +506,13 @@ double StepPricer::kindSeconds(const Kind &k, const StepBatch &all,
       double c =
           collectiveTime(CollectiveKind::AllReduce,
                          op.allReduceBytesPerToken * tokens, replica_.tpGroup);
+      t.communicationS += c;
+      total += c;
+    }
+    if (op.logitsGatherBytesPerToken > 0) {
+      double c = collectiveTime(CollectiveKind::AllGather,
+                                op.logitsGatherBytesPerToken * tokens,
+                                replica_.tpGroup);
       t.communicationS += c;
       total += c;
     }

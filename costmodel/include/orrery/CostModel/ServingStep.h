@@ -257,6 +257,11 @@ public:
     /// Attention DP: the hidden state per token all-gathered before the
     /// expert layer and reduce-scattered after it (set on its last GEMM).
     double gatherBytesPerToken = 0;
+    /// The vocabulary-parallel output head: each sampled position's logits
+    /// gathered from the tensor-parallel ranks (vLLM's LogitsProcessor
+    /// gathers its 16-bit logits, TensorRT-LLM's ParallelLMHead all-gathers
+    /// them in its float32 logits dtype).
+    double logitsGatherBytesPerToken = 0;
     /// Attention: query heads and kv heads on one rank, head dims, and a
     /// sliding window.
     double heads = 0, kvHeads = 0, headDim = 0, valueDim = 0;
