@@ -786,7 +786,7 @@ static void addTrainingLoss(ModuleOp module, func::FuncOp main, Workload &w,
     }
     int64_t n = numElements(t);
     OpCost loss;
-    loss.name = "training_loss:softmax_cross_entropy";
+    loss.name = kImpliedLossOpName;
     softmaxCrossEntropyCost(t, loss);
     // Split by vocabulary, Megatron-LM's cross-entropy all-reduces over
     // the tp group a float a token three times (the row maximum, the

@@ -244,8 +244,12 @@ llvm::Error StepPricer::tokenOp(const OpCost &op, const LayerKind &k, bool head,
   t.allReduceBytesPerToken =
       opTp > 1 ? double(op.tpAllReduceForwardBytes) / tokens : 0;
   if (vocabParallel && opTp > 1)
-    t.logitsGatherBytesPerToken =
-        double(op.gemmN) * (engine_ == ServingEngine::TensorRtLlm ? 4 : 2);
+    t.logitsGatherBytesPerToken = double(op.gemmN) * 2;
+  // Training's vocabulary-parallel cross-entropy all-reduces its row
+  // maxima and sums; serving samples from the gathered logits instead (the
+  // softmax over them stays).
+  if (op.name == kImpliedLossOpName)
+    t.allReduceBytesPerToken = 0;
   if (op.attentionKvHeads > 0) {
     if (auto e = checkHeads(op, k, opTp))
       return e;

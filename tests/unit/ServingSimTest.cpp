@@ -94,20 +94,20 @@ TEST(ServingStep, TensorParallelDecodeIsLatencyBoundByItsAllReduces) {
 }
 
 TEST(ServingStep, TheVocabularyParallelHeadGathersItsLogits) {
-  // Each sampled position's logits over Llama 3's 128,256-word vocabulary,
-  // split over 8 ranks, gathered: 16-bit in vLLM, float32 in TensorRT-LLM.
+  // Each sampled position's 16-bit logits over Llama 3's 128,256-word
+  // vocabulary, split over 8 ranks, gathered; a step that samples nothing
+  // gathers nothing.
   Served s("llama3-8b", "8xH100-SXM");
-  StepBatch b = decode(256, 1024);
-  StepPricer vllm = s.pricer(8),
-             trt = s.pricer(8, "bf16", ServingEngine::TensorRtLlm);
-  const GroupShape &g = vllm.replica().tpGroup;
-  double logits = 256 * 128256.0;
-  double extra =
-      collectiveTime(CollectiveKind::AllGather, logits * 4, g) -
-      collectiveTime(CollectiveKind::AllGather, logits * 2, g);
-  EXPECT_GT(extra, 0);
-  EXPECT_NEAR(trt.price(b).communicationS - vllm.price(b).communicationS,
-              extra, 1e-12);
+  for (ServingEngine e : {ServingEngine::Vllm, ServingEngine::TensorRtLlm}) {
+    StepPricer p = s.pricer(8, "bf16", e);
+    StepBatch b = decode(256, 1024), none = b;
+    none.sampled = 0;
+    double gather = collectiveTime(CollectiveKind::AllGather,
+                                   256 * 128256.0 * 2, p.replica().tpGroup);
+    EXPECT_GT(gather, 0);
+    EXPECT_NEAR(p.price(b).communicationS - p.price(none).communicationS,
+                gather, 1e-12);
+  }
 }
 
 ServingResult serve(const StepPricer &p, SchedulerLimits limits,

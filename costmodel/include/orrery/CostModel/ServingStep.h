@@ -257,10 +257,11 @@ public:
     /// Attention DP: the hidden state per token all-gathered before the
     /// expert layer and reduce-scattered after it (set on its last GEMM).
     double gatherBytesPerToken = 0;
-    /// The vocabulary-parallel output head: each sampled position's logits
-    /// gathered from the tensor-parallel ranks (vLLM's LogitsProcessor
-    /// gathers its 16-bit logits, TensorRT-LLM's ParallelLMHead all-gathers
-    /// them in its float32 logits dtype).
+    /// The vocabulary-parallel output head: each sampled position's 16-bit
+    /// logits gathered from the tensor-parallel ranks (vLLM's
+    /// LogitsProcessor; TensorRT-LLM's lm_head, a ColumnLinear with
+    /// gather_output, all-gathers in the model's dtype and casts to its
+    /// float32 logits dtype after).
     double logitsGatherBytesPerToken = 0;
     /// Attention: query heads and kv heads on one rank, head dims, and a
     /// sliding window.

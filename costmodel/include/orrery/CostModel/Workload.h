@@ -317,6 +317,11 @@ struct LayerRun {
   int64_t count = 0;
 };
 
+/// The name of the softmax cross-entropy op the workload adds to the head of
+/// a graph without a loss (Workload::hasImpliedLoss).
+inline constexpr const char *kImpliedLossOpName =
+    "training_loss:softmax_cross_entropy";
+
 /// A model, ready for the cost model and the search.
 struct Workload {
   std::string source;
