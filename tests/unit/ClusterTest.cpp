@@ -169,6 +169,22 @@ TEST(Cluster, SmCount) {
                           "integer from 1 to 4096");
 }
 
+TEST(Catalog, NcclLinkFieldsRefuseNegatives) {
+  // NCCL's LL cap and NVLS chunk step cost: a negative is refused, naming
+  // the field.
+  for (const char *field : {"nccl_ll_max_bus_bandwidth_bytes_per_s",
+                            "nccl_nvls_chunk_step_bytes"}) {
+    auto bad = HardwareCatalog::parse(
+        std::string(R"({"links": [{"name": "L", "kind": "nvlink",
+            "bandwidth_bytes_per_s": 1e11, "latency_s": 1e-6, ")") +
+            field + R"(": -1}]})",
+        "catalog.json");
+    EXPECT_NE(errorOf(bad).find(std::string(field) + ": must not be negative"),
+              std::string::npos)
+        << errorOf(bad);
+  }
+}
+
 TEST(Cluster, Presets) {
   auto one = parseClusterPreset("8xA100-80G", HardwareCatalog::builtin());
   ASSERT_TRUE(bool(one)) << errorOf(one);
